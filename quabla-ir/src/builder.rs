@@ -1,0 +1,446 @@
+//! The checked builder: NumPy-style graph construction on top of [`GraphBuilder`], with dtype
+//! promotion and weak scalars (numerics.md §2), axis normalization and typed errors.
+//!
+//! Promotion is recorded explicitly: a weak scalar meeting a float32 array is cast to float32
+//! (`0.5 * x32` stays float32), a bool meeting a float array is cast to 0/1 in that dtype, and
+//! strong float32 and float64 never mix (DT1 names `astype`). The strict type rules of
+//! [`crate::infer`] then see operands of one dtype.
+
+use crate::error::{IrError, Result};
+use crate::graph::{GraphBuilder, NodeId, TensorType};
+use crate::op::{BinaryOp, Comparison, Op, UnaryOp};
+use crate::shape::{broadcast_shapes, normalize_axis};
+use crate::{DType, HostData, Shape};
+
+/// The name an operator is reported under in dtype errors (`tensor + operands ...`).
+fn display_name(op: BinaryOp) -> &'static str {
+    match op {
+        BinaryOp::Add => "+",
+        BinaryOp::Sub => "-",
+        BinaryOp::Mul => "*",
+        BinaryOp::Div => "/",
+        other => other.name(),
+    }
+}
+
+impl GraphBuilder {
+    /// A named input of the given type.
+    pub fn input(&mut self, name: impl Into<String>, ty: TensorType) -> NodeId {
+        let op = Op::Input {
+            name: name.into(),
+            ty: ty.clone(),
+        };
+        self.push_typed(op, Vec::new(), ty)
+    }
+
+    /// A constant array; `data.len()` must equal the shape's size.
+    pub fn constant(&mut self, data: HostData, shape: Shape, weak: bool) -> Result<NodeId> {
+        self.push(Op::Constant { data, shape, weak }, &[])
+    }
+
+    /// A rank-0 constant of `dtype` holding `value` rounded to that dtype.
+    pub fn scalar(&mut self, value: f64, dtype: DType, weak: bool) -> NodeId {
+        let ty = TensorType {
+            dtype,
+            shape: Shape::scalar(),
+            weak,
+        };
+        let op = Op::Constant {
+            data: HostData::filled(dtype, value, 1),
+            shape: Shape::scalar(),
+            weak,
+        };
+        self.push_typed(op, Vec::new(), ty)
+    }
+
+    /// A weak float64 scalar: the IR form of a Rust `f64` operand.
+    pub fn weak_scalar(&mut self, value: f64) -> NodeId {
+        self.scalar(value, DType::F64, true)
+    }
+
+    /// `astype`: explicit conversion; returns `x` itself when the dtype already matches and
+    /// `x` is strong (numerics.md §1.4). The result is strong.
+    pub fn astype(&mut self, x: NodeId, to: DType) -> Result<NodeId> {
+        let ty = self.ty(x);
+        if ty.dtype == to && !ty.weak {
+            return Ok(x);
+        }
+        self.push(Op::Cast { to, weak: false }, &[x])
+    }
+
+    fn cast_to(&mut self, x: NodeId, to: DType, weak: bool) -> Result<NodeId> {
+        let ty = self.ty(x);
+        if ty.dtype == to && ty.weak == weak {
+            return Ok(x);
+        }
+        self.push(Op::Cast { to, weak }, &[x])
+    }
+
+    /// Brings two operands to one dtype under the table of numerics.md §2.1. `arith` is false
+    /// for `equal`/`not_equal`/`where`, where two bools are fine.
+    fn promote(&mut self, name: &str, a: NodeId, b: NodeId, arith: bool) -> Result<(NodeId, NodeId)> {
+        let (ta, tb) = (self.ty(a).clone(), self.ty(b).clone());
+        match (ta.dtype, tb.dtype) {
+            (DType::Bool, DType::Bool) => {
+                if arith {
+                    Err(IrError::BoolOperand { op: name.into() })
+                } else {
+                    Ok((a, b))
+                }
+            }
+            (DType::Bool, to) => Ok((self.cast_to(a, to, tb.weak)?, b)),
+            (to, DType::Bool) => Ok((a, self.cast_to(b, to, ta.weak)?)),
+            (da, db) if da == db => Ok((a, b)),
+            (da, db) => match (ta.weak, tb.weak) {
+                (true, false) => Ok((self.cast_to(a, db, false)?, b)),
+                (false, true) => Ok((a, self.cast_to(b, da, false)?)),
+                (true, true) => {
+                    // Two weak values of different float dtypes: float32 wins, like a
+                    // float32 array meeting a weak scalar.
+                    Ok((
+                        self.cast_to(a, DType::F32, true)?,
+                        self.cast_to(b, DType::F32, true)?,
+                    ))
+                }
+                (false, false) => Err(IrError::DtypeMismatch {
+                    op: name.into(),
+                    lhs: da,
+                    rhs: db,
+                }),
+            },
+        }
+    }
+
+    /// Broadcasting arithmetic with promotion.
+    pub fn binary(&mut self, op: BinaryOp, a: NodeId, b: NodeId) -> Result<NodeId> {
+        let (a, b) = self.promote(display_name(op), a, b, true)?;
+        self.push(Op::Binary(op), &[a, b])
+    }
+
+    pub fn add(&mut self, a: NodeId, b: NodeId) -> Result<NodeId> {
+        self.binary(BinaryOp::Add, a, b)
+    }
+
+    pub fn sub(&mut self, a: NodeId, b: NodeId) -> Result<NodeId> {
+        self.binary(BinaryOp::Sub, a, b)
+    }
+
+    pub fn mul(&mut self, a: NodeId, b: NodeId) -> Result<NodeId> {
+        self.binary(BinaryOp::Mul, a, b)
+    }
+
+    pub fn div(&mut self, a: NodeId, b: NodeId) -> Result<NodeId> {
+        self.binary(BinaryOp::Div, a, b)
+    }
+
+    /// Elementwise comparison producing bool. Ordering predicates reject bool operands.
+    pub fn compare(&mut self, c: Comparison, a: NodeId, b: NodeId) -> Result<NodeId> {
+        if c.is_ordering() && (self.ty(a).dtype == DType::Bool || self.ty(b).dtype == DType::Bool) {
+            return Err(IrError::BoolOperand { op: c.name().into() });
+        }
+        let (a, b) = self.promote(c.name(), a, b, false)?;
+        self.push(Op::Compare(c), &[a, b])
+    }
+
+    /// `where(pred, a, b)`: `pred` must be bool; `a` and `b` promote as in arithmetic, except
+    /// that two bools give bool.
+    pub fn select(&mut self, pred: NodeId, a: NodeId, b: NodeId) -> Result<NodeId> {
+        if self.ty(pred).dtype != DType::Bool {
+            return Err(IrError::RequiresBool {
+                op: "where condition".into(),
+            });
+        }
+        let (a, b) = self.promote("where", a, b, false)?;
+        self.push(Op::Where, &[pred, a, b])
+    }
+
+    pub fn unary(&mut self, op: UnaryOp, x: NodeId) -> Result<NodeId> {
+        self.push(Op::Unary(op), &[x])
+    }
+
+    pub fn powi(&mut self, x: NodeId, exponent: i32) -> Result<NodeId> {
+        self.push(Op::Powi(exponent), &[x])
+    }
+
+    pub fn stop_gradient(&mut self, x: NodeId) -> Result<NodeId> {
+        self.push(Op::StopGradient, &[x])
+    }
+
+    /// Normalized, sorted axes; `None` means every axis.
+    fn reduction_axes(&self, op: &str, x: NodeId, axes: Option<&[isize]>) -> Result<Vec<usize>> {
+        let shape = &self.ty(x).shape;
+        let mut axes = match axes {
+            None => (0..shape.rank()).collect(),
+            Some(a) => shape.axes(op, a)?,
+        };
+        axes.sort_unstable();
+        Ok(axes)
+    }
+
+    /// Re-inserts unit axes at `axes` (sorted) after a reduction, for `keepdims`.
+    fn keep_dims(&mut self, reduced: NodeId, input_shape: &Shape, axes: &[usize]) -> Result<NodeId> {
+        let dims: Vec<usize> = input_shape
+            .dims()
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| if axes.contains(&i) { 1 } else { d })
+            .collect();
+        self.reshape_to(reduced, Shape::new(dims)?)
+    }
+
+    fn reduce(&mut self, kind: ReduceKind, x: NodeId, axes: Option<&[isize]>, keepdims: bool) -> Result<NodeId> {
+        let name = kind.name();
+        if self.ty(x).dtype == DType::Bool {
+            return Err(IrError::BoolOperand { op: name.into() });
+        }
+        let shape = self.ty(x).shape.clone();
+        let axes = self.reduction_axes(name, x, axes)?;
+        let all = axes.len() == shape.rank();
+        let op = match (kind, all) {
+            (ReduceKind::Sum, true) => Op::Sum,
+            (ReduceKind::Mean, true) => Op::Mean,
+            (ReduceKind::Sum, false) => Op::SumAxis { axes: axes.clone() },
+            (ReduceKind::Mean, false) => Op::MeanAxis { axes: axes.clone() },
+            (ReduceKind::Max, _) => Op::MaxAxis { axes: axes.clone() },
+            (ReduceKind::Min, _) => Op::MinAxis { axes: axes.clone() },
+        };
+        let r = self.push(op, &[x])?;
+        if keepdims {
+            self.keep_dims(r, &shape, &axes)
+        } else {
+            Ok(r)
+        }
+    }
+
+    /// `sum` over `axes` (`None`: all), accumulated in float64.
+    pub fn sum(&mut self, x: NodeId, axes: Option<&[isize]>, keepdims: bool) -> Result<NodeId> {
+        self.reduce(ReduceKind::Sum, x, axes, keepdims)
+    }
+
+    pub fn mean(&mut self, x: NodeId, axes: Option<&[isize]>, keepdims: bool) -> Result<NodeId> {
+        self.reduce(ReduceKind::Mean, x, axes, keepdims)
+    }
+
+    pub fn max(&mut self, x: NodeId, axes: Option<&[isize]>, keepdims: bool) -> Result<NodeId> {
+        self.reduce(ReduceKind::Max, x, axes, keepdims)
+    }
+
+    pub fn min(&mut self, x: NodeId, axes: Option<&[isize]>, keepdims: bool) -> Result<NodeId> {
+        self.reduce(ReduceKind::Min, x, axes, keepdims)
+    }
+
+    pub fn cumsum(&mut self, x: NodeId, axis: isize, reverse: bool) -> Result<NodeId> {
+        let axis = self.ty(x).shape.axis(axis)?;
+        self.push(Op::Cumsum { axis, reverse }, &[x])
+    }
+
+    /// `reshape` with at most one `-1` (SH5).
+    pub fn reshape(&mut self, x: NodeId, dims: &[isize]) -> Result<NodeId> {
+        let size = self.ty(x).shape.size();
+        let fail = || {
+            IrError::shape(
+                "reshape",
+                format!("cannot reshape a tensor of {size} elements into shape {dims:?}"),
+            )
+        };
+        let unknown: Vec<usize> = (0..dims.len()).filter(|&i| dims[i] == -1).collect();
+        if unknown.len() > 1 || dims.iter().any(|&d| d < -1 || d == 0) {
+            return Err(fail());
+        }
+        let known: usize = dims.iter().filter(|&&d| d > 0).map(|&d| d as usize).product();
+        let mut out: Vec<usize> = dims.iter().map(|&d| d.max(0) as usize).collect();
+        if let Some(&u) = unknown.first() {
+            if size % known != 0 {
+                return Err(fail());
+            }
+            out[u] = size / known;
+        }
+        if out.iter().product::<usize>() != size {
+            return Err(fail());
+        }
+        self.reshape_to(x, Shape::new(out)?)
+    }
+
+    /// Reshape to a known shape; a no-op when the shape already matches.
+    pub fn reshape_to(&mut self, x: NodeId, shape: Shape) -> Result<NodeId> {
+        if self.ty(x).shape == shape {
+            return Ok(x);
+        }
+        self.push(Op::Reshape { shape }, &[x])
+    }
+
+    /// `transpose`: reversal when `perm` is `None`.
+    pub fn transpose(&mut self, x: NodeId, perm: Option<&[isize]>) -> Result<NodeId> {
+        let rank = self.ty(x).shape.rank();
+        let perm: Vec<usize> = match perm {
+            None => (0..rank).rev().collect(),
+            Some(p) => {
+                if p.len() != rank {
+                    return Err(IrError::shape(
+                        "transpose",
+                        format!("transpose axes {p:?} do not match a tensor of rank {rank}"),
+                    ));
+                }
+                self.ty(x).shape.axes("transpose", p)?
+            }
+        };
+        if perm.iter().enumerate().all(|(i, &p)| i == p) {
+            return Ok(x);
+        }
+        self.push(Op::Transpose { perm }, &[x])
+    }
+
+    /// `broadcast_to` under trailing-axis rules (SH4).
+    pub fn broadcast_to(&mut self, x: NodeId, shape: Shape) -> Result<NodeId> {
+        if self.ty(x).shape == shape {
+            return Ok(x);
+        }
+        self.push(Op::Broadcast { shape }, &[x])
+    }
+
+    /// Broadcasts several operands to their common shape.
+    pub fn broadcast_all(&mut self, xs: &[NodeId]) -> Result<Vec<NodeId>> {
+        let mut shape = Shape::scalar();
+        for &x in xs {
+            shape = broadcast_shapes(&shape, &self.ty(x).shape)?;
+        }
+        xs.iter().map(|&x| self.broadcast_to(x, shape.clone())).collect()
+    }
+
+    /// `concat` along `axis`; operands promote to one dtype first (DT1 on f32/f64 mixes).
+    pub fn concat(&mut self, xs: &[NodeId], axis: isize) -> Result<NodeId> {
+        let first = *xs.first().ok_or_else(|| IrError::InvalidArgument {
+            message: "concat needs at least one tensor".into(),
+        })?;
+        let axis = normalize_axis(axis, self.ty(first).shape.rank())?;
+        let mut operands = vec![first];
+        for &x in &xs[1..] {
+            let (a, b) = self.promote("concat", operands[0], x, false)?;
+            operands[0] = a;
+            operands.push(b);
+        }
+        // Re-promote earlier operands if the first one changed dtype on the way.
+        let dtype = self.ty(operands[0]).dtype;
+        for o in operands.iter_mut() {
+            if self.ty(*o).dtype != dtype {
+                *o = self.cast_to(*o, dtype, false)?;
+            }
+        }
+        if operands.len() == 1 {
+            return Ok(operands[0]);
+        }
+        self.push(Op::Concat { axis }, &operands)
+    }
+
+    /// The contiguous box `starts .. starts + sizes`.
+    pub fn slice(&mut self, x: NodeId, starts: Vec<usize>, sizes: Vec<usize>) -> Result<NodeId> {
+        if self.ty(x).shape.dims() == sizes.as_slice() {
+            return Ok(x);
+        }
+        self.push(Op::Slice { starts, sizes }, &[x])
+    }
+
+    /// Static gather along `axis`; negative indices count from the end (IX1 when out of range).
+    pub fn gather(&mut self, x: NodeId, indices: &[isize], axis: isize) -> Result<NodeId> {
+        let shape = self.ty(x).shape.clone();
+        let axis = shape.axis(axis)?;
+        let indices = resolve_indices(indices, axis, shape.dims()[axis])?;
+        self.push(Op::Gather { axis, indices }, &[x])
+    }
+
+    /// `scatter_add(base, indices, updates, axis)`.
+    pub fn scatter_add(&mut self, base: NodeId, indices: &[isize], updates: NodeId, axis: isize) -> Result<NodeId> {
+        let shape = self.ty(base).shape.clone();
+        let axis = shape.axis(axis)?;
+        let indices = resolve_indices(indices, axis, shape.dims()[axis])?;
+        let (base, updates) = self.promote("scatter_add", base, updates, true)?;
+        self.push(Op::ScatterAdd { axis, indices }, &[base, updates])
+    }
+
+    /// `matmul` with NumPy rules: a rank-1 left operand is a row vector and a rank-1 right
+    /// operand a column vector, their unit axes removed from the result; batch axes broadcast.
+    pub fn matmul(&mut self, a: NodeId, b: NodeId) -> Result<NodeId> {
+        let (a, b) = self.promote("matmul", a, b, true)?;
+        let (ra, rb) = (self.ty(a).shape.rank(), self.ty(b).shape.rank());
+        if ra == 0 || rb == 0 {
+            return Err(IrError::shape(
+                "matmul",
+                "matmul: operands must have rank >= 1; use * for scalars",
+            ));
+        }
+        let a2 = if ra == 1 {
+            let n = self.ty(a).shape.dims()[0];
+            self.reshape_to(a, Shape::new(vec![1, n])?)?
+        } else {
+            a
+        };
+        let b2 = if rb == 1 {
+            let n = self.ty(b).shape.dims()[0];
+            self.reshape_to(b, Shape::new(vec![n, 1])?)?
+        } else {
+            b
+        };
+        let (sa, sb) = (self.ty(a).shape.clone(), self.ty(b).shape.clone());
+        let r = self.push(Op::Matmul, &[a2, b2]).map_err(|e| match e {
+            IrError::Shape { op, message } if message.contains("inner dimensions") => {
+                let k1 = sa.dims()[sa.rank() - 1];
+                let k2 = sb.dims()[if rb == 1 { 0 } else { rb - 2 }];
+                IrError::Shape {
+                    op,
+                    message: format!(
+                        "matmul: inner dimensions differ ({k1} vs {k2}) for shapes {sa} and {sb}"
+                    ),
+                }
+            }
+            other => other,
+        })?;
+        if ra > 1 && rb > 1 {
+            return Ok(r);
+        }
+        let mut dims = self.ty(r).shape.dims().to_vec();
+        let rank = dims.len();
+        if rb == 1 {
+            dims.remove(rank - 1);
+        }
+        if ra == 1 {
+            dims.remove(rank - 2);
+        }
+        self.reshape_to(r, Shape::new(dims)?)
+    }
+}
+
+#[derive(Clone, Copy)]
+enum ReduceKind {
+    Sum,
+    Mean,
+    Max,
+    Min,
+}
+
+impl ReduceKind {
+    fn name(self) -> &'static str {
+        match self {
+            ReduceKind::Sum => "sum",
+            ReduceKind::Mean => "mean",
+            ReduceKind::Max => "max",
+            ReduceKind::Min => "min",
+        }
+    }
+}
+
+/// Resolves possibly negative static indices against an extent (IX1).
+pub fn resolve_indices(indices: &[isize], axis: usize, extent: usize) -> Result<Vec<usize>> {
+    indices
+        .iter()
+        .map(|&i| {
+            let r = if i < 0 { i + extent as isize } else { i };
+            if r < 0 || r >= extent as isize {
+                Err(IrError::Index {
+                    message: format!("index {i} is out of range for axis {axis} with extent {extent}"),
+                })
+            } else {
+                Ok(r as usize)
+            }
+        })
+        .collect()
+}

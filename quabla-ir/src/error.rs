@@ -1,0 +1,63 @@
+//! Typed errors of graph construction, passes and parsing. Messages follow `spec/errors.md`
+//! so that the facade can pass them to users unchanged.
+
+use crate::DType;
+use thiserror::Error;
+
+pub type Result<T, E = IrError> = std::result::Result<T, E>;
+
+/// An error raised while building, checking, transforming or parsing a graph.
+#[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
+pub enum IrError {
+    /// DT1: a strong float32 and a strong float64 operand meet.
+    #[error("tensor {op} operands have mismatched dtypes {lhs} and {rhs}; float32 and float64 never mix implicitly, convert one side with astype")]
+    DtypeMismatch { op: String, lhs: DType, rhs: DType },
+    /// DT2: an operation not defined for bool tensors.
+    #[error("{op} is not defined for bool tensors; convert with astype(quabla.float64) or astype(quabla.float32) first")]
+    BoolOperand { op: String },
+    /// DT3: a logical operation on float operands.
+    #[error("{op} requires bool operands")]
+    RequiresBool { op: String },
+    /// SH1..SH13: shape and axis errors; `message` is the full text.
+    #[error("{message}")]
+    Shape { op: String, message: String },
+    /// IX1..IX3: static indices out of range or malformed.
+    #[error("{message}")]
+    Index { message: String },
+    /// Invalid attribute values and configuration.
+    #[error("{message}")]
+    InvalidArgument { message: String },
+    /// An op or combination that is deliberately not supported.
+    #[error("{message}")]
+    Unsupported { op: String, message: String },
+    /// A graph that breaks an IR invariant (found by the verifier: a bug, not user input).
+    #[error("invalid graph: {message}")]
+    Verify { message: String },
+    /// Malformed IR text.
+    #[error("IR text line {line}: {message}")]
+    Parse { line: usize, message: String },
+}
+
+impl IrError {
+    pub(crate) fn shape(op: &str, message: impl Into<String>) -> Self {
+        IrError::Shape {
+            op: op.to_string(),
+            message: message.into(),
+        }
+    }
+
+    /// SH1.
+    pub fn axis_out_of_range(axis: isize, rank: usize) -> Self {
+        IrError::Shape {
+            op: "axis".into(),
+            message: format!("axis {axis} is out of range for a tensor of rank {rank}"),
+        }
+    }
+
+    pub(crate) fn verify(message: impl Into<String>) -> Self {
+        IrError::Verify {
+            message: message.into(),
+        }
+    }
+}

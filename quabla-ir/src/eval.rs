@@ -1,0 +1,400 @@
+//! Reference semantics of every op on host values, in float64 with one rounding to the node
+//! dtype — exactly the CPU backend's rules (numerics.md §1.5, §4).
+//!
+//! The scalar functions here are the single source of truth for elementwise values: the CPU
+//! backend's kernels call them, and constant folding evaluates whole nodes with
+//! [`evaluate`], so folding never changes a CPU result. Transcendentals come from the `libm`
+//! crate (a port of musl) so results are identical on every platform.
+
+use crate::graph::TensorType;
+use crate::op::{BinaryOp, Comparison, Op, UnaryOp};
+use crate::{HostData, Shape};
+
+/// The float64 value of a unary function (numerics.md §4.1: no domain errors, IEEE results).
+#[inline]
+pub fn unary_f64(op: UnaryOp, x: f64) -> f64 {
+    match op {
+        UnaryOp::Neg => -x,
+        UnaryOp::Tanh => libm::tanh(x),
+        UnaryOp::Exp => libm::exp(x),
+        UnaryOp::Log => libm::log(x),
+        UnaryOp::Log1p => libm::log1p(x),
+        UnaryOp::Expm1 => libm::expm1(x),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Sin => libm::sin(x),
+        UnaryOp::Cos => libm::cos(x),
+        UnaryOp::Erf => libm::erf(x),
+        UnaryOp::Erfc => libm::erfc(x),
+        UnaryOp::Tan => libm::tan(x),
+        UnaryOp::Arcsin => libm::asin(x),
+        UnaryOp::Arccos => libm::acos(x),
+        UnaryOp::Arctan => libm::atan(x),
+        UnaryOp::Sinh => libm::sinh(x),
+        UnaryOp::Cosh => libm::cosh(x),
+        UnaryOp::Arcsinh => libm::asinh(x),
+        UnaryOp::Arccosh => libm::acosh(x),
+        UnaryOp::Arctanh => libm::atanh(x),
+        UnaryOp::Log2 => libm::log2(x),
+        UnaryOp::Log10 => libm::log10(x),
+        UnaryOp::Cbrt => libm::cbrt(x),
+        UnaryOp::Floor => x.floor(),
+        UnaryOp::Ceil => x.ceil(),
+        UnaryOp::Round => x.round_ties_even(),
+    }
+}
+
+/// The float64 value of a binary function.
+#[inline]
+pub fn binary_f64(op: BinaryOp, a: f64, b: f64) -> f64 {
+    match op {
+        BinaryOp::Add => a + b,
+        BinaryOp::Sub => a - b,
+        BinaryOp::Mul => a * b,
+        BinaryOp::Div => a / b,
+        BinaryOp::Pow => libm::pow(a, b),
+        BinaryOp::Atan2 => libm::atan2(a, b),
+        BinaryOp::Fmod => libm::fmod(a, b),
+    }
+}
+
+/// Comparison with IEEE semantics: NaN compares false except under `not_equal`.
+#[inline]
+pub fn compare_f64(op: Comparison, a: f64, b: f64) -> bool {
+    match op {
+        Comparison::Greater => a > b,
+        Comparison::GreaterEqual => a >= b,
+        Comparison::Less => a < b,
+        Comparison::LessEqual => a <= b,
+        Comparison::Equal => a == b,
+        Comparison::NotEqual => a != b,
+    }
+}
+
+/// `powi`: square-and-multiply from the least significant bit in float64; `powi(x, 0) = 1`
+/// for every `x`; a negative exponent gives `1 / powi(x, -n)` (numerics.md §4.2).
+#[inline]
+pub fn powi_f64(x: f64, n: i32) -> f64 {
+    let mut e = n.unsigned_abs();
+    let mut base = x;
+    let mut acc = 1.0;
+    while e > 0 {
+        if e & 1 == 1 {
+            acc *= base;
+        }
+        e >>= 1;
+        if e > 0 {
+            base *= base;
+        }
+    }
+    if n < 0 {
+        1.0 / acc
+    } else {
+        acc
+    }
+}
+
+/// IEEE 754-2019 `maximum`: NaN if either is NaN; `-0.0 < +0.0`.
+#[inline]
+pub fn maximum_ieee(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if a > b || (a == b && b.is_sign_negative()) {
+        a
+    } else {
+        b
+    }
+}
+
+/// IEEE 754-2019 `minimum`: NaN if either is NaN; `-0.0 < +0.0`.
+#[inline]
+pub fn minimum_ieee(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if a < b || (a == b && a.is_sign_negative()) {
+        a
+    } else {
+        b
+    }
+}
+
+/// A host value with its shape, as [`evaluate`] takes it.
+#[derive(Debug, Clone, Copy)]
+pub struct HostValue<'a> {
+    pub data: &'a HostData,
+    pub shape: &'a Shape,
+}
+
+/// Evaluates one node on concrete operands; `None` for ops without a folding rule:
+/// leaves, `matmul` and the linear-algebra ops (their CPU kernels live in `quabla-linalg` and
+/// `faer`, whose accumulation order this reference does not reproduce, so folding them could
+/// change a CPU result), and `custom` (inlined before folding runs).
+pub fn evaluate(op: &Op, operands: &[HostValue<'_>], out: &TensorType) -> Option<HostData> {
+    let out_shape = &out.shape;
+    let n = out_shape.size();
+    let values: Vec<f64> = match op {
+        Op::Input { .. }
+        | Op::Constant { .. }
+        | Op::Matmul
+        | Op::Solve
+        | Op::Cholesky
+        | Op::CholeskyAd
+        | Op::TriangularSolve { .. }
+        | Op::Linalg(_)
+        | Op::Custom(_) => return None,
+        Op::Cast { .. } | Op::StopGradient => operands[0].data.to_f64_vec(),
+        Op::Unary(u) => map1(operands[0], |x| unary_f64(*u, x)),
+        Op::Powi(e) => map1(operands[0], |x| powi_f64(x, *e)),
+        Op::Binary(b) => map2(operands[0], operands[1], out_shape, |x, y| binary_f64(*b, x, y)),
+        Op::Compare(c) => map2(operands[0], operands[1], out_shape, |x, y| {
+            compare_f64(*c, x, y) as u8 as f64
+        }),
+        Op::Where => {
+            let p = broadcast_values(operands[0], out_shape);
+            let a = broadcast_values(operands[1], out_shape);
+            let b = broadcast_values(operands[2], out_shape);
+            (0..n)
+                .map(|i| if p[i] != 0.0 { a[i] } else { b[i] })
+                .collect()
+        }
+        Op::Sum => vec![operands[0].data.to_f64_vec().iter().sum()],
+        Op::Mean => {
+            let v = operands[0].data.to_f64_vec();
+            vec![v.iter().sum::<f64>() / v.len() as f64]
+        }
+        Op::SumAxis { axes } => reduce(operands[0], axes, 0.0, |acc, x| acc + x),
+        Op::MeanAxis { axes } => {
+            let count: usize = axes.iter().map(|&a| operands[0].shape.dims()[a]).product();
+            reduce(operands[0], axes, 0.0, |acc, x| acc + x)
+                .into_iter()
+                .map(|s| s / count as f64)
+                .collect()
+        }
+        Op::MaxAxis { axes } => reduce(operands[0], axes, f64::NEG_INFINITY, maximum_ieee),
+        Op::MinAxis { axes } => reduce(operands[0], axes, f64::INFINITY, minimum_ieee),
+        Op::Cumsum { axis, reverse } => cumsum(operands[0], *axis, *reverse),
+        Op::Reshape { .. } => operands[0].data.to_f64_vec(),
+        Op::Broadcast { shape } => broadcast_values(operands[0], shape),
+        Op::Transpose { perm } => {
+            let x = operands[0].data.to_f64_vec();
+            let in_strides = operands[0].shape.strides();
+            let strides: Vec<usize> = perm.iter().map(|&p| in_strides[p]).collect();
+            gather_strided(&x, out_shape, &strides, 0)
+        }
+        Op::Concat { axis } => concat(operands, *axis, out_shape),
+        Op::Slice { starts, .. } => {
+            let x = operands[0].data.to_f64_vec();
+            let strides = operands[0].shape.strides();
+            let offset = starts.iter().zip(&strides).map(|(s, st)| s * st).sum();
+            gather_strided(&x, out_shape, &strides, offset)
+        }
+        Op::PadSlice { starts, shape } => {
+            let mut v = vec![0.0; shape.size()];
+            let x = operands[0].data.to_f64_vec();
+            let strides = shape.strides();
+            for (i, idx) in MultiIndex::new(operands[0].shape).enumerate() {
+                let pos: usize = idx
+                    .iter()
+                    .zip(starts)
+                    .zip(&strides)
+                    .map(|((i, s), st)| (i + s) * st)
+                    .sum();
+                v[pos] = x[i];
+            }
+            v
+        }
+        Op::Gather { axis, indices } => {
+            let x = operands[0].data.to_f64_vec();
+            let strides = operands[0].shape.strides();
+            MultiIndex::new(out_shape)
+                .map(|mut idx| {
+                    idx[*axis] = indices[idx[*axis]];
+                    x[dot(&idx, &strides)]
+                })
+                .collect()
+        }
+        Op::ScatterAdd { axis, indices } => {
+            let mut v = operands[0].data.to_f64_vec();
+            let u = operands[1].data.to_f64_vec();
+            let strides = operands[0].shape.strides();
+            for (i, mut idx) in MultiIndex::new(operands[1].shape).enumerate() {
+                idx[*axis] = indices[idx[*axis]];
+                v[dot(&idx, &strides)] += u[i];
+            }
+            v
+        }
+    };
+    debug_assert_eq!(values.len(), n);
+    Some(HostData::from_f64(out.dtype, values))
+}
+
+fn map1(x: HostValue<'_>, f: impl Fn(f64) -> f64) -> Vec<f64> {
+    x.data.to_f64_vec().into_iter().map(f).collect()
+}
+
+fn map2(a: HostValue<'_>, b: HostValue<'_>, out: &Shape, f: impl Fn(f64, f64) -> f64) -> Vec<f64> {
+    let a = broadcast_values(a, out);
+    let b = broadcast_values(b, out);
+    a.iter().zip(&b).map(|(&x, &y)| f(x, y)).collect()
+}
+
+/// Values of `x` broadcast (trailing-axis rules) to `shape`, row-major.
+pub fn broadcast_values(x: HostValue<'_>, shape: &Shape) -> Vec<f64> {
+    let data = x.data.to_f64_vec();
+    let strides = broadcast_strides(x.shape, shape);
+    gather_strided(&data, shape, &strides, 0)
+}
+
+/// Strides that read an operand of shape `from` as if it had shape `to` (0 on broadcast axes).
+pub fn broadcast_strides(from: &Shape, to: &Shape) -> Vec<usize> {
+    let own = from.strides();
+    let lead = to.rank() - from.rank();
+    (0..to.rank())
+        .map(|i| {
+            if i < lead || from.dims()[i - lead] == 1 {
+                0
+            } else {
+                own[i - lead]
+            }
+        })
+        .collect()
+}
+
+fn gather_strided(x: &[f64], shape: &Shape, strides: &[usize], offset: usize) -> Vec<f64> {
+    MultiIndex::new(shape)
+        .map(|idx| x[offset + dot(&idx, strides)])
+        .collect()
+}
+
+fn dot(idx: &[usize], strides: &[usize]) -> usize {
+    idx.iter().zip(strides).map(|(i, s)| i * s).sum()
+}
+
+/// Sequential row-major accumulation of the reduced elements for each kept position.
+fn reduce(x: HostValue<'_>, axes: &[usize], init: f64, f: impl Fn(f64, f64) -> f64) -> Vec<f64> {
+    let data = x.data.to_f64_vec();
+    let dims = x.shape.dims();
+    let kept: Vec<usize> = (0..dims.len()).filter(|a| !axes.contains(a)).collect();
+    let kept_shape = Shape::new(kept.iter().map(|&a| dims[a]).collect::<Vec<_>>())
+        .expect("extents of a valid shape are nonzero");
+    let kept_strides = kept_shape.strides();
+    let mut acc = vec![init; kept_shape.size()];
+    for (i, idx) in MultiIndex::new(x.shape).enumerate() {
+        let pos: usize = kept.iter().zip(&kept_strides).map(|(&a, s)| idx[a] * s).sum();
+        acc[pos] = f(acc[pos], data[i]);
+    }
+    acc
+}
+
+fn cumsum(x: HostValue<'_>, axis: usize, reverse: bool) -> Vec<f64> {
+    let data = x.data.to_f64_vec();
+    let dims = x.shape.dims();
+    let stride = x.shape.strides()[axis];
+    let extent = dims[axis];
+    let mut out = data.clone();
+    let outer: usize = dims[..axis].iter().product();
+    for o in 0..outer {
+        for inner in 0..stride {
+            let base = o * extent * stride + inner;
+            let mut acc = 0.0;
+            for k in 0..extent {
+                let k = if reverse { extent - 1 - k } else { k };
+                acc += data[base + k * stride];
+                out[base + k * stride] = acc;
+            }
+        }
+    }
+    out
+}
+
+fn concat(operands: &[HostValue<'_>], axis: usize, out: &Shape) -> Vec<f64> {
+    let outer: usize = out.dims()[..axis].iter().product();
+    let inner: usize = out.dims()[axis + 1..].iter().product();
+    let parts: Vec<Vec<f64>> = operands.iter().map(|o| o.data.to_f64_vec()).collect();
+    let mut v = Vec::with_capacity(out.size());
+    for o in 0..outer {
+        for (part, x) in parts.iter().zip(operands) {
+            let chunk = x.shape.dims()[axis] * inner;
+            v.extend_from_slice(&part[o * chunk..(o + 1) * chunk]);
+        }
+    }
+    v
+}
+
+/// Row-major iteration over every multi-index of a shape.
+#[derive(Debug, Clone)]
+pub struct MultiIndex {
+    dims: Vec<usize>,
+    next: Option<Vec<usize>>,
+}
+
+impl MultiIndex {
+    pub fn new(shape: &Shape) -> MultiIndex {
+        MultiIndex {
+            dims: shape.dims().to_vec(),
+            next: Some(vec![0; shape.rank()]),
+        }
+    }
+}
+
+impl Iterator for MultiIndex {
+    type Item = Vec<usize>;
+
+    fn next(&mut self) -> Option<Vec<usize>> {
+        let current = self.next.take()?;
+        let mut succ = current.clone();
+        let mut axis = self.dims.len();
+        loop {
+            if axis == 0 {
+                break;
+            }
+            axis -= 1;
+            succ[axis] += 1;
+            if succ[axis] < self.dims[axis] {
+                self.next = Some(succ);
+                break;
+            }
+            succ[axis] = 0;
+        }
+        Some(current)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn powi_is_exact_square_and_multiply() {
+        assert_eq!(powi_f64(f64::NAN, 0), 1.0);
+        assert_eq!(powi_f64(3.0, 5), 243.0);
+        assert_eq!(powi_f64(2.0, -2), 0.25);
+        assert_eq!(powi_f64(-2.0, 3), -8.0);
+    }
+
+    #[test]
+    fn ieee_extrema() {
+        assert!(maximum_ieee(f64::NAN, 1.0).is_nan());
+        assert!(minimum_ieee(1.0, f64::NAN).is_nan());
+        assert!(maximum_ieee(-0.0, 0.0).is_sign_positive());
+        assert!(maximum_ieee(0.0, -0.0).is_sign_positive());
+        assert!(minimum_ieee(0.0, -0.0).is_sign_negative());
+        assert!(minimum_ieee(-0.0, 0.0).is_sign_negative());
+    }
+
+    #[test]
+    fn multi_index_of_rank_zero_yields_once() {
+        assert_eq!(MultiIndex::new(&Shape::scalar()).count(), 1);
+        let s = Shape::new(vec![2, 3]).unwrap();
+        let all: Vec<_> = MultiIndex::new(&s).collect();
+        assert_eq!(all.len(), 6);
+        assert_eq!(all[4], vec![1, 1]);
+    }
+
+    #[test]
+    fn round_ties_to_even_and_fmod_sign() {
+        assert_eq!(unary_f64(UnaryOp::Round, 2.5), 2.0);
+        assert_eq!(unary_f64(UnaryOp::Round, -0.5), -0.0);
+        assert_eq!(binary_f64(BinaryOp::Fmod, -7.0, 3.0), -1.0);
+        assert!(binary_f64(BinaryOp::Fmod, 1.0, 0.0).is_nan());
+    }
+}

@@ -1,0 +1,239 @@
+//! Graphs: a flat list of nodes in topological order, and their outputs.
+//!
+//! Architecture invariant: a node only refers to earlier nodes, so the node list is a
+//! topological order and a `NodeId` is a `u32` index. Graphs are immutable once built; every
+//! pass and transform builds a new one.
+
+use crate::error::{IrError, Result};
+use crate::infer::infer_type;
+use crate::op::Op;
+use crate::{DType, Shape};
+use std::fmt;
+
+/// Index of a node in its graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub u32);
+
+impl NodeId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "%{}", self.0)
+    }
+}
+
+/// The static type of a value: dtype, shape and the weak flag of scalar-born values
+/// (numerics.md §2).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TensorType {
+    pub dtype: DType,
+    pub shape: Shape,
+    pub weak: bool,
+}
+
+impl TensorType {
+    pub fn new(dtype: DType, shape: Shape) -> TensorType {
+        TensorType {
+            dtype,
+            shape,
+            weak: false,
+        }
+    }
+
+    pub fn weak(dtype: DType, shape: Shape) -> TensorType {
+        TensorType {
+            dtype,
+            shape,
+            weak: true,
+        }
+    }
+}
+
+/// `tensor<2x1xf32>`, `tensor<f64>` for rank 0.
+impl fmt::Display for TensorType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "tensor<")?;
+        for d in self.shape.dims() {
+            write!(f, "{d}x")?;
+        }
+        write!(f, "{}>", self.dtype.ir_name())
+    }
+}
+
+/// One node: an op applied to earlier nodes, with its inferred type.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    pub op: Op,
+    pub operands: Vec<NodeId>,
+    pub ty: TensorType,
+}
+
+/// An immutable dataflow graph.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Graph {
+    nodes: Vec<Node>,
+    outputs: Vec<NodeId>,
+}
+
+impl Graph {
+    /// Builds a graph from parts, checking every invariant (see [`Graph::verify`]).
+    pub fn from_parts(nodes: Vec<Node>, outputs: Vec<NodeId>) -> Result<Graph> {
+        let g = Graph { nodes, outputs };
+        g.verify()?;
+        Ok(g)
+    }
+
+    /// Builds a graph whose invariants the caller has established (passes that only remap ids
+    /// of a verified graph). Debug and test builds still verify.
+    pub(crate) fn from_parts_unchecked(nodes: Vec<Node>, outputs: Vec<NodeId>) -> Graph {
+        let g = Graph { nodes, outputs };
+        #[cfg(debug_assertions)]
+        if let Err(e) = g.verify() {
+            panic!("a pass produced an invalid graph: {e}\n{g}");
+        }
+        g
+    }
+
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.index()]
+    }
+
+    pub fn outputs(&self) -> &[NodeId] {
+        &self.outputs
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The input nodes in order, with their names.
+    pub fn inputs(&self) -> impl Iterator<Item = (NodeId, &str, &TensorType)> {
+        self.nodes.iter().enumerate().filter_map(|(i, n)| match &n.op {
+            Op::Input { name, ty } => Some((NodeId(i as u32), name.as_str(), ty)),
+            _ => None,
+        })
+    }
+
+    /// The IR verifier: operands refer to earlier nodes, every type is what the op's type
+    /// rule infers, inputs come first, outputs exist.
+    pub fn verify(&self) -> Result<()> {
+        let mut seen_non_input = false;
+        let mut types: Vec<&TensorType> = Vec::with_capacity(self.nodes.len());
+        for (i, node) in self.nodes.iter().enumerate() {
+            let is_input = matches!(node.op, Op::Input { .. });
+            if is_input && seen_non_input {
+                return Err(IrError::verify(format!(
+                    "input %{i} follows a non-input node; inputs come first"
+                )));
+            }
+            seen_non_input |= !is_input;
+            let mut operand_types = Vec::with_capacity(node.operands.len());
+            for &o in &node.operands {
+                if o.index() >= i {
+                    return Err(IrError::verify(format!(
+                        "node %{i} uses {o}, which is not an earlier node"
+                    )));
+                }
+                operand_types.push(types[o.index()]);
+            }
+            let inferred = infer_type(&node.op, &operand_types)
+                .map_err(|e| IrError::verify(format!("node %{i} ({}): {e}", node.op.name())))?;
+            if inferred != node.ty {
+                return Err(IrError::verify(format!(
+                    "node %{i} ({}) is typed {} (weak={}) but its rule infers {} (weak={})",
+                    node.op.name(),
+                    node.ty,
+                    node.ty.weak,
+                    inferred,
+                    inferred.weak
+                )));
+            }
+            types.push(&node.ty);
+        }
+        for &o in &self.outputs {
+            if o.index() >= self.nodes.len() {
+                return Err(IrError::verify(format!("output {o} does not exist")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The reference text form (outputs named as nodes), which parses back to the same graph.
+impl fmt::Display for Graph {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&crate::text::print_graph(self, crate::text::OutputStyle::Refs))
+    }
+}
+
+/// Appends type-checked nodes; the low-level way to build a graph (the facade's tracer and
+/// every rewrite use it). [`crate::builder`] adds promotion and NumPy conveniences on top.
+#[derive(Debug, Default, Clone)]
+pub struct GraphBuilder {
+    nodes: Vec<Node>,
+}
+
+impl GraphBuilder {
+    pub fn new() -> GraphBuilder {
+        GraphBuilder::default()
+    }
+
+    /// Appends `op(operands)`, inferring its type; a type error leaves the builder unchanged.
+    pub fn push(&mut self, op: Op, operands: &[NodeId]) -> Result<NodeId> {
+        let mut types = Vec::with_capacity(operands.len());
+        for &o in operands {
+            let node = self.nodes.get(o.index()).ok_or_else(|| {
+                IrError::verify(format!("operand {o} is not a node of this graph"))
+            })?;
+            types.push(&node.ty);
+        }
+        let ty = infer_type(&op, &types)?;
+        Ok(self.push_typed(op, operands.to_vec(), ty))
+    }
+
+    /// Appends a node whose type is already known to satisfy its rule.
+    pub(crate) fn push_typed(&mut self, op: Op, operands: Vec<NodeId>, ty: TensorType) -> NodeId {
+        let id = NodeId(self.nodes.len() as u32);
+        self.nodes.push(Node { op, operands, ty });
+        id
+    }
+
+    pub fn ty(&self, id: NodeId) -> &TensorType {
+        &self.nodes[id.index()].ty
+    }
+
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.index()]
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Freezes the graph for a pass that only rearranged a verified graph (still verified in
+    /// debug and test builds).
+    pub(crate) fn finish_unchecked(self, outputs: Vec<NodeId>) -> Graph {
+        Graph::from_parts_unchecked(self.nodes, outputs)
+    }
+
+    /// Freezes the graph with the given outputs.
+    pub fn finish(self, outputs: Vec<NodeId>) -> Result<Graph> {
+        Graph::from_parts(self.nodes, outputs)
+    }
+}

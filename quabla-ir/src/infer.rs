@@ -1,0 +1,495 @@
+//! Type rules: the dtype, shape and weak flag of every op's result, or the typed error that
+//! explains why the operands do not fit (one exhaustive match over [`Op`]).
+//!
+//! These rules are strict: operands of arithmetic already share one float dtype. Promotion
+//! (weak scalars adopting a dtype, bool as 0/1) is the builder's job, which records it as
+//! explicit casts (numerics.md §2.1 rule 2).
+
+use crate::error::{IrError, Result};
+use crate::graph::TensorType;
+use crate::op::{LinalgKind, Op};
+use crate::shape::{broadcast_shapes, broadcasts_to};
+use crate::{DType, Shape};
+
+/// Infers the result type of `op` applied to operands of the given types.
+pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
+    check_arity(op, operands.len())?;
+    let name = op.name();
+    match op {
+        Op::Input { ty, .. } => Ok(ty.clone()),
+        Op::Constant { data, shape, weak } => {
+            if data.len() != shape.size() {
+                return Err(IrError::verify(format!(
+                    "constant of shape {shape} holds {} values",
+                    data.len()
+                )));
+            }
+            Ok(TensorType {
+                dtype: data.dtype(),
+                shape: shape.clone(),
+                weak: *weak,
+            })
+        }
+        Op::Cast { to, weak } => Ok(TensorType {
+            dtype: *to,
+            shape: operands[0].shape.clone(),
+            weak: *weak,
+        }),
+        Op::Unary(_) | Op::Powi(_) | Op::StopGradient => {
+            let x = operands[0];
+            require_float(name, x)?;
+            Ok(x.clone())
+        }
+        Op::Binary(_) => {
+            let (a, b) = (operands[0], operands[1]);
+            require_float(name, a)?;
+            require_float(name, b)?;
+            let dtype = same_dtype(name, a, b)?;
+            Ok(TensorType {
+                dtype,
+                shape: broadcast_shapes(&a.shape, &b.shape)?,
+                weak: a.weak && b.weak,
+            })
+        }
+        Op::Compare(c) => {
+            let (a, b) = (operands[0], operands[1]);
+            if c.is_ordering() && (a.dtype == DType::Bool || b.dtype == DType::Bool) {
+                return Err(IrError::BoolOperand { op: name.into() });
+            }
+            same_dtype(name, a, b)?;
+            Ok(TensorType::new(
+                DType::Bool,
+                broadcast_shapes(&a.shape, &b.shape)?,
+            ))
+        }
+        Op::Where => {
+            let (p, a, b) = (operands[0], operands[1], operands[2]);
+            if p.dtype != DType::Bool {
+                return Err(IrError::RequiresBool {
+                    op: "where predicate".into(),
+                });
+            }
+            let dtype = same_dtype(name, a, b)?;
+            let shape = broadcast_shapes(&broadcast_shapes(&p.shape, &a.shape)?, &b.shape)?;
+            Ok(TensorType {
+                dtype,
+                shape,
+                weak: a.weak && b.weak,
+            })
+        }
+        Op::Sum | Op::Mean => {
+            require_float(name, operands[0])?;
+            Ok(TensorType::new(operands[0].dtype, Shape::scalar()))
+        }
+        Op::SumAxis { axes } | Op::MeanAxis { axes } | Op::MaxAxis { axes } | Op::MinAxis { axes } => {
+            let x = operands[0];
+            require_float(name, x)?;
+            check_axes(name, axes, x.shape.rank())?;
+            let dims: Vec<usize> = x
+                .shape
+                .dims()
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !axes.contains(i))
+                .map(|(_, &d)| d)
+                .collect();
+            Ok(TensorType::new(x.dtype, Shape::new(dims)?))
+        }
+        Op::Cumsum { axis, .. } => {
+            let x = operands[0];
+            require_float(name, x)?;
+            check_axes(name, &[*axis], x.shape.rank())?;
+            Ok(TensorType::new(x.dtype, x.shape.clone()))
+        }
+        Op::Reshape { shape } => {
+            let x = operands[0];
+            if x.shape.size() != shape.size() {
+                return Err(IrError::shape(
+                    name,
+                    format!(
+                        "cannot reshape a tensor of {} elements into shape {shape}",
+                        x.shape.size()
+                    ),
+                ));
+            }
+            Ok(TensorType {
+                shape: shape.clone(),
+                ..x.clone()
+            })
+        }
+        Op::Transpose { perm } => {
+            let x = operands[0];
+            let rank = x.shape.rank();
+            let mut seen = vec![false; rank];
+            if perm.len() != rank || perm.iter().any(|&p| p >= rank || std::mem::replace(&mut seen[p], true)) {
+                return Err(IrError::shape(
+                    name,
+                    format!("transpose permutation {perm:?} is not a permutation of {rank} axes"),
+                ));
+            }
+            let dims: Vec<usize> = perm.iter().map(|&p| x.shape.dims()[p]).collect();
+            Ok(TensorType {
+                shape: Shape::new(dims)?,
+                ..x.clone()
+            })
+        }
+        Op::Broadcast { shape } => {
+            let x = operands[0];
+            if !broadcasts_to(&x.shape, shape) {
+                return Err(IrError::shape(
+                    name,
+                    format!(
+                        "operands could not be broadcast together with shapes {} and {shape}",
+                        x.shape
+                    ),
+                ));
+            }
+            Ok(TensorType {
+                shape: shape.clone(),
+                ..x.clone()
+            })
+        }
+        Op::Concat { axis } => {
+            let first = operands[0];
+            let rank = first.shape.rank();
+            check_axes(name, &[*axis], rank)?;
+            let mut extent = 0;
+            let mut weak = true;
+            for t in operands {
+                same_dtype(name, first, t)?;
+                let same_elsewhere = t.shape.rank() == rank
+                    && (0..rank).all(|i| i == *axis || t.shape.dims()[i] == first.shape.dims()[i]);
+                if !same_elsewhere {
+                    return Err(IrError::shape(
+                        name,
+                        format!(
+                            "concat: shapes differ along non-concatenated axes: {} and {}",
+                            first.shape, t.shape
+                        ),
+                    ));
+                }
+                extent += t.shape.dims()[*axis];
+                weak &= t.weak;
+            }
+            let mut dims = first.shape.dims().to_vec();
+            dims[*axis] = extent;
+            Ok(TensorType {
+                dtype: first.dtype,
+                shape: Shape::new(dims)?,
+                weak,
+            })
+        }
+        Op::Slice { starts, sizes } => {
+            let x = operands[0];
+            check_box(name, starts, sizes, x.shape.dims())?;
+            Ok(TensorType {
+                shape: Shape::new(sizes.clone())?,
+                ..x.clone()
+            })
+        }
+        Op::PadSlice { starts, shape } => {
+            let x = operands[0];
+            require_float(name, x)?;
+            check_box(name, starts, x.shape.dims(), shape.dims())?;
+            Ok(TensorType {
+                shape: shape.clone(),
+                ..x.clone()
+            })
+        }
+        Op::Gather { axis, indices } => {
+            let x = operands[0];
+            check_axes(name, &[*axis], x.shape.rank())?;
+            check_indices(indices, *axis, x.shape.dims()[*axis])?;
+            let mut dims = x.shape.dims().to_vec();
+            dims[*axis] = indices.len();
+            Ok(TensorType {
+                shape: Shape::new(dims)?,
+                ..x.clone()
+            })
+        }
+        Op::ScatterAdd { axis, indices } => {
+            let (base, upd) = (operands[0], operands[1]);
+            require_float(name, base)?;
+            let dtype = same_dtype(name, base, upd)?;
+            check_axes(name, &[*axis], base.shape.rank())?;
+            check_indices(indices, *axis, base.shape.dims()[*axis])?;
+            let mut expected = base.shape.dims().to_vec();
+            expected[*axis] = indices.len();
+            if upd.shape.dims() != expected.as_slice() {
+                return Err(IrError::shape(
+                    name,
+                    format!(
+                        "scatter_add: updates of shape {} do not match the {} selected slices of shape {}",
+                        upd.shape,
+                        indices.len(),
+                        base.shape
+                    ),
+                ));
+            }
+            Ok(TensorType {
+                dtype,
+                shape: base.shape.clone(),
+                weak: base.weak && upd.weak,
+            })
+        }
+        Op::Matmul => {
+            let (a, b) = (operands[0], operands[1]);
+            require_float(name, a)?;
+            require_float(name, b)?;
+            let dtype = same_dtype(name, a, b)?;
+            let (ad, bd) = (a.shape.dims(), b.shape.dims());
+            if ad.len() < 2 || bd.len() < 2 {
+                return Err(IrError::shape(
+                    name,
+                    "the matmul op requires operands of rank >= 2",
+                ));
+            }
+            let (m, k1) = (ad[ad.len() - 2], ad[ad.len() - 1]);
+            let (k2, n) = (bd[bd.len() - 2], bd[bd.len() - 1]);
+            if k1 != k2 {
+                return Err(IrError::shape(
+                    name,
+                    format!(
+                        "matmul: inner dimensions differ ({k1} vs {k2}) for shapes {} and {}",
+                        a.shape, b.shape
+                    ),
+                ));
+            }
+            let batch = broadcast_shapes(
+                &Shape::new(ad[..ad.len() - 2].to_vec())?,
+                &Shape::new(bd[..bd.len() - 2].to_vec())?,
+            )?;
+            let mut dims = batch.dims().to_vec();
+            dims.extend([m, n]);
+            Ok(TensorType::new(dtype, Shape::new(dims)?))
+        }
+        Op::Solve | Op::TriangularSolve { .. } => {
+            let (a, b) = (operands[0], operands[1]);
+            let dtype = same_dtype(name, a, b)?;
+            let n = square(name, a)?;
+            let bd = b.shape.dims();
+            if bd.len() != a.shape.rank() || bd[..bd.len() - 2] != a.shape.dims()[..bd.len() - 2] {
+                return Err(IrError::shape(
+                    name,
+                    format!(
+                        "{name}: right-hand side of shape {} must be [..., n, k] with the batch axes of {}",
+                        b.shape, a.shape
+                    ),
+                ));
+            }
+            if bd[bd.len() - 2] != n {
+                return Err(IrError::shape(
+                    name,
+                    format!(
+                        "{name}: matrix has {n} rows but the right-hand side has {}",
+                        bd[bd.len() - 2]
+                    ),
+                ));
+            }
+            Ok(TensorType::new(dtype, b.shape.clone()))
+        }
+        Op::Cholesky => {
+            square(name, operands[0])?;
+            Ok(TensorType::new(operands[0].dtype, operands[0].shape.clone()))
+        }
+        Op::CholeskyAd => {
+            let (l, da) = (operands[0], operands[1]);
+            square(name, l)?;
+            let dtype = same_dtype(name, l, da)?;
+            if l.shape != da.shape {
+                return Err(IrError::shape(
+                    name,
+                    format!("cholesky_ad: tangent of shape {} for a factor of shape {}", da.shape, l.shape),
+                ));
+            }
+            Ok(TensorType::new(dtype, l.shape.clone()))
+        }
+        Op::Linalg(kind) => {
+            let x = operands[0];
+            require_float(name, x)?;
+            let d = x.shape.dims();
+            if d.len() < 2 {
+                return Err(IrError::shape(
+                    name,
+                    format!("{} expects matrices of shape [..., m, n], got {}", kind.name(), x.shape),
+                ));
+            }
+            let batch = &d[..d.len() - 2];
+            let (m, n) = (d[d.len() - 2], d[d.len() - 1]);
+            let k = m.min(n);
+            let square_only = matches!(
+                kind,
+                LinalgKind::DetSign | LinalgKind::LogAbsDet | LinalgKind::EighValues | LinalgKind::EighVectors
+            );
+            if square_only {
+                square(kind.name(), x)?;
+            }
+            let tail: Vec<usize> = match kind {
+                LinalgKind::DetSign | LinalgKind::LogAbsDet => vec![],
+                LinalgKind::EighValues => vec![n],
+                LinalgKind::EighVectors => vec![n, n],
+                LinalgKind::QrR => vec![k, n],
+                LinalgKind::QrQ => vec![m, k],
+                LinalgKind::QrQComplete => vec![m, m],
+                LinalgKind::SvdS => vec![k],
+                LinalgKind::SvdU => vec![m, k],
+                LinalgKind::SvdUFull => vec![m, m],
+                LinalgKind::SvdVh => vec![k, n],
+                LinalgKind::SvdVhFull => vec![n, n],
+            };
+            let mut dims = batch.to_vec();
+            dims.extend(tail);
+            Ok(TensorType::new(x.dtype, Shape::new(dims)?))
+        }
+        Op::Custom(call) => {
+            let primal = &call.rule.primal;
+            let inputs: Vec<_> = primal.inputs().collect();
+            if inputs.len() != operands.len() {
+                return Err(IrError::verify(format!(
+                    "custom rule {} takes {} operands, got {}",
+                    call.rule.name,
+                    inputs.len(),
+                    operands.len()
+                )));
+            }
+            for ((_, input_name, ty), given) in inputs.iter().zip(operands) {
+                if ty.dtype != given.dtype || ty.shape != given.shape {
+                    return Err(IrError::verify(format!(
+                        "custom rule {} input {input_name} is {ty} but the operand is {given}",
+                        call.rule.name
+                    )));
+                }
+            }
+            let out = primal.outputs().get(call.output).ok_or_else(|| {
+                IrError::verify(format!(
+                    "custom rule {} has no output {}",
+                    call.rule.name, call.output
+                ))
+            })?;
+            let ty = &primal.node(*out).ty;
+            Ok(TensorType::new(ty.dtype, ty.shape.clone()))
+        }
+    }
+}
+
+/// The number of operands each op takes (`None`: one or more).
+fn check_arity(op: &Op, n: usize) -> Result<()> {
+    let expected: Option<usize> = match op {
+        Op::Input { .. } | Op::Constant { .. } => Some(0),
+        Op::Binary(_)
+        | Op::Compare(_)
+        | Op::ScatterAdd { .. }
+        | Op::Matmul
+        | Op::Solve
+        | Op::CholeskyAd
+        | Op::TriangularSolve { .. } => Some(2),
+        Op::Where => Some(3),
+        Op::Concat { .. } => {
+            return if n >= 1 {
+                Ok(())
+            } else {
+                Err(IrError::verify("concat needs at least one operand"))
+            }
+        }
+        Op::Custom(_) => return Ok(()),
+        _ => Some(1),
+    };
+    match expected {
+        Some(e) if e != n => Err(IrError::verify(format!(
+            "{} takes {e} operands, got {n}",
+            op.name()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+fn require_float(op: &str, t: &TensorType) -> Result<()> {
+    if t.dtype == DType::Bool {
+        return Err(IrError::BoolOperand { op: op.into() });
+    }
+    Ok(())
+}
+
+fn same_dtype(op: &str, a: &TensorType, b: &TensorType) -> Result<DType> {
+    if a.dtype != b.dtype {
+        return Err(IrError::DtypeMismatch {
+            op: op.into(),
+            lhs: a.dtype,
+            rhs: b.dtype,
+        });
+    }
+    Ok(a.dtype)
+}
+
+/// SH7: a float matrix `[..., n, n]`; returns `n`.
+fn square(name: &str, t: &TensorType) -> Result<usize> {
+    require_float(name, t)?;
+    let d = t.shape.dims();
+    if d.len() < 2 || d[d.len() - 1] != d[d.len() - 2] {
+        return Err(IrError::shape(
+            name,
+            format!("{name} expects square matrices of shape [..., n, n], got {}", t.shape),
+        ));
+    }
+    Ok(d[d.len() - 1])
+}
+
+/// Axes attributes are sorted, distinct and in range (the builder normalizes them).
+fn check_axes(op: &str, axes: &[usize], rank: usize) -> Result<()> {
+    for (i, &a) in axes.iter().enumerate() {
+        if a >= rank {
+            return Err(IrError::axis_out_of_range(a as isize, rank));
+        }
+        if i > 0 && axes[i - 1] >= a {
+            return Err(IrError::shape(
+                op,
+                format!("repeated axis in {op}: {axes:?}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_box(op: &str, starts: &[usize], sizes: &[usize], full: &[usize]) -> Result<()> {
+    if starts.len() != full.len() || sizes.len() != full.len() {
+        return Err(IrError::shape(
+            op,
+            format!(
+                "{op}: starts {starts:?} and sizes {sizes:?} must have one entry per axis of {full:?}"
+            ),
+        ));
+    }
+    for axis in 0..full.len() {
+        if sizes[axis] == 0 {
+            return Err(IrError::shape(
+                op,
+                format!("empty slices are not supported: {op} of {sizes:?} selects no elements"),
+            ));
+        }
+        if starts[axis] + sizes[axis] > full[axis] {
+            return Err(IrError::Index {
+                message: format!(
+                    "index {} is out of range for axis {axis} with extent {}",
+                    starts[axis] + sizes[axis] - 1,
+                    full[axis]
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn check_indices(indices: &[usize], axis: usize, extent: usize) -> Result<()> {
+    if indices.is_empty() {
+        return Err(IrError::shape(
+            "gather",
+            "empty slices are not supported: an empty index list selects no elements",
+        ));
+    }
+    if let Some(&i) = indices.iter().find(|&&i| i >= extent) {
+        return Err(IrError::Index {
+            message: format!("index {i} is out of range for axis {axis} with extent {extent}"),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,128 @@
+//! The printer: one line per node, then the outputs line.
+
+use super::number::format_f64;
+use crate::graph::{Graph, Node};
+use crate::op::Op;
+use crate::HostData;
+use std::fmt::Write;
+
+/// How the final `outputs:` line is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputStyle {
+    /// `outputs: [[2, 3], []]`, the form of `as_text()` (transforms.md §15.3).
+    Shapes,
+    /// `outputs: [%4, %7]`, the form that parses back to the same graph.
+    Refs,
+}
+
+/// Prints a graph in the text format.
+pub fn print_graph(graph: &Graph, style: OutputStyle) -> String {
+    let mut out = String::new();
+    for (i, node) in graph.nodes().iter().enumerate() {
+        let _ = writeln!(out, "%{i} = {} : {}", node_body(node), node.ty);
+    }
+    let outs: Vec<String> = graph
+        .outputs()
+        .iter()
+        .map(|&o| match style {
+            OutputStyle::Shapes => graph.node(o).ty.shape.to_string(),
+            OutputStyle::Refs => o.to_string(),
+        })
+        .collect();
+    let _ = writeln!(out, "outputs: [{}]", outs.join(", "));
+    out
+}
+
+fn list(xs: &[usize]) -> String {
+    let items: Vec<String> = xs.iter().map(|x| x.to_string()).collect();
+    format!("[{}]", items.join(", "))
+}
+
+fn literal(data: &HostData, i: usize) -> String {
+    match data {
+        HostData::Bool(v) => v[i].to_string(),
+        _ => format_f64(data.get_f64(i)),
+    }
+}
+
+/// `op(operands, attributes)` for one node.
+fn node_body(node: &Node) -> String {
+    let mut args: Vec<String> = node.operands.iter().map(|o| o.to_string()).collect();
+    let weak = |args: &mut Vec<String>, w: bool| {
+        if w {
+            args.push("weak".into());
+        }
+    };
+    match &node.op {
+        Op::Input { name, ty } => {
+            let mut attrs = vec![format!("name={name}")];
+            weak(&mut attrs, ty.weak);
+            return format!("input[{}]", attrs.join(", "));
+        }
+        Op::Constant { data, shape, weak: w } => {
+            if shape.rank() == 0 {
+                args.push(literal(data, 0));
+            } else {
+                let items: Vec<String> = (0..data.len()).map(|i| literal(data, i)).collect();
+                args.push(format!("dense<[{}]>", items.join(", ")));
+            }
+            weak(&mut args, *w);
+        }
+        Op::Cast { to, weak: w } => {
+            args.push(to.ir_name().into());
+            weak(&mut args, *w);
+        }
+        Op::Powi(e) => args.push(e.to_string()),
+        Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Compare(_)
+        | Op::Where
+        | Op::StopGradient
+        | Op::Sum
+        | Op::Mean
+        | Op::Matmul
+        | Op::Solve
+        | Op::Cholesky
+        | Op::CholeskyAd => {}
+        Op::SumAxis { axes } | Op::MeanAxis { axes } | Op::MaxAxis { axes } | Op::MinAxis { axes } => {
+            args.push(format!("axes={}", list(axes)))
+        }
+        Op::Cumsum { axis, reverse } => {
+            args.push(format!("axis={axis}"));
+            args.push(format!("reverse={reverse}"));
+        }
+        Op::Reshape { shape } | Op::Broadcast { shape } => args.push(format!("shape={}", list(shape.dims()))),
+        Op::Transpose { perm } => args.push(format!("perm={}", list(perm))),
+        Op::Concat { axis } => args.push(format!("axis={axis}")),
+        Op::Slice { starts, sizes } => {
+            args.push(format!("starts={}", list(starts)));
+            args.push(format!("sizes={}", list(sizes)));
+        }
+        Op::PadSlice { starts, shape } => {
+            args.push(format!("starts={}", list(starts)));
+            args.push(format!("shape={}", list(shape.dims())));
+        }
+        Op::Gather { axis, indices } | Op::ScatterAdd { axis, indices } => {
+            args.push(format!("axis={axis}"));
+            args.push(format!("indices={}", list(indices)));
+        }
+        Op::TriangularSolve {
+            lower,
+            transpose_a,
+            unit_diagonal,
+        } => {
+            args.push(format!("lower={lower}"));
+            args.push(format!("transpose_a={transpose_a}"));
+            args.push(format!("unit_diagonal={unit_diagonal}"));
+        }
+        Op::Linalg(kind) => args.push(format!("kind={}", kind.name())),
+        Op::Custom(call) => {
+            args.push(format!("name={}", call.rule.name));
+            args.push(format!("output={}", call.output));
+            if call.rule.rematerialize {
+                args.push("remat".into());
+            }
+        }
+    }
+    format!("{}({})", node.op.name(), args.join(", "))
+}

@@ -1,0 +1,73 @@
+"""Times the Quabla benchmark workloads in JAX on the CPU.
+
+`cargo xtask bench --vs-jax` writes this script under target/ and runs it with
+the interpreter of target/jax-venv. Each workload is jitted, run once to
+compile and warm up, then timed over several runs (each waiting on
+`block_until_ready`); the median is reported, one line per workload:
+
+    workload=<name> seconds=<median seconds>
+
+Usage: python jax_bench.py [REPEATS]
+"""
+
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+DEFAULT_REPEATS = 15
+
+
+def chain(x):
+    return jnp.sin(x) ** 2 + jnp.cos(x)
+
+
+def workloads():
+    """Yields (name, jitted function, arguments) for every workload."""
+    rng = np.random.default_rng(0)
+
+    x = jnp.asarray(rng.standard_normal(1_000_000).astype(np.float32))
+    assert x.dtype == jnp.float32
+    yield "chain_f32_1e6", jax.jit(chain), (x,)
+
+    matmul = jax.jit(jnp.matmul)
+    for name, dtype in (("matmul_f32_512", np.float32), ("matmul_f64_512", np.float64)):
+        a = jnp.asarray(rng.standard_normal((512, 512)).astype(dtype))
+        b = jnp.asarray(rng.standard_normal((512, 512)).astype(dtype))
+        assert a.dtype == dtype and b.dtype == dtype
+        yield name, matmul, (a, b)
+
+    s = jnp.asarray(rng.standard_normal(10_000_000).astype(np.float64))
+    assert s.dtype == jnp.float64
+    yield "sum_f64_1e7", jax.jit(jnp.sum), (s,)
+
+
+def median_seconds(fn, args, repeats):
+    fn(*args).block_until_ready()  # compile and warm up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn(*args).block_until_ready()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main():
+    repeats = int(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_REPEATS
+    print(f"# jax {jax.__version__} on {jax.devices()[0].platform}", file=sys.stderr)
+    for name, fn, args in workloads():
+        seconds = median_seconds(fn, args, repeats)
+        print(f"workload={name} seconds={seconds:.9g}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+//! `cargo xtask`: project automation for the Quabla workspace.
+//!
+//! This file owns command-line dispatch, the usage text and the small helpers
+//! shared by the subcommands (locating the workspace root, building `cargo`
+//! invocations, running a command and reporting how it failed). The
+//! subcommands themselves live in [`test`] (`cargo xtask test`) and [`bench`]
+//! (`cargo xtask bench`).
+//!
+//! Arguments are parsed by hand so that the tool builds from `std` alone.
+
+mod bench;
+mod test;
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+/// Errors of xtask are human-readable messages, printed once by `main`.
+type Result<T, E = String> = std::result::Result<T, E>;
+
+const USAGE: &str = "\
+Usage: cargo xtask <COMMAND> [OPTIONS]
+
+Commands:
+  test                     Run every check, in order: `cargo fmt --all -- --check`,
+                           `cargo clippy --workspace --all-targets -- -D warnings`,
+                           then the test suite (`cargo nextest run --workspace` plus
+                           `cargo test --workspace --doc` when cargo-nextest is
+                           installed, `cargo test --workspace` otherwise).
+  bench [--vs-jax] [--json FILE]
+                           Run the benchmark workloads
+                           (`cargo run --release -p quabla --example bench_workloads`).
+                           --vs-jax     also time the same workloads in JAX on the CPU
+                                        (uses a virtualenv in target/jax-venv, created
+                                        and populated on first use) and print the ratio
+                           --json FILE  write the results as a JSON array to FILE
+  help                     Print this message.
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((command, rest)) = args.split_first() else {
+        eprint!("xtask: no command given\n\n{USAGE}");
+        return ExitCode::from(2);
+    };
+    let result = match command.as_str() {
+        "test" => test::run(rest),
+        "bench" => bench::run(rest),
+        "help" | "--help" | "-h" => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        other => {
+            eprint!("xtask: unknown command `{other}`\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("xtask: error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root: the parent of this crate's manifest directory.
+///
+/// `cargo run` sets `CARGO_MANIFEST_DIR` for the process it starts; that value
+/// is preferred over the one baked in at compile time, so that a binary built
+/// from one checkout and reused from a shared target directory still acts on
+/// the checkout it was invoked from.
+fn workspace_root() -> PathBuf {
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    match manifest_dir.parent() {
+        Some(parent) => parent.to_path_buf(),
+        None => manifest_dir,
+    }
+}
+
+/// A `cargo` command run from the workspace root.
+///
+/// Uses the `cargo` that launched xtask (the `CARGO` variable that
+/// `cargo run` sets), so the same toolchain is used throughout.
+fn cargo<I, S>(args: I) -> Command
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let program = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(program);
+    command.args(args).current_dir(workspace_root());
+    command
+}
+
+/// How a command is shown in headers and error messages.
+fn display_command(command: &Command) -> String {
+    let program = Path::new(command.get_program())
+        .file_stem()
+        .unwrap_or(command.get_program())
+        .to_string_lossy()
+        .into_owned();
+    std::iter::once(program)
+        .chain(
+            command
+                .get_args()
+                .map(|arg| arg.to_string_lossy().into_owned()),
+        )
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Whether `command` runs and exits successfully, with its output discarded.
+fn succeeds_quietly(mut command: Command) -> bool {
+    use std::process::Stdio;
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// Runs `command` with inherited stdio; an error names the command on failure.
+fn run_inherited(command: &mut Command) -> Result<()> {
+    let shown = display_command(command);
+    let status = command
+        .status()
+        .map_err(|e| format!("could not start `{shown}`: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("`{shown}` failed ({status})"))
+    }
+}
