@@ -78,7 +78,13 @@ impl GraphBuilder {
 
     /// Brings two operands to one dtype under the table of numerics.md §2.1. `arith` is false
     /// for `equal`/`not_equal`/`where`, where two bools are fine.
-    fn promote(&mut self, name: &str, a: NodeId, b: NodeId, arith: bool) -> Result<(NodeId, NodeId)> {
+    fn promote(
+        &mut self,
+        name: &str,
+        a: NodeId,
+        b: NodeId,
+        arith: bool,
+    ) -> Result<(NodeId, NodeId)> {
         let (ta, tb) = (self.ty(a).clone(), self.ty(b).clone());
         match (ta.dtype, tb.dtype) {
             (DType::Bool, DType::Bool) => {
@@ -136,7 +142,9 @@ impl GraphBuilder {
     /// Elementwise comparison producing bool. Ordering predicates reject bool operands.
     pub fn compare(&mut self, c: Comparison, a: NodeId, b: NodeId) -> Result<NodeId> {
         if c.is_ordering() && (self.ty(a).dtype == DType::Bool || self.ty(b).dtype == DType::Bool) {
-            return Err(IrError::BoolOperand { op: c.name().into() });
+            return Err(IrError::BoolOperand {
+                op: c.name().into(),
+            });
         }
         let (a, b) = self.promote(c.name(), a, b, false)?;
         self.push(Op::Compare(c), &[a, b])
@@ -178,7 +186,12 @@ impl GraphBuilder {
     }
 
     /// Re-inserts unit axes at `axes` (sorted) after a reduction, for `keepdims`.
-    fn keep_dims(&mut self, reduced: NodeId, input_shape: &Shape, axes: &[usize]) -> Result<NodeId> {
+    fn keep_dims(
+        &mut self,
+        reduced: NodeId,
+        input_shape: &Shape,
+        axes: &[usize],
+    ) -> Result<NodeId> {
         let dims: Vec<usize> = input_shape
             .dims()
             .iter()
@@ -188,7 +201,13 @@ impl GraphBuilder {
         self.reshape_to(reduced, Shape::new(dims)?)
     }
 
-    fn reduce(&mut self, kind: ReduceKind, x: NodeId, axes: Option<&[isize]>, keepdims: bool) -> Result<NodeId> {
+    fn reduce(
+        &mut self,
+        kind: ReduceKind,
+        x: NodeId,
+        axes: Option<&[isize]>,
+        keepdims: bool,
+    ) -> Result<NodeId> {
         let name = kind.name();
         if self.ty(x).dtype == DType::Bool {
             return Err(IrError::BoolOperand { op: name.into() });
@@ -247,7 +266,11 @@ impl GraphBuilder {
         if unknown.len() > 1 || dims.iter().any(|&d| d < -1 || d == 0) {
             return Err(fail());
         }
-        let known: usize = dims.iter().filter(|&&d| d > 0).map(|&d| d as usize).product();
+        let known: usize = dims
+            .iter()
+            .filter(|&&d| d > 0)
+            .map(|&d| d as usize)
+            .product();
         let mut out: Vec<usize> = dims.iter().map(|&d| d.max(0) as usize).collect();
         if let Some(&u) = unknown.first() {
             if size % known != 0 {
@@ -304,7 +327,9 @@ impl GraphBuilder {
         for &x in xs {
             shape = broadcast_shapes(&shape, &self.ty(x).shape)?;
         }
-        xs.iter().map(|&x| self.broadcast_to(x, shape.clone())).collect()
+        xs.iter()
+            .map(|&x| self.broadcast_to(x, shape.clone()))
+            .collect()
     }
 
     /// `concat` along `axis`; operands promote to one dtype first (DT1 on f32/f64 mixes).
@@ -349,7 +374,13 @@ impl GraphBuilder {
     }
 
     /// `scatter_add(base, indices, updates, axis)`.
-    pub fn scatter_add(&mut self, base: NodeId, indices: &[isize], updates: NodeId, axis: isize) -> Result<NodeId> {
+    pub fn scatter_add(
+        &mut self,
+        base: NodeId,
+        indices: &[isize],
+        updates: NodeId,
+        axis: isize,
+    ) -> Result<NodeId> {
         let shape = self.ty(base).shape.clone();
         let axis = shape.axis(axis)?;
         let indices = resolve_indices(indices, axis, shape.dims()[axis])?;
@@ -436,7 +467,9 @@ pub fn resolve_indices(indices: &[isize], axis: usize, extent: usize) -> Result<
             let r = if i < 0 { i + extent as isize } else { i };
             if r < 0 || r >= extent as isize {
                 Err(IrError::Index {
-                    message: format!("index {i} is out of range for axis {axis} with extent {extent}"),
+                    message: format!(
+                        "index {i} is out of range for axis {axis} with extent {extent}"
+                    ),
                 })
             } else {
                 Ok(r as usize)

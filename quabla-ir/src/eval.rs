@@ -144,7 +144,9 @@ pub fn evaluate(op: &Op, operands: &[HostValue<'_>], out: &TensorType) -> Option
         Op::Cast { .. } | Op::StopGradient => operands[0].data.to_f64_vec(),
         Op::Unary(u) => map1(operands[0], |x| unary_f64(*u, x)),
         Op::Powi(e) => map1(operands[0], |x| powi_f64(x, *e)),
-        Op::Binary(b) => map2(operands[0], operands[1], out_shape, |x, y| binary_f64(*b, x, y)),
+        Op::Binary(b) => map2(operands[0], operands[1], out_shape, |x, y| {
+            binary_f64(*b, x, y)
+        }),
         Op::Compare(c) => map2(operands[0], operands[1], out_shape, |x, y| {
             compare_f64(*c, x, y) as u8 as f64
         }),
@@ -279,7 +281,11 @@ fn reduce(x: HostValue<'_>, axes: &[usize], init: f64, f: impl Fn(f64, f64) -> f
     let kept_strides = kept_shape.strides();
     let mut acc = vec![init; kept_shape.size()];
     for (i, idx) in MultiIndex::new(x.shape).enumerate() {
-        let pos: usize = kept.iter().zip(&kept_strides).map(|(&a, s)| idx[a] * s).sum();
+        let pos: usize = kept
+            .iter()
+            .zip(&kept_strides)
+            .map(|(&a, s)| idx[a] * s)
+            .sum();
         acc[pos] = f(acc[pos], data[i]);
     }
     acc

@@ -120,10 +120,13 @@ impl Graph {
 
     /// The input nodes in order, with their names.
     pub fn inputs(&self) -> impl Iterator<Item = (NodeId, &str, &TensorType)> {
-        self.nodes.iter().enumerate().filter_map(|(i, n)| match &n.op {
-            Op::Input { name, ty } => Some((NodeId(i as u32), name.as_str(), ty)),
-            _ => None,
-        })
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| match &n.op {
+                Op::Input { name, ty } => Some((NodeId(i as u32), name.as_str(), ty)),
+                _ => None,
+            })
     }
 
     /// The IR verifier: operands refer to earlier nodes, every type is what the op's type
@@ -174,7 +177,10 @@ impl Graph {
 /// The reference text form (outputs named as nodes), which parses back to the same graph.
 impl fmt::Display for Graph {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&crate::text::print_graph(self, crate::text::OutputStyle::Refs))
+        f.write_str(&crate::text::print_graph(
+            self,
+            crate::text::OutputStyle::Refs,
+        ))
     }
 }
 

@@ -130,7 +130,10 @@ mod tests {
         let n1 = HostData::F64(Arc::from([f64::NAN]));
         let n2 = HostData::F64(Arc::from([f64::NAN]));
         assert_eq!(n1, n2);
-        assert_ne!(HostData::F32(Arc::from([1.0f32])), HostData::F64(Arc::from([1.0])));
+        assert_ne!(
+            HostData::F32(Arc::from([1.0f32])),
+            HostData::F64(Arc::from([1.0]))
+        );
     }
 
     #[test]

@@ -81,7 +81,10 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
             require_float(name, operands[0])?;
             Ok(TensorType::new(operands[0].dtype, Shape::scalar()))
         }
-        Op::SumAxis { axes } | Op::MeanAxis { axes } | Op::MaxAxis { axes } | Op::MinAxis { axes } => {
+        Op::SumAxis { axes }
+        | Op::MeanAxis { axes }
+        | Op::MaxAxis { axes }
+        | Op::MinAxis { axes } => {
             let x = operands[0];
             require_float(name, x)?;
             check_axes(name, axes, x.shape.rank())?;
@@ -121,7 +124,11 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
             let x = operands[0];
             let rank = x.shape.rank();
             let mut seen = vec![false; rank];
-            if perm.len() != rank || perm.iter().any(|&p| p >= rank || std::mem::replace(&mut seen[p], true)) {
+            if perm.len() != rank
+                || perm
+                    .iter()
+                    .any(|&p| p >= rank || std::mem::replace(&mut seen[p], true))
+            {
                 return Err(IrError::shape(
                     name,
                     format!("transpose permutation {perm:?} is not a permutation of {rank} axes"),
@@ -290,7 +297,10 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
         }
         Op::Cholesky => {
             square(name, operands[0])?;
-            Ok(TensorType::new(operands[0].dtype, operands[0].shape.clone()))
+            Ok(TensorType::new(
+                operands[0].dtype,
+                operands[0].shape.clone(),
+            ))
         }
         Op::CholeskyAd => {
             let (l, da) = (operands[0], operands[1]);
@@ -299,7 +309,10 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
             if l.shape != da.shape {
                 return Err(IrError::shape(
                     name,
-                    format!("cholesky_ad: tangent of shape {} for a factor of shape {}", da.shape, l.shape),
+                    format!(
+                        "cholesky_ad: tangent of shape {} for a factor of shape {}",
+                        da.shape, l.shape
+                    ),
                 ));
             }
             Ok(TensorType::new(dtype, l.shape.clone()))
@@ -311,7 +324,11 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
             if d.len() < 2 {
                 return Err(IrError::shape(
                     name,
-                    format!("{} expects matrices of shape [..., m, n], got {}", kind.name(), x.shape),
+                    format!(
+                        "{} expects matrices of shape [..., m, n], got {}",
+                        kind.name(),
+                        x.shape
+                    ),
                 ));
             }
             let batch = &d[..d.len() - 2];
@@ -319,7 +336,10 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
             let k = m.min(n);
             let square_only = matches!(
                 kind,
-                LinalgKind::DetSign | LinalgKind::LogAbsDet | LinalgKind::EighValues | LinalgKind::EighVectors
+                LinalgKind::DetSign
+                    | LinalgKind::LogAbsDet
+                    | LinalgKind::EighValues
+                    | LinalgKind::EighVectors
             );
             if square_only {
                 square(kind.name(), x)?;
@@ -428,7 +448,10 @@ fn square(name: &str, t: &TensorType) -> Result<usize> {
     if d.len() < 2 || d[d.len() - 1] != d[d.len() - 2] {
         return Err(IrError::shape(
             name,
-            format!("{name} expects square matrices of shape [..., n, n], got {}", t.shape),
+            format!(
+                "{name} expects square matrices of shape [..., n, n], got {}",
+                t.shape
+            ),
         ));
     }
     Ok(d[d.len() - 1])

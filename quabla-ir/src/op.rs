@@ -283,7 +283,10 @@ impl std::hash::Hash for CustomCall {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Op {
     /// A plan input, named by its pytree path. `weak` marks a weakly typed argument.
-    Input { name: String, ty: TensorType },
+    Input {
+        name: String,
+        ty: TensorType,
+    },
     /// A literal; its shape is the node's shape. Weak constants come from `f64` operands.
     Constant {
         data: HostData,
@@ -292,7 +295,10 @@ pub enum Op {
     },
     /// Conversion (numerics.md §1.4). `weak` is the weak flag of the result: a weak scalar
     /// keeps it when a bool operand adopts it (numerics.md §2.1 rule 4).
-    Cast { to: DType, weak: bool },
+    Cast {
+        to: DType,
+        weak: bool,
+    },
     Unary(UnaryOp),
     /// Integer power by exact repeated multiplication (numerics.md §4.2).
     Powi(i32),
@@ -305,32 +311,60 @@ pub enum Op {
     /// Sum over all elements (rank-0 result).
     Sum,
     /// Sum over the listed axes, which are removed (sorted, distinct).
-    SumAxis { axes: Vec<usize> },
+    SumAxis {
+        axes: Vec<usize>,
+    },
     /// Mean over all elements (rank-0 result).
     Mean,
-    MeanAxis { axes: Vec<usize> },
+    MeanAxis {
+        axes: Vec<usize>,
+    },
     /// IEEE 754-2019 maximum over the listed axes (NaN propagates).
-    MaxAxis { axes: Vec<usize> },
-    MinAxis { axes: Vec<usize> },
+    MaxAxis {
+        axes: Vec<usize>,
+    },
+    MinAxis {
+        axes: Vec<usize>,
+    },
     /// Running sum along `axis`, from the end when `reverse`.
-    Cumsum { axis: usize, reverse: bool },
-    Reshape { shape: Shape },
+    Cumsum {
+        axis: usize,
+        reverse: bool,
+    },
+    Reshape {
+        shape: Shape,
+    },
     /// Result axis `i` is operand axis `perm[i]`.
-    Transpose { perm: Vec<usize> },
+    Transpose {
+        perm: Vec<usize>,
+    },
     /// Trailing-axis broadcast to `shape`.
-    Broadcast { shape: Shape },
-    Concat { axis: usize },
+    Broadcast {
+        shape: Shape,
+    },
+    Concat {
+        axis: usize,
+    },
     /// The contiguous box starting at `starts` with extents `sizes`.
     Slice {
         starts: Vec<usize>,
         sizes: Vec<usize>,
     },
     /// The transpose of `slice`: the operand placed at `starts` in zeros of `shape`.
-    PadSlice { starts: Vec<usize>, shape: Shape },
+    PadSlice {
+        starts: Vec<usize>,
+        shape: Shape,
+    },
     /// Static gather along `axis`: result index `j` on that axis reads `indices[j]`.
-    Gather { axis: usize, indices: Vec<usize> },
+    Gather {
+        axis: usize,
+        indices: Vec<usize>,
+    },
     /// `scatter_add(base, updates)`: update slice `j` is added at `indices[j]` of `axis`.
-    ScatterAdd { axis: usize, indices: Vec<usize> },
+    ScatterAdd {
+        axis: usize,
+        indices: Vec<usize>,
+    },
     /// Batched matrix product `[..., m, k] x [..., k, n]` with broadcast batch axes.
     Matmul,
     /// `solve(a, b)`: `a [..., n, n]`, `b [..., n, k]` by LU.

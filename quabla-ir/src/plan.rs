@@ -42,7 +42,11 @@ impl Plan {
 
     /// Output types in order.
     pub fn output_types(&self) -> Vec<&TensorType> {
-        self.graph.outputs().iter().map(|&o| &self.graph.node(o).ty).collect()
+        self.graph
+            .outputs()
+            .iter()
+            .map(|&o| &self.graph.node(o).ty)
+            .collect()
     }
 
     /// The text of transforms.md §15.3 (`outputs:` lists shapes).

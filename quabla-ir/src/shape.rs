@@ -81,7 +81,11 @@ pub fn normalize_axis(axis: isize, rank: usize) -> Result<usize> {
     if axis < -r || axis >= r {
         return Err(IrError::axis_out_of_range(axis, rank));
     }
-    Ok(if axis < 0 { (axis + r) as usize } else { axis as usize })
+    Ok(if axis < 0 {
+        (axis + r) as usize
+    } else {
+        axis as usize
+    })
 }
 
 /// The NumPy broadcast of two shapes (numerics.md §3), or SH4 naming both shapes.

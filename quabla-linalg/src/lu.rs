@@ -133,7 +133,11 @@ pub fn slogdet(a: &[f64], batch: usize, n: usize) -> Result<(Vec<f64>, Vec<f64>)
             if lu.has_zero_pivot() {
                 (0.0, f64::NEG_INFINITY)
             } else {
-                let mut sign = if lu.transpositions % 2 == 0 { 1.0 } else { -1.0 };
+                let mut sign = if lu.transpositions % 2 == 0 {
+                    1.0
+                } else {
+                    -1.0
+                };
                 let mut log = 0.0;
                 for i in 0..n {
                     let u = lu.packed[(i, i)];

@@ -54,13 +54,8 @@ pub fn qr(
             let mut packed = to_mat(a, m, n);
             let block = qr_factor::recommended_block_size::<f64>(m, n);
             let mut coeff = Mat::<f64>::zeros(block, k);
-            let req = qr_factor::qr_in_place_scratch::<f64>(
-                m,
-                n,
-                block,
-                Par::Seq,
-                Default::default(),
-            );
+            let req =
+                qr_factor::qr_in_place_scratch::<f64>(m, n, block, Par::Seq, Default::default());
             with_stack(req, |stack| {
                 qr_factor::qr_in_place(
                     packed.as_mut(),
@@ -76,10 +71,9 @@ pub fn qr(
                 core::cmp::Ordering::Equal => 1.0,
                 core::cmp::Ordering::Less => 0.0,
             });
-            let req =
-                householder::apply_block_householder_sequence_on_the_left_in_place_scratch::<f64>(
-                    m, block, q_cols,
-                );
+            let req = householder::apply_block_householder_sequence_on_the_left_in_place_scratch::<
+                f64,
+            >(m, block, q_cols);
             with_stack(req, |stack| {
                 householder::apply_block_householder_sequence_on_the_left_in_place_with_conj(
                     basis.as_ref(),

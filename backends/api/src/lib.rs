@@ -1,1 +1,121 @@
-//! Placeholder.
+//! The backend interface of Quabla: what every execution target (the CPU reference, CUDA, MLX,
+//! third-party plugins) implements.
+//!
+//! # Why it is shaped this way
+//!
+//! Quabla compiles once and runs many times, so the interface has exactly two phases:
+//! [`Backend::compile`] turns a frozen [`Plan`] into an [`Executable`] once per signature
+//! (where a backend does its liveness analysis, fusion and kernel generation), and
+//! [`Executable::run`] binds host buffers to the plan's inputs and returns its outputs. A
+//! backend receives only frozen plans: every transform, every pass and every custom rule has
+//! been applied before, so a backend is an interpreter or compiler of the closed op set of
+//! `quabla-ir` and nothing else.
+//!
+//! The interface is deliberately narrow (plans in, typed host buffers in and out, typed
+//! errors) so that it can be carried across a stable plugin ABI without change of meaning.
+//! Optional capabilities are reported by [`Capabilities`]; an op a backend cannot lower is a
+//! typed [`BackendError::Unsupported`] at compile time, never a silent fallback.
+
+use quabla_ir::{DType, HostData, Plan, Shape};
+use std::fmt;
+use std::sync::Arc;
+use thiserror::Error;
+
+/// What a backend can do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Executes float64 nodes in float64 (the CPU does; devices may not).
+    pub float64: bool,
+    /// Number of devices of this kind (1 for the CPU).
+    pub device_count: usize,
+}
+
+/// Errors a backend returns. Messages follow `spec/errors.md`.
+#[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
+pub enum BackendError {
+    /// The buffers bound to a plan do not match its inputs.
+    #[error("plan input {index} ({name}) expects {expected}, got {got}")]
+    InputMismatch {
+        index: usize,
+        name: String,
+        expected: String,
+        got: String,
+    },
+    /// LA1: an exactly singular matrix met by `solve`.
+    #[error("{op}: matrix is singular")]
+    Singular { op: String },
+    /// UN2: the backend cannot lower an op.
+    #[error("{device} cannot lower {op}: {reason}")]
+    Unsupported {
+        op: String,
+        device: String,
+        reason: String,
+    },
+    /// Any other failure inside the backend.
+    #[error("{device}: {message}")]
+    Device { device: String, message: String },
+}
+
+pub type Result<T, E = BackendError> = std::result::Result<T, E>;
+
+/// A host buffer together with its shape: what crosses the backend boundary.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostTensor {
+    pub shape: Shape,
+    pub data: HostData,
+}
+
+impl HostTensor {
+    pub fn new(shape: Shape, data: HostData) -> HostTensor {
+        debug_assert_eq!(shape.size(), data.len());
+        HostTensor { shape, data }
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.data.dtype()
+    }
+}
+
+/// An execution target.
+pub trait Backend: Send + Sync + fmt::Debug {
+    /// The target name used by `jit(f).device(..)`: `"cpu"`, `"cuda"`, `"mlx"`.
+    fn name(&self) -> &str;
+
+    fn capabilities(&self) -> Capabilities;
+
+    /// Compiles a frozen plan once; the result is run many times.
+    fn compile(&self, plan: &Plan) -> Result<Arc<dyn Executable>>;
+}
+
+/// A compiled plan, ready to run on buffers.
+pub trait Executable: Send + Sync + fmt::Debug {
+    /// Runs the plan. `inputs` are bound to the plan's inputs in order and must match their
+    /// dtypes and shapes; the outputs come back in the plan's output order.
+    fn run(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>>;
+}
+
+/// Checks buffers against a plan's inputs (shared by backends so that every backend reports
+/// binding mistakes identically).
+pub fn check_inputs(plan: &Plan, inputs: &[HostTensor]) -> Result<()> {
+    let expected = plan.inputs();
+    if expected.len() != inputs.len() {
+        return Err(BackendError::InputMismatch {
+            index: inputs.len().min(expected.len()),
+            name: "<count>".into(),
+            expected: format!("{} inputs", expected.len()),
+            got: format!("{} inputs", inputs.len()),
+        });
+    }
+    for (index, ((_, name, ty), got)) in expected.iter().zip(inputs).enumerate() {
+        if ty.dtype != got.dtype() || ty.shape != got.shape || got.data.len() != got.shape.size() {
+            return Err(BackendError::InputMismatch {
+                index,
+                name: name.to_string(),
+                expected: format!("{}{}", ty.dtype.name(), ty.shape),
+                got: format!("{}{}", got.dtype().name(), got.shape),
+            });
+        }
+    }
+    Ok(())
+}

@@ -32,7 +32,9 @@ pub fn canonicalize(graph: &Graph) -> Graph {
             if x == node.operands[0] {
                 return Rewrite::Keep;
             }
-            let op = Op::Reshape { shape: shape.clone() };
+            let op = Op::Reshape {
+                shape: shape.clone(),
+            };
             Rewrite::Alias(b.push_typed(op, vec![x], node.ty.clone()))
         }
         Op::Broadcast { shape } => {
@@ -45,9 +47,10 @@ pub fn canonicalize(graph: &Graph) -> Graph {
         Op::Transpose { perm } => {
             let x = node.operands[0];
             let (x, perm) = match &b.node(x).op {
-                Op::Transpose { perm: inner } => {
-                    (b.node(x).operands[0], perm.iter().map(|&p| inner[p]).collect::<Vec<_>>())
-                }
+                Op::Transpose { perm: inner } => (
+                    b.node(x).operands[0],
+                    perm.iter().map(|&p| inner[p]).collect::<Vec<_>>(),
+                ),
                 _ => (x, perm.clone()),
             };
             if perm.iter().enumerate().all(|(i, &p)| i == p) {
@@ -69,7 +72,12 @@ fn inline_custom(b: &mut GraphBuilder, call: &CustomCall, operands: &[NodeId]) -
     let primal = &call.rule.primal;
     let mut remap: Vec<NodeId> = Vec::with_capacity(primal.len());
     let mut next_input = 0;
-    for Node { op, operands: ops, ty } in primal.nodes() {
+    for Node {
+        op,
+        operands: ops,
+        ty,
+    } in primal.nodes()
+    {
         let id = if let Op::Input { .. } = op {
             next_input += 1;
             operands[next_input - 1]

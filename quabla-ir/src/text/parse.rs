@@ -30,7 +30,8 @@ pub fn parse_graph(text: &str) -> Result<Graph> {
         }
         parser.node_line(line_no, line)?;
     }
-    let (line_no, outs) = outputs.ok_or_else(|| err(text.lines().count(), "missing outputs line"))?;
+    let (line_no, outs) =
+        outputs.ok_or_else(|| err(text.lines().count(), "missing outputs line"))?;
     let outputs = parser.outputs(line_no, &outs)?;
     parser
         .builder
@@ -83,7 +84,10 @@ fn parse_list(line: usize, s: &str) -> Result<Vec<usize>> {
         .ok_or_else(|| err(line, &format!("expected a list [..], got {s}")))?;
     split_top(inner)
         .iter()
-        .map(|x| x.parse().map_err(|_| err(line, &format!("expected an integer, got {x}"))))
+        .map(|x| {
+            x.parse()
+                .map_err(|_| err(line, &format!("expected an integer, got {x}")))
+        })
         .collect()
 }
 
@@ -102,7 +106,8 @@ fn parse_type(line: usize, s: &str) -> Result<TensorType> {
         .ok_or_else(|| err(line, &format!("expected tensor<...>, got {s}")))?;
     let parts: Vec<&str> = inner.split('x').collect();
     let (dtype, dims) = parts.split_last().expect("split yields at least one part");
-    let dtype = DType::from_ir_name(dtype).ok_or_else(|| err(line, &format!("unknown dtype {dtype}")))?;
+    let dtype =
+        DType::from_ir_name(dtype).ok_or_else(|| err(line, &format!("unknown dtype {dtype}")))?;
     let dims: Vec<usize> = dims
         .iter()
         .map(|d| d.parse().map_err(|_| err(line, &format!("bad extent {d}"))))
@@ -132,7 +137,8 @@ impl Attrs {
 
     fn usize(&self, key: &str) -> Result<usize> {
         let v = self.get(key)?;
-        v.parse().map_err(|_| err(self.line, &format!("{key} must be an integer, got {v}")))
+        v.parse()
+            .map_err(|_| err(self.line, &format!("{key} must be an integer, got {v}")))
     }
 
     fn bool(&self, key: &str) -> Result<bool> {
@@ -194,7 +200,10 @@ impl Parser {
             .ok_or_else(|| err(line, "missing ` : tensor<...>`"))?;
         let mut declared = parse_type(line, ty.trim())?;
         let body = body.trim();
-        let id = if let Some(attrs) = body.strip_prefix("input[").and_then(|b| b.strip_suffix(']')) {
+        let id = if let Some(attrs) = body
+            .strip_prefix("input[")
+            .and_then(|b| b.strip_suffix(']'))
+        {
             let attrs = self.attrs(line, split_top(attrs))?;
             declared.weak = attrs.weak();
             let input_name = attrs.get("name")?.to_string();
@@ -202,24 +211,35 @@ impl Parser {
                 name: input_name,
                 ty: declared.clone(),
             };
-            self.builder.push(op, &[]).map_err(|e| err(line, &e.to_string()))?
+            self.builder
+                .push(op, &[])
+                .map_err(|e| err(line, &e.to_string()))?
         } else {
-            let open = body.find('(').ok_or_else(|| err(line, "expected op(...)"))?;
+            let open = body
+                .find('(')
+                .ok_or_else(|| err(line, "expected op(...)"))?;
             let op_name = &body[..open];
             let args = body[open + 1..]
                 .strip_suffix(')')
                 .ok_or_else(|| err(line, "unbalanced parentheses"))?;
             let args = split_top(args);
-            let (operands, rest): (Vec<String>, Vec<String>) = args.into_iter().partition(|a| a.starts_with('%'));
+            let (operands, rest): (Vec<String>, Vec<String>) =
+                args.into_iter().partition(|a| a.starts_with('%'));
             let operands: Vec<NodeId> = operands
                 .iter()
                 .map(|o| self.operand(line, o))
                 .collect::<Result<_>>()?;
             let op = self.build_op(line, op_name, rest, &declared)?;
-            let id = self.builder.push(op, &operands).map_err(|e| err(line, &e.to_string()))?;
+            let id = self
+                .builder
+                .push(op, &operands)
+                .map_err(|e| err(line, &e.to_string()))?;
             let got = self.builder.ty(id);
             if got.dtype != declared.dtype || got.shape != declared.shape {
-                return Err(err(line, &format!("declared type {declared} but the op infers {got}")));
+                return Err(err(
+                    line,
+                    &format!("declared type {declared} but the op infers {got}"),
+                ));
             }
             id
         };
@@ -242,7 +262,13 @@ impl Parser {
         Ok(Attrs { line, map, bare })
     }
 
-    fn build_op(&self, line: usize, name: &str, rest: Vec<String>, declared: &TensorType) -> Result<Op> {
+    fn build_op(
+        &self,
+        line: usize,
+        name: &str,
+        rest: Vec<String>,
+        declared: &TensorType,
+    ) -> Result<Op> {
         let a = self.attrs(line, rest)?;
         let first_bare = || {
             a.bare
@@ -257,18 +283,28 @@ impl Parser {
             "constant" => {
                 let lit = first_bare()?;
                 let shape = declared.shape.clone();
-                let values: Vec<&str> = if let Some(inner) =
-                    lit.strip_prefix("dense<[").and_then(|l| l.strip_suffix("]>"))
+                let values: Vec<&str> = if let Some(inner) = lit
+                    .strip_prefix("dense<[")
+                    .and_then(|l| l.strip_suffix("]>"))
                 {
                     inner.split(',').map(str::trim).collect()
                 } else {
                     vec![lit]
                 };
                 if values.len() != shape.size() {
-                    return Err(err(line, &format!("constant of type {declared} needs {} values", shape.size())));
+                    return Err(err(
+                        line,
+                        &format!("constant of type {declared} needs {} values", shape.size()),
+                    ));
                 }
                 let data = if declared.dtype == DType::Bool {
-                    HostData::Bool(values.iter().map(|v| parse_bool(line, v)).collect::<Result<Vec<_>>>()?.into())
+                    HostData::Bool(
+                        values
+                            .iter()
+                            .map(|v| parse_bool(line, v))
+                            .collect::<Result<Vec<_>>>()?
+                            .into(),
+                    )
                 } else {
                     let vals = values
                         .iter()
@@ -276,29 +312,52 @@ impl Parser {
                         .collect::<Result<Vec<_>>>()?;
                     HostData::from_f64(declared.dtype, vals)
                 };
-                Op::Constant { data, shape, weak: a.weak() }
+                Op::Constant {
+                    data,
+                    shape,
+                    weak: a.weak(),
+                }
             }
             "cast" => {
                 let to = first_bare()?;
-                let to = DType::from_ir_name(to).ok_or_else(|| err(line, &format!("unknown dtype {to}")))?;
+                let to = DType::from_ir_name(to)
+                    .ok_or_else(|| err(line, &format!("unknown dtype {to}")))?;
                 Op::Cast { to, weak: a.weak() }
             }
             "powi" => {
                 let e = first_bare()?;
-                Op::Powi(e.parse().map_err(|_| err(line, &format!("powi exponent must be an integer, got {e}")))?)
+                Op::Powi(e.parse().map_err(|_| {
+                    err(line, &format!("powi exponent must be an integer, got {e}"))
+                })?)
             }
-            "sum_axis" => Op::SumAxis { axes: a.list("axes")? },
-            "mean_axis" => Op::MeanAxis { axes: a.list("axes")? },
-            "max_axis" => Op::MaxAxis { axes: a.list("axes")? },
-            "min_axis" => Op::MinAxis { axes: a.list("axes")? },
+            "sum_axis" => Op::SumAxis {
+                axes: a.list("axes")?,
+            },
+            "mean_axis" => Op::MeanAxis {
+                axes: a.list("axes")?,
+            },
+            "max_axis" => Op::MaxAxis {
+                axes: a.list("axes")?,
+            },
+            "min_axis" => Op::MinAxis {
+                axes: a.list("axes")?,
+            },
             "cumsum" => Op::Cumsum {
                 axis: a.usize("axis")?,
                 reverse: a.bool("reverse")?,
             },
-            "reshape" => Op::Reshape { shape: a.shape("shape")? },
-            "broadcast" => Op::Broadcast { shape: a.shape("shape")? },
-            "transpose" => Op::Transpose { perm: a.list("perm")? },
-            "concat" => Op::Concat { axis: a.usize("axis")? },
+            "reshape" => Op::Reshape {
+                shape: a.shape("shape")?,
+            },
+            "broadcast" => Op::Broadcast {
+                shape: a.shape("shape")?,
+            },
+            "transpose" => Op::Transpose {
+                perm: a.list("perm")?,
+            },
+            "concat" => Op::Concat {
+                axis: a.usize("axis")?,
+            },
             "slice" => Op::Slice {
                 starts: a.list("starts")?,
                 sizes: a.list("sizes")?,
@@ -368,7 +427,10 @@ impl Parser {
             .filter(|id| !self.used[id.index()] && !self.builder.node(*id).op.is_leaf())
             .collect();
         let matches = sinks.len() == shapes.len()
-            && sinks.iter().zip(&shapes).all(|(id, s)| &self.builder.ty(*id).shape == s);
+            && sinks
+                .iter()
+                .zip(&shapes)
+                .all(|(id, s)| &self.builder.ty(*id).shape == s);
         if !matches {
             return Err(err(
                 line,

@@ -59,7 +59,11 @@ fn node_body(node: &Node) -> String {
             weak(&mut attrs, ty.weak);
             return format!("input[{}]", attrs.join(", "));
         }
-        Op::Constant { data, shape, weak: w } => {
+        Op::Constant {
+            data,
+            shape,
+            weak: w,
+        } => {
             if shape.rank() == 0 {
                 args.push(literal(data, 0));
             } else {
@@ -84,14 +88,17 @@ fn node_body(node: &Node) -> String {
         | Op::Solve
         | Op::Cholesky
         | Op::CholeskyAd => {}
-        Op::SumAxis { axes } | Op::MeanAxis { axes } | Op::MaxAxis { axes } | Op::MinAxis { axes } => {
-            args.push(format!("axes={}", list(axes)))
-        }
+        Op::SumAxis { axes }
+        | Op::MeanAxis { axes }
+        | Op::MaxAxis { axes }
+        | Op::MinAxis { axes } => args.push(format!("axes={}", list(axes))),
         Op::Cumsum { axis, reverse } => {
             args.push(format!("axis={axis}"));
             args.push(format!("reverse={reverse}"));
         }
-        Op::Reshape { shape } | Op::Broadcast { shape } => args.push(format!("shape={}", list(shape.dims()))),
+        Op::Reshape { shape } | Op::Broadcast { shape } => {
+            args.push(format!("shape={}", list(shape.dims())))
+        }
         Op::Transpose { perm } => args.push(format!("perm={}", list(perm))),
         Op::Concat { axis } => args.push(format!("axis={axis}")),
         Op::Slice { starts, sizes } => {
