@@ -65,7 +65,7 @@ impl fmt::Display for TensorType {
 }
 
 /// One node: an op applied to earlier nodes, with its inferred type.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Node {
     pub op: Op,
     pub operands: Vec<NodeId>,
@@ -73,7 +73,7 @@ pub struct Node {
 }
 
 /// An immutable dataflow graph.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Graph {
     nodes: Vec<Node>,
     outputs: Vec<NodeId>,

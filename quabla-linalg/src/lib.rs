@@ -16,6 +16,18 @@
 //! caller. A slice whose length is not `batch * rows * cols` gives [`LinalgError::Shape`]; no
 //! function panics on any value (NaN, infinities, zero or singular matrices, empty dimensions).
 //!
+//! ```
+//! // Two 2x2 systems (batch = 2, n = 2, k = 1), row-major.
+//! let a = [4.0, 1.0, 1.0, 3.0, 2.0, 0.0, 0.0, 2.0];
+//! let b = [1.0, 2.0, 2.0, 4.0];
+//! let x = quabla_linalg::solve(&a, &b, 2, 2, 1)?;
+//! assert!((x[0] - 1.0 / 11.0).abs() < 1e-15 && (x[1] - 7.0 / 11.0).abs() < 1e-15);
+//! assert_eq!(&x[2..], &[1.0, 2.0]);
+//! let (sign, logabsdet) = quabla_linalg::slogdet(&[1.0, 2.0, 2.0, 4.0], 1, 2)?;
+//! assert_eq!((sign[0], logabsdet[0]), (0.0, f64::NEG_INFINITY));
+//! # Ok::<(), quabla_linalg::LinalgError>(())
+//! ```
+//!
 //! # Conventions (numerics.md §6)
 //!
 //! | Kernel | Result |
@@ -52,7 +64,7 @@ pub use eigh::eigh;
 pub use lu::{slogdet, solve};
 pub use qr::qr;
 pub use sign::{largest_magnitude_sign, SIGN_RULE};
-pub use svd::svd;
+pub use svd::{svd, SvdFactors};
 pub use triangular::triangular_solve;
 
 /// Errors of the linear-algebra kernels.

@@ -8,6 +8,9 @@ use crate::batch::{all_finite, matrix, matrix_len, push_nan, push_row_major, to_
 use crate::sign::apply_to_columns;
 use crate::LinalgError;
 
+/// `(u, s, vh)`, each row-major over the batch, as returned by [`svd`].
+pub type SvdFactors = (Vec<f64>, Vec<f64>, Vec<f64>);
+
 /// The SVD `A = U diag(s) Vh` of each of `batch` row-major `m x n` matrices. With
 /// `k = min(m, n)`, returns `(u, s, vh)`:
 ///
@@ -37,7 +40,7 @@ pub fn svd(
     m: usize,
     n: usize,
     full: bool,
-) -> Result<(Vec<f64>, Vec<f64>, Vec<f64>), LinalgError> {
+) -> Result<SvdFactors, LinalgError> {
     let a_len = matrix_len("svd", "a", a.len(), batch, m, n)?;
     let k = m.min(n);
     let (u_cols, v_cols) = if full { (m, n) } else { (k, k) };
