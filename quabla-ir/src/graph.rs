@@ -151,8 +151,13 @@ impl Graph {
                 }
                 operand_types.push(types[o.index()]);
             }
-            let inferred = infer_type(&node.op, &operand_types)
-                .map_err(|e| IrError::verify(format!("node %{i} ({}): {e}", node.op.name())))?;
+            let inferred = infer_type(&node.op, &operand_types).map_err(|e| {
+                let reason = match e {
+                    IrError::Verify { message } => message,
+                    other => other.to_string(),
+                };
+                IrError::verify(format!("node %{i} ({}): {reason}", node.op.name()))
+            })?;
             if inferred != node.ty {
                 return Err(IrError::verify(format!(
                     "node %{i} ({}) is typed {} (weak={}) but its rule infers {} (weak={})",
@@ -185,7 +190,7 @@ impl fmt::Display for Graph {
 }
 
 /// Appends type-checked nodes; the low-level way to build a graph (the facade's tracer and
-/// every rewrite use it). [`crate::builder`] adds promotion and NumPy conveniences on top.
+/// every rewrite use it). The builder methods of `builder.rs` add promotion and NumPy conveniences on top.
 #[derive(Debug, Default, Clone)]
 pub struct GraphBuilder {
     nodes: Vec<Node>,

@@ -38,6 +38,7 @@ pub mod passes;
 mod plan;
 mod shape;
 pub mod text;
+pub mod wire;
 
 pub use builder::resolve_indices;
 pub use dtype::DType;
@@ -48,3 +49,4 @@ pub use infer::infer_type;
 pub use op::{BinaryOp, Comparison, CustomCall, CustomRule, LinalgKind, Op, UnaryOp};
 pub use plan::Plan;
 pub use shape::{broadcast_shapes, broadcasts_to, normalize_axis, Shape};
+pub use wire::WireError;

@@ -1,0 +1,957 @@
+//! The plan wire format: the versioned binary form in which a frozen [`Plan`] crosses the
+//! plugin ABI to backends built as separate libraries, possibly by third parties.
+//!
+//! This module owns both directions. [`encode_plan`] writes the bytes; [`decode_plan`] reads
+//! them back, validating everything: no input makes it panic, allocate more than a small
+//! multiple of the input's size, or run for long. Structural problems (magic, version,
+//! truncation, unknown codes, references to later nodes, trailing bytes) are reported with
+//! the byte offset or the node where they occur; the decoded nodes then go through
+//! [`Graph::from_parts`], so every type rule of the IR is checked as for any other graph. A successful decode is canonical:
+//! re-encoding the decoded plan gives back exactly the same bytes.
+//!
+//! # Layout (version 1)
+//!
+//! All integers are little-endian. Names used below:
+//!
+//! | item | encoding |
+//! | --- | --- |
+//! | `u8`, `u32`, `u64`, `i32` | 1, 4, 8, 4 bytes, little-endian (`i32` two's complement) |
+//! | `bool` | one byte, `0` (false) or `1` (true); any other byte is an error |
+//! | `index` | `u64` holding an extent, axis, start, size or gather index; at most [`MAX_ELEMENTS`] |
+//! | `id` | `u32` node id: the position of a node in the node list, from 0 |
+//! | `count` | `u32` number of items that follow |
+//! | `list` | `count`, then `count` × `index` |
+//! | `string` | `count` (bytes), then that many bytes of UTF-8 |
+//! | `dtype` | `u8`: `0` = f32, `1` = f64, `2` = bool (`i1` in the text format) |
+//! | `shape` | `count` (the rank, at most [`MAX_RANK`]), then one `index` per axis, outermost first; every extent is at least 1, and their product (the element count) is at most [`MAX_ELEMENTS`] |
+//! | `type` | `dtype`, `bool` (the weak flag), `shape` |
+//!
+//! The data is, in order and with nothing after it:
+//!
+//! ```text
+//! magic     8 bytes "QBLAPLAN" (51 42 4C 41 50 4C 41 4E)
+//! version   u32, the value of WIRE_VERSION (1)
+//! nodes     count, then that many nodes, in topological order
+//! outputs   count, then that many ids (each < the node count; repeats allowed)
+//! ```
+//!
+//! Each node is
+//!
+//! ```text
+//! tag       u8, the op (table below)
+//! attrs     the op's attributes (table below)
+//! operands  count, then that many ids, each less than this node's own id
+//! type      type, the node's result type (checked against the op's type rule)
+//! ```
+//!
+//! | tag | op | attributes | operands |
+//! | --- | --- | --- | --- |
+//! | 0 | `input` | `string` name, `type` (equal to the node's type) | 0 |
+//! | 1 | `constant` | `dtype`, `bool` weak, `shape`, then the elements in row-major order: the product of the shape's extents of them (1 for rank 0), as `u32` IEEE 754 bit patterns for f32, `u64` bit patterns for f64 (NaN payloads and signed zeros as they are), `bool` bytes for bool | 0 |
+//! | 2 | `cast` | `dtype` target, `bool` weak | 1 |
+//! | 3 | unary | `u8` function: 0 `neg`, 1 `tanh`, 2 `exp`, 3 `log`, 4 `log1p`, 5 `expm1`, 6 `sqrt`, 7 `sin`, 8 `cos`, 9 `erf`, 10 `erfc`, 11 `tan`, 12 `arcsin`, 13 `arccos`, 14 `arctan`, 15 `sinh`, 16 `cosh`, 17 `arcsinh`, 18 `arccosh`, 19 `arctanh`, 20 `log2`, 21 `log10`, 22 `cbrt`, 23 `floor`, 24 `ceil`, 25 `round` | 1 |
+//! | 4 | `powi` | `i32` exponent | 1 |
+//! | 5 | binary | `u8` function: 0 `add`, 1 `sub`, 2 `mul`, 3 `div`, 4 `pow`, 5 `atan2`, 6 `fmod` | 2 |
+//! | 6 | compare | `u8` predicate: 0 `greater`, 1 `greater_equal`, 2 `less`, 3 `less_equal`, 4 `equal`, 5 `not_equal` | 2 |
+//! | 7 | `where` | none | 3 |
+//! | 8 | `stop_gradient` | none | 1 |
+//! | 9 | `sum` | none | 1 |
+//! | 10 | `sum_axis` | `list` axes | 1 |
+//! | 11 | `mean` | none | 1 |
+//! | 12 | `mean_axis` | `list` axes | 1 |
+//! | 13 | `max_axis` | `list` axes | 1 |
+//! | 14 | `min_axis` | `list` axes | 1 |
+//! | 15 | `cumsum` | `index` axis, `bool` reverse | 1 |
+//! | 16 | `reshape` | `shape` | 1 |
+//! | 17 | `transpose` | `list` perm | 1 |
+//! | 18 | `broadcast` | `shape` | 1 |
+//! | 19 | `concat` | `index` axis | 1 or more |
+//! | 20 | `slice` | `list` starts, `list` sizes | 1 |
+//! | 21 | `pad_slice` | `list` starts, `shape` | 1 |
+//! | 22 | `gather` | `index` axis, `list` indices | 1 |
+//! | 23 | `scatter_add` | `index` axis, `list` indices | 2 |
+//! | 24 | `matmul` | none | 2 |
+//! | 25 | `solve` | none | 2 |
+//! | 26 | `cholesky` | none | 1 |
+//! | 27 | `cholesky_ad` | none | 2 |
+//! | 28 | `triangular_solve` | `bool` lower, `bool` transpose_a, `bool` unit_diagonal | 2 |
+//! | 29 | `linalg` | `u8` kind: 0 `det_sign`, 1 `log_abs_det`, 2 `eigh_values`, 3 `eigh_vectors`, 4 `qr_r`, 5 `qr_q`, 6 `qr_q_complete`, 7 `svd_s`, 8 `svd_u`, 9 `svd_u_full`, 10 `svd_vh`, 11 `svd_vh_full` | 1 |
+//!
+//! Every other tag is invalid. Custom-rule nodes (`custom`) have no tag: canonicalization
+//! replaces them by their primal graphs before a plan is frozen, and encoding a graph that
+//! still holds one is an error. The meaning of each op and attribute, and the rule that gives
+//! a node's type, are those of the IR ([`Op`], [`crate::infer_type`]); inputs come before every
+//! other node, and the inputs bind to the plan's arguments in order.
+//!
+//! # Versions
+//!
+//! Any change to this layout or to the code tables above increments [`WIRE_VERSION`]. A reader
+//! accepts the versions it knows and rejects every other one (this one reads version 1 only).
+//!
+//! # Limits
+//!
+//! Ranks are at most [`MAX_RANK`], and every `index`, extent and element count is at most
+//! [`MAX_ELEMENTS`] (and within the reading platform's `isize`). These bounds keep every
+//! computation of the decoder and of the type rules within machine integers, and the time to
+//! decode proportional to the size of the data; the encoder refuses graphs beyond them, so
+//! everything it writes decodes.
+//!
+//! ```
+//! use quabla_ir::wire::{decode_plan, encode_plan};
+//! use quabla_ir::{DType, GraphBuilder, Plan, Shape, TensorType, UnaryOp};
+//!
+//! let mut b = GraphBuilder::new();
+//! let x = b.input("x", TensorType::new(DType::F32, Shape::new(vec![3]).unwrap()));
+//! let y = b.unary(UnaryOp::Sin, x).unwrap();
+//! let plan = Plan::compile(&b.finish(vec![y]).unwrap());
+//! let bytes = encode_plan(&plan).unwrap();
+//! assert_eq!(&bytes[..8], b"QBLAPLAN");
+//! assert_eq!(decode_plan(&bytes).unwrap(), plan);
+//! ```
+
+use crate::error::IrError;
+use crate::graph::{Graph, Node, NodeId, TensorType};
+use crate::op::{BinaryOp, Comparison, LinalgKind, Op, UnaryOp};
+use crate::{DType, HostData, Plan, Shape};
+use thiserror::Error;
+
+/// The first eight bytes of every encoded plan.
+pub const WIRE_MAGIC: [u8; 8] = *b"QBLAPLAN";
+
+/// The version of the layout this module writes, and the only one it reads.
+pub const WIRE_VERSION: u32 = 1;
+
+/// The largest rank a shape may have in the wire format.
+pub const MAX_RANK: usize = 1024;
+
+/// The largest extent, index or element count the wire format carries: `2^60 - 1`, so that
+/// the byte size of any f64 tensor fits an `i64`.
+pub const MAX_ELEMENTS: u64 = (1 << 60) - 1;
+
+/// Fewest bytes a node can take: tag, operand count and a rank-0 type.
+const MIN_NODE_BYTES: usize = 1 + 4 + 1 + 1 + 4;
+
+/// An error of encoding or decoding a plan.
+#[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
+pub enum WireError {
+    /// The data does not start with [`WIRE_MAGIC`].
+    #[error("plan wire data: bad magic bytes (expected \"QBLAPLAN\")")]
+    BadMagic,
+    /// The data was written in a version this build does not read.
+    #[error("plan wire data: unsupported wire version {found} (this build reads version {WIRE_VERSION})")]
+    UnsupportedVersion { found: u32 },
+    /// The data ends inside an item that starts at byte `at`.
+    #[error("plan wire data: truncated at byte {at} (reading {what})")]
+    Truncated { at: usize, what: &'static str },
+    /// An op tag outside the table of the module documentation.
+    #[error("plan wire data: unknown op tag {tag} at byte {at}")]
+    UnknownTag { tag: u8, at: usize },
+    /// A code (dtype, bool, function, predicate, kind) outside its table.
+    #[error("plan wire data: {what} at byte {at} has the invalid value {value}")]
+    InvalidCode {
+        what: &'static str,
+        value: u64,
+        at: usize,
+    },
+    /// A value that is well formed but not allowed (zero extent, limits, bad UTF-8).
+    #[error("plan wire data: {message} at byte {at}")]
+    InvalidValue { at: usize, message: String },
+    /// An operand that does not refer to an earlier node.
+    #[error("plan wire data: operand {operand} of node {node} is not an earlier node")]
+    ForwardReference { node: NodeId, operand: NodeId },
+    /// An output that is not a node of the plan.
+    #[error("plan wire data: output {output} is not a node (the plan has {nodes} nodes)")]
+    UnknownOutput { output: NodeId, nodes: usize },
+    /// Bytes left over after the outputs.
+    #[error("plan wire data: trailing bytes ({count} after the end of the plan at byte {at})")]
+    TrailingBytes { at: usize, count: usize },
+    /// The decoded nodes break an invariant of the IR (a type rule, inputs first, ...).
+    #[error("plan wire data: {0}")]
+    Graph(IrError),
+    /// Encoding met a custom-rule node, which no plan may carry.
+    #[error("cannot encode node {node}: custom-rule nodes are never part of a plan (canonicalization replaces them by their primal graphs)")]
+    CustomNode { node: NodeId },
+    /// Encoding met a graph beyond the limits of the format.
+    #[error("cannot encode the graph: {message}")]
+    Unencodable { message: String },
+}
+
+type Result<T, E = WireError> = std::result::Result<T, E>;
+
+/// Op tags (see the table in the module documentation).
+mod tag {
+    pub const INPUT: u8 = 0;
+    pub const CONSTANT: u8 = 1;
+    pub const CAST: u8 = 2;
+    pub const UNARY: u8 = 3;
+    pub const POWI: u8 = 4;
+    pub const BINARY: u8 = 5;
+    pub const COMPARE: u8 = 6;
+    pub const WHERE: u8 = 7;
+    pub const STOP_GRADIENT: u8 = 8;
+    pub const SUM: u8 = 9;
+    pub const SUM_AXIS: u8 = 10;
+    pub const MEAN: u8 = 11;
+    pub const MEAN_AXIS: u8 = 12;
+    pub const MAX_AXIS: u8 = 13;
+    pub const MIN_AXIS: u8 = 14;
+    pub const CUMSUM: u8 = 15;
+    pub const RESHAPE: u8 = 16;
+    pub const TRANSPOSE: u8 = 17;
+    pub const BROADCAST: u8 = 18;
+    pub const CONCAT: u8 = 19;
+    pub const SLICE: u8 = 20;
+    pub const PAD_SLICE: u8 = 21;
+    pub const GATHER: u8 = 22;
+    pub const SCATTER_ADD: u8 = 23;
+    pub const MATMUL: u8 = 24;
+    pub const SOLVE: u8 = 25;
+    pub const CHOLESKY: u8 = 26;
+    pub const CHOLESKY_AD: u8 = 27;
+    pub const TRIANGULAR_SOLVE: u8 = 28;
+    pub const LINALG: u8 = 29;
+}
+
+fn dtype_code(d: DType) -> u8 {
+    match d {
+        DType::F32 => 0,
+        DType::F64 => 1,
+        DType::Bool => 2,
+    }
+}
+
+fn dtype_from_code(code: u8) -> Option<DType> {
+    [DType::F32, DType::F64, DType::Bool]
+        .into_iter()
+        .find(|&d| dtype_code(d) == code)
+}
+
+fn unary_code(u: UnaryOp) -> u8 {
+    match u {
+        UnaryOp::Neg => 0,
+        UnaryOp::Tanh => 1,
+        UnaryOp::Exp => 2,
+        UnaryOp::Log => 3,
+        UnaryOp::Log1p => 4,
+        UnaryOp::Expm1 => 5,
+        UnaryOp::Sqrt => 6,
+        UnaryOp::Sin => 7,
+        UnaryOp::Cos => 8,
+        UnaryOp::Erf => 9,
+        UnaryOp::Erfc => 10,
+        UnaryOp::Tan => 11,
+        UnaryOp::Arcsin => 12,
+        UnaryOp::Arccos => 13,
+        UnaryOp::Arctan => 14,
+        UnaryOp::Sinh => 15,
+        UnaryOp::Cosh => 16,
+        UnaryOp::Arcsinh => 17,
+        UnaryOp::Arccosh => 18,
+        UnaryOp::Arctanh => 19,
+        UnaryOp::Log2 => 20,
+        UnaryOp::Log10 => 21,
+        UnaryOp::Cbrt => 22,
+        UnaryOp::Floor => 23,
+        UnaryOp::Ceil => 24,
+        UnaryOp::Round => 25,
+    }
+}
+
+fn binary_code(b: BinaryOp) -> u8 {
+    match b {
+        BinaryOp::Add => 0,
+        BinaryOp::Sub => 1,
+        BinaryOp::Mul => 2,
+        BinaryOp::Div => 3,
+        BinaryOp::Pow => 4,
+        BinaryOp::Atan2 => 5,
+        BinaryOp::Fmod => 6,
+    }
+}
+
+fn comparison_code(c: Comparison) -> u8 {
+    match c {
+        Comparison::Greater => 0,
+        Comparison::GreaterEqual => 1,
+        Comparison::Less => 2,
+        Comparison::LessEqual => 3,
+        Comparison::Equal => 4,
+        Comparison::NotEqual => 5,
+    }
+}
+
+fn linalg_code(k: LinalgKind) -> u8 {
+    match k {
+        LinalgKind::DetSign => 0,
+        LinalgKind::LogAbsDet => 1,
+        LinalgKind::EighValues => 2,
+        LinalgKind::EighVectors => 3,
+        LinalgKind::QrR => 4,
+        LinalgKind::QrQ => 5,
+        LinalgKind::QrQComplete => 6,
+        LinalgKind::SvdS => 7,
+        LinalgKind::SvdU => 8,
+        LinalgKind::SvdUFull => 9,
+        LinalgKind::SvdVh => 10,
+        LinalgKind::SvdVhFull => 11,
+    }
+}
+
+/// The largest `index` value on this platform: [`MAX_ELEMENTS`], or less where `isize` is
+/// narrower. Two such values always add up without overflow.
+const INDEX_LIMIT: u64 = if MAX_ELEMENTS < isize::MAX as u64 {
+    MAX_ELEMENTS
+} else {
+    isize::MAX as u64
+};
+
+/// The element count of `dims`, or `None` when it exceeds the limit.
+fn element_count(dims: &[usize]) -> Option<usize> {
+    let limit = INDEX_LIMIT;
+    dims.iter().try_fold(1usize, |acc, &d| {
+        acc.checked_mul(d).filter(|&n| n as u64 <= limit)
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encoding
+
+/// Encodes a plan. Fails only for graphs no plan can hold (custom-rule nodes) or beyond the
+/// limits of the format.
+pub fn encode_plan(plan: &Plan) -> Result<Vec<u8>> {
+    encode_graph(plan.graph())
+}
+
+/// Encodes a graph in the plan wire format (see the module documentation).
+pub fn encode_graph(graph: &Graph) -> Result<Vec<u8>> {
+    let mut w = Writer::default();
+    w.out.extend_from_slice(&WIRE_MAGIC);
+    w.u32(WIRE_VERSION);
+    w.count(graph.len(), "the node count")?;
+    for (i, node) in graph.nodes().iter().enumerate() {
+        let id = NodeId(i as u32);
+        w.op(id, &node.op)?;
+        w.count(node.operands.len(), "an operand count")?;
+        for o in &node.operands {
+            w.u32(o.0);
+        }
+        w.ty(&node.ty)?;
+    }
+    w.count(graph.outputs().len(), "the output count")?;
+    for o in graph.outputs() {
+        w.u32(o.0);
+    }
+    Ok(w.out)
+}
+
+#[derive(Default)]
+struct Writer {
+    out: Vec<u8>,
+}
+
+impl Writer {
+    fn u8(&mut self, v: u8) {
+        self.out.push(v);
+    }
+
+    fn bool(&mut self, v: bool) {
+        self.out.push(u8::from(v));
+    }
+
+    fn u32(&mut self, v: u32) {
+        self.out.extend_from_slice(&v.to_le_bytes());
+    }
+
+    fn u64(&mut self, v: u64) {
+        self.out.extend_from_slice(&v.to_le_bytes());
+    }
+
+    fn count(&mut self, n: usize, what: &str) -> Result<()> {
+        let n = u32::try_from(n).map_err(|_| WireError::Unencodable {
+            message: format!("{what} {n} does not fit a u32"),
+        })?;
+        self.u32(n);
+        Ok(())
+    }
+
+    fn index(&mut self, v: usize) -> Result<()> {
+        if v as u64 > INDEX_LIMIT {
+            return Err(WireError::Unencodable {
+                message: format!("the value {v} exceeds the limit of {}", INDEX_LIMIT),
+            });
+        }
+        self.u64(v as u64);
+        Ok(())
+    }
+
+    fn list(&mut self, xs: &[usize]) -> Result<()> {
+        self.count(xs.len(), "a list length")?;
+        xs.iter().try_for_each(|&x| self.index(x))
+    }
+
+    fn shape(&mut self, shape: &Shape) -> Result<()> {
+        if shape.rank() > MAX_RANK {
+            return Err(WireError::Unencodable {
+                message: format!(
+                    "shape of rank {} exceeds the limit of {MAX_RANK}",
+                    shape.rank()
+                ),
+            });
+        }
+        if element_count(shape.dims()).is_none() {
+            return Err(WireError::Unencodable {
+                message: format!("shape {shape} has more than {} elements", INDEX_LIMIT),
+            });
+        }
+        self.list(shape.dims())
+    }
+
+    fn ty(&mut self, ty: &TensorType) -> Result<()> {
+        self.u8(dtype_code(ty.dtype));
+        self.bool(ty.weak);
+        self.shape(&ty.shape)
+    }
+
+    fn op(&mut self, id: NodeId, op: &Op) -> Result<()> {
+        match op {
+            Op::Input { name, ty } => {
+                self.u8(tag::INPUT);
+                self.count(name.len(), "an input name length")?;
+                self.out.extend_from_slice(name.as_bytes());
+                self.ty(ty)?;
+            }
+            Op::Constant { data, shape, weak } => {
+                self.u8(tag::CONSTANT);
+                self.u8(dtype_code(data.dtype()));
+                self.bool(*weak);
+                self.shape(shape)?;
+                if data.len() != shape.size() {
+                    // Unreachable for a verified graph; never write data that cannot decode.
+                    return Err(WireError::Unencodable {
+                        message: format!(
+                            "constant {id} of shape {shape} holds {} values",
+                            data.len()
+                        ),
+                    });
+                }
+                match data {
+                    HostData::F32(v) => v.iter().for_each(|x| self.u32(x.to_bits())),
+                    HostData::F64(v) => v.iter().for_each(|x| self.u64(x.to_bits())),
+                    HostData::Bool(v) => v.iter().for_each(|&x| self.bool(x)),
+                }
+            }
+            Op::Cast { to, weak } => {
+                self.u8(tag::CAST);
+                self.u8(dtype_code(*to));
+                self.bool(*weak);
+            }
+            Op::Unary(u) => {
+                self.u8(tag::UNARY);
+                self.u8(unary_code(*u));
+            }
+            Op::Powi(e) => {
+                self.u8(tag::POWI);
+                self.out.extend_from_slice(&e.to_le_bytes());
+            }
+            Op::Binary(b) => {
+                self.u8(tag::BINARY);
+                self.u8(binary_code(*b));
+            }
+            Op::Compare(c) => {
+                self.u8(tag::COMPARE);
+                self.u8(comparison_code(*c));
+            }
+            Op::Where => self.u8(tag::WHERE),
+            Op::StopGradient => self.u8(tag::STOP_GRADIENT),
+            Op::Sum => self.u8(tag::SUM),
+            Op::SumAxis { axes } => {
+                self.u8(tag::SUM_AXIS);
+                self.list(axes)?;
+            }
+            Op::Mean => self.u8(tag::MEAN),
+            Op::MeanAxis { axes } => {
+                self.u8(tag::MEAN_AXIS);
+                self.list(axes)?;
+            }
+            Op::MaxAxis { axes } => {
+                self.u8(tag::MAX_AXIS);
+                self.list(axes)?;
+            }
+            Op::MinAxis { axes } => {
+                self.u8(tag::MIN_AXIS);
+                self.list(axes)?;
+            }
+            Op::Cumsum { axis, reverse } => {
+                self.u8(tag::CUMSUM);
+                self.index(*axis)?;
+                self.bool(*reverse);
+            }
+            Op::Reshape { shape } => {
+                self.u8(tag::RESHAPE);
+                self.shape(shape)?;
+            }
+            Op::Transpose { perm } => {
+                self.u8(tag::TRANSPOSE);
+                self.list(perm)?;
+            }
+            Op::Broadcast { shape } => {
+                self.u8(tag::BROADCAST);
+                self.shape(shape)?;
+            }
+            Op::Concat { axis } => {
+                self.u8(tag::CONCAT);
+                self.index(*axis)?;
+            }
+            Op::Slice { starts, sizes } => {
+                self.u8(tag::SLICE);
+                self.list(starts)?;
+                self.list(sizes)?;
+            }
+            Op::PadSlice { starts, shape } => {
+                self.u8(tag::PAD_SLICE);
+                self.list(starts)?;
+                self.shape(shape)?;
+            }
+            Op::Gather { axis, indices } => {
+                self.u8(tag::GATHER);
+                self.index(*axis)?;
+                self.list(indices)?;
+            }
+            Op::ScatterAdd { axis, indices } => {
+                self.u8(tag::SCATTER_ADD);
+                self.index(*axis)?;
+                self.list(indices)?;
+            }
+            Op::Matmul => self.u8(tag::MATMUL),
+            Op::Solve => self.u8(tag::SOLVE),
+            Op::Cholesky => self.u8(tag::CHOLESKY),
+            Op::CholeskyAd => self.u8(tag::CHOLESKY_AD),
+            Op::TriangularSolve {
+                lower,
+                transpose_a,
+                unit_diagonal,
+            } => {
+                self.u8(tag::TRIANGULAR_SOLVE);
+                self.bool(*lower);
+                self.bool(*transpose_a);
+                self.bool(*unit_diagonal);
+            }
+            Op::Linalg(kind) => {
+                self.u8(tag::LINALG);
+                self.u8(linalg_code(*kind));
+            }
+            Op::Custom(_) => return Err(WireError::CustomNode { node: id }),
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decoding
+
+/// Decodes a plan written by [`encode_plan`]. The plan is frozen as it is (it was optimized
+/// before it was encoded); every invariant is verified.
+pub fn decode_plan(bytes: &[u8]) -> Result<Plan> {
+    decode_graph(bytes).map(Plan::from_graph_unoptimized)
+}
+
+/// Decodes and verifies a graph written by [`encode_graph`].
+pub fn decode_graph(bytes: &[u8]) -> Result<Graph> {
+    let mut r = Reader { bytes, pos: 0 };
+    r.header()?;
+    let (node_count, capacity) = r.count("the node count", MIN_NODE_BYTES)?;
+    let mut nodes: Vec<Node> = Vec::with_capacity(capacity);
+    for i in 0..node_count {
+        let id = NodeId(i as u32);
+        let op = r.op()?;
+        let (operand_count, capacity) = r.count("an operand count", 4)?;
+        let mut operands = Vec::with_capacity(capacity);
+        for _ in 0..operand_count {
+            let operand = NodeId(r.u32("an operand id")?);
+            if operand.index() >= i {
+                return Err(WireError::ForwardReference { node: id, operand });
+            }
+            operands.push(operand);
+        }
+        let at = r.pos;
+        let ty = r.ty()?;
+        guard_type_rule(&op, &operands, &nodes, at)?;
+        nodes.push(Node { op, operands, ty });
+    }
+    let (output_count, capacity) = r.count("the output count", 4)?;
+    let mut outputs = Vec::with_capacity(capacity);
+    for _ in 0..output_count {
+        let output = NodeId(r.u32("an output id")?);
+        if output.index() >= nodes.len() {
+            return Err(WireError::UnknownOutput {
+                output,
+                nodes: nodes.len(),
+            });
+        }
+        outputs.push(output);
+    }
+    if r.remaining() > 0 {
+        return Err(WireError::TrailingBytes {
+            at: r.pos,
+            count: r.remaining(),
+        });
+    }
+    Graph::from_parts(nodes, outputs).map_err(WireError::Graph)
+}
+
+/// Rejects the one combination whose type rule would add beyond the machine integers: a
+/// `concat` whose extents along its axis sum past the limit (each extent alone is in range;
+/// every other rule only compares or adds two in-range values).
+fn guard_type_rule(op: &Op, operands: &[NodeId], nodes: &[Node], at: usize) -> Result<()> {
+    if let Op::Concat { axis } = op {
+        let mut total: u64 = 0;
+        for o in operands {
+            if let Some(&d) = nodes[o.index()].ty.shape.dims().get(*axis) {
+                total = total.saturating_add(d as u64);
+            }
+        }
+        if total > INDEX_LIMIT {
+            return Err(WireError::InvalidValue {
+                at,
+                message: format!(
+                    "concat extents along axis {axis} add up to more than {}",
+                    INDEX_LIMIT
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn remaining(&self) -> usize {
+        self.bytes.len() - self.pos
+    }
+
+    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8]> {
+        if n > self.remaining() {
+            return Err(WireError::Truncated { at: self.pos, what });
+        }
+        let s = &self.bytes[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N]> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N, what)?);
+        Ok(a)
+    }
+
+    fn header(&mut self) -> Result<()> {
+        let n = self.bytes.len().min(WIRE_MAGIC.len());
+        if self.bytes[..n] != WIRE_MAGIC[..n] {
+            return Err(WireError::BadMagic);
+        }
+        self.take(WIRE_MAGIC.len(), "the magic bytes")?;
+        let version = self.u32("the wire version")?;
+        if version != WIRE_VERSION {
+            return Err(WireError::UnsupportedVersion { found: version });
+        }
+        Ok(())
+    }
+
+    fn u8(&mut self, what: &'static str) -> Result<u8> {
+        Ok(self.array::<1>(what)?[0])
+    }
+
+    fn u32(&mut self, what: &'static str) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.array(what)?))
+    }
+
+    fn u64(&mut self, what: &'static str) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.array(what)?))
+    }
+
+    fn bool(&mut self, what: &'static str) -> Result<bool> {
+        let at = self.pos;
+        match self.u8(what)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            v => Err(WireError::InvalidCode {
+                what,
+                value: v.into(),
+                at,
+            }),
+        }
+    }
+
+    /// A `u8` code looked up by `decode`.
+    fn code<T>(&mut self, what: &'static str, decode: impl Fn(u8) -> Option<T>) -> Result<T> {
+        let at = self.pos;
+        let v = self.u8(what)?;
+        decode(v).ok_or(WireError::InvalidCode {
+            what,
+            value: v.into(),
+            at,
+        })
+    }
+
+    /// A `u32` count of items that take at least `item_bytes` bytes each, with the capacity
+    /// to reserve for them: never more than the remaining bytes can hold, so that a corrupted
+    /// count cannot make the decoder allocate beyond the input's size (reading the items then
+    /// stops at the end of the data).
+    fn count(&mut self, what: &'static str, item_bytes: usize) -> Result<(usize, usize)> {
+        let count = self.u32(what)? as usize;
+        Ok((count, count.min(self.remaining() / item_bytes)))
+    }
+
+    /// A `u64` extent, axis, start, size or index, within the limit.
+    fn index(&mut self, what: &'static str) -> Result<usize> {
+        let at = self.pos;
+        let v = self.u64(what)?;
+        if v > INDEX_LIMIT {
+            return Err(WireError::InvalidValue {
+                at,
+                message: format!("{what} ({v}) exceeds the limit of {INDEX_LIMIT}"),
+            });
+        }
+        Ok(v as usize)
+    }
+
+    fn list(&mut self, what: &'static str) -> Result<Vec<usize>> {
+        let (n, capacity) = self.count("a list length", 8)?;
+        let mut items = Vec::with_capacity(capacity);
+        for _ in 0..n {
+            items.push(self.index(what)?);
+        }
+        Ok(items)
+    }
+
+    fn shape(&mut self) -> Result<Shape> {
+        let at = self.pos;
+        let (rank, _) = self.count("a rank", 8)?;
+        if rank > MAX_RANK {
+            return Err(WireError::InvalidValue {
+                at,
+                message: format!("rank {rank} exceeds the limit of {MAX_RANK}"),
+            });
+        }
+        let mut dims = Vec::with_capacity(rank);
+        for _ in 0..rank {
+            dims.push(self.index("an extent")?);
+        }
+        if dims.contains(&0) {
+            return Err(WireError::InvalidValue {
+                at,
+                message: format!("shape {dims:?} has a zero extent"),
+            });
+        }
+        if element_count(&dims).is_none() {
+            return Err(WireError::InvalidValue {
+                at,
+                message: format!("shape {dims:?} has more than {} elements", INDEX_LIMIT),
+            });
+        }
+        Shape::new(dims).map_err(|e| WireError::InvalidValue {
+            at,
+            message: e.to_string(),
+        })
+    }
+
+    fn dtype(&mut self, what: &'static str) -> Result<DType> {
+        self.code(what, dtype_from_code)
+    }
+
+    fn ty(&mut self) -> Result<TensorType> {
+        let dtype = self.dtype("a dtype")?;
+        let weak = self.bool("a weak flag")?;
+        let shape = self.shape()?;
+        Ok(TensorType { dtype, shape, weak })
+    }
+
+    fn string(&mut self, what: &'static str) -> Result<String> {
+        let at = self.pos;
+        let (n, _) = self.count(what, 1)?;
+        let bytes = self.take(n, what)?;
+        String::from_utf8(bytes.to_vec()).map_err(|_| WireError::InvalidValue {
+            at,
+            message: format!("{what} is not UTF-8"),
+        })
+    }
+
+    fn constant(&mut self) -> Result<Op> {
+        let dtype = self.dtype("a constant dtype")?;
+        let weak = self.bool("a weak flag")?;
+        let shape = self.shape()?;
+        let at = self.pos;
+        // The shape check bounds the count; the byte count is checked before allocating.
+        let n = shape.size();
+        let bytes = n as u128 * dtype.itemsize() as u128;
+        if bytes > self.remaining() as u128 {
+            return Err(WireError::Truncated {
+                at,
+                what: "constant elements",
+            });
+        }
+        let raw = self.take(n * dtype.itemsize(), "constant elements")?;
+        let data = match dtype {
+            DType::F32 => HostData::F32(
+                raw.chunks_exact(4)
+                    .map(|c| f32::from_bits(u32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+                    .collect(),
+            ),
+            DType::F64 => HostData::F64(
+                raw.chunks_exact(8)
+                    .map(|c| {
+                        let mut a = [0u8; 8];
+                        a.copy_from_slice(c);
+                        f64::from_bits(u64::from_le_bytes(a))
+                    })
+                    .collect(),
+            ),
+            DType::Bool => {
+                if let Some(i) = raw.iter().position(|&b| b > 1) {
+                    return Err(WireError::InvalidCode {
+                        what: "a bool element",
+                        value: raw[i].into(),
+                        at: at + i,
+                    });
+                }
+                HostData::Bool(raw.iter().map(|&b| b == 1).collect())
+            }
+        };
+        Ok(Op::Constant { data, shape, weak })
+    }
+
+    fn op(&mut self) -> Result<Op> {
+        let at = self.pos;
+        let t = self.u8("an op tag")?;
+        Ok(match t {
+            tag::INPUT => {
+                let name = self.string("an input name")?;
+                let ty = self.ty()?;
+                Op::Input { name, ty }
+            }
+            tag::CONSTANT => self.constant()?,
+            tag::CAST => Op::Cast {
+                to: self.dtype("a cast dtype")?,
+                weak: self.bool("a weak flag")?,
+            },
+            tag::UNARY => Op::Unary(self.code("a unary function code", |c| {
+                UnaryOp::ALL.into_iter().find(|&u| unary_code(u) == c)
+            })?),
+            tag::POWI => Op::Powi(i32::from_le_bytes(self.array("a powi exponent")?)),
+            tag::BINARY => Op::Binary(self.code("a binary function code", |c| {
+                BinaryOp::ALL.into_iter().find(|&b| binary_code(b) == c)
+            })?),
+            tag::COMPARE => Op::Compare(self.code("a comparison code", |c| {
+                Comparison::ALL
+                    .into_iter()
+                    .find(|&p| comparison_code(p) == c)
+            })?),
+            tag::WHERE => Op::Where,
+            tag::STOP_GRADIENT => Op::StopGradient,
+            tag::SUM => Op::Sum,
+            tag::SUM_AXIS => Op::SumAxis {
+                axes: self.list("an axis")?,
+            },
+            tag::MEAN => Op::Mean,
+            tag::MEAN_AXIS => Op::MeanAxis {
+                axes: self.list("an axis")?,
+            },
+            tag::MAX_AXIS => Op::MaxAxis {
+                axes: self.list("an axis")?,
+            },
+            tag::MIN_AXIS => Op::MinAxis {
+                axes: self.list("an axis")?,
+            },
+            tag::CUMSUM => Op::Cumsum {
+                axis: self.index("an axis")?,
+                reverse: self.bool("a reverse flag")?,
+            },
+            tag::RESHAPE => Op::Reshape {
+                shape: self.shape()?,
+            },
+            tag::TRANSPOSE => Op::Transpose {
+                perm: self.list("a permutation entry")?,
+            },
+            tag::BROADCAST => Op::Broadcast {
+                shape: self.shape()?,
+            },
+            tag::CONCAT => Op::Concat {
+                axis: self.index("an axis")?,
+            },
+            tag::SLICE => Op::Slice {
+                starts: self.list("a slice start")?,
+                sizes: self.list("a slice size")?,
+            },
+            tag::PAD_SLICE => Op::PadSlice {
+                starts: self.list("a slice start")?,
+                shape: self.shape()?,
+            },
+            tag::GATHER => Op::Gather {
+                axis: self.index("an axis")?,
+                indices: self.list("an index")?,
+            },
+            tag::SCATTER_ADD => Op::ScatterAdd {
+                axis: self.index("an axis")?,
+                indices: self.list("an index")?,
+            },
+            tag::MATMUL => Op::Matmul,
+            tag::SOLVE => Op::Solve,
+            tag::CHOLESKY => Op::Cholesky,
+            tag::CHOLESKY_AD => Op::CholeskyAd,
+            tag::TRIANGULAR_SOLVE => Op::TriangularSolve {
+                lower: self.bool("a lower flag")?,
+                transpose_a: self.bool("a transpose_a flag")?,
+                unit_diagonal: self.bool("a unit_diagonal flag")?,
+            },
+            tag::LINALG => Op::Linalg(self.code("a linalg kind code", |c| {
+                LinalgKind::ALL.into_iter().find(|&k| linalg_code(k) == c)
+            })?),
+            other => return Err(WireError::UnknownTag { tag: other, at }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_distinct_and_decode() {
+        for (i, a) in UnaryOp::ALL.iter().enumerate() {
+            for b in &UnaryOp::ALL[i + 1..] {
+                assert_ne!(unary_code(*a), unary_code(*b));
+            }
+        }
+        for (i, a) in BinaryOp::ALL.iter().enumerate() {
+            for b in &BinaryOp::ALL[i + 1..] {
+                assert_ne!(binary_code(*a), binary_code(*b));
+            }
+        }
+        for (i, a) in Comparison::ALL.iter().enumerate() {
+            for b in &Comparison::ALL[i + 1..] {
+                assert_ne!(comparison_code(*a), comparison_code(*b));
+            }
+        }
+        for (i, a) in LinalgKind::ALL.iter().enumerate() {
+            for b in &LinalgKind::ALL[i + 1..] {
+                assert_ne!(linalg_code(*a), linalg_code(*b));
+            }
+        }
+        for d in [DType::F32, DType::F64, DType::Bool] {
+            assert_eq!(dtype_from_code(dtype_code(d)), Some(d));
+        }
+    }
+
+    #[test]
+    fn element_counts_are_bounded() {
+        assert_eq!(element_count(&[]), Some(1));
+        assert_eq!(element_count(&[2, 3]), Some(6));
+        assert_eq!(element_count(&[1 << 40, 1 << 40]), None);
+        assert_eq!(element_count(&[usize::MAX, 2]), None);
+    }
+}
