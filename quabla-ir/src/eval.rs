@@ -158,15 +158,15 @@ pub fn evaluate(op: &Op, operands: &[HostValue<'_>], out: &TensorType) -> Option
                 .map(|i| if p[i] != 0.0 { a[i] } else { b[i] })
                 .collect()
         }
-        Op::Sum => vec![operands[0].data.to_f64_vec().iter().sum()],
+        Op::Sum => vec![sum_f64(&operands[0].data.to_f64_vec())],
         Op::Mean => {
             let v = operands[0].data.to_f64_vec();
-            vec![v.iter().sum::<f64>() / v.len() as f64]
+            vec![sum_f64(&v) / v.len() as f64]
         }
-        Op::SumAxis { axes } => reduce(operands[0], axes, 0.0, |acc, x| acc + x),
+        Op::SumAxis { axes } => reduce(operands[0], axes, SUM_START, |acc, x| acc + x),
         Op::MeanAxis { axes } => {
             let count: usize = axes.iter().map(|&a| operands[0].shape.dims()[a]).product();
-            reduce(operands[0], axes, 0.0, |acc, x| acc + x)
+            reduce(operands[0], axes, SUM_START, |acc, x| acc + x)
                 .into_iter()
                 .map(|s| s / count as f64)
                 .collect()
@@ -227,6 +227,16 @@ pub fn evaluate(op: &Op, operands: &[HostValue<'_>], out: &TensorType) -> Option
     };
     debug_assert_eq!(values.len(), n);
     Some(HostData::from_f64(out.dtype, values))
+}
+
+/// The start of every float64 accumulation (`sum`, `mean`, axis sums, `cumsum`): `-0.0`, the
+/// additive identity that keeps signed zeros, so a sum of only `-0.0` is `-0.0` like the
+/// elementwise `-0.0 + -0.0` (our choice; any other element makes the sign irrelevant).
+pub const SUM_START: f64 = -0.0;
+
+/// Sequential row-major float64 sum from [`SUM_START`].
+pub fn sum_f64(values: &[f64]) -> f64 {
+    values.iter().fold(SUM_START, |acc, &x| acc + x)
 }
 
 fn map1(x: HostValue<'_>, f: impl Fn(f64) -> f64) -> Vec<f64> {
@@ -301,7 +311,7 @@ fn cumsum(x: HostValue<'_>, axis: usize, reverse: bool) -> Vec<f64> {
     for o in 0..outer {
         for inner in 0..stride {
             let base = o * extent * stride + inner;
-            let mut acc = 0.0;
+            let mut acc = SUM_START;
             for k in 0..extent {
                 let k = if reverse { extent - 1 - k } else { k };
                 acc += data[base + k * stride];
@@ -394,6 +404,37 @@ mod tests {
         let all: Vec<_> = MultiIndex::new(&s).collect();
         assert_eq!(all.len(), 6);
         assert_eq!(all[4], vec![1, 1]);
+    }
+
+    #[test]
+    fn sums_of_negative_zeros_stay_negative() {
+        let data = HostData::F64(vec![-0.0, -0.0].into());
+        let shape = Shape::new(vec![2, 1]).unwrap();
+        let x = HostValue {
+            data: &data,
+            shape: &shape,
+        };
+        let scalar = TensorType::new(crate::DType::F64, Shape::scalar());
+        let per_row = TensorType::new(crate::DType::F64, Shape::new(vec![1]).unwrap());
+        for (op, ty) in [
+            (Op::Sum, &scalar),
+            (Op::Mean, &scalar),
+            (Op::SumAxis { axes: vec![0] }, &per_row),
+            (Op::MeanAxis { axes: vec![0] }, &per_row),
+        ] {
+            let r = evaluate(&op, &[x], ty).unwrap().get_f64(0);
+            assert!(r == 0.0 && r.is_sign_negative(), "{op:?}");
+        }
+        let c = evaluate(
+            &Op::Cumsum {
+                axis: 0,
+                reverse: false,
+            },
+            &[x],
+            &TensorType::new(crate::DType::F64, shape.clone()),
+        )
+        .unwrap();
+        assert!(c.get_f64(1).is_sign_negative());
     }
 
     #[test]

@@ -1,1 +1,71 @@
-//! Placeholder.
+//! Quabla: a differentiable array library in the spirit of JAX.
+//!
+//! [`Tensor`] is an immutable array of `f64`, `f32` or `bool`. Every operation returns
+//! [`Result<Tensor>`](Result); operators and methods also accept results, so an expression
+//! needs a single `?`:
+//!
+//! ```
+//! use quabla as qb;
+//! use qb::prelude::*;
+//!
+//! # fn main() -> qb::Result<()> {
+//! let x = qb::array([0.0, 0.5, 1.0])?;
+//! let y = x.sin().powi(2).sum()?;
+//! assert!((y.item()? - 0.9379222653395013).abs() < 1e-12);
+//! let r = qb::F32.array([1.0, 2.0, 3.0])?;
+//! assert_eq!((&r * 2.0)?.dtype(), qb::F32); // f64 operands are weak scalars
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Operations are recorded as graphs of the `quabla-ir` crate and executed by the CPU
+//! reference backend (`quabla-cpu`); see `docs/architecture.md` for the whole design.
+
+mod creation;
+mod dispatch;
+mod error;
+mod ext;
+mod operand;
+mod operators;
+mod ops;
+mod print;
+mod tensor;
+
+pub use creation::{
+    arange, arange_from, array, asarray, eye, eye_rect, full, full_like, linspace, ones, ones_like,
+    zeros, zeros_like, ArrayLike, DTypeExt, FillValue,
+};
+pub use error::{Error, Result, TracerErrorKind};
+pub use ext::TensorResultExt;
+pub use operand::Operand;
+pub use ops::compare::{
+    equal, greater, greater_equal, less, less_equal, logical_and, logical_not, logical_or,
+    not_equal, where_,
+};
+pub use ops::elementwise::{
+    abs, add, arccos, arccosh, arcsin, arcsinh, arctan, arctanh, atan2, cbrt, ceil, cos, cosh, div,
+    erf, erfc, exp, expm1, floor, fmod, isfinite, isnan, log, log10, log1p, log2, maximum, minimum,
+    mul, neg, pow, power, powi, reciprocal, relu, round, sigmoid, sin, sinh, sqrt, square,
+    stop_gradient, sub, tan, tanh,
+};
+pub use ops::index::{IndexItem, ELLIPSIS, NEW};
+pub use ops::products::matmul;
+pub use ops::reduce::{all, any, max, mean, min, prod, sum, Axes};
+pub use ops::shape::{concat, stack};
+pub use quabla_ir::DType;
+pub use tensor::{Element, Tensor};
+
+/// float64, the default dtype.
+pub const F64: DType = DType::F64;
+/// float32.
+pub const F32: DType = DType::F32;
+/// bool (printed `i1` in IR text).
+pub const BOOL: DType = DType::Bool;
+
+/// The package version, defined once in the workspace manifest.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The traits that make the method syntax work: `use quabla::prelude::*;`.
+pub mod prelude {
+    pub use crate::{DTypeExt, TensorResultExt};
+}

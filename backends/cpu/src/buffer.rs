@@ -1,0 +1,364 @@
+//! Typed storage of the executor: the values held between steps, typed views of them, and the
+//! pool that recycles buffers once their last consumer has run.
+//!
+//! A value is either host data bound from outside (plan inputs and constants, shared and never
+//! written) or a buffer the executor owns. Owned buffers come from a [`Pool`]: when the schedule
+//! says a value is dead, its buffer goes back to the pool and the next allocation of the same
+//! dtype reuses it (smallest buffer that is large enough). Storage is physically typed: 8, 4
+//! and 1 bytes per element for f64, f32 and bool.
+
+use quabla_ir::{DType, HostData};
+use std::sync::Arc;
+
+/// An element type of storage, with its conversions to and from the float64 working type.
+pub(crate) trait Elem: Copy + Send + Sync + 'static {
+    const ZERO: Self;
+    fn to_f64(self) -> f64;
+    /// Rounds a float64 value to this type (numerics.md §1.4: nonzero and NaN are true).
+    fn from_f64(v: f64) -> Self;
+}
+
+impl Elem for f64 {
+    const ZERO: f64 = 0.0;
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self
+    }
+    #[inline(always)]
+    fn from_f64(v: f64) -> f64 {
+        v
+    }
+}
+
+impl Elem for f32 {
+    const ZERO: f32 = 0.0;
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    #[inline(always)]
+    fn from_f64(v: f64) -> f32 {
+        v as f32
+    }
+}
+
+impl Elem for bool {
+    const ZERO: bool = false;
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        if self {
+            1.0
+        } else {
+            0.0
+        }
+    }
+    #[inline(always)]
+    fn from_f64(v: f64) -> bool {
+        v != 0.0
+    }
+}
+
+/// A read-only typed view of a value's elements (row-major).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum View<'a> {
+    F32(&'a [f32]),
+    F64(&'a [f64]),
+    Bool(&'a [bool]),
+}
+
+impl View<'_> {
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            View::F32(v) => v.len(),
+            View::F64(v) => v.len(),
+            View::Bool(v) => v.len(),
+        }
+    }
+
+    /// Element `i` widened to f64.
+    pub(crate) fn get_f64(&self, i: usize) -> f64 {
+        match self {
+            View::F32(v) => v[i].to_f64(),
+            View::F64(v) => v[i],
+            View::Bool(v) => v[i].to_f64(),
+        }
+    }
+
+    /// Writes elements `start .. start + dst.len()` widened to f64 into `dst`.
+    pub(crate) fn load_f64(&self, start: usize, dst: &mut [f64]) {
+        let n = dst.len();
+        match self {
+            View::F64(v) => dst.copy_from_slice(&v[start..start + n]),
+            View::F32(v) => widen(&v[start..start + n], dst),
+            View::Bool(v) => widen(&v[start..start + n], dst),
+        }
+    }
+
+    /// All elements widened to f64, or the slice itself when it already is f64.
+    pub(crate) fn as_f64(&self) -> std::borrow::Cow<'_, [f64]> {
+        match self {
+            View::F64(v) => std::borrow::Cow::Borrowed(v),
+            _ => {
+                let mut out = vec![0.0; self.len()];
+                self.load_f64(0, &mut out);
+                std::borrow::Cow::Owned(out)
+            }
+        }
+    }
+}
+
+#[inline]
+fn widen<T: Elem>(src: &[T], dst: &mut [f64]) {
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = s.to_f64();
+    }
+}
+
+/// A mutable typed view of an output's elements.
+#[derive(Debug)]
+pub(crate) enum ViewMut<'a> {
+    F32(&'a mut [f32]),
+    F64(&'a mut [f64]),
+    Bool(&'a mut [bool]),
+}
+
+impl<'a> ViewMut<'a> {
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            ViewMut::F32(v) => v.len(),
+            ViewMut::F64(v) => v.len(),
+            ViewMut::Bool(v) => v.len(),
+        }
+    }
+
+    /// Splits into `[0, mid)` and `[mid, len)`.
+    pub(crate) fn split_at(self, mid: usize) -> (ViewMut<'a>, ViewMut<'a>) {
+        match self {
+            ViewMut::F32(v) => {
+                let (a, b) = v.split_at_mut(mid);
+                (ViewMut::F32(a), ViewMut::F32(b))
+            }
+            ViewMut::F64(v) => {
+                let (a, b) = v.split_at_mut(mid);
+                (ViewMut::F64(a), ViewMut::F64(b))
+            }
+            ViewMut::Bool(v) => {
+                let (a, b) = v.split_at_mut(mid);
+                (ViewMut::Bool(a), ViewMut::Bool(b))
+            }
+        }
+    }
+
+    /// Rounds f64 values into elements `start .. start + src.len()`.
+    pub(crate) fn store_f64(&mut self, start: usize, src: &[f64]) {
+        let n = src.len();
+        match self {
+            ViewMut::F64(v) => v[start..start + n].copy_from_slice(src),
+            ViewMut::F32(v) => narrow(src, &mut v[start..start + n]),
+            ViewMut::Bool(v) => narrow(src, &mut v[start..start + n]),
+        }
+    }
+}
+
+#[inline]
+fn narrow<T: Elem>(src: &[f64], dst: &mut [T]) {
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = T::from_f64(s);
+    }
+}
+
+/// The physical storage of an owned buffer: a pooled vector, whose length is its capacity in
+/// elements (the buffer's logical length may be shorter), or, for a plan output, fresh shared
+/// host data written in place and handed to the caller without a copy.
+#[derive(Debug)]
+pub(crate) enum TypedVec {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    Bool(Vec<bool>),
+    Shared(HostData),
+}
+
+impl TypedVec {
+    fn capacity(&self) -> usize {
+        match self {
+            TypedVec::F32(v) => v.len(),
+            TypedVec::F64(v) => v.len(),
+            TypedVec::Bool(v) => v.len(),
+            TypedVec::Shared(d) => d.len(),
+        }
+    }
+
+    fn dtype(&self) -> DType {
+        match self {
+            TypedVec::F32(_) => DType::F32,
+            TypedVec::F64(_) => DType::F64,
+            TypedVec::Bool(_) => DType::Bool,
+            TypedVec::Shared(d) => d.dtype(),
+        }
+    }
+}
+
+/// An owned buffer of `len` elements taken from a [`Pool`].
+#[derive(Debug)]
+pub(crate) struct Buffer {
+    data: TypedVec,
+    len: usize,
+}
+
+impl Buffer {
+    pub(crate) fn view(&self) -> View<'_> {
+        match &self.data {
+            TypedVec::F32(v) => View::F32(&v[..self.len]),
+            TypedVec::F64(v) => View::F64(&v[..self.len]),
+            TypedVec::Bool(v) => View::Bool(&v[..self.len]),
+            TypedVec::Shared(HostData::F32(v)) => View::F32(&v[..self.len]),
+            TypedVec::Shared(HostData::F64(v)) => View::F64(&v[..self.len]),
+            TypedVec::Shared(HostData::Bool(v)) => View::Bool(&v[..self.len]),
+        }
+    }
+
+    /// The elements for writing. Shared storage is written in place: the buffer holds its only
+    /// reference until the run returns it (`make_mut` would copy otherwise, never fail).
+    pub(crate) fn view_mut(&mut self) -> ViewMut<'_> {
+        match &mut self.data {
+            TypedVec::F32(v) => ViewMut::F32(&mut v[..self.len]),
+            TypedVec::F64(v) => ViewMut::F64(&mut v[..self.len]),
+            TypedVec::Bool(v) => ViewMut::Bool(&mut v[..self.len]),
+            TypedVec::Shared(HostData::F32(v)) => ViewMut::F32(&mut Arc::make_mut(v)[..self.len]),
+            TypedVec::Shared(HostData::F64(v)) => ViewMut::F64(&mut Arc::make_mut(v)[..self.len]),
+            TypedVec::Shared(HostData::Bool(v)) => ViewMut::Bool(&mut Arc::make_mut(v)[..self.len]),
+        }
+    }
+}
+
+/// A value held in a slot of the executor.
+#[derive(Debug)]
+pub(crate) enum Storage {
+    /// Bound from outside (an input or a constant); shared, never written.
+    Host(HostData),
+    /// Produced by a step; returned to the pool when dead.
+    Owned(Buffer),
+}
+
+impl Storage {
+    pub(crate) fn view(&self) -> View<'_> {
+        match self {
+            Storage::Host(HostData::F32(v)) => View::F32(v),
+            Storage::Host(HostData::F64(v)) => View::F64(v),
+            Storage::Host(HostData::Bool(v)) => View::Bool(v),
+            Storage::Owned(b) => b.view(),
+        }
+    }
+
+    /// The value as shared host data: a new reference for host and shared storage, a copy
+    /// of a pooled buffer.
+    pub(crate) fn to_host_data(&self) -> HostData {
+        match self {
+            Storage::Host(d) => d.clone(),
+            Storage::Owned(Buffer {
+                data: TypedVec::Shared(d),
+                len,
+            }) if *len == d.len() => d.clone(),
+            Storage::Owned(b) => match b.view() {
+                View::F32(v) => HostData::F32(Arc::from(v)),
+                View::F64(v) => HostData::F64(Arc::from(v)),
+                View::Bool(v) => HostData::Bool(Arc::from(v)),
+            },
+        }
+    }
+}
+
+/// Recycled buffers by dtype, plus counters for tests and diagnostics.
+#[derive(Debug, Default)]
+pub(crate) struct Pool {
+    free: Vec<TypedVec>,
+    /// Buffers allocated fresh (not reused) over the pool's lifetime.
+    pub(crate) allocations: usize,
+    /// Buffers handed out (fresh or reused) over the pool's lifetime.
+    pub(crate) acquisitions: usize,
+}
+
+/// The most free buffers a pool keeps; beyond it the smallest are dropped.
+const MAX_FREE: usize = 64;
+
+impl Pool {
+    /// A buffer of `len` elements of `dtype` with unspecified contents.
+    pub(crate) fn alloc(&mut self, dtype: DType, len: usize) -> Buffer {
+        self.acquisitions += 1;
+        let best = self
+            .free
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.dtype() == dtype && v.capacity() >= len)
+            .min_by_key(|(_, v)| v.capacity())
+            .map(|(i, _)| i);
+        let data = match best {
+            Some(i) => self.free.swap_remove(i),
+            None => {
+                self.allocations += 1;
+                match dtype {
+                    DType::F32 => TypedVec::F32(vec![0.0; len]),
+                    DType::F64 => TypedVec::F64(vec![0.0; len]),
+                    DType::Bool => TypedVec::Bool(vec![false; len]),
+                }
+            }
+        };
+        Buffer { data, len }
+    }
+
+    /// Fresh shared storage for a plan output (not pooled: it is handed to the caller).
+    pub(crate) fn alloc_shared(&mut self, dtype: DType, len: usize) -> Buffer {
+        Buffer {
+            data: TypedVec::Shared(HostData::filled(dtype, 0.0, len)),
+            len,
+        }
+    }
+
+    /// Returns a dead value's storage (host and shared data are simply dropped).
+    pub(crate) fn recycle(&mut self, storage: Storage) {
+        if let Storage::Owned(b) = storage {
+            if matches!(b.data, TypedVec::Shared(_)) {
+                return;
+            }
+            self.free.push(b.data);
+            if self.free.len() > MAX_FREE {
+                if let Some((i, _)) = self
+                    .free
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|(_, v)| v.capacity())
+                {
+                    self.free.swap_remove(i);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_reuses_the_smallest_fitting_buffer() {
+        let mut pool = Pool::default();
+        let a = pool.alloc(DType::F64, 10);
+        let b = pool.alloc(DType::F64, 100);
+        assert_eq!(pool.allocations, 2);
+        pool.recycle(Storage::Owned(a));
+        pool.recycle(Storage::Owned(b));
+        let c = pool.alloc(DType::F64, 5);
+        assert_eq!(c.view().len(), 5);
+        assert_eq!(pool.allocations, 2);
+        let d = pool.alloc(DType::F32, 5);
+        assert_eq!(pool.allocations, 3);
+        assert_eq!(d.view().len(), 5);
+    }
+
+    #[test]
+    fn bool_rounding_treats_nan_as_true() {
+        assert!(bool::from_f64(f64::NAN));
+        assert!(!bool::from_f64(-0.0));
+        assert_eq!(f32::from_f64(0.1), 0.1f32);
+    }
+}

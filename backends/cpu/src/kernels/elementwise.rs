@@ -1,0 +1,631 @@
+//! Fused elementwise execution: a group of elementwise nodes of one shape compiled into a
+//! small register program and run over cache-sized tiles.
+//!
+//! Every value of the group lives in a float64 tile register of [`TILE`] elements. Per tile, an
+//! instruction dispatches on its op once and then runs a tight, monomorphized loop over the
+//! tile (the scalar semantics of `quabla_ir::eval` are called with a constant op, so the
+//! per-element code has no dispatch left); float32 results are rounded to float32 inside that
+//! loop, after every node, exactly as node-by-node evaluation does. External operands are
+//! read in place (contiguous float64), widened into a register (float32, bool), read as a
+//! broadcast scalar, or gathered with broadcast strides (any other shape that broadcasts to the
+//! group's shape). Only the group's outputs are written to memory.
+//!
+//! Registers are allocated at compile time with liveness inside the group, so a long chain
+//! needs only a few registers. Large groups split their tiles over threads; every element is
+//! computed independently, so the split never changes a value.
+
+use crate::buffer::{Elem, View, ViewMut};
+use crate::kernels::{par_for_each, split_ranges, PAR_MIN_ELEMENTS};
+use quabla_ir::eval::{binary_f64, compare_f64, powi_f64, unary_f64};
+use quabla_ir::{BinaryOp, Comparison, DType, Op, UnaryOp};
+
+/// Elements per tile: 16 KiB per float64 register, so a program's registers stay in L1/L2.
+pub(crate) const TILE: usize = 2048;
+
+/// The elementwise ops, with what their kernels need.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum EwOp {
+    Unary(UnaryOp),
+    Powi(i32),
+    Binary(BinaryOp),
+    Compare(Comparison),
+    Where,
+    Cast(DType),
+    /// `stop_gradient`: the identity.
+    Copy,
+}
+
+impl EwOp {
+    /// The elementwise form of an op, `None` for the other ops.
+    pub(crate) fn from_op(op: &Op) -> Option<EwOp> {
+        Some(match op {
+            Op::Unary(u) => EwOp::Unary(*u),
+            Op::Powi(n) => EwOp::Powi(*n),
+            Op::Binary(b) => EwOp::Binary(*b),
+            Op::Compare(c) => EwOp::Compare(*c),
+            Op::Where => EwOp::Where,
+            Op::Cast { to, .. } => EwOp::Cast(*to),
+            Op::StopGradient => EwOp::Copy,
+            _ => return None,
+        })
+    }
+}
+
+/// Where an instruction reads an operand from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Src {
+    /// A tile register.
+    Reg(usize),
+    /// A contiguous float64 external, read in place.
+    Direct(usize),
+    /// An external of one element, broadcast.
+    Scalar(usize),
+}
+
+/// How an external operand maps onto the group's elements.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// Same elements in the same order as the group (row-major of the group's shape).
+    Full,
+    /// One element, broadcast to every position.
+    Scalar,
+    /// Element strides for each axis of the group's shape (0 on broadcast axes).
+    Strided(Vec<usize>),
+}
+
+/// An external operand of a group.
+#[derive(Clone, Debug)]
+pub(crate) struct ExtSpec {
+    /// The executor slot holding its storage.
+    pub slot: usize,
+    pub dtype: DType,
+    pub access: Access,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum Instr {
+    /// Widens or gathers a tile of an external into a register.
+    Load { ext: usize, dst: usize },
+    Compute {
+        op: EwOp,
+        dst: usize,
+        args: [Src; 3],
+        /// Round every result to float32 (an f32 node whose op is not exact).
+        round_f32: bool,
+    },
+    /// Writes a register to a group output, rounding to the output's dtype.
+    Store { src: usize, out: usize },
+}
+
+/// An operand of a member while a program is being built.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Operand {
+    /// An earlier member of the group (its index in the member list).
+    Member(usize),
+    /// An external (its index in the external list).
+    Ext(usize),
+}
+
+/// One node of a group, in topological order.
+#[derive(Clone, Debug)]
+pub(crate) struct Member {
+    pub op: EwOp,
+    pub args: Vec<Operand>,
+    pub dtype: DType,
+    /// The group output this member is written to, if it is needed outside the group.
+    pub output: Option<usize>,
+}
+
+/// A compiled group.
+#[derive(Clone, Debug)]
+pub(crate) struct Program {
+    /// The group's shape.
+    pub dims: Vec<usize>,
+    pub size: usize,
+    pub exts: Vec<ExtSpec>,
+    /// Slot and dtype of each output.
+    pub outs: Vec<(usize, DType)>,
+    pub instrs: Vec<Instr>,
+    pub nregs: usize,
+    /// Number of members (nodes) the program computes.
+    pub nodes: usize,
+}
+
+/// Whether the op's float64 result needs rounding for a float32 node (`where`, `neg`,
+/// comparisons, casts and the identity produce values that are already exact).
+fn needs_round(op: EwOp) -> bool {
+    !matches!(
+        op,
+        EwOp::Where | EwOp::Copy | EwOp::Cast(_) | EwOp::Compare(_) | EwOp::Unary(UnaryOp::Neg)
+    )
+}
+
+impl Program {
+    /// Compiles members (in topological order) into instructions with register allocation.
+    pub(crate) fn build(
+        dims: Vec<usize>,
+        exts: Vec<ExtSpec>,
+        members: &[Member],
+        outs: Vec<(usize, DType)>,
+    ) -> Program {
+        let size = dims.iter().product();
+        // Last instruction (member index) reading each member and each external.
+        let mut member_last = vec![None::<usize>; members.len()];
+        let mut ext_last = vec![None::<usize>; exts.len()];
+        for (i, m) in members.iter().enumerate() {
+            for a in &m.args {
+                match *a {
+                    Operand::Member(j) => member_last[j] = Some(i),
+                    Operand::Ext(e) => ext_last[e] = Some(i),
+                }
+            }
+        }
+        let mut free: Vec<usize> = Vec::new();
+        let mut nregs = 0;
+        let mut alloc = |free: &mut Vec<usize>| -> usize {
+            free.pop().unwrap_or_else(|| {
+                nregs += 1;
+                nregs - 1
+            })
+        };
+        let mut member_reg = vec![usize::MAX; members.len()];
+        let mut ext_reg: Vec<Option<usize>> = vec![None; exts.len()];
+        let mut instrs = Vec::new();
+        for (i, m) in members.iter().enumerate() {
+            let mut args = [Src::Scalar(usize::MAX); 3];
+            for (k, a) in m.args.iter().enumerate() {
+                args[k] = match *a {
+                    Operand::Member(j) => Src::Reg(member_reg[j]),
+                    Operand::Ext(e) => match (&exts[e].access, exts[e].dtype) {
+                        (Access::Scalar, _) => Src::Scalar(e),
+                        (Access::Full, DType::F64) => Src::Direct(e),
+                        _ => {
+                            let r = match ext_reg[e] {
+                                Some(r) => r,
+                                None => {
+                                    let r = alloc(&mut free);
+                                    instrs.push(Instr::Load { ext: e, dst: r });
+                                    ext_reg[e] = Some(r);
+                                    r
+                                }
+                            };
+                            Src::Reg(r)
+                        }
+                    },
+                };
+            }
+            // The destination never shares a register with an argument.
+            let dst = alloc(&mut free);
+            member_reg[i] = dst;
+            instrs.push(Instr::Compute {
+                op: m.op,
+                dst,
+                args,
+                round_f32: m.dtype == DType::F32 && needs_round(m.op),
+            });
+            if let Some(out) = m.output {
+                instrs.push(Instr::Store { src: dst, out });
+            }
+            // Release registers whose last reader was this member.
+            for a in &m.args {
+                match *a {
+                    Operand::Member(j)
+                        if member_last[j] == Some(i) && member_reg[j] != usize::MAX =>
+                    {
+                        free.push(member_reg[j]);
+                        member_reg[j] = usize::MAX;
+                    }
+                    Operand::Ext(e) if ext_last[e] == Some(i) => {
+                        if let Some(r) = ext_reg[e].take() {
+                            free.push(r);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if member_last[i].is_none() {
+                free.push(dst);
+                member_reg[i] = usize::MAX;
+            }
+        }
+        Program {
+            dims,
+            size,
+            exts,
+            outs,
+            instrs,
+            nregs,
+            nodes: members.len(),
+        }
+    }
+
+    /// Runs the program: `exts` are the views of the externals' storage and `outs` the
+    /// output buffers (each of the group's size), split over up to `threads` threads.
+    pub(crate) fn run(&self, exts: &[View<'_>], outs: Vec<ViewMut<'_>>, threads: usize) {
+        let scalars: Vec<f64> = self
+            .exts
+            .iter()
+            .zip(exts)
+            .map(|(spec, v)| match spec.access {
+                Access::Scalar => v.get_f64(0),
+                _ => 0.0,
+            })
+            .collect();
+        let parts = if self.size >= PAR_MIN_ELEMENTS {
+            threads
+        } else {
+            1
+        };
+        let ranges = split_ranges(self.size, parts, TILE);
+        // Hand each range its own piece of every output.
+        let mut pieces: Vec<((usize, usize), Vec<ViewMut<'_>>)> = Vec::with_capacity(ranges.len());
+        let mut rest = outs;
+        for &(start, end) in &ranges {
+            let mut mine = Vec::with_capacity(rest.len());
+            let mut next = Vec::with_capacity(rest.len());
+            for v in rest {
+                let (a, b) = v.split_at(end - start);
+                mine.push(a);
+                next.push(b);
+            }
+            rest = next;
+            pieces.push(((start, end), mine));
+        }
+        let scalars = &scalars;
+        par_for_each(pieces, threads, |((start, end), mut outs)| {
+            let mut regs = vec![vec![0.0f64; TILE.min(self.size)]; self.nregs];
+            self.run_range(exts, scalars, &mut outs, start, end, &mut regs);
+        });
+    }
+
+    fn run_range(
+        &self,
+        exts: &[View<'_>],
+        scalars: &[f64],
+        outs: &mut [ViewMut<'_>],
+        start: usize,
+        end: usize,
+        regs: &mut [Vec<f64>],
+    ) {
+        let mut t = start;
+        while t < end {
+            let len = TILE.min(end - t);
+            for instr in &self.instrs {
+                match *instr {
+                    Instr::Load { ext, dst } => {
+                        let d = &mut regs[dst][..len];
+                        match &self.exts[ext].access {
+                            Access::Strided(strides) => {
+                                load_strided(&exts[ext], &self.dims, strides, t, d)
+                            }
+                            _ => exts[ext].load_f64(t, d),
+                        }
+                    }
+                    Instr::Compute {
+                        op,
+                        dst,
+                        args,
+                        round_f32,
+                    } => {
+                        let mut d = std::mem::take(&mut regs[dst]);
+                        let arg = |s: Src| -> Arg<'_> {
+                            match s {
+                                Src::Reg(r) => Arg::Slice(&regs[r][..len]),
+                                Src::Direct(e) => match exts[e] {
+                                    View::F64(v) => Arg::Slice(&v[t..t + len]),
+                                    // Direct access is only compiled for float64 externals.
+                                    _ => Arg::Scalar(f64::NAN),
+                                },
+                                Src::Scalar(e) => Arg::Scalar(scalars[e]),
+                            }
+                        };
+                        compute(op, round_f32, &args, arg, &mut d[..len]);
+                        regs[dst] = d;
+                    }
+                    Instr::Store { src, out } => {
+                        outs[out].store_f64(t - start, &regs[src][..len]);
+                    }
+                }
+            }
+            t += len;
+        }
+    }
+}
+
+/// Gathers `dst.len()` elements starting at flat position `start` of a `dims`-shaped iteration
+/// that reads `src` with `strides`.
+fn load_strided(src: &View<'_>, dims: &[usize], strides: &[usize], start: usize, dst: &mut [f64]) {
+    match src {
+        View::F32(s) => gather_strided(s, dims, strides, start, dst),
+        View::F64(s) => gather_strided(s, dims, strides, start, dst),
+        View::Bool(s) => gather_strided(s, dims, strides, start, dst),
+    }
+}
+
+fn gather_strided<T: Elem>(
+    src: &[T],
+    dims: &[usize],
+    strides: &[usize],
+    start: usize,
+    dst: &mut [f64],
+) {
+    let rank = dims.len();
+    if rank == 0 {
+        dst.fill(src[0].to_f64());
+        return;
+    }
+    let mut idx = vec![0usize; rank];
+    let mut rem = start;
+    for a in (0..rank).rev() {
+        idx[a] = rem % dims[a];
+        rem /= dims[a];
+    }
+    let mut base: usize = idx.iter().zip(strides).map(|(i, s)| i * s).sum();
+    let last = rank - 1;
+    let (extent, stride) = (dims[last], strides[last]);
+    let mut filled = 0;
+    while filled < dst.len() {
+        let run = (extent - idx[last]).min(dst.len() - filled);
+        let out = &mut dst[filled..filled + run];
+        match stride {
+            0 => out.fill(src[base].to_f64()),
+            1 => {
+                for (d, s) in out.iter_mut().zip(&src[base..base + run]) {
+                    *d = s.to_f64();
+                }
+            }
+            _ => {
+                for (j, d) in out.iter_mut().enumerate() {
+                    *d = src[base + j * stride].to_f64();
+                }
+            }
+        }
+        filled += run;
+        idx[last] += run;
+        base += run * stride;
+        if idx[last] == extent && filled < dst.len() {
+            base -= extent * stride;
+            idx[last] = 0;
+            let mut a = last;
+            while a > 0 {
+                a -= 1;
+                idx[a] += 1;
+                base += strides[a];
+                if idx[a] < dims[a] {
+                    break;
+                }
+                base -= dims[a] * strides[a];
+                idx[a] = 0;
+            }
+        }
+    }
+}
+
+/// An operand of a tile kernel: a tile of values or one broadcast value.
+#[derive(Clone, Copy, Debug)]
+enum Arg<'a> {
+    Slice(&'a [f64]),
+    Scalar(f64),
+}
+
+/// Indexed access specialized per operand kind, so each combination compiles to its own loop.
+trait Get: Copy {
+    /// Restricts a slice to its first `n` elements (lets the loop drop bounds checks).
+    fn prefix(self, n: usize) -> Self;
+    fn get(&self, i: usize) -> f64;
+}
+
+impl Get for &[f64] {
+    #[inline(always)]
+    fn prefix(self, n: usize) -> Self {
+        &self[..n]
+    }
+    #[inline(always)]
+    fn get(&self, i: usize) -> f64 {
+        self[i]
+    }
+}
+
+impl Get for f64 {
+    #[inline(always)]
+    fn prefix(self, _: usize) -> Self {
+        self
+    }
+    #[inline(always)]
+    fn get(&self, _: usize) -> f64 {
+        *self
+    }
+}
+
+/// Expands `$body` once per operand-kind combination of the given `Arg`s, binding each one to
+/// a concrete [`Get`] type.
+macro_rules! with_args {
+    ($a:expr => $x:ident, $body:expr) => {
+        match $a {
+            Arg::Slice($x) => $body,
+            Arg::Scalar($x) => $body,
+        }
+    };
+    ($a:expr, $b:expr => $x:ident, $y:ident, $body:expr) => {
+        match ($a, $b) {
+            (Arg::Slice($x), Arg::Slice($y)) => $body,
+            (Arg::Slice($x), Arg::Scalar($y)) => $body,
+            (Arg::Scalar($x), Arg::Slice($y)) => $body,
+            (Arg::Scalar($x), Arg::Scalar($y)) => $body,
+        }
+    };
+}
+
+/// Binds `$f` to `|x| unary_f64(<constant op>, x)` in one arm per unary op.
+macro_rules! with_unary {
+    ($u:expr, $f:ident => $body:expr) => {
+        with_unary!(@arms $u, $f, $body; Neg, Tanh, Exp, Log, Log1p, Expm1, Sqrt, Sin, Cos, Erf,
+            Erfc, Tan, Arcsin, Arccos, Arctan, Sinh, Cosh, Arcsinh, Arccosh, Arctanh, Log2, Log10,
+            Cbrt, Floor, Ceil, Round)
+    };
+    (@arms $u:expr, $f:ident, $body:expr; $($v:ident),*) => {
+        match $u {
+            $(UnaryOp::$v => {
+                let $f = |x: f64| unary_f64(UnaryOp::$v, x);
+                $body
+            })*
+        }
+    };
+}
+
+/// Binds `$f` to `|x, y| binary_f64(<constant op>, x, y)` in one arm per binary op.
+macro_rules! with_binary {
+    ($b:expr, $f:ident => $body:expr) => {
+        with_binary!(@arms $b, $f, $body; Add, Sub, Mul, Div, Pow, Atan2, Fmod)
+    };
+    (@arms $b:expr, $f:ident, $body:expr; $($v:ident),*) => {
+        match $b {
+            $(BinaryOp::$v => {
+                let $f = |x: f64, y: f64| binary_f64(BinaryOp::$v, x, y);
+                $body
+            })*
+        }
+    };
+}
+
+/// Binds `$f` to the 0/1 value of `compare_f64(<constant predicate>, x, y)`.
+macro_rules! with_compare {
+    ($c:expr, $f:ident => $body:expr) => {
+        with_compare!(@arms $c, $f, $body; Greater, GreaterEqual, Less, LessEqual, Equal, NotEqual)
+    };
+    (@arms $c:expr, $f:ident, $body:expr; $($v:ident),*) => {
+        match $c {
+            $(Comparison::$v => {
+                let $f = |x: f64, y: f64| {
+                    if compare_f64(Comparison::$v, x, y) { 1.0 } else { 0.0 }
+                };
+                $body
+            })*
+        }
+    };
+}
+
+#[inline(always)]
+fn map1<const R32: bool, A: Get>(d: &mut [f64], a: A, f: impl Fn(f64) -> f64) {
+    let n = d.len();
+    let a = a.prefix(n);
+    for (i, d) in d.iter_mut().enumerate() {
+        let v = f(a.get(i));
+        *d = if R32 { v as f32 as f64 } else { v };
+    }
+}
+
+#[inline(always)]
+fn map2<const R32: bool, A: Get, B: Get>(d: &mut [f64], a: A, b: B, f: impl Fn(f64, f64) -> f64) {
+    let n = d.len();
+    let (a, b) = (a.prefix(n), b.prefix(n));
+    for (i, d) in d.iter_mut().enumerate() {
+        let v = f(a.get(i), b.get(i));
+        *d = if R32 { v as f32 as f64 } else { v };
+    }
+}
+
+#[inline(always)]
+fn select<P: Get, A: Get, B: Get>(d: &mut [f64], p: P, a: A, b: B) {
+    let n = d.len();
+    let (p, a, b) = (p.prefix(n), a.prefix(n), b.prefix(n));
+    for (i, d) in d.iter_mut().enumerate() {
+        *d = if p.get(i) != 0.0 { a.get(i) } else { b.get(i) };
+    }
+}
+
+/// Runs one instruction over one tile: one dispatch on the op, then a monomorphized loop.
+fn compute<'a>(op: EwOp, r32: bool, args: &[Src; 3], arg: impl Fn(Src) -> Arg<'a>, d: &mut [f64]) {
+    match op {
+        EwOp::Unary(u) => {
+            let a = arg(args[0]);
+            with_unary!(u, f => with_args!(a => x, if r32 {
+                map1::<true, _>(d, x, f)
+            } else {
+                map1::<false, _>(d, x, f)
+            }))
+        }
+        EwOp::Powi(e) => {
+            let a = arg(args[0]);
+            let f = |x: f64| powi_f64(x, e);
+            with_args!(a => x, if r32 { map1::<true, _>(d, x, f) } else { map1::<false, _>(d, x, f) })
+        }
+        EwOp::Binary(b) => {
+            let (a0, a1) = (arg(args[0]), arg(args[1]));
+            with_binary!(b, f => with_args!(a0, a1 => x, y, if r32 {
+                map2::<true, _, _>(d, x, y, f)
+            } else {
+                map2::<false, _, _>(d, x, y, f)
+            }))
+        }
+        EwOp::Compare(c) => {
+            let (a0, a1) = (arg(args[0]), arg(args[1]));
+            with_compare!(c, f => with_args!(a0, a1 => x, y, map2::<false, _, _>(d, x, y, f)))
+        }
+        EwOp::Where => {
+            let (p, a0, a1) = (arg(args[0]), arg(args[1]), arg(args[2]));
+            with_args!(p => p, with_args!(a0, a1 => x, y, select(d, p, x, y)))
+        }
+        EwOp::Cast(to) => {
+            let a = arg(args[0]);
+            match to {
+                DType::F64 => with_args!(a => x, map1::<false, _>(d, x, |v| DType::F64.round(v))),
+                DType::F32 => with_args!(a => x, map1::<false, _>(d, x, |v| DType::F32.round(v))),
+                DType::Bool => {
+                    with_args!(a => x, map1::<false, _>(d, x, |v| DType::Bool.round(v)))
+                }
+            }
+        }
+        EwOp::Copy => {
+            let a = arg(args[0]);
+            with_args!(a => x, map1::<false, _>(d, x, |v| v))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strided_gather_walks_rows_and_carries() {
+        // A [2, 3] operand read transposed as a [3, 2] iteration.
+        let src = [0.0f64, 1.0, 2.0, 3.0, 4.0, 5.0];
+        let dims = [3, 2];
+        let strides = [1, 3];
+        let mut out = [0.0; 6];
+        gather_strided(&src, &dims, &strides, 0, &mut out);
+        assert_eq!(out, [0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+        let mut part = [0.0; 3];
+        gather_strided(&src, &dims, &strides, 3, &mut part);
+        assert_eq!(part, [4.0, 2.0, 5.0]);
+        // A row broadcast over rows.
+        let row = [7.0f32, 8.0];
+        let mut b = [0.0; 6];
+        gather_strided(&row, &[3, 2], &[0, 1], 1, &mut b[..5]);
+        assert_eq!(&b[..5], &[8.0, 7.0, 8.0, 7.0, 8.0]);
+    }
+
+    #[test]
+    fn registers_are_reused_along_a_chain() {
+        let members: Vec<Member> = (0..50)
+            .map(|i| Member {
+                op: EwOp::Unary(UnaryOp::Sin),
+                args: vec![if i == 0 {
+                    Operand::Ext(0)
+                } else {
+                    Operand::Member(i - 1)
+                }],
+                dtype: DType::F32,
+                output: (i == 49).then_some(0),
+            })
+            .collect();
+        let exts = vec![ExtSpec {
+            slot: 0,
+            dtype: DType::F32,
+            access: Access::Full,
+        }];
+        let p = Program::build(vec![10], exts, &members, vec![(1, DType::F32)]);
+        assert!(p.nregs <= 3, "{} registers", p.nregs);
+    }
+}

@@ -1,0 +1,402 @@
+//! Data movement: `transpose`, `broadcast`, `concat`, `slice`, `pad_slice`, `gather` and
+//! `scatter_add` (`reshape` is an alias in the schedule and never copies; [`copy`] serves the
+//! single-kernel form of an identity).
+//!
+//! These kernels move typed elements without converting them, except `scatter_add`, which
+//! adds in float64 and rounds each result once (like the reference evaluator). Strided copies
+//! first merge axes that are contiguous in both source and destination, then copy contiguous
+//! runs (`copy_from_slice`), fill broadcast runs, or, for transposes whose innermost source axis
+//! is not innermost in the result, copy in 32x32 blocks so that both sides stay in cache.
+
+use crate::buffer::{Elem, View, ViewMut};
+use crate::kernels::internal;
+use quabla_backend::Result;
+
+/// Expands `$body` with `$s` and `$d` bound to same-typed source and destination slices.
+macro_rules! same_type {
+    ($x:expr, $out:expr => $s:ident, $d:ident, $body:expr) => {
+        match ($x, $out) {
+            (View::F32($s), ViewMut::F32($d)) => $body,
+            (View::F64($s), ViewMut::F64($d)) => $body,
+            (View::Bool($s), ViewMut::Bool($d)) => $body,
+            _ => return Err(internal("operand and result dtypes differ")),
+        }
+    };
+}
+
+/// Row-major strides of `dims`.
+pub(crate) fn strides(dims: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; dims.len()];
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * dims[i + 1];
+    }
+    s
+}
+
+/// A plain copy (`reshape` of a value that is still needed elsewhere, `stop_gradient`).
+pub(crate) fn copy(x: View<'_>, out: ViewMut<'_>) -> Result<()> {
+    same_type!(x, out => s, d, d.copy_from_slice(s));
+    Ok(())
+}
+
+/// `transpose`: result axis `i` is operand axis `perm[i]`.
+pub(crate) fn transpose(
+    x: View<'_>,
+    dims: &[usize],
+    perm: &[usize],
+    out: ViewMut<'_>,
+) -> Result<()> {
+    let in_strides = strides(dims);
+    let out_dims: Vec<usize> = perm.iter().map(|&p| dims[p]).collect();
+    let src_strides: Vec<usize> = perm.iter().map(|&p| in_strides[p]).collect();
+    same_type!(x, out => s, d, strided_copy(s, 0, &src_strides, &out_dims, d));
+    Ok(())
+}
+
+/// `slice`: the box at `starts` with extents `sizes`.
+pub(crate) fn slice(
+    x: View<'_>,
+    dims: &[usize],
+    starts: &[usize],
+    sizes: &[usize],
+    out: ViewMut<'_>,
+) -> Result<()> {
+    let st = strides(dims);
+    let offset = starts.iter().zip(&st).map(|(a, b)| a * b).sum();
+    same_type!(x, out => s, d, strided_copy(s, offset, &st, sizes, d));
+    Ok(())
+}
+
+/// `broadcast` (trailing-axis rules) of an operand of shape `dims` to `out_dims`.
+pub(crate) fn broadcast(
+    x: View<'_>,
+    dims: &[usize],
+    out_dims: &[usize],
+    out: ViewMut<'_>,
+) -> Result<()> {
+    let src_strides = broadcast_strides(dims, out_dims);
+    same_type!(x, out => s, d, strided_copy(s, 0, &src_strides, out_dims, d));
+    Ok(())
+}
+
+/// Strides that read an operand of shape `from` as if it had shape `to` (0 on broadcast axes).
+pub(crate) fn broadcast_strides(from: &[usize], to: &[usize]) -> Vec<usize> {
+    let own = strides(from);
+    let lead = to.len() - from.len();
+    (0..to.len())
+        .map(|i| {
+            if i < lead || from[i - lead] == 1 {
+                0
+            } else {
+                own[i - lead]
+            }
+        })
+        .collect()
+}
+
+/// Copies the `dims`-shaped iteration reading `src` at `offset + idx . src_strides` into the
+/// contiguous `dst`.
+pub(crate) fn strided_copy<T: Copy>(
+    src: &[T],
+    offset: usize,
+    src_strides: &[usize],
+    dims: &[usize],
+    dst: &mut [T],
+) {
+    // Merge axes that are contiguous in the source (the destination is always contiguous) and
+    // drop unit axes.
+    let mut d: Vec<usize> = Vec::with_capacity(dims.len());
+    let mut s: Vec<usize> = Vec::with_capacity(dims.len());
+    for (&e, &st) in dims.iter().zip(src_strides) {
+        if e == 1 {
+            continue;
+        }
+        if let (Some(pe), Some(ps)) = (d.last_mut(), s.last_mut()) {
+            if *ps == st * e {
+                *pe *= e;
+                *ps = st;
+                continue;
+            }
+        }
+        d.push(e);
+        s.push(st);
+    }
+    let rank = d.len();
+    if rank == 0 {
+        dst[0] = src[offset];
+        return;
+    }
+    let last = rank - 1;
+    if s[last] != 1 {
+        if let Some(q) = s.iter().position(|&x| x == 1) {
+            return blocked_transpose(src, offset, &s, &d, q, dst);
+        }
+    }
+    let (extent, stride) = (d[last], s[last]);
+    let mut idx = vec![0usize; last];
+    let mut base = offset;
+    let mut o = 0;
+    loop {
+        let out = &mut dst[o..o + extent];
+        match stride {
+            1 => out.copy_from_slice(&src[base..base + extent]),
+            0 => out.fill(src[base]),
+            _ => {
+                for (j, v) in out.iter_mut().enumerate() {
+                    *v = src[base + j * stride];
+                }
+            }
+        }
+        o += extent;
+        if !advance(&mut idx, &d[..last], &s[..last], &mut base) {
+            return;
+        }
+    }
+}
+
+/// Advances an odometer over `dims`, keeping `base` at `idx . strides` (plus its offset).
+/// Returns false after the last index.
+fn advance(idx: &mut [usize], dims: &[usize], strides: &[usize], base: &mut usize) -> bool {
+    let mut a = idx.len();
+    loop {
+        if a == 0 {
+            return false;
+        }
+        a -= 1;
+        idx[a] += 1;
+        *base += strides[a];
+        if idx[a] < dims[a] {
+            return true;
+        }
+        *base -= strides[a] * dims[a];
+        idx[a] = 0;
+    }
+}
+
+/// A strided copy whose source-contiguous axis `q` is not the innermost result axis: copies
+/// 32x32 blocks of the (`q`, innermost) plane for every index of the other axes.
+fn blocked_transpose<T: Copy>(
+    src: &[T],
+    offset: usize,
+    s: &[usize],
+    d: &[usize],
+    q: usize,
+    dst: &mut [T],
+) {
+    const B: usize = 32;
+    let rank = d.len();
+    let last = rank - 1;
+    let ds = strides(d);
+    let others: Vec<usize> = (0..rank).filter(|&a| a != q && a != last).collect();
+    let odims: Vec<usize> = others.iter().map(|&a| d[a]).collect();
+    let osrc: Vec<usize> = others.iter().map(|&a| s[a]).collect();
+    let odst: Vec<usize> = others.iter().map(|&a| ds[a]).collect();
+    let mut idx = vec![0usize; others.len()];
+    let (mut sbase, mut dbase) = (offset, 0usize);
+    let (nq, nl, sl, dq) = (d[q], d[last], s[last], ds[q]);
+    loop {
+        for qb in (0..nq).step_by(B) {
+            for lb in (0..nl).step_by(B) {
+                for iq in qb..(qb + B).min(nq) {
+                    let drow = dbase + iq * dq;
+                    let srow = sbase + iq;
+                    for il in lb..(lb + B).min(nl) {
+                        dst[drow + il] = src[srow + il * sl];
+                    }
+                }
+            }
+        }
+        // Advance the other axes in both bases at once.
+        let mut a = others.len();
+        loop {
+            if a == 0 {
+                return;
+            }
+            a -= 1;
+            idx[a] += 1;
+            sbase += osrc[a];
+            dbase += odst[a];
+            if idx[a] < odims[a] {
+                break;
+            }
+            sbase -= osrc[a] * odims[a];
+            dbase -= odst[a] * odims[a];
+            idx[a] = 0;
+        }
+    }
+}
+
+/// `concat` along `axis` of operands `(view, dims)` into a result of shape `out_dims`.
+pub(crate) fn concat(
+    parts: &[(View<'_>, &[usize])],
+    axis: usize,
+    out_dims: &[usize],
+    out: ViewMut<'_>,
+) -> Result<()> {
+    let outer: usize = out_dims[..axis].iter().product();
+    let inner: usize = out_dims[axis + 1..].iter().product();
+    fn run<T: Copy>(parts: &[(&[T], usize)], outer: usize, dst: &mut [T]) {
+        let mut o = 0;
+        for i in 0..outer {
+            for &(src, chunk) in parts {
+                dst[o..o + chunk].copy_from_slice(&src[i * chunk..(i + 1) * chunk]);
+                o += chunk;
+            }
+        }
+    }
+    macro_rules! typed {
+        ($variant:ident, $d:expr) => {{
+            let mut typed = Vec::with_capacity(parts.len());
+            for (v, dims) in parts {
+                match v {
+                    View::$variant(s) => typed.push((*s, dims[axis] * inner)),
+                    _ => return Err(internal("concat operands differ in dtype")),
+                }
+            }
+            run(&typed, outer, $d)
+        }};
+    }
+    match out {
+        ViewMut::F32(d) => typed!(F32, d),
+        ViewMut::F64(d) => typed!(F64, d),
+        ViewMut::Bool(d) => typed!(Bool, d),
+    }
+    Ok(())
+}
+
+/// `pad_slice`: the operand placed at `starts` in zeros of shape `out_dims`.
+pub(crate) fn pad_slice(
+    x: View<'_>,
+    dims: &[usize],
+    starts: &[usize],
+    out_dims: &[usize],
+    out: ViewMut<'_>,
+) -> Result<()> {
+    let ds = strides(out_dims);
+    let offset: usize = starts.iter().zip(&ds).map(|(a, b)| a * b).sum();
+    fn run<T: Elem>(src: &[T], dims: &[usize], ds: &[usize], offset: usize, dst: &mut [T]) {
+        dst.fill(T::ZERO);
+        let rank = dims.len();
+        if rank == 0 {
+            dst[offset] = src[0];
+            return;
+        }
+        let last = rank - 1;
+        let row = dims[last];
+        let mut idx = vec![0usize; last];
+        let mut base = offset;
+        let mut i = 0;
+        loop {
+            dst[base..base + row].copy_from_slice(&src[i..i + row]);
+            i += row;
+            if !advance(&mut idx, &dims[..last], &ds[..last], &mut base) {
+                return;
+            }
+        }
+    }
+    same_type!(x, out => s, d, run(s, dims, &ds, offset, d));
+    Ok(())
+}
+
+/// `gather` along `axis`: result index `j` on that axis reads `indices[j]`.
+pub(crate) fn gather(
+    x: View<'_>,
+    dims: &[usize],
+    axis: usize,
+    indices: &[usize],
+    out: ViewMut<'_>,
+) -> Result<()> {
+    let outer: usize = dims[..axis].iter().product();
+    let inner: usize = dims[axis + 1..].iter().product();
+    let extent = dims[axis];
+    fn run<T: Copy>(
+        src: &[T],
+        dst: &mut [T],
+        outer: usize,
+        extent: usize,
+        inner: usize,
+        indices: &[usize],
+    ) {
+        let mut o = 0;
+        for i in 0..outer {
+            for &j in indices {
+                let from = (i * extent + j) * inner;
+                dst[o..o + inner].copy_from_slice(&src[from..from + inner]);
+                o += inner;
+            }
+        }
+    }
+    same_type!(x, out => s, d, run(s, d, outer, extent, inner, indices));
+    Ok(())
+}
+
+/// `scatter_add(base, updates)`: update slice `j` is added at `indices[j]` of `axis`, in
+/// float64, in row-major order of the updates, each result rounded once.
+pub(crate) fn scatter_add(
+    base: View<'_>,
+    updates: View<'_>,
+    dims: &[usize],
+    axis: usize,
+    indices: &[usize],
+    out: ViewMut<'_>,
+) -> Result<()> {
+    let outer: usize = dims[..axis].iter().product();
+    let inner: usize = dims[axis + 1..].iter().product();
+    let extent = dims[axis];
+    let run = |acc: &mut [f64], u: &[f64]| {
+        let mut k = 0;
+        for i in 0..outer {
+            for &j in indices {
+                let to = (i * extent + j) * inner;
+                for (a, &v) in acc[to..to + inner].iter_mut().zip(&u[k..k + inner]) {
+                    *a += v;
+                }
+                k += inner;
+            }
+        }
+    };
+    let u = updates.as_f64();
+    match out {
+        ViewMut::F64(d) => {
+            base.load_f64(0, d);
+            run(d, &u);
+        }
+        mut other => {
+            let mut acc = vec![0.0; other.len()];
+            base.load_f64(0, &mut acc);
+            run(&mut acc, &u);
+            other.store_f64(0, &acc);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocked_transpose_matches_naive() {
+        let (r, c) = (37, 70);
+        let x: Vec<f64> = (0..r * c).map(|v| v as f64).collect();
+        let mut out = vec![0.0; r * c];
+        transpose(View::F64(&x), &[r, c], &[1, 0], ViewMut::F64(&mut out)).unwrap();
+        for i in 0..r {
+            for j in 0..c {
+                assert_eq!(out[j * r + i], x[i * c + j]);
+            }
+        }
+        // Rank 3 with a batch axis in the middle of the result.
+        let dims = [3, 4, 5];
+        let x: Vec<f32> = (0..60).map(|v| v as f32).collect();
+        let mut out = vec![0.0f32; 60];
+        transpose(View::F32(&x), &dims, &[2, 0, 1], ViewMut::F32(&mut out)).unwrap();
+        for a in 0..5 {
+            for b in 0..3 {
+                for c in 0..4 {
+                    assert_eq!(out[(a * 3 + b) * 4 + c], x[(b * 4 + c) * 5 + a]);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! Batched matrix products `[..., m, k] x [..., k, n]` with broadcast batch axes, through
+//! faer's GEMM in float64.
+//!
+//! float32 operands are widened to float64, multiplied, and the result rounded to float32 once
+//! (numerics.md §1.5). Batches are independent faer calls; large products split over threads
+//! by batch, or for a single large product by halves of the rows of the result. The split
+//! depends only on the shapes, never on the thread count, so a product has the same bits on
+//! every machine of one architecture.
+
+use crate::buffer::{View, ViewMut};
+use crate::kernels::layout::broadcast_strides;
+use crate::kernels::{par_for_each, split_ranges};
+use faer::{Accum, MatMut, MatRef, Par};
+use quabla_backend::Result;
+
+/// Products of at least this many multiply-adds use more than one thread.
+const PAR_MIN_FLOPS: usize = 1 << 18;
+
+/// One row-major `m x k` times `k x n` product into `c` (`m x n`), sequential.
+pub(crate) fn gemm(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
+    let a = MatRef::from_row_major_slice(a, m, k);
+    let b = MatRef::from_row_major_slice(b, k, n);
+    let c = MatMut::from_row_major_slice_mut(c, m, n);
+    faer::linalg::matmul::matmul(c, Accum::Replace, a, b, 1.0, Par::Seq);
+}
+
+/// `matmul` of operands of shapes `a_dims` and `b_dims` into a result of shape `out_dims`.
+pub(crate) fn matmul(
+    a: View<'_>,
+    a_dims: &[usize],
+    b: View<'_>,
+    b_dims: &[usize],
+    out_dims: &[usize],
+    out: ViewMut<'_>,
+    threads: usize,
+) -> Result<()> {
+    let r = out_dims.len();
+    let (m, n) = (out_dims[r - 2], out_dims[r - 1]);
+    let k = a_dims[a_dims.len() - 1];
+    let batch_dims = &out_dims[..r - 2];
+    let pairs = batch_pairs(
+        &a_dims[..a_dims.len() - 2],
+        &b_dims[..b_dims.len() - 2],
+        batch_dims,
+    );
+    let a64 = a.as_f64();
+    let b64 = b.as_f64();
+    let run = |c: &mut [f64]| product(&a64, &b64, &pairs, c, m, k, n, threads);
+    match out {
+        ViewMut::F64(c) => run(c),
+        mut other => {
+            let mut c = vec![0.0; other.len()];
+            run(&mut c);
+            other.store_f64(0, &c);
+        }
+    }
+    Ok(())
+}
+
+/// For each batch index of the result (row-major), the matrix indices of `a` and `b`.
+fn batch_pairs(a_batch: &[usize], b_batch: &[usize], out_batch: &[usize]) -> Vec<(usize, usize)> {
+    let sa = broadcast_strides(a_batch, out_batch);
+    let sb = broadcast_strides(b_batch, out_batch);
+    let count: usize = out_batch.iter().product();
+    let mut idx = vec![0usize; out_batch.len()];
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        let ia = idx.iter().zip(&sa).map(|(i, s)| i * s).sum();
+        let ib = idx.iter().zip(&sb).map(|(i, s)| i * s).sum();
+        out.push((ia, ib));
+        for ax in (0..idx.len()).rev() {
+            idx[ax] += 1;
+            if idx[ax] < out_batch[ax] {
+                break;
+            }
+            idx[ax] = 0;
+        }
+    }
+    out
+}
+
+#[allow(clippy::too_many_arguments)]
+fn product(
+    a: &[f64],
+    b: &[f64],
+    pairs: &[(usize, usize)],
+    c: &mut [f64],
+    m: usize,
+    k: usize,
+    n: usize,
+    threads: usize,
+) {
+    let (sa, sb, sc) = (m * k, k * n, m * n);
+    let flops = pairs.len() * m * n * k;
+    let large = flops >= PAR_MIN_FLOPS;
+    if pairs.len() > 1 {
+        let parts = if large { threads } else { 1 };
+        let mut items = Vec::new();
+        let mut rest = c;
+        for (start, end) in split_ranges(pairs.len(), parts, 1) {
+            let (mine, next) = rest.split_at_mut((end - start) * sc);
+            rest = next;
+            items.push((start, end, mine));
+        }
+        par_for_each(items, threads, |(start, end, c)| {
+            for (i, &(ia, ib)) in pairs[start..end].iter().enumerate() {
+                gemm(
+                    &a[ia * sa..(ia + 1) * sa],
+                    &b[ib * sb..(ib + 1) * sb],
+                    &mut c[i * sc..(i + 1) * sc],
+                    m,
+                    k,
+                    n,
+                );
+            }
+        });
+    } else {
+        let (ia, ib) = pairs[0];
+        let a = &a[ia * sa..(ia + 1) * sa];
+        let b = &b[ib * sb..(ib + 1) * sb];
+        // A single large product: two halves of the rows (a rule of the shape alone).
+        let halves = if large && m >= 2 { 2 } else { 1 };
+        let mut items = Vec::new();
+        let mut rest = c;
+        for (r0, r1) in split_ranges(m, halves, 1) {
+            let (mine, next) = rest.split_at_mut((r1 - r0) * n);
+            rest = next;
+            items.push((r0, r1, mine));
+        }
+        par_for_each(items, threads, |(r0, r1, c)| {
+            gemm(&a[r0 * k..r1 * k], b, c, r1 - r0, k, n);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcast_batch_pairs() {
+        // a: [2, 1], b: [3] batch axes, result batch [2, 3].
+        let p = batch_pairs(&[2, 1], &[3], &[2, 3]);
+        assert_eq!(p, vec![(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]);
+        assert_eq!(batch_pairs(&[], &[], &[]), vec![(0, 0)]);
+    }
+}

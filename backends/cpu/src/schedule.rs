@@ -1,0 +1,512 @@
+//! The compiled schedule of a plan: which nodes run, in which order, fused into which
+//! elementwise groups, in which storage slots their values live, and when each slot dies.
+//!
+//! Built once per plan by [`Schedule::build`]:
+//!
+//! 1. **Dead code**: only nodes that reach an output run.
+//! 2. **Fusion**: elementwise nodes (`Op::is_elementwise`) are grouped greedily in topological
+//!    order. A node joins an open group of one of its operands when it has that group's shape;
+//!    otherwise it starts a group. A group is sealed as soon as a node outside it consumes one
+//!    of its members, so nothing can join it afterwards; this keeps the graph of groups acyclic
+//!    (every edge out of a group seals it, so a later member can never depend on it), and a
+//!    group runs at the position of its last member. Operands from outside a group (inputs,
+//!    other groups' outputs, scalars, operands of other shapes read with broadcast strides) are
+//!    the group's externals; only members needed outside the group are written to memory.
+//! 3. **Aliases**: `reshape` shares its operand's storage (row-major data is unchanged), and a
+//!    `broadcast` whose consumers are all elementwise is never materialized: its consumers read
+//!    its operand with broadcast strides.
+//! 4. **Shared factorizations**: `linalg` nodes of one decomposition (`svd_u`, `svd_s`,
+//!    `svd_vh`, ...) on the same operand run as one step that factorizes once.
+//! 5. **Liveness**: each slot is released after the last step that reads it (plan outputs are
+//!    kept), so its buffer returns to the pool and is reused by later steps.
+
+use crate::kernels::elementwise::{Access, EwOp, ExtSpec, Member, Operand, Program};
+use crate::kernels::layout::{broadcast_strides, strides};
+use crate::kernels::linalg::Family;
+use quabla_backend::{BackendError, Result};
+use quabla_ir::{Graph, HostData, LinalgKind, Op, Shape, TensorType};
+use std::collections::HashMap;
+
+/// Figures of a compiled schedule, for tests and diagnostics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScheduleStats {
+    /// Steps run per execution (fused groups and single kernels).
+    pub steps: usize,
+    /// Elementwise groups of two or more nodes.
+    pub fused_groups: usize,
+    /// Nodes computed inside those groups.
+    pub fused_nodes: usize,
+    /// Values the steps write to memory (each one buffer from the pool).
+    pub buffers: usize,
+    /// The most step-produced values alive at once (the schedule's peak of live buffers).
+    pub peak_live_buffers: usize,
+}
+
+/// One kernel invocation on single-node operands.
+#[derive(Clone, Debug)]
+pub(crate) struct NodeStep {
+    pub op: Op,
+    /// Slot and shape of each operand.
+    pub args: Vec<(usize, Vec<usize>)>,
+    pub out: usize,
+    pub ty: TensorType,
+    /// Further `linalg` nodes on the same operand and factorization, computed by this step
+    /// from the same decomposition: their kind, slot and type.
+    pub also: Vec<(LinalgKind, usize, TensorType)>,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum StepKind {
+    Fused(Program),
+    Node(NodeStep),
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Step {
+    pub kind: StepKind,
+    /// Slots whose last reader is this step.
+    pub free: Vec<usize>,
+}
+
+impl Step {
+    fn reads(&self) -> Vec<usize> {
+        match &self.kind {
+            StepKind::Fused(p) => p.exts.iter().map(|e| e.slot).collect(),
+            StepKind::Node(n) => n.args.iter().map(|a| a.0).collect(),
+        }
+    }
+
+    fn writes(&self) -> Vec<usize> {
+        match &self.kind {
+            StepKind::Fused(p) => p.outs.iter().map(|o| o.0).collect(),
+            StepKind::Node(n) => std::iter::once(n.out)
+                .chain(n.also.iter().map(|a| a.1))
+                .collect(),
+        }
+    }
+}
+
+/// A plan compiled for the CPU executor.
+#[derive(Clone, Debug)]
+pub(crate) struct Schedule {
+    pub steps: Vec<Step>,
+    pub nslots: usize,
+    /// The slot of each plan input, in binding order (`None` when unused).
+    pub input_slots: Vec<Option<usize>>,
+    pub constants: Vec<(usize, HostData)>,
+    /// Slot and shape of each plan output.
+    pub outputs: Vec<(usize, Shape)>,
+    /// Whether each slot holds a plan output (written directly into shared host data).
+    pub output_slot: Vec<bool>,
+    pub stats: ScheduleStats,
+}
+
+struct GroupBuild {
+    members: Vec<usize>,
+    shape: Shape,
+    sealed: bool,
+}
+
+impl Schedule {
+    /// Compiles a verified graph. `fuse` enables elementwise fusion and virtual broadcasts
+    /// (without it every node is its own step).
+    pub(crate) fn build(graph: &Graph, fuse: bool) -> Result<Schedule> {
+        let nodes = graph.nodes();
+        let n = nodes.len();
+        let mut needed = vec![false; n];
+        let mut is_output = vec![false; n];
+        for &o in graph.outputs() {
+            needed[o.index()] = true;
+            is_output[o.index()] = true;
+        }
+        for i in (0..n).rev() {
+            if needed[i] {
+                for o in &nodes[i].operands {
+                    needed[o.index()] = true;
+                }
+            }
+        }
+        if let Some(node) = (0..n)
+            .filter(|&i| needed[i])
+            .map(|i| &nodes[i])
+            .find(|nd| matches!(nd.op, Op::Custom(_)))
+        {
+            let name = match &node.op {
+                Op::Custom(c) => c.rule.name.clone(),
+                _ => String::new(),
+            };
+            return Err(BackendError::Unsupported {
+                op: "custom".into(),
+                device: "cpu".into(),
+                reason: format!(
+                    "the custom rule {name} must be inlined before a plan reaches a backend"
+                ),
+            });
+        }
+        let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for i in (0..n).filter(|&i| needed[i]) {
+            for o in &nodes[i].operands {
+                consumers[o.index()].push(i);
+            }
+        }
+        let ew: Vec<Option<EwOp>> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, nd)| {
+                if needed[i] {
+                    EwOp::from_op(&nd.op)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let virt: Vec<bool> = (0..n)
+            .map(|i| {
+                fuse && needed[i]
+                    && matches!(nodes[i].op, Op::Broadcast { .. })
+                    && !is_output[i]
+                    && !consumers[i].is_empty()
+                    && consumers[i].iter().all(|&c| ew[c].is_some())
+            })
+            .collect();
+
+        // Fusion groups.
+        let mut group_of: Vec<Option<usize>> = vec![None; n];
+        let mut groups: Vec<GroupBuild> = Vec::new();
+        for i in (0..n).filter(|&i| needed[i]) {
+            let node = &nodes[i];
+            if ew[i].is_some() {
+                let joined = if fuse {
+                    node.operands
+                        .iter()
+                        .filter_map(|o| group_of[o.index()])
+                        .find(|&g| !groups[g].sealed && groups[g].shape == node.ty.shape)
+                } else {
+                    None
+                };
+                let g = joined.unwrap_or_else(|| {
+                    groups.push(GroupBuild {
+                        members: Vec::new(),
+                        shape: node.ty.shape.clone(),
+                        sealed: false,
+                    });
+                    groups.len() - 1
+                });
+                groups[g].members.push(i);
+                group_of[i] = Some(g);
+            }
+            for o in &node.operands {
+                if let Some(g) = group_of[o.index()] {
+                    if group_of[i] != Some(g) {
+                        groups[g].sealed = true;
+                    }
+                }
+            }
+        }
+        let group_output = |m: usize| -> bool {
+            is_output[m] || consumers[m].iter().any(|&c| group_of[c] != group_of[m])
+        };
+
+        // Storage slots.
+        let mut slot_of: Vec<Option<usize>> = vec![None; n];
+        let mut nslots = 0;
+        let mut new_slot = || {
+            nslots += 1;
+            nslots - 1
+        };
+        for i in (0..n).filter(|&i| needed[i]) {
+            slot_of[i] = match &nodes[i].op {
+                Op::Reshape { .. } => slot_of[nodes[i].operands[0].index()],
+                _ if virt[i] => None,
+                _ if group_of[i].is_some() && !group_output(i) => None,
+                _ => Some(new_slot()),
+            };
+        }
+        let slot = |i: usize| -> Result<usize> {
+            slot_of[i].ok_or_else(|| crate::kernels::internal(format!("node %{i} has no storage")))
+        };
+
+        // `linalg` nodes sharing an operand and a factorization run as one step, at the first.
+        let mut absorbed = vec![false; n];
+        let mut also: Vec<Vec<usize>> = vec![Vec::new(); n];
+        let mut first_of: HashMap<(usize, Family), usize> = HashMap::new();
+        for i in (0..n).filter(|&i| needed[i]) {
+            if let Op::Linalg(kind) = nodes[i].op {
+                let key = (nodes[i].operands[0].index(), Family::of(kind));
+                match first_of.get(&key) {
+                    Some(&f) => {
+                        absorbed[i] = true;
+                        also[f].push(i);
+                    }
+                    None => {
+                        first_of.insert(key, i);
+                    }
+                }
+            }
+        }
+
+        // Steps, in order of each unit's last node.
+        let mut steps: Vec<Step> = Vec::new();
+        for i in (0..n).filter(|&i| needed[i] && !absorbed[i]) {
+            let node = &nodes[i];
+            if let Some(g) = group_of[i] {
+                if groups[g].members.last() == Some(&i) {
+                    let program =
+                        build_group(graph, &groups[g], &group_of, &virt, &slot_of, &group_output)?;
+                    steps.push(Step {
+                        kind: StepKind::Fused(program),
+                        free: Vec::new(),
+                    });
+                }
+                continue;
+            }
+            if node.op.is_leaf() || virt[i] || matches!(node.op, Op::Reshape { .. }) {
+                continue;
+            }
+            let args = node
+                .operands
+                .iter()
+                .map(|o| Ok((slot(o.index())?, nodes[o.index()].ty.shape.dims().to_vec())))
+                .collect::<Result<Vec<_>>>()?;
+            steps.push(Step {
+                kind: StepKind::Node(NodeStep {
+                    op: node.op.clone(),
+                    args,
+                    out: slot(i)?,
+                    ty: node.ty.clone(),
+                    also: also[i]
+                        .iter()
+                        .map(|&j| match nodes[j].op {
+                            Op::Linalg(kind) => Ok((kind, slot(j)?, nodes[j].ty.clone())),
+                            _ => Err(crate::kernels::internal(
+                                "a non-linalg node shares a factorization",
+                            )),
+                        })
+                        .collect::<Result<Vec<_>>>()?,
+                }),
+                free: Vec::new(),
+            });
+        }
+
+        // Liveness.
+        let mut keep = vec![false; nslots];
+        let mut outputs = Vec::new();
+        for &o in graph.outputs() {
+            let s = slot(o.index())?;
+            keep[s] = true;
+            outputs.push((s, nodes[o.index()].ty.shape.clone()));
+        }
+        let mut last: Vec<Option<usize>> = vec![None; nslots];
+        let mut produced_by: Vec<Option<usize>> = vec![None; nslots];
+        for (k, step) in steps.iter().enumerate() {
+            for s in step.reads() {
+                last[s] = Some(k);
+            }
+            for s in step.writes() {
+                produced_by[s] = Some(k);
+            }
+        }
+        for s in 0..nslots {
+            if keep[s] {
+                continue;
+            }
+            if let Some(k) = last[s].or(produced_by[s]) {
+                if !steps[k].free.contains(&s) {
+                    steps[k].free.push(s);
+                }
+            }
+        }
+
+        // Leaves.
+        let mut input_slots = Vec::new();
+        let mut constants = Vec::new();
+        for (i, node) in nodes.iter().enumerate() {
+            match &node.op {
+                Op::Input { .. } => input_slots.push(slot_of[i]),
+                Op::Constant { data, .. } => {
+                    if let Some(s) = slot_of[i] {
+                        constants.push((s, data.clone()));
+                    }
+                }
+                _ => {}
+            }
+        }
+
+        validate(&steps, nslots, &input_slots, &constants, &keep)?;
+
+        // Statistics.
+        let mut stats = ScheduleStats {
+            steps: steps.len(),
+            ..ScheduleStats::default()
+        };
+        let mut live = 0usize;
+        for step in &steps {
+            let writes = step.writes();
+            stats.buffers += writes.len();
+            live += writes.len();
+            stats.peak_live_buffers = stats.peak_live_buffers.max(live);
+            live -= step
+                .free
+                .iter()
+                .filter(|&&s| produced_by[s].is_some())
+                .count();
+            if let StepKind::Fused(p) = &step.kind {
+                if p.nodes > 1 {
+                    stats.fused_groups += 1;
+                    stats.fused_nodes += p.nodes;
+                }
+            }
+        }
+        Ok(Schedule {
+            steps,
+            nslots,
+            input_slots,
+            constants,
+            outputs,
+            output_slot: keep,
+            stats,
+        })
+    }
+}
+
+/// Checks the schedule by simulation: every step reads only slots that hold a value, writes
+/// only empty slots, and every output is present at the end.
+fn validate(
+    steps: &[Step],
+    nslots: usize,
+    input_slots: &[Option<usize>],
+    constants: &[(usize, HostData)],
+    keep: &[bool],
+) -> Result<()> {
+    let mut present = vec![false; nslots];
+    for &s in input_slots.iter().flatten() {
+        present[s] = true;
+    }
+    for (s, _) in constants {
+        present[*s] = true;
+    }
+    for (k, step) in steps.iter().enumerate() {
+        if let Some(s) = step.reads().into_iter().find(|&s| !present[s]) {
+            return Err(crate::kernels::internal(format!(
+                "step {k} reads slot {s} before it is written"
+            )));
+        }
+        for s in step.writes() {
+            if present[s] {
+                return Err(crate::kernels::internal(format!(
+                    "step {k} overwrites slot {s}"
+                )));
+            }
+            present[s] = true;
+        }
+        for &s in &step.free {
+            present[s] = false;
+        }
+    }
+    match (0..nslots).find(|&s| keep[s] && !present[s]) {
+        Some(s) => Err(crate::kernels::internal(format!(
+            "output slot {s} is not computed"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Compiles one group into a register program.
+fn build_group(
+    graph: &Graph,
+    group: &GroupBuild,
+    group_of: &[Option<usize>],
+    virt: &[bool],
+    slot_of: &[Option<usize>],
+    group_output: &dyn Fn(usize) -> bool,
+) -> Result<Program> {
+    let nodes = graph.nodes();
+    let gdims = group.shape.dims().to_vec();
+    let g = group_of[group.members[0]];
+    let index: HashMap<usize, usize> = group
+        .members
+        .iter()
+        .enumerate()
+        .map(|(k, &m)| (m, k))
+        .collect();
+    let mut exts: Vec<ExtSpec> = Vec::new();
+    let mut outs = Vec::new();
+    let mut members = Vec::with_capacity(group.members.len());
+    for &m in &group.members {
+        let node = &nodes[m];
+        let mut args = Vec::with_capacity(node.operands.len());
+        for o in &node.operands {
+            let o = o.index();
+            if group_of[o] == g {
+                args.push(Operand::Member(index[&o]));
+                continue;
+            }
+            // Resolve the storage the external is read from, and its strides over the group.
+            let (src, strides_in_group) = if virt[o] {
+                let s = nodes[o].operands[0].index();
+                let sb = nodes[o].ty.shape.dims();
+                let inner = broadcast_strides(nodes[s].ty.shape.dims(), sb);
+                let outer = broadcast_strides(sb, &gdims);
+                let lead = gdims.len() - sb.len();
+                let st: Vec<usize> = (0..gdims.len())
+                    .map(|a| {
+                        if a < lead || outer[a] == 0 {
+                            0
+                        } else {
+                            inner[a - lead]
+                        }
+                    })
+                    .collect();
+                (s, st)
+            } else {
+                (o, broadcast_strides(nodes[o].ty.shape.dims(), &gdims))
+            };
+            let slot = slot_of[src].ok_or_else(|| {
+                crate::kernels::internal(format!("external %{src} has no storage"))
+            })?;
+            let access = if nodes[src].ty.shape.size() == 1 {
+                Access::Scalar
+            } else {
+                let rm = strides(&gdims);
+                let full = (0..gdims.len()).all(|a| gdims[a] == 1 || strides_in_group[a] == rm[a]);
+                if full {
+                    Access::Full
+                } else {
+                    Access::Strided(strides_in_group)
+                }
+            };
+            let e = match exts
+                .iter()
+                .position(|x| x.slot == slot && x.access == access)
+            {
+                Some(e) => e,
+                None => {
+                    exts.push(ExtSpec {
+                        slot,
+                        dtype: nodes[src].ty.dtype,
+                        access,
+                    });
+                    exts.len() - 1
+                }
+            };
+            args.push(Operand::Ext(e));
+        }
+        let output = if group_output(m) {
+            let s = slot_of[m]
+                .ok_or_else(|| crate::kernels::internal("a group output has no storage"))?;
+            outs.push((s, node.ty.dtype));
+            Some(outs.len() - 1)
+        } else {
+            None
+        };
+        let op = EwOp::from_op(&node.op)
+            .ok_or_else(|| crate::kernels::internal("a non-elementwise group member"))?;
+        members.push(Member {
+            op,
+            args,
+            dtype: node.ty.dtype,
+            output,
+        });
+    }
+    Ok(Program::build(gdims, exts, &members, outs))
+}

@@ -1,0 +1,203 @@
+//! Shared helpers of the CPU backend tests: deterministic inputs with special values, the
+//! node-by-node reference evaluation, and bitwise comparison.
+
+#![allow(dead_code)]
+
+use quabla_backend::{Backend, HostTensor};
+use quabla_cpu::{CpuBackend, CpuOptions};
+use quabla_ir::eval::{evaluate, HostValue};
+use quabla_ir::{DType, Graph, HostData, Op, Plan, Shape};
+
+/// A small deterministic generator (SplitMix64).
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Mostly moderate values of both signs, with NaN, infinities, signed zeros, integers,
+    /// halves (rounding ties), tiny and huge magnitudes mixed in.
+    pub fn value(&mut self) -> f64 {
+        const SPECIAL: [f64; 16] = [
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            0.5,
+            -2.5,
+            2.0,
+            1e-310,
+            -1e300,
+            1e300,
+            3.0,
+            0.1,
+            -0.75,
+        ];
+        let r = self.next_u64();
+        if r % 5 == 0 {
+            SPECIAL[(r >> 8) as usize % SPECIAL.len()]
+        } else {
+            (self.uniform() - 0.5) * 8.0
+        }
+    }
+
+    /// Finite values in `[-4, 4)`.
+    pub fn finite(&mut self) -> f64 {
+        (self.uniform() - 0.5) * 8.0
+    }
+}
+
+pub fn shape(dims: &[usize]) -> Shape {
+    Shape::new(dims.to_vec()).unwrap()
+}
+
+/// Host data of `dtype` from f64 values (bool: nonzero is true).
+pub fn data(dtype: DType, values: &[f64]) -> HostData {
+    HostData::from_f64(dtype, values.iter().copied())
+}
+
+/// A tensor of `dims` filled with [`Rng::value`] (bool: a mix of true and false).
+pub fn random(rng: &mut Rng, dtype: DType, dims: &[usize]) -> HostTensor {
+    let s = shape(dims);
+    let values: Vec<f64> = (0..s.size())
+        .map(|_| match dtype {
+            DType::Bool => (rng.next_u64() % 2) as f64,
+            _ => rng.value(),
+        })
+        .collect();
+    HostTensor::new(s, data(dtype, &values))
+}
+
+/// A tensor of finite values.
+pub fn random_finite(rng: &mut Rng, dtype: DType, dims: &[usize]) -> HostTensor {
+    let s = shape(dims);
+    let values: Vec<f64> = (0..s.size()).map(|_| rng.finite()).collect();
+    HostTensor::new(s, data(dtype, &values))
+}
+
+/// The outputs of `graph` evaluated node by node with `quabla_ir::eval::evaluate`.
+pub fn reference(graph: &Graph, inputs: &[HostTensor]) -> Vec<HostData> {
+    let mut values: Vec<Option<HostData>> = Vec::with_capacity(graph.len());
+    let mut next_input = 0;
+    for node in graph.nodes() {
+        let v = match &node.op {
+            Op::Input { .. } => {
+                next_input += 1;
+                inputs[next_input - 1].data.clone()
+            }
+            Op::Constant { data, .. } => data.clone(),
+            op => {
+                let operands: Vec<HostValue<'_>> = node
+                    .operands
+                    .iter()
+                    .map(|o| HostValue {
+                        data: values[o.index()].as_ref().unwrap(),
+                        shape: &graph.node(*o).ty.shape,
+                    })
+                    .collect();
+                evaluate(op, &operands, &node.ty)
+                    .unwrap_or_else(|| panic!("no reference value for {}", op.name()))
+            }
+        };
+        values.push(Some(v));
+    }
+    graph
+        .outputs()
+        .iter()
+        .map(|o| values[o.index()].clone().unwrap())
+        .collect()
+}
+
+/// Runs `graph` unoptimized (no folding) on the CPU backend.
+pub fn run(graph: &Graph, inputs: &[HostTensor], options: CpuOptions) -> Vec<HostTensor> {
+    let plan = Plan::from_graph_unoptimized(graph.clone());
+    let exe = CpuBackend::with_options(options).compile(&plan).unwrap();
+    exe.run(inputs).unwrap()
+}
+
+pub fn fused() -> CpuOptions {
+    CpuOptions::default()
+}
+
+pub fn unfused() -> CpuOptions {
+    CpuOptions {
+        fuse_elementwise: false,
+        ..CpuOptions::default()
+    }
+}
+
+pub fn single_thread() -> CpuOptions {
+    CpuOptions {
+        threads: 1,
+        ..CpuOptions::default()
+    }
+}
+
+/// Bit patterns of every element (bool as 0/1).
+pub fn bits(d: &HostData) -> Vec<u64> {
+    match d {
+        HostData::F32(v) => v.iter().map(|x| x.to_bits() as u64).collect(),
+        HostData::F64(v) => v.iter().map(|x| x.to_bits()).collect(),
+        HostData::Bool(v) => v.iter().map(|&x| x as u64).collect(),
+    }
+}
+
+/// Asserts identical dtype, length and bits of every element. NaN payloads (sign and
+/// mantissa) are not compared: IEEE 754 and Rust leave them unspecified, and the compiler may
+/// commute the operands of `+` and `*`, which changes which NaN propagates.
+pub fn assert_bitwise(context: &str, got: &HostData, want: &HostData) {
+    assert_eq!(got.dtype(), want.dtype(), "{context}: dtype");
+    assert_eq!(got.len(), want.len(), "{context}: length");
+    let (g, w) = (bits(got), bits(want));
+    for i in 0..g.len() {
+        let both_nan = got.get_f64(i).is_nan() && want.get_f64(i).is_nan();
+        assert!(
+            g[i] == w[i] || both_nan,
+            "{context}: element {i} differs: got {} ({:#x}), want {} ({:#x})",
+            got.get_f64(i),
+            g[i],
+            want.get_f64(i),
+            w[i]
+        );
+    }
+}
+
+/// Runs `graph` fused, unfused and single-threaded and checks every output against the
+/// node-by-node reference, bit for bit.
+pub fn check_graph(context: &str, graph: &Graph, inputs: &[HostTensor]) {
+    let want = reference(graph, inputs);
+    for (label, options) in [
+        ("fused", fused()),
+        ("unfused", unfused()),
+        ("1 thread", single_thread()),
+    ] {
+        let got = run(graph, inputs, options);
+        assert_eq!(got.len(), want.len());
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(
+                &g.shape,
+                &graph.node(graph.outputs()[k]).ty.shape,
+                "{context} ({label}): output {k} shape"
+            );
+            assert_bitwise(&format!("{context} ({label}) output {k}"), &g.data, w);
+        }
+    }
+}

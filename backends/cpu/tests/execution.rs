@@ -1,0 +1,402 @@
+//! Execution properties of the CPU backend: float32 arithmetic is native float32 arithmetic,
+//! fused groups equal node-by-node evaluation at every tile boundary, buffers are reused, and
+//! binding mistakes are typed errors.
+
+mod common;
+
+use common::{assert_bitwise, check_graph, data, random, reference, run, shape, unfused, Rng};
+use quabla_backend::{Backend, BackendError, Executable, HostTensor};
+use quabla_cpu::{run_plan, CpuBackend, CpuOptions};
+use quabla_ir::{
+    BinaryOp, Comparison, CustomCall, CustomRule, DType, GraphBuilder, HostData, Op, Plan,
+    TensorType, UnaryOp,
+};
+use std::sync::Arc;
+
+#[test]
+fn backend_identity() {
+    let cpu = CpuBackend::default();
+    assert_eq!(cpu.name(), "cpu");
+    let caps = cpu.capabilities();
+    assert!(caps.float64);
+    assert_eq!(caps.device_count, 1);
+}
+
+/// float32 `+ - * /` and `sqrt`, computed in float64 and rounded, are native float32 results.
+#[test]
+fn f32_basic_arithmetic_is_native() {
+    let mut rng = Rng::new(3);
+    let n = 4096;
+    let mut a: Vec<f32> = (0..n).map(|_| rng.value() as f32).collect();
+    let mut b: Vec<f32> = (0..n).map(|_| rng.value() as f32).collect();
+    // Raw bit patterns: subnormals, huge values and everything in between.
+    for i in (0..n).step_by(3) {
+        a[i] = f32::from_bits(rng.next_u64() as u32);
+        b[i] = f32::from_bits((rng.next_u64() >> 32) as u32);
+    }
+    let s = shape(&[n]);
+    let mut g = GraphBuilder::new();
+    let x = g.input("a", TensorType::new(DType::F32, s.clone()));
+    let y = g.input("b", TensorType::new(DType::F32, s.clone()));
+    let mut outs = Vec::new();
+    for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div] {
+        outs.push(g.binary(op, x, y).unwrap());
+    }
+    outs.push(g.unary(UnaryOp::Sqrt, x).unwrap());
+    let graph = g.finish(outs).unwrap();
+    let inputs = [
+        HostTensor::new(s.clone(), HostData::F32(a.clone().into())),
+        HostTensor::new(s.clone(), HostData::F32(b.clone().into())),
+    ];
+    let got = run(&graph, &inputs, common::fused());
+    let native: [Box<dyn Fn(f32, f32) -> f32>; 5] = [
+        Box::new(|p, q| p + q),
+        Box::new(|p, q| p - q),
+        Box::new(|p, q| p * q),
+        Box::new(|p, q| p / q),
+        Box::new(|p, _| p.sqrt()),
+    ];
+    for (k, f) in native.iter().enumerate() {
+        let want: Vec<f32> = a.iter().zip(&b).map(|(&p, &q)| f(p, q)).collect();
+        assert_bitwise(
+            &format!("op {k}"),
+            &got[k].data,
+            &HostData::F32(want.into()),
+        );
+    }
+}
+
+/// A DAG of elementwise nodes (f32 and f64, casts, comparisons, selects, broadcast operands)
+/// over sizes around the tile and the threading threshold.
+#[test]
+fn fused_groups_equal_node_by_node_evaluation() {
+    let mut rng = Rng::new(5);
+    for n in [1usize, 2, 2047, 2048, 2049, 4097, 100_003] {
+        for dt in [DType::F32, DType::F64] {
+            let s = shape(&[n]);
+            let mut b = GraphBuilder::new();
+            let x = b.input("x", TensorType::new(dt, s.clone()));
+            let y = b.input("y", TensorType::new(dt, s.clone()));
+            let w = b.input("w", TensorType::new(dt, shape(&[])));
+            let a = b.unary(UnaryOp::Sin, x).unwrap();
+            let p = b.mul(a, y).unwrap();
+            let e = b.unary(UnaryOp::Exp, p).unwrap();
+            let d = b.sub(e, x).unwrap();
+            let c = b.compare(Comparison::Greater, d, w).unwrap();
+            let sel = b.select(c, d, y).unwrap();
+            let half = b.weak_scalar(0.5);
+            let h = b.mul(sel, half).unwrap();
+            let q = b.powi(h, 3).unwrap();
+            let wide = b.astype(q, DType::F64).unwrap();
+            let t = b.unary(UnaryOp::Tanh, wide).unwrap();
+            let back = b.astype(t, dt).unwrap();
+            let r = b.add(back, a).unwrap();
+            let m = b.binary(BinaryOp::Fmod, r, w).unwrap();
+            let graph = b.finish(vec![m, p, c]).unwrap();
+            let inputs = vec![
+                random(&mut rng, dt, &[n]),
+                random(&mut rng, dt, &[n]),
+                random(&mut rng, dt, &[]),
+            ];
+            check_graph(&format!("dag n={n} {dt}"), &graph, &inputs);
+            let exe = CpuBackend::default()
+                .compile_plan(&Plan::from_graph_unoptimized(graph))
+                .unwrap();
+            let stats = exe.stats();
+            assert_eq!(stats.fused_groups, 1, "n={n}: {stats:?}");
+            // Outputs only: m, p and c (and for f32 the cast of the weak scalar).
+            let buffers = if dt == DType::F32 { 4 } else { 3 };
+            assert_eq!(stats.buffers, buffers, "n={n}: {stats:?}");
+        }
+    }
+}
+
+/// Groups split at consumers outside them and broadcasts read in place.
+#[test]
+fn groups_around_reductions_and_broadcasts() {
+    let mut rng = Rng::new(9);
+    for dt in [DType::F32, DType::F64] {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", TensorType::new(dt, shape(&[33, 70])));
+        let col = b.input("col", TensorType::new(dt, shape(&[33, 1])));
+        // softmax-like: exp(x - max) / sum, with explicit broadcasts.
+        let m = b.max(x, Some(&[1]), true).unwrap();
+        let mb = b.broadcast_to(m, shape(&[33, 70])).unwrap();
+        let z = b.sub(x, mb).unwrap();
+        let e = b.unary(UnaryOp::Exp, z).unwrap();
+        let s = b.sum(e, Some(&[1]), true).unwrap();
+        let sb = b.broadcast_to(s, shape(&[33, 70])).unwrap();
+        let p = b.div(e, sb).unwrap();
+        let q = b.mul(p, col).unwrap();
+        let t = b.transpose(q, None).unwrap();
+        let u = b.unary(UnaryOp::Log1p, t).unwrap();
+        let graph = b.finish(vec![u, e]).unwrap();
+        let inputs = vec![
+            random(&mut rng, dt, &[33, 70]),
+            random(&mut rng, dt, &[33, 1]),
+        ];
+        check_graph(&format!("softmax {dt}"), &graph, &inputs);
+        let exe = CpuBackend::default()
+            .compile_plan(&Plan::from_graph_unoptimized(graph))
+            .unwrap();
+        // max, exp group, sum, div-mul group, transpose, log1p: the broadcasts are read in
+        // place and the keepdims reshapes are aliases.
+        assert_eq!(exe.stats().steps, 6, "{:?}", exe.stats());
+        assert_eq!(exe.stats().buffers, 6, "{:?}", exe.stats());
+    }
+}
+
+/// A chain of 50 nodes runs with a bounded number of live buffers, reused from the pool.
+#[test]
+fn long_chains_reuse_buffers() {
+    let n = 10_000;
+    let s = shape(&[n]);
+    // Unfused elementwise chain: every node is its own step.
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", TensorType::new(DType::F32, s.clone()));
+    let mut v = x;
+    for i in 0..50 {
+        v = if i % 2 == 0 {
+            b.unary(UnaryOp::Sin, v).unwrap()
+        } else {
+            b.cumsum(v, 0, false).unwrap()
+        };
+    }
+    let graph = b.finish(vec![v]).unwrap();
+    let mut rng = Rng::new(1);
+    let inputs = vec![random(&mut rng, DType::F32, &[n])];
+    for options in [common::fused(), unfused()] {
+        let exe = CpuBackend::with_options(options)
+            .compile_plan(&Plan::from_graph_unoptimized(graph.clone()))
+            .unwrap();
+        assert_eq!(exe.stats().steps, 50);
+        assert_eq!(exe.stats().buffers, 50);
+        assert!(exe.stats().peak_live_buffers <= 2, "{:?}", exe.stats());
+        let first = exe.run(&inputs).unwrap();
+        let allocated = exe.buffers_allocated();
+        assert!(
+            allocated <= 3,
+            "{allocated} buffers allocated for a chain of 50"
+        );
+        let second = exe.run(&inputs).unwrap();
+        assert_eq!(
+            exe.buffers_allocated(),
+            allocated,
+            "a second run allocates nothing new"
+        );
+        assert_bitwise("rerun", &second[0].data, &first[0].data);
+        assert_bitwise("chain", &first[0].data, &reference(&graph, &inputs)[0]);
+    }
+    // Fused, the same chain of elementwise nodes is one step and one buffer.
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", TensorType::new(DType::F64, s.clone()));
+    let mut v = x;
+    for _ in 0..50 {
+        v = b.unary(UnaryOp::Cos, v).unwrap();
+    }
+    let graph = b.finish(vec![v]).unwrap();
+    let exe = CpuBackend::default()
+        .compile_plan(&Plan::from_graph_unoptimized(graph.clone()))
+        .unwrap();
+    assert_eq!(exe.stats().steps, 1);
+    assert_eq!(exe.stats().fused_nodes, 50);
+    let unfused_exe = CpuBackend::with_options(unfused())
+        .compile_plan(&Plan::from_graph_unoptimized(graph.clone()))
+        .unwrap();
+    assert!(unfused_exe.stats().peak_live_buffers <= 2);
+    let inputs = vec![random(&mut rng, DType::F64, &[n])];
+    let want = reference(&graph, &inputs);
+    assert_bitwise("fused chain", &exe.run(&inputs).unwrap()[0].data, &want[0]);
+    assert_bitwise(
+        "unfused chain",
+        &unfused_exe.run(&inputs).unwrap()[0].data,
+        &want[0],
+    );
+    assert!(unfused_exe.buffers_allocated() <= 2);
+}
+
+/// Reshape aliases, dead nodes, inputs and constants returned as outputs.
+#[test]
+fn aliases_dead_nodes_and_leaf_outputs() {
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", TensorType::new(DType::F64, shape(&[2, 3])));
+    let unused = b.input("unused", TensorType::new(DType::F32, shape(&[4])));
+    let c = b
+        .constant(data(DType::F64, &[1.0, 2.0, 3.0]), shape(&[3]), false)
+        .unwrap();
+    let y = b.add(x, c).unwrap();
+    let r = b.reshape(y, &[3, 2]).unwrap();
+    let r2 = b.reshape(r, &[6]).unwrap();
+    let dead = b.unary(UnaryOp::Log, unused).unwrap();
+    let _ = dead;
+    let z = b.unary(UnaryOp::Exp, r2).unwrap();
+    let graph = b.finish(vec![r, z, x, c, r2]).unwrap();
+    let inputs = vec![
+        HostTensor::new(
+            shape(&[2, 3]),
+            data(DType::F64, &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]),
+        ),
+        HostTensor::new(shape(&[4]), data(DType::F32, &[1.0; 4])),
+    ];
+    check_graph("aliases", &graph, &inputs);
+    let out = run_plan(&Plan::from_graph_unoptimized(graph), &inputs).unwrap();
+    assert_eq!(out[0].shape, shape(&[3, 2]));
+    assert_eq!(
+        out[0].data,
+        data(DType::F64, &[1.0, 3.0, 5.0, 4.0, 6.0, 8.0])
+    );
+    assert_eq!(out[2].data, inputs[0].data);
+}
+
+/// The same executable runs concurrently from several threads.
+#[test]
+fn concurrent_runs() {
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", TensorType::new(DType::F32, shape(&[1000])));
+    let y = b.unary(UnaryOp::Exp, x).unwrap();
+    let s = b.sum(y, None, false).unwrap();
+    let graph = b.finish(vec![s]).unwrap();
+    let mut rng = Rng::new(2);
+    let inputs = vec![common::random_finite(&mut rng, DType::F32, &[1000])];
+    let want = reference(&graph, &inputs);
+    let exe: Arc<dyn Executable> = CpuBackend::default()
+        .compile(&Plan::from_graph_unoptimized(graph))
+        .unwrap();
+    std::thread::scope(|sc| {
+        for _ in 0..4 {
+            let exe = exe.clone();
+            let inputs = inputs.clone();
+            let want = want.clone();
+            sc.spawn(move || {
+                for _ in 0..20 {
+                    assert_bitwise("concurrent", &exe.run(&inputs).unwrap()[0].data, &want[0]);
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn input_mismatch_is_a_typed_error() {
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", TensorType::new(DType::F32, shape(&[2, 3])));
+    let y = b.input("y", TensorType::new(DType::F64, shape(&[])));
+    let xs = b.astype(x, DType::F64).unwrap();
+    let z = b.add(xs, y).unwrap();
+    let plan = Plan::from_graph_unoptimized(b.finish(vec![z]).unwrap());
+    let exe = CpuBackend::default().compile(&plan).unwrap();
+    let good_x = HostTensor::new(shape(&[2, 3]), data(DType::F32, &[1.0; 6]));
+    let good_y = HostTensor::new(shape(&[]), data(DType::F64, &[2.0]));
+    assert!(exe.run(&[good_x.clone(), good_y.clone()]).is_ok());
+    let bad: Vec<Vec<HostTensor>> = vec![
+        vec![],
+        vec![good_x.clone()],
+        vec![good_x.clone(), good_y.clone(), good_y.clone()],
+        vec![good_y.clone(), good_x.clone()],
+        vec![
+            HostTensor::new(shape(&[2, 3]), data(DType::F64, &[1.0; 6])),
+            good_y.clone(),
+        ],
+        vec![
+            HostTensor::new(shape(&[3, 2]), data(DType::F32, &[1.0; 6])),
+            good_y.clone(),
+        ],
+        vec![
+            good_x.clone(),
+            HostTensor::new(shape(&[1]), data(DType::F64, &[2.0])),
+        ],
+        vec![
+            good_x.clone(),
+            HostTensor::new(shape(&[]), data(DType::Bool, &[1.0])),
+        ],
+        // Data whose length does not match its shape.
+        vec![
+            HostTensor {
+                shape: shape(&[2, 3]),
+                data: data(DType::F32, &[1.0; 5]),
+            },
+            good_y.clone(),
+        ],
+    ];
+    for (k, inputs) in bad.iter().enumerate() {
+        match exe.run(inputs) {
+            Err(BackendError::InputMismatch { .. }) => {}
+            other => panic!("case {k}: expected InputMismatch, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn custom_nodes_are_unsupported() {
+    let mut pb = GraphBuilder::new();
+    let px = pb.input("x", TensorType::new(DType::F64, shape(&[2])));
+    let py = pb.unary(UnaryOp::Sin, px).unwrap();
+    let primal = Arc::new(pb.finish(vec![py]).unwrap());
+    let rule = Arc::new(CustomRule {
+        name: "my_sin".into(),
+        primal,
+        fwd: None,
+        bwd: None,
+        jvp: None,
+        rematerialize: false,
+    });
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", TensorType::new(DType::F64, shape(&[2])));
+    let c = b
+        .push(Op::Custom(CustomCall { rule, output: 0 }), &[x])
+        .unwrap();
+    let plan = Plan::from_graph_unoptimized(b.finish(vec![c]).unwrap());
+    match CpuBackend::default().compile(&plan) {
+        Err(BackendError::Unsupported { op, device, .. }) => {
+            assert_eq!(op, "custom");
+            assert_eq!(device, "cpu");
+        }
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+}
+
+/// Values never panic: poles, domain errors and overflow give IEEE results.
+#[test]
+fn ieee_values_without_panics() {
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", TensorType::new(DType::F32, shape(&[4])));
+    let l = b.unary(UnaryOp::Log, x).unwrap();
+    let one = b.weak_scalar(1.0);
+    let r = b.div(one, x).unwrap();
+    let graph = b.finish(vec![l, r]).unwrap();
+    let inputs = vec![HostTensor::new(
+        shape(&[4]),
+        data(DType::F32, &[-1.0, 0.0, -0.0, 1e38]),
+    )];
+    let out = run(&graph, &inputs, CpuOptions::default());
+    let HostData::F32(l) = &out[0].data else {
+        panic!()
+    };
+    let HostData::F32(r) = &out[1].data else {
+        panic!()
+    };
+    assert!(l[0].is_nan());
+    assert_eq!(l[1], f32::NEG_INFINITY);
+    assert_eq!(r[1], f32::INFINITY);
+    assert_eq!(r[2], f32::NEG_INFINITY);
+}
+
+#[test]
+fn sums_of_negative_zeros_keep_their_sign() {
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", TensorType::new(DType::F64, shape(&[2, 2])));
+    let all = b.sum(x, None, false).unwrap();
+    let rows = b.sum(x, Some(&[1]), false).unwrap();
+    let means = b.mean(x, Some(&[0]), false).unwrap();
+    let running = b.cumsum(x, 0, false).unwrap();
+    let graph = b.finish(vec![all, rows, means, running]).unwrap();
+    let inputs = vec![HostTensor::new(
+        shape(&[2, 2]),
+        data(DType::F64, &[-0.0; 4]),
+    )];
+    for out in run(&graph, &inputs, CpuOptions::default()) {
+        for v in out.data.to_f64_vec() {
+            assert!(v == 0.0 && v.is_sign_negative(), "{out:?}");
+        }
+    }
+}

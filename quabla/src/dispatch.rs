@@ -1,0 +1,98 @@
+//! How an operation runs: it is recorded as a small graph with the checked builder of
+//! `quabla-ir` (which owns promotion, broadcasting and every type error) and executed on the
+//! CPU backend. The compiled plan of each distinct graph is cached per thread, so a repeated
+//! eager operation pays only for building its key graph and binding buffers.
+//!
+//! Every operand, including a Rust `f64` (a weak rank-0 input), is a plan input, so the cache
+//! holds one entry per op and operand signature, not per value.
+
+use crate::error::{Error, Result};
+use crate::operand::Operand;
+use crate::tensor::Tensor;
+use quabla_backend::{Backend, Executable, HostTensor};
+use quabla_cpu::CpuBackend;
+use quabla_ir::{DType, Graph, GraphBuilder, HostData, NodeId, Plan, Shape};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+/// How many compiled eager plans each thread keeps before starting over.
+const EAGER_CACHE_CAPACITY: usize = 4096;
+
+thread_local! {
+    static EAGER_CACHE: RefCell<HashMap<Graph, Arc<dyn Executable>>> = RefCell::new(HashMap::new());
+}
+
+pub(crate) fn cpu() -> &'static CpuBackend {
+    static CPU: OnceLock<CpuBackend> = OnceLock::new();
+    CPU.get_or_init(CpuBackend::default)
+}
+
+/// Resolves operands to tensors; a Rust `f64` becomes a weak float64 scalar.
+fn resolve(operands: Vec<Operand>) -> Result<Vec<Tensor>> {
+    operands
+        .into_iter()
+        .map(|o| match o {
+            Operand::Tensor(t) => Ok(t),
+            Operand::Scalar(v) => Ok(Tensor::from_parts(
+                Shape::scalar(),
+                HostData::F64([v].into()),
+                true,
+            )),
+            Operand::Error(e) => Err(e),
+        })
+        .collect()
+}
+
+/// Applies one operation built by `build` to `operands` and returns its single result.
+pub(crate) fn apply(
+    operands: Vec<Operand>,
+    build: impl FnOnce(&mut GraphBuilder, &[NodeId]) -> quabla_ir::Result<NodeId>,
+) -> Result<Tensor> {
+    let tensors = resolve(operands)?;
+    let mut b = GraphBuilder::new();
+    let inputs: Vec<NodeId> = tensors
+        .iter()
+        .enumerate()
+        .map(|(i, t)| b.input(format!("arg{i}"), t.ir_type()))
+        .collect();
+    let out = build(&mut b, &inputs)?;
+    if let Some(i) = inputs.iter().position(|&n| n == out) {
+        return Ok(tensors[i].clone());
+    }
+    let weak = b.ty(out).weak;
+    let graph = b.finish(vec![out])?;
+    let exe = compiled(graph)?;
+    let host: Vec<HostTensor> = tensors.iter().map(Tensor::to_host).collect();
+    let mut outs = exe.run(&host)?;
+    let result = outs.pop().ok_or_else(|| Error::Internal {
+        message: "a plan returned no output".into(),
+    })?;
+    Ok(Tensor::from_host(result, weak))
+}
+
+fn compiled(graph: Graph) -> Result<Arc<dyn Executable>> {
+    if let Some(exe) = EAGER_CACHE.with(|c| c.borrow().get(&graph).cloned()) {
+        return Ok(exe);
+    }
+    let exe = cpu().compile(&Plan::compile(&graph))?;
+    EAGER_CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() >= EAGER_CACHE_CAPACITY {
+            c.clear();
+        }
+        c.insert(graph, exe.clone());
+    });
+    Ok(exe)
+}
+
+/// A constant tensor filled with one value, built on the host.
+pub(crate) fn filled(shape: &[usize], value: f64, dtype: DType) -> Result<Tensor> {
+    let shape = Shape::new(shape.to_vec())?;
+    let n = shape.size();
+    Ok(Tensor::from_parts(
+        shape,
+        HostData::filled(dtype, value, n),
+        false,
+    ))
+}

@@ -1,0 +1,134 @@
+//! The error type of the facade (`spec/errors.md` §1.2). Every fallible call returns
+//! [`Result`]; messages follow the catalogue of `spec/errors.md`, so that the Python binding
+//! can raise them unchanged.
+
+use quabla_backend::BackendError;
+use quabla_ir::{DType, IrError};
+use thiserror::Error;
+
+/// `Result<T, quabla::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What kind of tracer misuse a [`Error::Tracer`] reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TracerErrorKind {
+    ControlFlow,
+    Concretization,
+    RegionCapture,
+    CustomRuleCapture,
+    Leaked,
+    RandomTraced,
+}
+
+/// Every error Quabla reports.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// TR1..TR6.
+    #[error("{message}")]
+    Tracer {
+        kind: TracerErrorKind,
+        message: String,
+    },
+    /// DT1.
+    #[error("tensor {op} operands have mismatched dtypes {lhs} and {rhs}; float32 and float64 never mix implicitly, convert one side with astype")]
+    DtypeMismatch { op: String, lhs: DType, rhs: DType },
+    /// DT2.
+    #[error("{op} is not defined for bool tensors; convert with astype(quabla.float64) or astype(quabla.float32) first")]
+    BoolOperand { op: String },
+    /// DT3.
+    #[error("{op} requires bool operands")]
+    RequiresBool { op: String },
+    /// SH1..SH13.
+    #[error("{message}")]
+    Shape { op: String, message: String },
+    /// IX1..IX3.
+    #[error("{message}")]
+    Index { message: String },
+    /// AR*.
+    #[error("{message}")]
+    InvalidArgument { message: String },
+    /// TY*.
+    #[error("{message}")]
+    Type { message: String },
+    /// TF1.
+    #[error("{transform} requires a scalar output, got shape {shape:?}")]
+    NonScalarOutput {
+        transform: &'static str,
+        shape: Vec<usize>,
+        dtype: DType,
+    },
+    /// TF6..TF10.
+    #[error("{message}")]
+    Structure { message: String },
+    /// UN1..UN7.
+    #[error("{message}")]
+    Unsupported {
+        op: String,
+        device: Option<String>,
+        message: String,
+    },
+    /// LA1.
+    #[error("{op}: matrix is singular")]
+    Singular { op: String },
+    /// A failure inside a backend.
+    #[error("{device}: {message}")]
+    Device { device: String, message: String },
+    /// A broken internal invariant: a bug in Quabla, never the caller's fault.
+    #[error("internal error (please report): {message}")]
+    Internal { message: String },
+}
+
+impl From<IrError> for Error {
+    fn from(e: IrError) -> Error {
+        match e {
+            IrError::DtypeMismatch { op, lhs, rhs } => Error::DtypeMismatch { op, lhs, rhs },
+            IrError::BoolOperand { op } => Error::BoolOperand { op },
+            IrError::RequiresBool { op } => Error::RequiresBool { op },
+            IrError::Shape { op, message } => Error::Shape { op, message },
+            IrError::Index { message } => Error::Index { message },
+            IrError::InvalidArgument { message } => Error::InvalidArgument { message },
+            IrError::Unsupported { op, message } => Error::Unsupported {
+                op,
+                device: None,
+                message,
+            },
+            other => Error::Internal {
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
+impl From<BackendError> for Error {
+    fn from(e: BackendError) -> Error {
+        match e {
+            BackendError::Singular { op } => Error::Singular { op },
+            BackendError::Unsupported { op, device, reason } => Error::Unsupported {
+                message: format!("{device} cannot lower {op}: {reason}"),
+                op,
+                device: Some(device),
+            },
+            BackendError::Device { device, message } => Error::Device { device, message },
+            other => Error::Internal {
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
+impl Error {
+    pub(crate) fn invalid(message: impl Into<String>) -> Error {
+        Error::InvalidArgument {
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn shape(op: &str, message: impl Into<String>) -> Error {
+        Error::Shape {
+            op: op.into(),
+            message: message.into(),
+        }
+    }
+}

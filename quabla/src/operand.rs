@@ -1,0 +1,44 @@
+//! [`Operand`]: anything an operation accepts as an array argument — a tensor (owned or
+//! borrowed), a Rust `f64` (a weak scalar, numerics.md §2), or the result of an earlier
+//! operation, whose error then becomes the result of this one. This is what lets a whole
+//! expression end in a single `?`.
+
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// An array argument of an operation.
+#[derive(Debug)]
+pub enum Operand {
+    Tensor(Tensor),
+    /// A weak scalar: adopts the dtype of the array it meets.
+    Scalar(f64),
+    /// An earlier failure, passed through.
+    Error(Error),
+}
+
+impl From<Tensor> for Operand {
+    fn from(t: Tensor) -> Operand {
+        Operand::Tensor(t)
+    }
+}
+
+impl From<&Tensor> for Operand {
+    fn from(t: &Tensor) -> Operand {
+        Operand::Tensor(t.clone())
+    }
+}
+
+impl From<f64> for Operand {
+    fn from(v: f64) -> Operand {
+        Operand::Scalar(v)
+    }
+}
+
+impl From<Result<Tensor>> for Operand {
+    fn from(r: Result<Tensor>) -> Operand {
+        match r {
+            Ok(t) => Operand::Tensor(t),
+            Err(e) => Operand::Error(e),
+        }
+    }
+}

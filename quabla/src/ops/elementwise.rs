@@ -1,0 +1,288 @@
+//! Elementwise functions: the native unary ops of the IR, powers, and the composite
+//! functions whose exact definitions are in numerics.md §4.3.
+
+use crate::dispatch::apply;
+use crate::error::Result;
+use crate::operand::Operand;
+use crate::tensor::Tensor;
+use quabla_ir::{BinaryOp, Comparison, DType, GraphBuilder, IrError, NodeId, UnaryOp};
+
+macro_rules! native_unary {
+    ($($(#[$doc:meta])* $name:ident => $op:ident;)*) => {
+        impl Tensor {
+            $(
+                $(#[$doc])*
+                pub fn $name(&self) -> Result<Tensor> {
+                    apply(vec![self.into()], |b, x| b.unary(UnaryOp::$op, x[0]))
+                }
+            )*
+        }
+        $(
+            $(#[$doc])*
+            pub fn $name(x: impl Into<Operand>) -> Result<Tensor> {
+                apply(vec![x.into()], |b, x| b.unary(UnaryOp::$op, x[0]))
+            }
+        )*
+    };
+}
+
+native_unary! {
+    /// Sine.
+    sin => Sin;
+    /// Cosine.
+    cos => Cos;
+    /// Hyperbolic tangent.
+    tanh => Tanh;
+    /// Exponential.
+    exp => Exp;
+    /// `exp(x) - 1`, accurate near 0.
+    expm1 => Expm1;
+    /// Natural logarithm: `log(0) = -inf`, NaN for negative input.
+    log => Log;
+    /// `log(1 + x)`: `-inf` at -1, NaN below.
+    log1p => Log1p;
+    /// Square root: NaN for negative input.
+    sqrt => Sqrt;
+    /// Tangent.
+    tan => Tan;
+    /// Inverse sine (NaN outside [-1, 1]).
+    arcsin => Arcsin;
+    /// Inverse cosine (NaN outside [-1, 1]).
+    arccos => Arccos;
+    /// Inverse tangent.
+    arctan => Arctan;
+    /// Hyperbolic sine.
+    sinh => Sinh;
+    /// Hyperbolic cosine.
+    cosh => Cosh;
+    /// Inverse hyperbolic sine.
+    arcsinh => Arcsinh;
+    /// Inverse hyperbolic cosine (NaN below 1).
+    arccosh => Arccosh;
+    /// Inverse hyperbolic tangent (±inf at ±1).
+    arctanh => Arctanh;
+    /// Base-2 logarithm.
+    log2 => Log2;
+    /// Base-10 logarithm.
+    log10 => Log10;
+    /// Cube root.
+    cbrt => Cbrt;
+    /// Largest integer not above `x`.
+    floor => Floor;
+    /// Smallest integer not below `x`.
+    ceil => Ceil;
+    /// Nearest integer, ties to even.
+    round => Round;
+    /// Error function.
+    erf => Erf;
+    /// Complementary error function.
+    erfc => Erfc;
+}
+
+/// Rejects bool operands of float-only composites under the user-facing name (DT2).
+fn float_only(b: &GraphBuilder, x: NodeId, name: &str) -> quabla_ir::Result<()> {
+    if b.ty(x).dtype == DType::Bool {
+        return Err(IrError::BoolOperand { op: name.into() });
+    }
+    Ok(())
+}
+
+macro_rules! composite_unary {
+    ($($(#[$doc:meta])* $name:ident => $build:ident, float_only = $float:expr;)*) => {
+        impl Tensor {
+            $(
+                $(#[$doc])*
+                pub fn $name(&self) -> Result<Tensor> {
+                    $name(self)
+                }
+            )*
+        }
+        $(
+            $(#[$doc])*
+            pub fn $name(x: impl Into<Operand>) -> Result<Tensor> {
+                apply(vec![x.into()], |b, x| {
+                    if $float {
+                        float_only(b, x[0], stringify!($name))?;
+                    }
+                    $build(b, x[0])
+                })
+            }
+        )*
+    };
+}
+
+composite_unary! {
+    /// Magnitude: clears the sign bit (`abs(-0.0) = 0.0`); NaN stays NaN. Built as
+    /// `where(x > 0, x, -x) + 0.0`, whose derivative at 0 is -1 (numerics.md §5).
+    abs => build_abs, float_only = true;
+    /// `maximum(x, 0)`; NaN propagates.
+    relu => build_relu, float_only = true;
+    /// The logistic function in the overflow-free two-branch form of numerics.md §4.3.
+    sigmoid => build_sigmoid, float_only = true;
+    /// `x * x`.
+    square => build_square, float_only = true;
+    /// `1 / x`.
+    reciprocal => build_reciprocal, float_only = true;
+    /// Identity in value; zero derivative in every mode and order. Accepts bool.
+    stop_gradient => build_stop_gradient, float_only = false;
+    /// `x != x`, as bool; false everywhere for bool input.
+    isnan => build_isnan, float_only = false;
+    /// `(x - x) == 0`, as bool.
+    isfinite => build_isfinite, float_only = true;
+    /// Negation (the sign bit flips, including for zeros and NaN).
+    neg => build_neg, float_only = true;
+}
+
+fn build_neg(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
+    b.unary(UnaryOp::Neg, x)
+}
+
+pub(crate) fn build_abs(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
+    let zero = b.weak_scalar(0.0);
+    let pos = b.compare(Comparison::Greater, x, zero)?;
+    let neg = b.unary(UnaryOp::Neg, x)?;
+    let mag = b.select(pos, x, neg)?;
+    b.add(mag, zero)
+}
+
+fn build_relu(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
+    let zero = b.weak_scalar(0.0);
+    build_maximum(b, x, zero)
+}
+
+fn build_sigmoid(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
+    let a = build_abs(b, x)?;
+    let na = b.unary(UnaryOp::Neg, a)?;
+    let z = b.unary(UnaryOp::Exp, na)?;
+    let one = b.weak_scalar(1.0);
+    let denom = b.add(one, z)?;
+    let pos = b.div(one, denom)?;
+    let neg = b.div(z, denom)?;
+    let zero = b.weak_scalar(0.0);
+    let positive = b.compare(Comparison::Greater, x, zero)?;
+    b.select(positive, pos, neg)
+}
+
+fn build_square(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
+    b.mul(x, x)
+}
+
+fn build_reciprocal(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
+    let one = b.weak_scalar(1.0);
+    b.div(one, x)
+}
+
+fn build_stop_gradient(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
+    b.stop_gradient(x)
+}
+
+fn build_isnan(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
+    b.compare(Comparison::NotEqual, x, x)
+}
+
+fn build_isfinite(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
+    let d = b.sub(x, x)?;
+    let zero = b.weak_scalar(0.0);
+    b.compare(Comparison::Equal, d, zero)
+}
+
+/// `where(isnan(a) | (a > c), a, c)`: NaN from either side propagates; ties go to `c`.
+pub(crate) fn build_maximum(
+    b: &mut GraphBuilder,
+    a: NodeId,
+    c: NodeId,
+) -> quabla_ir::Result<NodeId> {
+    build_extremum(b, a, c, Comparison::Greater)
+}
+
+/// `where(isnan(a) | (a < c), a, c)`.
+pub(crate) fn build_minimum(
+    b: &mut GraphBuilder,
+    a: NodeId,
+    c: NodeId,
+) -> quabla_ir::Result<NodeId> {
+    build_extremum(b, a, c, Comparison::Less)
+}
+
+fn build_extremum(
+    b: &mut GraphBuilder,
+    a: NodeId,
+    c: NodeId,
+    pick: Comparison,
+) -> quabla_ir::Result<NodeId> {
+    let nan = b.compare(Comparison::NotEqual, a, a)?;
+    let wins = b.compare(pick, a, c)?;
+    let t = super::bool_const(b, true)?;
+    let take_a = b.select(nan, t, wins)?;
+    b.select(take_a, a, c)
+}
+
+macro_rules! binary_fns {
+    ($($(#[$doc:meta])* $name:ident => $build:expr;)*) => {
+        impl Tensor {
+            $(
+                $(#[$doc])*
+                pub fn $name(&self, other: impl Into<Operand>) -> Result<Tensor> {
+                    apply(vec![self.into(), other.into()], |b, x| ($build)(b, x[0], x[1]))
+                }
+            )*
+        }
+        $(
+            $(#[$doc])*
+            pub fn $name(a: impl Into<Operand>, c: impl Into<Operand>) -> Result<Tensor> {
+                apply(vec![a.into(), c.into()], |b, x| ($build)(b, x[0], x[1]))
+            }
+        )*
+    };
+}
+
+fn bin(op: BinaryOp) -> impl Fn(&mut GraphBuilder, NodeId, NodeId) -> quabla_ir::Result<NodeId> {
+    move |b, x, y| b.binary(op, x, y)
+}
+
+binary_fns! {
+    /// Broadcasting addition.
+    add => bin(BinaryOp::Add);
+    /// Broadcasting subtraction.
+    sub => bin(BinaryOp::Sub);
+    /// Broadcasting multiplication.
+    mul => bin(BinaryOp::Mul);
+    /// Broadcasting division (IEEE: `1/0 = inf`).
+    div => bin(BinaryOp::Div);
+    /// `x ** y` with real exponents (C `pow` values, numerics.md §4.2).
+    pow => bin(BinaryOp::Pow);
+    /// Angle of the point `(other, self)`, C `atan2`.
+    atan2 => bin(BinaryOp::Atan2);
+    /// C `fmod`: the remainder has the sign of the dividend.
+    fmod => bin(BinaryOp::Fmod);
+    /// Elementwise maximum; NaN from either side propagates; ties go to the right operand.
+    maximum => build_maximum;
+    /// Elementwise minimum; NaN from either side propagates; ties go to the right operand.
+    minimum => build_minimum;
+}
+
+/// `power(x, y)`: the same as `x.pow(y)`.
+pub fn power(x: impl Into<Operand>, y: impl Into<Operand>) -> Result<Tensor> {
+    pow(x, y)
+}
+
+impl Tensor {
+    /// Integer power by exact repeated multiplication; a negative exponent gives
+    /// `1 / powi(x, -n)` (numerics.md §4.2).
+    pub fn powi(&self, exponent: i32) -> Result<Tensor> {
+        apply(vec![self.into()], |b, x| b.powi(x[0], exponent))
+    }
+
+    /// Conversion to `dtype` (numerics.md §1.4); returns `self` when the dtype already matches.
+    pub fn astype(&self, dtype: DType) -> Result<Tensor> {
+        if self.dtype() == dtype && !self.is_weak() {
+            return Ok(self.clone());
+        }
+        apply(vec![self.into()], |b, x| b.astype(x[0], dtype))
+    }
+}
+
+/// Free-function form of [`Tensor::powi`].
+pub fn powi(x: impl Into<Operand>, exponent: i32) -> Result<Tensor> {
+    apply(vec![x.into()], |b, x| b.powi(x[0], exponent))
+}
