@@ -3,6 +3,7 @@
 //! times the same workloads in JAX with `--vs-jax`.
 
 use qb::prelude::*;
+use qb::Tensor;
 use quabla as qb;
 use std::time::Instant;
 
@@ -35,5 +36,36 @@ fn main() -> qb::Result<()> {
     let big = qb::linspace(0.0, 1.0, 10_000_000)?;
     let t = median_seconds(15, || big.sum())?;
     println!("workload=sum_f64_1e7 seconds={t:e}");
+
+    let chain = qb::jit(|x: Tensor| x.sin().powi(2).add(x.cos()));
+    let t = median_seconds(15, || chain.call(&x))?;
+    println!("workload=jit_elementwise_1e6_f32 seconds={t:e}");
+
+    // A cached call: signature, lookup, bind, run. Timed over batches of calls.
+    let tiny = qb::jit(|x: Tensor| (&x * 2.0).add(1.0));
+    let x8 = qb::F32.ones([8])?;
+    const CALLS: usize = 20_000;
+    let per_call = median_seconds(15, || {
+        let mut out = tiny.call(&x8)?;
+        for _ in 1..CALLS {
+            out = tiny.call(&x8)?;
+        }
+        Ok(out)
+    })? / CALLS as f64;
+    println!("workload=jit_call_tiny seconds={per_call:e}");
+
+    // Trace, compile and run a fresh 200-node function.
+    let x64 = qb::ones([64])?;
+    let t = median_seconds(5, || {
+        let f = qb::jit(|x: Tensor| {
+            let mut x = x;
+            for i in 0..100 {
+                x = (x.sin()? * (1.0 + i as f64 * 1e-3))?;
+            }
+            Ok(x)
+        });
+        f.call(&x64)
+    })?;
+    println!("workload=first_call_200_nodes seconds={t:e}");
     Ok(())
 }

@@ -9,6 +9,7 @@
 use crate::error::{Error, Result};
 use crate::operand::Operand;
 use crate::tensor::Tensor;
+use crate::trace;
 use quabla_backend::{Backend, Executable, HostTensor};
 use quabla_cpu::CpuBackend;
 use quabla_ir::{DType, Graph, GraphBuilder, HostData, NodeId, Plan, Shape};
@@ -44,11 +45,24 @@ fn resolve(operands: Vec<Operand>) -> Result<Vec<Tensor>> {
         .collect()
 }
 
-/// Applies one operation built by `build` to `operands` and returns its single result.
+/// Applies one operation built by `build` to `operands` and returns its single result: recorded
+/// into the innermost trace when an operand is a tracer, executed eagerly otherwise.
 pub(crate) fn apply(
     operands: Vec<Operand>,
     build: impl FnOnce(&mut GraphBuilder, &[NodeId]) -> quabla_ir::Result<NodeId>,
 ) -> Result<Tensor> {
+    let mut operands = operands;
+    if let Some(i) = operands.iter().position(|o| matches!(o, Operand::Error(_))) {
+        if let Operand::Error(e) = operands.swap_remove(i) {
+            return Err(e);
+        }
+    }
+    let traced = operands
+        .iter()
+        .any(|o| matches!(o, Operand::Tensor(t) if t.is_traced()));
+    if traced {
+        return trace::record(operands, build);
+    }
     let tensors = resolve(operands)?;
     let mut b = GraphBuilder::new();
     let inputs: Vec<NodeId> = tensors
@@ -63,7 +77,7 @@ pub(crate) fn apply(
     let weak = b.ty(out).weak;
     let graph = b.finish(vec![out])?;
     let exe = compiled(graph)?;
-    let host: Vec<HostTensor> = tensors.iter().map(Tensor::to_host).collect();
+    let host: Vec<HostTensor> = tensors.iter().map(Tensor::to_host).collect::<Result<_>>()?;
     let mut outs = exe.run(&host)?;
     let result = outs.pop().ok_or_else(|| Error::Internal {
         message: "a plan returned no output".into(),

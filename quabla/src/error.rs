@@ -75,6 +75,9 @@ pub enum Error {
     /// A failure inside a backend.
     #[error("{device}: {message}")]
     Device { device: String, message: String },
+    /// A warning escalated by [`crate::warnings::Action::Error`].
+    #[error("{0}")]
+    Warning(crate::warnings::Warning),
     /// A broken internal invariant: a bug in Quabla, never the caller's fault.
     #[error("internal error (please report): {message}")]
     Internal { message: String },

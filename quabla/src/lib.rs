@@ -25,11 +25,15 @@ mod creation;
 mod dispatch;
 mod error;
 mod ext;
+mod jit;
 mod operand;
 mod operators;
 mod ops;
 mod print;
 mod tensor;
+mod trace;
+pub mod tree;
+pub mod warnings;
 
 pub use creation::{
     arange, arange_from, array, asarray, eye, eye_rect, full, full_like, linspace, ones, ones_like,
@@ -37,6 +41,7 @@ pub use creation::{
 };
 pub use error::{Error, Result, TracerErrorKind};
 pub use ext::TensorResultExt;
+pub use jit::{jit, Compiled, Jit, LeafSignature, Lowered, Signature};
 pub use operand::Operand;
 pub use ops::compare::{
     equal, greater, greater_equal, less, less_equal, logical_and, logical_not, logical_or,
@@ -54,6 +59,10 @@ pub use ops::reduce::{all, any, max, mean, min, prod, sum, Axes};
 pub use ops::shape::{concat, stack};
 pub use quabla_ir::DType;
 pub use tensor::{Element, Tensor};
+pub use tree::{ShapeDtype, Static, Tree};
+/// `#[derive(Tree)]`: a struct as a pytree node; `#[tree(static)]` marks meta fields.
+pub use quabla_macros::Tree;
+pub use warnings::Warning;
 
 /// float64, the default dtype.
 pub const F64: DType = DType::F64;

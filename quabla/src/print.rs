@@ -81,7 +81,6 @@ pub(crate) fn format_tensor(shape: &[usize], data: &HostData) -> String {
 }
 
 /// The repr of a tracer: `TraceTensor(node_id=3, shape=[2], dtype=float32)`.
-#[allow(dead_code)] // printed by tracers, which arrive with tracing
 pub(crate) fn format_tracer(node_id: u32, shape: &[usize], dtype: DType) -> String {
     format!(
         "TraceTensor(node_id={node_id}, shape={}, dtype={})",

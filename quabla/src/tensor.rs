@@ -4,17 +4,27 @@
 //! Tensors are cheap to clone (the storage is shared) and never mutated. Identity, not value,
 //! is what `same` compares: elementwise equality is `equal`.
 
-use crate::error::{Error, Result};
-use crate::print::format_tensor;
+use crate::error::{Error, Result, TracerErrorKind};
+use crate::print::{format_tensor, format_tracer};
 use quabla_backend::HostTensor;
-use quabla_ir::{DType, HostData, Shape, TensorType};
+use quabla_ir::{DType, HostData, NodeId, Shape, TensorType};
+
+/// TR1, exact.
+pub(crate) const CONTROL_FLOW_MESSAGE: &str = "TraceTensor cannot drive Python control flow: its value is unknown while tracing; select elementwise with quabla.where, or use cond, fori_loop, scan or while_loop";
 use std::fmt;
 use std::sync::Arc;
 
-/// An array value. Every operation returns a new tensor.
+/// An array value: concrete host data, or (inside a transform) a tracer that records
+/// operations into the transform's graph. Every operation returns a new tensor.
 #[derive(Clone)]
 pub struct Tensor {
-    inner: Arc<Concrete>,
+    inner: Arc<Repr>,
+}
+
+#[derive(Debug)]
+enum Repr {
+    Concrete(Concrete),
+    Traced(Tracer),
 }
 
 #[derive(Debug)]
@@ -25,11 +35,26 @@ struct Concrete {
     weak: bool,
 }
 
+/// A node of a live trace. `trace` identifies the trace, so a tracer used after its trace
+/// ended is detected (errors.md TR5).
+#[derive(Debug, Clone)]
+pub(crate) struct Tracer {
+    pub trace: u64,
+    pub node: NodeId,
+    pub ty: TensorType,
+}
+
 impl Tensor {
     pub(crate) fn from_parts(shape: Shape, data: HostData, weak: bool) -> Tensor {
         debug_assert_eq!(shape.size(), data.len());
         Tensor {
-            inner: Arc::new(Concrete { shape, data, weak }),
+            inner: Arc::new(Repr::Concrete(Concrete { shape, data, weak })),
+        }
+    }
+
+    pub(crate) fn traced(tracer: Tracer) -> Tensor {
+        Tensor {
+            inner: Arc::new(Repr::Traced(tracer)),
         }
     }
 
@@ -37,16 +62,58 @@ impl Tensor {
         Tensor::from_parts(t.shape, t.data, weak)
     }
 
-    pub(crate) fn to_host(&self) -> HostTensor {
-        HostTensor::new(self.inner.shape.clone(), self.inner.data.clone())
+    /// The tracer behind this handle, if it is traced.
+    pub(crate) fn tracer(&self) -> Option<&Tracer> {
+        match self.inner.as_ref() {
+            Repr::Traced(t) => Some(t),
+            Repr::Concrete(_) => None,
+        }
+    }
+
+    /// The concrete value, or TR2 naming `operation`.
+    fn concrete(&self, operation: &str) -> Result<&Concrete> {
+        match self.inner.as_ref() {
+            Repr::Concrete(c) => Ok(c),
+            Repr::Traced(t) => Err(Error::Tracer {
+                kind: TracerErrorKind::Concretization,
+                message: format!(
+                    "{operation}() needs a concrete value, but got {}; its value is not known while tracing; use qb::where_ or qb::cond for data-dependent choices, a loop primitive for data-dependent loops, or mark the argument static",
+                    format_tracer(t.node.0, t.ty.shape.dims(), t.ty.dtype)
+                ),
+            }),
+        }
+    }
+
+    /// Host buffers of a concrete tensor (callers only pass concrete tensors).
+    pub(crate) fn to_host(&self) -> Result<HostTensor> {
+        let c = self.concrete("to_host")?;
+        Ok(HostTensor::new(c.shape.clone(), c.data.clone()))
+    }
+
+    /// A stable identity for deduplicating captured constants within a trace.
+    pub(crate) fn identity(&self) -> usize {
+        Arc::as_ptr(&self.inner) as *const () as usize
     }
 
     pub(crate) fn ir_type(&self) -> TensorType {
-        TensorType {
-            dtype: self.dtype(),
-            shape: self.inner.shape.clone(),
-            weak: self.inner.weak,
+        match self.inner.as_ref() {
+            Repr::Concrete(c) => TensorType {
+                dtype: c.data.dtype(),
+                shape: c.shape.clone(),
+                weak: c.weak,
+            },
+            Repr::Traced(t) => t.ty.clone(),
         }
+    }
+
+    /// Whether this tensor is a tracer of a transform.
+    pub fn is_traced(&self) -> bool {
+        self.tracer().is_some()
+    }
+
+    /// The id of a tracer's IR node in its trace (`None` for concrete tensors).
+    pub fn node_id(&self) -> Option<u32> {
+        self.tracer().map(|t| t.node.0)
     }
 
     /// Builds a float64 tensor (or bool, for `bool` data) from a shape and row-major data;
@@ -68,27 +135,40 @@ impl Tensor {
 
     /// The element type.
     pub fn dtype(&self) -> DType {
-        self.inner.data.dtype()
+        match self.inner.as_ref() {
+            Repr::Concrete(c) => c.data.dtype(),
+            Repr::Traced(t) => t.ty.dtype,
+        }
+    }
+
+    fn shape_ref(&self) -> &Shape {
+        match self.inner.as_ref() {
+            Repr::Concrete(c) => &c.shape,
+            Repr::Traced(t) => &t.ty.shape,
+        }
     }
 
     /// The extents of each axis.
     pub fn shape(&self) -> &[usize] {
-        self.inner.shape.dims()
+        self.shape_ref().dims()
     }
 
     /// The rank.
     pub fn ndim(&self) -> usize {
-        self.inner.shape.rank()
+        self.shape_ref().rank()
     }
 
     /// The number of elements.
     pub fn size(&self) -> usize {
-        self.inner.shape.size()
+        self.shape_ref().size()
     }
 
     /// Whether this tensor is a weakly typed value (born from a Rust `f64`).
     pub fn is_weak(&self) -> bool {
-        self.inner.weak
+        match self.inner.as_ref() {
+            Repr::Concrete(c) => c.weak,
+            Repr::Traced(t) => t.ty.weak,
+        }
     }
 
     /// Identity comparison: whether both handles share the same storage.
@@ -98,26 +178,33 @@ impl Tensor {
 
     /// The value of a single-element tensor as `f64` (bool as 0/1).
     pub fn item(&self) -> Result<f64> {
+        let c = self.concrete("item")?;
         self.single("item")?;
-        Ok(self.inner.data.get_f64(0))
+        Ok(c.data.get_f64(0))
     }
 
     /// The value of a single-element tensor as `bool` (a float is true when nonzero or NaN).
     pub fn item_bool(&self) -> Result<bool> {
+        if self.is_traced() {
+            return Err(Error::Tracer {
+                kind: TracerErrorKind::ControlFlow,
+                message: CONTROL_FLOW_MESSAGE.into(),
+            });
+        }
         if self.size() != 1 && self.dtype() == DType::Bool {
             return Err(Error::invalid(
                 "the truth value of a multi-element tensor is ambiguous; reduce it with quabla.any or quabla.all",
             ));
         }
         self.single("item_bool")?;
-        Ok(self.inner.data.get_f64(0) != 0.0)
+        Ok(self.concrete("item_bool")?.data.get_f64(0) != 0.0)
     }
 
     fn single(&self, op: &str) -> Result<()> {
         if self.size() != 1 {
             return Err(Error::invalid(format!(
                 "{op}() needs a tensor with exactly one element, got shape {}",
-                self.inner.shape
+                self.shape_ref()
             )));
         }
         Ok(())
@@ -125,7 +212,7 @@ impl Tensor {
 
     /// Flat row-major values converted to `T` (`f64`, `f32` or `bool`).
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
-        Ok(T::from_host(&self.inner.data))
+        Ok(T::from_host(&self.concrete("to_vec")?.data))
     }
 
     /// Flat row-major values as `bool` (floats: nonzero or NaN is true).
@@ -135,7 +222,7 @@ impl Tensor {
 
     /// Zero-copy read-only access to the storage when `T` is the tensor's dtype.
     pub fn as_slice<T: Element>(&self) -> Result<&[T]> {
-        T::slice(&self.inner.data).ok_or_else(|| Error::Type {
+        T::slice(&self.concrete("as_slice")?.data).ok_or_else(|| Error::Type {
             message: format!(
                 "as_slice::<{}>() of a {} tensor; convert with astype first",
                 T::DTYPE.name(),
@@ -164,7 +251,10 @@ impl Tensor {
 
 impl fmt::Display for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&format_tensor(self.shape(), &self.inner.data))
+        match self.inner.as_ref() {
+            Repr::Concrete(c) => f.write_str(&format_tensor(c.shape.dims(), &c.data)),
+            Repr::Traced(t) => f.write_str(&format_tracer(t.node.0, t.ty.shape.dims(), t.ty.dtype)),
+        }
     }
 }
 

@@ -5,6 +5,51 @@
 #[allow(dead_code)]
 mod quickstart;
 
+#[path = "../examples/retrace.rs"]
+#[allow(dead_code)]
+mod retrace;
+
+#[path = "../examples/lower.rs"]
+#[allow(dead_code)]
+mod lower;
+
+#[test]
+fn retrace_prints_one_warning_then_the_error() {
+    let mut out = Vec::new();
+    retrace::run(&mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[0],
+        "RetraceWarning: jit(double) exceeded max_traces=8; evicted the least recently used trace:"
+    );
+    assert_eq!(lines[1], "  (float64[1],)");
+    assert_eq!(lines[3], "  (float64[9],)");
+    assert_eq!(lines[4], "changed: arg 0 leaf arg0: shape [1] -> [9]");
+    assert_eq!(text.matches("RetraceWarning:").count(), 1);
+    let last = lines.last().unwrap();
+    assert!(
+        last.starts_with("error policy: Err(\"jit(double) exceeded max_traces=8"),
+        "{last}"
+    );
+}
+
+#[test]
+fn lower_prints_the_plan_and_its_line_count() {
+    let mut out = Vec::new();
+    lower::run(&mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(
+        text,
+        "%0 = input[name=x] : tensor<16xf64>\n\
+         %1 = sin(%0) : tensor<16xf64>\n\
+         %2 = mul(%1, %0) : tensor<16xf64>\n\
+         %3 = sum(%2) : tensor<f64>\n\
+         outputs: [[]]\n\
+         lines=5\n"
+    );
+}
+
 #[test]
 fn quickstart_prints_the_expected_values() {
     let mut out = Vec::new();

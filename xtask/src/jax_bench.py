@@ -50,6 +50,43 @@ def workloads():
     assert s.dtype == jnp.float64
     yield "sum_f64_1e7", jax.jit(jnp.sum), (s,)
 
+    yield "jit_elementwise_1e6_f32", jax.jit(chain), (x,)
+
+
+def many_calls(fn, args, calls=2000):
+    """Per-call time of a cached jitted call (the median over batches of `calls`)."""
+    fn(*args).block_until_ready()
+
+    def batch():
+        for _ in range(calls):
+            out = fn(*args)
+        out.block_until_ready()
+        return out
+
+    return batch, calls
+
+
+def two_hundred_nodes(scale):
+    def f(x):
+        for i in range(100):
+            x = jnp.sin(x)
+            x = x * (scale + i * 1e-3)
+        return x
+
+    return f
+
+
+def first_call_seconds(repeats):
+    """Trace, compile and run a fresh 200-node function (a new constant defeats caches)."""
+    x = jnp.ones((64,), dtype=jnp.float64)
+    times = []
+    for r in range(repeats):
+        fn = jax.jit(two_hundred_nodes(1.0 + r * 1e-7))
+        start = time.perf_counter()
+        fn(x).block_until_ready()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
 
 def median_seconds(fn, args, repeats):
     fn(*args).block_until_ready()  # compile and warm up
@@ -67,6 +104,17 @@ def main():
     for name, fn, args in workloads():
         seconds = median_seconds(fn, args, repeats)
         print(f"workload={name} seconds={seconds:.9g}", flush=True)
+
+    tiny = jax.jit(lambda x: x * 2 + 1)
+    x8 = jnp.ones((8,), dtype=jnp.float32)
+    batch, calls = many_calls(tiny, (x8,))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        batch()
+        times.append((time.perf_counter() - start) / calls)
+    print(f"workload=jit_call_tiny seconds={statistics.median(times):.9g}", flush=True)
+    print(f"workload=first_call_200_nodes seconds={first_call_seconds(5):.9g}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,341 @@
+//! The trace context: a thread-local stack of traces that record operations on tracers.
+//!
+//! An operation with a traced operand records into the innermost trace
+//! ([`record`]). Operands are resolved there: a tracer of that trace is its node; a tracer of
+//! an enclosing trace is lifted as a hidden input named `capture{i}` (closure conversion); a
+//! tracer of a trace that has ended is the "escaped tracer" error; a concrete tensor becomes a
+//! constant of the graph (deduplicated per tensor); a Rust `f64` becomes a weak constant.
+//! [`trace_function`] runs a function on fresh tracers and returns its graph.
+
+use crate::error::{Error, Result, TracerErrorKind};
+use crate::operand::Operand;
+use crate::print::format_tracer;
+use crate::tensor::{Tensor, Tracer};
+use crate::tree::{Leaf, PathEntry, Tree, TreeDef};
+use quabla_ir::{Graph, GraphBuilder, Node, NodeId, Op, TensorType};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+
+struct Frame {
+    id: u64,
+    builder: GraphBuilder,
+    /// Tracers of enclosing traces lifted as hidden inputs, with their input nodes.
+    captures: Vec<(Tensor, NodeId)>,
+    /// Concrete tensors already turned into constants (kept alive so identities stay unique).
+    constants: HashMap<usize, (Tensor, NodeId)>,
+}
+
+thread_local! {
+    static FRAMES: RefCell<Vec<Frame>> = const { RefCell::new(Vec::new()) };
+    static NEXT_TRACE: Cell<u64> = const { Cell::new(1) };
+}
+
+/// Whether any trace is active on this thread.
+pub(crate) fn active() -> bool {
+    FRAMES.with(|f| !f.borrow().is_empty())
+}
+
+fn leaked(t: &Tracer) -> Error {
+    Error::Tracer {
+        kind: TracerErrorKind::Leaked,
+        message: format!(
+            "{} was used after its trace ended; do not store tracers outside the traced function",
+            format_tracer(t.node.0, t.ty.shape.dims(), t.ty.dtype)
+        ),
+    }
+}
+
+/// Resolves an operand into a node of the innermost frame.
+fn resolve(frames: &mut [Frame], operand: &Operand) -> Result<NodeId> {
+    let (outer, top) = frames.split_at_mut(frames.len() - 1);
+    let top = &mut top[0];
+    match operand {
+        Operand::Scalar(v) => Ok(top.builder.weak_scalar(*v)),
+        Operand::Error(_) => unreachable!("errors are returned before recording"),
+        Operand::Tensor(t) => match t.tracer() {
+            Some(tr) if tr.trace == top.id => Ok(tr.node),
+            Some(tr) => {
+                if !outer.iter().any(|f| f.id == tr.trace) {
+                    return Err(leaked(tr));
+                }
+                if let Some((_, n)) = top.captures.iter().find(|(c, _)| Tensor::same(c, t)) {
+                    return Ok(*n);
+                }
+                let name = format!("capture{}", top.captures.len());
+                let node = top.builder.input(name, tr.ty.clone());
+                top.captures.push((t.clone(), node));
+                Ok(node)
+            }
+            None => {
+                if let Some((_, n)) = top.constants.get(&t.identity()) {
+                    return Ok(*n);
+                }
+                let host = t.to_host()?;
+                let node = top.builder.constant(host.data, host.shape, t.is_weak())?;
+                top.constants.insert(t.identity(), (t.clone(), node));
+                Ok(node)
+            }
+        },
+    }
+}
+
+/// Records an operation into the innermost trace. `operands` contains at least one tracer.
+pub(crate) fn record(
+    operands: Vec<Operand>,
+    build: impl FnOnce(&mut GraphBuilder, &[NodeId]) -> quabla_ir::Result<NodeId>,
+) -> Result<Tensor> {
+    for o in &operands {
+        if let Operand::Tensor(t) = o {
+            if let Some(tr) = t.tracer() {
+                if !FRAMES.with(|f| f.borrow().iter().any(|fr| fr.id == tr.trace)) {
+                    return Err(leaked(tr));
+                }
+            }
+        }
+    }
+    FRAMES.with(|frames| {
+        let mut frames = frames.borrow_mut();
+        let nodes = operands
+            .iter()
+            .map(|o| resolve(&mut frames, o))
+            .collect::<Result<Vec<_>>>()?;
+        let top = frames
+            .last_mut()
+            .expect("record is only called inside a trace");
+        let node = build(&mut top.builder, &nodes)?;
+        let ty = top.builder.ty(node).clone();
+        Ok(Tensor::traced(Tracer {
+            trace: top.id,
+            node,
+            ty,
+        }))
+    })
+}
+
+/// Pops the frame it pushed even when the traced function fails or panics.
+struct FrameGuard {
+    id: u64,
+}
+
+impl Drop for FrameGuard {
+    fn drop(&mut self) {
+        FRAMES.with(|f| {
+            let mut f = f.borrow_mut();
+            if f.last().map(|fr| fr.id) == Some(self.id) {
+                f.pop();
+            }
+        });
+    }
+}
+
+/// The input a traced function receives for one argument leaf.
+pub(crate) enum InputLeaf {
+    /// An array leaf: becomes a plan input of this type.
+    Array(TensorType),
+    /// A static leaf passed through unchanged.
+    Static(Leaf),
+}
+
+/// A traced function: its graph (inputs first: argument leaves in order, then captures),
+/// the enclosing tracers it captured, and the structure of its result.
+pub(crate) struct TracedFunction {
+    pub graph: Graph,
+    /// Tracers of enclosing traces, bound to the trailing `capture{i}` inputs.
+    pub captures: Vec<Tensor>,
+    pub out_def: TreeDef,
+    /// For each output leaf: a plan output index, or a static leaf.
+    pub out_slots: Vec<OutSlot>,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum OutSlot {
+    Plan(usize),
+    Static(Leaf),
+}
+
+/// Names each argument leaf by its pytree path: the root is `arg_names[i]` (or `arg{i}`) for
+/// the `i`-th positional argument (the elements of a top-level tuple, or the whole value).
+pub(crate) fn leaf_names(def: &TreeDef, arg_names: &[String]) -> Vec<String> {
+    let root = |i: usize| {
+        arg_names
+            .get(i)
+            .cloned()
+            .unwrap_or_else(|| format!("arg{i}"))
+    };
+    let join = |root: String, rest: &[PathEntry]| {
+        let mut parts = vec![root];
+        parts.extend(rest.iter().map(|p| p.to_string()));
+        parts.join("/")
+    };
+    match def {
+        TreeDef::Tuple(_) => def
+            .leaf_paths()
+            .into_iter()
+            .map(|p| match p.split_first() {
+                Some((PathEntry::Index(i), rest)) => join(root(*i), rest),
+                _ => join(root(0), &p),
+            })
+            .collect(),
+        _ => def
+            .leaf_paths()
+            .into_iter()
+            .map(|p| join(root(0), &p))
+            .collect(),
+    }
+}
+
+/// Runs `f` on tracers for the array leaves of `inputs` (static leaves pass through) and
+/// returns the recorded graph.
+pub(crate) fn trace_function<A: Tree, R: Tree>(
+    f: &dyn Fn(A) -> Result<R>,
+    in_def: &TreeDef,
+    inputs: &[InputLeaf],
+    names: &[String],
+) -> Result<TracedFunction> {
+    let id = NEXT_TRACE.with(|n| {
+        let id = n.get();
+        n.set(id + 1);
+        id
+    });
+    let mut builder = GraphBuilder::new();
+    let mut arg_leaves = Vec::with_capacity(inputs.len());
+    for (i, leaf) in inputs.iter().enumerate() {
+        arg_leaves.push(match leaf {
+            InputLeaf::Array(ty) => {
+                let node = builder.input(names[i].clone(), ty.clone());
+                Leaf::Tensor(Tensor::traced(Tracer {
+                    trace: id,
+                    node,
+                    ty: ty.clone(),
+                }))
+            }
+            InputLeaf::Static(l) => l.clone(),
+        });
+    }
+    FRAMES.with(|f| {
+        f.borrow_mut().push(Frame {
+            id,
+            builder,
+            captures: Vec::new(),
+            constants: HashMap::new(),
+        })
+    });
+    let guard = FrameGuard { id };
+    let args: A = in_def.unflatten(arg_leaves)?;
+    let result = f(args)?;
+    let (out_leaves, out_def) = crate::tree::flatten(&result);
+    // Resolve output leaves into nodes of this frame (constants and captures included).
+    let mut out_nodes = Vec::new();
+    let mut out_slots = Vec::with_capacity(out_leaves.len());
+    FRAMES.with(|frames| -> Result<()> {
+        let mut frames = frames.borrow_mut();
+        for leaf in out_leaves {
+            match leaf {
+                Leaf::Tensor(t) => {
+                    let node = resolve(&mut frames, &Operand::Tensor(t))?;
+                    out_slots.push(OutSlot::Plan(out_nodes.len()));
+                    out_nodes.push(node);
+                }
+                other => out_slots.push(OutSlot::Static(other)),
+            }
+        }
+        Ok(())
+    })?;
+    let frame = FRAMES
+        .with(|f| f.borrow_mut().pop())
+        .expect("the frame pushed above");
+    std::mem::forget(guard);
+    let graph = inputs_first(frame.builder, out_nodes)?;
+    Ok(TracedFunction {
+        graph,
+        captures: frame.captures.into_iter().map(|(t, _)| t).collect(),
+        out_def,
+        out_slots,
+    })
+}
+
+/// Freezes a builder whose captures were appended after other nodes: inputs move to the front
+/// (in creation order), everything else keeps its order.
+fn inputs_first(builder: GraphBuilder, outputs: Vec<NodeId>) -> Result<Graph> {
+    let n = builder.len();
+    let nodes: Vec<Node> = (0..n)
+        .map(|i| builder.node(NodeId(i as u32)).clone())
+        .collect();
+    let is_input = |n: &Node| matches!(n.op, Op::Input { .. });
+    let order: Vec<usize> = (0..n)
+        .filter(|&i| is_input(&nodes[i]))
+        .chain((0..n).filter(|&i| !is_input(&nodes[i])))
+        .collect();
+    let mut remap = vec![NodeId(0); n];
+    for (new, &old) in order.iter().enumerate() {
+        remap[old] = NodeId(new as u32);
+    }
+    let reordered: Vec<Node> = order
+        .iter()
+        .map(|&old| {
+            let mut node = nodes[old].clone();
+            node.operands = node.operands.iter().map(|o| remap[o.index()]).collect();
+            node
+        })
+        .collect();
+    let outputs = outputs.iter().map(|o| remap[o.index()]).collect();
+    Ok(Graph::from_parts(reordered, outputs)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quabla_ir::{DType, Shape};
+
+    fn vector(n: usize) -> InputLeaf {
+        InputLeaf::Array(TensorType::new(DType::F64, Shape::new(vec![n]).unwrap()))
+    }
+
+    #[test]
+    fn nested_traces_lift_outer_tracers_as_captures() {
+        let inner_graph = std::cell::RefCell::new(None);
+        let outer = |y: Tensor| -> Result<Tensor> {
+            // An inner trace whose function closes over the outer tracer `y`.
+            let inner = |x: Tensor| -> Result<Tensor> { (&x * &y)? + &y };
+            let traced = trace_function::<Tensor, Tensor>(
+                &inner,
+                &TreeDef::Leaf,
+                &[vector(2)],
+                &["x".to_string()],
+            )?;
+            assert_eq!(traced.captures.len(), 1, "y is captured once");
+            assert!(Tensor::same(&traced.captures[0], &y));
+            *inner_graph.borrow_mut() = Some(traced.graph);
+            y.sin()
+        };
+        let traced = trace_function::<Tensor, Tensor>(
+            &outer,
+            &TreeDef::Leaf,
+            &[vector(2)],
+            &["y".to_string()],
+        )
+        .unwrap();
+        assert!(traced.captures.is_empty());
+        let text = inner_graph.borrow().as_ref().unwrap().to_string();
+        assert!(
+            text.starts_with(
+                "%0 = input[name=x] : tensor<2xf64>\n%1 = input[name=capture0] : tensor<2xf64>\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("mul(%0, %1)"), "{text}");
+    }
+
+    #[test]
+    fn frames_are_popped_on_errors() {
+        let failing = |_: Tensor| -> Result<Tensor> { Err(Error::invalid("boom")) };
+        let r = trace_function::<Tensor, Tensor>(
+            &failing,
+            &TreeDef::Leaf,
+            &[vector(1)],
+            &["x".to_string()],
+        );
+        assert!(r.is_err());
+        assert!(!active());
+    }
+}

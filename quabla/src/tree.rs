@@ -1,0 +1,612 @@
+//! Pytrees (api.md §13): nested containers of tensors and scalars that transforms take and
+//! return. A value is flattened into its leaves, in traversal order, and a [`TreeDef`]
+//! describing its structure; a structure and leaves unflatten back into a typed value.
+//!
+//! Containers: tuples (up to 8), `Vec<T>` and `[T; N]` (lists), `BTreeMap`/`HashMap` with
+//! `String` keys (dicts, traversed in sorted key order), `Option<T>` (`None` is a container
+//! without leaves), `()`, and structs with `#[derive(Tree)]`. Leaves: tensors and scalars
+//! (`f64`, `bool`, integers). Static meta fields (`#[tree(static)]`) and [`Static`] values live
+//! in the structure, so they are part of every trace signature.
+
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+use std::any::Any;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+/// One leaf of a flattened tree.
+#[derive(Clone, Debug)]
+pub enum Leaf {
+    Tensor(Tensor),
+    F64(f64),
+    Bool(bool),
+    Int(i64),
+    /// A shape and dtype without data (`jit(f).lower(..)` arguments).
+    Abstract(ShapeDtype),
+}
+
+/// An abstract stand-in for an array argument of `jit(f).lower(..)`: shape and dtype only.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ShapeDtype {
+    pub shape: Vec<usize>,
+    pub dtype: quabla_ir::DType,
+}
+
+impl ShapeDtype {
+    pub fn new(shape: impl AsRef<[usize]>, dtype: quabla_ir::DType) -> ShapeDtype {
+        ShapeDtype {
+            shape: shape.as_ref().to_vec(),
+            dtype,
+        }
+    }
+}
+
+impl Tree for ShapeDtype {
+    fn flatten(&self, leaves: &mut Vec<Leaf>) -> TreeDef {
+        leaves.push(Leaf::Abstract(self.clone()));
+        TreeDef::Leaf
+    }
+    fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
+        if *def != TreeDef::Leaf {
+            return Err(mismatch("a ShapeDtype leaf", def));
+        }
+        match next_leaf(leaves)? {
+            Leaf::Abstract(s) => Ok(s),
+            Leaf::Tensor(t) => Ok(ShapeDtype::new(t.shape(), t.dtype())),
+            other => Err(Error::Structure {
+                message: format!(
+                    "pytree structures differ: expected a ShapeDtype leaf, got {other:?}"
+                ),
+            }),
+        }
+    }
+}
+
+impl Leaf {
+    /// The tensor of a tensor leaf.
+    pub fn as_tensor(&self) -> Option<&Tensor> {
+        match self {
+            Leaf::Tensor(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+/// A static (hashable) value carried in a tree structure: a `#[tree(static)]` field or a
+/// [`Static`] leaf. Compared by `==` and hashed by `Hash` of the concrete type.
+pub trait StaticValue: Any + fmt::Debug + Send + Sync {
+    #[doc(hidden)]
+    fn dyn_eq(&self, other: &dyn StaticValue) -> bool;
+    #[doc(hidden)]
+    fn dyn_hash(&self, state: &mut dyn Hasher);
+    #[doc(hidden)]
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl<T: Any + fmt::Debug + Hash + Eq + Send + Sync> StaticValue for T {
+    fn dyn_eq(&self, other: &dyn StaticValue) -> bool {
+        other.as_any().downcast_ref::<T>() == Some(self)
+    }
+    fn dyn_hash(&self, mut state: &mut dyn Hasher) {
+        std::any::TypeId::of::<T>().hash(&mut state);
+        self.hash(&mut state);
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// A shared static value inside a [`TreeDef`].
+#[derive(Clone)]
+pub struct StaticBox(pub Arc<dyn StaticValue>);
+
+impl StaticBox {
+    pub fn new<T: StaticValue>(v: T) -> StaticBox {
+        StaticBox(Arc::new(v))
+    }
+
+    /// The value, if it has type `T`.
+    pub fn get<T: Any + Clone>(&self) -> Option<T> {
+        self.0.as_any().downcast_ref::<T>().cloned()
+    }
+}
+
+impl PartialEq for StaticBox {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.dyn_eq(other.0.as_ref())
+    }
+}
+
+impl Eq for StaticBox {}
+
+impl Hash for StaticBox {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.dyn_hash(state);
+    }
+}
+
+impl fmt::Debug for StaticBox {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+/// The structure of a tree: containers, dict keys, field names and static values; `*` marks a
+/// leaf. Equality and hashing are by structure.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum TreeDef {
+    Leaf,
+    None,
+    Tuple(Vec<TreeDef>),
+    List(Vec<TreeDef>),
+    Dict(Vec<(String, TreeDef)>),
+    /// A `#[derive(Tree)]` struct: data fields in declaration order, then static meta fields.
+    Node {
+        name: &'static str,
+        fields: Vec<(&'static str, TreeDef)>,
+        meta: Vec<(&'static str, StaticBox)>,
+    },
+    /// A [`Static`] value: no leaves.
+    Static(StaticBox),
+}
+
+/// One step of a leaf path: a dict key or field name, or a position.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum PathEntry {
+    Key(String),
+    Index(usize),
+}
+
+impl fmt::Display for PathEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PathEntry::Key(k) => f.write_str(k),
+            PathEntry::Index(i) => write!(f, "{i}"),
+        }
+    }
+}
+
+impl TreeDef {
+    /// Number of leaves.
+    pub fn num_leaves(&self) -> usize {
+        match self {
+            TreeDef::Leaf => 1,
+            TreeDef::None | TreeDef::Static(_) => 0,
+            TreeDef::Tuple(c) | TreeDef::List(c) => c.iter().map(TreeDef::num_leaves).sum(),
+            TreeDef::Dict(c) => c.iter().map(|(_, d)| d.num_leaves()).sum(),
+            TreeDef::Node { fields, .. } => fields.iter().map(|(_, d)| d.num_leaves()).sum(),
+        }
+    }
+
+    /// The path of every leaf, in flatten order.
+    pub fn leaf_paths(&self) -> Vec<Vec<PathEntry>> {
+        let mut out = Vec::new();
+        self.collect_paths(&mut Vec::new(), &mut out);
+        out
+    }
+
+    fn collect_paths(&self, prefix: &mut Vec<PathEntry>, out: &mut Vec<Vec<PathEntry>>) {
+        let mut child = |entry: PathEntry, d: &TreeDef, prefix: &mut Vec<PathEntry>| {
+            prefix.push(entry);
+            d.collect_paths(prefix, out);
+            prefix.pop();
+        };
+        match self {
+            TreeDef::Leaf => out.push(prefix.clone()),
+            TreeDef::None | TreeDef::Static(_) => {}
+            TreeDef::Tuple(c) | TreeDef::List(c) => {
+                for (i, d) in c.iter().enumerate() {
+                    child(PathEntry::Index(i), d, prefix);
+                }
+            }
+            TreeDef::Dict(c) => {
+                for (k, d) in c {
+                    child(PathEntry::Key(k.clone()), d, prefix);
+                }
+            }
+            TreeDef::Node { fields, .. } => {
+                for (k, d) in fields {
+                    child(PathEntry::Key(k.to_string()), d, prefix);
+                }
+            }
+        }
+    }
+
+    /// Rebuilds a value of type `T` from this structure and leaves (TF9 on a count mismatch).
+    pub fn unflatten<T: Tree>(&self, leaves: Vec<Leaf>) -> Result<T> {
+        let expected = self.num_leaves();
+        if leaves.len() != expected {
+            return Err(Error::Structure {
+                message: format!("unflatten expected {expected} leaves, got {}", leaves.len()),
+            });
+        }
+        let mut it = leaves.into_iter();
+        T::unflatten(self, &mut it)
+    }
+
+    /// Prints the structure with each leaf replaced by `leaf(i)`.
+    pub fn fmt_with(&self, leaf: &mut dyn FnMut(usize) -> String) -> String {
+        let mut n = 0;
+        self.fmt_inner(leaf, &mut n)
+    }
+
+    fn fmt_inner(&self, leaf: &mut dyn FnMut(usize) -> String, n: &mut usize) -> String {
+        let join = |items: Vec<String>| items.join(", ");
+        match self {
+            TreeDef::Leaf => {
+                *n += 1;
+                leaf(*n - 1)
+            }
+            TreeDef::None => "None".into(),
+            TreeDef::Static(v) => format!("{v:?}"),
+            TreeDef::Tuple(c) => {
+                let items: Vec<String> = c.iter().map(|d| d.fmt_inner(leaf, n)).collect();
+                if items.len() == 1 {
+                    format!("({},)", items[0])
+                } else {
+                    format!("({})", join(items))
+                }
+            }
+            TreeDef::List(c) => format!(
+                "[{}]",
+                join(c.iter().map(|d| d.fmt_inner(leaf, n)).collect())
+            ),
+            TreeDef::Dict(c) => format!(
+                "{{{}}}",
+                join(
+                    c.iter()
+                        .map(|(k, d)| format!("'{k}': {}", d.fmt_inner(leaf, n)))
+                        .collect()
+                )
+            ),
+            TreeDef::Node { name, fields, meta } => {
+                let mut items: Vec<String> = fields
+                    .iter()
+                    .map(|(k, d)| format!("{k}={}", d.fmt_inner(leaf, n)))
+                    .collect();
+                items.extend(meta.iter().map(|(k, v)| format!("{k}={v:?}")));
+                format!("{name}({})", join(items))
+            }
+        }
+    }
+}
+
+/// `TreeDef({'a': [*, None], 'b': *})`.
+impl fmt::Display for TreeDef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TreeDef({})", self.fmt_with(&mut |_| "*".into()))
+    }
+}
+
+/// The TF8 error for a structure that does not fit the expected type (used by derived impls).
+pub fn structure_mismatch(expected: &str, def: &TreeDef) -> Error {
+    mismatch(expected, def)
+}
+
+fn mismatch(expected: &str, def: &TreeDef) -> Error {
+    Error::Structure {
+        message: format!("pytree structures differ: expected {expected}, got {def}"),
+    }
+}
+
+fn next_leaf(leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Leaf> {
+    leaves.next().ok_or_else(|| Error::Structure {
+        message: "unflatten ran out of leaves".into(),
+    })
+}
+
+/// A type that is a pytree.
+pub trait Tree: Sized {
+    /// Appends the leaves in traversal order and returns the structure.
+    fn flatten(&self, leaves: &mut Vec<Leaf>) -> TreeDef;
+
+    /// Rebuilds a value from a structure and its leaves, checking both against `Self`.
+    fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self>;
+}
+
+impl Tree for Tensor {
+    fn flatten(&self, leaves: &mut Vec<Leaf>) -> TreeDef {
+        leaves.push(Leaf::Tensor(self.clone()));
+        TreeDef::Leaf
+    }
+    fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
+        if *def != TreeDef::Leaf {
+            return Err(mismatch("a tensor leaf", def));
+        }
+        match next_leaf(leaves)? {
+            Leaf::Tensor(t) => Ok(t),
+            Leaf::F64(v) => crate::creation::array(v),
+            Leaf::Bool(v) => crate::creation::array(v),
+            Leaf::Int(v) => crate::creation::array(v as f64),
+            Leaf::Abstract(s) => Err(Error::Structure {
+                message: format!("expected a tensor, got the abstract value {s:?}"),
+            }),
+        }
+    }
+}
+
+/// A dynamic leaf: whatever leaf stands at this position (a tensor or a scalar).
+impl Tree for Leaf {
+    fn flatten(&self, leaves: &mut Vec<Leaf>) -> TreeDef {
+        leaves.push(self.clone());
+        TreeDef::Leaf
+    }
+    fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
+        if *def != TreeDef::Leaf {
+            return Err(mismatch("a leaf", def));
+        }
+        next_leaf(leaves)
+    }
+}
+
+impl Tree for f64 {
+    fn flatten(&self, leaves: &mut Vec<Leaf>) -> TreeDef {
+        leaves.push(Leaf::F64(*self));
+        TreeDef::Leaf
+    }
+    fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
+        if *def != TreeDef::Leaf {
+            return Err(mismatch("an f64 leaf", def));
+        }
+        match next_leaf(leaves)? {
+            Leaf::F64(v) => Ok(v),
+            Leaf::Int(v) => Ok(v as f64),
+            Leaf::Tensor(t) if t.ndim() == 0 => t.item(),
+            other => Err(Error::Structure {
+                message: format!("pytree structures differ: expected an f64 leaf, got {other:?}"),
+            }),
+        }
+    }
+}
+
+impl Tree for bool {
+    fn flatten(&self, leaves: &mut Vec<Leaf>) -> TreeDef {
+        leaves.push(Leaf::Bool(*self));
+        TreeDef::Leaf
+    }
+    fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
+        if *def != TreeDef::Leaf {
+            return Err(mismatch("a bool leaf", def));
+        }
+        match next_leaf(leaves)? {
+            Leaf::Bool(v) => Ok(v),
+            Leaf::Tensor(t) if t.ndim() == 0 => t.item_bool(),
+            other => Err(Error::Structure {
+                message: format!("pytree structures differ: expected a bool leaf, got {other:?}"),
+            }),
+        }
+    }
+}
+
+macro_rules! int_leaf {
+    ($($t:ty),*) => {$(
+        impl Tree for $t {
+            fn flatten(&self, leaves: &mut Vec<Leaf>) -> TreeDef {
+                leaves.push(Leaf::Int(*self as i64));
+                TreeDef::Leaf
+            }
+            fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
+                if *def != TreeDef::Leaf {
+                    return Err(mismatch("an integer leaf", def));
+                }
+                match next_leaf(leaves)? {
+                    Leaf::Int(v) => <$t>::try_from(v).map_err(|_| Error::invalid(format!("{v} does not fit {}", stringify!($t)))),
+                    other => Err(Error::Structure {
+                        message: format!("pytree structures differ: expected an integer leaf, got {other:?}"),
+                    }),
+                }
+            }
+        }
+    )*};
+}
+
+int_leaf!(i32, i64, usize, u32);
+
+impl Tree for () {
+    fn flatten(&self, _: &mut Vec<Leaf>) -> TreeDef {
+        TreeDef::None
+    }
+    fn unflatten(def: &TreeDef, _: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
+        match def {
+            TreeDef::None => Ok(()),
+            other => Err(mismatch("None", other)),
+        }
+    }
+}
+
+impl<T: Tree> Tree for Option<T> {
+    fn flatten(&self, leaves: &mut Vec<Leaf>) -> TreeDef {
+        match self {
+            None => TreeDef::None,
+            Some(v) => v.flatten(leaves),
+        }
+    }
+    fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
+        match def {
+            TreeDef::None => Ok(None),
+            other => T::unflatten(other, leaves).map(Some),
+        }
+    }
+}
+
+impl<T: Tree> Tree for Vec<T> {
+    fn flatten(&self, leaves: &mut Vec<Leaf>) -> TreeDef {
+        TreeDef::List(self.iter().map(|v| v.flatten(leaves)).collect())
+    }
+    fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
+        match def {
+            TreeDef::List(children) => children.iter().map(|d| T::unflatten(d, leaves)).collect(),
+            other => Err(mismatch("a list", other)),
+        }
+    }
+}
+
+impl<T: Tree, const N: usize> Tree for [T; N] {
+    fn flatten(&self, leaves: &mut Vec<Leaf>) -> TreeDef {
+        TreeDef::List(self.iter().map(|v| v.flatten(leaves)).collect())
+    }
+    fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
+        let v: Vec<T> = Vec::unflatten(def, leaves)?;
+        let n = v.len();
+        v.try_into().map_err(|_| Error::Structure {
+            message: format!("pytree structures differ: expected a list of {N}, got {n} entries"),
+        })
+    }
+}
+
+impl<T: Tree> Tree for BTreeMap<String, T> {
+    fn flatten(&self, leaves: &mut Vec<Leaf>) -> TreeDef {
+        TreeDef::Dict(
+            self.iter()
+                .map(|(k, v)| (k.clone(), v.flatten(leaves)))
+                .collect(),
+        )
+    }
+    fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
+        match def {
+            TreeDef::Dict(children) => children
+                .iter()
+                .map(|(k, d)| Ok((k.clone(), T::unflatten(d, leaves)?)))
+                .collect(),
+            other => Err(mismatch("a dict", other)),
+        }
+    }
+}
+
+impl<T: Tree, S: std::hash::BuildHasher + Default> Tree for HashMap<String, T, S> {
+    fn flatten(&self, leaves: &mut Vec<Leaf>) -> TreeDef {
+        let mut keys: Vec<&String> = self.keys().collect();
+        keys.sort();
+        TreeDef::Dict(
+            keys.into_iter()
+                .map(|k| (k.clone(), self[k].flatten(leaves)))
+                .collect(),
+        )
+    }
+    fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
+        match def {
+            TreeDef::Dict(children) => children
+                .iter()
+                .map(|(k, d)| Ok((k.clone(), T::unflatten(d, leaves)?)))
+                .collect(),
+            other => Err(mismatch("a dict", other)),
+        }
+    }
+}
+
+macro_rules! tuple_tree {
+    ($(($($t:ident $i:tt),+))*) => {$(
+        impl<$($t: Tree),+> Tree for ($($t,)+) {
+            fn flatten(&self, leaves: &mut Vec<Leaf>) -> TreeDef {
+                TreeDef::Tuple(vec![$(self.$i.flatten(leaves)),+])
+            }
+            fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
+                const N: usize = [$($i),+].len();
+                match def {
+                    TreeDef::Tuple(c) if c.len() == N => Ok(($($t::unflatten(&c[$i], leaves)?,)+)),
+                    other => Err(mismatch(&format!("a tuple of {N}"), other)),
+                }
+            }
+        }
+    )*};
+}
+
+tuple_tree! {
+    (A 0)
+    (A 0, B 1)
+    (A 0, B 1, C 2)
+    (A 0, B 1, C 2, D 3)
+    (A 0, B 1, C 2, D 3, E 4)
+    (A 0, B 1, C 2, D 3, E 4, F 5)
+    (A 0, B 1, C 2, D 3, E 4, F 5, G 6)
+    (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7)
+}
+
+/// A value that is always static: part of the structure (and so of every signature), never a
+/// leaf. `qb::Static(3usize)` passes a loop count to a jitted function.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Static<T>(pub T);
+
+impl<T: StaticValue + Clone> Tree for Static<T> {
+    fn flatten(&self, _: &mut Vec<Leaf>) -> TreeDef {
+        TreeDef::Static(StaticBox::new(self.0.clone()))
+    }
+    fn unflatten(def: &TreeDef, _: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
+        match def {
+            TreeDef::Static(v) => v
+                .get::<T>()
+                .map(Static)
+                .ok_or_else(|| mismatch("a static value of another type", def)),
+            other => Err(mismatch("a static value", other)),
+        }
+    }
+}
+
+/// Leaves and structure of a tree.
+pub fn flatten<T: Tree>(tree: &T) -> (Vec<Leaf>, TreeDef) {
+    let mut leaves = Vec::new();
+    let def = tree.flatten(&mut leaves);
+    (leaves, def)
+}
+
+/// Rebuilds a tree from a structure and leaves (TF9 on a wrong count).
+pub fn unflatten<T: Tree>(def: &TreeDef, leaves: Vec<Leaf>) -> Result<T> {
+    def.unflatten(leaves)
+}
+
+/// The leaves only.
+pub fn leaves<T: Tree>(tree: &T) -> Vec<Leaf> {
+    flatten(tree).0
+}
+
+/// The structure only.
+pub fn structure<T: Tree>(tree: &T) -> TreeDef {
+    flatten(tree).1
+}
+
+/// Leaves with their paths (`[Key("layers"), Index(0), Key("w")]`).
+pub fn flatten_with_path<T: Tree>(tree: &T) -> (Vec<(Vec<PathEntry>, Leaf)>, TreeDef) {
+    let (leaves, def) = flatten(tree);
+    (def.leaf_paths().into_iter().zip(leaves).collect(), def)
+}
+
+/// Applies `f` to every tensor leaf; other leaves are kept.
+pub fn map<T: Tree>(tree: &T, mut f: impl FnMut(&Tensor) -> Result<Tensor>) -> Result<T> {
+    let (leaves, def) = flatten(tree);
+    let mapped = leaves
+        .into_iter()
+        .map(|l| match l {
+            Leaf::Tensor(t) => f(&t).map(Leaf::Tensor),
+            other => Ok(other),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    def.unflatten(mapped)
+}
+
+/// Applies `f` leafwise over trees of identical structure (TF8 otherwise); the result has the
+/// structure of the first tree.
+pub fn map_n<T: Tree>(trees: &[&T], mut f: impl FnMut(&[Leaf]) -> Result<Leaf>) -> Result<T> {
+    let first = trees
+        .first()
+        .ok_or_else(|| Error::invalid("map_n needs at least one tree"))?;
+    let (_, def) = flatten(*first);
+    let mut columns: Vec<Vec<Leaf>> = Vec::with_capacity(trees.len());
+    for t in trees {
+        let (leaves, d) = flatten(*t);
+        if d != def {
+            return Err(Error::Structure {
+                message: format!("pytree structures differ: {def} vs {d}"),
+            });
+        }
+        columns.push(leaves);
+    }
+    let out = (0..def.num_leaves())
+        .map(|i| {
+            let row: Vec<Leaf> = columns.iter().map(|c| c[i].clone()).collect();
+            f(&row)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    def.unflatten(out)
+}

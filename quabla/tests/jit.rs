@@ -1,0 +1,413 @@
+//! `jit`: caching per signature, LRU eviction and `RetraceWarning`, static values, closure
+//! capture, tracer errors, lowering, and the §3/§12 acceptance examples that need only `jit`.
+
+use qb::prelude::*;
+use qb::warnings::{self, Action, Warning, WarningKind};
+use qb::{Error, ShapeDtype, Static, Tensor, TracerErrorKind};
+use quabla as qb;
+use std::cell::Cell;
+use std::sync::{Arc, Mutex};
+
+/// Warning policy and handler are process-wide: tests that touch them take this lock.
+static WARNINGS: Mutex<()> = Mutex::new(());
+
+fn capture_warnings() -> Arc<Mutex<Vec<Warning>>> {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    warnings::set_handler(move |w| sink.lock().unwrap().push(w.clone()));
+    seen
+}
+
+#[test]
+fn e17_constant_folding_rounds_to_the_node_dtype() -> qb::Result<()> {
+    let f = qb::jit(|x: Tensor| &x + 0.1);
+    let r = f.call(&qb::F32.zeros([])?)?;
+    assert_eq!(r.dtype(), qb::F32);
+    assert_eq!(r.item()?, 0.10000000149011612);
+    Ok(())
+}
+
+#[test]
+fn e35_static_arguments() -> qb::Result<()> {
+    let power_sum = qb::jit(|(x, n): (Tensor, Static<i32>)| x.powi(n.0).sum());
+    let x = qb::array([1.0, 2.0])?;
+    assert_eq!(power_sum.call(&(x.clone(), Static(3)))?.item()?, 9.0);
+    assert_eq!(power_sum.call(&(x, Static(2)))?.item()?, 5.0);
+    assert_eq!(power_sum.cache_size(), 2);
+    Ok(())
+}
+
+#[test]
+fn e36_lru_eviction_warning() -> qb::Result<()> {
+    let _lock = WARNINGS.lock().unwrap_or_else(|e| e.into_inner());
+    let seen = capture_warnings();
+    warnings::set_action(WarningKind::Retrace, Action::Always);
+    let f = qb::jit(|x: Tensor| &x * 2.0).name("<lambda>").max_traces(2);
+    f.call(&qb::zeros([1])?)?;
+    f.call(&qb::zeros([2])?)?;
+    assert!(seen.lock().unwrap().is_empty());
+    f.call(&qb::zeros([3])?)?;
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    let text = seen[0].to_string();
+    assert_eq!(
+        text,
+        "jit(<lambda>) exceeded max_traces=2; evicted the least recently used trace:\n  (float64[1],)\nnew signature:\n  (float64[3],)\nchanged: arg 0 leaf arg0: shape [1] -> [3]\nto stop retracing, pass changing scalars as quabla.array(value, dtype=...) or raise max_traces"
+    );
+    Ok(())
+}
+
+#[test]
+fn lru_order_hits_refresh_recency() -> qb::Result<()> {
+    let _lock = WARNINGS.lock().unwrap_or_else(|e| e.into_inner());
+    let seen = capture_warnings();
+    warnings::set_action(WarningKind::Retrace, Action::Always);
+    let traces = Cell::new(0);
+    let f = qb::jit(|x: Tensor| {
+        traces.set(traces.get() + 1);
+        x.sin()
+    })
+    .max_traces(2);
+    f.call(&qb::zeros([1])?)?; // trace [1]
+    f.call(&qb::zeros([2])?)?; // trace [2]
+    f.call(&qb::zeros([1])?)?; // hit: [1] becomes most recent
+    f.call(&qb::zeros([3])?)?; // evicts [2]
+    f.call(&qb::zeros([1])?)?; // still cached
+    assert_eq!(traces.get(), 3);
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1);
+    assert!(seen[0]
+        .to_string()
+        .contains("evicted the least recently used trace:\n  (float64[2],)"));
+    Ok(())
+}
+
+#[test]
+fn retrace_policies() -> qb::Result<()> {
+    let _lock = WARNINGS.lock().unwrap_or_else(|e| e.into_inner());
+    let seen = capture_warnings();
+    let f = qb::jit(|x: Tensor| x.exp()).max_traces(1);
+    warnings::set_action(WarningKind::Retrace, Action::Ignore);
+    f.call(&qb::zeros([1])?)?;
+    f.call(&qb::zeros([2])?)?;
+    assert!(seen.lock().unwrap().is_empty());
+    warnings::set_action(WarningKind::Retrace, Action::Once);
+    f.call(&qb::zeros([3])?)?;
+    f.call(&qb::zeros([4])?)?;
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    warnings::set_action(WarningKind::Retrace, Action::Error);
+    let err = f.call(&qb::zeros([5])?).unwrap_err();
+    assert!(matches!(err, Error::Warning(Warning::Retrace { .. })));
+    assert!(err
+        .to_string()
+        .starts_with("jit(<closure>) exceeded max_traces=1"));
+    warnings::set_action(WarningKind::Retrace, Action::Always);
+    Ok(())
+}
+
+#[test]
+fn e38_tracing_happens_once_per_signature() -> qb::Result<()> {
+    let printed = std::cell::RefCell::new(Vec::new());
+    let f = qb::jit(|x: Tensor| {
+        printed.borrow_mut().push(format!("tracing with {x}"));
+        &x * 2.0
+    });
+    f.call(&qb::array([1.0, 2.0])?)?;
+    let r = f.call(&qb::array([3.0, 4.0])?)?;
+    assert_eq!(r.to_vec::<f64>()?, vec![6.0, 8.0]);
+    f.call(&qb::array([1.0, 2.0, 3.0])?)?;
+    assert_eq!(
+        *printed.borrow(),
+        vec![
+            "tracing with TraceTensor(node_id=0, shape=[2], dtype=float64)",
+            "tracing with TraceTensor(node_id=0, shape=[3], dtype=float64)"
+        ]
+    );
+    Ok(())
+}
+
+#[test]
+fn e39_weak_scalars_retrace_arrays_do_not() -> qb::Result<()> {
+    let count = Cell::new(0);
+    let h = qb::jit(|(x, s): (Tensor, qb::tree::Leaf)| {
+        count.set(count.get() + 1);
+        match s {
+            qb::tree::Leaf::F64(v) => &x * v,
+            qb::tree::Leaf::Tensor(t) => &x * &t,
+            _ => unreachable!(),
+        }
+    });
+    let x32 = qb::F32.zeros([2])?;
+    let f = |v: f64| qb::tree::Leaf::F64(v);
+    h.call(&(x32.clone(), f(0.5)))?;
+    h.call(&(x32.clone(), f(0.5)))?;
+    h.call(&(x32.clone(), f(0.25)))?;
+    assert_eq!(count.get(), 2);
+    assert_eq!(h.call(&(x32.clone(), f(0.5)))?.dtype(), qb::F32);
+    let t = |v: f64| qb::tree::Leaf::Tensor(qb::F32.array(v).unwrap());
+    h.call(&(x32.clone(), t(0.3)))?;
+    h.call(&(x32, t(0.7)))?;
+    assert_eq!(count.get(), 3);
+    Ok(())
+}
+
+#[test]
+fn f64_arguments_are_static_weak_scalars() -> qb::Result<()> {
+    let count = Cell::new(0);
+    let h = qb::jit(|(x, s): (Tensor, f64)| {
+        count.set(count.get() + 1);
+        &x * s
+    });
+    let x32 = qb::F32.ones([2])?;
+    assert_eq!(
+        h.call(&(x32.clone(), 0.5))?.to_vec::<f32>()?,
+        vec![0.5, 0.5]
+    );
+    h.call(&(x32.clone(), 0.5))?;
+    h.call(&(x32.clone(), -0.0))?;
+    h.call(&(x32, 0.0))?;
+    assert_eq!(count.get(), 3, "0.0 and -0.0 are different static values");
+    Ok(())
+}
+
+#[test]
+fn e37_tracer_control_flow_and_concretization_errors() -> qb::Result<()> {
+    let f = qb::jit(|x: Tensor| {
+        if x.greater(0.0)?.item_bool()? {
+            Ok(x)
+        } else {
+            -&x
+        }
+    });
+    let err = f.call(&qb::array(1.0)?).unwrap_err();
+    assert!(matches!(
+        err,
+        Error::Tracer {
+            kind: TracerErrorKind::ControlFlow,
+            ..
+        }
+    ));
+    assert!(err
+        .to_string()
+        .starts_with("TraceTensor cannot drive Python control flow:"));
+    let g = qb::jit(|x: Tensor| qb::array(x.item()?));
+    let err = g.call(&qb::array(1.0)?).unwrap_err();
+    assert!(matches!(
+        err,
+        Error::Tracer {
+            kind: TracerErrorKind::Concretization,
+            ..
+        }
+    ));
+    assert!(err
+        .to_string()
+        .contains("its value is not known while tracing"));
+    Ok(())
+}
+
+#[test]
+fn escaped_tracers_are_detected() -> qb::Result<()> {
+    let stash = std::cell::RefCell::new(None);
+    let f = qb::jit(|x: Tensor| {
+        *stash.borrow_mut() = Some(x.clone());
+        x.sin()
+    });
+    f.call(&qb::zeros([2])?)?;
+    let leaked = stash.borrow().clone().unwrap();
+    let err = (&leaked + 1.0).unwrap_err();
+    assert!(matches!(
+        err,
+        Error::Tracer {
+            kind: TracerErrorKind::Leaked,
+            ..
+        }
+    ));
+    assert!(err.to_string().contains("was used after its trace ended"));
+    // A later, unrelated trace does not accept it either.
+    let g = qb::jit(|x: Tensor| &x + &leaked);
+    assert!(g.call(&qb::zeros([2])?).is_err());
+    Ok(())
+}
+
+#[test]
+fn captured_eager_tensors_become_constants() -> qb::Result<()> {
+    let w = qb::array([1.0, 2.0, 3.0])?;
+    let f = qb::jit(|x: Tensor| (&x * &w).sum());
+    assert_eq!(f.call(&qb::ones([3])?)?.item()?, 6.0);
+    let lo = f.lower(&ShapeDtype::new([3], qb::F64))?;
+    assert!(
+        lo.as_text().contains("constant(dense<[1.0, 2.0, 3.0]>)"),
+        "{}",
+        lo.as_text()
+    );
+    Ok(())
+}
+
+#[test]
+fn nested_jit_inlines_and_closes_over_outer_tracers() -> qb::Result<()> {
+    let outer = qb::jit(|(x, y): (Tensor, Tensor)| {
+        let inner = qb::jit(|z: Tensor| &z * &y); // closes over the outer tracer y
+        inner.call(&x.sin()?)?.sum()
+    });
+    let r = outer.call(&(qb::array([0.5, 1.0])?, qb::array([2.0, 3.0])?))?;
+    let want = 0.5f64.sin() * 2.0 + 1.0f64.sin() * 3.0;
+    assert!((r.item()? - want).abs() < 1e-15);
+    let lo = outer.lower(&(ShapeDtype::new([2], qb::F64), ShapeDtype::new([2], qb::F64)))?;
+    assert_eq!(lo.node_count(), 5, "{}", lo.as_text());
+    Ok(())
+}
+
+#[test]
+fn trees_in_and_out() -> qb::Result<()> {
+    use std::collections::BTreeMap;
+    let f = qb::jit(|(p, x): (BTreeMap<String, Tensor>, Tensor)| {
+        let y = (x.matmul(&p["w"])? + &p["b"])?;
+        Ok((y.tanh()?, vec![y.sum()?, 1.5.into_tensor()?]))
+    });
+    let mut p = BTreeMap::new();
+    p.insert("w".to_string(), qb::array([[0.5], [-0.3]])?);
+    p.insert("b".to_string(), qb::array([0.1])?);
+    let x = qb::array([[1.0, 2.0], [3.0, 4.0]])?;
+    let (t, v) = f.call(&(p, x))?;
+    assert_eq!(t.shape(), &[2, 1]);
+    assert!((v[0].item()? - (0.5 - 0.6 + 0.1 + 1.5 - 1.2 + 0.1)).abs() < 1e-12);
+    assert_eq!(v[1].item()?, 1.5);
+    Ok(())
+}
+
+trait IntoTensor {
+    fn into_tensor(self) -> qb::Result<Tensor>;
+}
+
+impl IntoTensor for f64 {
+    fn into_tensor(self) -> qb::Result<Tensor> {
+        qb::array(self)
+    }
+}
+
+#[test]
+fn e90_lowered_text_of_a_small_loss() -> qb::Result<()> {
+    use std::collections::BTreeMap;
+    let loss = qb::jit(|(params, x): (BTreeMap<String, Tensor>, Tensor)| {
+        (x.matmul(&params["w"])? + &params["b"])
+            .tanh()
+            .powi(2)
+            .mean()
+    })
+    .arg_names(&["params", "x"]);
+    let mut p = BTreeMap::new();
+    p.insert("w".to_string(), ShapeDtype::new([2, 1], qb::F32));
+    p.insert("b".to_string(), ShapeDtype::new([1], qb::F32));
+    let lowered = loss.lower(&(p, ShapeDtype::new([2, 2], qb::F32)))?;
+    assert_eq!(
+        lowered.as_text(),
+        "%0 = input[name=params/b] : tensor<1xf32>\n\
+         %1 = input[name=params/w] : tensor<2x1xf32>\n\
+         %2 = input[name=x] : tensor<2x2xf32>\n\
+         %3 = matmul(%2, %1) : tensor<2x1xf32>\n\
+         %4 = add(%3, %0) : tensor<2x1xf32>\n\
+         %5 = tanh(%4) : tensor<2x1xf32>\n\
+         %6 = powi(%5, 2) : tensor<2x1xf32>\n\
+         %7 = mean(%6) : tensor<f32>\n\
+         outputs: [[]]\n"
+    );
+    // E91: compiling it, and a signature mismatch.
+    let f = lowered.compile();
+    let mut params = BTreeMap::new();
+    params.insert("w".to_string(), qb::F32.array([[0.5], [-0.3]])?);
+    params.insert("b".to_string(), qb::F32.array([0.1])?);
+    let x = qb::F32.array([[1.0, 2.0], [3.0, 4.0]])?;
+    let v = f.call(&(params.clone(), x.clone()))?;
+    assert_eq!(v.dtype(), qb::F32);
+    assert!((v.item()? - 0.07218059).abs() < 1e-6 * 0.07218059);
+    let err = f.call(&(params, x.astype(qb::F64)?)).unwrap_err();
+    assert!(matches!(err, Error::Structure { .. }));
+    assert!(err.to_string().starts_with(
+        "compiled function expects ({'b': float32[1], 'w': float32[2,1]}, float32[2,2]), got"
+    ));
+    Ok(())
+}
+
+#[test]
+fn e92_five_node_program() -> qb::Result<()> {
+    let g = qb::jit(|(x, w): (Tensor, Tensor)| (&x * &w).sin().sum()).arg_names(&["x", "w"]);
+    let lo = g.lower(&(ShapeDtype::new([2], qb::F64), ShapeDtype::new([2], qb::F64)))?;
+    let text = lo.as_text();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines,
+        vec![
+            "%0 = input[name=x] : tensor<2xf64>",
+            "%1 = input[name=w] : tensor<2xf64>",
+            "%2 = mul(%0, %1) : tensor<2xf64>",
+            "%3 = sin(%2) : tensor<2xf64>",
+            "%4 = sum(%3) : tensor<f64>",
+            "outputs: [[]]",
+        ]
+    );
+    let v = lo
+        .compile()
+        .call(&(qb::array([1.0, 2.0])?, qb::array([0.5, 0.25])?))?;
+    assert!((v.item()? - 0.95885108).abs() < 1e-8);
+    Ok(())
+}
+
+#[test]
+fn e94_device_selection_errors() -> qb::Result<()> {
+    let bad = qb::jit(|x: Tensor| Ok(x)).device("gpu");
+    let err = bad.call(&qb::ones([2])?).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }));
+    assert!(err.to_string().contains("invalid device \"gpu\""));
+    let cuda = qb::jit(|x: Tensor| Ok(x)).device("cuda");
+    match cuda.call(&qb::ones([2])?).unwrap_err() {
+        Error::Unsupported {
+            op,
+            device,
+            message,
+        } => {
+            assert_eq!(op, "target");
+            assert_eq!(device.as_deref(), Some("cuda"));
+            assert!(message.contains("cuda target is unavailable in this build"));
+        }
+        other => panic!("{other}"),
+    }
+    let mlx = qb::jit(|x: Tensor| Ok(x)).device("mlx");
+    assert!(mlx
+        .call(&qb::ones([2])?)
+        .unwrap_err()
+        .to_string()
+        .contains("mlx target is unavailable in this build"));
+    assert!(qb::jit(|x: Tensor| Ok(x))
+        .max_traces(0)
+        .call(&qb::ones([1])?)
+        .is_err());
+    assert!(qb::jit(|x: Tensor| Ok(x))
+        .precision(Some("float16"))
+        .call(&qb::ones([1])?)
+        .is_err());
+    Ok(())
+}
+
+#[test]
+fn jit_matches_eager_bit_for_bit() -> qb::Result<()> {
+    let f = |x: Tensor| x.sin().powi(2).add(x.cos()).mul(0.1).exp().sum_axes(0);
+    let x = qb::F32.linspace(-3.0, 3.0, 1000)?.reshape([10, 100])?;
+    let eager = f(x.clone())?.to_vec::<f32>()?;
+    let jitted = qb::jit(f).call(&x)?.to_vec::<f32>()?;
+    assert_eq!(
+        eager.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        jitted.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
+    Ok(())
+}
+
+#[test]
+fn static_argnums_reject_tensors() -> qb::Result<()> {
+    let f = qb::jit(|(x, y): (Tensor, Tensor)| &x + &y).static_argnums(&[1]);
+    let err = f.call(&(qb::ones([1])?, qb::ones([1])?)).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "static argument 1 is not hashable (Tensor); static values must support hash()"
+    );
+    Ok(())
+}
