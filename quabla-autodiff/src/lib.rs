@@ -1,4 +1,19 @@
-//! Symbolic forward (JVP) and reverse (transpose / VJP) rules for every op of the Quabla IR,
-//! written as graph-to-graph rewrites, with symbolic zeros.
+//! Symbolic differentiation of Quabla IR graphs: forward mode ([`jvp_graph`]) and reverse mode
+//! ([`vjp_graph`]) as graph-to-graph rewrites. Derivatives are ordinary graphs of the same
+//! primitives, so they can be differentiated again to any order, batched, and compiled for any
+//! backend. This crate never executes kernels.
 //!
-//! Not yet built: this crate will own the derivative rules. It must never execute kernels.
+//! - Symbolic zeros: a tangent or cotangent that is zero by construction (from a comparison, a
+//!   `stop_gradient`, an unused input) is `None` and never materialized inside the graph; only
+//!   requested outputs are filled with zeros at the boundary.
+//! - Every rule follows the conventions of `spec/numerics.md` §5, written so that their own
+//!   derivatives stay finite where the spec says so (the masked, "double where" forms).
+//! - Ops without a rule yet (the linear-algebra primitives, custom rules) return
+//!   [`quabla_ir::IrError::Unsupported`] naming the op.
+
+mod helpers;
+mod jvp;
+mod vjp;
+
+pub use jvp::jvp_graph;
+pub use vjp::{vjp_graph, Seed};

@@ -237,6 +237,9 @@ fn collect_fields(fields: &Fields) -> syn::Result<Vec<Field>> {
                     if is_static {
                         return Err(meta.error("duplicate derive(Tree) option `static`"));
                     }
+                    if !meta.input.is_empty() && !meta.input.peek(syn::Token![,]) {
+                        return Err(meta.error("derive(Tree) option `static` takes no value"));
+                    }
                     is_static = true;
                     Ok(())
                 } else {

@@ -119,7 +119,7 @@ impl Signature {
 }
 
 /// The positional argument each leaf belongs to.
-fn arg_positions(def: &TreeDef) -> Vec<usize> {
+pub(crate) fn arg_positions(def: &TreeDef) -> Vec<usize> {
     match def {
         TreeDef::Tuple(_) => def
             .leaf_paths()
@@ -133,7 +133,7 @@ fn arg_positions(def: &TreeDef) -> Vec<usize> {
     }
 }
 
-fn leaf_signature(leaf: &Leaf) -> LeafSignature {
+pub(crate) fn leaf_signature(leaf: &Leaf) -> LeafSignature {
     match leaf {
         Leaf::Tensor(t) => LeafSignature::Array {
             dtype: t.dtype(),
@@ -152,13 +152,111 @@ fn leaf_signature(leaf: &Leaf) -> LeafSignature {
 }
 
 /// A compiled trace: the plan, its executable, and how results are rebuilt.
-struct Entry {
+pub(crate) struct Entry {
     hash: u64,
-    signature: Signature,
-    plan: Plan,
+    pub signature: Signature,
+    pub plan: Plan,
     exe: Arc<dyn Executable>,
-    out_def: TreeDef,
-    out_slots: Vec<OutSlot>,
+    pub out_def: TreeDef,
+    pub out_slots: Vec<OutSlot>,
+}
+
+fn signature_hash(signature: &Signature) -> u64 {
+    let mut h = DefaultHasher::new();
+    signature.hash(&mut h);
+    h.finish()
+}
+
+impl Entry {
+    /// Compiles a traced (and possibly transformed) graph for the CPU.
+    pub(crate) fn compile(
+        signature: Signature,
+        graph: &quabla_ir::Graph,
+        out_def: TreeDef,
+        out_slots: Vec<OutSlot>,
+    ) -> Result<Entry> {
+        let plan = Plan::compile(graph);
+        let exe = crate::dispatch::cpu().compile(&plan)?;
+        Ok(Entry {
+            hash: signature_hash(&signature),
+            signature,
+            plan,
+            exe,
+            out_def,
+            out_slots,
+        })
+    }
+
+    /// Runs the plan on concrete inputs (in plan input order) and returns its outputs.
+    pub(crate) fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let host: Vec<HostTensor> = inputs.iter().map(Tensor::to_host).collect::<Result<_>>()?;
+        let outs = self.exe.run(&host)?;
+        let types = self.plan.output_types();
+        Ok(outs
+            .into_iter()
+            .zip(types)
+            .map(|(h, ty)| Tensor::from_host(h, ty.weak))
+            .collect())
+    }
+}
+
+/// The LRU trace cache every transformed function owns (transforms.md §2.2).
+#[derive(Default)]
+pub(crate) struct TraceCache {
+    entries: Mutex<Vec<Arc<Entry>>>,
+}
+
+/// Who owns a cache, for the text of `RetraceWarning`.
+pub(crate) struct CacheOwner<'a> {
+    pub transform: &'static str,
+    pub function: &'a str,
+    pub max_traces: usize,
+    pub arg_names: &'a [String],
+}
+
+impl TraceCache {
+    /// The entry of `signature`, built by `build` on a miss (evicting and warning first when
+    /// the cache is full).
+    pub(crate) fn get_or_build(
+        &self,
+        owner: &CacheOwner<'_>,
+        signature: Signature,
+        build: impl FnOnce(Signature) -> Result<Entry>,
+    ) -> Result<Arc<Entry>> {
+        let hash = signature_hash(&signature);
+        {
+            let mut cache = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(pos) = cache
+                .iter()
+                .position(|e| e.hash == hash && e.signature == signature)
+            {
+                let hit = cache.remove(pos);
+                cache.push(hit.clone());
+                return Ok(hit);
+            }
+            if cache.len() >= owner.max_traces {
+                let evicted = cache.remove(0);
+                warnings::warn(Warning::Retrace {
+                    transform: owner.transform,
+                    function: owner.function.to_string(),
+                    max_traces: owner.max_traces,
+                    evicted: evicted.signature.to_string(),
+                    new: signature.to_string(),
+                    changed: evicted.signature.difference(&signature, owner.arg_names),
+                })?;
+            }
+        }
+        let entry = Arc::new(build(signature)?);
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(entry.clone());
+        Ok(entry)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
 }
 
 /// The validated target of a transformed function.
@@ -191,7 +289,7 @@ pub struct Jit<F, A, R> {
     arg_names: Vec<String>,
     device: String,
     precision: Option<String>,
-    cache: Mutex<Vec<Arc<Entry>>>,
+    cache: TraceCache,
     _types: PhantomData<fn(A) -> R>,
 }
 
@@ -216,7 +314,7 @@ pub fn jit<A: Tree, R: Tree, F: Fn(A) -> Result<R>>(f: F) -> Jit<F, A, R> {
         arg_names: Vec::new(),
         device: "cpu".into(),
         precision: None,
-        cache: Mutex::new(Vec::new()),
+        cache: TraceCache::default(),
         _types: PhantomData,
     }
 }
@@ -336,51 +434,19 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
                 message: "a top-level trace captured tracers of an enclosing trace".into(),
             });
         }
-        let plan = Plan::compile(&graph);
-        let exe = crate::dispatch::cpu().compile(&plan)?;
-        let mut h = DefaultHasher::new();
-        signature.hash(&mut h);
-        Ok(Entry {
-            hash: h.finish(),
-            signature,
-            plan,
-            exe,
-            out_def,
-            out_slots,
-        })
+        Entry::compile(signature, &graph, out_def, out_slots)
     }
 
     /// Looks the signature up, tracing and compiling on a miss.
     fn entry(&self, signature: Signature, leaves: &[Leaf]) -> Result<Arc<Entry>> {
-        let mut h = DefaultHasher::new();
-        signature.hash(&mut h);
-        let hash = h.finish();
-        {
-            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(pos) = cache
-                .iter()
-                .position(|e| e.hash == hash && e.signature == signature)
-            {
-                let hit = cache.remove(pos);
-                cache.push(hit.clone());
-                return Ok(hit);
-            }
-            if cache.len() >= self.max_traces {
-                let evicted = cache.remove(0);
-                warnings::warn(Warning::Retrace {
-                    transform: "jit",
-                    function: self.name.clone(),
-                    max_traces: self.max_traces,
-                    evicted: evicted.signature.to_string(),
-                    new: signature.to_string(),
-                    changed: evicted.signature.difference(&signature, &self.arg_names),
-                })?;
-            }
-        }
-        let entry = Arc::new(self.trace_and_compile(signature, leaves)?);
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        cache.push(entry.clone());
-        Ok(entry)
+        let owner = CacheOwner {
+            transform: "jit",
+            function: &self.name,
+            max_traces: self.max_traces,
+            arg_names: &self.arg_names,
+        };
+        self.cache
+            .get_or_build(&owner, signature, |sig| self.trace_and_compile(sig, leaves))
     }
 
     /// Calls the compiled function.
@@ -398,7 +464,7 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
 
     /// Number of traces currently cached.
     pub fn cache_size(&self) -> usize {
-        self.cache.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.cache.len()
     }
 
     /// Traces and compiles for the given arguments (tensors, [`crate::ShapeDtype`]s or
@@ -417,30 +483,34 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
 
 /// Binds the array leaves to the plan inputs, runs the plan and rebuilds the result tree.
 fn run_entry<R: Tree>(entry: &Entry, leaves: Vec<Leaf>) -> Result<R> {
-    let inputs: Vec<HostTensor> = leaves
-        .iter()
+    let inputs: Vec<Tensor> = leaves
+        .into_iter()
         .filter_map(|l| match l {
-            Leaf::Tensor(t) => Some(t.to_host()),
+            Leaf::Tensor(t) => Some(t),
             _ => None,
         })
-        .collect::<Result<_>>()?;
-    let outs = entry.exe.run(&inputs)?;
-    let types = entry.plan.output_types();
-    let mut outs: Vec<Option<HostTensor>> = outs.into_iter().map(Some).collect();
-    let leaves: Vec<Leaf> = entry
-        .out_slots
+        .collect();
+    let outs = entry.run(&inputs)?;
+    rebuild(&entry.out_def, &entry.out_slots, outs)
+}
+
+/// Rebuilds a result tree from plan outputs and static output leaves.
+pub(crate) fn rebuild<R: Tree>(def: &TreeDef, slots: &[OutSlot], outs: Vec<Tensor>) -> Result<R> {
+    let mut outs: Vec<Option<Tensor>> = outs.into_iter().map(Some).collect();
+    let leaves: Vec<Leaf> = slots
         .iter()
         .map(|slot| match slot {
-            OutSlot::Plan(i) => {
-                let host = outs[*i].take().ok_or_else(|| Error::Internal {
+            OutSlot::Plan(i) => outs
+                .get_mut(*i)
+                .and_then(Option::take)
+                .map(Leaf::Tensor)
+                .ok_or_else(|| Error::Internal {
                     message: "a plan output was bound twice".into(),
-                })?;
-                Ok(Leaf::Tensor(Tensor::from_host(host, types[*i].weak)))
-            }
+                }),
             OutSlot::Static(l) => Ok(l.clone()),
         })
         .collect::<Result<_>>()?;
-    entry.out_def.unflatten(leaves)
+    def.unflatten(leaves)
 }
 
 /// A staged function for one signature: its plan text, and a callable for exactly that

@@ -21,6 +21,7 @@
 //! Operations are recorded as graphs of the `quabla-ir` crate and executed by the CPU
 //! reference backend (`quabla-cpu`); see `docs/architecture.md` for the whole design.
 
+mod autodiff;
 mod creation;
 mod dispatch;
 mod error;
@@ -35,6 +36,7 @@ mod trace;
 pub mod tree;
 pub mod warnings;
 
+pub use autodiff::{grad, jvp, value_and_grad, vjp, Grad, VjpFn};
 pub use creation::{
     arange, arange_from, array, asarray, eye, eye_rect, full, full_like, linspace, ones, ones_like,
     zeros, zeros_like, ArrayLike, DTypeExt, FillValue,
@@ -58,10 +60,10 @@ pub use ops::products::matmul;
 pub use ops::reduce::{all, any, max, mean, min, prod, sum, Axes};
 pub use ops::shape::{concat, stack};
 pub use quabla_ir::DType;
-pub use tensor::{Element, Tensor};
-pub use tree::{ShapeDtype, Static, Tree};
 /// `#[derive(Tree)]`: a struct as a pytree node; `#[tree(static)]` marks meta fields.
 pub use quabla_macros::Tree;
+pub use tensor::{Element, Tensor};
+pub use tree::{ShapeDtype, Static, Tree};
 pub use warnings::Warning;
 
 /// float64, the default dtype.

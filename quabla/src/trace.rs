@@ -112,6 +112,47 @@ pub(crate) fn record(
     })
 }
 
+/// Inlines `graph` into the innermost trace with its inputs bound to `operands` (in input
+/// order) and returns tracers for its outputs.
+pub(crate) fn inline(graph: &Graph, operands: Vec<Operand>) -> Result<Vec<Tensor>> {
+    FRAMES.with(|frames| {
+        let mut frames = frames.borrow_mut();
+        let bound = operands
+            .iter()
+            .map(|o| resolve(&mut frames, o))
+            .collect::<Result<Vec<_>>>()?;
+        let top = frames
+            .last_mut()
+            .expect("inline is only called inside a trace");
+        let mut remap: Vec<NodeId> = Vec::with_capacity(graph.len());
+        let mut next_input = 0;
+        for node in graph.nodes() {
+            let id = if let Op::Input { .. } = node.op {
+                next_input += 1;
+                *bound.get(next_input - 1).ok_or_else(|| Error::Internal {
+                    message: "an inlined graph has more inputs than operands".into(),
+                })?
+            } else {
+                let ops: Vec<NodeId> = node.operands.iter().map(|o| remap[o.index()]).collect();
+                top.builder.push(node.op.clone(), &ops)?
+            };
+            remap.push(id);
+        }
+        Ok(graph
+            .outputs()
+            .iter()
+            .map(|o| {
+                let node = remap[o.index()];
+                Tensor::traced(Tracer {
+                    trace: top.id,
+                    node,
+                    ty: top.builder.ty(node).clone(),
+                })
+            })
+            .collect())
+    })
+}
+
 /// Pops the frame it pushed even when the traced function fails or panics.
 struct FrameGuard {
     id: u64,

@@ -1,0 +1,341 @@
+//! Reverse mode: the VJP of a graph by a reverse sweep, one cotangent rule per op.
+
+use crate::helpers::{
+    binary_partials, extremum_mask, lit, no_rule, unary_derivative, unbroadcast, zeros_like,
+};
+use quabla_ir::{
+    BinaryOp, DType, Graph, GraphBuilder, Node, NodeId, Op, Result, Shape, TensorType, UnaryOp,
+};
+
+/// Where the cotangent of one output comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seed {
+    /// The output is not differentiated (an auxiliary output, or a bool output).
+    None,
+    /// A cotangent input named `cotangent{k}` (for `vjp`).
+    Input,
+    /// A cotangent of ones (for `grad` of a scalar).
+    Ones,
+}
+
+/// The reverse-mode derivative of `g` with respect to the inputs flagged in `wrt`.
+///
+/// `seeds` has one entry per output of `g`. The result takes the inputs of `g`, then one
+/// cotangent input per [`Seed::Input`] output, and returns the outputs of `g` followed by one
+/// cotangent per flagged input, in input order (zeros where structurally zero).
+pub fn vjp_graph(g: &Graph, wrt: &[bool], seeds: &[Seed]) -> Result<Graph> {
+    let mut b = GraphBuilder::new();
+    let mut remap: Vec<NodeId> = Vec::with_capacity(g.len());
+    let inputs: Vec<(NodeId, String, TensorType)> = g
+        .inputs()
+        .map(|(id, name, ty)| (id, name.to_string(), ty.clone()))
+        .collect();
+    for (_, name, ty) in &inputs {
+        remap.push(b.input(name.clone(), ty.clone()));
+    }
+    let mut seed_inputs: Vec<Option<NodeId>> = vec![None; g.outputs().len()];
+    for (k, o) in g.outputs().iter().enumerate() {
+        let ty = &g.node(*o).ty;
+        if seeds.get(k) == Some(&Seed::Input) && ty.dtype != DType::Bool {
+            seed_inputs[k] = Some(b.input(
+                format!("cotangent{k}"),
+                TensorType::new(ty.dtype, ty.shape.clone()),
+            ));
+        }
+    }
+    // The forward pass, unchanged.
+    for node in g.nodes().iter().skip(inputs.len()) {
+        let operands: Vec<NodeId> = node.operands.iter().map(|o| remap[o.index()]).collect();
+        remap.push(b.push(node.op.clone(), &operands)?);
+    }
+    // Which nodes depend on a flagged input: only those carry cotangents.
+    let mut active = vec![false; g.len()];
+    for (k, (id, _, ty)) in inputs.iter().enumerate() {
+        active[id.index()] = wrt.get(k).copied().unwrap_or(false) && ty.dtype != DType::Bool;
+    }
+    for (i, node) in g.nodes().iter().enumerate() {
+        if !matches!(node.op, Op::Input { .. }) {
+            active[i] = node.operands.iter().any(|o| active[o.index()]) && !blocks(&node.op);
+        }
+    }
+    let mut cts: Vec<Option<NodeId>> = vec![None; g.len()];
+    for (k, o) in g.outputs().iter().enumerate() {
+        if !active[o.index()] || g.node(*o).ty.dtype == DType::Bool {
+            continue;
+        }
+        let ct = match seeds.get(k).copied().unwrap_or(Seed::None) {
+            Seed::None => continue,
+            Seed::Input => seed_inputs[k].expect("float outputs have cotangent inputs"),
+            Seed::Ones => {
+                let ty = &g.node(*o).ty;
+                let one = b.scalar(1.0, ty.dtype, false);
+                b.broadcast_to(one, ty.shape.clone())?
+            }
+        };
+        accumulate(&mut b, &mut cts, *o, ct)?;
+    }
+    for i in (0..g.len()).rev() {
+        let Some(ct) = cts[i] else { continue };
+        let node = g.node(NodeId(i as u32));
+        if matches!(node.op, Op::Input { .. }) || !active[i] {
+            continue;
+        }
+        let x: Vec<NodeId> = node.operands.iter().map(|o| remap[o.index()]).collect();
+        let operand_cts = cotangent_rule(&mut b, node, &x, remap[i], ct)?;
+        for (k, c) in operand_cts.into_iter().enumerate() {
+            let operand = node.operands[k];
+            if let Some(c) = c {
+                if active[operand.index()] {
+                    accumulate(&mut b, &mut cts, operand, c)?;
+                }
+            }
+        }
+    }
+    let mut outputs: Vec<NodeId> = g.outputs().iter().map(|o| remap[o.index()]).collect();
+    for (k, (id, _, _)) in inputs.iter().enumerate() {
+        if !wrt.get(k).copied().unwrap_or(false) {
+            continue;
+        }
+        let ct = match cts[id.index()] {
+            Some(c) => c,
+            None => zeros_like(&mut b, remap[id.index()])?,
+        };
+        outputs.push(ct);
+    }
+    b.finish(outputs)
+}
+
+/// Ops through which no derivative flows.
+fn blocks(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Compare(_)
+            | Op::StopGradient
+            | Op::Cast {
+                to: DType::Bool,
+                ..
+            }
+    )
+}
+
+fn accumulate(
+    b: &mut GraphBuilder,
+    cts: &mut [Option<NodeId>],
+    node: NodeId,
+    ct: NodeId,
+) -> Result<()> {
+    let slot = &mut cts[node.index()];
+    *slot = Some(match *slot {
+        None => ct,
+        Some(prev) => b.add(prev, ct)?,
+    });
+    Ok(())
+}
+
+fn shape(b: &GraphBuilder, n: NodeId) -> Shape {
+    b.ty(n).shape.clone()
+}
+
+/// Cotangents of a node's operands given the cotangent of its output (`None`: zero).
+fn cotangent_rule(
+    b: &mut GraphBuilder,
+    node: &Node,
+    x: &[NodeId],
+    out: NodeId,
+    ct: NodeId,
+) -> Result<Vec<Option<NodeId>>> {
+    let to_operand = |b: &mut GraphBuilder, v: NodeId, k: usize| -> Result<NodeId> {
+        let s = shape(b, x[k]);
+        unbroadcast(b, v, &s)
+    };
+    Ok(match &node.op {
+        Op::Input { .. } | Op::Constant { .. } | Op::Compare(_) | Op::StopGradient => {
+            vec![None; x.len()]
+        }
+        Op::Cast { .. } => {
+            if b.ty(x[0]).dtype == DType::Bool {
+                vec![None]
+            } else {
+                let dtype = b.ty(x[0]).dtype;
+                vec![Some(b.astype(ct, dtype)?)]
+            }
+        }
+        Op::Unary(u) => match unary_derivative(b, *u, x[0], out)? {
+            None => vec![None],
+            Some(d) => vec![Some(b.mul(ct, d)?)],
+        },
+        Op::Powi(n) => {
+            if *n == 0 {
+                vec![None]
+            } else {
+                let p = b.powi(x[0], n - 1)?;
+                let c = lit(b, *n as f64);
+                let d = b.mul(c, p)?;
+                vec![Some(b.mul(ct, d)?)]
+            }
+        }
+        Op::Binary(op) => {
+            let (ca, cb) = match op {
+                BinaryOp::Add => (ct, ct),
+                BinaryOp::Sub => (ct, b.unary(UnaryOp::Neg, ct)?),
+                BinaryOp::Mul => (b.mul(ct, x[1])?, b.mul(x[0], ct)?),
+                BinaryOp::Div => {
+                    let cl = b.div(ct, x[1])?;
+                    let q = b.mul(cl, out)?;
+                    (cl, b.unary(UnaryOp::Neg, q)?)
+                }
+                other => {
+                    let (dx, dy) = binary_partials(b, *other, x[0], x[1], out)?;
+                    let ca = match dx {
+                        Some(d) => b.mul(ct, d)?,
+                        None => zeros_like(b, ct)?,
+                    };
+                    let cb = match dy {
+                        Some(d) => b.mul(ct, d)?,
+                        None => zeros_like(b, ct)?,
+                    };
+                    (ca, cb)
+                }
+            };
+            vec![Some(to_operand(b, ca, 0)?), Some(to_operand(b, cb, 1)?)]
+        }
+        Op::Where => {
+            let z = zeros_like(b, ct)?;
+            let ca = b.select(x[0], ct, z)?;
+            let cb = b.select(x[0], z, ct)?;
+            vec![
+                None,
+                Some(to_operand(b, ca, 1)?),
+                Some(to_operand(b, cb, 2)?),
+            ]
+        }
+        Op::Sum | Op::SumAxis { .. } | Op::Mean | Op::MeanAxis { .. } => {
+            let in_shape = shape(b, x[0]);
+            let axes: Vec<usize> = match &node.op {
+                Op::SumAxis { axes } | Op::MeanAxis { axes } => axes.clone(),
+                _ => (0..in_shape.rank()).collect(),
+            };
+            let keep: Vec<usize> = (0..in_shape.rank())
+                .map(|a| {
+                    if axes.contains(&a) {
+                        1
+                    } else {
+                        in_shape.dims()[a]
+                    }
+                })
+                .collect();
+            let r = b.reshape_to(ct, Shape::new(keep)?)?;
+            let mut g = b.broadcast_to(r, in_shape.clone())?;
+            if matches!(node.op, Op::Mean | Op::MeanAxis { .. }) {
+                let n: usize = axes.iter().map(|&a| in_shape.dims()[a]).product();
+                let c = lit(b, n as f64);
+                g = b.div(g, c)?;
+            }
+            vec![Some(g)]
+        }
+        Op::MaxAxis { axes } | Op::MinAxis { axes } => {
+            let in_shape = shape(b, x[0]);
+            let mask = extremum_mask(b, x[0], out, axes)?;
+            let keep: Vec<usize> = (0..in_shape.rank())
+                .map(|a| {
+                    if axes.contains(&a) {
+                        1
+                    } else {
+                        in_shape.dims()[a]
+                    }
+                })
+                .collect();
+            let r = b.reshape_to(ct, Shape::new(keep)?)?;
+            let spread = b.broadcast_to(r, in_shape)?;
+            let z = zeros_like(b, spread)?;
+            vec![Some(b.select(mask, spread, z)?)]
+        }
+        Op::Cumsum { axis, reverse } => {
+            vec![Some(b.push(
+                Op::Cumsum {
+                    axis: *axis,
+                    reverse: !reverse,
+                },
+                &[ct],
+            )?)]
+        }
+        Op::Reshape { .. } => {
+            let s = shape(b, x[0]);
+            vec![Some(b.reshape_to(ct, s)?)]
+        }
+        Op::Transpose { perm } => {
+            let mut inverse = vec![0usize; perm.len()];
+            for (i, &p) in perm.iter().enumerate() {
+                inverse[p] = i;
+            }
+            vec![Some(b.push(Op::Transpose { perm: inverse }, &[ct])?)]
+        }
+        Op::Broadcast { .. } => vec![Some(to_operand(b, ct, 0)?)],
+        Op::Concat { axis } => {
+            let mut start = 0;
+            let mut parts = Vec::with_capacity(x.len());
+            for &xi in x {
+                let s = shape(b, xi);
+                let mut starts = vec![0; s.rank()];
+                starts[*axis] = start;
+                start += s.dims()[*axis];
+                parts.push(Some(b.slice(ct, starts, s.dims().to_vec())?));
+            }
+            parts
+        }
+        Op::Slice { starts, .. } => {
+            let s = shape(b, x[0]);
+            vec![Some(b.push(
+                Op::PadSlice {
+                    starts: starts.clone(),
+                    shape: s,
+                },
+                &[ct],
+            )?)]
+        }
+        Op::PadSlice { starts, .. } => {
+            let s = shape(b, x[0]);
+            vec![Some(b.slice(ct, starts.clone(), s.dims().to_vec())?)]
+        }
+        Op::Gather { axis, indices } => {
+            let z = zeros_like(b, x[0])?;
+            vec![Some(b.push(
+                Op::ScatterAdd {
+                    axis: *axis,
+                    indices: indices.clone(),
+                },
+                &[z, ct],
+            )?)]
+        }
+        Op::ScatterAdd { axis, indices } => {
+            let g = b.push(
+                Op::Gather {
+                    axis: *axis,
+                    indices: indices.clone(),
+                },
+                &[ct],
+            )?;
+            vec![Some(ct), Some(g)]
+        }
+        Op::Matmul => {
+            let ra = b.ty(x[0]).shape.rank() as isize;
+            let rb = b.ty(x[1]).shape.rank() as isize;
+            let swap = |r: isize| -> Vec<isize> {
+                let mut p: Vec<isize> = (0..r).collect();
+                p.swap((r - 1) as usize, (r - 2) as usize);
+                p
+            };
+            let bt = b.transpose(x[1], Some(&swap(rb)))?;
+            let at = b.transpose(x[0], Some(&swap(ra)))?;
+            let ca = b.push(Op::Matmul, &[ct, bt])?;
+            let cb = b.push(Op::Matmul, &[at, ct])?;
+            vec![Some(to_operand(b, ca, 0)?), Some(to_operand(b, cb, 1)?)]
+        }
+        Op::Solve
+        | Op::Cholesky
+        | Op::CholeskyAd
+        | Op::TriangularSolve { .. }
+        | Op::Linalg(_)
+        | Op::Custom(_) => return Err(no_rule(&node.op, "reverse-mode")),
+    })
+}

@@ -1,0 +1,632 @@
+//! The differentiation transforms: `grad`, `value_and_grad`, `jvp` and `vjp` (transforms.md
+//! §5). Each traces the function on tracers, rewrites the graph with `quabla-autodiff`, and
+//! then either compiles and runs it (cached per signature, like `jit`) or, inside another
+//! trace, inlines it there — which is how derivatives nest to any order.
+//!
+//! Differentiated positions: the selected arguments' float tensor leaves, and `f64` leaves
+//! there, which become float64 rank-0 inputs (numerics.md §2.2); bool leaves and other
+//! scalars get `None` gradients.
+
+use crate::error::{Error, Result};
+use crate::jit::{
+    arg_positions, leaf_signature, rebuild, CacheOwner, Entry, LeafSignature, Signature, TraceCache,
+};
+use crate::operand::Operand;
+use crate::tensor::Tensor;
+use crate::trace::{self, InputLeaf, OutSlot, TracedFunction};
+use crate::tree::{self, Leaf, Tree, TreeDef};
+use quabla_autodiff::{jvp_graph, vjp_graph, Seed};
+use quabla_backend::Backend;
+use quabla_ir::{DType, Graph, Shape, TensorType};
+use std::fmt;
+use std::marker::PhantomData;
+
+/// Arguments prepared for tracing: which leaves become inputs, their values, and which are
+/// differentiated.
+struct Prepared {
+    def: TreeDef,
+    inputs: Vec<InputLeaf>,
+    /// Values bound to the array inputs, in order.
+    operands: Vec<Tensor>,
+    /// Per array input: differentiated.
+    wrt: Vec<bool>,
+    /// Per leaf: differentiated.
+    leaf_wrt: Vec<bool>,
+    names: Vec<String>,
+    signature: Signature,
+}
+
+fn prepare<A: Tree>(args: &A, selected: &dyn Fn(usize) -> bool) -> Result<Prepared> {
+    let (leaves, def) = tree::flatten(args);
+    let positions = arg_positions(&def);
+    let names = trace::leaf_names(&def, &[]);
+    let mut inputs = Vec::with_capacity(leaves.len());
+    let mut operands = Vec::new();
+    let mut wrt = Vec::new();
+    let mut leaf_wrt = Vec::with_capacity(leaves.len());
+    let mut sigs = Vec::with_capacity(leaves.len());
+    for (leaf, &pos) in leaves.iter().zip(&positions) {
+        let sel = selected(pos);
+        match leaf {
+            Leaf::Tensor(t) => {
+                let ty = t.ir_type();
+                let d = sel && ty.dtype != DType::Bool;
+                sigs.push(leaf_signature(leaf));
+                inputs.push(InputLeaf::Array(ty));
+                operands.push(t.clone());
+                wrt.push(d);
+                leaf_wrt.push(d);
+            }
+            Leaf::F64(v) if sel => {
+                let ty = TensorType::new(DType::F64, Shape::scalar());
+                sigs.push(LeafSignature::Array {
+                    dtype: DType::F64,
+                    shape: Shape::scalar(),
+                    weak: false,
+                });
+                inputs.push(InputLeaf::Array(ty));
+                operands.push(crate::creation::array(*v)?);
+                wrt.push(true);
+                leaf_wrt.push(true);
+            }
+            Leaf::Abstract(_) => {
+                return Err(Error::invalid(
+                    "ShapeDtype placeholders are only accepted by jit(f).lower(..)",
+                ))
+            }
+            other => {
+                sigs.push(leaf_signature(other));
+                inputs.push(InputLeaf::Static(other.clone()));
+                leaf_wrt.push(false);
+            }
+        }
+    }
+    Ok(Prepared {
+        signature: Signature {
+            def: def.clone(),
+            leaves: sigs,
+            device: "cpu".into(),
+            precision: None,
+        },
+        def,
+        inputs,
+        operands,
+        wrt,
+        leaf_wrt,
+        names,
+    })
+}
+
+/// The sub-structure of positional argument `p`.
+fn arg_def(def: &TreeDef, p: usize) -> Result<&TreeDef> {
+    match def {
+        TreeDef::Tuple(children) => children.get(p),
+        _ if p == 0 => Some(def),
+        _ => None,
+    }
+    .ok_or_else(|| Error::invalid(format!("argnums names argument {p}, which does not exist")))
+}
+
+/// `def` with every leaf not flagged in `keep` replaced by `None`; `next` counts leaves.
+fn keep_leaves(def: &TreeDef, keep: &[bool], next: &mut usize) -> TreeDef {
+    match def {
+        TreeDef::Leaf => {
+            *next += 1;
+            if keep[*next - 1] {
+                TreeDef::Leaf
+            } else {
+                TreeDef::None
+            }
+        }
+        TreeDef::None | TreeDef::Static(_) => def.clone(),
+        TreeDef::Tuple(c) => TreeDef::Tuple(c.iter().map(|d| keep_leaves(d, keep, next)).collect()),
+        TreeDef::List(c) => TreeDef::List(c.iter().map(|d| keep_leaves(d, keep, next)).collect()),
+        TreeDef::Dict(c) => TreeDef::Dict(
+            c.iter()
+                .map(|(k, d)| (k.clone(), keep_leaves(d, keep, next)))
+                .collect(),
+        ),
+        TreeDef::Node { name, fields, meta } => TreeDef::Node {
+            name,
+            fields: fields
+                .iter()
+                .map(|(k, d)| (*k, keep_leaves(d, keep, next)))
+                .collect(),
+            meta: meta.clone(),
+        },
+    }
+}
+
+/// The structure of the gradients of the selected arguments, and for each of its leaves the
+/// index of the differentiated input it belongs to.
+fn gradient_def(p: &Prepared, argnums: &[usize], as_tuple: bool) -> Result<(TreeDef, Vec<usize>)> {
+    let positions = arg_positions(&p.def);
+    // Index among the differentiated inputs of every differentiated leaf.
+    let mut wrt_index = vec![usize::MAX; p.leaf_wrt.len()];
+    let mut k = 0;
+    for (i, &d) in p.leaf_wrt.iter().enumerate() {
+        if d {
+            wrt_index[i] = k;
+            k += 1;
+        }
+    }
+    let mut defs = Vec::with_capacity(argnums.len());
+    let mut order = Vec::new();
+    for &a in argnums {
+        let sub = arg_def(&p.def, a)?;
+        let leaf_ids: Vec<usize> = (0..positions.len())
+            .filter(|&i| positions[i] == a)
+            .collect();
+        let keep: Vec<bool> = leaf_ids.iter().map(|&i| p.leaf_wrt[i]).collect();
+        defs.push(keep_leaves(sub, &keep, &mut 0));
+        order.extend(
+            leaf_ids
+                .iter()
+                .filter(|&&i| p.leaf_wrt[i])
+                .map(|&i| wrt_index[i]),
+        );
+    }
+    let def = if as_tuple {
+        TreeDef::Tuple(defs)
+    } else {
+        defs.pop().expect("one argnum")
+    };
+    Ok((def, order))
+}
+
+/// Runs a final graph: inlined into the enclosing trace, or compiled (cached) and run.
+fn execute(
+    cache: &TraceCache,
+    owner: &CacheOwner<'_>,
+    prepared: &Prepared,
+    stage: impl FnOnce() -> Result<(Graph, Vec<Tensor>, TreeDef, Vec<OutSlot>)>,
+) -> Result<(TreeDef, Vec<OutSlot>, Vec<Tensor>)> {
+    if trace::active() {
+        let (graph, captures, def, slots) = stage()?;
+        let operands: Vec<Operand> = prepared
+            .operands
+            .iter()
+            .chain(&captures)
+            .map(Operand::from)
+            .collect();
+        let outs = trace::inline(&graph, operands)?;
+        return Ok((def, slots, outs));
+    }
+    let entry = cache.get_or_build(owner, prepared.signature.clone(), |sig| {
+        let (graph, captures, def, slots) = stage()?;
+        if !captures.is_empty() {
+            return Err(Error::Internal {
+                message: "a top-level trace captured tracers".into(),
+            });
+        }
+        Entry::compile(sig, &graph, def, slots)
+    })?;
+    let outs = entry.run(&prepared.operands)?;
+    Ok((entry.out_def.clone(), entry.out_slots.clone(), outs))
+}
+
+fn check_scalar_output(transform: &'static str, graph: &Graph) -> Result<()> {
+    let out = graph
+        .outputs()
+        .first()
+        .ok_or_else(|| Error::invalid(format!("{transform} needs a tensor output")))?;
+    let ty = &graph.node(*out).ty;
+    if ty.shape.rank() != 0 {
+        return Err(Error::NonScalarOutput {
+            transform,
+            shape: ty.shape.dims().to_vec(),
+            dtype: ty.dtype,
+        });
+    }
+    if ty.dtype == DType::Bool {
+        return Err(Error::invalid(format!(
+            "{transform} requires a floating output, got bool"
+        )));
+    }
+    Ok(())
+}
+
+/// `grad(f)` and `value_and_grad(f)`: build with [`grad`] or [`value_and_grad`].
+pub struct Grad<F, A> {
+    f: F,
+    transform: &'static str,
+    argnums: Vec<usize>,
+    as_tuple: bool,
+    has_aux: bool,
+    name: String,
+    max_traces: usize,
+    cache: TraceCache,
+    _args: PhantomData<fn(A)>,
+}
+
+impl<F, A> fmt::Debug for Grad<F, A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}({})", self.transform, self.name)
+    }
+}
+
+/// The gradient of a scalar function with respect to its first argument (`.argnum(i)` or
+/// `.argnums(&[..])` to choose): `qb::grad(f).call::<Tensor>(&x)`.
+pub fn grad<A: Tree, F>(f: F) -> Grad<F, A> {
+    Grad {
+        f,
+        transform: "grad",
+        argnums: vec![0],
+        as_tuple: false,
+        has_aux: false,
+        name: "<closure>".into(),
+        max_traces: 8,
+        cache: TraceCache::default(),
+        _args: PhantomData,
+    }
+}
+
+/// The value and the gradient: `call` returns `(value, grads)` (`((value, aux), grads)` with
+/// `has_aux`).
+pub fn value_and_grad<A: Tree, F>(f: F) -> Grad<F, A> {
+    Grad {
+        transform: "value_and_grad",
+        ..grad(f)
+    }
+}
+
+impl<A: Tree, F> Grad<F, A> {
+    /// Differentiate with respect to positional argument `i`; the result is its tree.
+    pub fn argnum(mut self, i: usize) -> Self {
+        self.argnums = vec![i];
+        self.as_tuple = false;
+        self
+    }
+
+    /// Differentiate with respect to several positional arguments; the result is a tuple of
+    /// their trees.
+    pub fn argnums(mut self, argnums: &[usize]) -> Self {
+        self.argnums = argnums.to_vec();
+        self.as_tuple = true;
+        self
+    }
+
+    /// The function returns `(output, aux)`; `aux` is returned unchanged.
+    pub fn has_aux(mut self) -> Self {
+        self.has_aux = true;
+        self
+    }
+
+    /// The name used in warnings.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// The trace-cache capacity (default 8).
+    pub fn max_traces(mut self, n: usize) -> Self {
+        self.max_traces = n.max(1);
+        self
+    }
+
+    fn validate_argnums(&self) -> Result<()> {
+        for (i, a) in self.argnums.iter().enumerate() {
+            if self.argnums[..i].contains(a) {
+                return Err(Error::invalid(format!(
+                    "argnums must be distinct, got {:?}",
+                    self.argnums
+                )));
+            }
+        }
+        if self.argnums.is_empty() {
+            return Err(Error::invalid("argnums must not be empty"));
+        }
+        Ok(())
+    }
+
+    /// Calls the transformed function; `G` is the type of the result (the gradients' tree,
+    /// or `(value, grads)` for `value_and_grad`). `args` has the structure of the function's
+    /// argument; an `f64` in a differentiated position arrives as a float64 rank-0 tensor, so
+    /// the function takes a `Tensor` there.
+    pub fn call<R: Tree, G: Tree>(&self, args: &impl Tree) -> Result<G>
+    where
+        F: Fn(A) -> Result<R>,
+    {
+        self.validate_argnums()?;
+        let argnums = self.argnums.clone();
+        let prepared = prepare(args, &|p| argnums.contains(&p))?;
+        let owner = CacheOwner {
+            transform: self.transform,
+            function: &self.name,
+            max_traces: self.max_traces,
+            arg_names: &[],
+        };
+        let stage = || -> Result<(Graph, Vec<Tensor>, TreeDef, Vec<OutSlot>)> {
+            let TracedFunction {
+                graph,
+                captures,
+                out_def,
+                out_slots,
+            } = trace::trace_function::<A, R>(
+                &|a| (self.f)(a),
+                &prepared.def,
+                &prepared.inputs,
+                &prepared.names,
+            )?;
+            // The differentiated output is the first leaf (of `(output, aux)` with has_aux).
+            let (value_def, aux_def) = match (&out_def, self.has_aux) {
+                (TreeDef::Tuple(c), true) if c.len() == 2 => (c[0].clone(), Some(c[1].clone())),
+                (_, true) => {
+                    return Err(Error::invalid(
+                        "has_aux functions must return (output, aux)",
+                    ))
+                }
+                (d, false) => (d.clone(), None),
+            };
+            if value_def != TreeDef::Leaf || !matches!(out_slots.first(), Some(OutSlot::Plan(0))) {
+                return Err(Error::invalid(format!(
+                    "{} needs a function returning one tensor{}",
+                    self.transform,
+                    if self.has_aux { " and an aux tree" } else { "" }
+                )));
+            }
+            check_scalar_output(self.transform, &graph)?;
+            let n_out = graph.outputs().len();
+            let mut seeds = vec![Seed::None; n_out];
+            seeds[0] = Seed::Ones;
+            let mut wrt = prepared.wrt.clone();
+            wrt.extend(std::iter::repeat_n(false, captures.len()));
+            let vjp = vjp_graph(&graph, &wrt, &seeds)?;
+            let (grads_def, order) = gradient_def(&prepared, &self.argnums, self.as_tuple)?;
+            let grad_slots: Vec<OutSlot> =
+                order.iter().map(|&k| OutSlot::Plan(n_out + k)).collect();
+            let value_slots = vec![OutSlot::Plan(0)];
+            let (def, slots) = match (self.transform, aux_def) {
+                ("grad", None) => (grads_def, grad_slots),
+                ("grad", Some(aux)) => (
+                    TreeDef::Tuple(vec![grads_def, aux]),
+                    grad_slots
+                        .into_iter()
+                        .chain(out_slots[1..].iter().cloned())
+                        .collect(),
+                ),
+                (_, None) => (
+                    TreeDef::Tuple(vec![TreeDef::Leaf, grads_def]),
+                    value_slots.into_iter().chain(grad_slots).collect(),
+                ),
+                (_, Some(aux)) => (
+                    TreeDef::Tuple(vec![TreeDef::Tuple(vec![TreeDef::Leaf, aux]), grads_def]),
+                    value_slots
+                        .into_iter()
+                        .chain(out_slots[1..].iter().cloned())
+                        .chain(grad_slots)
+                        .collect(),
+                ),
+            };
+            Ok((vjp, captures, def, slots))
+        };
+        let (def, slots, outs) = execute(&self.cache, &owner, &prepared, stage)?;
+        rebuild(&def, &slots, outs)
+    }
+}
+
+/// Forward mode: `(f(primals), J(primals) · tangents)`. `tangents` has the structure of
+/// `primals` (bool and static leaves are skipped; pass anything for them, e.g. the primal).
+pub fn jvp<A: Tree, R: Tree>(
+    f: impl Fn(A) -> Result<R>,
+    primals: &A,
+    tangents: &A,
+) -> Result<(R, R)> {
+    let prepared = prepare(primals, &|_| true)?;
+    let (t_leaves, t_def) = tree::flatten(tangents);
+    if t_def != prepared.def {
+        return Err(Error::Structure {
+            message: format!("pytree structures differ: {} vs {}", prepared.def, t_def),
+        });
+    }
+    // Tangent values for the differentiated inputs, checked against their primals.
+    let mut tangent_values = Vec::new();
+    let mut k = 0;
+    for (leaf, input) in t_leaves.iter().zip(&prepared.inputs) {
+        if let InputLeaf::Array(ty) = input {
+            if prepared.wrt[k] {
+                let t = match leaf {
+                    Leaf::Tensor(t) => t.clone(),
+                    Leaf::F64(v) => crate::creation::array(*v)?,
+                    other => {
+                        return Err(Error::invalid(format!(
+                            "a tangent must be a tensor, got {other:?}"
+                        )))
+                    }
+                };
+                if t.dtype() != ty.dtype || t.shape() != ty.shape.dims() {
+                    return Err(Error::invalid(format!(
+                        "tangent {}{:?} does not match its primal {}{}",
+                        t.dtype().name(),
+                        t.shape(),
+                        ty.dtype.name(),
+                        ty.shape
+                    )));
+                }
+                tangent_values.push(t);
+            }
+            k += 1;
+        }
+    }
+    let TracedFunction {
+        graph,
+        captures,
+        out_def,
+        out_slots,
+    } = trace::trace_function::<A, R>(&f, &prepared.def, &prepared.inputs, &prepared.names)?;
+    let mut wrt = prepared.wrt.clone();
+    wrt.extend(std::iter::repeat_n(false, captures.len()));
+    // The JVP graph takes primal inputs (then captures), then tangent inputs.
+    let jg = jvp_graph(&graph, &wrt)?;
+    let n_out = graph.outputs().len();
+    let mut operands: Vec<Tensor> = prepared.operands.clone();
+    operands.extend(captures.iter().cloned());
+    operands.extend(tangent_values);
+    let outs = run_or_inline(&jg, operands)?;
+    let primal_outs = outs[..n_out].to_vec();
+    let tangent_outs = outs[n_out..].to_vec();
+    let tangent_slots: Vec<OutSlot> = out_slots
+        .iter()
+        .map(|s| match s {
+            OutSlot::Static(Leaf::F64(_)) => OutSlot::Static(Leaf::F64(0.0)),
+            other => other.clone(),
+        })
+        .collect();
+    Ok((
+        rebuild(&out_def, &out_slots, primal_outs)?,
+        rebuild(&out_def, &tangent_slots, tangent_outs)?,
+    ))
+}
+
+/// Runs a one-off graph: inlined inside a trace, compiled and run otherwise.
+fn run_or_inline(graph: &Graph, operands: Vec<Tensor>) -> Result<Vec<Tensor>> {
+    if trace::active() {
+        return trace::inline(graph, operands.iter().map(Operand::from).collect());
+    }
+    let plan = quabla_ir::Plan::compile(graph);
+    let exe = crate::dispatch::cpu().compile(&plan)?;
+    let host: Vec<_> = operands
+        .iter()
+        .map(Tensor::to_host)
+        .collect::<Result<_>>()?;
+    let types = plan.output_types();
+    Ok(exe
+        .run(&host)?
+        .into_iter()
+        .zip(types)
+        .map(|(h, ty)| Tensor::from_host(h, ty.weak))
+        .collect())
+}
+
+/// The pullback returned by [`vjp`]: maps output cotangents to one cotangent tree per primal
+/// argument.
+pub struct VjpFn<A, R> {
+    graph: Graph,
+    operands: Vec<Tensor>,
+    grads_def: TreeDef,
+    grad_order: Vec<usize>,
+    n_out: usize,
+    out_def: TreeDef,
+    _types: PhantomData<fn(R) -> A>,
+}
+
+impl<A, R> fmt::Debug for VjpFn<A, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "VjpFn(outputs={})", self.out_def)
+    }
+}
+
+impl<A: Tree, R: Tree> VjpFn<A, R> {
+    /// Cotangents for the primals, given a cotangent of the output (same structure, shapes
+    /// and dtypes as the output). The result has the structure of the primals.
+    pub fn call<G: Tree>(&self, cotangent: &R) -> Result<G> {
+        let (leaves, def) = tree::flatten(cotangent);
+        if def != self.out_def {
+            return Err(Error::Structure {
+                message: format!("pytree structures differ: {} vs {}", self.out_def, def),
+            });
+        }
+        let mut operands = self.operands.clone();
+        for leaf in leaves {
+            match leaf {
+                Leaf::Tensor(t) => operands.push(t),
+                Leaf::F64(v) => operands.push(crate::creation::array(v)?),
+                _ => {}
+            }
+        }
+        let expected = self.graph.inputs().count();
+        if operands.len() != expected {
+            return Err(Error::Structure {
+                message: format!(
+                    "pytree structures differ: the cotangent has {} tensor leaves, the output {}",
+                    operands.len() + self.n_out - expected,
+                    self.n_out
+                ),
+            });
+        }
+        for ((_, name, ty), t) in self
+            .graph
+            .inputs()
+            .zip(&operands)
+            .skip(expected - self.n_out)
+        {
+            if t.dtype() != ty.dtype || t.shape() != ty.shape.dims() {
+                return Err(Error::invalid(format!(
+                    "{name}: cotangent {}{:?} does not match the output {}{}",
+                    t.dtype().name(),
+                    t.shape(),
+                    ty.dtype.name(),
+                    ty.shape
+                )));
+            }
+        }
+        let outs = run_or_inline(&self.graph, operands)?;
+        let slots: Vec<OutSlot> = self
+            .grad_order
+            .iter()
+            .map(|&k| OutSlot::Plan(self.n_out + k))
+            .collect();
+        rebuild(&self.grads_def, &slots, outs)
+    }
+}
+
+/// Reverse mode: `(f(primals), pullback)`. The pullback maps an output cotangent to the
+/// cotangents of every primal argument (a tuple over the positional arguments when `primals`
+/// is a tuple).
+pub fn vjp<A: Tree, R: Tree>(f: impl Fn(A) -> Result<R>, primals: &A) -> Result<(R, VjpFn<A, R>)> {
+    let prepared = prepare(primals, &|_| true)?;
+    let TracedFunction {
+        graph,
+        captures,
+        out_def,
+        out_slots,
+    } = trace::trace_function::<A, R>(&f, &prepared.def, &prepared.inputs, &prepared.names)?;
+    if out_slots.iter().any(|s| matches!(s, OutSlot::Static(_))) {
+        return Err(Error::invalid(
+            "vjp needs a function whose outputs are all tensors",
+        ));
+    }
+    let mut wrt = prepared.wrt.clone();
+    wrt.extend(std::iter::repeat_n(false, captures.len()));
+    let seeds: Vec<Seed> = graph
+        .outputs()
+        .iter()
+        .map(|o| {
+            if graph.node(*o).ty.dtype == DType::Bool {
+                Seed::None
+            } else {
+                Seed::Input
+            }
+        })
+        .collect();
+    if seeds.contains(&Seed::None) {
+        return Err(Error::invalid("vjp requires floating outputs, got bool"));
+    }
+    let vg = vjp_graph(&graph, &wrt, &seeds)?;
+    let mut operands = prepared.operands.clone();
+    operands.extend(captures.iter().cloned());
+    let n_args = match &prepared.def {
+        TreeDef::Tuple(c) => c.len(),
+        _ => 1,
+    };
+    let argnums: Vec<usize> = (0..n_args).collect();
+    let (grads_def, grad_order) = gradient_def(
+        &prepared,
+        &argnums,
+        matches!(prepared.def, TreeDef::Tuple(_)),
+    )?;
+    let primal_outs = run_or_inline(&graph, operands.clone())?;
+    let out = rebuild(&out_def, &out_slots, primal_outs)?;
+    Ok((
+        out,
+        VjpFn {
+            n_out: graph.outputs().len(),
+            graph: vg,
+            operands,
+            grads_def,
+            grad_order,
+            out_def,
+            _types: PhantomData,
+        },
+    ))
+}
