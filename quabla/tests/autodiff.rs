@@ -469,3 +469,56 @@ impl CumsumLike for Tensor {
         qb::concat(&parts, 1)
     }
 }
+
+/// E40's loss with the per-point second derivative taken in a Rust loop (the `vmap` form
+/// arrives with batching): `u_xx` closes over the outer tracer `w`.
+fn pinn_loss((w, x): (Tensor, Tensor)) -> qb::Result<Tensor> {
+    let n = x.shape()[0];
+    let mut u_xx = Vec::with_capacity(n);
+    for i in 0..n {
+        let xi = x.index(qb::s![i as isize])?;
+        let u = |t: Tensor| t.mul(&w).sin();
+        let u_x = |t: Tensor| qb::grad(u).call::<Tensor, Tensor>(&t);
+        u_xx.push(qb::grad(u_x).call::<Tensor, Tensor>(&xi)?);
+    }
+    let u_xx = qb::stack(&u_xx, 0)?;
+    let pi = std::f64::consts::PI;
+    let residual = (u_xx + qb::sin(x.mul(pi))?.mul(pi * pi))?;
+    residual.powi(2).mean()
+}
+
+#[test]
+fn e40_pinn_residual_with_nested_derivatives() -> qb::Result<()> {
+    let xs = qb::linspace(0.05, 0.95, 8)?;
+    let (value, g): (Tensor, (Tensor,)) = qb::value_and_grad(pinn_loss)
+        .argnums(&[0])
+        .call(&(2.5, xs))?;
+    let close = |got: f64, want: f64| (got - want).abs() <= 1e-8 * want.abs();
+    assert!(close(value.item()?, 7.78437462), "{}", value.item()?);
+    assert!(close(g.0.item()?, -19.9407213), "{}", g.0.item()?);
+    Ok(())
+}
+
+#[test]
+fn e41_the_pinn_parameter_converges_to_pi() -> qb::Result<()> {
+    let xs = qb::linspace(0.05, 0.95, 8)?;
+    let step = qb::jit(|(w, x): (Tensor, Tensor)| {
+        qb::value_and_grad(pinn_loss)
+            .argnum(0)
+            .call::<Tensor, (Tensor, Tensor)>(&(w, x))
+    });
+    let mut w = qb::array(2.5)?;
+    let mut value = qb::array(f64::NAN)?;
+    for _ in 0..200 {
+        let (v, g) = step.call(&(w.clone(), xs.clone()))?;
+        w = (&w - g.mul(0.01)?)?;
+        value = v;
+    }
+    assert!(
+        (w.item()? - std::f64::consts::PI).abs() <= 1e-9,
+        "{}",
+        w.item()?
+    );
+    assert!(value.item()? <= 1e-20, "{}", value.item()?);
+    Ok(())
+}
