@@ -522,3 +522,36 @@ fn e41_the_pinn_parameter_converges_to_pi() -> qb::Result<()> {
     assert!(value.item()? <= 1e-20, "{}", value.item()?);
     Ok(())
 }
+
+#[test]
+fn e37_tracer_in_control_flow_under_grad() {
+    let err = qb::grad(|x: Tensor| if x.greater(0.0)?.item_bool()? { Ok(x) } else { -&x })
+        .call::<Tensor, Tensor>(&qb::array(1.0).unwrap())
+        .unwrap_err();
+    assert!(matches!(err, Error::Tracer { kind: qb::TracerErrorKind::ControlFlow, .. }));
+    assert!(err.to_string().starts_with("TraceTensor cannot drive Python control flow:"));
+}
+
+#[test]
+fn grad_caches_traces_per_signature() -> qb::Result<()> {
+    let traces = std::cell::Cell::new(0);
+    let g = qb::grad(|x: Tensor| {
+        traces.set(traces.get() + 1);
+        x.powi(2).sum()
+    });
+    let a: Tensor = g.call(&qb::array([1.0, 2.0])?)?;
+    let b: Tensor = g.call(&qb::array([3.0, 4.0])?)?;
+    let _: Tensor = g.call(&qb::array([1.0])?)?;
+    assert_eq!(traces.get(), 2);
+    assert_eq!((vals(&a), vals(&b)), (vec![2.0, 4.0], vec![6.0, 8.0]));
+    // An f64 in a differentiated position is an input: new values do not retrace.
+    let h = qb::grad(|x: Tensor| {
+        traces.set(traces.get() + 1);
+        x.powi(3)
+    });
+    let d1: Tensor = h.call(&1.0)?;
+    let d2: Tensor = h.call(&2.0)?;
+    assert_eq!((d1.item()?, d2.item()?), (3.0, 12.0));
+    assert_eq!(traces.get(), 3);
+    Ok(())
+}
