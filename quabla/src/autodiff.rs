@@ -230,6 +230,8 @@ fn check_scalar_output(transform: &'static str, graph: &Graph) -> Result<()> {
 pub struct Grad<F, A> {
     f: F,
     transform: &'static str,
+    /// `value_and_grad`: the result starts with the value.
+    with_value: bool,
     argnums: Vec<usize>,
     as_tuple: bool,
     has_aux: bool,
@@ -251,6 +253,7 @@ pub fn grad<A: Tree, F>(f: F) -> Grad<F, A> {
     Grad {
         f,
         transform: "grad",
+        with_value: false,
         argnums: vec![0],
         as_tuple: false,
         has_aux: false,
@@ -266,6 +269,7 @@ pub fn grad<A: Tree, F>(f: F) -> Grad<F, A> {
 pub fn value_and_grad<A: Tree, F>(f: F) -> Grad<F, A> {
     Grad {
         transform: "value_and_grad",
+        with_value: true,
         ..grad(f)
     }
 }
@@ -376,20 +380,20 @@ impl<A: Tree, F> Grad<F, A> {
             let grad_slots: Vec<OutSlot> =
                 order.iter().map(|&k| OutSlot::Plan(n_out + k)).collect();
             let value_slots = vec![OutSlot::Plan(0)];
-            let (def, slots) = match (self.transform, aux_def) {
-                ("grad", None) => (grads_def, grad_slots),
-                ("grad", Some(aux)) => (
+            let (def, slots) = match (self.with_value, aux_def) {
+                (false, None) => (grads_def, grad_slots),
+                (false, Some(aux)) => (
                     TreeDef::Tuple(vec![grads_def, aux]),
                     grad_slots
                         .into_iter()
                         .chain(out_slots[1..].iter().cloned())
                         .collect(),
                 ),
-                (_, None) => (
+                (true, None) => (
                     TreeDef::Tuple(vec![TreeDef::Leaf, grads_def]),
                     value_slots.into_iter().chain(grad_slots).collect(),
                 ),
-                (_, Some(aux)) => (
+                (true, Some(aux)) => (
                     TreeDef::Tuple(vec![TreeDef::Tuple(vec![TreeDef::Leaf, aux]), grads_def]),
                     value_slots
                         .into_iter()
@@ -629,4 +633,398 @@ pub fn vjp<A: Tree, R: Tree>(f: impl Fn(A) -> Result<R>, primals: &A) -> Result<
             _types: PhantomData,
         },
     ))
+}
+
+/// Copies `g` into `b` with its inputs bound to `inputs`; returns its outputs.
+fn inline_into(
+    b: &mut quabla_ir::GraphBuilder,
+    g: &Graph,
+    inputs: &[quabla_ir::NodeId],
+) -> Result<Vec<quabla_ir::NodeId>> {
+    let mut remap = Vec::with_capacity(g.len());
+    let mut next = 0;
+    for node in g.nodes() {
+        let id = if let quabla_ir::Op::Input { .. } = node.op {
+            next += 1;
+            inputs[next - 1]
+        } else {
+            let ops: Vec<_> = node.operands.iter().map(|o| remap[o.index()]).collect();
+            b.push(node.op.clone(), &ops)?
+        };
+        remap.push(id);
+    }
+    Ok(g.outputs().iter().map(|o| remap[o.index()]).collect())
+}
+
+/// Rows `[start, start + len)` of an identity of size `n`, as `[n, *shape]` in `dtype`: the
+/// basis vectors of one leaf, generated inside the graph from an `arange` of length `n`.
+fn basis(
+    b: &mut quabla_ir::GraphBuilder,
+    n: usize,
+    start: usize,
+    shape: &Shape,
+    dtype: DType,
+) -> Result<quabla_ir::NodeId> {
+    use quabla_ir::{Comparison, HostData};
+    let len = shape.size();
+    let rows = b.constant(
+        HostData::F64((0..n).map(|i| i as f64).collect()),
+        Shape::new(vec![n, 1])?,
+        false,
+    )?;
+    let cols = b.constant(
+        HostData::F64((start..start + len).map(|i| i as f64).collect()),
+        Shape::new(vec![1, len])?,
+        false,
+    )?;
+    let eye = b.compare(Comparison::Equal, rows, cols)?;
+    let eye = b.astype(eye, dtype)?;
+    let mut dims = vec![n];
+    dims.extend(shape.dims());
+    Ok(b.reshape_to(eye, Shape::new(dims)?)?)
+}
+
+/// `def` with its `k`-th leaf replaced by `leaf(k)`.
+fn replace_leaves(
+    def: &TreeDef,
+    leaf: &mut dyn FnMut(usize) -> TreeDef,
+    next: &mut usize,
+) -> TreeDef {
+    match def {
+        TreeDef::Leaf => {
+            *next += 1;
+            leaf(*next - 1)
+        }
+        TreeDef::None | TreeDef::Static(_) => def.clone(),
+        TreeDef::Tuple(c) => {
+            TreeDef::Tuple(c.iter().map(|d| replace_leaves(d, leaf, next)).collect())
+        }
+        TreeDef::List(c) => {
+            TreeDef::List(c.iter().map(|d| replace_leaves(d, leaf, next)).collect())
+        }
+        TreeDef::Dict(c) => TreeDef::Dict(
+            c.iter()
+                .map(|(k, d)| (k.clone(), replace_leaves(d, leaf, next)))
+                .collect(),
+        ),
+        TreeDef::Node { name, fields, meta } => TreeDef::Node {
+            name,
+            fields: fields
+                .iter()
+                .map(|(k, d)| (*k, replace_leaves(d, leaf, next)))
+                .collect(),
+            meta: meta.clone(),
+        },
+    }
+}
+
+/// `jacobian(f)`: dense blocks `[*out.shape, *in.shape]` (transforms.md §8). Build with
+/// [`jacobian`] or [`hessian`].
+pub struct Jacobian<F, A> {
+    f: F,
+    argnums: Vec<usize>,
+    as_tuple: bool,
+    name: String,
+    max_traces: usize,
+    cache: TraceCache,
+    _args: PhantomData<fn(A)>,
+}
+
+impl<F, A> fmt::Debug for Jacobian<F, A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "jacobian({})", self.name)
+    }
+}
+
+/// The dense Jacobian of `f` with respect to its first argument. Forward mode over the input
+/// basis unless the output has fewer elements than the inputs (then reverse mode over the
+/// output basis); the basis vectors are generated inside one batched graph.
+pub fn jacobian<A: Tree, F>(f: F) -> Jacobian<F, A> {
+    Jacobian {
+        f,
+        argnums: vec![0],
+        as_tuple: false,
+        name: "<closure>".into(),
+        max_traces: 8,
+        cache: TraceCache::default(),
+        _args: PhantomData,
+    }
+}
+
+impl<A: Tree, F> Jacobian<F, A> {
+    /// Differentiate with respect to positional argument `i`.
+    pub fn argnum(mut self, i: usize) -> Self {
+        self.argnums = vec![i];
+        self.as_tuple = false;
+        self
+    }
+
+    /// Differentiate with respect to several positional arguments (blocks become tuples).
+    pub fn argnums(mut self, argnums: &[usize]) -> Self {
+        self.argnums = argnums.to_vec();
+        self.as_tuple = true;
+        self
+    }
+
+    /// The name used in warnings.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Calls it; `J` is the result type (the output's structure holding, per output leaf, a
+    /// block tree with the selected inputs' structure).
+    pub fn call<R: Tree, J: Tree>(&self, args: &impl Tree) -> Result<J>
+    where
+        F: Fn(A) -> Result<R>,
+    {
+        let argnums = self.argnums.clone();
+        let prepared = prepare(args, &|p| argnums.contains(&p))?;
+        let owner = CacheOwner {
+            transform: "jacobian",
+            function: &self.name,
+            max_traces: self.max_traces,
+            arg_names: &[],
+        };
+        let stage = || -> Result<(Graph, Vec<Tensor>, TreeDef, Vec<OutSlot>)> {
+            let TracedFunction {
+                graph,
+                captures,
+                out_def,
+                out_slots,
+            } = trace::trace_function::<A, R>(
+                &|a| (self.f)(a),
+                &prepared.def,
+                &prepared.inputs,
+                &prepared.names,
+            )?;
+            if out_slots.iter().any(|s| matches!(s, OutSlot::Static(_))) {
+                return Err(Error::invalid(
+                    "jacobian needs a function whose outputs are all tensors",
+                ));
+            }
+            let mut wrt = prepared.wrt.clone();
+            wrt.extend(std::iter::repeat_n(false, captures.len()));
+            let build = jacobian_graph(&graph, &wrt)?;
+            let (in_def, order) = gradient_def(&prepared, &self.argnums, self.as_tuple)?;
+            // Blocks in output-major order; bool outputs hold None.
+            let n_wrt = wrt.iter().filter(|&&w| w).count();
+            let float_out: Vec<bool> = graph
+                .outputs()
+                .iter()
+                .map(|o| graph.node(*o).ty.dtype != DType::Bool)
+                .collect();
+            let mut slots = Vec::new();
+            let mut block_base = 0;
+            let mut per_out_base = Vec::new();
+            for &is_float in &float_out {
+                per_out_base.push(block_base);
+                if is_float {
+                    block_base += n_wrt;
+                }
+            }
+            let def = replace_leaves(
+                &out_def,
+                &mut |k| {
+                    if float_out[k] {
+                        for &j in &order {
+                            slots.push(OutSlot::Plan(per_out_base[k] + j));
+                        }
+                        in_def.clone()
+                    } else {
+                        TreeDef::None
+                    }
+                },
+                &mut 0,
+            );
+            Ok((build, captures, def, slots))
+        };
+        let (def, slots, outs) = execute(&self.cache, &owner, &prepared, stage)?;
+        rebuild(&def, &slots, outs)
+    }
+}
+
+/// The graph of all Jacobian blocks of `g` with respect to the flagged inputs: for each float
+/// output in order, one block `[*out, *in]` per flagged input in order.
+fn jacobian_graph(g: &Graph, wrt: &[bool]) -> Result<Graph> {
+    use quabla_ir::GraphBuilder;
+    let inputs: Vec<(String, TensorType)> = g
+        .inputs()
+        .map(|(_, n, t)| (n.to_string(), t.clone()))
+        .collect();
+    let wrt_types: Vec<TensorType> = inputs
+        .iter()
+        .zip(wrt)
+        .filter(|(_, &w)| w)
+        .map(|((_, t), _)| t.clone())
+        .collect();
+    let outs: Vec<TensorType> = g.outputs().iter().map(|o| g.node(*o).ty.clone()).collect();
+    let float_outs: Vec<usize> = (0..outs.len())
+        .filter(|&k| outs[k].dtype != DType::Bool)
+        .collect();
+    let p: usize = wrt_types.iter().map(|t| t.shape.size()).sum();
+    let q: usize = float_outs.iter().map(|&k| outs[k].shape.size()).sum();
+    let mut b = GraphBuilder::new();
+    let primals: Vec<_> = inputs
+        .iter()
+        .map(|(n, t)| b.input(n.clone(), t.clone()))
+        .collect();
+    let mut blocks = Vec::new();
+    if p == 0 {
+        return Ok(b.finish(Vec::new())?);
+    }
+    if q < p {
+        // Reverse mode over the output basis.
+        let seeds: Vec<Seed> = (0..outs.len())
+            .map(|k| {
+                if float_outs.contains(&k) {
+                    Seed::Input
+                } else {
+                    Seed::None
+                }
+            })
+            .collect();
+        let vg = vjp_graph(g, wrt, &seeds)?;
+        let n_prim = inputs.len();
+        let n_ct = float_outs.len();
+        let mut in_axes = vec![None; n_prim];
+        in_axes.extend(std::iter::repeat_n(Some(0), n_ct));
+        let mut out_axes = vec![None; outs.len()];
+        out_axes.extend(std::iter::repeat_n(Some(0), wrt_types.len()));
+        let batched = quabla_vmap::batch_graph(&vg, &in_axes, q, &out_axes)?;
+        let mut bound = primals.clone();
+        let mut offset = 0;
+        let mut out_offsets = Vec::new();
+        for &k in &float_outs {
+            bound.push(basis(&mut b, q, offset, &outs[k].shape, outs[k].dtype)?);
+            out_offsets.push(offset);
+            offset += outs[k].shape.size();
+        }
+        let res = inline_into(&mut b, &batched, &bound)?;
+        let grads = &res[outs.len()..];
+        for (idx, &k) in float_outs.iter().enumerate() {
+            let oshape = &outs[k].shape;
+            for (j, t) in wrt_types.iter().enumerate() {
+                // grads[j]: [q, *in]; rows of output k.
+                let mut starts = vec![0; t.shape.rank() + 1];
+                starts[0] = out_offsets[idx];
+                let mut sizes = vec![oshape.size()];
+                sizes.extend(t.shape.dims());
+                let rows = b.slice(grads[j], starts, sizes)?;
+                let mut dims = oshape.dims().to_vec();
+                dims.extend(t.shape.dims());
+                blocks.push(b.reshape_to(rows, Shape::new(dims)?)?);
+            }
+        }
+    } else {
+        // Forward mode over the input basis.
+        let jg = jvp_graph(g, wrt)?;
+        let n_prim = inputs.len();
+        let mut in_axes = vec![None; n_prim];
+        in_axes.extend(std::iter::repeat_n(Some(0), wrt_types.len()));
+        let mut out_axes = vec![None; outs.len()];
+        out_axes.extend(std::iter::repeat_n(Some(0), outs.len()));
+        let batched = quabla_vmap::batch_graph(&jg, &in_axes, p, &out_axes)?;
+        let mut bound = primals.clone();
+        let mut offset = 0;
+        let mut in_offsets = Vec::new();
+        for t in &wrt_types {
+            bound.push(basis(&mut b, p, offset, &t.shape, t.dtype)?);
+            in_offsets.push(offset);
+            offset += t.shape.size();
+        }
+        let res = inline_into(&mut b, &batched, &bound)?;
+        let tangents = &res[outs.len()..];
+        for &k in &float_outs {
+            let oshape = &outs[k].shape;
+            for (j, t) in wrt_types.iter().enumerate() {
+                // tangents[k]: [p, *out]; rows of input j, then inputs axes last.
+                let mut starts = vec![0; oshape.rank() + 1];
+                starts[0] = in_offsets[j];
+                let mut sizes = vec![t.shape.size()];
+                sizes.extend(oshape.dims());
+                let rows = b.slice(tangents[k], starts, sizes)?;
+                let mut dims = t.shape.dims().to_vec();
+                dims.extend(oshape.dims());
+                let r = b.reshape_to(rows, Shape::new(dims)?)?;
+                let ri = t.shape.rank();
+                let ro = oshape.rank();
+                let perm: Vec<isize> = (ri..ri + ro).chain(0..ri).map(|a| a as isize).collect();
+                blocks.push(b.transpose(r, Some(&perm))?);
+            }
+        }
+    }
+    Ok(b.finish(blocks)?)
+}
+
+/// `hessian(f)`: the forward-mode Jacobian of `grad(f)`, blocks `[*in_i, *in_j]`.
+pub struct Hessian<F, A> {
+    f: F,
+    argnums: Vec<usize>,
+    as_tuple: bool,
+    _args: PhantomData<fn(A)>,
+}
+
+impl<F, A> fmt::Debug for Hessian<F, A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "hessian")
+    }
+}
+
+/// The dense Hessian of a scalar function with respect to its first argument.
+pub fn hessian<A: Tree, F>(f: F) -> Hessian<F, A> {
+    Hessian {
+        f,
+        argnums: vec![0],
+        as_tuple: false,
+        _args: PhantomData,
+    }
+}
+
+impl<A: Tree, F> Hessian<F, A> {
+    /// Differentiate with respect to positional argument `i`.
+    pub fn argnum(mut self, i: usize) -> Self {
+        self.argnums = vec![i];
+        self.as_tuple = false;
+        self
+    }
+
+    /// Differentiate with respect to several positional arguments.
+    pub fn argnums(mut self, argnums: &[usize]) -> Self {
+        self.argnums = argnums.to_vec();
+        self.as_tuple = true;
+        self
+    }
+
+    /// Calls it; `H` is the result type.
+    pub fn call<R: Tree, H: Tree>(&self, args: &impl Tree) -> Result<H>
+    where
+        F: Fn(A) -> Result<R>,
+    {
+        let inner = |a: A| -> Result<tree::Value> {
+            let g = Grad {
+                f: &self.f,
+                transform: "hessian",
+                with_value: false,
+                argnums: self.argnums.clone(),
+                as_tuple: self.as_tuple,
+                has_aux: false,
+                name: "<closure>".into(),
+                max_traces: 8,
+                cache: TraceCache::default(),
+                _args: PhantomData::<fn(A)>,
+            };
+            g.call::<R, tree::Value>(&a)
+        };
+        let j = Jacobian {
+            f: inner,
+            argnums: self.argnums.clone(),
+            as_tuple: self.as_tuple,
+            name: "<closure>".into(),
+            max_traces: 8,
+            cache: TraceCache::default(),
+            _args: PhantomData::<fn(A)>,
+        };
+        j.call::<tree::Value, H>(args)
+    }
 }

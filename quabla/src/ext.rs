@@ -53,4 +53,16 @@ forward! {
     expand_dims(axes: impl AsRef<[isize]>); matmul(other: impl Into<Operand>);
     index(items: impl AsRef<[IndexItem]>); gather(indices: impl AsRef<[isize]>, axis: isize);
     scatter_add(indices: impl AsRef<[isize]>, updates: impl Into<Operand>, axis: isize);
+    sign(); exp2(); isinf(); softplus(); silu(); gelu(); nan_to_num();
+    clip(lo: impl Into<Operand>, hi: impl Into<Operand>);
+    logaddexp(other: impl Into<Operand>); hypot(other: impl Into<Operand>);
+    mod_(other: impl Into<Operand>); remainder(other: impl Into<Operand>);
+    norm(); norm_axes(axes: impl Into<Axes>); norm_keepdims(axes: impl Into<Axes>);
+    logsumexp(); logsumexp_axes(axes: impl Into<Axes>); logsumexp_keepdims(axes: impl Into<Axes>);
+    softmax(axis: isize); log_softmax(axis: isize); var(); std(); cumsum(axis: isize);
+    flip(axis: isize); flip_axes(axes: impl Into<Axes>); flip_all(); roll(shift: isize, axis: isize);
+    tile(reps: impl AsRef<[usize]>); repeat(repeats: usize, axis: isize);
+    moveaxis(source: impl AsRef<[isize]>, destination: impl AsRef<[isize]>);
+    swapaxes(axis1: isize, axis2: isize); ravel(); diag(); diagonal(); trace(); tril(); triu();
+    dot(other: impl Into<Operand>);
 }

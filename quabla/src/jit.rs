@@ -11,7 +11,7 @@ use crate::tensor::Tensor;
 use crate::trace::{self, InputLeaf, OutSlot, TracedFunction};
 use crate::tree::{self, Leaf, PathEntry, Tree, TreeDef};
 use crate::warnings::{self, Warning};
-use quabla_backend::{Backend, Executable, HostTensor};
+use quabla_backend::{Executable, HostTensor};
 use quabla_ir::{DType, Plan, Shape, TensorType};
 use std::collections::hash_map::DefaultHasher;
 use std::fmt;
@@ -176,7 +176,7 @@ impl Entry {
         out_slots: Vec<OutSlot>,
     ) -> Result<Entry> {
         let plan = Plan::compile(graph);
-        let exe = crate::dispatch::cpu().compile(&plan)?;
+        let exe = crate::devices::backend_for(&signature.device)?.compile(&plan)?;
         Ok(Entry {
             hash: signature_hash(&signature),
             signature,
@@ -369,20 +369,12 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
             }
         }
         match parse_device(&self.device) {
-            Device::Cpu => Ok(()),
+            Device::Cpu | Device::Unavailable(_) => {
+                crate::devices::backend_for(&self.device).map(|_| ())
+            }
             Device::Invalid(d) => Err(Error::invalid(format!(
                 "invalid device {d:?}; expected \"cpu\", \"cuda\", \"cuda:N\" or \"mlx\""
             ))),
-            Device::Unavailable(d) => {
-                let target = d.split(':').next().unwrap_or(&d).to_string();
-                Err(Error::Unsupported {
-                    message: format!(
-                        "{target} target is unavailable in this build; install the quabla-{target} plugin into a folder of QUABLA_PLUGIN_PATH or build with --features {target}"
-                    ),
-                    op: "target".into(),
-                    device: Some(d),
-                })
-            }
         }
     }
 

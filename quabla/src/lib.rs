@@ -23,6 +23,7 @@
 
 mod autodiff;
 mod creation;
+mod devices;
 mod dispatch;
 mod error;
 mod ext;
@@ -34,21 +35,31 @@ mod print;
 mod tensor;
 mod trace;
 pub mod tree;
+mod vmap;
 pub mod warnings;
 
-pub use autodiff::{grad, jvp, value_and_grad, vjp, Grad, VjpFn};
+pub use autodiff::{
+    grad, hessian, jacobian, jvp, value_and_grad, vjp, Grad, Hessian, Jacobian, VjpFn,
+};
 pub use creation::{
     arange, arange_from, array, asarray, eye, eye_rect, full, full_like, linspace, ones, ones_like,
     zeros, zeros_like, ArrayLike, DTypeExt, FillValue,
 };
+pub use devices::{devices, DeviceInfo, Origin};
 pub use error::{Error, Result, TracerErrorKind};
 pub use ext::TensorResultExt;
 pub use jit::{jit, Compiled, Jit, LeafSignature, Lowered, Signature};
 pub use operand::Operand;
+pub use ops::calculus::{diff, interp, polyval, trapezoid, Diff, Interp, Trapezoid};
 pub use ops::compare::{
     equal, greater, greater_equal, less, less_equal, logical_and, logical_not, logical_or,
     not_equal, where_,
 };
+pub use ops::composite::{
+    clip, exp2, gelu, hypot, isinf, logaddexp, mod_, nan_to_num, remainder, sign, silu, softplus,
+    Clip, Gelu, NanToNum,
+};
+pub use ops::elementwise::Exponent;
 pub use ops::elementwise::{
     abs, add, arccos, arccosh, arcsin, arcsinh, arctan, arctanh, atan2, cbrt, ceil, cos, cosh, div,
     erf, erfc, exp, expm1, floor, fmod, isfinite, isnan, log, log10, log1p, log2, maximum, minimum,
@@ -56,7 +67,18 @@ pub use ops::elementwise::{
     stop_gradient, sub, tan, tanh,
 };
 pub use ops::index::{IndexItem, ELLIPSIS, NEW};
+pub use ops::layout::{
+    diag, diagonal, flip, meshgrid, moveaxis, pad, ravel, repeat, roll, split, split_at, swapaxes,
+    tile, trace, tril, triu, Diag, Diagonal, Indexing, Ints, Meshgrid, Pad, PadMode, PadWidth,
+    Repeat, Roll,
+};
+pub use ops::normalize::{
+    cumsum, log_softmax, logsumexp, norm, softmax, std, var, Cumsum, Variance,
+};
 pub use ops::products::matmul;
+pub use ops::products::{
+    cross, dot, einsum, kron, outer, tensordot, Cross, Tensordot, TensordotAxes,
+};
 pub use ops::reduce::{all, any, max, mean, min, prod, sum, Axes};
 pub use ops::shape::{concat, stack};
 pub use quabla_ir::DType;
@@ -64,6 +86,7 @@ pub use quabla_ir::DType;
 pub use quabla_macros::Tree;
 pub use tensor::{Element, Tensor};
 pub use tree::{ShapeDtype, Static, Tree};
+pub use vmap::{vmap, Vmap};
 pub use warnings::Warning;
 
 /// float64, the default dtype.

@@ -524,6 +524,41 @@ tuple_tree! {
     (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7)
 }
 
+/// A dynamically typed tree: any structure with its leaves (what `flatten` returns, as one
+/// value). Useful when the structure is only known at run time.
+#[derive(Clone, Debug)]
+pub struct Value {
+    pub def: TreeDef,
+    pub leaves: Vec<Leaf>,
+}
+
+impl Value {
+    /// Converts to a typed tree.
+    pub fn into_typed<T: Tree>(self) -> Result<T> {
+        self.def.unflatten(self.leaves)
+    }
+}
+
+impl Tree for Value {
+    fn flatten(&self, leaves: &mut Vec<Leaf>) -> TreeDef {
+        leaves.extend(self.leaves.iter().cloned());
+        self.def.clone()
+    }
+    fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
+        let n = def.num_leaves();
+        let taken: Vec<Leaf> = leaves.take(n).collect();
+        if taken.len() != n {
+            return Err(Error::Structure {
+                message: format!("unflatten expected {n} leaves, got {}", taken.len()),
+            });
+        }
+        Ok(Value {
+            def: def.clone(),
+            leaves: taken,
+        })
+    }
+}
+
 /// A value that is always static: part of the structure (and so of every signature), never a
 /// leaf. `qb::Static(3usize)` passes a loop count to a jitted function.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

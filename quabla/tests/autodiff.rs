@@ -525,11 +525,25 @@ fn e41_the_pinn_parameter_converges_to_pi() -> qb::Result<()> {
 
 #[test]
 fn e37_tracer_in_control_flow_under_grad() {
-    let err = qb::grad(|x: Tensor| if x.greater(0.0)?.item_bool()? { Ok(x) } else { -&x })
-        .call::<Tensor, Tensor>(&qb::array(1.0).unwrap())
-        .unwrap_err();
-    assert!(matches!(err, Error::Tracer { kind: qb::TracerErrorKind::ControlFlow, .. }));
-    assert!(err.to_string().starts_with("TraceTensor cannot drive Python control flow:"));
+    let err = qb::grad(|x: Tensor| {
+        if x.greater(0.0)?.item_bool()? {
+            Ok(x)
+        } else {
+            -&x
+        }
+    })
+    .call::<Tensor, Tensor>(&qb::array(1.0).unwrap())
+    .unwrap_err();
+    assert!(matches!(
+        err,
+        Error::Tracer {
+            kind: qb::TracerErrorKind::ControlFlow,
+            ..
+        }
+    ));
+    assert!(err
+        .to_string()
+        .starts_with("TraceTensor cannot drive Python control flow:"));
 }
 
 #[test]

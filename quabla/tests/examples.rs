@@ -13,6 +13,42 @@ mod retrace;
 #[allow(dead_code)]
 mod lower;
 
+#[path = "../examples/seed_graph_size.rs"]
+#[allow(dead_code)]
+mod seed_graph_size;
+
+#[test]
+fn seed_graph_size_table() {
+    let mut out = Vec::new();
+    seed_graph_size::run(&mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let rows: Vec<(usize, usize, usize)> = text
+        .lines()
+        .map(|l| {
+            let nums: Vec<usize> = l
+                .split_whitespace()
+                .map(|kv| kv.split('=').nth(1).unwrap().parse().unwrap())
+                .collect();
+            (nums[0], nums[1], nums[2])
+        })
+        .collect();
+    assert_eq!(
+        rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+        vec![4, 8, 16, 64]
+    );
+    let vmap_lines: Vec<usize> = rows.iter().map(|r| r.2).collect();
+    assert!(
+        vmap_lines.iter().all(|&v| v == vmap_lines[0] && v <= 35),
+        "{text}"
+    );
+    // The loop grows affinely: equal increments per point.
+    let per_point = (rows[1].1 - rows[0].1) / 4;
+    for r in &rows {
+        assert_eq!(r.1, rows[0].1 + per_point * (r.0 - 4), "{text}");
+    }
+    assert!(rows[0].1 > rows[0].2);
+}
+
 #[test]
 fn retrace_prints_one_warning_then_the_error() {
     let mut out = Vec::new();

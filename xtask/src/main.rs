@@ -3,11 +3,12 @@
 //! This file owns command-line dispatch, the usage text and the small helpers
 //! shared by the subcommands (locating the workspace root, building `cargo`
 //! invocations, running a command and reporting how it failed). The
-//! subcommands themselves live in [`test`] (`cargo xtask test`) and [`bench`]
-//! (`cargo xtask bench`).
+//! subcommands themselves live in [`test`] (`cargo xtask test`), [`backends`]
+//! (`cargo xtask test-backends`) and [`bench`] (`cargo xtask bench`).
 //!
 //! Arguments are parsed by hand so that the tool builds from `std` alone.
 
+mod backends;
 mod bench;
 mod test;
 
@@ -26,7 +27,13 @@ Commands:
                            `cargo clippy --workspace --all-targets -- -D warnings`,
                            then the test suite (`cargo nextest run --workspace` plus
                            `cargo test --workspace --doc` when cargo-nextest is
-                           installed, `cargo test --workspace` otherwise).
+                           installed, `cargo test --workspace` otherwise), and
+                           last `cargo xtask test-backends`.
+  test-backends            Build every backend plugin this host can build, run the
+                           conformance suite on the linked backends and on every
+                           loadable plugin, and print the test x backend matrix
+                           (pass / FAIL / unsupported / skipped, with reasons);
+                           fails on any failure.
   bench [--vs-jax] [--json FILE]
                            Run the benchmark workloads
                            (`cargo run --release -p quabla --example bench_workloads`).
@@ -45,6 +52,7 @@ fn main() -> ExitCode {
     };
     let result = match command.as_str() {
         "test" => test::run(rest),
+        "test-backends" => backends::run(rest),
         "bench" => bench::run(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");

@@ -4,8 +4,9 @@
 //! lints (`cargo clippy -D warnings`) and the whole test suite. The suite runs
 //! under cargo-nextest when it is installed (followed by `cargo test --doc`,
 //! since nextest does not run doctests) and under plain `cargo test`
-//! otherwise. Steps run from the workspace root; the first failing step stops
-//! the run with an error naming it. Missing rustfmt or clippy components are
+//! otherwise, and last the backend conformance matrix (`cargo xtask
+//! test-backends`, see [`crate::backends`]). Steps run from the workspace root;
+//! the first failing step stops the run with an error naming it. Missing rustfmt or clippy components are
 //! installed with `rustup` once before giving up.
 
 use std::process::Command;
@@ -43,13 +44,15 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     }
 
     let started = Instant::now();
-    let total = steps.len();
+    let total = steps.len() + 1;
     for (index, mut step) in steps.into_iter().enumerate() {
         let shown = display_command(&step);
         println!("== xtask: {shown} ==");
         run_inherited(&mut step)
             .map_err(|e| format!("step {} of {total} failed: {e}", index + 1))?;
     }
+    println!("== xtask: test-backends ==");
+    crate::backends::run(&[]).map_err(|e| format!("step {total} of {total} failed: {e}"))?;
     println!(
         "== xtask: all {total} steps passed in {:.1}s ==",
         started.elapsed().as_secs_f64()

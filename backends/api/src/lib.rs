@@ -15,6 +15,27 @@
 //! errors) so that it can be carried across a stable plugin ABI without change of meaning.
 //! Optional capabilities are reported by [`Capabilities`]; an op a backend cannot lower is a
 //! typed [`BackendError::Unsupported`] at compile time, never a silent fallback.
+//!
+//! # Backends outside the program
+//!
+//! The same interface reaches backends built as separate dynamic libraries (plugins, possibly
+//! by third parties) through a stable ABI on `abi_stable`:
+//!
+//! - [`abi`] defines what crosses the boundary: a versioned root module
+//!   ([`abi::QuablaPlugin`], version [`abi::INTERFACE_VERSION`]), the backend, executable and
+//!   buffer objects, host data, and typed errors ([`abi::PluginError`]). Plans cross in the
+//!   versioned wire format of `quabla-ir`. Its documentation is the guide to writing a
+//!   plugin; [`export_plugin!`] turns any [`Backend`] into one.
+//! - [`registry`] finds and loads plugins (the folders of `QUABLA_PLUGIN_PATH` and the
+//!   executable's folder), collects the backends linked into the program
+//!   ([`register_backend!`]), and answers which backend serves a target name
+//!   ([`registry::Registry::backend`]) and what `devices()` lists.
+//!
+//! A loaded plugin is wrapped as an ordinary [`Backend`] ([`registry::PluginBackend`]), so the
+//! rest of Quabla never knows whether a backend is linked or loaded.
+
+pub mod abi;
+pub mod registry;
 
 use quabla_ir::{DType, HostData, Plan, Shape};
 use std::fmt;
@@ -58,6 +79,36 @@ pub enum BackendError {
 }
 
 pub type Result<T, E = BackendError> = std::result::Result<T, E>;
+
+/// Why a backend cannot run on this host: a library it needs could not be loaded, or another
+/// reason (no device, wrong platform).
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("{}", match library {
+    Some(lib) => format!("required library {lib} could not be loaded ({reason})"),
+    None => reason.clone(),
+})]
+pub struct Unavailable {
+    /// The library that could not be loaded (`"libcuda"`, `"libnvrtc"`, ...), if that is why.
+    pub library: Option<String>,
+    pub reason: String,
+}
+
+impl Unavailable {
+    pub fn new(reason: impl Into<String>) -> Unavailable {
+        Unavailable {
+            library: None,
+            reason: reason.into(),
+        }
+    }
+
+    /// A required library could not be loaded; `detail` says what was tried or what failed.
+    pub fn missing_library(library: impl Into<String>, detail: impl Into<String>) -> Unavailable {
+        Unavailable {
+            library: Some(library.into()),
+            reason: detail.into(),
+        }
+    }
+}
 
 /// A host buffer together with its shape: what crosses the backend boundary.
 #[derive(Clone, Debug, PartialEq)]
@@ -118,4 +169,9 @@ pub fn check_inputs(plan: &Plan, inputs: &[HostTensor]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[doc(hidden)]
+pub mod __private {
+    pub use inventory;
 }

@@ -125,6 +125,9 @@ impl Backend for CpuBackend {
     }
 }
 
+// The CPU backend is always linked: it registers itself under "cpu".
+quabla_backend::register_backend!("cpu", || Ok(Arc::new(CpuBackend::default())));
+
 /// Compiles `plan` with the default options and runs it once on `inputs`.
 pub fn run_plan(plan: &Plan, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
     CpuBackend::default().compile_plan(plan)?.run(inputs)

@@ -80,7 +80,7 @@ native_unary! {
 }
 
 /// Rejects bool operands of float-only composites under the user-facing name (DT2).
-fn float_only(b: &GraphBuilder, x: NodeId, name: &str) -> quabla_ir::Result<()> {
+pub(crate) fn float_only(b: &GraphBuilder, x: NodeId, name: &str) -> quabla_ir::Result<()> {
     if b.ty(x).dtype == DType::Bool {
         return Err(IrError::BoolOperand { op: name.into() });
     }
@@ -150,7 +150,7 @@ fn build_relu(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
     build_maximum(b, x, zero)
 }
 
-fn build_sigmoid(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
+pub(crate) fn build_sigmoid(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
     let a = build_abs(b, x)?;
     let na = b.unary(UnaryOp::Neg, a)?;
     let z = b.unary(UnaryOp::Exp, na)?;
@@ -176,11 +176,11 @@ fn build_stop_gradient(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<Nod
     b.stop_gradient(x)
 }
 
-fn build_isnan(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
+pub(crate) fn build_isnan(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
     b.compare(Comparison::NotEqual, x, x)
 }
 
-fn build_isfinite(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
+pub(crate) fn build_isfinite(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
     let d = b.sub(x, x)?;
     let zero = b.weak_scalar(0.0);
     b.compare(Comparison::Equal, d, zero)
@@ -261,9 +261,49 @@ binary_fns! {
     minimum => build_minimum;
 }
 
-/// `power(x, y)`: the same as `x.pow(y)`.
-pub fn power(x: impl Into<Operand>, y: impl Into<Operand>) -> Result<Tensor> {
-    pow(x, y)
+/// The exponent of [`power`]: a non-negative integer (`i32`, `u32`) lowers to the exact
+/// `powi`; every other exponent (an `f64` such as `2.0`, a negative integer, an array) lowers
+/// to the differentiable `pow` op (api.md §4).
+#[derive(Debug)]
+pub enum Exponent {
+    /// A non-negative integer: exact repeated multiplication.
+    Int(i32),
+    /// Any other exponent.
+    Operand(Operand),
+}
+
+impl From<i32> for Exponent {
+    fn from(n: i32) -> Exponent {
+        if n >= 0 {
+            Exponent::Int(n)
+        } else {
+            Exponent::Operand(Operand::Scalar(n as f64))
+        }
+    }
+}
+
+impl From<u32> for Exponent {
+    fn from(n: u32) -> Exponent {
+        match i32::try_from(n) {
+            Ok(n) => Exponent::Int(n),
+            Err(_) => Exponent::Operand(Operand::Scalar(n as f64)),
+        }
+    }
+}
+
+impl<T: Into<Operand>> From<T> for Exponent {
+    fn from(o: T) -> Exponent {
+        Exponent::Operand(o.into())
+    }
+}
+
+/// `power(x, y)`: `x ** y`. A non-negative integer exponent (`qb::power(&x, 3)`) is the exact
+/// `powi`; an `f64` or array exponent (`qb::power(&x, 3.0)`) is `pow`, like `x.pow(y)`.
+pub fn power(x: impl Into<Operand>, y: impl Into<Exponent>) -> Result<Tensor> {
+    match y.into() {
+        Exponent::Int(n) => powi(x, n),
+        Exponent::Operand(y) => pow(x, y),
+    }
 }
 
 impl Tensor {

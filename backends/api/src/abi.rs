@@ -1,0 +1,966 @@
+//! The plugin ABI: the `abi_stable` types that cross the boundary between Quabla and a backend
+//! built as a separate dynamic library.
+//!
+//! This module owns every type a plugin and the loader must agree on, bit for bit: the root
+//! module [`QuablaPlugin`] (reached through [`QuablaPluginRef`]), the trait objects a plugin
+//! hands out ([`BackendBox`], [`ExecutableBox`], [`BufferBox`]), the plain data that travels
+//! through them ([`AbiDType`], [`AbiTensorType`], [`AbiHostTensor`], [`AbiCapabilities`]) and the
+//! typed error [`PluginError`]. It also owns the plugin-side adapter that turns an ordinary
+//! [`Backend`] into those objects ([`open_backend`], used by [`crate::export_plugin!`]), because
+//! that adapter is where the "no panic crosses the boundary" rule is enforced. Loading and
+//! listing plugins is [`crate::registry`]'s job, not this module's.
+//!
+//! # Versioning
+//!
+//! The interface has one version number, [`INTERFACE_VERSION`]. It is carried as the major
+//! version of the root module's `abi_stable` version strings, so `abi_stable` itself refuses a
+//! library of another interface version *before* it compares any type layout, and the loader
+//! turns that refusal into [`crate::registry::LoadError::InterfaceVersion`]. Independently,
+//! `abi_stable` compares the full layout of [`QuablaPlugin`] and of every type reachable from
+//! it when a library is loaded, so a plugin built against a changed interface that forgot to
+//! bump the version is refused too ([`crate::registry::LoadError::Layout`]) instead of
+//! misbehaving.
+//!
+//! Any change to a type of this module increments [`INTERFACE_VERSION`], with two exceptions
+//! that `abi_stable` checks as compatible: a field appended to the end of [`QuablaPlugin`]
+//! (older plugins lack it; the loader must treat it as optional) and a method appended to the
+//! end of one of the `#[sabi_trait]` traits with a default body.
+//!
+//! # The boundary
+//!
+//! - **Plans** cross as the bytes of the versioned wire format of `quabla-ir`
+//!   ([`quabla_ir::wire`]); the plugin decodes them with
+//!   [`quabla_ir::wire::decode_plan`], which validates everything (structure, every type rule)
+//!   and never panics, so a plugin needs no trust in the loader's memory layout of `Plan`.
+//! - **Buffers** are opaque objects owned by the plugin ([`BufferBox`]). The loader uploads host
+//!   data into one ([`BackendObject::upload`]), binds buffers to an executable's inputs
+//!   ([`ExecutableObject::run`], which borrows them) and reads results back
+//!   ([`BufferObject::download`]). A device backend keeps its buffers in device memory. Buffers
+//!   of one plugin are only valid with that plugin: the adapter creates them with
+//!   `TD_CanDowncast` and reports a typed error for a buffer it cannot downcast.
+//! - **Host data** crosses as [`AbiHostTensor`]: the shape as `u64` extents and the elements in
+//!   row-major order, `f32`/`f64` as they are and bool as bytes that must be 0 or 1.
+//! - **Errors** cross as [`PluginError`], a plain `#[repr(u8)]` enum of owned strings; the
+//!   loader converts it into [`BackendError`].
+//! - **Panics** never cross: every entry point of the adapter runs the backend's code under
+//!   `catch_unwind` and returns [`PluginError::Panic`] instead (a panic in a destructor is
+//!   caught and reported on stderr, since there is nothing to return it to). A plugin that
+//!   implements the traits by hand must do the same: `abi_stable`'s own shims abort the
+//!   process when a panic reaches them.
+//!
+//! # Writing a plugin
+//!
+//! A plugin is a crate that depends on `quabla-backend`, `quabla-ir` and `abi_stable` (the
+//! version `quabla-backend` uses: the export attribute refers to it by name), whose library
+//! is a `cdylib` named after the backend so that a plugin folder search finds it:
+//!
+//! ```toml
+//! [lib]
+//! name = "quabla_mydev_plugin"   # libquabla_mydev_plugin.so / .dylib, quabla_mydev_plugin.dll
+//! crate-type = ["cdylib"]
+//! ```
+//!
+//! and that contains one [`crate::export_plugin!`] invocation (a complete example is on the
+//! macro):
+//!
+//! ```ignore
+//! quabla_backend::export_plugin! {
+//!     name: "mydev",
+//!     open: || -> Result<MyBackend, quabla_backend::Unavailable> { MyBackend::probe() },
+//! }
+//! ```
+//!
+//! `MyBackend` implements the ordinary [`Backend`] trait; the adapter handles wire decoding,
+//! host buffers, error conversion and panics. `open` runs when the plugin is opened (once per
+//! registry) and is where a device backend loads its driver libraries; returning
+//! [`Unavailable`] lists the backend as unavailable with that reason. A backend with
+//! device-resident buffers implements [`BackendObject`], [`ExecutableObject`] and
+//! [`BufferObject`] itself (under `catch_unwind`, see above) and builds the root module with
+//! [`plugin_module`]. [`crate::registry::Plugin::in_process`] opens a root module without
+//! building the library, for a plugin's own tests.
+
+use crate::{Backend, BackendError, Capabilities, Executable, HostTensor, Unavailable};
+use abi_stable::library::RootModule;
+use abi_stable::prefix_type::PrefixTypeTrait;
+use abi_stable::sabi_trait::prelude::{TD_CanDowncast, TD_Opaque};
+use abi_stable::sabi_types::RRef;
+use abi_stable::sabi_types::VersionStrings;
+use abi_stable::std_types::{RBox, ROption, RResult, RSlice, RStr, RString, RVec};
+use abi_stable::{declare_root_module_statics, StableAbi};
+use quabla_ir::{DType, HostData, Shape};
+use std::any::Any;
+use std::fmt;
+use std::mem::ManuallyDrop;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+#[doc(no_inline)]
+pub use abi_stable;
+
+/// The version of the plugin interface this build speaks. A plugin built against another
+/// version is refused when it is loaded.
+pub const INTERFACE_VERSION: u32 = 1;
+
+/// [`INTERFACE_VERSION`] as the `abi_stable` version string of the root module (its major
+/// version; `abi_stable` refuses a different major version before it checks layouts).
+pub const INTERFACE_VERSION_STRING: &str = "1.0.0";
+
+/// The root module every plugin exports (through [`crate::export_plugin!`] or
+/// `#[abi_stable::export_root_module]` on a function returning [`QuablaPluginRef`]).
+///
+/// It is an `abi_stable` prefix type: fields may be appended after the last one in a later
+/// interface version without breaking plugins built before.
+#[repr(C)]
+#[derive(StableAbi)]
+#[sabi(kind(Prefix(prefix_ref = QuablaPluginRef)))]
+#[sabi(missing_field(option))]
+pub struct QuablaPlugin {
+    /// The target name the backend answers to (`"cpu"`, `"cuda"`, `"mlx"` or a third party's
+    /// own): what `jit(f).device(..)` names.
+    pub name: RStr<'static>,
+    /// The plugin's own version, free-form (its crate version), shown by `devices()`.
+    pub plugin_version: RStr<'static>,
+    /// Opens the backend: probes whatever it needs (drivers, devices) and returns the backend
+    /// object, or [`PluginError::Unavailable`] saying why it cannot run on this host. Called
+    /// once per process and registry.
+    #[sabi(last_prefix_field)]
+    pub open: extern "C" fn() -> RResult<BackendBox, PluginError>,
+}
+
+impl fmt::Debug for QuablaPlugin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QuablaPlugin")
+            .field("name", &self.name)
+            .field("plugin_version", &self.plugin_version)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RootModule for QuablaPluginRef {
+    declare_root_module_statics! {QuablaPluginRef}
+    const BASE_NAME: &'static str = "quabla_plugin";
+    const NAME: &'static str = "quabla backend plugin";
+    const VERSION_STRINGS: VersionStrings = VersionStrings::new(INTERFACE_VERSION_STRING);
+}
+
+/// Builds the root module of a plugin from its parts (what [`crate::export_plugin!`] expands
+/// to; a plugin with its own [`BackendObject`] implementation calls it directly).
+pub fn plugin_module(
+    name: &'static str,
+    plugin_version: &'static str,
+    open: extern "C" fn() -> RResult<BackendBox, PluginError>,
+) -> QuablaPluginRef {
+    QuablaPlugin {
+        name: RStr::from_str(name),
+        plugin_version: RStr::from_str(plugin_version),
+        open,
+    }
+    .leak_into_prefix()
+}
+
+/// An element type as it crosses the boundary (the codes of the plan wire format).
+#[repr(u8)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AbiDType {
+    F32 = 0,
+    F64 = 1,
+    Bool = 2,
+}
+
+impl From<DType> for AbiDType {
+    fn from(d: DType) -> AbiDType {
+        match d {
+            DType::F32 => AbiDType::F32,
+            DType::F64 => AbiDType::F64,
+            DType::Bool => AbiDType::Bool,
+        }
+    }
+}
+
+impl From<AbiDType> for DType {
+    fn from(d: AbiDType) -> DType {
+        match d {
+            AbiDType::F32 => DType::F32,
+            AbiDType::F64 => DType::F64,
+            AbiDType::Bool => DType::Bool,
+        }
+    }
+}
+
+/// A dtype and a shape (extents outermost first; rank 0 is an empty list).
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq, Eq)]
+pub struct AbiTensorType {
+    pub dtype: AbiDType,
+    pub shape: RVec<u64>,
+}
+
+/// Element data in row-major order. Bool elements are bytes, each 0 or 1.
+#[repr(u8)]
+#[derive(StableAbi, Clone, Debug, PartialEq)]
+pub enum AbiData {
+    F32(RVec<f32>),
+    F64(RVec<f64>),
+    Bool(RVec<u8>),
+}
+
+/// Host data with its shape: what uploads and downloads carry.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq)]
+pub struct AbiHostTensor {
+    pub shape: RVec<u64>,
+    pub data: AbiData,
+}
+
+impl AbiHostTensor {
+    /// Copies a host tensor into its boundary form.
+    pub fn from_host(t: &HostTensor) -> AbiHostTensor {
+        let data = match &t.data {
+            HostData::F32(v) => AbiData::F32(v.iter().copied().collect()),
+            HostData::F64(v) => AbiData::F64(v.iter().copied().collect()),
+            HostData::Bool(v) => AbiData::Bool(v.iter().map(|&b| u8::from(b)).collect()),
+        };
+        AbiHostTensor {
+            shape: abi_shape(&t.shape),
+            data,
+        }
+    }
+
+    /// Checks and copies the boundary form back into a host tensor: every extent at least 1,
+    /// the element count equal to the shape's, bool bytes 0 or 1. Nothing here trusts the
+    /// other side of the boundary.
+    pub fn to_host(&self) -> Result<HostTensor, String> {
+        let shape = shape_from_abi(&self.shape)?;
+        let data = match &self.data {
+            AbiData::F32(v) => HostData::F32(v.as_slice().into()),
+            AbiData::F64(v) => HostData::F64(v.as_slice().into()),
+            AbiData::Bool(v) => HostData::Bool(
+                v.iter()
+                    .map(|&b| match b {
+                        0 => Ok(false),
+                        1 => Ok(true),
+                        other => Err(format!("bool element byte {other} is neither 0 nor 1")),
+                    })
+                    .collect::<Result<Vec<bool>, String>>()?
+                    .into(),
+            ),
+        };
+        if data.len() != shape.size() {
+            return Err(format!(
+                "{} elements for shape {shape} ({} expected)",
+                data.len(),
+                shape.size()
+            ));
+        }
+        Ok(HostTensor { shape, data })
+    }
+
+    /// The dtype and shape of the data.
+    pub fn tensor_type(&self) -> AbiTensorType {
+        let dtype = match self.data {
+            AbiData::F32(_) => AbiDType::F32,
+            AbiData::F64(_) => AbiDType::F64,
+            AbiData::Bool(_) => AbiDType::Bool,
+        };
+        AbiTensorType {
+            dtype,
+            shape: self.shape.clone(),
+        }
+    }
+}
+
+fn abi_shape(shape: &Shape) -> RVec<u64> {
+    shape.dims().iter().map(|&d| d as u64).collect()
+}
+
+fn shape_from_abi(dims: &[u64]) -> Result<Shape, String> {
+    let dims = dims
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| format!("extent {d} does not fit this platform")))
+        .collect::<Result<Vec<usize>, String>>()?;
+    Shape::new(dims).map_err(|e| e.to_string())
+}
+
+/// What a backend can do, as it crosses the boundary.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AbiCapabilities {
+    pub float64: bool,
+    pub device_count: u64,
+}
+
+impl From<&Capabilities> for AbiCapabilities {
+    fn from(c: &Capabilities) -> AbiCapabilities {
+        AbiCapabilities {
+            float64: c.float64,
+            device_count: c.device_count as u64,
+        }
+    }
+}
+
+impl From<AbiCapabilities> for Capabilities {
+    fn from(c: AbiCapabilities) -> Capabilities {
+        Capabilities {
+            float64: c.float64,
+            device_count: usize::try_from(c.device_count).unwrap_or(usize::MAX),
+        }
+    }
+}
+
+/// The typed error of every plugin entry point. The first four variants mirror
+/// [`BackendError`]; the others exist only at the boundary.
+#[repr(u8)]
+#[derive(StableAbi, Clone, Debug, PartialEq)]
+pub enum PluginError {
+    /// The buffers bound to a plan do not match its inputs.
+    InputMismatch {
+        index: u64,
+        name: RString,
+        expected: RString,
+        got: RString,
+    },
+    /// LA1: an exactly singular matrix.
+    Singular { op: RString },
+    /// UN2: the backend cannot lower an op.
+    Unsupported {
+        op: RString,
+        device: RString,
+        reason: RString,
+    },
+    /// Any other failure inside the backend.
+    Device { device: RString, message: RString },
+    /// The backend cannot run on this host (`open` only): a library that could not be loaded
+    /// (`library`, e.g. `"libcuda"`) or another reason.
+    Unavailable {
+        library: ROption<RString>,
+        reason: RString,
+    },
+    /// The plan bytes did not decode (wire version, validation).
+    InvalidPlan { message: RString },
+    /// A buffer or an argument that the plugin cannot use (a foreign buffer, bad host data).
+    InvalidArgument { message: RString },
+    /// The backend's code panicked; the panic was caught inside the plugin.
+    Panic { message: RString },
+}
+
+impl PluginError {
+    /// The plugin-side form of a backend error.
+    pub fn from_backend(e: &BackendError) -> PluginError {
+        match e {
+            BackendError::InputMismatch {
+                index,
+                name,
+                expected,
+                got,
+            } => PluginError::InputMismatch {
+                index: *index as u64,
+                name: name.as_str().into(),
+                expected: expected.as_str().into(),
+                got: got.as_str().into(),
+            },
+            BackendError::Singular { op } => PluginError::Singular {
+                op: op.as_str().into(),
+            },
+            BackendError::Unsupported { op, device, reason } => PluginError::Unsupported {
+                op: op.as_str().into(),
+                device: device.as_str().into(),
+                reason: reason.as_str().into(),
+            },
+            BackendError::Device { device, message } => PluginError::Device {
+                device: device.as_str().into(),
+                message: message.as_str().into(),
+            },
+        }
+    }
+
+    /// The loader-side form: a [`BackendError`] naming `device` where the plugin's error
+    /// does not.
+    pub fn into_backend(self, device: &str) -> BackendError {
+        match self {
+            PluginError::InputMismatch {
+                index,
+                name,
+                expected,
+                got,
+            } => BackendError::InputMismatch {
+                index: usize::try_from(index).unwrap_or(usize::MAX),
+                name: name.into(),
+                expected: expected.into(),
+                got: got.into(),
+            },
+            PluginError::Singular { op } => BackendError::Singular { op: op.into() },
+            PluginError::Unsupported { op, device, reason } => BackendError::Unsupported {
+                op: op.into(),
+                device: device.into(),
+                reason: reason.into(),
+            },
+            PluginError::Device { device, message } => BackendError::Device {
+                device: device.into(),
+                message: message.into(),
+            },
+            PluginError::Unavailable { library, reason } => BackendError::Device {
+                device: device.into(),
+                message: match library.into_option() {
+                    Some(lib) => format!("required library {lib} could not be loaded ({reason})"),
+                    None => format!("unavailable: {reason}"),
+                },
+            },
+            PluginError::InvalidPlan { message } => BackendError::Device {
+                device: device.into(),
+                message: format!("the plugin rejected the plan: {message}"),
+            },
+            PluginError::InvalidArgument { message } => BackendError::Device {
+                device: device.into(),
+                message: format!("invalid argument at the plugin boundary: {message}"),
+            },
+            PluginError::Panic { message } => BackendError::Device {
+                device: device.into(),
+                message: format!("the plugin panicked: {message}"),
+            },
+        }
+    }
+}
+
+impl fmt::Display for PluginError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.clone() {
+            PluginError::Unavailable { library, reason } => match library.into_option() {
+                Some(lib) => write!(f, "required library {lib} could not be loaded ({reason})"),
+                None => write!(f, "{reason}"),
+            },
+            PluginError::InvalidPlan { message } => write!(f, "invalid plan: {message}"),
+            PluginError::InvalidArgument { message } => write!(f, "invalid argument: {message}"),
+            PluginError::Panic { message } => write!(f, "panicked: {message}"),
+            other => write!(f, "{}", other.into_backend("plugin")),
+        }
+    }
+}
+
+impl From<Unavailable> for PluginError {
+    fn from(u: Unavailable) -> PluginError {
+        PluginError::Unavailable {
+            library: u.library.map(RString::from).into(),
+            reason: u.reason.into(),
+        }
+    }
+}
+
+/// The `#[sabi_trait]` traits (in a module of their own: the attribute generates impls that
+/// the `non_local_definitions` lint flags).
+mod objects {
+    #![allow(non_local_definitions)]
+
+    use super::{
+        AbiCapabilities, AbiHostTensor, AbiTensorType, BufferBox, BufferRef, ExecutableBox,
+        PluginError,
+    };
+    use abi_stable::sabi_trait;
+    use abi_stable::std_types::{RResult, RSlice, RVec};
+
+    /// A backend as a plugin hands it out.
+    #[sabi_trait]
+    pub trait BackendObject: Send + Sync {
+        /// What the backend can do.
+        fn capabilities(&self) -> RResult<AbiCapabilities, PluginError>;
+
+        /// Compiles a plan given as wire-format bytes ([`quabla_ir::wire`]).
+        fn compile(&self, plan: RSlice<'_, u8>) -> RResult<ExecutableBox, PluginError>;
+
+        /// Copies host data into a new buffer of this backend.
+        #[sabi(last_prefix_field)]
+        fn upload(&self, tensor: &AbiHostTensor) -> RResult<BufferBox, PluginError>;
+    }
+
+    /// A compiled plan.
+    #[sabi_trait]
+    pub trait ExecutableObject: Send + Sync {
+        /// Runs the plan with `inputs` (borrowed buffers of the same plugin) bound to its inputs
+        /// in order; returns the outputs in the plan's output order.
+        #[sabi(last_prefix_field)]
+        fn run<'a, 'b>(
+            &self,
+            inputs: RSlice<'a, BufferRef<'b>>,
+        ) -> RResult<RVec<BufferBox>, PluginError>;
+    }
+
+    /// A buffer owned by a plugin (host or device memory).
+    #[sabi_trait]
+    pub trait BufferObject: Send + Sync {
+        /// The dtype and shape of the buffer.
+        fn tensor_type(&self) -> AbiTensorType;
+
+        /// Copies the buffer to the host.
+        #[sabi(last_prefix_field)]
+        fn download(&self) -> RResult<AbiHostTensor, PluginError>;
+    }
+}
+
+pub use objects::{
+    BackendObject, BackendObject_TO, BufferObject, BufferObject_TO, ExecutableObject,
+    ExecutableObject_TO,
+};
+
+/// An owned backend object.
+pub type BackendBox = BackendObject_TO<'static, RBox<()>>;
+/// An owned executable object.
+pub type ExecutableBox = ExecutableObject_TO<'static, RBox<()>>;
+/// An owned buffer object.
+pub type BufferBox = BufferObject_TO<'static, RBox<()>>;
+/// A borrowed buffer object (`buffer.sabi_reborrow()`).
+pub type BufferRef<'a> = BufferObject_TO<'a, RRef<'a, ()>>;
+
+// ---------------------------------------------------------------------------------------------
+// Plugin side: the adapter from a plain `Backend` to the objects above.
+// ---------------------------------------------------------------------------------------------
+
+/// Runs `f`, turning a panic into [`PluginError::Panic`]. Every adapter entry point goes
+/// through it, so no panic reaches `abi_stable`'s extern shims (which would abort).
+pub fn guard<T>(f: impl FnOnce() -> Result<T, PluginError>) -> RResult<T, PluginError> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(result) => result.into(),
+        Err(payload) => RResult::RErr(PluginError::Panic {
+            message: panic_message(payload.as_ref()).into(),
+        }),
+    }
+}
+
+/// The text of a panic payload (`panic!` with a message gives a `&str` or a `String`).
+pub fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic with a non-text payload".to_string()
+    }
+}
+
+/// Opens a plain [`Backend`] behind the plugin ABI: what the `open` entry point of
+/// [`crate::export_plugin!`] calls. A panic in `open` becomes [`PluginError::Panic`].
+pub fn open_backend<B, F>(open: F) -> RResult<BackendBox, PluginError>
+where
+    B: Backend + 'static,
+    F: FnOnce() -> Result<B, Unavailable>,
+{
+    guard(|| {
+        let backend = open().map_err(PluginError::from)?;
+        let adapter = HostBackend {
+            name: backend.name().to_string(),
+            backend: NoUnwindDrop::new(Arc::new(backend)),
+        };
+        Ok(BackendBox::from_value(adapter, TD_Opaque))
+    })
+}
+
+/// Holds a value whose destructor must not unwind into an `extern "C"` shim: a panic while
+/// dropping it is caught and reported on stderr.
+struct NoUnwindDrop<T>(ManuallyDrop<T>);
+
+impl<T> NoUnwindDrop<T> {
+    fn new(value: T) -> NoUnwindDrop<T> {
+        NoUnwindDrop(ManuallyDrop::new(value))
+    }
+}
+
+impl<T> std::ops::Deref for NoUnwindDrop<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> Drop for NoUnwindDrop<T> {
+    fn drop(&mut self) {
+        let inner = &mut self.0;
+        // SAFETY: `inner` is dropped exactly once, here, and never used afterwards.
+        let dropped = catch_unwind(AssertUnwindSafe(|| unsafe { ManuallyDrop::drop(inner) }));
+        if let Err(payload) = dropped {
+            eprintln!(
+                "quabla plugin: a destructor panicked (caught at the plugin boundary): {}",
+                panic_message(payload.as_ref())
+            );
+        }
+    }
+}
+
+/// A plain backend seen through the ABI; its buffers are host tensors.
+struct HostBackend<B> {
+    name: String,
+    backend: NoUnwindDrop<Arc<B>>,
+}
+
+impl<B: Backend + 'static> BackendObject for HostBackend<B> {
+    fn capabilities(&self) -> RResult<AbiCapabilities, PluginError> {
+        guard(|| Ok(AbiCapabilities::from(&self.backend.capabilities())))
+    }
+
+    fn compile(&self, plan: RSlice<'_, u8>) -> RResult<ExecutableBox, PluginError> {
+        guard(|| {
+            let plan = quabla_ir::wire::decode_plan(plan.as_slice()).map_err(|e| {
+                PluginError::InvalidPlan {
+                    message: e.to_string().into(),
+                }
+            })?;
+            let exe = self
+                .backend
+                .compile(&plan)
+                .map_err(|e| PluginError::from_backend(&e))?;
+            let adapter = HostExecutable {
+                name: self.name.clone(),
+                exe: NoUnwindDrop::new(exe),
+            };
+            Ok(ExecutableBox::from_value(adapter, TD_Opaque))
+        })
+    }
+
+    fn upload(&self, tensor: &AbiHostTensor) -> RResult<BufferBox, PluginError> {
+        guard(|| {
+            let host = tensor
+                .to_host()
+                .map_err(|message| PluginError::InvalidArgument {
+                    message: message.into(),
+                })?;
+            Ok(BufferBox::from_value(
+                HostBuffer { tensor: host },
+                TD_CanDowncast,
+            ))
+        })
+    }
+}
+
+struct HostExecutable {
+    name: String,
+    exe: NoUnwindDrop<Arc<dyn Executable>>,
+}
+
+impl ExecutableObject for HostExecutable {
+    fn run<'a, 'b>(
+        &self,
+        inputs: RSlice<'a, BufferRef<'b>>,
+    ) -> RResult<RVec<BufferBox>, PluginError> {
+        guard(|| {
+            let inputs = inputs
+                .iter()
+                .enumerate()
+                .map(|(i, b)| match b.obj.downcast_as::<HostBuffer>() {
+                    Ok(buffer) => Ok(buffer.tensor.clone()),
+                    Err(_) => Err(PluginError::InvalidArgument {
+                        message: format!(
+                            "input {i} is not a buffer of the {} plugin (buffers cannot move \
+                             between backends)",
+                            self.name
+                        )
+                        .into(),
+                    }),
+                })
+                .collect::<Result<Vec<HostTensor>, PluginError>>()?;
+            let outputs = self
+                .exe
+                .run(&inputs)
+                .map_err(|e| PluginError::from_backend(&e))?;
+            Ok(outputs
+                .into_iter()
+                .map(|tensor| BufferBox::from_value(HostBuffer { tensor }, TD_CanDowncast))
+                .collect())
+        })
+    }
+}
+
+/// A host tensor held by the plugin as a buffer.
+struct HostBuffer {
+    tensor: HostTensor,
+}
+
+impl BufferObject for HostBuffer {
+    fn tensor_type(&self) -> AbiTensorType {
+        AbiTensorType {
+            dtype: self.tensor.dtype().into(),
+            shape: abi_shape(&self.tensor.shape),
+        }
+    }
+
+    fn download(&self) -> RResult<AbiHostTensor, PluginError> {
+        guard(|| Ok(AbiHostTensor::from_host(&self.tensor)))
+    }
+}
+
+/// Exports a plain [`Backend`] as a plugin: the root module of a `cdylib`.
+///
+/// `name` is the target name; `open` is an expression of type `fn() -> Result<B,
+/// Unavailable>` (a closure without captures works) where `B: Backend + 'static`; it runs
+/// when the plugin is opened and is where a device backend probes its libraries. The crate
+/// must depend on `abi_stable` directly (the export attribute names it). See [`crate::abi`]
+/// for the whole contract.
+///
+/// ```
+/// use quabla_backend::{Backend, BackendError, Capabilities, Executable, Unavailable};
+/// use quabla_ir::Plan;
+/// use std::sync::Arc;
+///
+/// #[derive(Debug)]
+/// struct MyBackend;
+///
+/// impl Backend for MyBackend {
+///     fn name(&self) -> &str {
+///         "mydev"
+///     }
+///     fn capabilities(&self) -> Capabilities {
+///         Capabilities { float64: false, device_count: 1 }
+///     }
+///     fn compile(&self, _plan: &Plan) -> quabla_backend::Result<Arc<dyn Executable>> {
+///         Err(BackendError::Unsupported {
+///             op: "everything".into(),
+///             device: "mydev".into(),
+///             reason: "an example".into(),
+///         })
+///     }
+/// }
+///
+/// quabla_backend::export_plugin! {
+///     name: "mydev",
+///     open: || -> Result<MyBackend, Unavailable> { Ok(MyBackend) },
+/// }
+///
+/// // The root module, as the loader sees it once the library is loaded:
+/// let plugin = quabla_backend::registry::Plugin::in_process(quabla_plugin_root_module());
+/// assert_eq!(plugin.name(), "mydev");
+/// assert!(plugin.open().is_ok());
+/// ```
+#[macro_export]
+macro_rules! export_plugin {
+    (name: $name:expr, open: $open:expr $(,)?) => {
+        /// The root module of this Quabla backend plugin.
+        #[::abi_stable::export_root_module]
+        pub fn quabla_plugin_root_module() -> $crate::abi::QuablaPluginRef {
+            extern "C" fn open(
+            ) -> ::abi_stable::std_types::RResult<$crate::abi::BackendBox, $crate::abi::PluginError>
+            {
+                $crate::abi::open_backend($open)
+            }
+            $crate::abi::plugin_module($name, env!("CARGO_PKG_VERSION"), open)
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::Plugin;
+    use crate::Result as BackendResult;
+    use quabla_ir::{GraphBuilder, Plan, TensorType, UnaryOp};
+
+    fn f64s(values: &[f64]) -> HostTensor {
+        HostTensor::new(
+            Shape::new(vec![values.len()]).unwrap(),
+            HostData::F64(values.into()),
+        )
+    }
+
+    /// `neg(neg(x))` over `[3]` f64, unoptimized: its output has the input's type.
+    fn identity_plan() -> Plan {
+        let mut b = GraphBuilder::new();
+        let x = b.input(
+            "x",
+            TensorType::new(DType::F64, Shape::new(vec![3]).unwrap()),
+        );
+        let y = b.unary(UnaryOp::Neg, x).unwrap();
+        let z = b.unary(UnaryOp::Neg, y).unwrap();
+        Plan::from_graph_unoptimized(b.finish(vec![z]).unwrap())
+    }
+
+    /// A backend that returns its inputs (right for `identity_plan`), or panics.
+    #[derive(Debug)]
+    struct Toy {
+        panic_in: &'static str,
+    }
+
+    #[derive(Debug)]
+    struct ToyExecutable {
+        panic: bool,
+    }
+
+    impl Backend for Toy {
+        fn name(&self) -> &str {
+            "toy"
+        }
+
+        fn capabilities(&self) -> Capabilities {
+            Capabilities {
+                float64: false,
+                device_count: 3,
+            }
+        }
+
+        fn compile(&self, _plan: &Plan) -> BackendResult<Arc<dyn Executable>> {
+            assert!(self.panic_in != "compile", "compile went wrong");
+            Ok(Arc::new(ToyExecutable {
+                panic: self.panic_in == "run",
+            }))
+        }
+    }
+
+    impl Executable for ToyExecutable {
+        fn run(&self, inputs: &[HostTensor]) -> BackendResult<Vec<HostTensor>> {
+            if self.panic {
+                panic!("run went wrong: {}", inputs.len());
+            }
+            Ok(inputs.to_vec())
+        }
+    }
+
+    extern "C" fn open_toy() -> RResult<BackendBox, PluginError> {
+        open_backend(|| Ok(Toy { panic_in: "" }))
+    }
+
+    extern "C" fn open_panicking_compile() -> RResult<BackendBox, PluginError> {
+        open_backend(|| {
+            Ok(Toy {
+                panic_in: "compile",
+            })
+        })
+    }
+
+    extern "C" fn open_panicking_run() -> RResult<BackendBox, PluginError> {
+        open_backend(|| Ok(Toy { panic_in: "run" }))
+    }
+
+    extern "C" fn open_panicking() -> RResult<BackendBox, PluginError> {
+        open_backend(|| -> Result<Toy, Unavailable> { panic!("no toy today") })
+    }
+
+    extern "C" fn open_unavailable() -> RResult<BackendBox, PluginError> {
+        open_backend(|| -> Result<Toy, Unavailable> {
+            Err(Unavailable::missing_library("libtoy", "not installed"))
+        })
+    }
+
+    fn plugin(open: extern "C" fn() -> RResult<BackendBox, PluginError>) -> Plugin {
+        Plugin::in_process(plugin_module("toy", "9.9.9", open))
+    }
+
+    #[test]
+    fn the_version_string_carries_the_interface_version() {
+        let major = INTERFACE_VERSION_STRING.split('.').next().unwrap();
+        assert_eq!(major, INTERFACE_VERSION.to_string());
+    }
+
+    #[test]
+    fn host_tensors_cross_and_come_back_bit_for_bit() {
+        let cases = [
+            HostTensor::new(
+                Shape::new(vec![2, 2]).unwrap(),
+                HostData::F32(vec![f32::NAN, -0.0, f32::INFINITY, 1.5].into()),
+            ),
+            f64s(&[f64::from_bits(0x7ff8_0000_0000_0123), -0.0, 1e-310]),
+            HostTensor::new(Shape::scalar(), HostData::Bool(vec![true].into())),
+        ];
+        for t in cases {
+            let abi = AbiHostTensor::from_host(&t);
+            assert_eq!(abi.tensor_type().dtype, AbiDType::from(t.dtype()));
+            assert_eq!(abi.to_host().unwrap(), t);
+        }
+    }
+
+    #[test]
+    fn host_data_from_the_other_side_is_checked() {
+        let bad_bool = AbiHostTensor {
+            shape: vec![2].into(),
+            data: AbiData::Bool(vec![1, 7].into()),
+        };
+        assert!(bad_bool.to_host().unwrap_err().contains("neither 0 nor 1"));
+        let zero_extent = AbiHostTensor {
+            shape: vec![0].into(),
+            data: AbiData::F64(RVec::new()),
+        };
+        assert!(zero_extent.to_host().is_err());
+        let short = AbiHostTensor {
+            shape: vec![2, 2].into(),
+            data: AbiData::F32(vec![1.0].into()),
+        };
+        assert!(short
+            .to_host()
+            .unwrap_err()
+            .contains("1 elements for shape"));
+    }
+
+    #[test]
+    fn backend_errors_cross_unchanged() {
+        let errors = [
+            BackendError::InputMismatch {
+                index: 1,
+                name: "x".into(),
+                expected: "float64[3]".into(),
+                got: "float32[3]".into(),
+            },
+            BackendError::Singular { op: "solve".into() },
+            BackendError::Unsupported {
+                op: "sin".into(),
+                device: "toy".into(),
+                reason: "no kernel".into(),
+            },
+            BackendError::Device {
+                device: "toy".into(),
+                message: "out of memory".into(),
+            },
+        ];
+        for e in errors {
+            assert_eq!(PluginError::from_backend(&e).into_backend("other"), e);
+        }
+    }
+
+    #[test]
+    fn a_plain_backend_runs_behind_the_abi() {
+        let plugin = plugin(open_toy);
+        assert_eq!((plugin.name(), plugin.version()), ("toy", "9.9.9"));
+        let backend = plugin.open().unwrap();
+        assert_eq!(
+            backend.capabilities(),
+            Capabilities {
+                float64: false,
+                device_count: 3
+            }
+        );
+        let exe = backend.compile(&identity_plan()).unwrap();
+        let x = f64s(&[1.0, f64::NAN, -0.0]);
+        assert_eq!(exe.run(std::slice::from_ref(&x)).unwrap(), vec![x]);
+    }
+
+    #[test]
+    fn panics_become_errors_and_the_plugin_stays_usable() {
+        let backend = plugin(open_panicking_compile).open().unwrap();
+        assert_eq!(
+            backend.compile(&identity_plan()).unwrap_err(),
+            BackendError::Device {
+                device: "toy".into(),
+                message: "the plugin panicked: compile went wrong".into()
+            }
+        );
+        let backend = plugin(open_panicking_run).open().unwrap();
+        let exe = backend.compile(&identity_plan()).unwrap();
+        for _ in 0..2 {
+            assert_eq!(
+                exe.run(&[f64s(&[1.0, 2.0, 3.0])]).unwrap_err(),
+                BackendError::Device {
+                    device: "toy".into(),
+                    message: "the plugin panicked: run went wrong: 1".into()
+                }
+            );
+        }
+        let err = plugin(open_panicking).open().unwrap_err();
+        assert_eq!(err.library, None);
+        assert_eq!(
+            err.reason,
+            "opening the backend failed: panicked: no toy today"
+        );
+    }
+
+    #[test]
+    fn unavailability_names_the_missing_library() {
+        let err = plugin(open_unavailable).open().unwrap_err();
+        assert_eq!(err, Unavailable::missing_library("libtoy", "not installed"));
+        assert_eq!(
+            err.to_string(),
+            "required library libtoy could not be loaded (not installed)"
+        );
+    }
+}

@@ -1,0 +1,156 @@
+//! Building the plugin libraries that the tests load: the CPU plugin (`quabla-cpu-plugin`) and
+//! the test fixtures (examples of this crate built as `cdylib`s: `fixture_next_interface`, a
+//! plugin of the next interface version; `fixture_changed_layout`, one of this version with
+//! another layout; `fixture_panicking_backend`, whose backend panics).
+//!
+//! Tests run after cargo has built them, so the libraries are built here on demand, once per
+//! process, with the cargo that runs the tests, into the same target folder and profile as the
+//! running executable (a no-op when they are up to date).
+
+use quabla_backend::registry::plugin_file_name;
+use std::env::consts::{DLL_PREFIX, DLL_SUFFIX};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// Where the built libraries are.
+#[derive(Clone, Debug)]
+pub struct Built {
+    /// The profile folder (`target/debug`), which holds the CPU plugin.
+    pub profile_dir: PathBuf,
+}
+
+impl Built {
+    /// The CPU plugin library.
+    pub fn cpu_plugin(&self) -> PathBuf {
+        self.profile_dir.join(plugin_file_name("cpu"))
+    }
+
+    /// A fixture library (an example of this crate) by example name.
+    pub fn fixture(&self, example: &str) -> PathBuf {
+        self.profile_dir
+            .join("examples")
+            .join(format!("{DLL_PREFIX}{example}{DLL_SUFFIX}"))
+    }
+}
+
+/// Builds the plugins once per process; the error says what failed.
+pub fn build() -> Result<&'static Built, String> {
+    static BUILT: OnceLock<Result<Built, String>> = OnceLock::new();
+    BUILT.get_or_init(build_now).as_ref().map_err(Clone::clone)
+}
+
+/// The profile folder of the running executable and the cargo arguments that select it.
+fn profile_of_current_exe() -> Result<(PathBuf, Vec<String>), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("no current executable: {e}"))?;
+    let mut dir = exe
+        .parent()
+        .ok_or("the executable has no folder")?
+        .to_path_buf();
+    if dir
+        .file_name()
+        .is_some_and(|n| n == "deps" || n == "examples")
+    {
+        dir = dir.parent().ok_or("no profile folder")?.to_path_buf();
+    }
+    let profile = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or("the profile folder has no name")?
+        .to_string();
+    let target = dir.parent().ok_or("no target folder")?.to_path_buf();
+    let profile_args = match profile.as_str() {
+        "debug" => vec!["--profile".to_string(), "dev".to_string()],
+        other => vec!["--profile".to_string(), other.to_string()],
+    };
+    let mut args = vec!["--target-dir".to_string(), target.display().to_string()];
+    args.extend(profile_args);
+    Ok((dir, args))
+}
+
+fn build_now() -> Result<Built, String> {
+    let (profile_dir, selection) = profile_of_current_exe()?;
+    let cargo = std::env::var_os("CARGO")
+        .map(PathBuf::from)
+        .or_else(|| option_env!("CARGO").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("cargo"));
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut command = Command::new(&cargo);
+    command
+        .current_dir(manifest_dir)
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "quabla-cpu-plugin",
+            "-p",
+            "quabla-conformance",
+            "--lib",
+            "--example",
+            "fixture_next_interface",
+            "--example",
+            "fixture_changed_layout",
+            "--example",
+            "fixture_panicking_backend",
+        ])
+        .args(&selection);
+    let output = command
+        .output()
+        .map_err(|e| format!("could not run {}: {e}", cargo.display()))?;
+    if !output.status.success() {
+        return Err(format!(
+            "building the plugins failed ({}):\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    let built = Built { profile_dir };
+    for path in [
+        built.cpu_plugin(),
+        built.fixture("fixture_next_interface"),
+        built.fixture("fixture_changed_layout"),
+        built.fixture("fixture_panicking_backend"),
+    ] {
+        if !path.is_file() {
+            return Err(format!("{} was not built", path.display()));
+        }
+    }
+    Ok(built)
+}
+
+/// A folder holding only the CPU plugin library (under its plugin file name), made once per
+/// process.
+pub fn cpu_plugin_folder() -> Result<&'static Path, String> {
+    static FOLDER: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    FOLDER
+        .get_or_init(|| {
+            let built = build()?;
+            let dir = scratch_dir("cpu-plugin");
+            install(&built.cpu_plugin(), &dir, &plugin_file_name("cpu"));
+            Ok(dir)
+        })
+        .as_ref()
+        .map(PathBuf::as_path)
+        .map_err(Clone::clone)
+}
+
+/// A fresh empty folder under the system's temporary folder, unique to this process and
+/// `tag`.
+pub fn scratch_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("quabla-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("the temporary folder is writable");
+    dir
+}
+
+/// Places `library` in `folder` under `file_name` (a symbolic link where the platform has
+/// them, a copy elsewhere).
+pub fn install(library: &Path, folder: &Path, file_name: &str) -> PathBuf {
+    let dest = folder.join(file_name);
+    let _ = std::fs::remove_file(&dest);
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(library, &dest).expect("symlink into the scratch folder");
+    #[cfg(not(unix))]
+    std::fs::copy(library, &dest).expect("copy into the scratch folder");
+    dest
+}

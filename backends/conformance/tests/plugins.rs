@@ -1,0 +1,297 @@
+//! Loading plugins: the checks at the boundary (interface version, layout, bogus files), the
+//! search rules, panics inside a plugin, and buffers crossing it.
+
+use quabla_backend::abi::INTERFACE_VERSION;
+use quabla_backend::registry::{
+    plugin_file_name, LoadError, Origin, Plugin, PluginSearch, Registry, ResolveError,
+};
+use quabla_backend::{Backend, BackendError, Executable, HostTensor};
+use quabla_conformance::plugins::{build, cpu_plugin_folder, install, scratch_dir};
+use quabla_conformance::tensor;
+use quabla_ir::{DType, GraphBuilder, Plan, TensorType, UnaryOp};
+
+fn built() -> &'static quabla_conformance::plugins::Built {
+    build().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `exp(x)` over `[3]` f64, with the input named `name`.
+fn exp_plan(name: &str) -> Plan {
+    let mut b = GraphBuilder::new();
+    let x = b.input(
+        name,
+        TensorType::new(DType::F64, quabla_ir::Shape::new(vec![3]).unwrap()),
+    );
+    let y = b.unary(UnaryOp::Exp, x).unwrap();
+    Plan::compile(&b.finish(vec![y]).unwrap())
+}
+
+fn x3() -> HostTensor {
+    tensor(DType::F64, &[3], &[0.0, 1.0, -1.0])
+}
+
+#[test]
+fn the_cpu_plugin_loads_with_its_name_version_and_capabilities() {
+    let plugin = Plugin::load(&built().cpu_plugin()).unwrap();
+    assert_eq!(plugin.name(), "cpu");
+    assert_eq!(plugin.version(), env!("CARGO_PKG_VERSION"));
+    let backend = plugin.open().unwrap();
+    assert_eq!(backend.name(), "cpu");
+    assert!(backend.capabilities().float64);
+    let out = backend
+        .compile(&exp_plan("x"))
+        .unwrap()
+        .run(&[x3()])
+        .unwrap();
+    let direct = quabla_cpu::run_plan(&exp_plan("x"), &[x3()]).unwrap();
+    assert_eq!(out, direct);
+}
+
+#[test]
+fn a_plugin_of_another_interface_version_is_refused_with_a_typed_error() {
+    let path = built().fixture("fixture_next_interface");
+    let err = Plugin::load(&path).unwrap_err();
+    match &err {
+        LoadError::InterfaceVersion {
+            path: p,
+            expected,
+            found,
+        } => {
+            assert_eq!(p, &path);
+            assert_eq!(*expected, INTERFACE_VERSION);
+            assert_eq!(found, "2");
+        }
+        other => panic!("expected an interface version error, got {other:?}"),
+    }
+    let message = err.to_string();
+    assert!(
+        message.contains("plugin interface version 2 is not supported")
+            && message.contains("loads interface version 1"),
+        "{message}"
+    );
+
+    // Found in a plugin folder, it is listed as unavailable with that error, and the target it
+    // announces resolves to a not-found error that carries it.
+    let dir = scratch_dir("next-plugin");
+    install(&path, &dir, &plugin_file_name("next"));
+    let registry = Registry::discover(&PluginSearch::folders([dir.clone()]));
+    let row = registry
+        .devices()
+        .into_iter()
+        .find(|d| d.name == "next")
+        .unwrap();
+    assert!(!row.available);
+    assert!(row.reason.unwrap().contains("interface version 2"));
+    match registry.backend("next") {
+        Err(e @ ResolveError::NotFound { .. }) => {
+            assert!(e.to_string().contains("interface version 2"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_plugin_whose_layout_changed_without_a_version_bump_is_refused() {
+    let path = built().fixture("fixture_changed_layout");
+    let err = Plugin::load(&path).unwrap_err();
+    assert!(matches!(err, LoadError::Layout { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("the layout of the plugin interface differs from this build's"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_panic_inside_a_plugin_becomes_an_error() {
+    let plugin = Plugin::load(&built().fixture("fixture_panicking_backend")).unwrap();
+    let backend = plugin.open().unwrap();
+
+    let err = backend.compile(&exp_plan("panic_in_compile")).unwrap_err();
+    match err {
+        BackendError::Device { device, message } => {
+            assert_eq!(device, "panicking");
+            assert_eq!(message, "the plugin panicked: compile exploded");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    let exe = backend.compile(&exp_plan("x")).unwrap();
+    let err = exe.run(&[x3()]).unwrap_err();
+    assert_eq!(
+        err,
+        BackendError::Device {
+            device: "panicking".into(),
+            message: "the plugin panicked: run exploded".into(),
+        }
+    );
+    // The plugin stays usable after a panic.
+    assert!(exe.run(&[x3()]).is_err());
+    assert!(backend.compile(&exp_plan("x")).is_ok());
+}
+
+#[test]
+fn buffers_stay_with_their_plugin() {
+    let cpu = Plugin::load(&built().cpu_plugin()).unwrap().open().unwrap();
+    let other = Plugin::load(&built().fixture("fixture_panicking_backend"))
+        .unwrap()
+        .open()
+        .unwrap();
+    let exe = cpu.compile_plan(&exp_plan("x")).unwrap();
+
+    // Buffers of the same plugin: outputs stay in the plugin until downloaded.
+    let input = cpu.upload(&x3()).unwrap();
+    let outputs = exe.run_buffers(&[input]).unwrap();
+    assert_eq!(
+        outputs[0].download().unwrap(),
+        quabla_cpu::run_plan(&exp_plan("x"), &[x3()]).unwrap()[0]
+    );
+
+    // A buffer of another plugin is a typed error, not a crash.
+    let foreign = other.upload(&x3()).unwrap();
+    let err = exe.run_buffers(&[foreign]).unwrap_err();
+    match err {
+        BackendError::Device { device, message } => {
+            assert_eq!(device, "cpu");
+            assert!(
+                message.contains("input 0 is not a buffer of the cpu plugin"),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // Host inputs that do not match the plan are refused before they cross.
+    let err = exe
+        .run(&[tensor(DType::F32, &[3], &[1.0, 2.0, 3.0])])
+        .unwrap_err();
+    assert!(
+        matches!(err, BackendError::InputMismatch { index: 0, .. }),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn bogus_files_are_reported_and_the_others_still_load() {
+    let dir = scratch_dir("bogus-plugins");
+    install(&built().cpu_plugin(), &dir, &plugin_file_name("cpu"));
+    let bogus = dir.join(plugin_file_name("bogus"));
+    std::fs::write(&bogus, b"not a library").unwrap();
+    let registry = Registry::discover(&PluginSearch::folders([dir.clone()]));
+    let rows = registry.devices();
+    let cpu_plugin = rows
+        .iter()
+        .find(|r| r.origin == Origin::Plugin(dir.join(plugin_file_name("cpu"))))
+        .expect("the CPU plugin is listed");
+    assert!(cpu_plugin.available, "{cpu_plugin:?}");
+    let bogus_row = rows.iter().find(|r| r.name == "bogus").unwrap();
+    assert_eq!(bogus_row.origin, Origin::Plugin(bogus.clone()));
+    assert!(!bogus_row.available);
+    assert!(
+        bogus_row
+            .reason
+            .as_deref()
+            .unwrap()
+            .contains("cannot be opened as a dynamic library"),
+        "{bogus_row:?}"
+    );
+    // "cpu" still resolves (to the linked backend, which comes first).
+    assert!(registry.backend("cpu").is_ok());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_library_without_a_root_module_is_not_a_plugin() {
+    // A real dynamic library that is not a Quabla plugin: a procedural-macro library of the
+    // build (abi_stable's derive macros), found beside the test executable.
+    let deps = built().profile_dir.join("deps");
+    let Some(library) = std::fs::read_dir(&deps).ok().and_then(|entries| {
+        entries.filter_map(|e| e.ok()).map(|e| e.path()).find(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                n.starts_with(&format!(
+                    "{}abi_stable_derive-",
+                    std::env::consts::DLL_PREFIX
+                )) && n.ends_with(std::env::consts::DLL_SUFFIX)
+            })
+        })
+    }) else {
+        eprintln!("no procedural-macro library in {}; skipped", deps.display());
+        return;
+    };
+    let err = Plugin::load(&library).unwrap_err();
+    assert!(matches!(err, LoadError::NotAPlugin { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("not a Quabla backend plugin"),
+        "{err}"
+    );
+}
+
+#[test]
+fn only_the_named_folders_are_searched() {
+    let dir = scratch_dir("nested-plugins");
+    let nested = dir.join("nested");
+    std::fs::create_dir_all(&nested).unwrap();
+    install(&built().cpu_plugin(), &nested, &plugin_file_name("cpu"));
+    // Wrongly named: not a candidate.
+    install(&built().cpu_plugin(), &dir, "libquabla_cpu.so");
+    let registry = Registry::discover(&PluginSearch::folders([dir.clone()]));
+    assert!(registry
+        .entries()
+        .iter()
+        .all(|e| matches!(e.origin, Origin::Linked)));
+    let registry = Registry::discover(&PluginSearch::folders([nested.clone()]));
+    assert!(registry
+        .entries()
+        .iter()
+        .any(|e| e.origin == Origin::Plugin(nested.join(plugin_file_name("cpu")))));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn plugins_of_the_same_name_resolve_linked_first_then_in_search_order() {
+    let folder = cpu_plugin_folder().unwrap().to_path_buf();
+    let registry = Registry::discover(&PluginSearch::folders([folder.clone()]));
+    let rows = registry.devices();
+    let cpu_rows: Vec<&Origin> = rows
+        .iter()
+        .filter(|r| r.name == "cpu")
+        .map(|r| &r.origin)
+        .collect();
+    assert_eq!(
+        cpu_rows,
+        [
+            &Origin::Linked,
+            &Origin::Plugin(folder.join(plugin_file_name("cpu")))
+        ]
+    );
+    // The linked backend is the one `jit(...).device("cpu")` gets.
+    let backend = registry.backend("cpu").unwrap();
+    assert!(
+        format!("{backend:?}").starts_with("CpuBackend"),
+        "{backend:?}"
+    );
+}
+
+#[test]
+fn linked_device_backends_report_why_they_are_unavailable() {
+    let registry = Registry::discover(&PluginSearch::none());
+    for name in ["cuda", "mlx"] {
+        let row = registry
+            .devices()
+            .into_iter()
+            .find(|r| r.name == name)
+            .unwrap();
+        assert_eq!(row.origin, Origin::Linked);
+        if !row.available {
+            assert!(!row.reason.unwrap().is_empty());
+            assert!(matches!(
+                registry.backend(name),
+                Err(ResolveError::Unavailable { .. })
+            ));
+        }
+    }
+    let mlx = registry.backend("mlx").unwrap_err();
+    if !cfg!(target_os = "macos") {
+        assert!(mlx.to_string().contains("MLX runs only on macOS"), "{mlx}");
+    }
+}

@@ -1,0 +1,133 @@
+//! Devices: which backends this build can run on ([`devices`]), and the backend that serves a
+//! `jit(f).device(..)` target ([`backend_for`]).
+//!
+//! This module is the facade's view of the registry of `quabla-backend`
+//! ([`quabla_backend::registry`]): backends linked into the program (the CPU always; CUDA and
+//! MLX when built with their features) and plugins found in the folders of
+//! `QUABLA_PLUGIN_PATH` and beside the executable. It owns the translation of "no such
+//! backend" into the errors of `spec/errors.md` (UN1, UN5); it does not load anything itself
+//! and never probes hardware beyond what opening a backend does.
+
+use crate::{Error, Result};
+use quabla_backend::registry::{plugin_file_name, Registry, ResolveError};
+use quabla_backend::Backend;
+use std::sync::Arc;
+
+pub use quabla_backend::registry::{DeviceInfo, Origin};
+
+/// The backends of this process, in the order `cpu`, `cuda`, `mlx`, then others by name, each
+/// with its origin (linked, or the plugin library it was loaded from), whether it is
+/// available, and why not. Every known backend appears, unavailable ones included; a plugin
+/// file that failed to load appears with its load error. `"cpu"` is always available.
+///
+/// ```
+/// let rows = quabla::devices();
+/// assert_eq!(rows[0].name, "cpu");
+/// assert!(rows[0].available);
+/// ```
+pub fn devices() -> Vec<DeviceInfo> {
+    Registry::global().devices()
+}
+
+/// The backend for a device string accepted by `jit(f).device(..)` (`"cpu"`, `"cuda"`,
+/// `"cuda:N"`, `"mlx"`): the first available backend of that name, linked ones before
+/// plugins. Errors:
+///
+/// - UN1 (`Error::Unsupported`, `op` `"target"`) when no backend of that name is linked in or
+///   loadable, or none can run here (with the reasons);
+/// - UN5 (`op` the library name) when the backend is present but a library it needs could not
+///   be loaded;
+/// - `Error::InvalidArgument` for an ordinal beyond the backend's devices.
+pub(crate) fn backend_for(device: &str) -> Result<Arc<dyn Backend>> {
+    let (target, ordinal) = match device.split_once(':') {
+        Some((t, n)) => (t, n.parse::<usize>().ok()),
+        None => (device, None),
+    };
+    match Registry::global().backend(target) {
+        Ok(backend) => {
+            if let Some(n) = ordinal {
+                let count = backend.capabilities().device_count;
+                if n >= count {
+                    return Err(Error::invalid(format!(
+                        "device {device:?} does not exist: the {target} backend has {count} \
+                         device(s)"
+                    )));
+                }
+            }
+            Ok(backend)
+        }
+        Err(ResolveError::Unavailable { reason, .. }) => match reason.library {
+            Some(library) => Err(Error::Unsupported {
+                message: format!(
+                    "{target}: required library {library} could not be loaded ({}); check the \
+                     driver installation and LD_LIBRARY_PATH",
+                    reason.reason
+                ),
+                op: library,
+                device: Some(device.to_string()),
+            }),
+            None => Err(unavailable(target, device, &[reason.reason])),
+        },
+        Err(ResolveError::NotFound { plugins, .. }) => Err(unavailable(target, device, &plugins)),
+    }
+}
+
+/// UN1: `<target> target is unavailable in this build`, how to get it, and the details.
+fn unavailable(target: &str, device: &str, details: &[String]) -> Error {
+    let mut message = format!(
+        "{target} target is unavailable in this build; install the quabla-{target} plugin ({}) \
+         into a folder of QUABLA_PLUGIN_PATH or build with --features {target}",
+        plugin_file_name(target)
+    );
+    if !details.is_empty() {
+        message.push_str(&format!(" ({})", details.join("; ")));
+    }
+    Error::Unsupported {
+        op: "target".into(),
+        device: Some(device.to_string()),
+        message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_is_always_available() {
+        let rows = devices();
+        assert_eq!(rows[0].name, "cpu");
+        assert_eq!(rows[0].origin, Origin::Linked);
+        assert!(rows[0].available);
+        assert_eq!(backend_for("cpu").unwrap().name(), "cpu");
+    }
+
+    #[test]
+    fn a_missing_target_is_un1() {
+        let err = backend_for("quabla_test_nowhere").unwrap_err();
+        match err {
+            Error::Unsupported {
+                op,
+                device,
+                message,
+            } => {
+                assert_eq!(op, "target");
+                assert_eq!(device.as_deref(), Some("quabla_test_nowhere"));
+                assert!(message.starts_with(
+                    "quabla_test_nowhere target is unavailable in this build; install the \
+                     quabla-quabla_test_nowhere plugin"
+                ));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_ordinal_beyond_the_devices_is_invalid() {
+        assert!(matches!(
+            backend_for("cpu:1"),
+            Err(Error::InvalidArgument { .. })
+        ));
+        assert!(backend_for("cpu:0").is_ok());
+    }
+}

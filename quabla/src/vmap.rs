@@ -1,0 +1,210 @@
+//! `vmap` (transforms.md §9): trace the function on one example, batch the graph with
+//! `quabla-vmap`, and run it on the whole batch (cached per signature) or inline it into an
+//! enclosing trace. Values that do not depend on a mapped argument are never replicated.
+
+use crate::error::{Error, Result};
+use crate::jit::{
+    arg_positions, leaf_signature, rebuild, CacheOwner, Entry, Signature, TraceCache,
+};
+use crate::operand::Operand;
+use crate::tensor::Tensor;
+use crate::trace::{self, InputLeaf, OutSlot, TracedFunction};
+use crate::tree::{self, Leaf, Tree};
+use quabla_ir::{normalize_axis, Shape, TensorType};
+use std::fmt;
+use std::marker::PhantomData;
+
+/// A batched function: build with [`vmap`], choose axes with [`Vmap::in_axes`] and
+/// [`Vmap::out_axes`], call with [`Vmap::call`].
+pub struct Vmap<F, A> {
+    f: F,
+    in_axes: Option<Vec<Option<isize>>>,
+    out_axes: Option<isize>,
+    name: String,
+    max_traces: usize,
+    cache: TraceCache,
+    _args: PhantomData<fn(A)>,
+}
+
+impl<F, A> fmt::Debug for Vmap<F, A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "vmap({})", self.name)
+    }
+}
+
+/// Maps `f` over axis 0 of every argument (see [`Vmap::in_axes`]).
+pub fn vmap<A: Tree, F>(f: F) -> Vmap<F, A> {
+    Vmap {
+        f,
+        in_axes: None,
+        out_axes: Some(0),
+        name: "<closure>".into(),
+        max_traces: 8,
+        cache: TraceCache::default(),
+        _args: PhantomData,
+    }
+}
+
+impl<A: Tree, F> Vmap<F, A> {
+    /// One entry per positional argument: the mapped axis of every array leaf of that argument
+    /// (negative counts from the end), or `None` for an unmapped argument.
+    pub fn in_axes(mut self, axes: &[Option<isize>]) -> Self {
+        self.in_axes = Some(axes.to_vec());
+        self
+    }
+
+    /// Where the batch axis goes in every output (`None`: the outputs must not depend on a
+    /// mapped argument).
+    pub fn out_axes(mut self, axis: Option<isize>) -> Self {
+        self.out_axes = axis;
+        self
+    }
+
+    /// The name used in warnings.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// The trace-cache capacity (default 8).
+    pub fn max_traces(mut self, n: usize) -> Self {
+        self.max_traces = n.max(1);
+        self
+    }
+
+    /// Calls the batched function.
+    pub fn call<R: Tree>(&self, args: &impl Tree) -> Result<R>
+    where
+        F: Fn(A) -> Result<R>,
+    {
+        let (leaves, def) = tree::flatten(args);
+        let positions = arg_positions(&def);
+        let names = trace::leaf_names(&def, &[]);
+        let n_args = positions.iter().max().map_or(0, |m| m + 1);
+        let axes_of = |p: usize| -> Result<Option<isize>> {
+            match &self.in_axes {
+                None => Ok(Some(0)),
+                Some(v) if v.len() == n_args || (v.len() == 1 && n_args <= 1) => {
+                    Ok(v[p.min(v.len() - 1)])
+                }
+                Some(v) => Err(Error::invalid(format!(
+                    "vmap in_axes has {} entries for {n_args} positional arguments",
+                    v.len()
+                ))),
+            }
+        };
+        // Per leaf: the mapped axis (normalized in the batched tensor), the example type.
+        let mut inputs = Vec::with_capacity(leaves.len());
+        let mut operands = Vec::new();
+        let mut mapped: Vec<Option<usize>> = Vec::new();
+        let mut sigs = Vec::with_capacity(leaves.len());
+        let mut sized: Vec<(String, Shape)> = Vec::new();
+        for (i, (leaf, &p)) in leaves.iter().zip(&positions).enumerate() {
+            let axis = axes_of(p)?;
+            match leaf {
+                Leaf::Tensor(t) => {
+                    let ty = t.ir_type();
+                    let (example, ax) = match axis {
+                        None => (ty.clone(), None),
+                        Some(a) => {
+                            let a = normalize_axis(a, ty.shape.rank()).map_err(|_| {
+                                Error::shape(
+                                    "vmap",
+                                    format!("vmap in_axes: axis {a} of {} is out of range for a tensor of rank {}", names[i], ty.shape.rank()),
+                                )
+                            })?;
+                            let mut dims = ty.shape.dims().to_vec();
+                            dims.remove(a);
+                            sized.push((names[i].clone(), ty.shape.clone()));
+                            (
+                                TensorType {
+                                    dtype: ty.dtype,
+                                    shape: Shape::new(dims)?,
+                                    weak: ty.weak,
+                                },
+                                Some(a),
+                            )
+                        }
+                    };
+                    sigs.push(leaf_signature(leaf));
+                    inputs.push(InputLeaf::Array(example));
+                    operands.push(t.clone());
+                    mapped.push(ax);
+                }
+                Leaf::Abstract(_) => {
+                    return Err(Error::invalid(
+                        "ShapeDtype placeholders are only accepted by jit(f).lower(..)",
+                    ))
+                }
+                other => {
+                    if axis.is_some() && self.in_axes.is_some() {
+                        return Err(Error::invalid(
+                            "vmap: a Python scalar argument must have in_axes None",
+                        ));
+                    }
+                    sigs.push(leaf_signature(other));
+                    inputs.push(InputLeaf::Static(other.clone()));
+                }
+            }
+        }
+        let shapes: Vec<(&str, &Shape)> = sized.iter().map(|(n, s)| (n.as_str(), s)).collect();
+        let axes_mapped: Vec<Option<usize>> =
+            mapped.iter().filter(|a| a.is_some()).copied().collect();
+        let size = quabla_vmap::batch_size(&shapes, &axes_mapped).map_err(Error::from)?;
+        // The axes are fixed per `Vmap` object (which owns the cache), so they are not keyed.
+        let signature = Signature {
+            def: def.clone(),
+            leaves: sigs,
+            device: "cpu".into(),
+            precision: None,
+        };
+        let stage = || -> Result<(quabla_ir::Graph, Vec<Tensor>, tree::TreeDef, Vec<OutSlot>)> {
+            let TracedFunction {
+                graph,
+                captures,
+                out_def,
+                out_slots,
+            } = trace::trace_function::<A, R>(&|a| (self.f)(a), &def, &inputs, &names)?;
+            let mut in_axes = mapped.clone();
+            in_axes.extend(std::iter::repeat_n(None, captures.len()));
+            let out_axes: Vec<Option<usize>> = graph
+                .outputs()
+                .iter()
+                .map(|o| {
+                    self.out_axes
+                        .map(|a| normalize_axis(a, graph.node(*o).ty.shape.rank() + 1))
+                        .transpose()
+                })
+                .collect::<quabla_ir::Result<_>>()?;
+            let batched = quabla_vmap::batch_graph(&graph, &in_axes, size, &out_axes)?;
+            Ok((batched, captures, out_def, out_slots))
+        };
+        if trace::active() {
+            let (graph, captures, out_def, out_slots) = stage()?;
+            let ops: Vec<Operand> = operands
+                .iter()
+                .chain(&captures)
+                .map(Operand::from)
+                .collect();
+            let outs = trace::inline(&graph, ops)?;
+            return rebuild(&out_def, &out_slots, outs);
+        }
+        let owner = CacheOwner {
+            transform: "vmap",
+            function: &self.name,
+            max_traces: self.max_traces,
+            arg_names: &[],
+        };
+        let entry = self.cache.get_or_build(&owner, signature, |sig| {
+            let (graph, captures, out_def, out_slots) = stage()?;
+            if !captures.is_empty() {
+                return Err(Error::Internal {
+                    message: "a top-level trace captured tracers".into(),
+                });
+            }
+            Entry::compile(sig, &graph, out_def, out_slots)
+        })?;
+        let outs = entry.run(&operands)?;
+        rebuild(&entry.out_def, &entry.out_slots, outs)
+    }
+}
