@@ -290,6 +290,9 @@ pub struct Jit<F, A, R> {
     device: String,
     precision: Option<String>,
     cache: TraceCache,
+    /// Set once the configuration has been validated and the target resolved, so cached calls
+    /// skip both.
+    configured: std::sync::OnceLock<()>,
     _types: PhantomData<fn(A) -> R>,
 }
 
@@ -315,6 +318,7 @@ pub fn jit<A: Tree, R: Tree, F: Fn(A) -> Result<R>>(f: F) -> Jit<F, A, R> {
         device: "cpu".into(),
         precision: None,
         cache: TraceCache::default(),
+        configured: std::sync::OnceLock::new(),
         _types: PhantomData,
     }
 }
@@ -358,6 +362,15 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
     }
 
     fn check_config(&self) -> Result<()> {
+        if self.configured.get().is_some() {
+            return Ok(());
+        }
+        self.validate_config()?;
+        let _ = self.configured.set(());
+        Ok(())
+    }
+
+    fn validate_config(&self) -> Result<()> {
         if self.max_traces == 0 {
             return Err(Error::invalid("max_traces must be at least 1"));
         }

@@ -569,3 +569,30 @@ fn grad_caches_traces_per_signature() -> qb::Result<()> {
     assert_eq!(traces.get(), 3);
     Ok(())
 }
+
+#[test]
+fn third_derivatives_match_finite_differences() {
+    for (name, f, points) in unary_table() {
+        let f0 = scalar_fn(f);
+        let d2 = move |y: Tensor| {
+            let d1 = move |z: Tensor| qb::grad(f0).call::<Tensor, Tensor>(&z);
+            qb::grad(d1).call::<Tensor, Tensor>(&y)
+        };
+        let d2v = |x: f64| d2(qb::array(x).unwrap()).unwrap().item().unwrap();
+        let x = points[points.len() / 2];
+        let want = fd(&d2v, x);
+        let tol = 1e-4 * want.abs().max(1.0);
+        let rev: Tensor = qb::grad(d2).call(&x).unwrap();
+        assert!(
+            (rev.item().unwrap() - want).abs() < tol,
+            "{name}'''({x}): reverse {} vs fd {want}",
+            rev.item().unwrap()
+        );
+        let (_, fwd) = qb::jvp(d2, &qb::array(x).unwrap(), &qb::array(1.0).unwrap()).unwrap();
+        assert!(
+            (fwd.item().unwrap() - want).abs() < tol,
+            "{name}'''({x}): forward {} vs fd {want}",
+            fwd.item().unwrap()
+        );
+    }
+}

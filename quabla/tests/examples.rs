@@ -13,6 +13,46 @@ mod retrace;
 #[allow(dead_code)]
 mod lower;
 
+#[path = "../examples/fd_check.rs"]
+#[allow(dead_code)]
+mod fd_check;
+
+#[path = "../examples/derivatives.rs"]
+#[allow(dead_code)]
+mod derivatives;
+
+#[test]
+fn fd_check_agrees_to_1e8_relative() {
+    let mut out = Vec::new();
+    fd_check::run(&mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(text.lines().count(), 3);
+    for line in text.lines() {
+        let field = |key: &str| -> f64 {
+            line.split_whitespace()
+                .find_map(|kv| kv.strip_prefix(key))
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        let (a, n) = (field("analytic="), field("numeric="));
+        assert!((a - n).abs() <= 1e-8 * a.abs(), "{line}");
+    }
+}
+
+#[test]
+fn derivatives_match_the_closed_form() {
+    let mut out = Vec::new();
+    derivatives::run(&mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let xs = [0.0f64, 0.5, 1.0, 2.0];
+    for (line, x) in text.lines().zip(xs) {
+        let d2: f64 = line.split("d2=").nth(1).unwrap().parse().unwrap();
+        assert!((d2 - 2.0 * (2.0 * x).cos()).abs() <= 1e-14, "{line}");
+        assert!(line.starts_with(&format!("x={x} ")));
+    }
+}
+
 #[path = "../examples/seed_graph_size.rs"]
 #[allow(dead_code)]
 mod seed_graph_size;

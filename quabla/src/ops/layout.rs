@@ -412,12 +412,6 @@ impl<const N: usize> From<&[(usize, usize); N]> for PadWidth {
     }
 }
 
-impl<const N: usize> From<[(usize, usize); N]> for PadWidth {
-    fn from(p: [(usize, usize); N]) -> PadWidth {
-        PadWidth(p.to_vec())
-    }
-}
-
 impl From<Vec<(usize, usize)>> for PadWidth {
     fn from(p: Vec<(usize, usize)>) -> PadWidth {
         PadWidth(p)
