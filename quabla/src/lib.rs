@@ -103,3 +103,8 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 pub mod prelude {
     pub use crate::{DTypeExt, TensorResultExt};
 }
+
+/// The README's example is compiled and run as a doctest, so it stays true.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
