@@ -85,7 +85,7 @@ fn prepare<A: Tree>(args: &A, selected: &dyn Fn(usize) -> bool) -> Result<Prepar
         signature: Signature {
             def: def.clone(),
             leaves: sigs,
-            device: "cpu".into(),
+            device: std::sync::Arc::from("cpu"),
             precision: None,
         },
         def,

@@ -13,7 +13,6 @@ use crate::tree::{self, Leaf, PathEntry, Tree, TreeDef};
 use crate::warnings::{self, Warning};
 use quabla_backend::{Executable, HostTensor};
 use quabla_ir::{DType, Plan, Shape, TensorType};
-use std::collections::hash_map::DefaultHasher;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::marker::PhantomData;
@@ -55,8 +54,8 @@ impl fmt::Display for LeafSignature {
 pub struct Signature {
     pub def: TreeDef,
     pub leaves: Vec<LeafSignature>,
-    pub device: String,
-    pub precision: Option<String>,
+    pub device: Arc<str>,
+    pub precision: Option<Arc<str>>,
 }
 
 impl fmt::Display for Signature {
@@ -162,9 +161,35 @@ pub(crate) struct Entry {
 }
 
 fn signature_hash(signature: &Signature) -> u64 {
-    let mut h = DefaultHasher::new();
+    let mut h = FxHasher(0);
     signature.hash(&mut h);
     h.finish()
+}
+
+/// A small multiplicative hasher for cache keys (not for untrusted input: a collision only
+/// costs a full signature comparison, which always follows).
+struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
 }
 
 impl Entry {
@@ -287,8 +312,8 @@ pub struct Jit<F, A, R> {
     max_traces: usize,
     static_argnums: Vec<usize>,
     arg_names: Vec<String>,
-    device: String,
-    precision: Option<String>,
+    device: Arc<str>,
+    precision: Option<Arc<str>>,
     cache: TraceCache,
     /// Set once the configuration has been validated and the target resolved, so cached calls
     /// skip both.
@@ -315,7 +340,7 @@ pub fn jit<A: Tree, R: Tree, F: Fn(A) -> Result<R>>(f: F) -> Jit<F, A, R> {
         max_traces: 8,
         static_argnums: Vec::new(),
         arg_names: Vec::new(),
-        device: "cpu".into(),
+        device: Arc::from("cpu"),
         precision: None,
         cache: TraceCache::default(),
         configured: std::sync::OnceLock::new(),
@@ -351,13 +376,13 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
 
     /// The target: `"cpu"` (default), `"cuda"`, `"cuda:N"` or `"mlx"`.
     pub fn device(mut self, device: impl Into<String>) -> Self {
-        self.device = device.into();
+        self.device = Arc::from(device.into());
         self
     }
 
     /// `None` or `"float64"` (CUDA only; ignored on the CPU; part of the signature).
     pub fn precision(mut self, precision: Option<&str>) -> Self {
-        self.precision = precision.map(str::to_string);
+        self.precision = precision.map(Arc::from);
         self
     }
 
@@ -375,7 +400,7 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
             return Err(Error::invalid("max_traces must be at least 1"));
         }
         if let Some(p) = &self.precision {
-            if p != "float64" {
+            if &**p != "float64" {
                 return Err(Error::invalid(format!(
                     "precision must be None or \"float64\", got {p:?}"
                 )));

@@ -155,7 +155,7 @@ impl<A: Tree, F> Vmap<F, A> {
         let signature = Signature {
             def: def.clone(),
             leaves: sigs,
-            device: "cpu".into(),
+            device: std::sync::Arc::from("cpu"),
             precision: None,
         };
         let stage = || -> Result<(quabla_ir::Graph, Vec<Tensor>, tree::TreeDef, Vec<OutSlot>)> {

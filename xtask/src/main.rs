@@ -4,12 +4,14 @@
 //! shared by the subcommands (locating the workspace root, building `cargo`
 //! invocations, running a command and reporting how it failed). The
 //! subcommands themselves live in [`test`] (`cargo xtask test`), [`backends`]
-//! (`cargo xtask test-backends`) and [`bench`] (`cargo xtask bench`).
+//! (`cargo xtask test-backends`), [`bench`] (`cargo xtask bench`) and [`coverage`]
+//! (`cargo xtask coverage-ops`).
 //!
 //! Arguments are parsed by hand so that the tool builds from `std` alone.
 
 mod backends;
 mod bench;
+mod coverage;
 mod test;
 
 use std::ffi::OsStr;
@@ -41,6 +43,13 @@ Commands:
                                         (uses a virtualenv in target/jax-venv, created
                                         and populated on first use) and print the ratio
                            --json FILE  write the results as a JSON array to FILE
+  coverage-ops             For each function of the spec's array sections (api.md
+                           sections 3-9), print `<name> value=<yes|no> grad=<yes|no|n/a>
+                           vmap=<yes|no>`: whether it is implemented and called by a
+                           quabla test of that kind (found in the code and the tests),
+                           then `missing=<count of functions with any no>`. The spec is
+                           read from $QUABLA_SPEC_DIR/api.md, else from
+                           shared/spec/api.md beside the workspace.
   help                     Print this message.
 ";
 
@@ -54,6 +63,7 @@ fn main() -> ExitCode {
         "test" => test::run(rest),
         "test-backends" => backends::run(rest),
         "bench" => bench::run(rest),
+        "coverage-ops" => coverage::run(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(())

@@ -149,16 +149,17 @@ pub trait Executable: Send + Sync + fmt::Debug {
 /// Checks buffers against a plan's inputs (shared by backends so that every backend reports
 /// binding mistakes identically).
 pub fn check_inputs(plan: &Plan, inputs: &[HostTensor]) -> Result<()> {
-    let expected = plan.inputs();
-    if expected.len() != inputs.len() {
+    // Counted and checked without collecting: this runs on every call of a cached plan.
+    let count = plan.graph().inputs().count();
+    if count != inputs.len() {
         return Err(BackendError::InputMismatch {
-            index: inputs.len().min(expected.len()),
+            index: inputs.len().min(count),
             name: "<count>".into(),
-            expected: format!("{} inputs", expected.len()),
+            expected: format!("{count} inputs"),
             got: format!("{} inputs", inputs.len()),
         });
     }
-    for (index, ((_, name, ty), got)) in expected.iter().zip(inputs).enumerate() {
+    for (index, ((_, name, ty), got)) in plan.graph().inputs().zip(inputs).enumerate() {
         if ty.dtype != got.dtype() || ty.shape != got.shape || got.data.len() != got.shape.size() {
             return Err(BackendError::InputMismatch {
                 index,
