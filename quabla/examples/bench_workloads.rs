@@ -67,5 +67,44 @@ fn main() -> qb::Result<()> {
         f.call(&x64)
     })?;
     println!("workload=first_call_200_nodes seconds={t:e}");
+
+    // Trace, differentiate, compile and run `jit(value_and_grad(loss))` of a 1-16-16-1 tanh MLP
+    // on 32 points, with a fresh function each time.
+    let xs = qb::linspace(-1.0, 1.0, 32)?.reshape([32, 1])?;
+    let ys = xs.sin()?;
+    let params = mlp_params()?;
+    let t = median_seconds(5, || {
+        let step = qb::jit(|(p, x, y): (Vec<Tensor>, Tensor, Tensor)| {
+            qb::value_and_grad(mlp_loss).call::<Tensor, (Tensor, Vec<Tensor>)>(&(p, x, y))
+        });
+        Ok(step.call(&(params.clone(), xs.clone(), ys.clone()))?.0)
+    })?;
+    println!("workload=first_call_mlp_value_and_grad seconds={t:e}");
     Ok(())
+}
+
+/// Weights and biases of a 1-16-16-1 network, deterministic.
+fn mlp_params() -> qb::Result<Vec<Tensor>> {
+    let init = |rows: usize, cols: usize, seed: f64| -> qb::Result<Tensor> {
+        qb::linspace(-1.0, 1.0, rows * cols)?
+            .mul(seed)?
+            .sin()?
+            .reshape([rows as isize, cols as isize])
+    };
+    Ok(vec![
+        init(1, 16, 1.3)?,
+        qb::zeros([16])?,
+        init(16, 16, 2.1)?.mul(0.25)?,
+        qb::zeros([16])?,
+        init(16, 1, 0.7)?.mul(0.25)?,
+        qb::zeros([1])?,
+    ])
+}
+
+/// Mean squared error of the MLP.
+fn mlp_loss((p, x, y): (Vec<Tensor>, Tensor, Tensor)) -> qb::Result<Tensor> {
+    let h = x.matmul(&p[0]).add(&p[1]).tanh()?;
+    let h = h.matmul(&p[2]).add(&p[3]).tanh()?;
+    let out = h.matmul(&p[4]).add(&p[5])?;
+    (out - &y).powi(2).mean()
 }

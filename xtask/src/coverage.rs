@@ -10,7 +10,8 @@
 //!   is `where_`, `mod` is `mod_`) and the calls of the row's Rust column (`x.sum_axes(..)`
 //!   for `sum`, `x.permute(..)` for `transpose`, `x.split_at(..)` for `split`);
 //! * **value**: some `#[test]` function of `quabla/tests/*.rs` calls a spelling
-//!   (`qb::name(`, `x.name(`, `Tensor::name`); operator forms (`!&a`) are not recognised;
+//!   (`qb::name(`, `x.name(`, `Tensor::name`) or one of its axis forms (`x.name_axes(`,
+//!   `x.name_keepdims(`); operator forms (`!&a`) are not recognised;
 //! * **grad**: such a test also differentiates (`grad`, `value_and_grad`, `jvp`, `vjp`,
 //!   `jacobian`, `hessian`); `n/a` for the functions listed in [`ZERO_DERIVATIVE`];
 //! * **vmap**: such a test also calls `vmap`.
@@ -67,6 +68,10 @@ const DERIVATIVE_TRANSFORMS: &[&str] = &[
     "jacobian",
     "hessian",
 ];
+
+/// Suffixes of the axis forms of a reduction (`x.sum_axes(..)`, `x.norm_keepdims(..)`, the
+/// convention of api.md §5): a test calling one calls the function.
+const AXIS_FORMS: &[&str] = &["_axes", "_keepdims"];
 
 /// Python spellings that are Rust keywords, and the Rust names used for them.
 const RUST_SPELLINGS: &[(&str, &str)] = &[("where", "where_"), ("mod", "mod_")];
@@ -186,7 +191,14 @@ impl Row {
         let implemented = spellings.iter().any(|s| defined.contains(s));
         let mentioning: Vec<&TestBody> = tests
             .iter()
-            .filter(|t| spellings.iter().any(|s| mentions(&t.text, s)))
+            .filter(|t| {
+                spellings.iter().any(|s| {
+                    mentions(&t.text, s)
+                        || AXIS_FORMS
+                            .iter()
+                            .any(|form| mentions(&t.text, &format!("{s}{form}")))
+                })
+            })
             .collect();
         let covered =
             |kind: fn(&TestBody) -> bool| implemented && mentioning.iter().any(|t| kind(t));
