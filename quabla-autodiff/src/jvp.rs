@@ -2,6 +2,7 @@
 
 use crate::helpers::{binary_partials, extremum_mask, no_rule, unary_derivative, zeros_like};
 use quabla_ir::{BinaryOp, DType, Graph, GraphBuilder, Node, NodeId, Op, Result, TensorType};
+use quabla_linalg::rules;
 
 /// The forward-mode derivative of `g`.
 ///
@@ -201,11 +202,26 @@ fn tangent_rule(
             let c = t[1].map(|v| b.push(Op::Matmul, &[x[0], v])).transpose()?;
             add_opt(b, a, c)?
         }
-        Op::Solve
-        | Op::Cholesky
-        | Op::CholeskyAd
-        | Op::TriangularSolve { .. }
-        | Op::Linalg(_)
-        | Op::Custom(_) => return Err(no_rule(&node.op, "forward-mode")),
+        // The linear-algebra rules live in `quabla-linalg` (numerics.md §6.5).
+        Op::Solve => rules::solve_jvp(b, x[0], out, t[0], t[1])?,
+        Op::TriangularSolve {
+            lower,
+            transpose_a,
+            unit_diagonal,
+        } => rules::triangular_solve_jvp(
+            b,
+            x[0],
+            out,
+            t[0],
+            t[1],
+            (*lower, *transpose_a, *unit_diagonal),
+        )?,
+        Op::Cholesky => match t[0] {
+            Some(da) => Some(rules::cholesky_jvp(b, out, da)?),
+            None => None,
+        },
+        Op::CholeskyAd => return Err(rules::cholesky_ad_unsupported()),
+        Op::Linalg(_) => return Err(no_rule(&node.op, "forward-mode")),
+        Op::Custom(call) => crate::custom::tangent(b, call, x, t)?,
     })
 }

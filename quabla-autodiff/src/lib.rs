@@ -8,9 +8,12 @@
 //!   requested outputs are filled with zeros at the boundary.
 //! - Every rule follows the conventions of `spec/numerics.md` §5, written so that their own
 //!   derivatives stay finite where the spec says so (the masked, "double where" forms).
-//! - Ops without a rule yet (the linear-algebra primitives, custom rules) return
+//! - `custom` nodes use their rule graphs (`custom.rs`): the `jvp` graph forward and its
+//!   transpose in reverse, `fwd`/`bwd` in reverse only, and the primal graph for `checkpoint`.
+//! - Ops without a rule yet (the linear-algebra primitives) return
 //!   [`quabla_ir::IrError::Unsupported`] naming the op.
 
+mod custom;
 mod helpers;
 mod jvp;
 mod vjp;

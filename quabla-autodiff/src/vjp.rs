@@ -6,6 +6,7 @@ use crate::helpers::{
 use quabla_ir::{
     BinaryOp, DType, Graph, GraphBuilder, Node, NodeId, Op, Result, Shape, TensorType, UnaryOp,
 };
+use quabla_linalg::rules;
 
 /// Where the cotangent of one output comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -331,11 +332,28 @@ fn cotangent_rule(
             let cb = b.push(Op::Matmul, &[at, ct])?;
             vec![Some(to_operand(b, ca, 0)?), Some(to_operand(b, cb, 1)?)]
         }
-        Op::Solve
-        | Op::Cholesky
-        | Op::CholeskyAd
-        | Op::TriangularSolve { .. }
-        | Op::Linalg(_)
-        | Op::Custom(_) => return Err(no_rule(&node.op, "reverse-mode")),
+        // The linear-algebra rules live in `quabla-linalg` (numerics.md §6.5).
+        Op::Solve => {
+            let (ca, cb) = rules::solve_vjp(b, x[0], out, ct)?;
+            vec![Some(ca), Some(cb)]
+        }
+        Op::TriangularSolve {
+            lower,
+            transpose_a,
+            unit_diagonal,
+        } => {
+            let (ca, cb) = rules::triangular_solve_vjp(
+                b,
+                x[0],
+                out,
+                ct,
+                (*lower, *transpose_a, *unit_diagonal),
+            )?;
+            vec![Some(ca), Some(cb)]
+        }
+        Op::Cholesky => vec![Some(rules::cholesky_vjp(b, out, ct)?)],
+        Op::CholeskyAd => return Err(rules::cholesky_ad_unsupported()),
+        Op::Linalg(_) => return Err(no_rule(&node.op, "reverse-mode")),
+        Op::Custom(call) => crate::custom::cotangents(b, call, x, ct)?,
     })
 }

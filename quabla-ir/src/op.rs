@@ -239,6 +239,23 @@ impl LinalgKind {
 /// A user-defined derivative rule (`custom_vjp`, `custom_jvp`, `checkpoint`). The symbolic
 /// transforms read its rule graphs; canonicalization replaces the node by its primal graph
 /// before a plan reaches a backend.
+///
+/// Graph conventions, for a node with operands `x_1..x_n` (the primal's inputs) and primal
+/// outputs `y_1..y_m`:
+///
+/// - `primal`: inputs `x_1..x_n`, outputs `y_1..y_m`.
+/// - `fwd` (with `bwd`): inputs `x_1..x_n`, outputs `y_1..y_m` then the residuals `r_1..r_k`.
+/// - `bwd`: inputs `r_1..r_k` then one cotangent per primal output (`g_1..g_m`, the types of
+///   `y`), outputs one cotangent per operand (`x`'s types; ignored for bool operands). It must
+///   be linear in `g`.
+/// - `jvp`: inputs `x_1..x_n` then one tangent per operand (`x`'s types; bool tangents are
+///   `false`), outputs one tangent per primal output. It must be linear in the tangents:
+///   reverse mode transposes it.
+/// - `rematerialize` with no other rule: both modes differentiate `primal`; reverse mode
+///   recomputes it in the backward pass. No IR tag marks the recomputation yet, so after
+///   canonicalization CSE may merge it with the forward computation.
+///
+/// A node without `jvp` but with `fwd`/`bwd` has no forward mode (TF4).
 #[derive(Debug)]
 pub struct CustomRule {
     /// The name shown in text and errors (the wrapped function's name).

@@ -4,8 +4,9 @@
 //! primitives (`solve`, `triangular_solve`, `cholesky`, and the `linalg` kinds `det_sign`,
 //! `log_abs_det`, `eigh_*`, `qr_*`, `svd_*`). Every decomposition runs on top of
 //! [`faer`] (numerics.md §6.2) and then applies the uniqueness rules of numerics.md §6.3, so the
-//! results do not depend on the method beyond rounding. The crate knows nothing about tracing,
-//! the IR or the facade, and depends on no other Quabla crate; derivative rules live elsewhere.
+//! results do not depend on the method beyond rounding. It also owns the derivative rules of
+//! these primitives, as IR builders that `quabla-autodiff` delegates to ([`rules`]); it knows
+//! nothing about tracing or the facade.
 //!
 //! # Calling convention
 //!
@@ -54,6 +55,7 @@ mod cholesky;
 mod eigh;
 mod lu;
 mod qr;
+pub mod rules;
 mod sign;
 mod svd;
 mod triangular;

@@ -19,7 +19,8 @@
 //! - Broadcasting ops (elementwise ops, `broadcast`, `matmul`) keep NumPy's trailing-axis rules
 //!   of the logical shapes: a batched operand is reshaped to `[size, 1, ..., 1, dims]` with the
 //!   logical rank of the op, while unbatched operands are left as they are.
-//! - `custom` nodes with a batched operand return [`IrError::Unsupported`] for now.
+//! - `custom` nodes with a batched operand batch every operand and every graph of their rule
+//!   (primal, `fwd`, `bwd`, `jvp`) with all inputs and outputs mapped along axis 0.
 //!
 //! ```
 //! use quabla_ir::{DType, GraphBuilder, Shape, TensorType};
@@ -333,13 +334,20 @@ fn batch_rule(b: &mut GraphBuilder, node: &Node, args: &[Value], size: usize) ->
             b.push(node.op.clone(), &ids)
         }
         Op::Cholesky | Op::Linalg(_) => b.push(node.op.clone(), &[args[0].id]),
-        Op::Custom(call) => Err(IrError::Unsupported {
-            op: node.op.name().into(),
-            message: format!(
-                "vmap of the custom rule {} with a mapped operand is not supported yet",
-                call.rule.name
-            ),
-        }),
+        // Every operand is batched, and every rule graph is batched with all inputs and
+        // outputs mapped along axis 0, so the rule keeps its conventions (and survives for
+        // later differentiation) on the batched values.
+        Op::Custom(call) => {
+            let ids = materialize_all(b, args, size)?;
+            let rule = batch_custom_rule(&call.rule, size)?;
+            b.push(
+                Op::Custom(quabla_ir::CustomCall {
+                    rule,
+                    output: call.output,
+                }),
+                &ids,
+            )
+        }
     }
 }
 
@@ -417,4 +425,25 @@ fn move_axis(b: &mut GraphBuilder, x: NodeId, from: usize, to: usize) -> Result<
     let mut perm: Vec<usize> = (0..rank).filter(|&a| a != from).collect();
     perm.insert(to, from);
     b.push(Op::Transpose { perm }, &[x])
+}
+
+/// A custom rule whose graphs all take and return values batched along axis 0.
+fn batch_custom_rule(
+    rule: &std::sync::Arc<quabla_ir::CustomRule>,
+    size: usize,
+) -> Result<std::sync::Arc<quabla_ir::CustomRule>> {
+    let all = |g: &Graph| -> Result<std::sync::Arc<Graph>> {
+        let ins = vec![Some(0); g.inputs().count()];
+        let outs = vec![Some(0); g.outputs().len()];
+        Ok(std::sync::Arc::new(batch_graph(g, &ins, size, &outs)?))
+    };
+    let opt = |g: &Option<std::sync::Arc<Graph>>| g.as_deref().map(all).transpose();
+    Ok(std::sync::Arc::new(quabla_ir::CustomRule {
+        name: rule.name.clone(),
+        primal: all(&rule.primal)?,
+        fwd: opt(&rule.fwd)?,
+        bwd: opt(&rule.bwd)?,
+        jvp: opt(&rule.jvp)?,
+        rematerialize: rule.rematerialize,
+    }))
 }

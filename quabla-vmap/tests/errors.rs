@@ -129,17 +129,20 @@ fn custom_graph() -> Graph {
 }
 
 #[test]
-fn custom_rules_with_a_mapped_operand_are_unsupported() {
+fn custom_rules_with_a_mapped_operand_batch_their_rule_graphs() {
     let g = custom_graph();
-    let err = batch_graph(&g, &[Some(0), None], 2, &[Some(0)]).unwrap_err();
-    match &err {
-        IrError::Unsupported { op, .. } => assert_eq!(op, "custom"),
-        other => panic!("expected Unsupported, got {other:?}"),
+    let bg = batch_graph(&g, &[Some(0), None], 2, &[Some(0)]).unwrap();
+    let custom = nodes_named(&bg, "custom");
+    assert_eq!(custom.len(), 1);
+    assert_eq!(custom[0].ty.shape, shape(&[2, 3]));
+    match &custom[0].op {
+        Op::Custom(call) => {
+            let p = &call.rule.primal;
+            assert_eq!(p.inputs().next().unwrap().2.shape, shape(&[2, 3]));
+        }
+        other => panic!("expected a custom node, got {other:?}"),
     }
-    assert_eq!(
-        err.to_string(),
-        "vmap of the custom rule twice with a mapped operand is not supported yet"
-    );
+    assert_eq!(bg.node(bg.outputs()[0]).ty.shape, shape(&[2, 3]));
 }
 
 #[test]

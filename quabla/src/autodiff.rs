@@ -873,8 +873,9 @@ fn jacobian_graph(g: &Graph, wrt: &[bool]) -> Result<Graph> {
     if p == 0 {
         return Ok(b.finish(Vec::new())?);
     }
-    if q < p {
-        // Reverse mode over the output basis.
+    if q < p || has_custom_vjp(g) {
+        // Reverse mode over the output basis (always for a custom_vjp, which has no forward
+        // mode).
         let seeds: Vec<Seed> = (0..outs.len())
             .map(|k| {
                 if float_outs.contains(&k) {
@@ -957,7 +958,19 @@ fn jacobian_graph(g: &Graph, wrt: &[bool]) -> Result<Graph> {
     Ok(b.finish(blocks)?)
 }
 
-/// `hessian(f)`: the forward-mode Jacobian of `grad(f)`, blocks `[*in_i, *in_j]`.
+/// Whether forward mode would meet a `custom_vjp` rule (directly, or inside the primal graph
+/// of a rule differentiated through its primal, such as `checkpoint`).
+fn has_custom_vjp(g: &Graph) -> bool {
+    g.nodes().iter().any(|n| match &n.op {
+        quabla_ir::Op::Custom(c) => {
+            c.rule.jvp.is_none() && (c.rule.fwd.is_some() || has_custom_vjp(&c.rule.primal))
+        }
+        _ => false,
+    })
+}
+
+/// `hessian(f)`: the forward-mode Jacobian of `grad(f)`, blocks `[*in_i, *in_j]`
+/// (reverse-over-reverse when the function contains a `custom_vjp`).
 pub struct Hessian<F, A> {
     f: F,
     argnums: Vec<usize>,

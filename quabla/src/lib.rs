@@ -23,11 +23,13 @@
 
 mod autodiff;
 mod creation;
+mod custom;
 mod devices;
 mod dispatch;
 mod error;
 mod ext;
 mod jit;
+pub mod linalg;
 mod operand;
 mod operators;
 mod ops;
@@ -44,6 +46,10 @@ pub use autodiff::{
 pub use creation::{
     arange, arange_from, array, asarray, eye, eye_rect, full, full_like, linspace, ones, ones_like,
     zeros, zeros_like, ArrayLike, DTypeExt, FillValue,
+};
+pub use custom::{
+    checkpoint, custom_jvp, custom_vjp, remat, Checkpoint, CustomJvp, CustomJvpFn, CustomVjp,
+    CustomVjpFn,
 };
 pub use devices::{devices, DeviceInfo, Origin};
 pub use error::{Error, Result, TracerErrorKind};

@@ -112,6 +112,40 @@ pub(crate) fn record(
     })
 }
 
+/// Records the `custom` nodes of one call of a custom rule into the innermost trace (one node
+/// per output of its primal graph, sharing the rule and the operands) and returns their
+/// tracers.
+pub(crate) fn record_custom(
+    rule: std::sync::Arc<quabla_ir::CustomRule>,
+    operands: Vec<Operand>,
+) -> Result<Vec<Tensor>> {
+    let n = rule.primal.outputs().len();
+    FRAMES.with(|frames| {
+        let mut frames = frames.borrow_mut();
+        let nodes = operands
+            .iter()
+            .map(|o| resolve(&mut frames, o))
+            .collect::<Result<Vec<_>>>()?;
+        let top = frames
+            .last_mut()
+            .expect("record_custom is only called inside a trace");
+        (0..n)
+            .map(|output| {
+                let call = quabla_ir::CustomCall {
+                    rule: rule.clone(),
+                    output,
+                };
+                let node = top.builder.push(Op::Custom(call), &nodes)?;
+                Ok(Tensor::traced(Tracer {
+                    trace: top.id,
+                    node,
+                    ty: top.builder.ty(node).clone(),
+                }))
+            })
+            .collect()
+    })
+}
+
 /// Inlines `graph` into the innermost trace with its inputs bound to `operands` (in input
 /// order) and returns tracers for its outputs.
 pub(crate) fn inline(graph: &Graph, operands: Vec<Operand>) -> Result<Vec<Tensor>> {

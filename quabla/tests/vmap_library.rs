@@ -80,7 +80,7 @@ fn vector_table() -> Vec<(&'static str, Function)> {
         ("meshgrid", |x| {
             qb::meshgrid(&[&x, &x]).eval()?[1].sum_axes(0)
         }),
-        ("moveaxis", |x| x.reshape([1, 3])?.moveaxis(&[0], &[1])),
+        ("moveaxis", |x| x.reshape([1, 3])?.moveaxis([0], [1])),
         ("swapaxes", |x| x.reshape([1, 3])?.swapaxes(0, 1)),
         ("transpose", |x| x.reshape([1, 3])?.transpose()),
         ("squeeze", |x| x.reshape([1, 3, 1])?.squeeze()),

@@ -5,7 +5,8 @@
 //! - identity broadcasts and identity transposes are removed, and a transpose of a transpose
 //!   becomes one transpose;
 //! - each `custom` node is replaced by its primal graph, its output aliased (the symbolic
-//!   transforms have used its rules by now; backends never see it).
+//!   transforms have used its rules by now; backends never see it); custom calls nested in a
+//!   primal graph are inlined too.
 
 use super::{rewrite, Rewrite};
 use crate::graph::{Graph, GraphBuilder, Node, NodeId};
@@ -81,6 +82,10 @@ fn inline_custom(b: &mut GraphBuilder, call: &CustomCall, operands: &[NodeId]) -
         let id = if let Op::Input { .. } = op {
             next_input += 1;
             operands[next_input - 1]
+        } else if let Op::Custom(inner) = op {
+            // A custom call inside a primal graph (a rule used by another rule's function).
+            let ops: Vec<NodeId> = ops.iter().map(|o| remap[o.index()]).collect();
+            inline_custom(b, inner, &ops)
         } else {
             let ops = ops.iter().map(|o| remap[o.index()]).collect();
             b.push_typed(op.clone(), ops, ty.clone())
