@@ -14,25 +14,11 @@
 use crate::helpers::zeros_like;
 use crate::jvp::jvp_graph;
 use crate::vjp::{vjp_graph, Seed};
-use quabla_ir::{CustomCall, DType, Graph, GraphBuilder, IrError, NodeId, Op, Result};
+use quabla_ir::{CustomCall, DType, Graph, GraphBuilder, IrError, NodeId, Result};
 
 /// Copies `g` into `b` with its inputs bound to `inputs` (in order); returns its outputs.
 pub(crate) fn inline(b: &mut GraphBuilder, g: &Graph, inputs: &[NodeId]) -> Result<Vec<NodeId>> {
-    let mut remap = Vec::with_capacity(g.len());
-    let mut next = 0;
-    for node in g.nodes() {
-        let id = if let Op::Input { .. } = node.op {
-            next += 1;
-            *inputs.get(next - 1).ok_or_else(|| IrError::Verify {
-                message: "a custom rule graph has more inputs than operands".into(),
-            })?
-        } else {
-            let ops: Vec<NodeId> = node.operands.iter().map(|o| remap[o.index()]).collect();
-            b.push(node.op.clone(), &ops)?
-        };
-        remap.push(id);
-    }
-    Ok(g.outputs().iter().map(|o| remap[o.index()]).collect())
+    b.inline_graph(g, inputs)
 }
 
 fn differentiable(b: &GraphBuilder, x: NodeId) -> bool {
@@ -171,7 +157,7 @@ pub(crate) fn cotangents(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use quabla_ir::{CustomRule, Shape, TensorType, UnaryOp};
+    use quabla_ir::{CustomRule, Op, Shape, TensorType, UnaryOp};
     use std::sync::Arc;
 
     fn vector() -> TensorType {

@@ -237,6 +237,26 @@ impl GraphBuilder {
         self.nodes.is_empty()
     }
 
+    /// Copies `g` into this builder with its inputs bound to `inputs` (in order) and returns
+    /// the nodes of its outputs: how transforms splice one graph into another.
+    pub fn inline_graph(&mut self, g: &Graph, inputs: &[NodeId]) -> Result<Vec<NodeId>> {
+        let mut remap: Vec<NodeId> = Vec::with_capacity(g.len());
+        let mut next_input = 0;
+        for node in g.nodes() {
+            let id = if let Op::Input { .. } = node.op {
+                next_input += 1;
+                *inputs.get(next_input - 1).ok_or_else(|| {
+                    IrError::verify("an inlined graph has more inputs than bound operands")
+                })?
+            } else {
+                let ops: Vec<NodeId> = node.operands.iter().map(|o| remap[o.index()]).collect();
+                self.push(node.op.clone(), &ops)?
+            };
+            remap.push(id);
+        }
+        Ok(g.outputs().iter().map(|o| remap[o.index()]).collect())
+    }
+
     /// Freezes the graph for a pass that only rearranged a verified graph (still verified in
     /// debug and test builds).
     pub(crate) fn finish_unchecked(self, outputs: Vec<NodeId>) -> Graph {

@@ -635,27 +635,6 @@ pub fn vjp<A: Tree, R: Tree>(f: impl Fn(A) -> Result<R>, primals: &A) -> Result<
     ))
 }
 
-/// Copies `g` into `b` with its inputs bound to `inputs`; returns its outputs.
-fn inline_into(
-    b: &mut quabla_ir::GraphBuilder,
-    g: &Graph,
-    inputs: &[quabla_ir::NodeId],
-) -> Result<Vec<quabla_ir::NodeId>> {
-    let mut remap = Vec::with_capacity(g.len());
-    let mut next = 0;
-    for node in g.nodes() {
-        let id = if let quabla_ir::Op::Input { .. } = node.op {
-            next += 1;
-            inputs[next - 1]
-        } else {
-            let ops: Vec<_> = node.operands.iter().map(|o| remap[o.index()]).collect();
-            b.push(node.op.clone(), &ops)?
-        };
-        remap.push(id);
-    }
-    Ok(g.outputs().iter().map(|o| remap[o.index()]).collect())
-}
-
 /// Rows `[start, start + len)` of an identity of size `n`, as `[n, *shape]` in `dtype`: the
 /// basis vectors of one leaf, generated inside the graph from an `arange` of length `n`.
 fn basis(
@@ -901,7 +880,7 @@ fn jacobian_graph(g: &Graph, wrt: &[bool]) -> Result<Graph> {
             out_offsets.push(offset);
             offset += outs[k].shape.size();
         }
-        let res = inline_into(&mut b, &batched, &bound)?;
+        let res = b.inline_graph(&batched, &bound)?;
         let grads = &res[outs.len()..];
         for (idx, &k) in float_outs.iter().enumerate() {
             let oshape = &outs[k].shape;
@@ -934,7 +913,7 @@ fn jacobian_graph(g: &Graph, wrt: &[bool]) -> Result<Graph> {
             in_offsets.push(offset);
             offset += t.shape.size();
         }
-        let res = inline_into(&mut b, &batched, &bound)?;
+        let res = b.inline_graph(&batched, &bound)?;
         let tangents = &res[outs.len()..];
         for &k in &float_outs {
             let oshape = &outs[k].shape;

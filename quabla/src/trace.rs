@@ -158,25 +158,10 @@ pub(crate) fn inline(graph: &Graph, operands: Vec<Operand>) -> Result<Vec<Tensor
         let top = frames
             .last_mut()
             .expect("inline is only called inside a trace");
-        let mut remap: Vec<NodeId> = Vec::with_capacity(graph.len());
-        let mut next_input = 0;
-        for node in graph.nodes() {
-            let id = if let Op::Input { .. } = node.op {
-                next_input += 1;
-                *bound.get(next_input - 1).ok_or_else(|| Error::Internal {
-                    message: "an inlined graph has more inputs than operands".into(),
-                })?
-            } else {
-                let ops: Vec<NodeId> = node.operands.iter().map(|o| remap[o.index()]).collect();
-                top.builder.push(node.op.clone(), &ops)?
-            };
-            remap.push(id);
-        }
-        Ok(graph
-            .outputs()
-            .iter()
-            .map(|o| {
-                let node = remap[o.index()];
+        let outputs = top.builder.inline_graph(graph, &bound)?;
+        Ok(outputs
+            .into_iter()
+            .map(|node| {
                 Tensor::traced(Tracer {
                     trace: top.id,
                     node,
