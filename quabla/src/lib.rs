@@ -92,7 +92,7 @@ pub use quabla_ir::DType;
 pub use quabla_macros::Tree;
 pub use tensor::{Element, Tensor};
 pub use tree::{ShapeDtype, Static, Tree};
-pub use vmap::{vmap, Vmap};
+pub use vmap::{vmap, InAxes, Vmap};
 pub use warnings::Warning;
 
 /// float64, the default dtype.

@@ -3,9 +3,7 @@
 //! enclosing trace. Values that do not depend on a mapped argument are never replicated.
 
 use crate::error::{Error, Result};
-use crate::jit::{
-    arg_positions, leaf_signature, rebuild, CacheOwner, Entry, Signature, TraceCache,
-};
+use crate::jit::{leaf_signature, rebuild, CacheOwner, Entry, Signature, TraceCache};
 use crate::operand::Operand;
 use crate::tensor::Tensor;
 use crate::trace::{self, InputLeaf, OutSlot, TracedFunction};
@@ -14,11 +12,63 @@ use quabla_ir::{normalize_axis, Shape, TensorType};
 use std::fmt;
 use std::marker::PhantomData;
 
+/// A pytree prefix of mapped axes (transforms.md §9): an axis (or `None`) applies to every
+/// leaf below it; tuples, lists and dicts follow the argument's structure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InAxes {
+    Axis(Option<isize>),
+    Tuple(Vec<InAxes>),
+    List(Vec<InAxes>),
+    Dict(Vec<(String, InAxes)>),
+}
+
+impl From<Option<isize>> for InAxes {
+    fn from(a: Option<isize>) -> InAxes {
+        InAxes::Axis(a)
+    }
+}
+
+impl From<isize> for InAxes {
+    fn from(a: isize) -> InAxes {
+        InAxes::Axis(Some(a))
+    }
+}
+
+impl InAxes {
+    /// The axis of every leaf of `def`, in flatten order (TF8 when the prefix does not fit).
+    fn resolve(&self, def: &tree::TreeDef, out: &mut Vec<Option<isize>>) -> Result<()> {
+        use tree::TreeDef as D;
+        let mismatch = || Error::Structure {
+            message: format!("pytree structures differ: in_axes {self:?} vs {def}"),
+        };
+        match (self, def) {
+            (InAxes::Axis(a), d) => out.extend(std::iter::repeat_n(*a, d.num_leaves())),
+            (InAxes::Tuple(s), D::Tuple(c)) | (InAxes::List(s), D::List(c))
+                if s.len() == c.len() =>
+            {
+                for (spec, d) in s.iter().zip(c) {
+                    spec.resolve(d, out)?;
+                }
+            }
+            (InAxes::Dict(s), D::Dict(c)) if s.len() == c.len() => {
+                for ((k, d), (sk, spec)) in c.iter().zip(s) {
+                    if k != sk {
+                        return Err(mismatch());
+                    }
+                    spec.resolve(d, out)?;
+                }
+            }
+            _ => return Err(mismatch()),
+        }
+        Ok(())
+    }
+}
+
 /// A batched function: build with [`vmap`], choose axes with [`Vmap::in_axes`] and
 /// [`Vmap::out_axes`], call with [`Vmap::call`].
 pub struct Vmap<F, A> {
     f: F,
-    in_axes: Option<Vec<Option<isize>>>,
+    in_axes: Option<InAxes>,
     out_axes: Option<isize>,
     name: String,
     max_traces: usize,
@@ -49,7 +99,17 @@ impl<A: Tree, F> Vmap<F, A> {
     /// One entry per positional argument: the mapped axis of every array leaf of that argument
     /// (negative counts from the end), or `None` for an unmapped argument.
     pub fn in_axes(mut self, axes: &[Option<isize>]) -> Self {
-        self.in_axes = Some(axes.to_vec());
+        self.in_axes = Some(InAxes::Tuple(
+            axes.iter().map(|&a| InAxes::Axis(a)).collect(),
+        ));
+        self
+    }
+
+    /// A pytree prefix of the arguments (a tuple over the positional arguments when the
+    /// function takes several): `InAxes::Tuple(vec![InAxes::Dict(vec![("w".into(),
+    /// None.into()), ("x".into(), 0.into())]), None.into()])`.
+    pub fn in_axes_tree(mut self, axes: InAxes) -> Self {
+        self.in_axes = Some(axes);
         self
     }
 
@@ -78,19 +138,25 @@ impl<A: Tree, F> Vmap<F, A> {
         F: Fn(A) -> Result<R>,
     {
         let (leaves, def) = tree::flatten(args);
-        let positions = arg_positions(&def);
         let names = trace::leaf_names(&def, &[]);
-        let n_args = positions.iter().max().map_or(0, |m| m + 1);
-        let axes_of = |p: usize| -> Result<Option<isize>> {
-            match &self.in_axes {
-                None => Ok(Some(0)),
-                Some(v) if v.len() == n_args || (v.len() == 1 && n_args <= 1) => {
-                    Ok(v[p.min(v.len() - 1)])
+        let leaf_axes: Vec<Option<isize>> = match &self.in_axes {
+            None => vec![Some(0); leaves.len()],
+            Some(InAxes::Tuple(per_arg)) if !matches!(def, tree::TreeDef::Tuple(_)) => {
+                // One positional argument that is not itself a tuple.
+                if per_arg.len() != 1 {
+                    return Err(Error::invalid(format!(
+                        "vmap in_axes has {} entries for 1 positional argument",
+                        per_arg.len()
+                    )));
                 }
-                Some(v) => Err(Error::invalid(format!(
-                    "vmap in_axes has {} entries for {n_args} positional arguments",
-                    v.len()
-                ))),
+                let mut out = Vec::new();
+                per_arg[0].resolve(&def, &mut out)?;
+                out
+            }
+            Some(spec) => {
+                let mut out = Vec::new();
+                spec.resolve(&def, &mut out)?;
+                out
             }
         };
         // Per leaf: the mapped axis (normalized in the batched tensor), the example type.
@@ -99,8 +165,8 @@ impl<A: Tree, F> Vmap<F, A> {
         let mut mapped: Vec<Option<usize>> = Vec::new();
         let mut sigs = Vec::with_capacity(leaves.len());
         let mut sized: Vec<(String, Shape)> = Vec::new();
-        for (i, (leaf, &p)) in leaves.iter().zip(&positions).enumerate() {
-            let axis = axes_of(p)?;
+        for (i, leaf) in leaves.iter().enumerate() {
+            let axis = leaf_axes[i];
             match leaf {
                 Leaf::Tensor(t) => {
                     let ty = t.ir_type();

@@ -219,3 +219,36 @@ fn e42_graph_size_loop_versus_vmap() {
     );
     assert!(l4 > v4);
 }
+
+#[test]
+fn in_axes_with_none_inside_a_pytree() -> qb::Result<()> {
+    use qb::InAxes;
+    use std::collections::BTreeMap;
+    // params = {"w": unmapped [2], "x": mapped along axis 0 of [3, 2]}, scale unmapped.
+    let f = |(p, s): (BTreeMap<String, Tensor>, Tensor)| p["x"].mul(&p["w"])?.sum()?.mul(&s);
+    let mut p = BTreeMap::new();
+    p.insert("w".to_string(), qb::array([0.5, 2.0])?);
+    p.insert(
+        "x".to_string(),
+        qb::array([[1.0, 1.0], [2.0, 0.0], [0.0, 3.0]])?,
+    );
+    let spec = InAxes::Tuple(vec![
+        InAxes::Dict(vec![("w".into(), None.into()), ("x".into(), 0.into())]),
+        None.into(),
+    ]);
+    let out: Tensor = qb::vmap(f)
+        .in_axes_tree(spec)
+        .call(&(p.clone(), qb::array(10.0)?))?;
+    assert_eq!(vals(&out), vec![25.0, 10.0, 60.0]);
+    // A prefix that does not fit the structure is TF8.
+    let bad = InAxes::Tuple(vec![InAxes::List(vec![0.into()]), None.into()]);
+    let err = qb::vmap(f)
+        .in_axes_tree(bad)
+        .call::<Tensor>(&(p, qb::array(10.0)?))
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("pytree structures differ"),
+        "{err}"
+    );
+    Ok(())
+}
