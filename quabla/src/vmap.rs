@@ -69,7 +69,7 @@ impl InAxes {
 pub struct Vmap<F, A> {
     f: F,
     in_axes: Option<InAxes>,
-    out_axes: Option<isize>,
+    out_axes: InAxes,
     name: String,
     max_traces: usize,
     cache: TraceCache,
@@ -87,7 +87,7 @@ pub fn vmap<A: Tree, F>(f: F) -> Vmap<F, A> {
     Vmap {
         f,
         in_axes: None,
-        out_axes: Some(0),
+        out_axes: InAxes::Axis(Some(0)),
         name: "<closure>".into(),
         max_traces: 8,
         cache: TraceCache::default(),
@@ -116,7 +116,14 @@ impl<A: Tree, F> Vmap<F, A> {
     /// Where the batch axis goes in every output (`None`: the outputs must not depend on a
     /// mapped argument).
     pub fn out_axes(mut self, axis: Option<isize>) -> Self {
-        self.out_axes = axis;
+        self.out_axes = InAxes::Axis(axis);
+        self
+    }
+
+    /// Output axes as a pytree prefix of the result (`None` leaves must not depend on a mapped
+    /// argument).
+    pub fn out_axes_tree(mut self, axes: InAxes) -> Self {
+        self.out_axes = axes;
         self
     }
 
@@ -233,12 +240,21 @@ impl<A: Tree, F> Vmap<F, A> {
             } = trace::trace_function::<A, R>(&|a| (self.f)(a), &def, &inputs, &names)?;
             let mut in_axes = mapped.clone();
             in_axes.extend(std::iter::repeat_n(None, captures.len()));
+            // The axis of each result leaf, then of each plan output (static leaves have none).
+            let mut leaf_out_axes = Vec::new();
+            self.out_axes.resolve(&out_def, &mut leaf_out_axes)?;
+            let mut per_output: Vec<Option<isize>> = vec![None; graph.outputs().len()];
+            for (slot, axis) in out_slots.iter().zip(&leaf_out_axes) {
+                if let OutSlot::Plan(k) = slot {
+                    per_output[*k] = *axis;
+                }
+            }
             let out_axes: Vec<Option<usize>> = graph
                 .outputs()
                 .iter()
-                .map(|o| {
-                    self.out_axes
-                        .map(|a| normalize_axis(a, graph.node(*o).ty.shape.rank() + 1))
+                .zip(&per_output)
+                .map(|(o, axis)| {
+                    axis.map(|a| normalize_axis(a, graph.node(*o).ty.shape.rank() + 1))
                         .transpose()
                 })
                 .collect::<quabla_ir::Result<_>>()?;

@@ -252,3 +252,23 @@ fn in_axes_with_none_inside_a_pytree() -> qb::Result<()> {
     );
     Ok(())
 }
+
+#[test]
+fn out_axes_as_a_pytree_prefix() -> qb::Result<()> {
+    use qb::InAxes;
+    // Two results: the first with the batch last, the second unmapped (it ignores x).
+    let f = |(x, w): (Tensor, Tensor)| Ok((qb::outer(&x, &w)?, w.sum()?));
+    let xs = qb::array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])?;
+    let w = qb::array([1.0, 10.0])?;
+    let (o, s): (Tensor, Tensor) = qb::vmap(f)
+        .in_axes(&[Some(0), None])
+        .out_axes_tree(InAxes::Tuple(vec![(-1).into(), None.into()]))
+        .call(&(xs, w))?;
+    assert_eq!(o.shape(), &[2, 2, 3]);
+    assert_eq!(
+        vals(&o.index(qb::s![.., .., 1])?),
+        vec![3.0, 30.0, 4.0, 40.0]
+    );
+    assert_eq!(s.item()?, 11.0);
+    Ok(())
+}
