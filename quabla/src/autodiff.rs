@@ -757,26 +757,41 @@ impl<A: Tree, F> Jacobian<F, A> {
     where
         F: Fn(A) -> Result<R>,
     {
-        let argnums = self.argnums.clone();
-        let prepared = prepare(args, &|p| argnums.contains(&p))?;
         let owner = CacheOwner {
             transform: "jacobian",
             function: &self.name,
             max_traces: self.max_traces,
             arg_names: &[],
         };
+        jacobian_call::<A, R, J>(
+            &|a| (self.f)(a),
+            &self.argnums,
+            self.as_tuple,
+            &owner,
+            &self.cache,
+            args,
+        )
+    }
+}
+
+/// The body of a Jacobian call, shared by `jacobian` and `hessian` (which own their caches).
+fn jacobian_call<A: Tree, R: Tree, J: Tree>(
+    f: &dyn Fn(A) -> Result<R>,
+    argnums: &[usize],
+    as_tuple: bool,
+    owner: &CacheOwner<'_>,
+    cache: &TraceCache,
+    args: &impl Tree,
+) -> Result<J> {
+    {
+        let prepared = prepare(args, &|p| argnums.contains(&p))?;
         let stage = || -> Result<(Graph, Vec<Tensor>, TreeDef, Vec<OutSlot>)> {
             let TracedFunction {
                 graph,
                 captures,
                 out_def,
                 out_slots,
-            } = trace::trace_function::<A, R>(
-                &|a| (self.f)(a),
-                &prepared.def,
-                &prepared.inputs,
-                &prepared.names,
-            )?;
+            } = trace::trace_function::<A, R>(f, &prepared.def, &prepared.inputs, &prepared.names)?;
             if out_slots.iter().any(|s| matches!(s, OutSlot::Static(_))) {
                 return Err(Error::invalid(
                     "jacobian needs a function whose outputs are all tensors",
@@ -785,7 +800,7 @@ impl<A: Tree, F> Jacobian<F, A> {
             let mut wrt = prepared.wrt.clone();
             wrt.extend(std::iter::repeat_n(false, captures.len()));
             let build = jacobian_graph(&graph, &wrt)?;
-            let (in_def, order) = gradient_def(&prepared, &self.argnums, self.as_tuple)?;
+            let (in_def, order) = gradient_def(&prepared, argnums, as_tuple)?;
             // Blocks in output-major order; bool outputs hold None.
             let n_wrt = wrt.iter().filter(|&&w| w).count();
             let float_out: Vec<bool> = graph
@@ -818,7 +833,7 @@ impl<A: Tree, F> Jacobian<F, A> {
             );
             Ok((build, captures, def, slots))
         };
-        let (def, slots, outs) = execute(&self.cache, &owner, &prepared, stage)?;
+        let (def, slots, outs) = execute(cache, owner, &prepared, stage)?;
         rebuild(&def, &slots, outs)
     }
 }
@@ -954,6 +969,7 @@ pub struct Hessian<F, A> {
     f: F,
     argnums: Vec<usize>,
     as_tuple: bool,
+    cache: TraceCache,
     _args: PhantomData<fn(A)>,
 }
 
@@ -969,6 +985,7 @@ pub fn hessian<A: Tree, F>(f: F) -> Hessian<F, A> {
         f,
         argnums: vec![0],
         as_tuple: false,
+        cache: TraceCache::default(),
         _args: PhantomData,
     }
 }
@@ -1008,15 +1025,19 @@ impl<A: Tree, F> Hessian<F, A> {
             };
             g.call::<R, tree::Value>(&a)
         };
-        let j = Jacobian {
-            f: inner,
-            argnums: self.argnums.clone(),
-            as_tuple: self.as_tuple,
-            name: "<closure>".into(),
+        let owner = CacheOwner {
+            transform: "hessian",
+            function: "<closure>",
             max_traces: 8,
-            cache: TraceCache::default(),
-            _args: PhantomData::<fn(A)>,
+            arg_names: &[],
         };
-        j.call::<tree::Value, H>(args)
+        jacobian_call::<A, tree::Value, H>(
+            &inner,
+            &self.argnums,
+            self.as_tuple,
+            &owner,
+            &self.cache,
+            args,
+        )
     }
 }

@@ -272,3 +272,22 @@ fn out_axes_as_a_pytree_prefix() -> qb::Result<()> {
     assert_eq!(s.item()?, 11.0);
     Ok(())
 }
+
+#[test]
+fn hessian_caches_its_traces() -> qb::Result<()> {
+    let traces = std::cell::Cell::new(0);
+    let h = qb::hessian(|x: Tensor| {
+        traces.set(traces.get() + 1);
+        x.powi(3).sum()
+    });
+    let a: Tensor = h.call(&qb::array([1.0, 2.0])?)?;
+    let b: Tensor = h.call(&qb::array([3.0, 4.0])?)?;
+    assert_eq!(vals(&a), vec![6.0, 0.0, 0.0, 12.0]);
+    assert_eq!(vals(&b), vec![18.0, 0.0, 0.0, 24.0]);
+    assert_eq!(
+        traces.get(),
+        1,
+        "the second call of the same signature reuses the trace"
+    );
+    Ok(())
+}
