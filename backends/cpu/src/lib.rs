@@ -333,7 +333,10 @@ impl CpuExecutable {
             }
             Op::Solve => {
                 let ((a, ad), (b, bd)) = (arg(0)?, arg(1)?);
-                linalg::solve(a, ad, b, bd, out)
+                let r = linalg::solve(a, ad, b, bd, out);
+                // faer's AVX kernels leave the upper vector state dirty (see matmul.rs).
+                matmul::clear_upper_vector_state();
+                r
             }
             Op::TriangularSolve {
                 lower,
@@ -341,15 +344,33 @@ impl CpuExecutable {
                 unit_diagonal,
             } => {
                 let ((a, ad), (b, bd)) = (arg(0)?, arg(1)?);
-                linalg::triangular_solve(a, ad, b, bd, *lower, *transpose_a, *unit_diagonal, out)
+                let r = linalg::triangular_solve(
+                    a,
+                    ad,
+                    b,
+                    bd,
+                    *lower,
+                    *transpose_a,
+                    *unit_diagonal,
+                    out,
+                );
+                // faer's AVX kernels leave the upper vector state dirty (see matmul.rs).
+                matmul::clear_upper_vector_state();
+                r
             }
             Op::Cholesky => {
                 let (a, ad) = arg(0)?;
-                linalg::cholesky(a, ad, out)
+                let r = linalg::cholesky(a, ad, out);
+                // faer's AVX kernels leave the upper vector state dirty (see matmul.rs).
+                matmul::clear_upper_vector_state();
+                r
             }
             Op::CholeskyAd => {
                 let ((l, ld), (da, _)) = (arg(0)?, arg(1)?);
-                linalg::cholesky_ad(l, da, ld, out)
+                let r = linalg::cholesky_ad(l, da, ld, out);
+                // faer's AVX kernels leave the upper vector state dirty (see matmul.rs).
+                matmul::clear_upper_vector_state();
+                r
             }
             Op::Linalg(kind) => {
                 let (a, ad) = arg(0)?;
@@ -359,7 +380,10 @@ impl CpuExecutable {
                 let outs = std::iter::once(out)
                     .chain(extra.iter_mut().map(|b| b.view_mut()))
                     .collect();
-                linalg::linalg(&kinds, a, ad, outs)
+                let r = linalg::linalg(&kinds, a, ad, outs);
+                // faer's AVX kernels leave the upper vector state dirty (see matmul.rs).
+                matmul::clear_upper_vector_state();
+                r
             }
             Op::Custom(_) => Err(BackendError::Unsupported {
                 op: "custom".into(),
