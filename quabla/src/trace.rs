@@ -79,86 +79,34 @@ fn resolve(frames: &mut [Frame], operand: &Operand) -> Result<NodeId> {
     }
 }
 
-/// Records an operation into the innermost trace. `operands` contains at least one tracer.
-pub(crate) fn record(
-    operands: Vec<Operand>,
-    build: impl FnOnce(&mut GraphBuilder, &[NodeId]) -> quabla_ir::Result<NodeId>,
-) -> Result<Tensor> {
-    for o in &operands {
-        if let Operand::Tensor(t) = o {
-            if let Some(tr) = t.tracer() {
-                if !FRAMES.with(|f| f.borrow().iter().any(|fr| fr.id == tr.trace)) {
-                    return Err(leaked(tr));
+/// Resolves `operands` into the innermost frame, lets `emit` append nodes there, and returns
+/// tracers for the nodes it names: the one path by which operations, custom calls and inlined
+/// graphs enter a trace. A tracer whose trace has ended is TR5.
+fn emit_into_top(
+    operands: &[Operand],
+    emit: impl FnOnce(&mut GraphBuilder, &[NodeId]) -> Result<Vec<NodeId>>,
+) -> Result<Vec<Tensor>> {
+    FRAMES.with(|frames| {
+        let mut frames = frames.borrow_mut();
+        if frames.is_empty() {
+            // Only a leaked tracer can bring an operation here with no trace active.
+            for o in operands {
+                if let Operand::Tensor(t) = o {
+                    if let Some(tr) = t.tracer() {
+                        return Err(leaked(tr));
+                    }
                 }
             }
+            return Err(Error::Internal {
+                message: "an operation was recorded with no active trace".into(),
+            });
         }
-    }
-    FRAMES.with(|frames| {
-        let mut frames = frames.borrow_mut();
         let nodes = operands
             .iter()
             .map(|o| resolve(&mut frames, o))
             .collect::<Result<Vec<_>>>()?;
-        let top = frames
-            .last_mut()
-            .expect("record is only called inside a trace");
-        let node = build(&mut top.builder, &nodes)?;
-        let ty = top.builder.ty(node).clone();
-        Ok(Tensor::traced(Tracer {
-            trace: top.id,
-            node,
-            ty,
-        }))
-    })
-}
-
-/// Records the `custom` nodes of one call of a custom rule into the innermost trace (one node
-/// per output of its primal graph, sharing the rule and the operands) and returns their
-/// tracers.
-pub(crate) fn record_custom(
-    rule: std::sync::Arc<quabla_ir::CustomRule>,
-    operands: Vec<Operand>,
-) -> Result<Vec<Tensor>> {
-    let n = rule.primal.outputs().len();
-    FRAMES.with(|frames| {
-        let mut frames = frames.borrow_mut();
-        let nodes = operands
-            .iter()
-            .map(|o| resolve(&mut frames, o))
-            .collect::<Result<Vec<_>>>()?;
-        let top = frames
-            .last_mut()
-            .expect("record_custom is only called inside a trace");
-        (0..n)
-            .map(|output| {
-                let call = quabla_ir::CustomCall {
-                    rule: rule.clone(),
-                    output,
-                };
-                let node = top.builder.push(Op::Custom(call), &nodes)?;
-                Ok(Tensor::traced(Tracer {
-                    trace: top.id,
-                    node,
-                    ty: top.builder.ty(node).clone(),
-                }))
-            })
-            .collect()
-    })
-}
-
-/// Inlines `graph` into the innermost trace with its inputs bound to `operands` (in input
-/// order) and returns tracers for its outputs.
-pub(crate) fn inline(graph: &Graph, operands: Vec<Operand>) -> Result<Vec<Tensor>> {
-    FRAMES.with(|frames| {
-        let mut frames = frames.borrow_mut();
-        let bound = operands
-            .iter()
-            .map(|o| resolve(&mut frames, o))
-            .collect::<Result<Vec<_>>>()?;
-        let top = frames
-            .last_mut()
-            .expect("inline is only called inside a trace");
-        let outputs = top.builder.inline_graph(graph, &bound)?;
+        let top = frames.last_mut().expect("checked non-empty above");
+        let outputs = emit(&mut top.builder, &nodes)?;
         Ok(outputs
             .into_iter()
             .map(|node| {
@@ -170,6 +118,42 @@ pub(crate) fn inline(graph: &Graph, operands: Vec<Operand>) -> Result<Vec<Tensor
             })
             .collect())
     })
+}
+
+/// Records an operation into the innermost trace. `operands` contains at least one tracer.
+pub(crate) fn record(
+    operands: Vec<Operand>,
+    build: impl FnOnce(&mut GraphBuilder, &[NodeId]) -> quabla_ir::Result<NodeId>,
+) -> Result<Tensor> {
+    let mut out = emit_into_top(&operands, |b, nodes| Ok(vec![build(b, nodes)?]))?;
+    Ok(out.pop().expect("one node was emitted"))
+}
+
+/// Records the `custom` nodes of one call of a custom rule into the innermost trace (one node
+/// per output of its primal graph, sharing the rule and the operands) and returns their
+/// tracers.
+pub(crate) fn record_custom(
+    rule: std::sync::Arc<quabla_ir::CustomRule>,
+    operands: Vec<Operand>,
+) -> Result<Vec<Tensor>> {
+    let n = rule.primal.outputs().len();
+    emit_into_top(&operands, |b, nodes| {
+        (0..n)
+            .map(|output| {
+                let call = quabla_ir::CustomCall {
+                    rule: rule.clone(),
+                    output,
+                };
+                Ok(b.push(Op::Custom(call), nodes)?)
+            })
+            .collect()
+    })
+}
+
+/// Inlines `graph` into the innermost trace with its inputs bound to `operands` (in input
+/// order) and returns tracers for its outputs.
+pub(crate) fn inline(graph: &Graph, operands: Vec<Operand>) -> Result<Vec<Tensor>> {
+    emit_into_top(&operands, |b, nodes| Ok(b.inline_graph(graph, nodes)?))
 }
 
 /// Pops the frame it pushed even when the traced function fails or panics.
