@@ -223,5 +223,12 @@ fn tangent_rule(
         Op::CholeskyAd => return Err(rules::cholesky_ad_unsupported()),
         Op::Linalg(_) => return Err(no_rule(&node.op, "forward-mode")),
         Op::Custom(call) => crate::custom::tangent(b, call, x, t)?,
+        // Region groups are rewritten as a whole by the sweep (regions.rs), never one node at
+        // a time.
+        Op::Region(_) => {
+            return Err(quabla_ir::IrError::Verify {
+                message: "a region node reached the per-node rule".into(),
+            })
+        }
     })
 }

@@ -355,5 +355,12 @@ fn cotangent_rule(
         Op::CholeskyAd => return Err(rules::cholesky_ad_unsupported()),
         Op::Linalg(_) => return Err(no_rule(&node.op, "reverse-mode")),
         Op::Custom(call) => crate::custom::cotangents(b, call, x, ct)?,
+        // Region groups are rewritten as a whole by the sweep (regions.rs), never one node at
+        // a time.
+        Op::Region(_) => {
+            return Err(quabla_ir::IrError::Verify {
+                message: "a region node reached the per-node rule".into(),
+            })
+        }
     })
 }

@@ -127,7 +127,7 @@ pub struct HostValue<'a> {
 /// Evaluates one node on concrete operands; `None` for ops without a folding rule:
 /// leaves, `matmul` and the linear-algebra ops (their CPU kernels live in `quabla-linalg` and
 /// `faer`, whose accumulation order this reference does not reproduce, so folding them could
-/// change a CPU result), and `custom` (inlined before folding runs).
+/// change a CPU result), `custom` (inlined before folding runs) and control-flow regions.
 pub fn evaluate(op: &Op, operands: &[HostValue<'_>], out: &TensorType) -> Option<HostData> {
     let out_shape = &out.shape;
     let n = out_shape.size();
@@ -140,7 +140,8 @@ pub fn evaluate(op: &Op, operands: &[HostValue<'_>], out: &TensorType) -> Option
         | Op::CholeskyAd
         | Op::TriangularSolve { .. }
         | Op::Linalg(_)
-        | Op::Custom(_) => return None,
+        | Op::Custom(_)
+        | Op::Region(_) => return None,
         Op::Cast { .. } | Op::StopGradient => operands[0].data.to_f64_vec(),
         Op::Unary(u) => map1(operands[0], |x| unary_f64(*u, x)),
         Op::Powi(e) => map1(operands[0], |x| powi_f64(x, *e)),

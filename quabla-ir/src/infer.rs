@@ -390,6 +390,28 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
             let ty = &primal.node(*out).ty;
             Ok(TensorType::new(ty.dtype, ty.shape.clone()))
         }
+        Op::Region(call) => {
+            let region = &call.region;
+            for (k, (want, given)) in region.operand_types().iter().zip(operands).enumerate() {
+                if want.dtype != given.dtype || want.shape != given.shape {
+                    return Err(IrError::verify(format!(
+                        "{} operand {k} must be {want}, got {given}",
+                        region.form().name()
+                    )));
+                }
+            }
+            region
+                .output_types()
+                .get(call.output)
+                .cloned()
+                .ok_or_else(|| {
+                    IrError::verify(format!(
+                        "{} region has no output {}",
+                        region.form().name(),
+                        call.output
+                    ))
+                })
+        }
     }
 }
 
@@ -413,6 +435,7 @@ fn check_arity(op: &Op, n: usize) -> Result<()> {
             }
         }
         Op::Custom(_) => return Ok(()),
+        Op::Region(call) => Some(call.region.operand_types().len()),
         _ => Some(1),
     };
     match expected {

@@ -7,10 +7,11 @@
 //!
 //! Ops are kept few: `maximum`, `relu`, `abs`, `softplus`, `stack`, `norm`, ... are
 //! compositions built by the facade. Control-flow regions (`cond`, `fori`, `scan`, `while` and
-//! their derivative forms) will be added as variants that own frozen sub-graphs and explicit
-//! captures, printed with the body syntax of transforms.md §15.3.
+//! their derivative forms) are [`Op::Region`] nodes that own frozen body graphs (`region.rs`),
+//! printed with the body syntax of transforms.md §15.3.
 
 use crate::graph::{Graph, TensorType};
+use crate::region::RegionCall;
 use crate::{DType, HostData, Shape};
 use std::sync::Arc;
 
@@ -398,6 +399,8 @@ pub enum Op {
     },
     Linalg(LinalgKind),
     Custom(CustomCall),
+    /// One output of a control-flow region; the text name is the region's form.
+    Region(RegionCall),
 }
 
 impl Op {
@@ -435,6 +438,7 @@ impl Op {
             Op::TriangularSolve { .. } => "triangular_solve",
             Op::Linalg(_) => "linalg",
             Op::Custom(_) => "custom",
+            Op::Region(call) => call.region.form().name(),
         }
     }
 

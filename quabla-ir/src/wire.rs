@@ -542,6 +542,11 @@ impl Writer {
                 self.u8(linalg_code(*kind));
             }
             Op::Custom(_) => return Err(WireError::CustomNode { node: id }),
+            Op::Region(_) => return Err(WireError::Unencodable {
+                message: format!(
+                    "node {id} is a control-flow region, which the wire format does not carry yet"
+                ),
+            }),
         }
         Ok(())
     }

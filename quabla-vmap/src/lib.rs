@@ -348,6 +348,13 @@ fn batch_rule(b: &mut GraphBuilder, node: &Node, args: &[Value], size: usize) ->
                 &ids,
             )
         }
+        Op::Region(call) => Err(IrError::Unsupported {
+            op: call.region.form().primitive().into(),
+            message: format!(
+                "vmap of a {} region is not implemented yet",
+                call.region.form().name()
+            ),
+        }),
     }
 }
 

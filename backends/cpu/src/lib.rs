@@ -390,6 +390,11 @@ impl CpuExecutable {
                 device: "cpu".into(),
                 reason: "custom rules must be inlined before a plan reaches a backend".into(),
             }),
+            Op::Region(call) => Err(BackendError::Unsupported {
+                op: call.region.form().name().into(),
+                device: "cpu".into(),
+                reason: "control-flow regions are not executed yet".into(),
+            }),
             Op::Input { .. }
             | Op::Constant { .. }
             | Op::Cast { .. }

@@ -1,10 +1,14 @@
 //! The printer: one line per node, then the outputs line.
 
 use super::number::format_f64;
+use crate::graph::NodeId;
 use crate::graph::{Graph, Node};
 use crate::op::Op;
+use crate::region::RegionKind;
 use crate::HostData;
+use std::collections::HashMap;
 use std::fmt::Write;
+use std::sync::Arc;
 
 /// How the final `outputs:` line is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,9 +22,7 @@ pub enum OutputStyle {
 /// Prints a graph in the text format.
 pub fn print_graph(graph: &Graph, style: OutputStyle) -> String {
     let mut out = String::new();
-    for (i, node) in graph.nodes().iter().enumerate() {
-        let _ = writeln!(out, "%{i} = {} : {}", node_body(node), node.ty);
-    }
+    print_nodes(graph, 0, &mut out);
     let outs: Vec<String> = graph
         .outputs()
         .iter()
@@ -31,6 +33,46 @@ pub fn print_graph(graph: &Graph, style: OutputStyle) -> String {
         .collect();
     let _ = writeln!(out, "outputs: [{}]", outs.join(", "));
     out
+}
+
+/// The node lines of `graph` at `indent` levels (two spaces each). A region's first node
+/// prints the bodies (transforms.md §15.3); its sibling nodes (further outputs of the same
+/// call) print `same=%k` instead of repeating them.
+fn print_nodes(graph: &Graph, indent: usize, out: &mut String) {
+    let pad = "  ".repeat(indent);
+    let mut first_of: HashMap<(usize, Vec<NodeId>), usize> = HashMap::new();
+    for (i, node) in graph.nodes().iter().enumerate() {
+        let body = node_body(node);
+        let Op::Region(call) = &node.op else {
+            let _ = writeln!(out, "{pad}%{i} = {body} : {}", node.ty);
+            continue;
+        };
+        let key = (Arc::as_ptr(&call.region) as usize, node.operands.clone());
+        if let Some(first) = first_of.get(&key) {
+            let body = splice_attr(&body, &format!("same=%{first}"));
+            let _ = writeln!(out, "{pad}%{i} = {body} : {}", node.ty);
+            continue;
+        }
+        first_of.insert(key, i);
+        let _ = writeln!(out, "{pad}%{i} = {body} : {} {{", node.ty);
+        for (label, g) in call.region.bodies() {
+            let _ = writeln!(out, "{pad}  ^{label}:");
+            print_nodes(g, indent + 2, out);
+            let results: Vec<String> = g.outputs().iter().map(|o| o.to_string()).collect();
+            let _ = writeln!(out, "{pad}    yield {}", results.join(", "));
+        }
+        let _ = writeln!(out, "{pad}}}");
+    }
+}
+
+/// `op(a, b)` with `attr` appended inside the parentheses.
+fn splice_attr(body: &str, attr: &str) -> String {
+    let stem = body.strip_suffix(')').unwrap_or(body);
+    if stem.ends_with('(') {
+        format!("{stem}{attr})")
+    } else {
+        format!("{stem}, {attr})")
+    }
 }
 
 fn list(xs: &[usize]) -> String {
@@ -128,6 +170,37 @@ fn node_body(node: &Node) -> String {
             args.push(format!("output={}", call.output));
             if call.rule.rematerialize {
                 args.push("remat".into());
+            }
+        }
+        Op::Region(call) => {
+            let region = &call.region;
+            match region.kind() {
+                RegionKind::Cond { .. } => {}
+                RegionKind::Scan(s) => {
+                    if region.form().primitive() == "fori_loop" {
+                        args.push(format!("lower={}", s.start));
+                        args.push(format!("upper={}", s.start + s.length));
+                    } else {
+                        args.push(format!("length={}", s.length));
+                        if s.start != 0 {
+                            args.push(format!("start={}", s.start));
+                        }
+                    }
+                    if s.reverse {
+                        args.push("reverse".into());
+                    }
+                    args.push(format!("carries={}", s.n_carry));
+                    if s.n_xs > 0 {
+                        args.push(format!("xs={}", s.n_xs));
+                    }
+                }
+                RegionKind::While { n_carry, .. } => args.push(format!("carries={n_carry}")),
+            }
+            if region.level() > 0 {
+                args.push(format!("level={}", region.level()));
+            }
+            if region.output_types().len() > 1 {
+                args.push(format!("output={}", call.output));
             }
         }
     }
