@@ -5,11 +5,13 @@
 //! them back, validating everything: no input makes it panic, allocate more than a small
 //! multiple of the input's size, or run for long. Structural problems (magic, version,
 //! truncation, unknown codes, references to later nodes, trailing bytes) are reported with
-//! the byte offset or the node where they occur; the decoded nodes then go through
-//! [`Graph::from_parts`], so every type rule of the IR is checked as for any other graph. A successful decode is canonical:
-//! re-encoding the decoded plan gives back exactly the same bytes.
+//! the byte offset or the node where they occur (inside a region body, with the body and its
+//! region node); the decoded nodes then go through [`Graph::from_parts`] and the regions
+//! through [`Region::new`], so every type rule and body contract of the IR is checked as for
+//! any other graph. A successful decode is canonical: re-encoding the decoded plan gives back
+//! exactly the same bytes.
 //!
-//! # Layout (version 1)
+//! # Layout (version 2)
 //!
 //! All integers are little-endian. Names used below:
 //!
@@ -30,7 +32,13 @@
 //!
 //! ```text
 //! magic     8 bytes "QBLAPLAN" (51 42 4C 41 50 4C 41 4E)
-//! version   u32, the value of WIRE_VERSION (1)
+//! version   u32, the value of WIRE_VERSION (2)
+//! graph     the plan's graph
+//! ```
+//!
+//! A `graph` (the plan's, and each body of a region) is
+//!
+//! ```text
 //! nodes     count, then that many nodes, in topological order
 //! outputs   count, then that many ids (each < the node count; repeats allowed)
 //! ```
@@ -76,6 +84,7 @@
 //! | 27 | `cholesky_ad` | none | 2 |
 //! | 28 | `triangular_solve` | `bool` lower, `bool` transpose_a, `bool` unit_diagonal | 2 |
 //! | 29 | `linalg` | `u8` kind: 0 `det_sign`, 1 `log_abs_det`, 2 `eigh_values`, 3 `eigh_vectors`, 4 `qr_r`, 5 `qr_q`, 6 `qr_q_complete`, 7 `svd_s`, 8 `svd_u`, 9 `svd_u_full`, 10 `svd_vh`, 11 `svd_vh_full` | 1 |
+//! | 30 | region (the text name is its form) | see [Regions](#regions) | the region's operands |
 //!
 //! Every other tag is invalid. Custom-rule nodes (`custom`) have no tag: canonicalization
 //! replaces them by their primal graphs before a plan is frozen, and encoding a graph that
@@ -83,10 +92,44 @@
 //! a node's type, are those of the IR ([`Op`], [`crate::infer_type`]); inputs come before every
 //! other node, and the inputs bind to the plan's arguments in order.
 //!
+//! # Regions
+//!
+//! A region node is one output of a control-flow [`Region`]; the region's kinds, operands and
+//! body contracts are documented in `region.rs` ([`RegionKind`]). Its attributes are
+//!
+//! ```text
+//! output    index, which output of the region the node is
+//! source    u8: 0 = the region's definition follows, 1 = the id of an earlier node follows
+//! ```
+//!
+//! The first node of a graph that holds a region defines it; every later node of that graph
+//! holding the same region (the sibling outputs of one call, or another call of it) gives the
+//! id of that first node instead, and decodes to the same shared region. The decoder accepts
+//! only ids of defining nodes, so that the encoding stays canonical. Sharing does not reach
+//! across graphs: a body holding a region of an enclosing graph defines it again. A definition
+//! is
+//!
+//! ```text
+//! form      u8: 0 cond, 1 fori, 2 fori_jvp, 3 fori_vjp, 4 fori_vjp_jvp, 5 fori_vjp_vjp,
+//!           6 while, 7 scan, 8 scan_vjp, 9 scan_vjp_jvp, 10 scan_vjp_vjp
+//! level     u8, the derivative levels the region carries
+//! kind      u8, then the kind's fields:
+//!   0 cond  graph then-branch, graph else-branch
+//!   1 scan  index length, index start, bool reverse, u32 carries, u32 constants, u32 xs,
+//!           graph body
+//!   2 while u32 carries, graph cond, graph body
+//! ```
+//!
+//! Ids inside a body number that body's nodes. Definitions nest at most [`MAX_REGION_DEPTH`]
+//! deep (a region in a body of a top-level region is at depth 1), and every operand and output
+//! type of a region is within the limits below.
+//!
 //! # Versions
 //!
 //! Any change to this layout or to the code tables above increments [`WIRE_VERSION`]. A reader
-//! accepts the versions it knows and rejects every other one (this one reads version 1 only).
+//! accepts the versions it knows and rejects every other one (this one reads version 2 only).
+//! Version 2 added region nodes (tag 30) and the `graph` item; a plan without regions encodes
+//! as in version 1 but for the version number.
 //!
 //! # Limits
 //!
@@ -94,7 +137,8 @@
 //! [`MAX_ELEMENTS`] (and within the reading platform's `isize`). These bounds keep every
 //! computation of the decoder and of the type rules within machine integers, and the time to
 //! decode proportional to the size of the data; the encoder refuses graphs beyond them, so
-//! everything it writes decodes.
+//! everything it writes decodes. The nesting bound [`MAX_REGION_DEPTH`] keeps the decoder's
+//! recursion shallow.
 //!
 //! ```
 //! use quabla_ir::wire::{decode_plan, encode_plan};
@@ -112,14 +156,17 @@
 use crate::error::IrError;
 use crate::graph::{Graph, Node, NodeId, TensorType};
 use crate::op::{BinaryOp, Comparison, LinalgKind, Op, UnaryOp};
+use crate::region::{Region, RegionCall, RegionForm, RegionKind, ScanBody};
 use crate::{DType, HostData, Plan, Shape};
+use std::collections::HashMap;
+use std::sync::Arc;
 use thiserror::Error;
 
 /// The first eight bytes of every encoded plan.
 pub const WIRE_MAGIC: [u8; 8] = *b"QBLAPLAN";
 
 /// The version of the layout this module writes, and the only one it reads.
-pub const WIRE_VERSION: u32 = 1;
+pub const WIRE_VERSION: u32 = 2;
 
 /// The largest rank a shape may have in the wire format.
 pub const MAX_RANK: usize = 1024;
@@ -127,6 +174,9 @@ pub const MAX_RANK: usize = 1024;
 /// The largest extent, index or element count the wire format carries: `2^60 - 1`, so that
 /// the byte size of any f64 tensor fits an `i64`.
 pub const MAX_ELEMENTS: u64 = (1 << 60) - 1;
+
+/// How deep region definitions may nest (see [Regions](self#regions)).
+pub const MAX_REGION_DEPTH: usize = 64;
 
 /// Fewest bytes a node can take: tag, operand count and a rank-0 type.
 const MIN_NODE_BYTES: usize = 1 + 4 + 1 + 1 + 4;
@@ -169,12 +219,31 @@ pub enum WireError {
     /// The decoded nodes break an invariant of the IR (a type rule, inputs first, ...).
     #[error("plan wire data: {0}")]
     Graph(IrError),
+    /// An error inside the body `^label` of the region defined at `node` (whose ids, in the
+    /// error, number the body's nodes).
+    #[error("plan wire data: in ^{body} of node {node}: {}", .error.detail())]
+    InBody {
+        node: NodeId,
+        body: &'static str,
+        error: Box<WireError>,
+    },
     /// Encoding met a custom-rule node, which no plan may carry.
     #[error("cannot encode node {node}: custom-rule nodes are never part of a plan (canonicalization replaces them by their primal graphs)")]
     CustomNode { node: NodeId },
     /// Encoding met a graph beyond the limits of the format.
     #[error("cannot encode the graph: {message}")]
     Unencodable { message: String },
+}
+
+impl WireError {
+    /// The message without its `plan wire data: ` prefix, for nesting in [`WireError::InBody`].
+    fn detail(&self) -> String {
+        let message = self.to_string();
+        match message.strip_prefix("plan wire data: ") {
+            Some(rest) => rest.to_string(),
+            None => message,
+        }
+    }
 }
 
 type Result<T, E = WireError> = std::result::Result<T, E>;
@@ -211,6 +280,52 @@ mod tag {
     pub const CHOLESKY_AD: u8 = 27;
     pub const TRIANGULAR_SOLVE: u8 = 28;
     pub const LINALG: u8 = 29;
+    pub const REGION: u8 = 30;
+}
+
+/// Region forms in the order of their codes.
+const FORMS: [RegionForm; 11] = [
+    RegionForm::Cond,
+    RegionForm::Fori,
+    RegionForm::ForiJvp,
+    RegionForm::ForiVjp,
+    RegionForm::ForiVjpJvp,
+    RegionForm::ForiVjpVjp,
+    RegionForm::While,
+    RegionForm::Scan,
+    RegionForm::ScanVjp,
+    RegionForm::ScanVjpJvp,
+    RegionForm::ScanVjpVjp,
+];
+
+/// The code of a region form; the match makes a new form a compile error here.
+fn form_code(f: RegionForm) -> u8 {
+    match f {
+        RegionForm::Cond => 0,
+        RegionForm::Fori => 1,
+        RegionForm::ForiJvp => 2,
+        RegionForm::ForiVjp => 3,
+        RegionForm::ForiVjpJvp => 4,
+        RegionForm::ForiVjpVjp => 5,
+        RegionForm::While => 6,
+        RegionForm::Scan => 7,
+        RegionForm::ScanVjp => 8,
+        RegionForm::ScanVjpJvp => 9,
+        RegionForm::ScanVjpVjp => 10,
+    }
+}
+
+/// Region kind codes.
+mod kind {
+    pub const COND: u8 = 0;
+    pub const SCAN: u8 = 1;
+    pub const WHILE: u8 = 2;
+}
+
+/// Region sources: a definition, or the id of the node that defined the region.
+mod source {
+    pub const DEFINITION: u8 = 0;
+    pub const SHARED: u8 = 1;
 }
 
 fn dtype_code(d: DType) -> u8 {
@@ -328,20 +443,7 @@ pub fn encode_graph(graph: &Graph) -> Result<Vec<u8>> {
     let mut w = Writer::default();
     w.out.extend_from_slice(&WIRE_MAGIC);
     w.u32(WIRE_VERSION);
-    w.count(graph.len(), "the node count")?;
-    for (i, node) in graph.nodes().iter().enumerate() {
-        let id = NodeId(i as u32);
-        w.op(id, &node.op)?;
-        w.count(node.operands.len(), "an operand count")?;
-        for o in &node.operands {
-            w.u32(o.0);
-        }
-        w.ty(&node.ty)?;
-    }
-    w.count(graph.outputs().len(), "the output count")?;
-    for o in graph.outputs() {
-        w.u32(o.0);
-    }
+    w.graph(graph, 0)?;
     Ok(w.out)
 }
 
@@ -351,6 +453,88 @@ struct Writer {
 }
 
 impl Writer {
+    /// A `graph` whose regions are defined at nesting depth `depth`.
+    fn graph(&mut self, graph: &Graph, depth: usize) -> Result<()> {
+        self.count(graph.len(), "the node count")?;
+        // The node that defined each region of this graph, by the region's identity.
+        let mut defined: HashMap<*const Region, NodeId> = HashMap::new();
+        for (i, node) in graph.nodes().iter().enumerate() {
+            let id = NodeId(i as u32);
+            self.op(id, &node.op, &mut defined, depth)?;
+            self.count(node.operands.len(), "an operand count")?;
+            for o in &node.operands {
+                self.u32(o.0);
+            }
+            self.ty(&node.ty)?;
+        }
+        self.count(graph.outputs().len(), "the output count")?;
+        for o in graph.outputs() {
+            self.u32(o.0);
+        }
+        Ok(())
+    }
+
+    fn region(
+        &mut self,
+        id: NodeId,
+        call: &RegionCall,
+        defined: &mut HashMap<*const Region, NodeId>,
+        depth: usize,
+    ) -> Result<()> {
+        self.u8(tag::REGION);
+        self.index(call.output)?;
+        let region = &call.region;
+        if let Some(first) = defined.get(&Arc::as_ptr(region)) {
+            self.u8(source::SHARED);
+            self.u32(first.0);
+            return Ok(());
+        }
+        defined.insert(Arc::as_ptr(region), id);
+        if depth >= MAX_REGION_DEPTH {
+            return Err(WireError::Unencodable {
+                message: format!("regions nest deeper than {MAX_REGION_DEPTH} levels"),
+            });
+        }
+        // The decoder checks every type of the region, used by a node or not.
+        for t in region.operand_types().iter().chain(region.output_types()) {
+            self.shape_limits(&t.shape)?;
+        }
+        self.u8(source::DEFINITION);
+        self.u8(form_code(region.form()));
+        self.u8(region.level());
+        match region.kind() {
+            RegionKind::Cond {
+                then_branch,
+                else_branch,
+            } => {
+                self.u8(kind::COND);
+                self.graph(then_branch, depth + 1)?;
+                self.graph(else_branch, depth + 1)?;
+            }
+            RegionKind::Scan(s) => {
+                self.u8(kind::SCAN);
+                self.index(s.length)?;
+                self.index(s.start)?;
+                self.bool(s.reverse);
+                self.count(s.n_carry, "a carry count")?;
+                self.count(s.n_const, "a constant count")?;
+                self.count(s.n_xs, "an xs count")?;
+                self.graph(&s.body, depth + 1)?;
+            }
+            RegionKind::While {
+                n_carry,
+                cond,
+                body,
+            } => {
+                self.u8(kind::WHILE);
+                self.count(*n_carry, "a carry count")?;
+                self.graph(cond, depth + 1)?;
+                self.graph(body, depth + 1)?;
+            }
+        }
+        Ok(())
+    }
+
     fn u8(&mut self, v: u8) {
         self.out.push(v);
     }
@@ -391,6 +575,11 @@ impl Writer {
     }
 
     fn shape(&mut self, shape: &Shape) -> Result<()> {
+        self.shape_limits(shape)?;
+        self.list(shape.dims())
+    }
+
+    fn shape_limits(&self, shape: &Shape) -> Result<()> {
         if shape.rank() > MAX_RANK {
             return Err(WireError::Unencodable {
                 message: format!(
@@ -404,7 +593,7 @@ impl Writer {
                 message: format!("shape {shape} has more than {} elements", INDEX_LIMIT),
             });
         }
-        self.list(shape.dims())
+        Ok(())
     }
 
     fn ty(&mut self, ty: &TensorType) -> Result<()> {
@@ -413,7 +602,13 @@ impl Writer {
         self.shape(&ty.shape)
     }
 
-    fn op(&mut self, id: NodeId, op: &Op) -> Result<()> {
+    fn op(
+        &mut self,
+        id: NodeId,
+        op: &Op,
+        defined: &mut HashMap<*const Region, NodeId>,
+        depth: usize,
+    ) -> Result<()> {
         match op {
             Op::Input { name, ty } => {
                 self.u8(tag::INPUT);
@@ -542,11 +737,7 @@ impl Writer {
                 self.u8(linalg_code(*kind));
             }
             Op::Custom(_) => return Err(WireError::CustomNode { node: id }),
-            Op::Region(_) => return Err(WireError::Unencodable {
-                message: format!(
-                    "node {id} is a control-flow region, which the wire format does not carry yet"
-                ),
-            }),
+            Op::Region(call) => self.region(id, call, defined, depth)?,
         }
         Ok(())
     }
@@ -563,46 +754,20 @@ pub fn decode_plan(bytes: &[u8]) -> Result<Plan> {
 
 /// Decodes and verifies a graph written by [`encode_graph`].
 pub fn decode_graph(bytes: &[u8]) -> Result<Graph> {
-    let mut r = Reader { bytes, pos: 0 };
+    let mut r = Reader {
+        bytes,
+        pos: 0,
+        depth: 0,
+    };
     r.header()?;
-    let (node_count, capacity) = r.count("the node count", MIN_NODE_BYTES)?;
-    let mut nodes: Vec<Node> = Vec::with_capacity(capacity);
-    for i in 0..node_count {
-        let id = NodeId(i as u32);
-        let op = r.op()?;
-        let (operand_count, capacity) = r.count("an operand count", 4)?;
-        let mut operands = Vec::with_capacity(capacity);
-        for _ in 0..operand_count {
-            let operand = NodeId(r.u32("an operand id")?);
-            if operand.index() >= i {
-                return Err(WireError::ForwardReference { node: id, operand });
-            }
-            operands.push(operand);
-        }
-        let at = r.pos;
-        let ty = r.ty()?;
-        guard_type_rule(&op, &operands, &nodes, at)?;
-        nodes.push(Node { op, operands, ty });
-    }
-    let (output_count, capacity) = r.count("the output count", 4)?;
-    let mut outputs = Vec::with_capacity(capacity);
-    for _ in 0..output_count {
-        let output = NodeId(r.u32("an output id")?);
-        if output.index() >= nodes.len() {
-            return Err(WireError::UnknownOutput {
-                output,
-                nodes: nodes.len(),
-            });
-        }
-        outputs.push(output);
-    }
+    let graph = r.graph()?;
     if r.remaining() > 0 {
         return Err(WireError::TrailingBytes {
             at: r.pos,
             count: r.remaining(),
         });
     }
-    Graph::from_parts(nodes, outputs).map_err(WireError::Graph)
+    Ok(graph)
 }
 
 /// Rejects the one combination whose type rule would add beyond the machine integers: a
@@ -632,9 +797,179 @@ fn guard_type_rule(op: &Op, operands: &[NodeId], nodes: &[Node], at: usize) -> R
 struct Reader<'a> {
     bytes: &'a [u8],
     pos: usize,
+    /// How many region definitions enclose the graph being read.
+    depth: usize,
 }
 
 impl<'a> Reader<'a> {
+    /// A `graph`, verified.
+    fn graph(&mut self) -> Result<Graph> {
+        let (node_count, capacity) = self.count("the node count", MIN_NODE_BYTES)?;
+        // Only the top level reserves ahead: a reservation is bounded by the bytes left, and
+        // nested bodies reserving too would multiply that bound by the nesting depth.
+        let capacity = if self.depth == 0 { capacity } else { 0 };
+        let mut nodes: Vec<Node> = Vec::with_capacity(capacity);
+        // Whether each node defines its region (see the module docs on sharing).
+        let mut defines: Vec<bool> = Vec::with_capacity(capacity);
+        for i in 0..node_count {
+            let id = NodeId(i as u32);
+            let (op, definition) = self.op(id, &nodes, &defines)?;
+            let (operand_count, capacity) = self.count("an operand count", 4)?;
+            let mut operands = Vec::with_capacity(capacity);
+            for _ in 0..operand_count {
+                let operand = NodeId(self.u32("an operand id")?);
+                if operand.index() >= i {
+                    return Err(WireError::ForwardReference { node: id, operand });
+                }
+                operands.push(operand);
+            }
+            let at = self.pos;
+            let ty = self.ty()?;
+            guard_type_rule(&op, &operands, &nodes, at)?;
+            nodes.push(Node { op, operands, ty });
+            defines.push(definition);
+        }
+        let (output_count, capacity) = self.count("the output count", 4)?;
+        let mut outputs = Vec::with_capacity(capacity);
+        for _ in 0..output_count {
+            let output = NodeId(self.u32("an output id")?);
+            if output.index() >= nodes.len() {
+                return Err(WireError::UnknownOutput {
+                    output,
+                    nodes: nodes.len(),
+                });
+            }
+            outputs.push(output);
+        }
+        Graph::from_parts(nodes, outputs).map_err(WireError::Graph)
+    }
+
+    /// The attributes of a region node (after its tag); the flag tells whether they define
+    /// the region.
+    fn region(&mut self, id: NodeId, nodes: &[Node], defines: &[bool]) -> Result<(Op, bool)> {
+        let output = self.index("a region output")?;
+        let at = self.pos;
+        match self.u8("a region source")? {
+            source::DEFINITION => {
+                let region = Arc::new(self.region_definition(id)?);
+                Ok((Op::Region(RegionCall { region, output }), true))
+            }
+            source::SHARED => {
+                let at = self.pos;
+                let first = NodeId(self.u32("a region reference")?);
+                let region = match (nodes.get(first.index()), defines.get(first.index())) {
+                    (Some(Node { op: Op::Region(call), .. }), Some(true)) => call.region.clone(),
+                    _ => {
+                        return Err(WireError::InvalidValue {
+                            at,
+                            message: format!(
+                                "node {id} shares the region of {first}, which is not an earlier node defining a region"
+                            ),
+                        })
+                    }
+                };
+                Ok((Op::Region(RegionCall { region, output }), false))
+            }
+            v => Err(WireError::InvalidCode {
+                what: "a region source",
+                value: v.into(),
+                at,
+            }),
+        }
+    }
+
+    fn region_definition(&mut self, id: NodeId) -> Result<Region> {
+        let at = self.pos;
+        if self.depth >= MAX_REGION_DEPTH {
+            return Err(WireError::InvalidValue {
+                at,
+                message: format!("regions nest deeper than {MAX_REGION_DEPTH} levels"),
+            });
+        }
+        let form = self.code("a region form", |c| FORMS.get(usize::from(c)).copied())?;
+        let level = self.u8("a region level")?;
+        let kind_at = self.pos;
+        let kind = match self.u8("a region kind")? {
+            kind::COND => RegionKind::Cond {
+                then_branch: self.body(id, "then")?,
+                else_branch: self.body(id, "else")?,
+            },
+            kind::SCAN => {
+                let length = self.index("a scan length")?;
+                let start = self.index("a scan start")?;
+                let reverse = self.bool("a reverse flag")?;
+                let n_carry = self.u32("a carry count")?;
+                let n_const = self.u32("a constant count")?;
+                let n_xs = self.u32("an xs count")?;
+                let body = self.body(id, "body")?;
+                // Region::new compares the counts with the body's inputs; adding them here in
+                // u64 keeps that sum within machine integers on every platform.
+                let inputs = body.inputs().count() as u64;
+                let declared = 1 + u64::from(n_carry) + u64::from(n_const) + u64::from(n_xs);
+                if declared != inputs {
+                    return Err(WireError::Graph(IrError::verify(format!(
+                        "node {id}: the {} body takes {inputs} inputs, not 1 + {n_carry} + {n_const} + {n_xs}",
+                        form.name()
+                    ))));
+                }
+                RegionKind::Scan(ScanBody {
+                    length,
+                    start,
+                    reverse,
+                    n_carry: n_carry as usize,
+                    n_const: n_const as usize,
+                    n_xs: n_xs as usize,
+                    body,
+                })
+            }
+            kind::WHILE => RegionKind::While {
+                n_carry: self.u32("a carry count")? as usize,
+                cond: self.body(id, "cond")?,
+                body: self.body(id, "body")?,
+            },
+            v => {
+                return Err(WireError::InvalidCode {
+                    what: "a region kind",
+                    value: v.into(),
+                    at: kind_at,
+                })
+            }
+        };
+        let region = Region::new(kind, form, level).map_err(|e| {
+            let message = match e {
+                IrError::Verify { message } => message,
+                other => other.to_string(),
+            };
+            WireError::Graph(IrError::verify(format!("node {id}: {message}")))
+        })?;
+        // Stacked types add an axis to body types that are each within the limits.
+        for t in region.operand_types().iter().chain(region.output_types()) {
+            let dims = t.shape.dims();
+            if dims.len() > MAX_RANK || element_count(dims).is_none() {
+                return Err(WireError::InvalidValue {
+                    at,
+                    message: format!(
+                        "the {} region of node {id} has the type {t}, beyond the limits of the format",
+                        form.name()
+                    ),
+                });
+            }
+        }
+        Ok(region)
+    }
+
+    /// One body `graph` of the region defined at `node`.
+    fn body(&mut self, node: NodeId, label: &'static str) -> Result<Arc<Graph>> {
+        self.depth += 1;
+        let graph = self.graph();
+        self.depth -= 1;
+        graph.map(Arc::new).map_err(|e| WireError::InBody {
+            node,
+            body: label,
+            error: Box::new(e),
+        })
+    }
+
     fn remaining(&self) -> usize {
         self.bytes.len() - self.pos
     }
@@ -830,10 +1165,11 @@ impl<'a> Reader<'a> {
         Ok(Op::Constant { data, shape, weak })
     }
 
-    fn op(&mut self) -> Result<Op> {
+    /// One node's op and attributes, and whether it defines a region.
+    fn op(&mut self, id: NodeId, nodes: &[Node], defines: &[bool]) -> Result<(Op, bool)> {
         let at = self.pos;
         let t = self.u8("an op tag")?;
-        Ok(match t {
+        let op = match t {
             tag::INPUT => {
                 let name = self.string("an input name")?;
                 let ty = self.ty()?;
@@ -916,8 +1252,10 @@ impl<'a> Reader<'a> {
             tag::LINALG => Op::Linalg(self.code("a linalg kind code", |c| {
                 LinalgKind::ALL.into_iter().find(|&k| linalg_code(k) == c)
             })?),
+            tag::REGION => return self.region(id, nodes, defines),
             other => return Err(WireError::UnknownTag { tag: other, at }),
-        })
+        };
+        Ok((op, false))
     }
 }
 
@@ -949,6 +1287,9 @@ mod tests {
         }
         for d in [DType::F32, DType::F64, DType::Bool] {
             assert_eq!(dtype_from_code(dtype_code(d)), Some(d));
+        }
+        for (code, form) in FORMS.iter().enumerate() {
+            assert_eq!(usize::from(form_code(*form)), code, "{}", form.name());
         }
     }
 

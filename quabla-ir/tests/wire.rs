@@ -1,7 +1,10 @@
-//! The plan wire format: round trips of every op and of random graphs, a golden encoding that
-//! pins the documented layout, a fuzz property over corrupted encodings, and the decoder's
-//! error messages.
+//! The plan wire format: round trips of every op and of random graphs (region groups
+//! included), a golden encoding that pins the documented layout, a fuzz property over corrupted
+//! encodings, and the decoder's error messages. Region-specific cases live in `regions.rs`.
 
+mod common;
+
+use common::{shape, ty};
 use proptest::prelude::*;
 use quabla_ir::text::{print_graph, OutputStyle};
 use quabla_ir::wire::{
@@ -13,19 +16,12 @@ use quabla_ir::{
 };
 use std::sync::Arc;
 
-fn shape(dims: &[usize]) -> Shape {
-    Shape::new(dims.to_vec()).unwrap()
-}
-
-fn ty(dtype: DType, dims: &[usize]) -> TensorType {
-    TensorType::new(dtype, shape(dims))
-}
-
 /// Encodes, decodes and checks that the graph, its text and its bytes all come back.
 fn assert_round_trip(g: &Graph) -> Vec<u8> {
     let bytes = encode_graph(g).unwrap();
     let back = decode_graph(&bytes).unwrap_or_else(|e| panic!("{e}\n{g}"));
-    assert_eq!(&back, g);
+    // Regions decode as new regions: equal by content, shared as in the original.
+    assert!(common::same_structure(&back, g));
     assert_eq!(
         print_graph(&back, OutputStyle::Refs),
         print_graph(g, OutputStyle::Refs)
@@ -231,6 +227,11 @@ fn every_op_graph() -> Graph {
     ] {
         outs.push(b.push(Op::Linalg(kind), &[a]).unwrap());
     }
+    // Region groups of each kind (the low bits of the key): cond, fori-style scan, scan with
+    // `xs` and `ys` (nested regions in its body), while; with all of their sibling nodes.
+    for k in [0xe000, 0xe001, 0x5_f002, 0x8003] {
+        outs.extend(common::random_region(&mut b, a, v, k, 0).unwrap());
+    }
     // Outputs may repeat and may be inputs.
     outs.push(a);
     b.finish(outs).unwrap()
@@ -269,12 +270,16 @@ fn every_op_round_trips() {
         "cholesky_ad",
         "triangular_solve",
         "linalg",
+        "cond",
+        "fori",
+        "scan",
+        "while",
     ] {
         assert!(names.contains(name), "missing {name}");
     }
     let bytes = assert_round_trip(&g);
     assert_eq!(&bytes[..8], b"QBLAPLAN");
-    assert_eq!(&bytes[8..12], &1u32.to_le_bytes());
+    assert_eq!(&bytes[8..12], &2u32.to_le_bytes());
 }
 
 #[test]
@@ -344,7 +349,7 @@ fn golden_bytes_follow_the_documented_layout() {
     let u32le = |w: &mut Vec<u8>, v: u32| w.extend_from_slice(&v.to_le_bytes());
     let u64le = |w: &mut Vec<u8>, v: u64| w.extend_from_slice(&v.to_le_bytes());
     want.extend_from_slice(b"QBLAPLAN");
-    u32le(&mut want, 1); // version
+    u32le(&mut want, 2); // version
     u32le(&mut want, 3); // node count
                          // %0 = input[name=x, weak] : tensor<2xf32>
     want.push(0); // tag
@@ -478,40 +483,43 @@ enum Step {
     Linalg(usize, u8),
     StopGradient(usize),
     Repeat(usize),
+    /// A region group over two nodes; the bits choose its kind and shape.
+    Region(usize, usize, u32),
 }
 
 fn step() -> impl Strategy<Value = Step> {
     let i = 0usize..64;
     let k = any::<u8>();
     prop_oneof![
-        (i.clone(), k).prop_map(|(a, k)| Step::Unary(a, k)),
-        (i.clone(), i.clone(), k).prop_map(|(a, b, k)| Step::Binary(a, b, k)),
-        (i.clone(), i.clone(), k).prop_map(|(a, b, k)| Step::Compare(a, b, k)),
-        (i.clone(), i.clone(), i.clone()).prop_map(|(p, a, b)| Step::Where(p, a, b)),
-        (prop::collection::vec(any::<u64>(), 1..7), any::<bool>())
+        1 => (i.clone(), k).prop_map(|(a, k)| Step::Unary(a, k)),
+        1 => (i.clone(), i.clone(), k).prop_map(|(a, b, k)| Step::Binary(a, b, k)),
+        1 => (i.clone(), i.clone(), k).prop_map(|(a, b, k)| Step::Compare(a, b, k)),
+        1 => (i.clone(), i.clone(), i.clone()).prop_map(|(p, a, b)| Step::Where(p, a, b)),
+        1 => (prop::collection::vec(any::<u64>(), 1..7), any::<bool>())
             .prop_map(|(v, w)| Step::ConstF64(v, w)),
-        (prop::collection::vec(any::<u32>(), 1..7), any::<bool>())
+        1 => (prop::collection::vec(any::<u32>(), 1..7), any::<bool>())
             .prop_map(|(v, w)| Step::ConstF32(v, w)),
-        prop::collection::vec(any::<bool>(), 1..7).prop_map(Step::ConstBool),
-        (i.clone(), any::<i32>()).prop_map(|(a, e)| Step::Powi(a, e)),
-        (i.clone(), k).prop_map(|(a, k)| Step::Reduce(a, k)),
-        i.clone().prop_map(Step::Reshape),
-        (i.clone(), k).prop_map(|(a, k)| Step::Transpose(a, k)),
-        (i.clone(), k, any::<bool>()).prop_map(|(a, k, w)| Step::Cast(a, k, w)),
-        (i.clone(), i.clone(), k).prop_map(|(a, b, k)| Step::Concat(a, b, k)),
-        (i.clone(), k, k).prop_map(|(a, k, j)| Step::Gather(a, k, j)),
-        (i.clone(), k).prop_map(|(a, k)| Step::ScatterAdd(a, k)),
-        (i.clone(), k, any::<bool>()).prop_map(|(a, k, r)| Step::Cumsum(a, k, r)),
-        (i.clone(), k).prop_map(|(a, k)| Step::Slice(a, k)),
-        (i.clone(), k).prop_map(|(a, k)| Step::PadSlice(a, k)),
-        (i.clone(), k).prop_map(|(a, k)| Step::Broadcast(a, k)),
-        (i.clone(), i.clone()).prop_map(|(a, b)| Step::Matmul(a, b)),
-        (i.clone(), i.clone()).prop_map(|(a, b)| Step::Solve(a, b)),
-        (i.clone(), i.clone()).prop_map(|(a, b)| Step::Cholesky(a, b)),
-        (i.clone(), i.clone(), k).prop_map(|(a, b, k)| Step::TriangularSolve(a, b, k)),
-        (i.clone(), k).prop_map(|(a, k)| Step::Linalg(a, k)),
-        i.clone().prop_map(Step::StopGradient),
-        i.prop_map(Step::Repeat),
+        1 => prop::collection::vec(any::<bool>(), 1..7).prop_map(Step::ConstBool),
+        1 => (i.clone(), any::<i32>()).prop_map(|(a, e)| Step::Powi(a, e)),
+        1 => (i.clone(), k).prop_map(|(a, k)| Step::Reduce(a, k)),
+        1 => i.clone().prop_map(Step::Reshape),
+        1 => (i.clone(), k).prop_map(|(a, k)| Step::Transpose(a, k)),
+        1 => (i.clone(), k, any::<bool>()).prop_map(|(a, k, w)| Step::Cast(a, k, w)),
+        1 => (i.clone(), i.clone(), k).prop_map(|(a, b, k)| Step::Concat(a, b, k)),
+        1 => (i.clone(), k, k).prop_map(|(a, k, j)| Step::Gather(a, k, j)),
+        1 => (i.clone(), k).prop_map(|(a, k)| Step::ScatterAdd(a, k)),
+        1 => (i.clone(), k, any::<bool>()).prop_map(|(a, k, r)| Step::Cumsum(a, k, r)),
+        1 => (i.clone(), k).prop_map(|(a, k)| Step::Slice(a, k)),
+        1 => (i.clone(), k).prop_map(|(a, k)| Step::PadSlice(a, k)),
+        1 => (i.clone(), k).prop_map(|(a, k)| Step::Broadcast(a, k)),
+        1 => (i.clone(), i.clone()).prop_map(|(a, b)| Step::Matmul(a, b)),
+        1 => (i.clone(), i.clone()).prop_map(|(a, b)| Step::Solve(a, b)),
+        1 => (i.clone(), i.clone()).prop_map(|(a, b)| Step::Cholesky(a, b)),
+        1 => (i.clone(), i.clone(), k).prop_map(|(a, b, k)| Step::TriangularSolve(a, b, k)),
+        1 => (i.clone(), k).prop_map(|(a, k)| Step::Linalg(a, k)),
+        1 => i.clone().prop_map(Step::StopGradient),
+        1 => i.clone().prop_map(Step::Repeat),
+        4 => (i.clone(), i, any::<u32>()).prop_map(|(a, b, k)| Step::Region(a, b, k)),
     ]
 }
 
@@ -701,6 +709,14 @@ fn build_random(steps: &[Step], outputs: &[usize]) -> Graph {
                 }
                 b.push(node.op, &node.operands)
             }
+            Step::Region(a, c, k) => {
+                if let Some(group) =
+                    common::random_region(&mut b, pick(&nodes, a), pick(&nodes, c), k, 0)
+                {
+                    nodes.extend(group);
+                }
+                continue;
+            }
         };
         if let Ok(id) = r {
             nodes.push(id);
@@ -726,13 +742,14 @@ proptest! {
         let bytes = encode_graph(&g).unwrap();
         let back = decode_graph(&bytes).map_err(|e| TestCaseError::fail(format!("{e}\n{g}")))?;
         prop_assert_eq!(print_graph(&back, OutputStyle::Refs), print_graph(&g, OutputStyle::Refs));
-        prop_assert_eq!(&back, &g);
+        // Regions decode as new regions: equal by content, shared as in the original.
+        prop_assert!(common::same_structure(&back, &g));
         prop_assert_eq!(encode_graph(&back).unwrap(), bytes);
 
         let plan = Plan::compile(&g);
         let back = decode_plan(&encode_plan(&plan).unwrap()).unwrap();
         prop_assert_eq!(back.as_text(), plan.as_text());
-        prop_assert_eq!(back, plan);
+        prop_assert!(common::same_structure(back.graph(), plan.graph()));
     }
 }
 
@@ -852,7 +869,7 @@ impl Wire {
     fn header() -> Wire {
         let mut w = Wire::default();
         w.0.extend_from_slice(b"QBLAPLAN");
-        w.u32(1)
+        w.u32(2)
     }
 
     fn u8(mut self, v: u8) -> Wire {
@@ -929,7 +946,7 @@ fn wrong_version() {
     );
     assert_eq!(
         decode_err(&bytes),
-        "plan wire data: unsupported wire version 7 (this build reads version 1)"
+        "plan wire data: unsupported wire version 7 (this build reads version 2)"
     );
     bytes[8..12].copy_from_slice(&0u32.to_le_bytes());
     assert!(decode_err(&bytes).contains("unsupported wire version 0"));
@@ -975,11 +992,11 @@ fn unknown_tag() {
         decode_err(&bytes),
         "plan wire data: unknown op tag 200 at byte 16"
     );
-    // Tag 30 is the first past the table.
-    let bytes = Wire::header().u32(1).u8(30).0;
+    // Tag 31 is the first past the table.
+    let bytes = Wire::header().u32(1).u8(31).0;
     assert_eq!(
         decode_err(&bytes),
-        "plan wire data: unknown op tag 30 at byte 16"
+        "plan wire data: unknown op tag 31 at byte 16"
     );
 }
 

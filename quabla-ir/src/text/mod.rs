@@ -9,6 +9,15 @@
 //!
 //! Our choices beyond §15.3: weak inputs and weak casts print a trailing `weak`
 //! (`input[name=x, weak]`, `cast(%0, f64, weak)`), like weak constants.
+//!
+//! Region nodes print their bodies as §15.3 says, with these attributes after the operands:
+//! `lower=, upper=` for the `fori` forms, else `length=` (and `start=` when not 0); `reverse`;
+//! `carries=`; `xs=` when not 0; `level=` when not 0; `output=` when the region has several
+//! outputs. Each further node of the same call (same region, same operands) prints
+//! `same=%k`, naming the node that printed the bodies, and no bodies; it parses back to the
+//! same shared region. A scan's constants are the body inputs left after the index, the
+//! carries and the `xs`. Two calls of one region on different operands print as two regions,
+//! so the text keeps their values but not their sharing (the wire format keeps both).
 
 mod number;
 mod parse;

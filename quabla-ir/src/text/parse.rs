@@ -1,42 +1,86 @@
 //! The parser: reads the text format back into a verified [`Graph`].
 //!
 //! Node names are mapped as written (`%k` may be any number, defined before use); the parsed
-//! graph numbers nodes densely. Blank lines and lines starting with `//` are ignored. Every
-//! declared type is checked against the op's type rule.
+//! graph numbers nodes densely. Blank lines and lines starting with `//` are ignored, and so is
+//! indentation: the structure of a region comes from its markers alone (a node line ending in
+//! `{`, the `^label:` lines, `yield`, `}`). Every declared type is checked against the op's
+//! type rule.
+//!
+//! A region node line opens its bodies; each body is parsed as a graph of its own (its own
+//! `%k` names) ending with its `yield`, and the region is checked by [`Region::new`]. The first
+//! label says the kind (`^then:` cond, `^cond:` while, `^body:` scan). A sibling line
+//! (`same=%k`) names the node that printed the bodies: it shares that node's [`Region`] and must
+//! repeat its operands and attributes.
 
 use super::number::parse_f64;
 use crate::error::{IrError, Result};
 use crate::graph::{Graph, GraphBuilder, NodeId, TensorType};
 use crate::op::{BinaryOp, Comparison, LinalgKind, Op, UnaryOp};
+use crate::region::{Region, RegionCall, RegionForm, RegionKind, ScanBody};
+// The bound of the wire format also bounds the parser's recursion.
+use crate::wire::MAX_REGION_DEPTH;
 use crate::{DType, HostData, Shape};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Parses a graph from text.
 pub fn parse_graph(text: &str) -> Result<Graph> {
-    let mut parser = Parser::default();
-    let mut outputs = None;
-    for (lineno, raw) in text.lines().enumerate() {
-        let line = raw.trim();
-        let line_no = lineno + 1;
-        if line.is_empty() || line.starts_with("//") {
-            continue;
-        }
-        if outputs.is_some() {
-            return Err(err(line_no, "nothing may follow the outputs line"));
-        }
+    let mut lines = Lines::new(text);
+    let mut parser = Parser::new(0);
+    while let Some((line_no, line)) = lines.next() {
         if let Some(rest) = line.strip_prefix("outputs:") {
-            outputs = Some((line_no, rest.trim().to_string()));
-            continue;
+            if let Some((extra, _)) = lines.next() {
+                return Err(err(extra, "nothing may follow the outputs line"));
+            }
+            let outputs = parser.outputs(line_no, rest.trim())?;
+            return parser
+                .builder
+                .finish(outputs)
+                .map_err(|e| err(line_no, &e.to_string()));
         }
-        parser.node_line(line_no, line)?;
+        if let Some(what) = structure_marker(line) {
+            return Err(err(line_no, &format!("{what} outside a region")));
+        }
+        parser.node_line(line_no, line, &mut lines)?;
     }
-    let (line_no, outs) =
-        outputs.ok_or_else(|| err(text.lines().count(), "missing outputs line"))?;
-    let outputs = parser.outputs(line_no, &outs)?;
-    parser
-        .builder
-        .finish(outputs)
-        .map_err(|e| err(line_no, &e.to_string()))
+    Err(err(text.lines().count(), "missing outputs line"))
+}
+
+/// The significant lines of a text, trimmed, with their 1-based numbers.
+struct Lines<'a> {
+    inner: std::iter::Enumerate<std::str::Lines<'a>>,
+}
+
+impl<'a> Lines<'a> {
+    fn new(text: &'a str) -> Lines<'a> {
+        Lines {
+            inner: text.lines().enumerate(),
+        }
+    }
+}
+
+impl<'a> Iterator for Lines<'a> {
+    type Item = (usize, &'a str);
+
+    fn next(&mut self) -> Option<(usize, &'a str)> {
+        self.inner.by_ref().find_map(|(i, raw)| {
+            let line = raw.trim();
+            (!line.is_empty() && !line.starts_with("//")).then_some((i + 1, line))
+        })
+    }
+}
+
+/// Names the region markers (`^label:`, `yield`, `}`) where a node line is expected.
+fn structure_marker(line: &str) -> Option<&'static str> {
+    if line.starts_with('^') {
+        Some("a body label")
+    } else if yielded(line).is_some() {
+        Some("a yield")
+    } else if line == "}" {
+        Some("a closing brace")
+    } else {
+        None
+    }
 }
 
 fn err(line: usize, message: &str) -> IrError {
@@ -46,11 +90,302 @@ fn err(line: usize, message: &str) -> IrError {
     }
 }
 
-#[derive(Default)]
 struct Parser {
     builder: GraphBuilder,
     names: HashMap<String, NodeId>,
     used: Vec<bool>,
+    /// How many regions enclose the graph being parsed (0 for the top level).
+    depth: usize,
+}
+
+/// The region kind, as the first body label tells it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum BodyKind {
+    Cond,
+    Scan,
+    While,
+}
+
+impl BodyKind {
+    fn of(kind: &RegionKind) -> BodyKind {
+        match kind {
+            RegionKind::Cond { .. } => BodyKind::Cond,
+            RegionKind::Scan(_) => BodyKind::Scan,
+            RegionKind::While { .. } => BodyKind::While,
+        }
+    }
+}
+
+/// The parsed bodies of a region node.
+enum Bodies {
+    Cond {
+        then_branch: Graph,
+        else_branch: Graph,
+    },
+    Scan {
+        body: Graph,
+    },
+    While {
+        cond: Graph,
+        body: Graph,
+    },
+}
+
+impl Bodies {
+    fn kind(&self) -> BodyKind {
+        match self {
+            Bodies::Cond { .. } => BodyKind::Cond,
+            Bodies::Scan { .. } => BodyKind::Scan,
+            Bodies::While { .. } => BodyKind::While,
+        }
+    }
+
+    /// The region kind; a scan's constants are the body inputs left after the index, the
+    /// carries and the `xs` slices.
+    fn into_kind(self, line: usize, params: &RegionParams) -> Result<RegionKind> {
+        let carries = params.carries.unwrap_or(0);
+        Ok(match self {
+            Bodies::Cond {
+                then_branch,
+                else_branch,
+            } => RegionKind::Cond {
+                then_branch: Arc::new(then_branch),
+                else_branch: Arc::new(else_branch),
+            },
+            Bodies::Scan { body } => {
+                let (start, length, reverse) = params.scan.unwrap_or_default();
+                let inputs = body.inputs().count();
+                let n_const = carries
+                    .checked_add(params.xs)
+                    .and_then(|n| n.checked_add(1))
+                    .and_then(|n| inputs.checked_sub(n))
+                    .ok_or_else(|| {
+                        err(
+                            line,
+                            &format!(
+                                "the body takes {inputs} inputs, fewer than the index, {carries} carries and {} xs",
+                                params.xs
+                            ),
+                        )
+                    })?;
+                RegionKind::Scan(ScanBody {
+                    length,
+                    start,
+                    reverse,
+                    n_carry: carries,
+                    n_const,
+                    n_xs: params.xs,
+                    body: Arc::new(body),
+                })
+            }
+            Bodies::While { cond, body } => RegionKind::While {
+                n_carry: carries,
+                cond: Arc::new(cond),
+                body: Arc::new(body),
+            },
+        })
+    }
+}
+
+/// The attributes of a region node line, read for the region's kind (see the printer):
+/// `lower=, upper=` for `fori` forms, else `length=` and `start=`; `reverse`, `carries=`, `xs=`
+/// for scans; `carries=` for while; `level=` for all. `output=` and `same=` belong to the node.
+#[derive(Debug, PartialEq)]
+struct RegionParams {
+    /// `(start, length, reverse)` of a scan.
+    scan: Option<(usize, usize, bool)>,
+    /// The carries of a scan or a while.
+    carries: Option<usize>,
+    xs: usize,
+    level: u8,
+}
+
+impl RegionParams {
+    fn of(region: &Region) -> RegionParams {
+        let (scan, carries, xs) = match region.kind() {
+            RegionKind::Cond { .. } => (None, None, 0),
+            RegionKind::Scan(s) => (
+                Some((s.start, s.length, s.reverse)),
+                Some(s.n_carry),
+                s.n_xs,
+            ),
+            RegionKind::While { n_carry, .. } => (None, Some(*n_carry), 0),
+        };
+        RegionParams {
+            scan,
+            carries,
+            xs,
+            level: region.level(),
+        }
+    }
+
+    fn read(a: &Attrs, kind: BodyKind, form: RegionForm) -> Result<RegionParams> {
+        let fori = form.primitive() == "fori_loop";
+        let mut keys = vec!["level", "output", "same"];
+        let mut flags: Vec<&str> = Vec::new();
+        match kind {
+            BodyKind::Cond => {}
+            BodyKind::Scan if fori => keys.extend(["lower", "upper", "carries", "xs"]),
+            BodyKind::Scan => keys.extend(["length", "start", "carries", "xs"]),
+            BodyKind::While => keys.push("carries"),
+        }
+        if kind == BodyKind::Scan {
+            flags.push("reverse");
+        }
+        let unknown = a
+            .map
+            .keys()
+            .map(String::as_str)
+            .find(|k| !keys.contains(k))
+            .or_else(|| {
+                a.bare
+                    .iter()
+                    .map(String::as_str)
+                    .find(|f| !flags.contains(f))
+            });
+        if let Some(u) = unknown {
+            return Err(err(
+                a.line,
+                &format!("unknown attribute {u} of a {} region", form.name()),
+            ));
+        }
+        let optional = |key: &str| -> Result<usize> {
+            match a.map.get(key) {
+                Some(_) => a.usize(key),
+                None => Ok(0),
+            }
+        };
+        let scan = match kind {
+            BodyKind::Scan if fori => {
+                let (lower, upper) = (a.usize("lower")?, a.usize("upper")?);
+                let length = upper
+                    .checked_sub(lower)
+                    .ok_or_else(|| err(a.line, &format!("upper={upper} is below lower={lower}")))?;
+                Some((lower, length, a.bare.iter().any(|f| f == "reverse")))
+            }
+            BodyKind::Scan => Some((
+                optional("start")?,
+                a.usize("length")?,
+                a.bare.iter().any(|f| f == "reverse"),
+            )),
+            _ => None,
+        };
+        let carries = match kind {
+            BodyKind::Cond => None,
+            BodyKind::Scan | BodyKind::While => Some(a.usize("carries")?),
+        };
+        let level = match a.map.get("level") {
+            Some(v) => v.parse().map_err(|_| {
+                err(
+                    a.line,
+                    &format!("level must be an integer below 256, got {v}"),
+                )
+            })?,
+            None => 0,
+        };
+        Ok(RegionParams {
+            scan,
+            carries,
+            xs: optional("xs")?,
+            level,
+        })
+    }
+}
+
+/// The bodies of a region whose node line is `open_line`, up to and including its `}`.
+fn parse_bodies(open_line: usize, lines: &mut Lines<'_>, depth: usize) -> Result<Bodies> {
+    let (line, first) = label(open_line, lines, None)?;
+    let bodies = match first {
+        "then" => {
+            let then_branch = parse_body(line, lines, depth)?;
+            let (line, _) = label(open_line, lines, Some("else"))?;
+            let else_branch = parse_body(line, lines, depth)?;
+            Bodies::Cond {
+                then_branch,
+                else_branch,
+            }
+        }
+        "cond" => {
+            let cond = parse_body(line, lines, depth)?;
+            let (line, _) = label(open_line, lines, Some("body"))?;
+            let body = parse_body(line, lines, depth)?;
+            Bodies::While { cond, body }
+        }
+        "body" => Bodies::Scan {
+            body: parse_body(line, lines, depth)?,
+        },
+        other => {
+            let message = format!(
+                "unknown body label ^{other}: (a region starts with ^then:, ^cond: or ^body:)"
+            );
+            return Err(err(line, &message));
+        }
+    };
+    match lines.next() {
+        Some((_, "}")) => Ok(bodies),
+        Some((line, text)) => Err(err(
+            line,
+            &format!("expected `}}` closing the region of line {open_line}, got {text}"),
+        )),
+        None => Err(err(open_line, "the region is never closed with `}`")),
+    }
+}
+
+/// The next line, which must be a body label (`^name:`, and `^want:` when given).
+fn label<'a>(
+    open_line: usize,
+    lines: &mut Lines<'a>,
+    want: Option<&str>,
+) -> Result<(usize, &'a str)> {
+    let expected = want.map_or("a body label".to_string(), |w| format!("^{w}:"));
+    let (line, text) = lines
+        .next()
+        .ok_or_else(|| err(open_line, &format!("the region ends before {expected}")))?;
+    let name = text
+        .strip_prefix('^')
+        .and_then(|t| t.strip_suffix(':'))
+        .filter(|name| want.is_none_or(|w| w == *name))
+        .ok_or_else(|| err(line, &format!("expected {expected}, got {text}")))?;
+    Ok((line, name))
+}
+
+/// One body: node lines in a namespace of their own, up to its `yield`.
+fn parse_body(label_line: usize, lines: &mut Lines<'_>, depth: usize) -> Result<Graph> {
+    let mut parser = Parser::new(depth);
+    while let Some((line, text)) = lines.next() {
+        if let Some(results) = yielded(text) {
+            let outputs = split_top(results)
+                .iter()
+                .map(|r| {
+                    parser
+                        .names
+                        .get(r.as_str())
+                        .copied()
+                        .ok_or_else(|| err(line, &format!("yield of unknown node {r}")))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            return parser
+                .builder
+                .finish(outputs)
+                .map_err(|e| err(line, &e.to_string()));
+        }
+        if let Some(what) =
+            structure_marker(text).or(text.starts_with("outputs:").then_some("an outputs line"))
+        {
+            return Err(err(
+                line,
+                &format!("{what} before the yield of the body labelled on line {label_line}"),
+            ));
+        }
+        parser.node_line(line, text, lines)?;
+    }
+    Err(err(label_line, "the body never yields"))
+}
+
+/// The results of a `yield` line (`yield %a, %b`), if it is one.
+fn yielded(line: &str) -> Option<&str> {
+    let rest = line.strip_prefix("yield")?;
+    (rest.is_empty() || rest.starts_with(' ')).then(|| rest.trim())
 }
 
 /// Splits on commas that are not nested in brackets.
@@ -178,6 +513,15 @@ fn op_by_name(name: &str) -> Option<Op> {
 }
 
 impl Parser {
+    fn new(depth: usize) -> Parser {
+        Parser {
+            builder: GraphBuilder::new(),
+            names: HashMap::new(),
+            used: Vec::new(),
+            depth,
+        }
+    }
+
     fn operand(&mut self, line: usize, name: &str) -> Result<NodeId> {
         let id = *self
             .names
@@ -187,7 +531,8 @@ impl Parser {
         Ok(id)
     }
 
-    fn node_line(&mut self, line: usize, text: &str) -> Result<()> {
+    /// One node line; a region line also consumes its bodies from `lines`.
+    fn node_line(&mut self, line: usize, text: &str, lines: &mut Lines<'_>) -> Result<()> {
         let (lhs, rhs) = text
             .split_once(" = ")
             .ok_or_else(|| err(line, "expected `%k = op(...) : tensor<...>`"))?;
@@ -195,15 +540,28 @@ impl Parser {
         if !name.starts_with('%') || self.names.contains_key(name) {
             return Err(err(line, &format!("bad or repeated node name {name}")));
         }
+        let (rhs, opens) = match rhs.trim_end().strip_suffix('{') {
+            Some(r) => (r.trim_end(), true),
+            None => (rhs, false),
+        };
         let (body, ty) = rhs
             .rsplit_once(" : ")
             .ok_or_else(|| err(line, "missing ` : tensor<...>`"))?;
         let mut declared = parse_type(line, ty.trim())?;
         let body = body.trim();
+        let no_bodies = |op: &str| {
+            err(
+                line,
+                &format!("{op} has no bodies; only region nodes end with `{{`"),
+            )
+        };
         let id = if let Some(attrs) = body
             .strip_prefix("input[")
             .and_then(|b| b.strip_suffix(']'))
         {
+            if opens {
+                return Err(no_bodies("input"));
+            }
             let attrs = self.attrs(line, split_top(attrs))?;
             declared.weak = attrs.weak();
             let input_name = attrs.get("name")?.to_string();
@@ -229,7 +587,11 @@ impl Parser {
                 .iter()
                 .map(|o| self.operand(line, o))
                 .collect::<Result<_>>()?;
-            let op = self.build_op(line, op_name, rest, &declared)?;
+            let op = match RegionForm::from_name(op_name) {
+                Some(form) => self.region_op(line, form, &operands, rest, opens, lines)?,
+                None if opens => return Err(no_bodies(op_name)),
+                None => self.build_op(line, op_name, rest, &declared)?,
+            };
             let id = self
                 .builder
                 .push(op, &operands)
@@ -246,6 +608,117 @@ impl Parser {
         self.names.insert(name.to_string(), id);
         self.used.push(false);
         Ok(())
+    }
+
+    /// The op of a region node line: a new region built from the bodies that follow, or, for
+    /// a sibling (`same=%k`), the region of `%k`.
+    fn region_op(
+        &self,
+        line: usize,
+        form: RegionForm,
+        operands: &[NodeId],
+        rest: Vec<String>,
+        opens: bool,
+        lines: &mut Lines<'_>,
+    ) -> Result<Op> {
+        let attrs = self.attrs(line, rest)?;
+        let region = match attrs.map.get("same") {
+            Some(first) => {
+                if opens {
+                    return Err(err(
+                        line,
+                        "a sibling (same=%k) shares the bodies of %k and has none of its own",
+                    ));
+                }
+                self.sibling_region(line, first, form, operands, &attrs)?
+            }
+            None => {
+                if !opens {
+                    return Err(err(
+                        line,
+                        &format!(
+                            "{} needs its bodies (a line ending in `{{`) or same=%k",
+                            form.name()
+                        ),
+                    ));
+                }
+                if self.depth >= MAX_REGION_DEPTH {
+                    return Err(err(
+                        line,
+                        &format!("regions nest deeper than {MAX_REGION_DEPTH} levels"),
+                    ));
+                }
+                let bodies = parse_bodies(line, lines, self.depth + 1)?;
+                let params = RegionParams::read(&attrs, bodies.kind(), form)?;
+                let kind = bodies.into_kind(line, &params)?;
+                let region =
+                    Region::new(kind, form, params.level).map_err(|e| err(line, &e.to_string()))?;
+                Arc::new(region)
+            }
+        };
+        let n_outputs = region.output_types().len();
+        let output = match attrs.map.get("output") {
+            Some(_) => attrs.usize("output")?,
+            None if n_outputs > 1 => {
+                return Err(err(
+                    line,
+                    &format!(
+                        "the {} region has {n_outputs} outputs; name this node's with output=k",
+                        form.name()
+                    ),
+                ))
+            }
+            None => 0,
+        };
+        Ok(Op::Region(RegionCall { region, output }))
+    }
+
+    /// The region of the node `first` names, which a sibling line must describe exactly: same
+    /// form, operands and region attributes.
+    fn sibling_region(
+        &self,
+        line: usize,
+        first: &str,
+        form: RegionForm,
+        operands: &[NodeId],
+        attrs: &Attrs,
+    ) -> Result<Arc<Region>> {
+        let id = *self
+            .names
+            .get(first)
+            .ok_or_else(|| err(line, &format!("same={first} names no earlier node")))?;
+        let node = self.builder.node(id);
+        let Op::Region(call) = &node.op else {
+            return Err(err(
+                line,
+                &format!("same={first} is not a region node ({})", node.op.name()),
+            ));
+        };
+        let region = &call.region;
+        if region.form() != form {
+            return Err(err(
+                line,
+                &format!(
+                    "a {} node cannot share the {} region of {first}",
+                    form.name(),
+                    region.form().name()
+                ),
+            ));
+        }
+        if node.operands != operands {
+            return Err(err(
+                line,
+                &format!("a sibling of {first} must take the same operands"),
+            ));
+        }
+        let kind = BodyKind::of(region.kind());
+        if RegionParams::read(attrs, kind, form)? != RegionParams::of(region) {
+            return Err(err(
+                line,
+                &format!("the attributes differ from those of the region of {first}"),
+            ));
+        }
+        Ok(region.clone())
     }
 
     fn attrs(&self, line: usize, items: Vec<String>) -> Result<Attrs> {
