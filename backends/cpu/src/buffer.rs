@@ -1,11 +1,13 @@
 //! Typed storage of the executor: the values held between steps, typed views of them, and the
 //! pool that recycles buffers once their last consumer has run.
 //!
-//! A value is either host data bound from outside (plan inputs and constants, shared and never
-//! written) or a buffer the executor owns. Owned buffers come from a [`Pool`]: when the schedule
-//! says a value is dead, its buffer goes back to the pool and the next allocation of the same
-//! dtype reuses it (smallest buffer that is large enough). Storage is physically typed: 8, 4
-//! and 1 bytes per element for f64, f32 and bool.
+//! A value is host data bound from outside (plan inputs and constants, shared and never
+//! written), a buffer the executor owns, or a borrowed view of a value of an enclosing frame
+//! (how a region body reads its loop constants and the current slice of a scanned operand
+//! without copying them). Owned buffers come from a [`Pool`]: when the schedule says a value is
+//! dead, its buffer goes back to the pool and the next allocation of the same dtype reuses it
+//! (smallest buffer that is large enough). Storage is physically typed: 8, 4 and 1 bytes per
+//! element for f64, f32 and bool.
 
 use quabla_ir::{DType, HostData};
 use std::sync::Arc;
@@ -66,13 +68,31 @@ pub(crate) enum View<'a> {
     Bool(&'a [bool]),
 }
 
-impl View<'_> {
+impl<'a> View<'a> {
     pub(crate) fn len(&self) -> usize {
         match self {
             View::F32(v) => v.len(),
             View::F64(v) => v.len(),
             View::Bool(v) => v.len(),
         }
+    }
+
+    pub(crate) fn dtype(&self) -> DType {
+        match self {
+            View::F32(_) => DType::F32,
+            View::F64(_) => DType::F64,
+            View::Bool(_) => DType::Bool,
+        }
+    }
+
+    /// Elements `start .. start + len` (`None` when out of range).
+    pub(crate) fn slice(&self, start: usize, len: usize) -> Option<View<'a>> {
+        let end = start.checked_add(len)?;
+        Some(match *self {
+            View::F32(v) => View::F32(v.get(start..end)?),
+            View::F64(v) => View::F64(v.get(start..end)?),
+            View::Bool(v) => View::Bool(v.get(start..end)?),
+        })
     }
 
     /// Element `i` widened to f64.
@@ -149,6 +169,29 @@ impl<'a> ViewMut<'a> {
         }
     }
 
+    /// Copies `src` into elements `at .. at + src.len()`; `false` (nothing written) when the
+    /// dtypes differ or the range does not fit.
+    pub(crate) fn copy_from(&mut self, at: usize, src: View<'_>) -> bool {
+        fn put<T: Copy>(dst: &mut [T], at: usize, src: &[T]) -> bool {
+            match at
+                .checked_add(src.len())
+                .and_then(|end| dst.get_mut(at..end))
+            {
+                Some(d) => {
+                    d.copy_from_slice(src);
+                    true
+                }
+                None => false,
+            }
+        }
+        match (self, src) {
+            (ViewMut::F32(d), View::F32(s)) => put(d, at, s),
+            (ViewMut::F64(d), View::F64(s)) => put(d, at, s),
+            (ViewMut::Bool(d), View::Bool(s)) => put(d, at, s),
+            _ => false,
+        }
+    }
+
     /// Rounds f64 values into elements `start .. start + src.len()`.
     pub(crate) fn store_f64(&mut self, start: usize, src: &[f64]) {
         let n = src.len();
@@ -217,6 +260,32 @@ impl Buffer {
         }
     }
 
+    /// Whether the buffer is pooled storage of `len` elements of `dtype`.
+    #[inline]
+    pub(crate) fn holds(&self, dtype: DType, len: usize) -> bool {
+        self.len == len
+            && match &self.data {
+                TypedVec::F32(_) => dtype == DType::F32,
+                TypedVec::F64(_) => dtype == DType::F64,
+                TypedVec::Bool(_) => dtype == DType::Bool,
+                TypedVec::Shared(_) => false,
+            }
+    }
+
+    /// The same storage resized to `len` elements of `dtype`, when it has that dtype, enough
+    /// capacity and is pooled (shared storage belongs to a plan output); else the buffer back.
+    pub(crate) fn refit(mut self, dtype: DType, len: usize) -> Result<Buffer, Buffer> {
+        if !matches!(self.data, TypedVec::Shared(_))
+            && self.data.dtype() == dtype
+            && self.data.capacity() >= len
+        {
+            self.len = len;
+            Ok(self)
+        } else {
+            Err(self)
+        }
+    }
+
     /// The elements for writing. Shared storage is written in place: the buffer holds its only
     /// reference until the run returns it (`make_mut` would copy otherwise, never fail).
     pub(crate) fn view_mut(&mut self) -> ViewMut<'_> {
@@ -231,22 +300,46 @@ impl Buffer {
     }
 }
 
-/// A value held in a slot of the executor.
+/// A value held in a slot of the executor; `'a` bounds the values of enclosing frames it may
+/// borrow.
 #[derive(Debug)]
-pub(crate) enum Storage {
+pub(crate) enum Storage<'a> {
     /// Bound from outside (an input or a constant); shared, never written.
     Host(HostData),
     /// Produced by a step; returned to the pool when dead.
     Owned(Buffer),
+    /// A value (or a slice of one) of an enclosing frame, read in place; never written.
+    Borrowed(View<'a>),
 }
 
-impl Storage {
+impl<'a> Storage<'a> {
     pub(crate) fn view(&self) -> View<'_> {
         match self {
             Storage::Host(HostData::F32(v)) => View::F32(v),
             Storage::Host(HostData::F64(v)) => View::F64(v),
             Storage::Host(HostData::Bool(v)) => View::Bool(v),
             Storage::Owned(b) => b.view(),
+            Storage::Borrowed(v) => *v,
+        }
+    }
+
+    /// The value without any borrow: host data and owned buffers as they are, a borrowed view
+    /// copied into a buffer from `pool`.
+    pub(crate) fn into_owned(self, pool: &mut Pool) -> Storage<'static> {
+        match self {
+            Storage::Host(d) => Storage::Host(d),
+            Storage::Owned(b) => Storage::Owned(b),
+            Storage::Borrowed(v) => Storage::Owned(pool.alloc_copy(v)),
+        }
+    }
+
+    /// A second handle on the value for a frame that keeps the first: host data and views are
+    /// shared, an owned buffer is copied.
+    pub(crate) fn share(&self, pool: &mut Pool) -> Storage<'a> {
+        match self {
+            Storage::Host(d) => Storage::Host(d.clone()),
+            Storage::Borrowed(v) => Storage::Borrowed(*v),
+            Storage::Owned(b) => Storage::Owned(pool.alloc_copy(b.view())),
         }
     }
 
@@ -259,12 +352,17 @@ impl Storage {
                 data: TypedVec::Shared(d),
                 len,
             }) if *len == d.len() => d.clone(),
-            Storage::Owned(b) => match b.view() {
-                View::F32(v) => HostData::F32(Arc::from(v)),
-                View::F64(v) => HostData::F64(Arc::from(v)),
-                View::Bool(v) => HostData::Bool(Arc::from(v)),
-            },
+            Storage::Owned(b) => view_to_host(b.view()),
+            Storage::Borrowed(v) => view_to_host(*v),
         }
+    }
+}
+
+fn view_to_host(v: View<'_>) -> HostData {
+    match v {
+        View::F32(v) => HostData::F32(Arc::from(v)),
+        View::F64(v) => HostData::F64(Arc::from(v)),
+        View::Bool(v) => HostData::Bool(Arc::from(v)),
     }
 }
 
@@ -306,6 +404,14 @@ impl Pool {
         Buffer { data, len }
     }
 
+    /// A pooled buffer holding a copy of `v`.
+    pub(crate) fn alloc_copy(&mut self, v: View<'_>) -> Buffer {
+        let mut b = self.alloc(v.dtype(), v.len());
+        // Same dtype and length by construction, so the copy always applies.
+        b.view_mut().copy_from(0, v);
+        b
+    }
+
     /// Fresh shared storage for a plan output (not pooled: it is handed to the caller).
     pub(crate) fn alloc_shared(&mut self, dtype: DType, len: usize) -> Buffer {
         Buffer {
@@ -315,7 +421,7 @@ impl Pool {
     }
 
     /// Returns a dead value's storage (host and shared data are simply dropped).
-    pub(crate) fn recycle(&mut self, storage: Storage) {
+    pub(crate) fn recycle(&mut self, storage: Storage<'_>) {
         if let Storage::Owned(b) = storage {
             if matches!(b.data, TypedVec::Shared(_)) {
                 return;

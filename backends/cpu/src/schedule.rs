@@ -17,14 +17,20 @@
 //!    its operand with broadcast strides.
 //! 4. **Shared factorizations**: `linalg` nodes of one decomposition (`svd_u`, `svd_s`,
 //!    `svd_vh`, ...) on the same operand run as one step that factorizes once.
-//! 5. **Liveness**: each slot is released after the last step that reads it (plan outputs are
-//!    kept), so its buffer returns to the pool and is reused by later steps.
+//! 5. **Regions**: the sibling nodes of one control-flow region call (same region, same
+//!    operands) run as one step at the first of them, which fills every sibling's slot; the
+//!    region's bodies are compiled into schedules of their own here, once (see `region.rs`).
+//! 6. **Liveness**: each slot a step writes is released after the last step that reads it
+//!    (plan outputs are kept), so its buffer returns to the pool and is reused by later steps.
+//!    Input and constant slots are never released by steps: whoever runs the schedule binds
+//!    them and takes them back, which lets a loop keep its constants bound across iterations.
 
 use crate::kernels::elementwise::{Access, EwOp, ExtSpec, Member, Operand, Program};
 use crate::kernels::layout::{broadcast_strides, strides};
 use crate::kernels::linalg::Family;
+use crate::region::RegionStep;
 use quabla_backend::{BackendError, Result};
-use quabla_ir::{Graph, HostData, LinalgKind, Op, Shape, TensorType};
+use quabla_ir::{region_groups, Graph, HostData, LinalgKind, Op, Shape, TensorType};
 use std::collections::HashMap;
 
 /// Figures of a compiled schedule, for tests and diagnostics.
@@ -59,6 +65,8 @@ pub(crate) struct NodeStep {
 pub(crate) enum StepKind {
     Fused(Program),
     Node(NodeStep),
+    /// One control-flow region call, filling the slots of all its sibling nodes.
+    Region(Box<RegionStep>),
 }
 
 #[derive(Clone, Debug)]
@@ -73,6 +81,7 @@ impl Step {
         match &self.kind {
             StepKind::Fused(p) => p.exts.iter().map(|e| e.slot).collect(),
             StepKind::Node(n) => n.args.iter().map(|a| a.0).collect(),
+            StepKind::Region(r) => r.args.clone(),
         }
     }
 
@@ -82,6 +91,7 @@ impl Step {
             StepKind::Node(n) => std::iter::once(n.out)
                 .chain(n.also.iter().map(|a| a.1))
                 .collect(),
+            StepKind::Region(r) => r.outs.iter().map(|o| o.1).collect(),
         }
     }
 }
@@ -96,8 +106,18 @@ pub(crate) struct Schedule {
     pub constants: Vec<(usize, HostData)>,
     /// Slot and shape of each plan output.
     pub outputs: Vec<(usize, Shape)>,
-    /// Whether each slot holds a plan output (written directly into shared host data).
+    /// Whether each slot holds a plan output (written directly into shared host data when
+    /// the schedule is a plan's, not a region body's).
     pub output_slot: Vec<bool>,
+    /// Whether each slot is written by a step (else it is an input or a constant).
+    pub produced: Vec<bool>,
+    /// The output slots written by steps, each once: what a region driver returns to the pool
+    /// after collecting a body's results.
+    pub result_slots: Vec<usize>,
+    /// Bytes of all step-written slots together: what a run holds when it keeps every buffer.
+    pub produced_bytes: usize,
+    /// Elements of the value each slot holds.
+    pub slot_len: Vec<usize>,
     pub stats: ScheduleStats,
 }
 
@@ -109,7 +129,7 @@ struct GroupBuild {
 
 impl Schedule {
     /// Compiles a verified graph. `fuse` enables elementwise fusion and virtual broadcasts
-    /// (without it every node is its own step).
+    /// (without it every node is its own step); it applies to region bodies too.
     pub(crate) fn build(graph: &Graph, fuse: bool) -> Result<Schedule> {
         let nodes = graph.nodes();
         let n = nodes.len();
@@ -245,6 +265,20 @@ impl Schedule {
             }
         }
 
+        // The needed siblings of a region call run as one step, at the first of them: they
+        // share their operands, so all of them are available there, and every consumer of a
+        // sibling comes after it.
+        let mut siblings: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (first, members) in region_groups(graph) {
+            let live: Vec<usize> = members.into_iter().filter(|&m| needed[m]).collect();
+            if live.first() == Some(&first) {
+                for &m in &live[1..] {
+                    absorbed[m] = true;
+                }
+                siblings[first] = live;
+            }
+        }
+
         // Steps, in order of each unit's last node.
         let mut steps: Vec<Step> = Vec::new();
         for i in (0..n).filter(|&i| needed[i] && !absorbed[i]) {
@@ -261,6 +295,28 @@ impl Schedule {
                 continue;
             }
             if node.op.is_leaf() || virt[i] || matches!(node.op, Op::Reshape { .. }) {
+                continue;
+            }
+            if let Op::Region(call) = &node.op {
+                let args = node
+                    .operands
+                    .iter()
+                    .map(|o| slot(o.index()))
+                    .collect::<Result<Vec<_>>>()?;
+                let outs = siblings[i]
+                    .iter()
+                    .map(|&m| match &nodes[m].op {
+                        Op::Region(c) => Ok((c.output, slot(m)?)),
+                        _ => Err(crate::kernels::internal(
+                            "a non-region node in a region group",
+                        )),
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let step = RegionStep::compile(&call.region, args, outs, fuse)?;
+                steps.push(Step {
+                    kind: StepKind::Region(Box::new(step)),
+                    free: Vec::new(),
+                });
                 continue;
             }
             let args = node
@@ -307,7 +363,7 @@ impl Schedule {
             }
         }
         for s in 0..nslots {
-            if keep[s] {
+            if keep[s] || produced_by[s].is_none() {
                 continue;
             }
             if let Some(k) = last[s].or(produced_by[s]) {
@@ -333,6 +389,24 @@ impl Schedule {
         }
 
         validate(&steps, nslots, &input_slots, &constants, &keep)?;
+        let produced: Vec<bool> = produced_by.iter().map(Option::is_some).collect();
+        let mut slot_len = vec![0usize; nslots];
+        let mut produced_bytes = 0;
+        for i in 0..n {
+            if let Some(s) = slot_of[i] {
+                // A reshape shares its operand's slot (and element count): count a slot once.
+                if slot_len[s] == 0 && produced[s] {
+                    produced_bytes += nodes[i].ty.shape.size() * nodes[i].ty.dtype.itemsize();
+                }
+                slot_len[s] = nodes[i].ty.shape.size();
+            }
+        }
+        let mut result_slots: Vec<usize> = Vec::new();
+        for (s, _) in &outputs {
+            if produced[*s] && !result_slots.contains(s) {
+                result_slots.push(*s);
+            }
+        }
 
         // Statistics.
         let mut stats = ScheduleStats {
@@ -364,6 +438,10 @@ impl Schedule {
             constants,
             outputs,
             output_slot: keep,
+            produced,
+            result_slots,
+            produced_bytes,
+            slot_len,
             stats,
         })
     }

@@ -12,7 +12,9 @@
 //!
 //! Registers are allocated at compile time with liveness inside the group, so a long chain
 //! needs only a few registers. Large groups split their tiles over threads; every element is
-//! computed independently, so the split never changes a value.
+//! computed independently, so the split never changes a value. A group of one element (the
+//! scalar arithmetic of a loop body) skips the tiles: its registers are plain float64 values
+//! and each instruction calls the same scalar semantics once.
 
 use crate::buffer::{Elem, View, ViewMut};
 use crate::kernels::{par_for_each, split_ranges, PAR_MIN_ELEMENTS};
@@ -21,6 +23,37 @@ use quabla_ir::{BinaryOp, Comparison, DType, Op, UnaryOp};
 
 /// Elements per tile: 16 KiB per float64 register, so a program's registers stay in L1/L2.
 pub(crate) const TILE: usize = 2048;
+
+/// Registers reused by every program run on one thread: tiles for groups of many elements,
+/// single values for groups of one.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    tiles: Vec<Vec<f64>>,
+    /// The external values of a one-element program.
+    values: Vec<f64>,
+    /// The registers of a one-element program.
+    scalars: Vec<f64>,
+    /// The output values of a one-element program.
+    results: Vec<f64>,
+}
+
+impl Scratch {
+    /// Room for a one-element program: its external values (emptied, for the caller to fill
+    /// in external order), its registers and its output values.
+    pub(crate) fn one_element(
+        &mut self,
+        program: &Program,
+    ) -> (&mut Vec<f64>, &mut [f64], &mut [f64]) {
+        if self.scalars.len() < program.nregs {
+            self.scalars.resize(program.nregs, 0.0);
+        }
+        if self.results.len() < program.outs.len() {
+            self.results.resize(program.outs.len(), 0.0);
+        }
+        self.values.clear();
+        (&mut self.values, &mut self.scalars, &mut self.results)
+    }
+}
 
 /// The elementwise ops, with what their kernels need.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -36,6 +69,15 @@ pub(crate) enum EwOp {
 }
 
 impl EwOp {
+    /// Number of operands.
+    pub(crate) fn arity(self) -> usize {
+        match self {
+            EwOp::Unary(_) | EwOp::Powi(_) | EwOp::Cast(_) | EwOp::Copy => 1,
+            EwOp::Binary(_) | EwOp::Compare(_) => 2,
+            EwOp::Where => 3,
+        }
+    }
+
     /// The elementwise form of an op, `None` for the other ops.
     pub(crate) fn from_op(op: &Op) -> Option<EwOp> {
         Some(match op {
@@ -240,26 +282,38 @@ impl Program {
     }
 
     /// Runs the program: `exts` are the views of the externals' storage and `outs` the
-    /// output buffers (each of the group's size), split over up to `threads` threads.
-    pub(crate) fn run(&self, exts: &[View<'_>], outs: Vec<ViewMut<'_>>, threads: usize) {
-        let scalars: Vec<f64> = self
-            .exts
-            .iter()
-            .zip(exts)
-            .map(|(spec, v)| match spec.access {
-                Access::Scalar => v.get_f64(0),
-                _ => 0.0,
-            })
-            .collect();
-        let parts = if self.size >= PAR_MIN_ELEMENTS {
-            threads
-        } else {
-            1
-        };
-        let ranges = split_ranges(self.size, parts, TILE);
+    /// output buffers (each of the group's size). Groups below the threading threshold (or
+    /// with one thread) run on the caller's thread in the registers of `scratch`, which keeps
+    /// them free of allocation when a loop body runs them once per iteration; larger ones
+    /// split their tiles over up to `threads` threads.
+    pub(crate) fn run(
+        &self,
+        exts: &[View<'_>],
+        outs: &mut [ViewMut<'_>],
+        threads: usize,
+        scratch: &mut Scratch,
+    ) {
+        let tile = TILE.min(self.size);
+        if self.size < PAR_MIN_ELEMENTS || threads <= 1 {
+            let regs = &mut scratch.tiles;
+            if regs.len() < self.nregs {
+                regs.resize_with(self.nregs, Vec::new);
+            }
+            for r in regs.iter_mut().take(self.nregs) {
+                if r.len() < tile {
+                    r.resize(tile, 0.0);
+                }
+            }
+            self.run_range(exts, outs, 0, self.size, regs);
+            return;
+        }
+        let ranges = split_ranges(self.size, threads, TILE);
         // Hand each range its own piece of every output.
         let mut pieces: Vec<((usize, usize), Vec<ViewMut<'_>>)> = Vec::with_capacity(ranges.len());
-        let mut rest = outs;
+        let mut rest: Vec<ViewMut<'_>> = outs
+            .iter_mut()
+            .map(|v| std::mem::replace(v, ViewMut::F64(&mut [])))
+            .collect();
         for &(start, end) in &ranges {
             let mut mine = Vec::with_capacity(rest.len());
             let mut next = Vec::with_capacity(rest.len());
@@ -271,17 +325,110 @@ impl Program {
             rest = next;
             pieces.push(((start, end), mine));
         }
-        let scalars = &scalars;
         par_for_each(pieces, threads, |((start, end), mut outs)| {
-            let mut regs = vec![vec![0.0f64; TILE.min(self.size)]; self.nregs];
-            self.run_range(exts, scalars, &mut outs, start, end, &mut regs);
+            let mut regs = vec![vec![0.0f64; tile]; self.nregs];
+            self.run_range(exts, &mut outs, start, end, &mut regs);
         });
+    }
+
+    /// The same program reading external `e` at position `at[e]` of the value array given to
+    /// [`Program::run_one`] (how a scalar loop body reads its values in place).
+    pub(crate) fn with_externals_at(&self, at: &[usize]) -> Option<Program> {
+        let map = |e: usize| at.get(e).copied();
+        let src = |s: Src| -> Option<Src> {
+            Some(match s {
+                Src::Reg(r) => Src::Reg(r),
+                Src::Direct(e) => Src::Direct(map(e)?),
+                Src::Scalar(e) => Src::Scalar(map(e)?),
+            })
+        };
+        let mut instrs = Vec::with_capacity(self.instrs.len());
+        for instr in &self.instrs {
+            instrs.push(match *instr {
+                Instr::Load { ext, dst } => Instr::Load {
+                    ext: map(ext)?,
+                    dst,
+                },
+                Instr::Compute {
+                    op,
+                    dst,
+                    args,
+                    round_f32,
+                } => {
+                    // Unused argument positions hold a placeholder that maps to nothing.
+                    let arity = op.arity();
+                    let mut mapped = args;
+                    for (k, a) in args.iter().enumerate().take(arity) {
+                        mapped[k] = src(*a)?;
+                    }
+                    Instr::Compute {
+                        op,
+                        dst,
+                        args: mapped,
+                        round_f32,
+                    }
+                }
+                Instr::Store { src, out } => Instr::Store { src, out },
+            });
+        }
+        // The externals now live in the caller's value array: none are bound as views.
+        Some(Program {
+            instrs,
+            exts: Vec::new(),
+            ..self.clone()
+        })
+    }
+
+    /// Runs a one-element program (`size == 1`) on the values of its externals (widened to
+    /// float64, in external order) into `results` (one float64 per output, to be rounded to
+    /// the output's dtype when stored): the same instructions and the same scalar functions
+    /// as the tiled loops, on single registers.
+    pub(crate) fn run_one(&self, exts: &[f64], regs: &mut [f64], results: &mut [f64]) {
+        for instr in &self.instrs {
+            match *instr {
+                Instr::Load { ext, dst } => regs[dst] = exts[ext],
+                Instr::Compute {
+                    op,
+                    dst,
+                    args,
+                    round_f32,
+                } => {
+                    let get = |s: Src| match s {
+                        Src::Reg(r) => regs[r],
+                        Src::Direct(e) | Src::Scalar(e) => exts[e],
+                    };
+                    let v = match op {
+                        EwOp::Unary(u) => unary_f64(u, get(args[0])),
+                        EwOp::Powi(n) => powi_f64(get(args[0]), n),
+                        EwOp::Binary(b) => binary_f64(b, get(args[0]), get(args[1])),
+                        EwOp::Compare(c) => {
+                            if compare_f64(c, get(args[0]), get(args[1])) {
+                                1.0
+                            } else {
+                                0.0
+                            }
+                        }
+                        EwOp::Where => {
+                            let (a, b) = (get(args[1]), get(args[2]));
+                            if get(args[0]) != 0.0 {
+                                a
+                            } else {
+                                b
+                            }
+                        }
+                        EwOp::Cast(to) => to.round(get(args[0])),
+                        EwOp::Copy => get(args[0]),
+                    };
+                    regs[dst] = if round_f32 { v as f32 as f64 } else { v };
+                }
+                Instr::Store { src, out } => results[out] = regs[src],
+            }
+        }
     }
 
     fn run_range(
         &self,
         exts: &[View<'_>],
-        scalars: &[f64],
         outs: &mut [ViewMut<'_>],
         start: usize,
         end: usize,
@@ -316,7 +463,7 @@ impl Program {
                                     // Direct access is only compiled for float64 externals.
                                     _ => Arg::Scalar(f64::NAN),
                                 },
-                                Src::Scalar(e) => Arg::Scalar(scalars[e]),
+                                Src::Scalar(e) => Arg::Scalar(exts[e].get_f64(0)),
                             }
                         };
                         compute(op, round_f32, &args, arg, &mut d[..len]);

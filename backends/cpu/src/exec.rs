@@ -1,0 +1,513 @@
+//! The executor: runs the steps of a compiled schedule over a frame of slots.
+//!
+//! A [`Frame`] holds the values of one schedule's slots while it runs. A plan's frame lives for
+//! one call; a region body's frame lives for one execution of its region and is rerun once per
+//! iteration, its inputs rebound in between (see `region.rs`). The [`Workspace`] is what runs
+//! share: the buffer pool and the scratch of fused programs. A step's own bookkeeping (operand
+//! views, output buffers, registers) needs no heap allocation once the workspace is warm.
+//!
+//! A frame runs in one of three [`Mode`]s. A plan writes its outputs into fresh shared host data;
+//! a body writes them into pooled buffers; and a small loop body *keeps* every buffer in its
+//! slot between iterations (no liveness releases), so each step writes straight into the
+//! buffer it wrote the iteration before and an iteration touches neither the pool nor the
+//! allocator.
+
+use crate::buffer::{self, Buffer, Pool, Storage, View, ViewMut};
+use crate::kernels::elementwise::{Program, Scratch};
+use crate::kernels::reduce::ReduceKind;
+use crate::kernels::{internal, layout, linalg, matmul, reduce};
+use crate::schedule::{NodeStep, Schedule, StepKind};
+use quabla_backend::{BackendError, Result};
+use quabla_ir::{DType, Op};
+
+/// What every run of an executable shares, kept between runs.
+#[derive(Debug, Default)]
+pub(crate) struct Workspace {
+    pub pool: Pool,
+    /// Registers of fused programs run on the calling thread.
+    pub scratch: Scratch,
+    /// The output buffers of the fused step being run.
+    bufs: Vec<Buffer>,
+}
+
+/// Externals a fused step binds without allocating; more use a heap vector.
+const INLINE_EXTS: usize = 8;
+/// Outputs a fused step binds without allocating; more use a heap vector.
+const INLINE_OUTS: usize = 4;
+
+/// How a run allocates the buffers its steps write and releases dead values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// A plan: outputs in fresh shared host data, dead values back to the pool.
+    Plan,
+    /// A body: every buffer from the pool, dead values back to it.
+    Body,
+    /// A small loop body rerun many times: a step reuses the buffer its slot still holds from
+    /// the previous run, and nothing is released until the frame finishes.
+    Reuse,
+}
+
+/// The slots of one schedule being run; `'a` bounds the values of enclosing frames it
+/// borrows.
+pub(crate) struct Frame<'s, 'a> {
+    sched: &'s Schedule,
+    slots: Vec<Option<Storage<'a>>>,
+}
+
+impl<'s, 'a> Frame<'s, 'a> {
+    /// A frame with the schedule's constants bound (they stay bound for the frame's life).
+    pub(crate) fn new(sched: &'s Schedule) -> Frame<'s, 'a> {
+        let mut slots: Vec<Option<Storage<'a>>> = (0..sched.nslots).map(|_| None).collect();
+        for (s, data) in &sched.constants {
+            slots[*s] = Some(Storage::Host(data.clone()));
+        }
+        Frame { sched, slots }
+    }
+
+    /// Binds input `j`; hands the value back when the schedule never reads that input.
+    pub(crate) fn bind(&mut self, j: usize, value: Storage<'a>) -> Option<Storage<'a>> {
+        match self.sched.input_slots.get(j).copied().flatten() {
+            Some(s) => {
+                self.slots[s] = Some(value);
+                None
+            }
+            None => Some(value),
+        }
+    }
+
+    /// Whether the schedule reads input `j`.
+    pub(crate) fn reads_input(&self, j: usize) -> bool {
+        matches!(self.sched.input_slots.get(j), Some(Some(_)))
+    }
+
+    /// Writes `value` as the rank-0 input `j` of `dtype`, reusing the buffer already bound
+    /// there when there is one.
+    pub(crate) fn set_scalar(&mut self, j: usize, dtype: DType, value: f64, pool: &mut Pool) {
+        let Some(s) = self.sched.input_slots.get(j).copied().flatten() else {
+            return;
+        };
+        let slot = &mut self.slots[s];
+        if !matches!(slot, Some(Storage::Owned(b)) if b.holds(dtype, 1)) {
+            if let Some(old) = slot.take() {
+                pool.recycle(old);
+            }
+            *slot = Some(Storage::Owned(pool.alloc(dtype, 1)));
+        }
+        if let Some(Storage::Owned(b)) = slot {
+            b.view_mut().store_f64(0, &[value]);
+        }
+    }
+
+    /// Takes back the value bound to input `j`, if it is still there.
+    pub(crate) fn take_input(&mut self, j: usize) -> Option<Storage<'a>> {
+        let s = self.sched.input_slots.get(j).copied().flatten()?;
+        self.slots[s].take()
+    }
+
+    /// Runs every step; the outputs stay in their slots (in pooled buffers) for the caller to
+    /// read or take. In [`Mode::Reuse`] every other value stays too.
+    pub(crate) fn run(&mut self, mode: Mode, ws: &mut Workspace, threads: usize) -> Result<()> {
+        run_steps(self.sched, &mut self.slots, ws, threads, mode)
+    }
+
+    /// Exchanges the values of two slots (a loop's carry and the body result that replaces
+    /// it, whose slot keeps the old carry's buffer for the next iteration to write).
+    pub(crate) fn swap(&mut self, a: usize, b: usize) {
+        self.slots.swap(a, b);
+    }
+
+    /// Takes the value of slot `s`.
+    pub(crate) fn take_slot(&mut self, s: usize) -> Option<Storage<'a>> {
+        self.slots.get_mut(s).and_then(Option::take)
+    }
+
+    /// Output `j` of the last run.
+    pub(crate) fn output(&self, j: usize) -> Result<View<'_>> {
+        let (s, _) = self
+            .sched
+            .outputs
+            .get(j)
+            .ok_or_else(|| internal(format!("a body has no output {j}")))?;
+        view(&self.slots, *s)
+    }
+
+    /// Output `j` of the last run: moved out of its slot when `take` (the caller compiled
+    /// that as safe: the slot is rebound or rewritten before the next run and no later
+    /// output reads it), else a second handle on it (see [`Storage::share`]).
+    pub(crate) fn take_output(
+        &mut self,
+        j: usize,
+        take: bool,
+        pool: &mut Pool,
+    ) -> Result<Storage<'a>> {
+        let (s, _) = *self
+            .sched
+            .outputs
+            .get(j)
+            .ok_or_else(|| internal(format!("a body has no output {j}")))?;
+        let slot = &mut self.slots[s];
+        let value = if take {
+            slot.take()
+        } else {
+            slot.as_ref().map(|v| v.share(pool))
+        };
+        value.ok_or_else(|| internal(format!("body output {j} was not computed")))
+    }
+
+    /// Returns the step-produced outputs still held to the pool, ready for the next run.
+    pub(crate) fn clear_results(&mut self, pool: &mut Pool) {
+        for &s in &self.sched.result_slots {
+            if let Some(v) = self.slots[s].take() {
+                pool.recycle(v);
+            }
+        }
+    }
+
+    /// Returns every value still held to the pool.
+    pub(crate) fn finish(self, pool: &mut Pool) {
+        for v in self.slots.into_iter().flatten() {
+            pool.recycle(v);
+        }
+    }
+
+    /// The values of every slot (how a plan's outputs are read after its run).
+    pub(crate) fn slots(&self) -> &[Option<Storage<'a>>] {
+        &self.slots
+    }
+}
+
+/// The buffer a step writes for `slot`: fresh shared host data for a plan output, the slot's
+/// own previous buffer in [`Mode::Reuse`] when it fits, else one from the pool.
+fn alloc(
+    sched: &Schedule,
+    slots: &mut [Option<Storage<'_>>],
+    pool: &mut Pool,
+    mode: Mode,
+    slot: usize,
+    dtype: DType,
+    len: usize,
+) -> Buffer {
+    match mode {
+        Mode::Plan if sched.output_slot[slot] => pool.alloc_shared(dtype, len),
+        Mode::Reuse => match slots[slot].take() {
+            Some(Storage::Owned(b)) => match b.refit(dtype, len) {
+                Ok(b) => b,
+                Err(b) => {
+                    pool.recycle(Storage::Owned(b));
+                    pool.alloc(dtype, len)
+                }
+            },
+            other => {
+                if let Some(v) = other {
+                    pool.recycle(v);
+                }
+                pool.alloc(dtype, len)
+            }
+        },
+        _ => pool.alloc(dtype, len),
+    }
+}
+
+/// Runs the steps of `sched` in order; outside [`Mode::Reuse`], dead slots go back to the
+/// pool after each step.
+fn run_steps(
+    sched: &Schedule,
+    slots: &mut [Option<Storage<'_>>],
+    ws: &mut Workspace,
+    threads: usize,
+    mode: Mode,
+) -> Result<()> {
+    for step in &sched.steps {
+        match &step.kind {
+            StepKind::Fused(program) if program.size == 1 => {
+                run_one_element(sched, program, slots, ws, mode)?;
+            }
+            StepKind::Fused(program) => {
+                debug_assert!(ws.bufs.is_empty());
+                for &(s, dt) in &program.outs {
+                    let b = alloc(sched, slots, &mut ws.pool, mode, s, dt, program.size);
+                    ws.bufs.push(b);
+                }
+                let ran = run_fused(program, slots, &mut ws.bufs, &mut ws.scratch, threads);
+                if let Err(e) = ran {
+                    for b in ws.bufs.drain(..) {
+                        ws.pool.recycle(Storage::Owned(b));
+                    }
+                    return Err(e);
+                }
+                for (&(s, _), b) in program.outs.iter().zip(ws.bufs.drain(..)) {
+                    slots[s] = Some(Storage::Owned(b));
+                }
+            }
+            StepKind::Node(node) => {
+                let pool = &mut ws.pool;
+                let (dtype, len) = (node.ty.dtype, node.ty.shape.size());
+                let mut buf = alloc(sched, slots, pool, mode, node.out, dtype, len);
+                let mut extra: Vec<Buffer> = node
+                    .also
+                    .iter()
+                    .map(|(_, s, ty)| {
+                        let (dtype, len) = (ty.dtype, ty.shape.size());
+                        alloc(sched, slots, pool, mode, *s, dtype, len)
+                    })
+                    .collect();
+                if let Err(e) = run_node(node, slots, &mut buf, &mut extra, threads) {
+                    pool.recycle(Storage::Owned(buf));
+                    for b in extra {
+                        pool.recycle(Storage::Owned(b));
+                    }
+                    return Err(e);
+                }
+                slots[node.out] = Some(Storage::Owned(buf));
+                for ((_, s, _), b) in node.also.iter().zip(extra) {
+                    slots[*s] = Some(Storage::Owned(b));
+                }
+            }
+            StepKind::Region(region) => {
+                let results = {
+                    let operands = region
+                        .args
+                        .iter()
+                        .map(|&s| view(slots, s))
+                        .collect::<Result<Vec<_>>>()?;
+                    let shared: Vec<bool> = region
+                        .outs
+                        .iter()
+                        .map(|&(_, s)| mode == Mode::Plan && sched.output_slot[s])
+                        .collect();
+                    region.run(&operands, &shared, ws, threads)?
+                };
+                for (&(_, s), value) in region.outs.iter().zip(results) {
+                    // In Mode::Reuse the slot still holds the previous run's value.
+                    if let Some(old) = slots[s].replace(value) {
+                        ws.pool.recycle(old);
+                    }
+                }
+            }
+        }
+        if mode != Mode::Reuse {
+            for &s in &step.free {
+                if let Some(st) = slots[s].take() {
+                    ws.pool.recycle(st);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs a one-element fused program (scalar loop arithmetic) on plain values: the externals
+/// are read as numbers and each result is written into the buffer its slot already holds when
+/// the mode keeps buffers, so a steady-state iteration moves no buffer at all.
+fn run_one_element(
+    sched: &Schedule,
+    program: &Program,
+    slots: &mut [Option<Storage<'_>>],
+    ws: &mut Workspace,
+    mode: Mode,
+) -> Result<()> {
+    let (values, regs, results) = ws.scratch.one_element(program);
+    for e in &program.exts {
+        values.push(view(slots, e.slot)?.get_f64(0));
+    }
+    program.run_one(values, regs, results);
+    for (&(s, dtype), &v) in program.outs.iter().zip(results.iter()) {
+        if mode == Mode::Reuse {
+            if let Some(Storage::Owned(b)) = &mut slots[s] {
+                if b.holds(dtype, 1) {
+                    b.view_mut().store_f64(0, &[v]);
+                    continue;
+                }
+            }
+        }
+        let mut b = alloc(sched, slots, &mut ws.pool, mode, s, dtype, 1);
+        b.view_mut().store_f64(0, &[v]);
+        if let Some(old) = slots[s].replace(Storage::Owned(b)) {
+            ws.pool.recycle(old);
+        }
+    }
+    Ok(())
+}
+
+/// Runs one fused program into `bufs` (one buffer per output). Operand views and output
+/// views live on the stack for the common sizes, so the step allocates nothing.
+fn run_fused(
+    program: &Program,
+    slots: &[Option<Storage<'_>>],
+    bufs: &mut [Buffer],
+    scratch: &mut Scratch,
+    threads: usize,
+) -> Result<()> {
+    let n = program.exts.len();
+    let mut inline = [View::F64(&[]); INLINE_EXTS];
+    let heap: Vec<View<'_>>;
+    let exts: &[View<'_>] = if n <= INLINE_EXTS {
+        for (d, e) in inline.iter_mut().zip(&program.exts) {
+            *d = view(slots, e.slot)?;
+        }
+        &inline[..n]
+    } else {
+        heap = program
+            .exts
+            .iter()
+            .map(|e| view(slots, e.slot))
+            .collect::<Result<_>>()?;
+        &heap
+    };
+    let nout = bufs.len();
+    if nout <= INLINE_OUTS {
+        let mut outs: [ViewMut<'_>; INLINE_OUTS] = std::array::from_fn(|_| ViewMut::F64(&mut []));
+        for (o, b) in outs.iter_mut().zip(bufs.iter_mut()) {
+            *o = b.view_mut();
+        }
+        program.run(exts, &mut outs[..nout], threads, scratch);
+    } else {
+        let mut outs: Vec<ViewMut<'_>> = bufs.iter_mut().map(Buffer::view_mut).collect();
+        program.run(exts, &mut outs, threads, scratch);
+    }
+    Ok(())
+}
+
+fn run_node(
+    node: &NodeStep,
+    slots: &[Option<Storage<'_>>],
+    buf: &mut buffer::Buffer,
+    extra: &mut [buffer::Buffer],
+    threads: usize,
+) -> Result<()> {
+    let arg = |i: usize| -> Result<(View<'_>, &[usize])> {
+        let (s, dims) = node
+            .args
+            .get(i)
+            .ok_or_else(|| internal("missing operand"))?;
+        Ok((view(slots, *s)?, dims.as_slice()))
+    };
+    let out = buf.view_mut();
+    let out_dims = node.ty.shape.dims();
+    match &node.op {
+        Op::Sum => reduce::reduce_all(ReduceKind::Sum, arg(0)?.0, out),
+        Op::Mean => reduce::reduce_all(ReduceKind::Mean, arg(0)?.0, out),
+        Op::SumAxis { axes }
+        | Op::MeanAxis { axes }
+        | Op::MaxAxis { axes }
+        | Op::MinAxis { axes } => {
+            let kind = match node.op {
+                Op::SumAxis { .. } => ReduceKind::Sum,
+                Op::MeanAxis { .. } => ReduceKind::Mean,
+                Op::MaxAxis { .. } => ReduceKind::Max,
+                _ => ReduceKind::Min,
+            };
+            let (x, dims) = arg(0)?;
+            reduce::reduce_axes(kind, x, dims, axes, out, threads)
+        }
+        Op::Cumsum { axis, reverse } => {
+            let (x, dims) = arg(0)?;
+            reduce::cumsum(x, dims, *axis, *reverse, out, threads)
+        }
+        Op::Reshape { .. } | Op::StopGradient => layout::copy(arg(0)?.0, out),
+        Op::Transpose { perm } => {
+            let (x, dims) = arg(0)?;
+            layout::transpose(x, dims, perm, out)
+        }
+        Op::Broadcast { shape } => {
+            let (x, dims) = arg(0)?;
+            layout::broadcast(x, dims, shape.dims(), out)
+        }
+        Op::Concat { axis } => {
+            let parts = (0..node.args.len()).map(arg).collect::<Result<Vec<_>>>()?;
+            layout::concat(&parts, *axis, out_dims, out)
+        }
+        Op::Slice { starts, sizes } => {
+            let (x, dims) = arg(0)?;
+            layout::slice(x, dims, starts, sizes, out)
+        }
+        Op::PadSlice { starts, shape } => {
+            let (x, dims) = arg(0)?;
+            layout::pad_slice(x, dims, starts, shape.dims(), out)
+        }
+        Op::Gather { axis, indices } => {
+            let (x, dims) = arg(0)?;
+            layout::gather(x, dims, *axis, indices, out)
+        }
+        Op::ScatterAdd { axis, indices } => {
+            let ((base, dims), (upd, _)) = (arg(0)?, arg(1)?);
+            layout::scatter_add(base, upd, dims, *axis, indices, out)
+        }
+        Op::Matmul => {
+            let ((a, ad), (b, bd)) = (arg(0)?, arg(1)?);
+            matmul::matmul(a, ad, b, bd, out_dims, out, threads)
+        }
+        Op::Solve => {
+            let ((a, ad), (b, bd)) = (arg(0)?, arg(1)?);
+            let r = linalg::solve(a, ad, b, bd, out);
+            // faer's AVX kernels leave the upper vector state dirty (see matmul.rs).
+            matmul::clear_upper_vector_state();
+            r
+        }
+        Op::TriangularSolve {
+            lower,
+            transpose_a,
+            unit_diagonal,
+        } => {
+            let ((a, ad), (b, bd)) = (arg(0)?, arg(1)?);
+            let r =
+                linalg::triangular_solve(a, ad, b, bd, *lower, *transpose_a, *unit_diagonal, out);
+            // faer's AVX kernels leave the upper vector state dirty (see matmul.rs).
+            matmul::clear_upper_vector_state();
+            r
+        }
+        Op::Cholesky => {
+            let (a, ad) = arg(0)?;
+            let r = linalg::cholesky(a, ad, out);
+            // faer's AVX kernels leave the upper vector state dirty (see matmul.rs).
+            matmul::clear_upper_vector_state();
+            r
+        }
+        Op::CholeskyAd => {
+            let ((l, ld), (da, _)) = (arg(0)?, arg(1)?);
+            let r = linalg::cholesky_ad(l, da, ld, out);
+            // faer's AVX kernels leave the upper vector state dirty (see matmul.rs).
+            matmul::clear_upper_vector_state();
+            r
+        }
+        Op::Linalg(kind) => {
+            let (a, ad) = arg(0)?;
+            let kinds: Vec<_> = std::iter::once(*kind)
+                .chain(node.also.iter().map(|a| a.0))
+                .collect();
+            let outs = std::iter::once(out)
+                .chain(extra.iter_mut().map(|b| b.view_mut()))
+                .collect();
+            let r = linalg::linalg(&kinds, a, ad, outs);
+            // faer's AVX kernels leave the upper vector state dirty (see matmul.rs).
+            matmul::clear_upper_vector_state();
+            r
+        }
+        Op::Custom(_) => Err(BackendError::Unsupported {
+            op: "custom".into(),
+            device: "cpu".into(),
+            reason: "custom rules must be inlined before a plan reaches a backend".into(),
+        }),
+        Op::Input { .. }
+        | Op::Constant { .. }
+        | Op::Cast { .. }
+        | Op::Unary(_)
+        | Op::Powi(_)
+        | Op::Binary(_)
+        | Op::Compare(_)
+        | Op::Where
+        | Op::Region(_) => Err(internal(format!(
+            "{} scheduled as a single kernel",
+            node.op.name()
+        ))),
+    }
+}
+
+/// The value in slot `s`.
+pub(crate) fn view<'v>(slots: &'v [Option<Storage<'_>>], s: usize) -> Result<View<'v>> {
+    slots
+        .get(s)
+        .and_then(|x| x.as_ref())
+        .map(Storage::view)
+        .ok_or_else(|| internal(format!("slot {s} is empty when read")))
+}

@@ -1,0 +1,832 @@
+//! Control-flow regions on the CPU: each region call compiled once, with its bodies, into a
+//! step, and the loops that run it.
+//!
+//! Every body graph goes through the plan passes (so `custom` calls inside are inlined and
+//! constants folded) and becomes a [`Schedule`] of its own when the enclosing plan is compiled;
+//! nested regions compile recursively. Only the outputs the plan uses are kept: a branch or a
+//! scan body computes no stacked output that no sibling node reads.
+//!
+//! Running a region never unrolls it. A loop holds one [`Frame`] per body for the whole region
+//! execution: loop constants and scanned operands are bound as borrowed views of the enclosing
+//! frame (a scanned operand's slice `k` is a subslice, never a copy), and each iteration reruns
+//! the same compiled steps. Nothing is validated or converted per iteration, and in steady
+//! state the loop machinery allocates nothing per iteration (a kernel that needs scratch of
+//! its own, or a region nested in the body, allocates as it would in a plan). Three forms, the
+//! first that applies:
+//!
+//! - **Scalar** (bodies whose every value has one element, see `scalar.rs`): the loop runs on
+//!   an array of float64 values and copies each carry as one number.
+//! - **Swapping** (bodies whose step-written values total at most [`REUSE_BYTES`] and whose
+//!   carries are distinct step results): the frame keeps every buffer in its slot between
+//!   iterations ([`Mode::Reuse`]), and after each iteration each carry's input slot swaps
+//!   with the slot of the result that replaces it, so the next iteration writes its result into
+//!   the old carry's buffer. An iteration moves no value through the pool.
+//! - **Moving** (every other body): carries move out of the frame and back in; a result is
+//!   moved out of its slot when that is safe (decided at compile time, see [`take_plan`]) and
+//!   copied otherwise, and the old carries go back to the pool, where the next iteration finds
+//!   them. Bodies over the size limit also release every value at its last use, as a plan
+//!   does, so they keep the memory of their peak of live values.
+
+use crate::buffer::{Buffer, Storage, View};
+use crate::exec::{Frame, Mode, Workspace};
+use crate::kernels::internal;
+use crate::scalar::ScalarBody;
+use crate::schedule::Schedule;
+use quabla_backend::Result;
+use quabla_ir::{DType, Graph, NodeId, Plan, Region, RegionKind, TensorType};
+
+/// The most bytes of step-written values a loop body may hold at once to run in the swapping
+/// form: beyond it the steps' own work dwarfs the per-iteration bookkeeping, and releasing dead
+/// values at their last use keeps the body's memory at its peak of live values.
+const REUSE_BYTES: usize = 1 << 20;
+
+/// A region call of a schedule: the operand slots, the slot of each sibling node, and the
+/// compiled bodies.
+#[derive(Clone, Debug)]
+pub(crate) struct RegionStep {
+    /// The region's text name, for messages.
+    form: &'static str,
+    /// Operand slots, in the region's operand order.
+    pub args: Vec<usize>,
+    /// For each sibling node: the region output it is and its slot.
+    pub outs: Vec<(usize, usize)>,
+    exec: Exec,
+}
+
+#[derive(Clone, Debug)]
+enum Exec {
+    /// Both branches compiled with the outputs of `outs`, in that order.
+    Cond {
+        then_branch: Body,
+        else_branch: Body,
+    },
+    Scan(Box<Scan>),
+    While {
+        n_carry: usize,
+        /// Takes `(carries.., consts..)`; its one output is the predicate.
+        cond: Body,
+        body: Body,
+        /// The swapping form's carry slots of `body`, when it qualifies.
+        swaps: Option<Vec<Swap>>,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Scan {
+    /// Outputs: the carries, then the stacked outputs of `ys`.
+    body: Body,
+    length: usize,
+    start: usize,
+    reverse: bool,
+    n_carry: usize,
+    n_const: usize,
+    /// Elements of one slice of each scanned operand.
+    xs_len: Vec<usize>,
+    ys: Vec<StackedOut>,
+    index_dtype: DType,
+    /// The swapping form's carry slots, when the body qualifies.
+    swaps: Option<Vec<Swap>>,
+}
+
+/// Where a carry lives in the swapping form: the body's input slot (`None` when the body
+/// never reads it) and the slot of the result that replaces it.
+#[derive(Clone, Copy, Debug)]
+struct Swap {
+    input: Option<usize>,
+    result: usize,
+}
+
+/// A stacked output of a scan that some sibling node reads.
+#[derive(Clone, Debug)]
+struct StackedOut {
+    /// The region output.
+    output: usize,
+    /// The compiled body's output that fills its slices.
+    body_output: usize,
+    dtype: DType,
+    /// Elements of one slice.
+    len: usize,
+}
+
+/// A compiled body, per output whether collecting it moves it out of its slot, and its
+/// scalar form when it has one.
+#[derive(Clone, Debug)]
+struct Body {
+    schedule: Schedule,
+    take: Vec<bool>,
+    scalar: Option<ScalarBody>,
+}
+
+impl Body {
+    /// Compiles `graph` restricted to the outputs `outputs` (indices into its outputs), of
+    /// which the first `collected` are moved or copied out after a run and the rest only read.
+    /// `rebound[j]`: input `j` is bound afresh before every run, so an output that is that
+    /// input may be moved out.
+    fn compile(
+        graph: &Graph,
+        outputs: &[usize],
+        collected: usize,
+        rebound: &[bool],
+        fuse: bool,
+    ) -> Result<Body> {
+        let selected = outputs
+            .iter()
+            .map(|&o| {
+                graph
+                    .outputs()
+                    .get(o)
+                    .copied()
+                    .ok_or_else(|| internal(format!("a region body has no output {o}")))
+            })
+            .collect::<Result<Vec<NodeId>>>()?;
+        let plan = if selected == graph.outputs() {
+            Plan::compile(graph)
+        } else {
+            let pruned = Graph::from_parts(graph.nodes().to_vec(), selected)
+                .map_err(|e| internal(format!("a region body: {e}")))?;
+            Plan::compile(&pruned)
+        };
+        let schedule = Schedule::build(plan.graph(), fuse)?;
+        let take = take_plan(&schedule, collected, rebound);
+        let output_types: Vec<TensorType> = plan.output_types().into_iter().cloned().collect();
+        let scalar = ScalarBody::new(&schedule, &output_types);
+        Ok(Body {
+            schedule,
+            take,
+            scalar,
+        })
+    }
+
+    /// Whether the body is small enough to keep all its buffers between iterations.
+    fn reusable(&self) -> bool {
+        self.schedule.produced_bytes <= REUSE_BYTES
+    }
+
+    /// The swapping form of a loop body whose carry `j` is input `first_carry + j` and output
+    /// `j`: available when the body is small and every carry is replaced by a result of its own
+    /// (not an input, a constant, or a result that replaces another carry too).
+    fn swaps(&self, first_carry: usize, n_carry: usize) -> Option<Vec<Swap>> {
+        if !self.reusable() {
+            return None;
+        }
+        let sched = &self.schedule;
+        let mut swaps: Vec<Swap> = Vec::with_capacity(n_carry);
+        for j in 0..n_carry {
+            let result = sched.outputs.get(j)?.0;
+            if !sched.produced[result] || swaps.iter().any(|s| s.result == result) {
+                return None;
+            }
+            let input = sched.input_slots.get(first_carry + j).copied().flatten();
+            swaps.push(Swap { input, result });
+        }
+        Some(swaps)
+    }
+
+    /// How the body runs: keeping its buffers when it is small.
+    fn mode(&self) -> Mode {
+        if self.reusable() {
+            Mode::Reuse
+        } else {
+            Mode::Body
+        }
+    }
+}
+
+/// Which of the first `collected` outputs of a body a driver may move out of their slots
+/// after a run, collecting them in order (the other outputs are read before): an output held
+/// by a step-produced slot or by an input that is rebound before every run, and only at the
+/// last collected output of that slot (earlier ones take a second handle first). Constants and
+/// inputs bound once per region execution stay in place.
+fn take_plan(schedule: &Schedule, collected: usize, rebound: &[bool]) -> Vec<bool> {
+    let movable = |s: usize| {
+        schedule.produced[s]
+            || schedule
+                .input_slots
+                .iter()
+                .zip(rebound)
+                .any(|(slot, &r)| r && *slot == Some(s))
+    };
+    let outs = &schedule.outputs[..collected.min(schedule.outputs.len())];
+    (0..outs.len())
+        .map(|j| {
+            let s = outs[j].0;
+            movable(s) && outs[j + 1..].iter().all(|o| o.0 != s)
+        })
+        .collect()
+}
+
+impl RegionStep {
+    /// Compiles a region call whose sibling nodes are `outs` (region output, slot).
+    pub(crate) fn compile(
+        region: &Region,
+        args: Vec<usize>,
+        outs: Vec<(usize, usize)>,
+        fuse: bool,
+    ) -> Result<RegionStep> {
+        let n_out = region.output_types().len();
+        if let Some(&(o, _)) = outs.iter().find(|o| o.0 >= n_out) {
+            return Err(internal(format!(
+                "{} region has no output {o}",
+                region.form().name()
+            )));
+        }
+        if args.len() != region.operand_types().len() {
+            return Err(internal(format!(
+                "{} region called with {} operands",
+                region.form().name(),
+                args.len()
+            )));
+        }
+        let exec = match region.kind() {
+            RegionKind::Cond {
+                then_branch,
+                else_branch,
+            } => {
+                let used: Vec<usize> = outs.iter().map(|o| o.0).collect();
+                let rebound = vec![false; args.len().saturating_sub(1)];
+                Exec::Cond {
+                    then_branch: Body::compile(then_branch, &used, used.len(), &rebound, fuse)?,
+                    else_branch: Body::compile(else_branch, &used, used.len(), &rebound, fuse)?,
+                }
+            }
+            RegionKind::Scan(s) => {
+                let mut selected: Vec<usize> = (0..s.n_carry).collect();
+                let mut ys = Vec::new();
+                for &(o, _) in &outs {
+                    if o >= s.n_carry && ys.iter().all(|y: &StackedOut| y.output != o) {
+                        let ty = region
+                            .output_types()
+                            .get(o)
+                            .ok_or_else(|| internal(format!("a scan has no output {o}")))?;
+                        ys.push(StackedOut {
+                            output: o,
+                            body_output: selected.len(),
+                            dtype: ty.dtype,
+                            len: ty.shape.dims().iter().skip(1).product(),
+                        });
+                        selected.push(o);
+                    }
+                }
+                // The index, the carries and the slices are bound afresh every iteration; the
+                // constants once.
+                let n_in = 1 + s.n_carry + s.n_const + s.n_xs;
+                let rebound: Vec<bool> = (0..n_in)
+                    .map(|j| j <= s.n_carry || j > s.n_carry + s.n_const)
+                    .collect();
+                let xs_len = region
+                    .operand_types()
+                    .get(s.n_carry + s.n_const..)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|t| t.shape.dims().iter().skip(1).product())
+                    .collect();
+                let body = Body::compile(&s.body, &selected, s.n_carry, &rebound, fuse)?;
+                let swaps = body.swaps(1, s.n_carry);
+                Exec::Scan(Box::new(Scan {
+                    body,
+                    swaps,
+                    length: s.length,
+                    start: s.start,
+                    reverse: s.reverse,
+                    n_carry: s.n_carry,
+                    n_const: s.n_const,
+                    xs_len,
+                    ys,
+                    index_dtype: s.index_dtype(),
+                }))
+            }
+            RegionKind::While {
+                n_carry,
+                cond,
+                body,
+            } => {
+                let rebound: Vec<bool> = (0..args.len()).map(|j| j < *n_carry).collect();
+                let carries: Vec<usize> = (0..*n_carry).collect();
+                let body = Body::compile(body, &carries, *n_carry, &rebound, fuse)?;
+                Exec::While {
+                    n_carry: *n_carry,
+                    cond: Body::compile(cond, &[0], 0, &rebound, fuse)?,
+                    swaps: body.swaps(0, *n_carry),
+                    body,
+                }
+            }
+        };
+        Ok(RegionStep {
+            form: region.form().name(),
+            args,
+            outs,
+            exec,
+        })
+    }
+
+    /// Runs the region once on the operand values and returns the value of every sibling (in
+    /// `outs` order). `shared[i]`: sibling `i` is a plan output, so a stacked output is
+    /// written straight into shared host data.
+    pub(crate) fn run(
+        &self,
+        operands: &[View<'_>],
+        shared: &[bool],
+        ws: &mut Workspace,
+        threads: usize,
+    ) -> Result<Vec<Storage<'static>>> {
+        if operands.len() != self.args.len() {
+            return Err(internal(format!("{} region: operands missing", self.form)));
+        }
+        match &self.exec {
+            Exec::Cond {
+                then_branch,
+                else_branch,
+            } => self.run_cond(then_branch, else_branch, operands, ws, threads),
+            Exec::Scan(scan) => self.run_scan(scan, operands, shared, ws, threads),
+            Exec::While {
+                n_carry,
+                cond,
+                body,
+                swaps,
+            } => self.run_while(
+                *n_carry,
+                cond,
+                body,
+                swaps.as_deref(),
+                operands,
+                ws,
+                threads,
+            ),
+        }
+    }
+
+    fn run_cond(
+        &self,
+        then_branch: &Body,
+        else_branch: &Body,
+        operands: &[View<'_>],
+        ws: &mut Workspace,
+        threads: usize,
+    ) -> Result<Vec<Storage<'static>>> {
+        let pred = match operands.first() {
+            Some(View::Bool(p)) if p.len() == 1 => p[0],
+            _ => return Err(internal("cond predicate is not a rank-0 bool")),
+        };
+        let branch = if pred { then_branch } else { else_branch };
+        let mut frame = Frame::new(&branch.schedule);
+        for (j, v) in operands[1..].iter().enumerate() {
+            frame.bind(j, Storage::Borrowed(*v));
+        }
+        let ran = frame.run(Mode::Body, ws, threads);
+        let mut results = Vec::with_capacity(self.outs.len());
+        if ran.is_ok() {
+            for (j, &take) in branch.take.iter().enumerate() {
+                match frame.take_output(j, take, &mut ws.pool) {
+                    Ok(v) => results.push(v.into_owned(&mut ws.pool)),
+                    Err(e) => {
+                        frame.finish(&mut ws.pool);
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        frame.finish(&mut ws.pool);
+        ran.map(|()| results)
+    }
+
+    fn run_scan(
+        &self,
+        scan: &Scan,
+        operands: &[View<'_>],
+        shared: &[bool],
+        ws: &mut Workspace,
+        threads: usize,
+    ) -> Result<Vec<Storage<'static>>> {
+        let (nc, nk) = (scan.n_carry, scan.n_const);
+        if let Some(sb) = &scan.body.scalar {
+            return self.run_scalar_scan(scan, sb, operands, shared, ws);
+        }
+        let mut frame = Frame::new(&scan.body.schedule);
+        for (c, v) in operands[nc..nc + nk].iter().enumerate() {
+            frame.bind(1 + nc + c, Storage::Borrowed(*v));
+        }
+        let mut carries: Vec<Option<Storage<'_>>> = operands[..nc]
+            .iter()
+            .map(|v| Some(Storage::Borrowed(*v)))
+            .collect();
+        let mut stacked = self.stacked_buffers(scan, shared, ws);
+        let looped = self.scan_loop(
+            scan,
+            operands,
+            &mut frame,
+            &mut carries,
+            &mut stacked,
+            ws,
+            threads,
+        );
+        frame.finish(&mut ws.pool);
+        if let Err(e) = looped {
+            for v in carries.into_iter().flatten() {
+                ws.pool.recycle(v);
+            }
+            for b in stacked {
+                ws.pool.recycle(Storage::Owned(b));
+            }
+            return Err(e);
+        }
+        let mut by_output: Vec<Option<Storage<'_>>> = carries;
+        by_output.extend(stacked.into_iter().map(|b| Some(Storage::Owned(b))));
+        let mut positions: Vec<usize> = (0..nc).collect();
+        positions.extend(scan.ys.iter().map(|y| y.output));
+        self.collect(by_output, &positions, ws)
+    }
+
+    /// A buffer for every stacked output of a scan: shared host data when a sibling of it is
+    /// a plan output.
+    fn stacked_buffers(&self, scan: &Scan, shared: &[bool], ws: &mut Workspace) -> Vec<Buffer> {
+        scan.ys
+            .iter()
+            .map(|y| {
+                let plan_output = self
+                    .outs
+                    .iter()
+                    .zip(shared)
+                    .any(|(o, &sh)| sh && o.0 == y.output);
+                let len = y.len * scan.length;
+                if plan_output {
+                    ws.pool.alloc_shared(y.dtype, len)
+                } else {
+                    ws.pool.alloc(y.dtype, len)
+                }
+            })
+            .collect()
+    }
+
+    /// A scan whose body has a scalar form: every carry, constant, slice and stacked element
+    /// is one number.
+    fn run_scalar_scan(
+        &self,
+        scan: &Scan,
+        body: &ScalarBody,
+        operands: &[View<'_>],
+        shared: &[bool],
+        ws: &mut Workspace,
+    ) -> Result<Vec<Storage<'static>>> {
+        let (nc, nk) = (scan.n_carry, scan.n_const);
+        let mut values = body.values();
+        for c in 0..nk {
+            if body.reads(1 + nc + c) {
+                body.set_input(&mut values, 1 + nc + c, first(&operands[nc + c])?);
+            }
+        }
+        let mut carries = operands[..nc]
+            .iter()
+            .map(first)
+            .collect::<Result<Vec<f64>>>()?;
+        let mut stacked = self.stacked_buffers(scan, shared, ws);
+        let xs = &operands[nc + nk..];
+        let first_x = 1 + nc + nk;
+        for step in 0..scan.length {
+            let k = if scan.reverse {
+                scan.length - 1 - step
+            } else {
+                step
+            };
+            let index = scan.index_dtype.round((scan.start + k) as f64);
+            body.set_input(&mut values, 0, index);
+            for (j, &c) in carries.iter().enumerate() {
+                body.set_input(&mut values, 1 + j, c);
+            }
+            for (x, v) in xs.iter().enumerate() {
+                if body.reads(first_x + x) {
+                    if scan.xs_len.get(x) != Some(&1) || k >= v.len() {
+                        return Err(internal("a scanned operand does not match its slices"));
+                    }
+                    body.set_input(&mut values, first_x + x, v.get_f64(k));
+                }
+            }
+            body.run(&mut values, &mut ws.scratch);
+            for (y, buf) in scan.ys.iter().zip(stacked.iter_mut()) {
+                let mut out = buf.view_mut();
+                if k >= out.len() {
+                    return Err(internal("a stacked output is too short"));
+                }
+                out.store_f64(k, &[body.output(&values, y.body_output)]);
+            }
+            for (j, c) in carries.iter_mut().enumerate() {
+                *c = body.output(&values, j);
+            }
+        }
+        let mut by_output: Vec<Option<Storage<'_>>> = carries
+            .iter()
+            .enumerate()
+            .map(|(j, &c)| Some(scalar_storage(body, j, c, ws)))
+            .collect();
+        by_output.extend(stacked.into_iter().map(|b| Some(Storage::Owned(b))));
+        let mut positions: Vec<usize> = (0..nc).collect();
+        positions.extend(scan.ys.iter().map(|y| y.output));
+        self.collect(by_output, &positions, ws)
+    }
+
+    /// The iterations of a scan: the hot loop, which only moves values between `carries` and
+    /// the frame (or swaps slots) and copies stacked slices.
+    #[allow(clippy::too_many_arguments)]
+    fn scan_loop<'a>(
+        &self,
+        scan: &Scan,
+        operands: &[View<'a>],
+        frame: &mut Frame<'_, 'a>,
+        carries: &mut [Option<Storage<'a>>],
+        stacked: &mut [Buffer],
+        ws: &mut Workspace,
+        threads: usize,
+    ) -> Result<()> {
+        let (nc, nk) = (scan.n_carry, scan.n_const);
+        let xs = &operands[nc + nk..];
+        let first_x = 1 + nc + nk;
+        let mode = scan.body.mode();
+        let swaps = scan.swaps.as_deref();
+        if swaps.is_some() {
+            // The carries live in the frame from here on.
+            bind_carries(frame, 1, carries, ws)?;
+        }
+        for step in 0..scan.length {
+            let k = if scan.reverse {
+                scan.length - 1 - step
+            } else {
+                step
+            };
+            frame.set_scalar(0, scan.index_dtype, (scan.start + k) as f64, &mut ws.pool);
+            if swaps.is_none() {
+                bind_carries(frame, 1, carries, ws)?;
+            }
+            for (x, (v, &len)) in xs.iter().zip(&scan.xs_len).enumerate() {
+                if frame.reads_input(first_x + x) {
+                    let slice = v
+                        .slice(k * len, len)
+                        .ok_or_else(|| internal("a scanned operand is too short"))?;
+                    frame.bind(first_x + x, Storage::Borrowed(slice));
+                }
+            }
+            frame.run(mode, ws, threads)?;
+            for (y, buf) in scan.ys.iter().zip(stacked.iter_mut()) {
+                let value = frame.output(y.body_output)?;
+                if !buf.view_mut().copy_from(k * y.len, value) {
+                    return Err(internal(format!(
+                        "{}: a stacked output does not match its slice",
+                        self.form
+                    )));
+                }
+            }
+            match swaps {
+                Some(swaps) => {
+                    for s in swaps {
+                        if let Some(input) = s.input {
+                            frame.swap(input, s.result);
+                        }
+                    }
+                }
+                None => collect_carries(frame, 1, &scan.body.take, carries, ws)?,
+            }
+        }
+        if let Some(swaps) = swaps {
+            for (carry, s) in carries.iter_mut().zip(swaps) {
+                *carry = frame.take_slot(s.input.unwrap_or(s.result));
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_while(
+        &self,
+        n_carry: usize,
+        cond: &Body,
+        body: &Body,
+        swaps: Option<&[Swap]>,
+        operands: &[View<'_>],
+        ws: &mut Workspace,
+        threads: usize,
+    ) -> Result<Vec<Storage<'static>>> {
+        if let (Some(c), Some(b)) = (&cond.scalar, &body.scalar) {
+            return self.run_scalar_while(n_carry, c, b, operands, ws);
+        }
+        let mut cond_frame = Frame::new(&cond.schedule);
+        let mut body_frame = Frame::new(&body.schedule);
+        for (c, v) in operands.iter().enumerate().skip(n_carry) {
+            cond_frame.bind(c, Storage::Borrowed(*v));
+            body_frame.bind(c, Storage::Borrowed(*v));
+        }
+        let mut carries: Vec<Option<Storage<'_>>> = operands[..n_carry]
+            .iter()
+            .map(|v| Some(Storage::Borrowed(*v)))
+            .collect();
+        let looped = self.while_loop(
+            (cond, &mut cond_frame),
+            (body, &mut body_frame),
+            swaps,
+            &mut carries,
+            ws,
+            threads,
+        );
+        cond_frame.finish(&mut ws.pool);
+        body_frame.finish(&mut ws.pool);
+        if let Err(e) = looped {
+            for v in carries.into_iter().flatten() {
+                ws.pool.recycle(v);
+            }
+            return Err(e);
+        }
+        let positions: Vec<usize> = (0..n_carry).collect();
+        self.collect(carries, &positions, ws)
+    }
+
+    /// A while loop whose predicate and body have scalar forms.
+    fn run_scalar_while(
+        &self,
+        n_carry: usize,
+        cond: &ScalarBody,
+        body: &ScalarBody,
+        operands: &[View<'_>],
+        ws: &mut Workspace,
+    ) -> Result<Vec<Storage<'static>>> {
+        let (mut cond_values, mut body_values) = (cond.values(), body.values());
+        for (c, v) in operands.iter().enumerate().skip(n_carry) {
+            // A constant neither reads may have any shape.
+            if cond.reads(c) || body.reads(c) {
+                let v = first(v)?;
+                cond.set_input(&mut cond_values, c, v);
+                body.set_input(&mut body_values, c, v);
+            }
+        }
+        let mut carries = operands[..n_carry]
+            .iter()
+            .map(first)
+            .collect::<Result<Vec<f64>>>()?;
+        loop {
+            for (j, &c) in carries.iter().enumerate() {
+                cond.set_input(&mut cond_values, j, c);
+            }
+            cond.run(&mut cond_values, &mut ws.scratch);
+            // A bool value is 0 or 1.
+            if cond.output(&cond_values, 0) == 0.0 {
+                break;
+            }
+            for (j, &c) in carries.iter().enumerate() {
+                body.set_input(&mut body_values, j, c);
+            }
+            body.run(&mut body_values, &mut ws.scratch);
+            for (j, c) in carries.iter_mut().enumerate() {
+                *c = body.output(&body_values, j);
+            }
+        }
+        let values: Vec<Option<Storage<'_>>> = carries
+            .iter()
+            .enumerate()
+            .map(|(j, &c)| Some(scalar_storage(body, j, c, ws)))
+            .collect();
+        let positions: Vec<usize> = (0..n_carry).collect();
+        self.collect(values, &positions, ws)
+    }
+
+    /// The iterations of a while loop. The carries move into the predicate's frame, back, and
+    /// into the body's frame; the body's results become the next carries (swapped with the old
+    /// carries' slots in the swapping form, so the body's result buffers are reused).
+    fn while_loop<'a>(
+        &self,
+        (cond, cond_frame): (&Body, &mut Frame<'_, 'a>),
+        (body, body_frame): (&Body, &mut Frame<'_, 'a>),
+        swaps: Option<&[Swap]>,
+        carries: &mut [Option<Storage<'a>>],
+        ws: &mut Workspace,
+        threads: usize,
+    ) -> Result<()> {
+        let (cond_mode, body_mode) = (cond.mode(), body.mode());
+        loop {
+            for (j, carry) in carries.iter_mut().enumerate() {
+                if cond_frame.reads_input(j) {
+                    let value = carry.take().ok_or_else(missing_carry)?;
+                    cond_frame.bind(j, value);
+                }
+            }
+            let ran = cond_frame.run(cond_mode, ws, threads);
+            let pred = ran.and_then(|()| match cond_frame.output(0)? {
+                View::Bool(p) if p.len() == 1 => Ok(p[0]),
+                _ => Err(internal("a while predicate is not a rank-0 bool")),
+            });
+            if cond_mode != Mode::Reuse {
+                cond_frame.clear_results(&mut ws.pool);
+            }
+            for (j, carry) in carries.iter_mut().enumerate() {
+                if let Some(value) = cond_frame.take_input(j) {
+                    *carry = Some(value);
+                }
+            }
+            if !pred? {
+                return Ok(());
+            }
+            bind_carries(body_frame, 0, carries, ws)?;
+            body_frame.run(body_mode, ws, threads)?;
+            match swaps {
+                Some(swaps) => {
+                    for (carry, s) in carries.iter_mut().zip(swaps) {
+                        *carry = match s.input {
+                            Some(input) => {
+                                body_frame.swap(input, s.result);
+                                body_frame.take_slot(input)
+                            }
+                            None => body_frame.take_slot(s.result),
+                        };
+                    }
+                }
+                None => collect_carries(body_frame, 0, &body.take, carries, ws)?,
+            }
+        }
+    }
+
+    /// The value of every sibling from the region's results: `values[i]` is region output
+    /// `positions[i]`. A sibling takes the value of the last sibling of the same output and a
+    /// copy otherwise; borrowed values are copied out of the enclosing frame.
+    fn collect(
+        &self,
+        mut values: Vec<Option<Storage<'_>>>,
+        positions: &[usize],
+        ws: &mut Workspace,
+    ) -> Result<Vec<Storage<'static>>> {
+        let mut out = Vec::with_capacity(self.outs.len());
+        for (i, &(o, _)) in self.outs.iter().enumerate() {
+            let k = positions
+                .iter()
+                .position(|&p| p == o)
+                .ok_or_else(|| internal(format!("{}: output {o} not computed", self.form)))?;
+            let last = self.outs[i + 1..].iter().all(|x| x.0 != o);
+            let value = if last {
+                values[k].take()
+            } else {
+                values[k].as_ref().map(|v| v.share(&mut ws.pool))
+            }
+            .ok_or_else(|| internal(format!("{}: output {o} not computed", self.form)))?;
+            out.push(value.into_owned(&mut ws.pool));
+        }
+        for v in values.into_iter().flatten() {
+            ws.pool.recycle(v);
+        }
+        Ok(out)
+    }
+}
+
+fn missing_carry() -> quabla_backend::BackendError {
+    internal("a carry is missing")
+}
+
+/// Moves the carries into the body's inputs `first ..`; a carry the body never reads goes
+/// back to the pool.
+fn bind_carries<'a>(
+    frame: &mut Frame<'_, 'a>,
+    first: usize,
+    carries: &mut [Option<Storage<'a>>],
+    ws: &mut Workspace,
+) -> Result<()> {
+    for (j, carry) in carries.iter_mut().enumerate() {
+        let value = carry.take().ok_or_else(missing_carry)?;
+        if let Some(unused) = frame.bind(first + j, value) {
+            ws.pool.recycle(unused);
+        }
+    }
+    Ok(())
+}
+
+/// The moving form's end of an iteration: the body's first outputs become the carries (moved
+/// where `take` allows, else copied), and the rest of the results and the old carries go back
+/// to the pool.
+fn collect_carries<'a>(
+    frame: &mut Frame<'_, 'a>,
+    first: usize,
+    take: &[bool],
+    carries: &mut [Option<Storage<'a>>],
+    ws: &mut Workspace,
+) -> Result<()> {
+    for (j, carry) in carries.iter_mut().enumerate() {
+        let t = take.get(j).copied().unwrap_or(false);
+        *carry = Some(frame.take_output(j, t, &mut ws.pool)?);
+    }
+    frame.clear_results(&mut ws.pool);
+    for j in 0..carries.len() {
+        if let Some(old) = frame.take_input(first + j) {
+            ws.pool.recycle(old);
+        }
+    }
+    Ok(())
+}
+
+/// The one element of a value that a scalar body reads.
+fn first(v: &View<'_>) -> Result<f64> {
+    if v.len() == 1 {
+        Ok(v.get_f64(0))
+    } else {
+        Err(internal("a scalar loop value has several elements"))
+    }
+}
+
+/// Output `j` of a scalar body as a one-element buffer of its dtype.
+fn scalar_storage(body: &ScalarBody, j: usize, v: f64, ws: &mut Workspace) -> Storage<'static> {
+    let dtype = body.outputs.get(j).map_or(DType::F64, |o| o.1);
+    let mut b = ws.pool.alloc(dtype, 1);
+    b.view_mut().store_f64(0, &[v]);
+    Storage::Owned(b)
+}
