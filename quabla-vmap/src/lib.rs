@@ -21,6 +21,10 @@
 //!   logical rank of the op, while unbatched operands are left as they are.
 //! - `custom` nodes with a batched operand batch every operand and every graph of their rule
 //!   (primal, `fwd`, `bwd`, `jvp`) with all inputs and outputs mapped along axis 0.
+//! - Control-flow regions follow transforms.md §11 (`regions.rs`): a region group (the nodes
+//!   of one call, one per output) is rewritten once, at its first node, into one new region
+//!   whose bodies are batched by the same sweep, or, for a `cond` with a mapped predicate,
+//!   into both branches inlined and combined with `where`.
 //!
 //! ```
 //! use quabla_ir::{DType, GraphBuilder, Shape, TensorType};
@@ -40,6 +44,8 @@
 //! assert_eq!(x_ty.shape.dims(), [3, 5]);
 //! assert_eq!(batched.node(batched.outputs()[0]).ty.shape.dims(), [5]);
 //! ```
+
+mod regions;
 
 use quabla_ir::{Graph, GraphBuilder, IrError, Node, NodeId, Op, Result, Shape, TensorType};
 
@@ -73,7 +79,8 @@ impl Value {
 /// Errors: `in_axes`/`out_axes` lengths that do not match the inputs/outputs of `g`
 /// ([`IrError::InvalidArgument`]), a zero `size` or an axis out of range ([`IrError::Shape`],
 /// naming the input or output), `None` in `out_axes` for a batched output
-/// ([`IrError::InvalidArgument`]), and ops without a batching rule ([`IrError::Unsupported`]).
+/// ([`IrError::InvalidArgument`]). Every op has a batching rule; a graph that breaks an IR
+/// invariant (a region whose bodies do not match its contract) gives [`IrError::Verify`].
 pub fn batch_graph(
     g: &Graph,
     in_axes: &[Option<usize>],
@@ -134,16 +141,7 @@ pub fn batch_graph(
         });
     }
 
-    for node in &g.nodes()[inputs.len()..] {
-        let args: Vec<Value> = node.operands.iter().map(|o| values[o.index()]).collect();
-        let value = if args.iter().any(|a| a.batched) {
-            Value::batched(batch_rule(&mut b, node, &args, size)?)
-        } else {
-            let ids: Vec<NodeId> = args.iter().map(|a| a.id).collect();
-            Value::unbatched(b.push(node.op.clone(), &ids)?)
-        };
-        values.push(value);
-    }
+    sweep(&mut b, g, &mut values, size)?;
 
     let mut outputs = Vec::with_capacity(g.outputs().len());
     for (k, (&o, &axis)) in g.outputs().iter().zip(out_axes).enumerate() {
@@ -175,6 +173,52 @@ pub fn batch_graph(
         outputs.push(out);
     }
     b.finish(outputs)
+}
+
+/// Batches every non-input node of `g` into `b`. `values` holds the values of the inputs of
+/// `g` on entry and of every node of `g` on return.
+///
+/// A region group with a batched operand is rewritten once, at its first node, by
+/// [`regions::batch_region`]; its later siblings take the values computed there. A group
+/// without a batched operand is copied node by node and stays one group, since every copy
+/// shares the region and the operands.
+fn sweep(b: &mut GraphBuilder, g: &Graph, values: &mut Vec<Value>, size: usize) -> Result<()> {
+    let groups = quabla_ir::region_groups(g);
+    let mut siblings: std::collections::HashMap<usize, Value> = std::collections::HashMap::new();
+    for (i, node) in g.nodes().iter().enumerate().skip(values.len()) {
+        if let Some(v) = siblings.remove(&i) {
+            values.push(v);
+            continue;
+        }
+        let args: Vec<Value> = node.operands.iter().map(|o| values[o.index()]).collect();
+        let value = if !args.iter().any(|a| a.batched) {
+            let ids: Vec<NodeId> = args.iter().map(|a| a.id).collect();
+            Value::unbatched(b.push(node.op.clone(), &ids)?)
+        } else if let Op::Region(call) = &node.op {
+            let members = groups.get(&i).cloned().unwrap_or_else(|| vec![i]);
+            let outputs: Vec<usize> = members
+                .iter()
+                .map(|&m| match &g.nodes()[m].op {
+                    Op::Region(c) => Ok(c.output),
+                    _ => Err(internal("a region group holds a non-region node")),
+                })
+                .collect::<Result<_>>()?;
+            let results = regions::batch_region(b, &call.region, &args, &outputs, size)?;
+            let mut own = None;
+            for (&m, v) in members.iter().zip(results) {
+                if m == i {
+                    own = Some(v);
+                } else {
+                    siblings.insert(m, v);
+                }
+            }
+            own.ok_or_else(|| internal("a region node is missing from its own group"))?
+        } else {
+            Value::batched(batch_rule(b, node, &args, size)?)
+        };
+        values.push(value);
+    }
+    Ok(())
 }
 
 /// The batch size of mapped arguments: the common extent of each mapped input at its axis.
@@ -348,13 +392,15 @@ fn batch_rule(b: &mut GraphBuilder, node: &Node, args: &[Value], size: usize) ->
                 &ids,
             )
         }
-        Op::Region(call) => Err(IrError::Unsupported {
-            op: call.region.form().primitive().into(),
-            message: format!(
-                "vmap of a {} region is not implemented yet",
-                call.region.form().name()
-            ),
-        }),
+        // Region groups are rewritten as a whole by the sweep (`regions.rs`).
+        Op::Region(_) => Err(internal("a region node reached the per-node batching rule")),
+    }
+}
+
+/// A broken invariant of this crate or of the graph it was given.
+fn internal(message: &str) -> IrError {
+    IrError::Verify {
+        message: message.into(),
     }
 }
 

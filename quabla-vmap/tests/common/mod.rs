@@ -1,7 +1,10 @@
 //! The vmap-versus-loop harness shared by the integration tests: random data, slicing and
-//! stacking of host arrays, and running graphs on the CPU reference backend.
+//! stacking of host arrays, running graphs on the CPU reference backend, and a reference
+//! interpreter for graphs with control-flow regions (`interp`).
 
 #![allow(dead_code)]
+
+pub mod interp;
 
 use quabla_backend::{Executable, HostTensor};
 use quabla_cpu::CpuBackend;
