@@ -1,9 +1,7 @@
 //! Graph-building helpers shared by the forward and reverse rules: zeros, masked ("safe")
 //! operands, reductions back to an operand's shape, and the derivative of each unary function.
 
-use quabla_ir::{
-    BinaryOp, Comparison, DType, GraphBuilder, IrError, NodeId, Op, Result, Shape, UnaryOp,
-};
+use quabla_ir::{BinaryOp, Comparison, DType, GraphBuilder, NodeId, Result, Shape, UnaryOp};
 
 /// A weak scalar constant (adopts the dtype of what it meets).
 pub(crate) fn lit(b: &mut GraphBuilder, v: f64) -> NodeId {
@@ -328,15 +326,4 @@ pub(crate) fn extremum_mask(
         inverse[p as usize] = i as isize;
     }
     b.transpose(unflat, Some(&inverse))
-}
-
-/// The targeted error for ops whose derivative rules are not available.
-pub(crate) fn no_rule(op: &Op, mode: &str) -> IrError {
-    IrError::Unsupported {
-        op: op.name().to_string(),
-        message: format!(
-            "{mode} differentiation of {} is not supported yet; its derivative rules arrive with the linear-algebra and custom-rule support",
-            op.name()
-        ),
-    }
 }

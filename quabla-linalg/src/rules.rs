@@ -1,6 +1,9 @@
 //! Derivative rules of the linear-algebra primitives, written as IR builders (numerics.md
-//! §6.5); `quabla-autodiff` delegates its `solve`, `cholesky` and `triangular_solve` arms here.
-//! Tangents and cotangents are `Option<NodeId>`: `None` is a structural zero.
+//! §6.5); `quabla-autodiff` delegates its `solve`, `triangular_solve`, `cholesky`,
+//! `cholesky_ad` and `linalg` arms here. Tangents and cotangents are `Option<NodeId>`: `None` is
+//! a structural zero. Every rule is built from IR ops (products, triangular solves, `where`,
+//! slices and the factorizations themselves), so the rules differentiate again to any order and
+//! batch like any other graph.
 //!
 //! - `solve`: `dx = solve(a, db - da x)`; reverse `b_bar = solve(a^T, x_bar)`,
 //!   `a_bar = -b_bar x^T`.
@@ -9,9 +12,18 @@
 //! - `cholesky` of a symmetric `a`: `dl = cholesky_ad(l, sym(da))` with
 //!   `cholesky_ad(l, s) = l Φ(l⁻¹ s l⁻ᵀ)` (Φ: lower triangle, diagonal halved); reverse
 //!   `a_bar = sym(l⁻ᵀ Φ(lᵀ l_bar) l⁻¹)`, with `sym(m) = (m + mᵀ) / 2`.
-//! - Derivatives of `cholesky_ad` itself (third order through `cholesky`) are not provided.
+//! - `cholesky_ad(l, s)` itself (the third and higher orders through `cholesky`): linear in `s`;
+//!   in `l` (of which only the lower triangle `L` is read) with `X = L⁻¹ s L⁻ᵀ`,
+//!   `d out = dL Φ(X) + cholesky_ad(l, -(dL L⁻¹ s + s L⁻ᵀ dLᵀ))`, so the rule is again a
+//!   `cholesky_ad` plus triangular solves and products.
+//! - The `linalg` kinds (`slogdet`, `eigh`, `qr`, `svd` outputs): [`linalg_jvp`] and
+//!   [`linalg_vjp`], in the `decompositions` submodule.
 
-use quabla_ir::{Comparison, GraphBuilder, HostData, IrError, NodeId, Op, Result, Shape};
+use quabla_ir::{Comparison, GraphBuilder, HostData, NodeId, Op, Result, Shape, UnaryOp};
+
+mod decompositions;
+
+pub use decompositions::{linalg_jvp, linalg_vjp};
 
 /// Swaps the last two axes.
 fn mt(b: &mut GraphBuilder, x: NodeId) -> Result<NodeId> {
@@ -82,11 +94,29 @@ fn read_triangle(
     b.select(mask, m, zero)
 }
 
+/// `op(a)⁻¹ rhs` reading one triangle of `a` (`op` transposes when `transpose_a`).
+fn tri_solve(
+    b: &mut GraphBuilder,
+    a: NodeId,
+    rhs: NodeId,
+    lower: bool,
+    transpose_a: bool,
+) -> Result<NodeId> {
+    b.push(
+        Op::TriangularSolve {
+            lower,
+            transpose_a,
+            unit_diagonal: false,
+        },
+        &[a, rhs],
+    )
+}
+
 fn sub_opt(b: &mut GraphBuilder, x: Option<NodeId>, y: Option<NodeId>) -> Result<Option<NodeId>> {
     Ok(match (x, y) {
         (None, None) => None,
         (Some(x), None) => Some(x),
-        (None, Some(y)) => Some(b.unary(quabla_ir::UnaryOp::Neg, y)?),
+        (None, Some(y)) => Some(b.unary(UnaryOp::Neg, y)?),
         (Some(x), Some(y)) => Some(b.sub(x, y)?),
     })
 }
@@ -117,7 +147,7 @@ pub fn solve_vjp(
     let rhs_bar = b.push(Op::Solve, &[at, x_bar])?;
     let xt = mt(b, x)?;
     let p = matmul(b, rhs_bar, xt)?;
-    let a_bar = b.unary(quabla_ir::UnaryOp::Neg, p)?;
+    let a_bar = b.unary(UnaryOp::Neg, p)?;
     Ok((a_bar, rhs_bar))
 }
 
@@ -172,7 +202,7 @@ pub fn triangular_solve_vjp(
     // op(a)_bar = -rhs_bar xᵀ; a_bar is its transpose when op transposes.
     let xt = mt(b, x)?;
     let p = matmul(b, rhs_bar, xt)?;
-    let p = b.unary(quabla_ir::UnaryOp::Neg, p)?;
+    let p = b.unary(UnaryOp::Neg, p)?;
     let p = if transpose_a { mt(b, p)? } else { p };
     Ok((read_triangle(b, p, lower, unit_diagonal)?, rhs_bar))
 }
@@ -188,28 +218,90 @@ pub fn cholesky_vjp(b: &mut GraphBuilder, l: NodeId, l_bar: NodeId) -> Result<No
     let lt = mt(b, l)?;
     let m = matmul(b, lt, l_bar)?;
     let p = phi(b, m)?;
-    // s = l⁻ᵀ p l⁻¹ = (l⁻ᵀ (l⁻ᵀ p)ᵀ)ᵀ.
-    let solve_t = |b: &mut GraphBuilder, rhs: NodeId| {
-        b.push(
-            Op::TriangularSolve {
-                lower: true,
-                transpose_a: true,
-                unit_diagonal: false,
-            },
-            &[l, rhs],
-        )
-    };
-    let y = solve_t(b, p)?;
-    let yt = mt(b, y)?;
-    let z = solve_t(b, yt)?;
-    let s = mt(b, z)?;
+    let s = congruence_inverse(b, l, p)?;
     sym(b, s)
 }
 
-/// The targeted error for derivatives of `cholesky_ad` (third order through `cholesky`).
-pub fn cholesky_ad_unsupported() -> IrError {
-    IrError::Unsupported {
-        op: "cholesky_ad".into(),
-        message: "third-order differentiation through cholesky is not supported yet".into(),
-    }
+/// `l⁻ᵀ p l⁻¹`, as `(l⁻ᵀ (l⁻ᵀ p)ᵀ)ᵀ` with two triangular solves.
+fn congruence_inverse(b: &mut GraphBuilder, l: NodeId, p: NodeId) -> Result<NodeId> {
+    let y = tri_solve(b, l, p, true, true)?;
+    let yt = mt(b, y)?;
+    let z = tri_solve(b, l, yt, true, true)?;
+    mt(b, z)
+}
+
+/// `m l⁻ᵀ`, as `(l⁻¹ mᵀ)ᵀ`.
+fn right_solve_lt(b: &mut GraphBuilder, l: NodeId, m: NodeId) -> Result<NodeId> {
+    let m_t = mt(b, m)?;
+    let y = tri_solve(b, l, m_t, true, false)?;
+    mt(b, y)
+}
+
+/// Tangent of `out = cholesky_ad(l, s) = L Φ(L⁻¹ s L⁻ᵀ)` (`L` the lower triangle of `l`).
+///
+/// With `X = L⁻¹ s L⁻ᵀ`, a change `dL` moves `X` by `L⁻¹ (-R) L⁻ᵀ` with
+/// `R = dL L⁻¹ s + s L⁻ᵀ dLᵀ`, and `L Φ(L⁻¹ m L⁻ᵀ)` is `cholesky_ad(l, m)`, so
+/// `d out = dL Φ(X) + cholesky_ad(l, ds - R)`, where `Φ(X) = L⁻¹ out`.
+pub fn cholesky_ad_jvp(
+    b: &mut GraphBuilder,
+    l: NodeId,
+    s: NodeId,
+    out: NodeId,
+    dl: Option<NodeId>,
+    ds: Option<NodeId>,
+) -> Result<Option<NodeId>> {
+    let (first, r) = match dl {
+        None => (None, None),
+        Some(dl) => {
+            let dl = read_triangle(b, dl, true, false)?;
+            let phi_x = tri_solve(b, l, out, true, false)?;
+            let first = matmul(b, dl, phi_x)?;
+            // dL L⁻¹ s + (dL L⁻¹ sᵀ)ᵀ.
+            let z1 = tri_solve(b, l, s, true, false)?;
+            let st = mt(b, s)?;
+            let z2 = tri_solve(b, l, st, true, false)?;
+            let r1 = matmul(b, dl, z1)?;
+            let r2 = matmul(b, dl, z2)?;
+            let r2 = mt(b, r2)?;
+            (Some(first), Some(b.add(r1, r2)?))
+        }
+    };
+    let m = sub_opt(b, ds, r)?;
+    let second = m.map(|m| b.push(Op::CholeskyAd, &[l, m])).transpose()?;
+    Ok(match (first, second) {
+        (None, None) => None,
+        (Some(x), None) | (None, Some(x)) => Some(x),
+        (Some(x), Some(y)) => Some(b.add(x, y)?),
+    })
+}
+
+/// Cotangents `(l_bar, s_bar)` of `out = cholesky_ad(l, s)`.
+///
+/// `Φ` is a mask, so it is its own adjoint: with `G = Φ(Lᵀ out_bar)`,
+/// `s_bar = L⁻ᵀ G L⁻¹`; transposing the `l` tangent above gives
+/// `l_bar = tril(out_bar Φ(X)ᵀ - (s_bar sᵀ + s_barᵀ s) L⁻ᵀ)`.
+pub fn cholesky_ad_vjp(
+    b: &mut GraphBuilder,
+    l: NodeId,
+    s: NodeId,
+    out: NodeId,
+    out_bar: NodeId,
+) -> Result<(NodeId, NodeId)> {
+    let lower = read_triangle(b, l, true, false)?;
+    let lt = mt(b, lower)?;
+    let m = matmul(b, lt, out_bar)?;
+    let g = phi(b, m)?;
+    let s_bar = congruence_inverse(b, l, g)?;
+    let phi_x = tri_solve(b, l, out, true, false)?;
+    let phi_xt = mt(b, phi_x)?;
+    let first = matmul(b, out_bar, phi_xt)?;
+    let st = mt(b, s)?;
+    let s_bart = mt(b, s_bar)?;
+    let p1 = matmul(b, s_bar, st)?;
+    let p2 = matmul(b, s_bart, s)?;
+    let p = b.add(p1, p2)?;
+    let second = right_solve_lt(b, l, p)?;
+    let d = b.sub(first, second)?;
+    let l_bar = read_triangle(b, d, true, false)?;
+    Ok((l_bar, s_bar))
 }

@@ -131,6 +131,38 @@ fn cholesky_derivatives_match_finite_differences() -> qb::Result<()> {
 }
 
 #[test]
+fn cholesky_third_derivatives_match_finite_differences() -> qb::Result<()> {
+    // Third order differentiates `cholesky_ad`, the op of the first-order tangent.
+    let spd = qb::array([[4.0, 1.0, 0.5], [1.0, 3.0, 0.2], [0.5, 0.2, 2.0]])?;
+    let w = qb::array([[1.0, 0.0, 0.0], [0.3, -2.0, 0.0], [0.7, 0.1, 1.5]])?;
+    let d1 = qb::array([[0.2, 0.1, -0.3], [0.1, 0.4, 0.05], [-0.3, 0.05, -0.1]])?;
+    let d2 = qb::array([[0.1, -0.2, 0.3], [-0.2, 0.2, 0.1], [0.3, 0.1, 0.05]])?;
+    let d3 = qb::array([[-0.3, 0.2, 0.1], [0.2, 0.1, -0.4], [0.1, -0.4, 0.3]])?;
+    let f = move |m: Tensor| m.cholesky()?.powi(2).mul(&w).sum();
+    // Second directional derivative: forward (along d1) over reverse, dotted with d2.
+    let second = move |m: Tensor| {
+        let g = |m: Tensor| qb::grad(f.clone()).call::<Tensor, Tensor>(&m);
+        let (_, hv) = qb::jvp(g, &m, &d1)?;
+        hv.mul(&d2)?.sum()
+    };
+    let sv = |m: &Tensor| second.clone()(m.clone()).unwrap().item().unwrap();
+    let want = fd(&sv, &spd, &d3);
+    let g3: Tensor = qb::grad(second.clone()).call(&spd)?;
+    let rev = g3.mul(&d3)?.sum()?.item()?;
+    let (_, fwd) = qb::jvp(second.clone(), &spd, &d3)?;
+    assert!(
+        (rev - want).abs() < 1e-6 * (1.0 + want.abs()),
+        "{rev} vs {want}"
+    );
+    let fwd = fwd.item()?;
+    assert!(
+        (fwd - want).abs() < 1e-6 * (1.0 + want.abs()),
+        "{fwd} vs {want}"
+    );
+    Ok(())
+}
+
+#[test]
 fn solve_and_cholesky_under_vmap_and_jit() -> qb::Result<()> {
     let mats = qb::stack(&[a(), a().mul(2.0)?, a().add(qb::eye(2)?)?], 0)?;
     let rhs = qb::array([1.0, 2.0])?;

@@ -1,0 +1,725 @@
+//! The derivative rules of the linear-algebra primitives, through `quabla-autodiff`'s graph
+//! transforms and run on the CPU backend, against central finite differences (`EPS = 1e-6`,
+//! float64): first and second order in every combination of forward and reverse mode for each
+//! `linalg` kind, third order through `cholesky` (which differentiates `cholesky_ad`), batched
+//! operands, `vmap` of derivative graphs, the identities and conventions of numerics.md §6.5,
+//! and TF11 for the extra columns of complete/full factors.
+//!
+//! Eigenvector and singular-vector signs are conventions (numerics.md §6.3), so the losses of
+//! those outputs are invariant under flipping a vector (weighted squares, projectors, or
+//! `U diag(c) Vh`, where the signs of `U` and `Vh` cancel).
+
+use quabla_autodiff::{jvp_graph, vjp_graph, Seed};
+use quabla_backend::HostTensor;
+use quabla_ir::{
+    DType, Graph, GraphBuilder, HostData, IrError, LinalgKind, NodeId, Op, Plan, Shape, TensorType,
+};
+
+const EPS: f64 = 1e-6;
+
+/// SplitMix64, so every failure names a reproducible seed.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(7))
+    }
+
+    /// Uniform in `[-1, 1)`.
+    fn unit(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        2.0 * ((z >> 11) as f64 / (1u64 << 53) as f64) - 1.0
+    }
+
+    fn vec(&mut self, len: usize) -> Vec<f64> {
+        (0..len).map(|_| self.unit()).collect()
+    }
+}
+
+fn shape(dims: &[usize]) -> Shape {
+    Shape::new(dims.to_vec()).unwrap()
+}
+
+fn size(dims: &[usize]) -> usize {
+    dims.iter().product()
+}
+
+fn constant(b: &mut GraphBuilder, dims: &[usize], v: &[f64]) -> NodeId {
+    b.constant(HostData::F64(v.to_vec().into()), shape(dims), false)
+        .unwrap()
+}
+
+/// Runs `g` (after the plan passes) on the CPU backend.
+fn run(g: &Graph, x: &[Vec<f64>]) -> Vec<HostTensor> {
+    let inputs: Vec<HostTensor> = g
+        .inputs()
+        .zip(x)
+        .map(|((_, _, ty), v)| HostTensor::new(ty.shape.clone(), HostData::F64(v.clone().into())))
+        .collect();
+    quabla_cpu::run_plan(&Plan::compile(g), &inputs).unwrap()
+}
+
+/// A scalar function of float64 arrays, as a graph with one input per argument.
+#[derive(Clone)]
+struct Fun {
+    graph: Graph,
+    dims: Vec<Vec<usize>>,
+}
+
+impl Fun {
+    fn new(dims: &[&[usize]], body: impl FnOnce(&mut GraphBuilder, &[NodeId]) -> NodeId) -> Fun {
+        let mut b = GraphBuilder::new();
+        let xs: Vec<NodeId> = dims
+            .iter()
+            .enumerate()
+            .map(|(i, d)| b.input(format!("x{i}"), TensorType::new(DType::F64, shape(d))))
+            .collect();
+        let out = body(&mut b, &xs);
+        Fun {
+            graph: b.finish(vec![out]).unwrap(),
+            dims: dims.iter().map(|d| d.to_vec()).collect(),
+        }
+    }
+
+    fn inputs(&self, b: &mut GraphBuilder) -> Vec<NodeId> {
+        self.dims
+            .iter()
+            .enumerate()
+            .map(|(i, d)| b.input(format!("x{i}"), TensorType::new(DType::F64, shape(d))))
+            .collect()
+    }
+
+    fn eval(&self, x: &[Vec<f64>]) -> f64 {
+        run(&self.graph, x)[0].data.get_f64(0)
+    }
+
+    /// The central difference of `f` at `x` along `d`.
+    fn fd(&self, x: &[Vec<f64>], d: &[Vec<f64>]) -> f64 {
+        let shifted = |sign: f64| -> Vec<Vec<f64>> {
+            x.iter()
+                .zip(d)
+                .map(|(xi, di)| xi.iter().zip(di).map(|(a, b)| a + sign * EPS * b).collect())
+                .collect()
+        };
+        (self.eval(&shifted(1.0)) - self.eval(&shifted(-1.0))) / (2.0 * EPS)
+    }
+
+    /// `x ↦ Df(x)[d]` by forward mode.
+    fn jvp(&self, d: &[Vec<f64>]) -> Fun {
+        let j = jvp_graph(&self.graph, &vec![true; self.dims.len()]).unwrap();
+        let mut b = GraphBuilder::new();
+        let mut operands = self.inputs(&mut b);
+        for (dims, v) in self.dims.iter().zip(d) {
+            operands.push(constant(&mut b, dims, v));
+        }
+        let outs = b.inline_graph(&j, &operands).unwrap();
+        Fun {
+            graph: b.finish(vec![outs[1]]).unwrap(),
+            dims: self.dims.clone(),
+        }
+    }
+
+    /// `x ↦ <∇f(x), d>` by reverse mode.
+    fn vjp(&self, d: &[Vec<f64>]) -> Fun {
+        let g = vjp_graph(&self.graph, &vec![true; self.dims.len()], &[Seed::Ones]).unwrap();
+        let mut b = GraphBuilder::new();
+        let xs = self.inputs(&mut b);
+        let outs = b.inline_graph(&g, &xs).unwrap();
+        let mut total = None;
+        for (k, (dims, v)) in self.dims.iter().zip(d).enumerate() {
+            let c = constant(&mut b, dims, v);
+            let p = b.mul(outs[1 + k], c).unwrap();
+            let s = b.sum(p, None, false).unwrap();
+            total = Some(match total {
+                None => s,
+                Some(t) => b.add(t, s).unwrap(),
+            });
+        }
+        Fun {
+            graph: b.finish(vec![total.unwrap()]).unwrap(),
+            dims: self.dims.clone(),
+        }
+    }
+}
+
+fn assert_close(got: f64, want: f64, tol: f64, what: &str) {
+    assert!(
+        (got - want).abs() <= tol * (1.0 + want.abs()),
+        "{what}: got {got}, finite differences {want} (difference {:e})",
+        (got - want).abs()
+    );
+}
+
+/// Checks the derivatives of `f` at `x` up to `order`, in every combination of forward and
+/// reverse mode: at each level both modes are compared with finite differences along a fresh
+/// direction, then each mode's directional derivative is differentiated again.
+fn check_orders(
+    f: &Fun,
+    x: &[Vec<f64>],
+    order: usize,
+    dir: &mut dyn FnMut() -> Vec<Vec<f64>>,
+    what: &str,
+) {
+    if order == 0 {
+        return;
+    }
+    // Finite differences of a graph computed to rounding lose about `1e-16 / EPS`; deeper
+    // graphs round a little more.
+    let tol = 1e-7 * 10f64.powi(what.matches('/').count() as i32);
+    let d = dir();
+    let want = f.fd(x, &d);
+    let fwd = f.jvp(&d);
+    let rev = f.vjp(&d);
+    assert_close(fwd.eval(x), want, tol, &format!("{what} forward"));
+    assert_close(rev.eval(x), want, tol, &format!("{what} reverse"));
+    check_orders(&fwd, x, order - 1, dir, &format!("{what}/fwd"));
+    check_orders(&rev, x, order - 1, dir, &format!("{what}/rev"));
+}
+
+/// Random directions of the argument shapes.
+fn directions(seed: u64, dims: Vec<Vec<usize>>) -> impl FnMut() -> Vec<Vec<f64>> {
+    let mut rng = Rng::new(seed);
+    move || dims.iter().map(|d| rng.vec(size(d))).collect()
+}
+
+/// Fixed, non-symmetric weights of a shape.
+fn weights(dims: &[usize], seed: f64) -> Vec<f64> {
+    (0..size(dims))
+        .map(|i| 0.4 + (1.3 * i as f64 + seed).sin())
+        .collect()
+}
+
+/// `sum(W ∘ x)`.
+fn wsum(b: &mut GraphBuilder, x: NodeId, seed: f64) -> NodeId {
+    let dims = b.ty(x).shape.dims().to_vec();
+    let w = constant(b, &dims, &weights(&dims, seed));
+    let p = b.mul(x, w).unwrap();
+    b.sum(p, None, false).unwrap()
+}
+
+/// `sum(W ∘ x ∘ x)`: invariant under flipping the sign of any column or row of `x`.
+fn wsum_sq(b: &mut GraphBuilder, x: NodeId, seed: f64) -> NodeId {
+    let sq = b.mul(x, x).unwrap();
+    wsum(b, sq, seed)
+}
+
+fn add(b: &mut GraphBuilder, x: NodeId, y: NodeId) -> NodeId {
+    b.add(x, y).unwrap()
+}
+
+fn linalg(b: &mut GraphBuilder, kind: LinalgKind, a: NodeId) -> NodeId {
+    b.push(Op::Linalg(kind), &[a]).unwrap()
+}
+
+fn swap_last(b: &mut GraphBuilder, x: NodeId) -> NodeId {
+    let r = b.ty(x).shape.rank() as isize;
+    let mut perm: Vec<isize> = (0..r).collect();
+    perm.swap((r - 1) as usize, (r - 2) as usize);
+    b.transpose(x, Some(&perm)).unwrap()
+}
+
+/// `[batch..., m, n]` matrices: small random entries plus a dominant, well-separated diagonal
+/// `2 (k - i) + 1`, so they have full rank and well-separated singular values.
+fn separated(rng: &mut Rng, dims: &[usize]) -> Vec<f64> {
+    let r = dims.len();
+    let (m, n) = (dims[r - 2], dims[r - 1]);
+    let k = m.min(n);
+    let mut a: Vec<f64> = rng.vec(size(dims)).iter().map(|v| 0.25 * v).collect();
+    for mat in a.chunks_mut(m * n) {
+        for i in 0..k {
+            mat[i * n + i] += 2.0 * (k - i) as f64 + 1.0;
+        }
+    }
+    a
+}
+
+/// Non-symmetric `[batch..., n, n]` matrices whose symmetric part has eigenvalues near
+/// `1, 3, 5, ...` (separated by about 2), with an antisymmetric part that `eigh` ignores.
+fn eigh_input(rng: &mut Rng, dims: &[usize]) -> Vec<f64> {
+    let n = dims[dims.len() - 1];
+    let mut a = rng.vec(size(dims));
+    for mat in a.chunks_mut(n * n) {
+        let noise = mat.to_vec();
+        for i in 0..n {
+            for j in 0..n {
+                let s = 0.25 * (noise[i * n + j] + noise[j * n + i]) / 2.0;
+                let anti = 0.5 * (noise[i * n + j] - noise[j * n + i]);
+                mat[i * n + j] = s + anti + if i == j { 2.0 * i as f64 + 1.0 } else { 0.0 };
+            }
+        }
+    }
+    a
+}
+
+/// Symmetric positive-definite `[batch..., n, n]` matrices `0.3 B Bᵀ + n I`.
+fn spd(rng: &mut Rng, dims: &[usize]) -> Vec<f64> {
+    let n = dims[dims.len() - 1];
+    let raw = rng.vec(size(dims));
+    let mut out = vec![0.0; raw.len()];
+    for (o, m) in out.chunks_mut(n * n).zip(raw.chunks(n * n)) {
+        for i in 0..n {
+            for j in 0..n {
+                let s: f64 = (0..n).map(|p| m[i * n + p] * m[j * n + p]).sum();
+                o[i * n + j] = 0.3 * s + if i == j { n as f64 } else { 0.0 };
+            }
+        }
+    }
+    out
+}
+
+/// Symmetric directions (cholesky reads a symmetric matrix; its rule symmetrizes the tangent).
+fn symmetric_directions(seed: u64, dims: Vec<usize>) -> impl FnMut() -> Vec<Vec<f64>> {
+    let mut rng = Rng::new(seed);
+    move || {
+        let n = dims[dims.len() - 1];
+        let mut d = rng.vec(size(&dims));
+        for m in d.chunks_mut(n * n) {
+            for i in 0..n {
+                for j in 0..i {
+                    m[j * n + i] = m[i * n + j];
+                }
+            }
+        }
+        vec![d]
+    }
+}
+
+fn check_kind(
+    seed: u64,
+    dims: &[usize],
+    input: Input,
+    order: usize,
+    what: &str,
+    loss: impl FnOnce(&mut GraphBuilder, NodeId) -> NodeId,
+) {
+    let mut rng = Rng::new(seed);
+    let x = vec![input(&mut rng, dims)];
+    let f = Fun::new(&[dims], |b, xs| loss(b, xs[0]));
+    let mut dir = directions(seed + 1, vec![dims.to_vec()]);
+    check_orders(&f, &x, order, &mut dir, &format!("{what} {dims:?}"));
+}
+
+#[test]
+fn log_abs_det_and_det_match_finite_differences() {
+    // A negative determinant in the batch as well: flip a row of the second matrix.
+    let flip_row = |rng: &mut Rng, dims: &[usize]| {
+        let mut a = separated(rng, dims);
+        let n = dims[dims.len() - 1];
+        if a.len() > n * n {
+            for v in &mut a[n * n..n * n + n] {
+                *v = -*v;
+            }
+        }
+        a
+    };
+    for dims in [&[3usize, 3][..], &[2, 4, 4], &[2, 1, 3, 3]] {
+        check_kind(11, dims, flip_row, 2, "log_abs_det", |b, a| {
+            let l = linalg(b, LinalgKind::LogAbsDet, a);
+            wsum(b, l, 0.3)
+        });
+        // det = sign * exp(logabsdet): the sign contributes nothing.
+        check_kind(12, dims, flip_row, 2, "det", |b, a| {
+            let s = linalg(b, LinalgKind::DetSign, a);
+            let l = linalg(b, LinalgKind::LogAbsDet, a);
+            let e = b.unary(quabla_ir::UnaryOp::Exp, l).unwrap();
+            let d = b.mul(s, e).unwrap();
+            wsum(b, d, 0.7)
+        });
+    }
+}
+
+#[test]
+fn det_sign_has_a_structural_zero_derivative() {
+    let dims = [2usize, 3, 3];
+    let f = Fun::new(&[&dims], |b, xs| {
+        let s = linalg(b, LinalgKind::DetSign, xs[0]);
+        wsum(b, s, 0.1)
+    });
+    let x = vec![separated(&mut Rng::new(3), &dims)];
+    let d = vec![Rng::new(4).vec(size(&dims))];
+    assert_eq!(f.fd(&x, &d), 0.0);
+    assert_eq!(f.jvp(&d).eval(&x), 0.0);
+    assert_eq!(f.vjp(&d).eval(&x), 0.0);
+    // No derivative node at all: the tangent is the zeros filled in at the boundary.
+    let j = jvp_graph(&f.graph, &[true]).unwrap();
+    assert!(!j
+        .nodes()
+        .iter()
+        .any(|n| matches!(n.op, Op::Solve | Op::Linalg(LinalgKind::LogAbsDet))));
+}
+
+#[test]
+fn grad_of_log_abs_det_is_the_inverse_transpose() {
+    let dims = [2usize, 3, 3];
+    let a = separated(&mut Rng::new(5), &dims);
+    let f = Fun::new(&[&dims], |b, xs| {
+        let l = linalg(b, LinalgKind::LogAbsDet, xs[0]);
+        b.sum(l, None, false).unwrap()
+    });
+    let g = vjp_graph(&f.graph, &[true], &[Seed::Ones]).unwrap();
+    let got = run(&g, std::slice::from_ref(&a))[1].data.to_f64_vec();
+    let eye: Vec<f64> = (0..2)
+        .flat_map(|_| (0..9).map(|i| if i % 4 == 0 { 1.0 } else { 0.0 }))
+        .collect();
+    let inv = quabla_linalg::solve(&a, &eye, 2, 3, 3).unwrap();
+    for bi in 0..2 {
+        for i in 0..3 {
+            for j in 0..3 {
+                let (x, y) = (got[bi * 9 + i * 3 + j], inv[bi * 9 + j * 3 + i]);
+                assert!((x - y).abs() < 1e-12, "{x} vs {y}");
+            }
+        }
+    }
+}
+
+#[test]
+fn eigh_values_match_finite_differences() {
+    for dims in [&[4usize, 4][..], &[2, 3, 3]] {
+        check_kind(21, dims, eigh_input, 2, "eigh_values", |b, a| {
+            let w = linalg(b, LinalgKind::EighValues, a);
+            wsum(b, w, 0.2)
+        });
+    }
+}
+
+#[test]
+fn eigh_vectors_match_finite_differences() {
+    for dims in [&[4usize, 4][..], &[2, 3, 3]] {
+        check_kind(22, dims, eigh_input, 2, "eigh_vectors", |b, a| {
+            let v = linalg(b, LinalgKind::EighVectors, a);
+            let sq = wsum_sq(b, v, 0.5);
+            // A weighted projector V diag(c) Vᵀ.
+            let n = dims[dims.len() - 1];
+            let c = constant(b, &[1, n], &weights(&[n], 1.1));
+            let vc = b.mul(v, c).unwrap();
+            let vt = swap_last(b, v);
+            let p = b.matmul(vc, vt).unwrap();
+            let proj = wsum(b, p, 0.9);
+            add(b, sq, proj)
+        });
+    }
+}
+
+#[test]
+fn grad_of_sum_of_squared_eigenvalues_is_twice_the_matrix() {
+    let n = 4;
+    let mut a = eigh_input(&mut Rng::new(6), &[n, n]);
+    for i in 0..n {
+        for j in 0..i {
+            a[i * n + j] = a[j * n + i];
+        }
+    }
+    let f = Fun::new(&[&[n, n]], |b, xs| {
+        let w = linalg(b, LinalgKind::EighValues, xs[0]);
+        let sq = b.mul(w, w).unwrap();
+        b.sum(sq, None, false).unwrap()
+    });
+    let g = vjp_graph(&f.graph, &[true], &[Seed::Ones]).unwrap();
+    let got = run(&g, std::slice::from_ref(&a))[1].data.to_f64_vec();
+    for (x, y) in got.iter().zip(&a) {
+        assert!((x - 2.0 * y).abs() < 1e-12, "{x} vs {}", 2.0 * y);
+    }
+}
+
+#[test]
+fn eigh_derivatives_at_a_repeated_eigenvalue() {
+    // numerics.md §6.5: eigenvalue derivatives stay finite, vector derivatives do not.
+    let dims = [3usize, 3];
+    let eye = vec![1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0];
+    let d = Rng::new(8).vec(9);
+    let tangent = |kind: LinalgKind| {
+        let mut b = GraphBuilder::new();
+        let a = b.input("a", TensorType::new(DType::F64, shape(&dims)));
+        let out = linalg(&mut b, kind, a);
+        let g = jvp_graph(&b.finish(vec![out]).unwrap(), &[true]).unwrap();
+        run(&g, &[eye.clone(), d.clone()])[1].data.to_f64_vec()
+    };
+    let dw = tangent(LinalgKind::EighValues);
+    assert!(dw.iter().all(|v| v.is_finite()), "{dw:?}");
+    let dv = tangent(LinalgKind::EighVectors);
+    assert!(dv.iter().any(|v| !v.is_finite()), "{dv:?}");
+}
+
+const SHAPES: [&[usize]; 6] = [
+    &[4, 3],
+    &[3, 3],
+    &[3, 5],
+    &[2, 4, 3],
+    &[2, 3, 5],
+    &[2, 3, 3],
+];
+
+#[test]
+fn qr_q_and_r_match_finite_differences() {
+    for dims in SHAPES {
+        check_kind(31, dims, separated, 2, "qr_q", |b, a| {
+            let q = linalg(b, LinalgKind::QrQ, a);
+            wsum(b, q, 0.4)
+        });
+        check_kind(32, dims, separated, 2, "qr_r", |b, a| {
+            let r = linalg(b, LinalgKind::QrR, a);
+            wsum(b, r, 0.8)
+        });
+        // Both outputs: the cotangents of the two nodes add up.
+        check_kind(33, dims, separated, 1, "qr_q+qr_r", |b, a| {
+            let q = linalg(b, LinalgKind::QrQ, a);
+            let r = linalg(b, LinalgKind::QrR, a);
+            let x = wsum(b, q, 0.1);
+            let y = wsum_sq(b, r, 0.2);
+            add(b, x, y)
+        });
+    }
+}
+
+#[test]
+fn complete_q_without_extra_columns_matches_finite_differences() {
+    for dims in [&[3usize, 3][..], &[3, 5], &[2, 2, 4]] {
+        check_kind(34, dims, separated, 2, "qr_q_complete", |b, a| {
+            let q = linalg(b, LinalgKind::QrQComplete, a);
+            wsum(b, q, 0.6)
+        });
+    }
+}
+
+#[test]
+fn svd_s_matches_finite_differences() {
+    for dims in SHAPES {
+        check_kind(41, dims, separated, 2, "svd_s", |b, a| {
+            let s = linalg(b, LinalgKind::SvdS, a);
+            wsum(b, s, 0.3)
+        });
+    }
+}
+
+#[test]
+fn svd_vectors_match_finite_differences() {
+    for dims in SHAPES {
+        check_kind(42, dims, separated, 2, "svd_u", |b, a| {
+            let u = linalg(b, LinalgKind::SvdU, a);
+            wsum_sq(b, u, 0.5)
+        });
+        check_kind(43, dims, separated, 2, "svd_vh", |b, a| {
+            let vh = linalg(b, LinalgKind::SvdVh, a);
+            wsum_sq(b, vh, 0.9)
+        });
+        // U diag(c) Vh: the signs of U and Vh cancel.
+        check_kind(44, dims, separated, 1, "svd_u+svd_vh", |b, a| {
+            let u = linalg(b, LinalgKind::SvdU, a);
+            let vh = linalg(b, LinalgKind::SvdVh, a);
+            let k = dims[dims.len() - 2].min(dims[dims.len() - 1]);
+            let c = constant(b, &[1, k], &weights(&[k], 0.2));
+            let uc = b.mul(u, c).unwrap();
+            let p = b.matmul(uc, vh).unwrap();
+            wsum(b, p, 1.7)
+        });
+    }
+}
+
+#[test]
+fn full_svd_factors_without_extra_columns_match_finite_differences() {
+    // A full U has no extra columns when m <= n; a full Vh none when n <= m.
+    for dims in [&[3usize, 3][..], &[3, 5], &[2, 2, 4]] {
+        check_kind(45, dims, separated, 2, "svd_u_full", |b, a| {
+            let u = linalg(b, LinalgKind::SvdUFull, a);
+            wsum_sq(b, u, 0.5)
+        });
+    }
+    for dims in [&[3usize, 3][..], &[5, 3], &[2, 4, 2]] {
+        check_kind(46, dims, separated, 2, "svd_vh_full", |b, a| {
+            let vh = linalg(b, LinalgKind::SvdVhFull, a);
+            wsum_sq(b, vh, 0.9)
+        });
+    }
+}
+
+#[test]
+fn extra_columns_are_a_targeted_error() {
+    for (kind, dims) in [
+        (LinalgKind::QrQComplete, [4usize, 3]),
+        (LinalgKind::SvdUFull, [4, 3]),
+        (LinalgKind::SvdVhFull, [3, 4]),
+    ] {
+        let mut b = GraphBuilder::new();
+        let a = b.input("a", TensorType::new(DType::F64, shape(&dims)));
+        let out = linalg(&mut b, kind, a);
+        let g = b.finish(vec![out]).unwrap();
+        let errors = [
+            jvp_graph(&g, &[true]).unwrap_err(),
+            vjp_graph(&g, &[true], &[Seed::Input]).unwrap_err(),
+        ];
+        for e in errors {
+            match e {
+                IrError::InvalidArgument { message } => {
+                    assert!(
+                        message.starts_with("derivatives of the extra columns of")
+                            && message.ends_with("are not unique"),
+                        "{message}"
+                    );
+                    let call = if kind == LinalgKind::QrQComplete {
+                        "qr(mode=\"complete\")"
+                    } else {
+                        "svd(full_matrices=True)"
+                    };
+                    assert!(message.contains(call), "{message}");
+                }
+                other => panic!("{kind:?}: {other:?}"),
+            }
+        }
+        // Not differentiating the output is fine.
+        assert!(jvp_graph(&g, &[false]).is_ok());
+    }
+}
+
+#[test]
+fn svd_vector_derivatives_at_coinciding_singular_values() {
+    // numerics.md §6.5: F is 0 where singular values coincide, so the tangent of U at the
+    // identity (all singular values 1) is finite, and exactly zero; a zero singular value of a
+    // non-square matrix gives non-finite vector derivatives.
+    let tangent = |dims: &[usize], a: &[f64], kind: LinalgKind| {
+        let mut b = GraphBuilder::new();
+        let x = b.input("a", TensorType::new(DType::F64, shape(dims)));
+        let out = linalg(&mut b, kind, x);
+        let g = jvp_graph(&b.finish(vec![out]).unwrap(), &[true]).unwrap();
+        let d = Rng::new(9).vec(size(dims));
+        run(&g, &[a.to_vec(), d])[1].data.to_f64_vec()
+    };
+    let eye = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0];
+    for kind in [LinalgKind::SvdU, LinalgKind::SvdVh] {
+        let t = tangent(&[3, 3], &eye, kind);
+        assert!(t.iter().all(|v| *v == 0.0), "{kind:?}: {t:?}");
+    }
+    // 3 x 2 with a zero column: singular values (s, 0).
+    let rank_one = [1.0, 0.0, 2.0, 0.0, 3.0, 0.0];
+    let t = tangent(&[3, 2], &rank_one, LinalgKind::SvdU);
+    assert!(t.iter().any(|v| !v.is_finite()), "{t:?}");
+}
+
+#[test]
+fn cholesky_to_third_order_matches_finite_differences() {
+    for dims in [&[3usize, 3][..], &[2, 3, 3]] {
+        let mut rng = Rng::new(51);
+        let x = vec![spd(&mut rng, dims)];
+        let f = Fun::new(&[dims], |b, xs| {
+            let l = b.push(Op::Cholesky, &[xs[0]]).unwrap();
+            wsum(b, l, 0.4)
+        });
+        let mut dir = symmetric_directions(52, dims.to_vec());
+        check_orders(&f, &x, 3, &mut dir, &format!("cholesky {dims:?}"));
+    }
+}
+
+#[test]
+fn cholesky_ad_matches_finite_differences() {
+    // cholesky_ad(l, s) on its own: a lower-triangular l (its upper triangle is never read, so
+    // it holds noise) and any s, differentiated in both arguments.
+    let lower = |rng: &mut Rng, dims: &[usize]| {
+        let n = dims[dims.len() - 1];
+        let mut l: Vec<f64> = rng.vec(size(dims)).iter().map(|v| 0.3 * v).collect();
+        for m in l.chunks_mut(n * n) {
+            for i in 0..n {
+                m[i * n + i] += 2.0;
+            }
+        }
+        l
+    };
+    for dims in [&[3usize, 3][..], &[2, 3, 3]] {
+        let mut rng = Rng::new(61);
+        let x = vec![lower(&mut rng, dims), rng.vec(size(dims))];
+        let f = Fun::new(&[dims, dims], |b, xs| {
+            let c = b.push(Op::CholeskyAd, &[xs[0], xs[1]]).unwrap();
+            wsum_sq(b, c, 0.6)
+        });
+        let mut dir = directions(62, vec![dims.to_vec(), dims.to_vec()]);
+        check_orders(&f, &x, 2, &mut dir, &format!("cholesky_ad {dims:?}"));
+    }
+}
+
+/// How a test draws its input matrices of a shape.
+type Input = fn(&mut Rng, &[usize]) -> Vec<f64>;
+
+/// `vmap` of a derivative graph equals the derivative of each example.
+#[test]
+fn derivative_graphs_batch_under_vmap() {
+    let cases: [(&str, [usize; 2], Input, LinalgKind); 4] = [
+        ("log_abs_det", [3, 3], separated, LinalgKind::LogAbsDet),
+        ("eigh_vectors", [3, 3], eigh_input, LinalgKind::EighVectors),
+        ("qr_r", [3, 4], separated, LinalgKind::QrR),
+        ("svd_u", [4, 3], separated, LinalgKind::SvdU),
+    ];
+    for (what, dims, input, kind) in cases {
+        let f = Fun::new(&[&dims], |b, xs| {
+            let y = linalg(b, kind, xs[0]);
+            wsum_sq(b, y, 0.3)
+        });
+        // The gradient of a directional derivative: a Hessian-vector product.
+        let d = Rng::new(71).vec(size(&dims));
+        let hvp = f.jvp(&[d]);
+        let g = vjp_graph(&hvp.graph, &[true], &[Seed::Ones]).unwrap();
+        let batched = quabla_vmap::batch_graph(&g, &[Some(0)], 3, &[Some(0), Some(0)]).unwrap();
+        let mut rng = Rng::new(72);
+        let examples: Vec<Vec<f64>> = (0..3).map(|_| input(&mut rng, &dims)).collect();
+        let got = run(&batched, &[examples.concat()])[1].data.to_f64_vec();
+        for (i, e) in examples.iter().enumerate() {
+            let want = run(&g, std::slice::from_ref(e))[1].data.to_f64_vec();
+            let part = &got[i * want.len()..(i + 1) * want.len()];
+            for (x, y) in part.iter().zip(&want) {
+                assert!(
+                    (x - y).abs() <= 1e-12 * (1.0 + y.abs()),
+                    "{what}: {x} vs {y}"
+                );
+            }
+        }
+    }
+}
+
+/// Every kind differentiates float32 graphs too (weak scalars and masks adopt the dtype), with
+/// the float64 values to float32 accuracy.
+#[test]
+fn every_kind_differentiates_in_float32() {
+    let dims = [2usize, 3, 3];
+    let mut rng = Rng::new(81);
+    let a = eigh_input(&mut rng, &dims);
+    let d = rng.vec(size(&dims));
+    for kind in LinalgKind::ALL {
+        let derivatives = |dt: DType| {
+            let mut b = GraphBuilder::new();
+            let x = b.input("a", TensorType::new(dt, shape(&dims)));
+            let y = linalg(&mut b, kind, x);
+            let sq = b.mul(y, y).unwrap();
+            let ydims = b.ty(y).shape.dims().to_vec();
+            let w = constant(&mut b, &ydims, &weights(&ydims, 0.5));
+            let w = b.astype(w, dt).unwrap();
+            let p = b.mul(sq, w).unwrap();
+            let loss = b.sum(p, None, false).unwrap();
+            let g = b.finish(vec![loss]).unwrap();
+            let j = jvp_graph(&g, &[true]).unwrap();
+            let v = vjp_graph(&g, &[true], &[Seed::Ones]).unwrap();
+            let host = |v: &[f64]| match dt {
+                DType::F32 => HostData::F32(v.iter().map(|&x| x as f32).collect()),
+                _ => HostData::F64(v.to_vec().into()),
+            };
+            let run_dt = |g: &Graph, x: &[&[f64]]| {
+                let inputs: Vec<HostTensor> = x
+                    .iter()
+                    .map(|v| HostTensor::new(shape(&dims), host(v)))
+                    .collect();
+                quabla_cpu::run_plan(&Plan::compile(g), &inputs).unwrap()
+            };
+            let t = run_dt(&j, &[&a, &d])[1].data.to_f64_vec();
+            let gr = run_dt(&v, &[&a])[1].data.to_f64_vec();
+            (t, gr)
+        };
+        let (t64, g64) = derivatives(DType::F64);
+        let (t32, g32) = derivatives(DType::F32);
+        for (x, y) in t32.iter().chain(&g32).zip(t64.iter().chain(&g64)) {
+            assert!(
+                (x - y).abs() <= 1e-3 * (1.0 + y.abs()),
+                "{kind:?}: {x} vs {y}"
+            );
+        }
+    }
+}
