@@ -1,6 +1,6 @@
 //! Forward mode: the JVP of a graph, one tangent rule per op.
 
-use crate::helpers::{binary_partials, extremum_mask, no_rule, unary_derivative, zeros_like};
+use crate::helpers::{binary_partials, extremum_mask, unary_derivative, zeros_like};
 use quabla_ir::{BinaryOp, DType, Graph, GraphBuilder, Node, NodeId, Op, Result, TensorType};
 use quabla_linalg::rules;
 
@@ -31,11 +31,34 @@ pub fn jvp_graph(g: &Graph, wrt: &[bool]) -> Result<Graph> {
             tangents[id.index()] = Some(t);
         }
     }
+    let groups = quabla_ir::region_groups(g);
+    // Primal and tangent of region outputs computed with an earlier node of their group.
+    let mut done: std::collections::HashMap<usize, (NodeId, Option<NodeId>)> =
+        std::collections::HashMap::new();
     for (i, node) in g.nodes().iter().enumerate().skip(inputs.len()) {
+        if let Some((out, t)) = done.remove(&i) {
+            remap.push(out);
+            tangents[i] = t;
+            continue;
+        }
         let operands: Vec<NodeId> = node.operands.iter().map(|o| remap[o.index()]).collect();
+        let ts: Vec<Option<NodeId>> = node.operands.iter().map(|o| tangents[o.index()]).collect();
+        if let (Op::Region(call), false) = (&node.op, ts.iter().all(Option::is_none)) {
+            // The whole group becomes one derived region (regions.rs).
+            let results = crate::regions::jvp_region(&mut b, &call.region, &operands, &ts)?;
+            for &m in &groups[&i] {
+                let Op::Region(member) = &g.nodes()[m].op else {
+                    unreachable!("groups hold region nodes")
+                };
+                done.insert(m, results[member.output]);
+            }
+            let (out, t) = done.remove(&i).expect("the group holds its first node");
+            remap.push(out);
+            tangents[i] = t;
+            continue;
+        }
         let out = b.push(node.op.clone(), &operands)?;
         remap.push(out);
-        let ts: Vec<Option<NodeId>> = node.operands.iter().map(|o| tangents[o.index()]).collect();
         if ts.iter().all(Option::is_none) {
             continue;
         }
@@ -220,8 +243,11 @@ fn tangent_rule(
             Some(da) => Some(rules::cholesky_jvp(b, out, da)?),
             None => None,
         },
-        Op::CholeskyAd => return Err(rules::cholesky_ad_unsupported()),
-        Op::Linalg(_) => return Err(no_rule(&node.op, "forward-mode")),
+        Op::CholeskyAd => rules::cholesky_ad_jvp(b, x[0], x[1], out, t[0], t[1])?,
+        Op::Linalg(kind) => match t[0] {
+            Some(da) => rules::linalg_jvp(b, *kind, x[0], out, da)?,
+            None => None,
+        },
         Op::Custom(call) => crate::custom::tangent(b, call, x, t)?,
         // Region groups are rewritten as a whole by the sweep (regions.rs), never one node at
         // a time.

@@ -10,13 +10,15 @@
 //!   derivatives stay finite where the spec says so (the masked, "double where" forms).
 //! - `custom` nodes use their rule graphs (`custom.rs`): the `jvp` graph forward and its
 //!   transpose in reverse, `fwd`/`bwd` in reverse only, and the primal graph for `checkpoint`.
-//! - Ops without a rule yet (the linear-algebra primitives) return
-//!   [`quabla_ir::IrError::Unsupported`] naming the op.
+//! - The linear-algebra rules (`solve`, `triangular_solve`, `cholesky`, `cholesky_ad`, the
+//!   `linalg` kinds) live in `quabla_linalg::rules` and are delegated to.
 
 mod custom;
 mod helpers;
 mod jvp;
+mod regions;
 mod vjp;
 
 pub use jvp::jvp_graph;
+pub use regions::{block_length, full_tape_loops, FullTapeGuard};
 pub use vjp::{vjp_graph, Seed};

@@ -1,7 +1,7 @@
 //! Reverse mode: the VJP of a graph by a reverse sweep, one cotangent rule per op.
 
 use crate::helpers::{
-    binary_partials, extremum_mask, lit, no_rule, unary_derivative, unbroadcast, zeros_like,
+    binary_partials, extremum_mask, lit, unary_derivative, unbroadcast, zeros_like,
 };
 use quabla_ir::{
     BinaryOp, DType, Graph, GraphBuilder, Node, NodeId, Op, Result, Shape, TensorType, UnaryOp,
@@ -75,9 +75,39 @@ pub fn vjp_graph(g: &Graph, wrt: &[bool], seeds: &[Seed]) -> Result<Graph> {
         };
         accumulate(&mut b, &mut cts, *o, ct)?;
     }
+    let groups = quabla_ir::region_groups(g);
     for i in (0..g.len()).rev() {
-        let Some(ct) = cts[i] else { continue };
         let node = g.node(NodeId(i as u32));
+        if let Op::Region(call) = &node.op {
+            // A region group is differentiated once, at its first node, when the cotangents
+            // of all its nodes are complete (every consumer of the group comes later).
+            let members = &groups[&i];
+            if members[0] != i || !active[i] {
+                continue;
+            }
+            let mut out_cts: Vec<Option<NodeId>> = vec![None; call.region.output_types().len()];
+            for &m in members {
+                if let Op::Region(member) = &g.nodes()[m].op {
+                    out_cts[member.output] = cts[m];
+                }
+            }
+            if out_cts.iter().all(Option::is_none) {
+                continue;
+            }
+            let x: Vec<NodeId> = node.operands.iter().map(|o| remap[o.index()]).collect();
+            let wrt: Vec<bool> = node.operands.iter().map(|o| active[o.index()]).collect();
+            let operand_cts = crate::regions::vjp_region(&mut b, &call.region, &x, &wrt, &out_cts)?;
+            for (k, c) in operand_cts.into_iter().enumerate() {
+                let operand = node.operands[k];
+                if let Some(c) = c {
+                    if active[operand.index()] {
+                        accumulate(&mut b, &mut cts, operand, c)?;
+                    }
+                }
+            }
+            continue;
+        }
+        let Some(ct) = cts[i] else { continue };
         if matches!(node.op, Op::Input { .. }) || !active[i] {
             continue;
         }
@@ -352,8 +382,11 @@ fn cotangent_rule(
             vec![Some(ca), Some(cb)]
         }
         Op::Cholesky => vec![Some(rules::cholesky_vjp(b, out, ct)?)],
-        Op::CholeskyAd => return Err(rules::cholesky_ad_unsupported()),
-        Op::Linalg(_) => return Err(no_rule(&node.op, "reverse-mode")),
+        Op::CholeskyAd => {
+            let (cl, cs) = rules::cholesky_ad_vjp(b, x[0], x[1], out, ct)?;
+            vec![Some(cl), Some(cs)]
+        }
+        Op::Linalg(kind) => vec![rules::linalg_vjp(b, *kind, x[0], out, ct)?],
         Op::Custom(call) => crate::custom::cotangents(b, call, x, ct)?,
         // Region groups are rewritten as a whole by the sweep (regions.rs), never one node at
         // a time.

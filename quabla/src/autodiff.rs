@@ -1,7 +1,19 @@
 //! The differentiation transforms: `grad`, `value_and_grad`, `jvp` and `vjp` (transforms.md
-//! §5). Each traces the function on tracers, rewrites the graph with `quabla-autodiff`, and
-//! then either compiles and runs it (cached per signature, like `jit`) or, inside another
-//! trace, inlines it there — which is how derivatives nest to any order.
+//! §5), `jacobian` and `hessian` (§8). Each traces the function on tracers, rewrites the graph
+//! with `quabla-autodiff`, and then either compiles and runs it (cached per signature, like
+//! `jit`) or, inside another trace, inlines it there — which is how derivatives nest to any
+//! order.
+//!
+//! Trace caches (transforms.md §2): every transformed object — [`Grad`], [`Jacobian`],
+//! [`Hessian`], [`Jvp`] (from [`jvp_fn`]) and [`Vjp`] (from [`vjp_fn`]) — owns an LRU of traces
+//! by signature, with `.max_traces(n)` and `RetraceWarning` on eviction. The free functions
+//! [`jvp`] and [`vjp`] have no object to own a cache; they keep one per thread for each
+//! *stateless* function (a closure that captures nothing, or a fn item), keyed by the
+//! function's identity and then by signature, so `qb::jvp(f, ..)` in a loop traces once per
+//! shape. A closure with captures is traced on every call: its type does not determine the
+//! values it captured, and a trace cached under its type could bake in values of an earlier
+//! call; `jvp_fn(f)`/`vjp_fn(f)` cache such closures per object, like `jit`. The pullbacks
+//! ([`VjpFn`]) of one cached signature share one compiled plan.
 //!
 //! Differentiated positions: the selected arguments' float tensor leaves, and `f64` leaves
 //! there, which become float64 rank-0 inputs (numerics.md §2.2); bool leaves and other
@@ -16,10 +28,13 @@ use crate::tensor::Tensor;
 use crate::trace::{self, InputLeaf, OutSlot, TracedFunction};
 use crate::tree::{self, Leaf, Tree, TreeDef};
 use quabla_autodiff::{jvp_graph, vjp_graph, Seed};
-use quabla_backend::Backend;
 use quabla_ir::{DType, Graph, Shape, TensorType};
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 /// Arguments prepared for tracing: which leaves become inputs, their values, and which are
 /// differentiated.
@@ -174,11 +189,14 @@ fn gradient_def(p: &Prepared, argnums: &[usize], as_tuple: bool) -> Result<(Tree
     Ok((def, order))
 }
 
-/// Runs a final graph: inlined into the enclosing trace, or compiled (cached) and run.
+/// Runs a final graph: inlined into the enclosing trace, or compiled (cached) and run. Its
+/// inputs are the prepared operands, then the captures of the trace (inside another trace
+/// only), then `trailing` (the tangents of `jvp`).
 fn execute(
     cache: &TraceCache,
     owner: &CacheOwner<'_>,
     prepared: &Prepared,
+    trailing: &[Tensor],
     stage: impl FnOnce() -> Result<(Graph, Vec<Tensor>, TreeDef, Vec<OutSlot>)>,
 ) -> Result<(TreeDef, Vec<OutSlot>, Vec<Tensor>)> {
     if trace::active() {
@@ -187,6 +205,7 @@ fn execute(
             .operands
             .iter()
             .chain(&captures)
+            .chain(trailing)
             .map(Operand::from)
             .collect();
         let outs = trace::inline(&graph, operands)?;
@@ -201,7 +220,13 @@ fn execute(
         }
         Entry::compile(sig, &graph, def, slots)
     })?;
-    let outs = entry.run(&prepared.operands)?;
+    let outs = if trailing.is_empty() {
+        entry.run(&prepared.operands)?
+    } else {
+        let mut inputs = prepared.operands.clone();
+        inputs.extend_from_slice(trailing);
+        entry.run(&inputs)?
+    };
     Ok((entry.out_def.clone(), entry.out_slots.clone(), outs))
 }
 
@@ -404,27 +429,169 @@ impl<A: Tree, F> Grad<F, A> {
             };
             Ok((vjp, captures, def, slots))
         };
-        let (def, slots, outs) = execute(&self.cache, &owner, &prepared, stage)?;
+        let (def, slots, outs) = execute(&self.cache, &owner, &prepared, &[], stage)?;
         rebuild(&def, &slots, outs)
+    }
+}
+
+/// The identity of a stateless function, under which the free functions [`jvp`] and [`vjp`]
+/// keep their trace caches.
+///
+/// Rust has no identity for a closure value, and a closure's type alone does not determine
+/// its behaviour: the same closure expression evaluated twice may capture different values,
+/// which a cached trace would have frozen. A zero-sized function (a closure that captures
+/// nothing, or a fn item) has no state, so every value of its type is the same function and a
+/// cached trace is exactly what tracing again would record. Its identity is the address of
+/// [`call_through`] instantiated for it — code that calls that function and nothing else — with
+/// the type names as a second discriminator. Two different functions cannot share the address
+/// (distinct code has distinct addresses; the linker may only merge identical code, which
+/// computes the same thing); one function may get several addresses (one per codegen unit),
+/// which only costs a trace per address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct FnKey {
+    transform: &'static str,
+    code: usize,
+    function: &'static str,
+    args: &'static str,
+    result: &'static str,
+}
+
+/// Calls `f`: instantiated once per function type, its address identifies that type.
+fn call_through<A, R, F: Fn(A) -> Result<R>>(f: &F, a: A) -> Result<R> {
+    f(a)
+}
+
+/// The key of `F` when it is stateless (zero-sized); `None` for closures with captures.
+fn stateless_key<A, R, F: Fn(A) -> Result<R>>(transform: &'static str, _: &F) -> Option<FnKey> {
+    if std::mem::size_of::<F>() != 0 {
+        return None;
+    }
+    let code = call_through::<A, R, F> as fn(&F, A) -> Result<R> as usize;
+    Some(FnKey {
+        transform,
+        code,
+        function: std::any::type_name::<F>(),
+        args: std::any::type_name::<A>(),
+        result: std::any::type_name::<R>(),
+    })
+}
+
+thread_local! {
+    /// The trace caches of [`jvp`] called with stateless functions, one per function.
+    static JVP_CACHES: RefCell<HashMap<FnKey, Rc<TraceCache>>> = RefCell::new(HashMap::new());
+    /// The trace caches of [`vjp`] called with stateless functions, one per function.
+    static VJP_CACHES: RefCell<HashMap<FnKey, Rc<VjpCache>>> = RefCell::new(HashMap::new());
+}
+
+/// The cache `key` names in `caches` (created on first use); a fresh one, used for this call
+/// only, when there is no key.
+fn stateless_cache<C: Default>(
+    caches: &'static std::thread::LocalKey<RefCell<HashMap<FnKey, Rc<C>>>>,
+    key: Option<FnKey>,
+) -> Rc<C> {
+    match key {
+        Some(key) => caches.with(|c| c.borrow_mut().entry(key).or_default().clone()),
+        None => Rc::new(C::default()),
+    }
+}
+
+/// The owner of a free function's cache, for `RetraceWarning`.
+fn free_owner(transform: &'static str) -> CacheOwner<'static> {
+    CacheOwner {
+        transform,
+        function: "<closure>",
+        max_traces: 8,
+        arg_names: &[],
     }
 }
 
 /// Forward mode: `(f(primals), J(primals) · tangents)`. `tangents` has the structure of
 /// `primals` (bool and static leaves are skipped; pass anything for them, e.g. the primal).
+///
+/// Traces are cached per signature (transforms.md §2) when `f` is stateless — a closure that
+/// captures nothing, or a fn item — so calling `qb::jvp(f, ..)` in a loop traces once per
+/// shape. A closure with captures is traced on every call, because its captured values may
+/// differ from call to call; use [`jvp_fn`], which owns its cache, to reuse its traces.
 pub fn jvp<A: Tree, R: Tree>(
     f: impl Fn(A) -> Result<R>,
     primals: &A,
     tangents: &A,
 ) -> Result<(R, R)> {
-    let prepared = prepare(primals, &|_| true)?;
+    let cache = stateless_cache(&JVP_CACHES, stateless_key("jvp", &f));
+    jvp_call(&f, &cache, &free_owner("jvp"), primals, tangents)
+}
+
+/// `jvp` as a transformed function that owns its trace cache: build with [`jvp_fn`], call
+/// with [`Jvp::call`].
+pub struct Jvp<F, A> {
+    f: F,
+    name: String,
+    max_traces: usize,
+    cache: TraceCache,
+    _args: PhantomData<fn(A)>,
+}
+
+impl<F, A> fmt::Debug for Jvp<F, A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "jvp({})", self.name)
+    }
+}
+
+/// Forward mode of `f` with a trace cache of its own (transforms.md §2.2): every call with a
+/// signature seen before reuses its trace, whatever `f` captures.
+/// `qb::jvp_fn(f).call(&primals, &tangents)` equals `qb::jvp(f, &primals, &tangents)`.
+pub fn jvp_fn<A: Tree, F>(f: F) -> Jvp<F, A> {
+    Jvp {
+        f,
+        name: "<closure>".into(),
+        max_traces: 8,
+        cache: TraceCache::default(),
+        _args: PhantomData,
+    }
+}
+
+impl<A: Tree, F> Jvp<F, A> {
+    /// The name used in warnings (`jvp(<name>)`).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// The trace-cache capacity (default 8).
+    pub fn max_traces(mut self, n: usize) -> Self {
+        self.max_traces = n.max(1);
+        self
+    }
+
+    /// Number of traces currently cached.
+    pub fn cache_size(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// `(f(primals), J(primals) · tangents)`, as [`jvp`].
+    pub fn call<R: Tree>(&self, primals: &A, tangents: &A) -> Result<(R, R)>
+    where
+        F: Fn(A) -> Result<R>,
+    {
+        let owner = CacheOwner {
+            transform: "jvp",
+            function: &self.name,
+            max_traces: self.max_traces,
+            arg_names: &[],
+        };
+        jvp_call(&|a| (self.f)(a), &self.cache, &owner, primals, tangents)
+    }
+}
+
+/// The tangent values of the differentiated inputs, checked against their primals.
+fn tangent_values<A: Tree>(prepared: &Prepared, tangents: &A) -> Result<Vec<Tensor>> {
     let (t_leaves, t_def) = tree::flatten(tangents);
     if t_def != prepared.def {
         return Err(Error::Structure {
             message: format!("pytree structures differ: {} vs {}", prepared.def, t_def),
         });
     }
-    // Tangent values for the differentiated inputs, checked against their primals.
-    let mut tangent_values = Vec::new();
+    let mut values = Vec::new();
     let mut k = 0;
     for (leaf, input) in t_leaves.iter().zip(&prepared.inputs) {
         if let InputLeaf::Array(ty) = input {
@@ -447,76 +614,137 @@ pub fn jvp<A: Tree, R: Tree>(
                         ty.shape
                     )));
                 }
-                tangent_values.push(t);
+                values.push(t);
             }
             k += 1;
         }
     }
-    let TracedFunction {
-        graph,
-        captures,
-        out_def,
-        out_slots,
-    } = trace::trace_function::<A, R>(&f, &prepared.def, &prepared.inputs, &prepared.names)?;
-    let mut wrt = prepared.wrt.clone();
-    wrt.extend(std::iter::repeat_n(false, captures.len()));
-    // The JVP graph takes primal inputs (then captures), then tangent inputs.
-    let jg = jvp_graph(&graph, &wrt)?;
-    let n_out = graph.outputs().len();
-    let mut operands: Vec<Tensor> = prepared.operands.clone();
-    operands.extend(captures.iter().cloned());
-    operands.extend(tangent_values);
-    let outs = run_or_inline(&jg, operands)?;
-    let primal_outs = outs[..n_out].to_vec();
-    let tangent_outs = outs[n_out..].to_vec();
-    let tangent_slots: Vec<OutSlot> = out_slots
-        .iter()
-        .map(|s| match s {
-            OutSlot::Static(Leaf::F64(_)) => OutSlot::Static(Leaf::F64(0.0)),
-            other => other.clone(),
-        })
-        .collect();
-    Ok((
-        rebuild(&out_def, &out_slots, primal_outs)?,
-        rebuild(&out_def, &tangent_slots, tangent_outs)?,
-    ))
+    Ok(values)
 }
 
-/// Runs a one-off graph: inlined inside a trace, compiled and run otherwise.
-fn run_or_inline(graph: &Graph, operands: Vec<Tensor>) -> Result<Vec<Tensor>> {
-    if trace::active() {
-        return trace::inline(graph, operands.iter().map(Operand::from).collect());
+/// The body of a `jvp` call, shared by [`jvp`] and [`Jvp`].
+fn jvp_call<A: Tree, R: Tree>(
+    f: &dyn Fn(A) -> Result<R>,
+    cache: &TraceCache,
+    owner: &CacheOwner<'_>,
+    primals: &A,
+    tangents: &A,
+) -> Result<(R, R)> {
+    let prepared = prepare(primals, &|_| true)?;
+    let tangent_values = tangent_values(&prepared, tangents)?;
+    let stage = || -> Result<(Graph, Vec<Tensor>, TreeDef, Vec<OutSlot>)> {
+        let TracedFunction {
+            graph,
+            captures,
+            out_def,
+            out_slots,
+        } = trace::trace_function::<A, R>(f, &prepared.def, &prepared.inputs, &prepared.names)?;
+        let mut wrt = prepared.wrt.clone();
+        wrt.extend(std::iter::repeat_n(false, captures.len()));
+        // The JVP graph takes primal inputs (then captures), then tangent inputs, and returns
+        // the primal outputs, then their tangents.
+        let jg = jvp_graph(&graph, &wrt)?;
+        let n_out = graph.outputs().len();
+        let tangent_slots: Vec<OutSlot> = out_slots
+            .iter()
+            .map(|s| match s {
+                OutSlot::Plan(i) => OutSlot::Plan(n_out + i),
+                OutSlot::Static(Leaf::F64(_)) => OutSlot::Static(Leaf::F64(0.0)),
+                other => other.clone(),
+            })
+            .collect();
+        let def = TreeDef::Tuple(vec![out_def.clone(), out_def]);
+        let slots = out_slots.into_iter().chain(tangent_slots).collect();
+        Ok((jg, captures, def, slots))
+    };
+    let (def, slots, outs) = execute(cache, owner, &prepared, &tangent_values, stage)?;
+    rebuild(&def, &slots, outs)
+}
+
+/// The pullback of one traced signature: the VJP graph (primal inputs, then captures, then
+/// one cotangent per output; primal outputs, then the cotangents of the differentiated
+/// inputs), how its results form the cotangent tree, and its plan, compiled on the first
+/// call outside a trace and shared by every [`VjpFn`] of that signature.
+struct Pullback {
+    graph: Graph,
+    grads_def: TreeDef,
+    grad_order: Vec<usize>,
+    n_out: usize,
+    out_def: TreeDef,
+    compiled: OnceLock<Arc<Entry>>,
+}
+
+impl Pullback {
+    fn entry(&self) -> Result<Arc<Entry>> {
+        if let Some(e) = self.compiled.get() {
+            return Ok(e.clone());
+        }
+        let leaves: Vec<LeafSignature> = self
+            .graph
+            .inputs()
+            .map(|(_, _, ty)| LeafSignature::Array {
+                dtype: ty.dtype,
+                shape: ty.shape.clone(),
+                weak: ty.weak,
+            })
+            .collect();
+        let signature = Signature {
+            def: TreeDef::Tuple(vec![TreeDef::Leaf; leaves.len()]),
+            leaves,
+            device: Arc::from("cpu"),
+            precision: None,
+        };
+        let n = self.graph.outputs().len();
+        let slots = (0..n).map(OutSlot::Plan).collect();
+        let entry = Arc::new(Entry::compile(
+            signature,
+            &self.graph,
+            TreeDef::List(vec![TreeDef::Leaf; n]),
+            slots,
+        )?);
+        // Two threads may compile at once; either plan is the same.
+        Ok(self.compiled.get_or_init(|| entry).clone())
     }
-    let plan = quabla_ir::Plan::compile(graph);
-    let exe = crate::dispatch::cpu().compile(&plan)?;
-    let host: Vec<_> = operands
-        .iter()
-        .map(Tensor::to_host)
-        .collect::<Result<_>>()?;
-    let types = plan.output_types();
-    Ok(exe
-        .run(&host)?
-        .into_iter()
-        .zip(types)
-        .map(|(h, ty)| Tensor::from_host(h, ty.weak))
-        .collect())
+}
+
+/// The trace cache of a `vjp`: the forward plans by signature, and the pullback of each
+/// cached forward plan.
+#[derive(Default)]
+struct VjpCache {
+    forward: TraceCache,
+    /// Pullbacks by forward entry; those whose entry was evicted (dead `Weak`) are dropped
+    /// when the next one is added.
+    pullbacks: Mutex<Vec<(Weak<Entry>, Arc<Pullback>)>>,
+}
+
+impl VjpCache {
+    fn pullback(&self, entry: &Arc<Entry>) -> Option<Arc<Pullback>> {
+        let pullbacks = self.pullbacks.lock().unwrap_or_else(|e| e.into_inner());
+        pullbacks
+            .iter()
+            .find(|(e, _)| std::ptr::eq(e.as_ptr(), Arc::as_ptr(entry)))
+            .map(|(_, p)| p.clone())
+    }
+
+    fn remember(&self, entry: &Arc<Entry>, pullback: Arc<Pullback>) {
+        let mut pullbacks = self.pullbacks.lock().unwrap_or_else(|e| e.into_inner());
+        pullbacks.retain(|(e, _)| e.strong_count() > 0);
+        pullbacks.push((Arc::downgrade(entry), pullback));
+    }
 }
 
 /// The pullback returned by [`vjp`]: maps output cotangents to one cotangent tree per primal
 /// argument.
 pub struct VjpFn<A, R> {
-    graph: Graph,
+    pullback: Arc<Pullback>,
+    /// Bound to the graph's primal inputs and captures.
     operands: Vec<Tensor>,
-    grads_def: TreeDef,
-    grad_order: Vec<usize>,
-    n_out: usize,
-    out_def: TreeDef,
     _types: PhantomData<fn(R) -> A>,
 }
 
 impl<A, R> fmt::Debug for VjpFn<A, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "VjpFn(outputs={})", self.out_def)
+        write!(f, "VjpFn(outputs={})", self.pullback.out_def)
     }
 }
 
@@ -524,10 +752,11 @@ impl<A: Tree, R: Tree> VjpFn<A, R> {
     /// Cotangents for the primals, given a cotangent of the output (same structure, shapes
     /// and dtypes as the output). The result has the structure of the primals.
     pub fn call<G: Tree>(&self, cotangent: &R) -> Result<G> {
+        let p = &self.pullback;
         let (leaves, def) = tree::flatten(cotangent);
-        if def != self.out_def {
+        if def != p.out_def {
             return Err(Error::Structure {
-                message: format!("pytree structures differ: {} vs {}", self.out_def, def),
+                message: format!("pytree structures differ: {} vs {}", p.out_def, def),
             });
         }
         let mut operands = self.operands.clone();
@@ -538,22 +767,17 @@ impl<A: Tree, R: Tree> VjpFn<A, R> {
                 _ => {}
             }
         }
-        let expected = self.graph.inputs().count();
+        let expected = p.graph.inputs().count();
         if operands.len() != expected {
             return Err(Error::Structure {
                 message: format!(
                     "pytree structures differ: the cotangent has {} tensor leaves, the output {}",
-                    operands.len() + self.n_out - expected,
-                    self.n_out
+                    operands.len() + p.n_out - expected,
+                    p.n_out
                 ),
             });
         }
-        for ((_, name, ty), t) in self
-            .graph
-            .inputs()
-            .zip(&operands)
-            .skip(expected - self.n_out)
-        {
+        for ((_, name, ty), t) in p.graph.inputs().zip(&operands).skip(expected - p.n_out) {
             if t.dtype() != ty.dtype || t.shape() != ty.shape.dims() {
                 return Err(Error::invalid(format!(
                     "{name}: cotangent {}{:?} does not match the output {}{}",
@@ -564,72 +788,202 @@ impl<A: Tree, R: Tree> VjpFn<A, R> {
                 )));
             }
         }
-        let outs = run_or_inline(&self.graph, operands)?;
-        let slots: Vec<OutSlot> = self
+        let outs = if trace::active() {
+            trace::inline(&p.graph, operands.iter().map(Operand::from).collect())?
+        } else {
+            p.entry()?.run(&operands)?
+        };
+        let slots: Vec<OutSlot> = p
             .grad_order
             .iter()
-            .map(|&k| OutSlot::Plan(self.n_out + k))
+            .map(|&k| OutSlot::Plan(p.n_out + k))
             .collect();
-        rebuild(&self.grads_def, &slots, outs)
+        rebuild(&p.grads_def, &slots, outs)
     }
 }
 
 /// Reverse mode: `(f(primals), pullback)`. The pullback maps an output cotangent to the
 /// cotangents of every primal argument (a tuple over the positional arguments when `primals`
 /// is a tuple).
+///
+/// Traces are cached per signature (transforms.md §2) when `f` is stateless — a closure that
+/// captures nothing, or a fn item — so calling `qb::vjp(f, ..)` in a loop traces once per
+/// shape, and pullbacks of one signature share one compiled plan. A closure with captures is
+/// traced on every call, because its captured values may differ from call to call; use
+/// [`vjp_fn`], which owns its cache, to reuse its traces.
 pub fn vjp<A: Tree, R: Tree>(f: impl Fn(A) -> Result<R>, primals: &A) -> Result<(R, VjpFn<A, R>)> {
+    let cache = stateless_cache(&VJP_CACHES, stateless_key("vjp", &f));
+    vjp_call(&f, &cache, &free_owner("vjp"), primals)
+}
+
+/// `vjp` as a transformed function that owns its trace cache: build with [`vjp_fn`], call
+/// with [`Vjp::call`].
+pub struct Vjp<F, A> {
+    f: F,
+    name: String,
+    max_traces: usize,
+    cache: VjpCache,
+    _args: PhantomData<fn(A)>,
+}
+
+impl<F, A> fmt::Debug for Vjp<F, A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "vjp({})", self.name)
+    }
+}
+
+/// Reverse mode of `f` with a trace cache of its own (transforms.md §2.2): every call with a
+/// signature seen before reuses its trace and plans, whatever `f` captures.
+/// `qb::vjp_fn(f).call(&primals)` equals `qb::vjp(f, &primals)`.
+pub fn vjp_fn<A: Tree, F>(f: F) -> Vjp<F, A> {
+    Vjp {
+        f,
+        name: "<closure>".into(),
+        max_traces: 8,
+        cache: VjpCache::default(),
+        _args: PhantomData,
+    }
+}
+
+impl<A: Tree, F> Vjp<F, A> {
+    /// The name used in warnings (`vjp(<name>)`).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// The trace-cache capacity (default 8).
+    pub fn max_traces(mut self, n: usize) -> Self {
+        self.max_traces = n.max(1);
+        self
+    }
+
+    /// Number of traces currently cached.
+    pub fn cache_size(&self) -> usize {
+        self.cache.forward.len()
+    }
+
+    /// `(f(primals), pullback)`, as [`vjp`].
+    pub fn call<R: Tree>(&self, primals: &A) -> Result<(R, VjpFn<A, R>)>
+    where
+        F: Fn(A) -> Result<R>,
+    {
+        let owner = CacheOwner {
+            transform: "vjp",
+            function: &self.name,
+            max_traces: self.max_traces,
+            arg_names: &[],
+        };
+        vjp_call(&|a| (self.f)(a), &self.cache, &owner, primals)
+    }
+}
+
+/// The body of a `vjp` call, shared by [`vjp`] and [`Vjp`].
+fn vjp_call<A: Tree, R: Tree>(
+    f: &dyn Fn(A) -> Result<R>,
+    cache: &VjpCache,
+    owner: &CacheOwner<'_>,
+    primals: &A,
+) -> Result<(R, VjpFn<A, R>)> {
     let prepared = prepare(primals, &|_| true)?;
-    let TracedFunction {
-        graph,
-        captures,
-        out_def,
-        out_slots,
-    } = trace::trace_function::<A, R>(&f, &prepared.def, &prepared.inputs, &prepared.names)?;
-    if out_slots.iter().any(|s| matches!(s, OutSlot::Static(_))) {
-        return Err(Error::invalid(
-            "vjp needs a function whose outputs are all tensors",
+    // Traces `f`: its graph, captures, output structure and pullback.
+    let stage = || -> Result<(TracedFunction, Pullback)> {
+        let traced =
+            trace::trace_function::<A, R>(f, &prepared.def, &prepared.inputs, &prepared.names)?;
+        let graph = &traced.graph;
+        if traced
+            .out_slots
+            .iter()
+            .any(|s| matches!(s, OutSlot::Static(_)))
+        {
+            return Err(Error::invalid(
+                "vjp needs a function whose outputs are all tensors",
+            ));
+        }
+        let mut wrt = prepared.wrt.clone();
+        wrt.extend(std::iter::repeat_n(false, traced.captures.len()));
+        if graph
+            .outputs()
+            .iter()
+            .any(|o| graph.node(*o).ty.dtype == DType::Bool)
+        {
+            return Err(Error::invalid("vjp requires floating outputs, got bool"));
+        }
+        let seeds = vec![Seed::Input; graph.outputs().len()];
+        let vg = vjp_graph(graph, &wrt, &seeds)?;
+        let n_args = match &prepared.def {
+            TreeDef::Tuple(c) => c.len(),
+            _ => 1,
+        };
+        let argnums: Vec<usize> = (0..n_args).collect();
+        let (grads_def, grad_order) = gradient_def(
+            &prepared,
+            &argnums,
+            matches!(prepared.def, TreeDef::Tuple(_)),
+        )?;
+        let pullback = Pullback {
+            graph: vg,
+            grads_def,
+            grad_order,
+            n_out: graph.outputs().len(),
+            out_def: traced.out_def.clone(),
+            compiled: OnceLock::new(),
+        };
+        Ok((traced, pullback))
+    };
+    if trace::active() {
+        // Inside another trace: stage, inline the primal, and let the pullback inline its
+        // graph with the same operands.
+        let (traced, pullback) = stage()?;
+        let mut operands = prepared.operands.clone();
+        operands.extend(traced.captures.iter().cloned());
+        let outs = trace::inline(&traced.graph, operands.iter().map(Operand::from).collect())?;
+        let out = rebuild(&traced.out_def, &traced.out_slots, outs)?;
+        return Ok((
+            out,
+            VjpFn {
+                pullback: Arc::new(pullback),
+                operands,
+                _types: PhantomData,
+            },
         ));
     }
-    let mut wrt = prepared.wrt.clone();
-    wrt.extend(std::iter::repeat_n(false, captures.len()));
-    let seeds: Vec<Seed> = graph
-        .outputs()
-        .iter()
-        .map(|o| {
-            if graph.node(*o).ty.dtype == DType::Bool {
-                Seed::None
-            } else {
-                Seed::Input
+    let mut staged = None;
+    let entry = cache
+        .forward
+        .get_or_build(owner, prepared.signature.clone(), |sig| {
+            let (traced, pullback) = stage()?;
+            if !traced.captures.is_empty() {
+                return Err(Error::Internal {
+                    message: "a top-level trace captured tracers".into(),
+                });
             }
-        })
-        .collect();
-    if seeds.contains(&Seed::None) {
-        return Err(Error::invalid("vjp requires floating outputs, got bool"));
-    }
-    let vg = vjp_graph(&graph, &wrt, &seeds)?;
-    let mut operands = prepared.operands.clone();
-    operands.extend(captures.iter().cloned());
-    let n_args = match &prepared.def {
-        TreeDef::Tuple(c) => c.len(),
-        _ => 1,
+            staged = Some(Arc::new(pullback));
+            Entry::compile(sig, &traced.graph, traced.out_def, traced.out_slots)
+        })?;
+    let pullback = match staged {
+        Some(p) => {
+            cache.remember(&entry, p.clone());
+            p
+        }
+        None => match cache.pullback(&entry) {
+            Some(p) => p,
+            None => {
+                // Another thread built this entry and has not stored its pullback yet:
+                // stage it again (the same trace).
+                let p = Arc::new(stage()?.1);
+                cache.remember(&entry, p.clone());
+                p
+            }
+        },
     };
-    let argnums: Vec<usize> = (0..n_args).collect();
-    let (grads_def, grad_order) = gradient_def(
-        &prepared,
-        &argnums,
-        matches!(prepared.def, TreeDef::Tuple(_)),
-    )?;
-    let primal_outs = run_or_inline(&graph, operands.clone())?;
-    let out = rebuild(&out_def, &out_slots, primal_outs)?;
+    let outs = entry.run(&prepared.operands)?;
+    let out = rebuild(&entry.out_def, &entry.out_slots, outs)?;
     Ok((
         out,
         VjpFn {
-            n_out: graph.outputs().len(),
-            graph: vg,
-            operands,
-            grads_def,
-            grad_order,
-            out_def,
+            pullback,
+            operands: prepared.operands,
             _types: PhantomData,
         },
     ))
@@ -833,7 +1187,7 @@ fn jacobian_call<A: Tree, R: Tree, J: Tree>(
             );
             Ok((build, captures, def, slots))
         };
-        let (def, slots, outs) = execute(cache, owner, &prepared, stage)?;
+        let (def, slots, outs) = execute(cache, owner, &prepared, &[], stage)?;
         rebuild(&def, &slots, outs)
     }
 }

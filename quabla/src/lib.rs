@@ -22,6 +22,7 @@
 //! reference backend (`quabla-cpu`); see `docs/architecture.md` for the whole design.
 
 mod autodiff;
+mod control_flow;
 mod creation;
 mod custom;
 mod devices;
@@ -41,15 +42,17 @@ mod vmap;
 pub mod warnings;
 
 pub use autodiff::{
-    grad, hessian, jacobian, jvp, value_and_grad, vjp, Grad, Hessian, Jacobian, VjpFn,
+    grad, hessian, jacobian, jvp, jvp_fn, value_and_grad, vjp, vjp_fn, Grad, Hessian, Jacobian,
+    Jvp, Vjp, VjpFn,
 };
+pub use control_flow::{cond, fori_loop, scan, while_loop, ForiLoop, LoopIndex, Scan, WhileLoop};
 pub use creation::{
     arange, arange_from, array, asarray, eye, eye_rect, full, full_like, linspace, ones, ones_like,
     zeros, zeros_like, ArrayLike, DTypeExt, FillValue,
 };
 pub use custom::{
-    checkpoint, custom_jvp, custom_vjp, remat, Checkpoint, CustomJvp, CustomJvpFn, CustomVjp,
-    CustomVjpFn,
+    checkpoint, custom_jvp, custom_vjp, remat, Checkpoint, CustomJvp, CustomJvpFn,
+    CustomJvpNondiff, CustomVjp, CustomVjpFn, CustomVjpNondiff,
 };
 pub use devices::{devices, DeviceInfo, Origin};
 pub use error::{Error, Result, TracerErrorKind};

@@ -328,3 +328,10 @@ impl Element for bool {
         }
     }
 }
+
+/// Lets APIs that take several tensors (`operands(&[..])`) accept tensors or references.
+impl AsRef<Tensor> for Tensor {
+    fn as_ref(&self) -> &Tensor {
+        self
+    }
+}

@@ -23,6 +23,9 @@ struct Frame {
     captures: Vec<(Tensor, NodeId)>,
     /// Concrete tensors already turned into constants (kept alive so identities stay unique).
     constants: HashMap<usize, (Tensor, NodeId)>,
+    /// The primitive whose body this frame traces (`"cond"`, `"fori_loop"`, ...): such a
+    /// frame may not capture tracers of enclosing frames (TR3).
+    region: Option<&'static str>,
 }
 
 thread_local! {
@@ -45,6 +48,19 @@ fn leaked(t: &Tracer) -> Error {
     }
 }
 
+/// TR3.
+fn region_capture() -> Error {
+    Error::Tracer {
+        kind: TracerErrorKind::RegionCapture,
+        message: "control-flow regions cannot close over an outer tracer; pass it explicitly using operands= (for cond, as extra positional operands)".into(),
+    }
+}
+
+/// The innermost control-flow body being traced on this thread, if any (TF5 checks it).
+pub(crate) fn enclosing_region() -> Option<&'static str> {
+    FRAMES.with(|f| f.borrow().iter().rev().find_map(|fr| fr.region))
+}
+
 /// Resolves an operand into a node of the innermost frame.
 fn resolve(frames: &mut [Frame], operand: &Operand) -> Result<NodeId> {
     let (outer, top) = frames.split_at_mut(frames.len() - 1);
@@ -60,6 +76,9 @@ fn resolve(frames: &mut [Frame], operand: &Operand) -> Result<NodeId> {
                 }
                 if let Some((_, n)) = top.captures.iter().find(|(c, _)| Tensor::same(c, t)) {
                     return Ok(*n);
+                }
+                if top.region.is_some() {
+                    return Err(region_capture());
                 }
                 let name = format!("capture{}", top.captures.len());
                 let node = top.builder.input(name, tr.ty.clone());
@@ -136,6 +155,19 @@ pub(crate) fn record_custom(
     rule: std::sync::Arc<quabla_ir::CustomRule>,
     operands: Vec<Operand>,
 ) -> Result<Vec<Tensor>> {
+    if let Some(region) = enclosing_region() {
+        // TF5: compiled regions do not keep custom rules.
+        let wrapper = if rule.fwd.is_some() {
+            "custom_vjp"
+        } else if rule.jvp.is_some() {
+            "custom_jvp"
+        } else {
+            "checkpoint"
+        };
+        return Err(Error::invalid(format!(
+            "{wrapper} functions and solvers cannot be called inside a {region} body"
+        )));
+    }
     let n = rule.primal.outputs().len();
     emit_into_top(&operands, |b, nodes| {
         (0..n)
@@ -148,6 +180,74 @@ pub(crate) fn record_custom(
             })
             .collect()
     })
+}
+
+/// Records the nodes of one region call into the innermost trace (one node per output,
+/// sharing the region and the operands) and returns their tracers.
+pub(crate) fn record_region(
+    region: std::sync::Arc<quabla_ir::Region>,
+    operands: Vec<Operand>,
+) -> Result<Vec<Tensor>> {
+    let n = region.output_types().len();
+    emit_into_top(&operands, |b, nodes| {
+        (0..n)
+            .map(|output| {
+                let call = quabla_ir::RegionCall {
+                    region: region.clone(),
+                    output,
+                };
+                Ok(b.push(Op::Region(call), nodes)?)
+            })
+            .collect()
+    })
+}
+
+/// Traces one body of a control-flow region: `f` runs on fresh tracers of `inputs` (named
+/// parameters) in a frame that rejects captures of enclosing tracers (TR3), and the graph of
+/// its results is returned. Eager tensors it closes over become constants.
+pub(crate) fn trace_region_body(
+    primitive: &'static str,
+    inputs: &[(String, TensorType)],
+    f: impl FnOnce(Vec<Tensor>) -> Result<Vec<Tensor>>,
+) -> Result<Graph> {
+    let id = NEXT_TRACE.with(|n| {
+        let id = n.get();
+        n.set(id + 1);
+        id
+    });
+    let mut builder = GraphBuilder::new();
+    let mut params = Vec::with_capacity(inputs.len());
+    for (name, ty) in inputs {
+        let node = builder.input(name.clone(), ty.clone());
+        params.push(Tensor::traced(Tracer {
+            trace: id,
+            node,
+            ty: ty.clone(),
+        }));
+    }
+    FRAMES.with(|f| {
+        f.borrow_mut().push(Frame {
+            id,
+            builder,
+            captures: Vec::new(),
+            constants: HashMap::new(),
+            region: Some(primitive),
+        })
+    });
+    let guard = FrameGuard { id };
+    let results = f(params)?;
+    let out_nodes = FRAMES.with(|frames| -> Result<Vec<NodeId>> {
+        let mut frames = frames.borrow_mut();
+        results
+            .into_iter()
+            .map(|t| resolve(&mut frames, &Operand::Tensor(t)))
+            .collect()
+    })?;
+    let frame = FRAMES
+        .with(|f| f.borrow_mut().pop())
+        .expect("the frame pushed above");
+    std::mem::forget(guard);
+    Ok(frame.builder.finish(out_nodes)?)
 }
 
 /// Inlines `graph` into the innermost trace with its inputs bound to `operands` (in input
@@ -262,6 +362,7 @@ pub(crate) fn trace_function<A: Tree, R: Tree>(
             builder,
             captures: Vec::new(),
             constants: HashMap::new(),
+            region: None,
         })
     });
     let guard = FrameGuard { id };

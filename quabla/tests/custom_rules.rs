@@ -1,6 +1,7 @@
 //! Custom derivative rules and checkpointing (transforms.md §14): `custom_vjp`, `custom_jvp`,
-//! `checkpoint`, under `grad`, `jvp`, `jit` and `vmap`, to second order, and the acceptance
-//! examples E54, E56, E57 and E59.
+//! `checkpoint`, under `grad`, `jvp`, `jit` and `vmap`, to second order; `nondiff_argnums`,
+//! cotangents returned as `None`, the errors of misuse, and the acceptance examples E54 to E57
+//! and E59.
 
 use qb::prelude::*;
 use qb::{Error, Tensor, TracerErrorKind};
@@ -357,12 +358,13 @@ fn tr4_rules_must_not_close_over_outer_tracers() -> qb::Result<()> {
 
 #[test]
 fn non_tensor_arguments_are_constants() -> qb::Result<()> {
-    // E55 in Rust: the scale is an `f64` leaf, so it gets no cotangent.
+    // Without nondiff_argnums the scale is a constant leaf of a differentiable argument: its
+    // cotangent entry is None (`()`), and it reaches bwd only as a residual.
     let scaled = qb::custom_vjp(|(k, x): (f64, Tensor)| &x * k)
         .name("scaled")
         .defvjp(
             |(k, x): (f64, Tensor)| Ok(((&x * k)?, k)),
-            |(k, g): (f64, Tensor)| &g * k,
+            |(k, g): (f64, Tensor)| Ok(((), (&g * k)?)),
         );
     let g: Tensor =
         qb::grad(|x: Tensor| scaled.call(&(3.0, x))?.sum()).call(&qb::array([1.0, 2.0])?)?;
@@ -383,5 +385,435 @@ fn rules_nest_inside_checkpoints() -> qb::Result<()> {
         qb::jit(|x: Tensor| qb::grad(|x: Tensor| outer.call(&x)?.sum()).call::<Tensor, Tensor>(&x))
             .call(&x)?;
     assert_eq!(vals(&g), [1.0, 2.0]);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// nondiff_argnums and cotangents returned as None
+
+/// `k * sin(x)` with the scale `k` non-differentiable; the rule saves `x` as its residual.
+fn scaled_sin_vjp<'a>() -> qb::CustomVjpFn<'a, (f64, Tensor), Tensor, Tensor, Tensor> {
+    qb::custom_vjp(|(k, x): (f64, Tensor)| x.sin().mul(k))
+        .nondiff_argnums(&[0])
+        .name("scaled_sin")
+        .defvjp(
+            |(k, x): (f64, Tensor)| Ok((x.sin().mul(k)?, x)),
+            |(k, x, g): (f64, Tensor, Tensor)| g.mul(k).mul(x.cos()?),
+        )
+}
+
+/// The same function with a forward rule.
+fn scaled_sin_jvp<'a>() -> qb::CustomJvpFn<'a, (f64, Tensor), Tensor> {
+    qb::custom_jvp(|(k, x): (f64, Tensor)| x.sin().mul(k))
+        .nondiff_argnums(&[0])
+        .name("scaled_sin")
+        .defjvp(|(k, x, t): (f64, Tensor, Tensor)| Ok((x.sin().mul(k)?, x.cos().mul(k).mul(&t)?)))
+}
+
+fn each(x: &Tensor, f: impl Fn(f64) -> f64) -> Vec<f64> {
+    vals(x).into_iter().map(f).collect()
+}
+
+#[test]
+fn e55_nondiff_argnums() -> qb::Result<()> {
+    let scaled = qb::custom_vjp(|(k, x): (f64, Tensor)| &x * k)
+        .nondiff_argnums(&[0])
+        .name("scaled")
+        .defvjp(
+            |(k, x): (f64, Tensor)| Ok(((&x * k)?, ())),
+            |(k, (), g): (f64, (), Tensor)| &g * k,
+        );
+    let x = qb::array([1.0, 2.0])?;
+    assert_eq!(vals(&scaled.call(&(3.0, x.clone()))?), [3.0, 6.0]);
+    let g: Tensor = qb::grad(|x: Tensor| scaled.call(&(3.0, x))?.sum()).call(&x)?;
+    assert_eq!(vals(&g), [3.0, 3.0]);
+    // The scale is static: a new value retraces and is used.
+    let g: Tensor = qb::grad(|x: Tensor| scaled.call(&(-0.5, x))?.sum()).call(&x)?;
+    assert_eq!(vals(&g), [-0.5, -0.5]);
+    Ok(())
+}
+
+#[test]
+fn custom_vjp_nondiff_argnums_under_grad_jit_vmap_and_second_order() -> qb::Result<()> {
+    let f = scaled_sin_vjp();
+    let k = 2.5;
+    let x = qb::array([0.3, -1.2, 2.0])?;
+    let d1 = each(&x, |x| k * x.cos());
+    let d2 = each(&x, |x| -k * x.sin());
+    assert!(close(
+        &vals(&f.call(&(k, x.clone()))?),
+        &each(&x, |x| k * x.sin()),
+        1e-15
+    ));
+    let grad_of =
+        |x: Tensor| -> qb::Result<Tensor> { qb::grad(|x: Tensor| f.call(&(k, x))?.sum()).call(&x) };
+    assert!(close(&vals(&grad_of(x.clone())?), &d1, 1e-15));
+    let jitted: Tensor = qb::jit(grad_of).call(&x)?;
+    assert!(close(&vals(&jitted), &d1, 1e-15));
+    let per_element: Tensor =
+        qb::vmap(|x: Tensor| qb::grad(|x: Tensor| f.call(&(k, x))).call::<Tensor, Tensor>(&x))
+            .call(&x)?;
+    assert!(close(&vals(&per_element), &d1, 1e-15));
+    let values: Tensor = qb::vmap(|x: Tensor| f.call(&(k, x))).call(&x)?;
+    assert!(close(&vals(&values), &each(&x, |x| k * x.sin()), 1e-15));
+    // Second order differentiates bwd, through its residual.
+    let second: Tensor = qb::grad(|x: Tensor| grad_of(x)?.sum()).call(&x)?;
+    assert!(close(&vals(&second), &d2, 1e-14), "{:?}", vals(&second));
+    let h: Tensor = qb::hessian(|x: Tensor| f.call(&(k, x))?.sum()).call(&x)?;
+    let h = vals(&h);
+    for i in 0..3 {
+        assert!((h[4 * i] - d2[i]).abs() < 1e-14, "{h:?}");
+    }
+    // Forward mode still raises TF4.
+    let err = qb::jvp(|x: Tensor| f.call(&(k, x)), &x, &qb::ones([3])?).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("forward-mode differentiation (jvp) of custom_vjp(scaled_sin)"),
+        "{err}"
+    );
+    Ok(())
+}
+
+#[test]
+fn custom_jvp_nondiff_argnums_in_both_modes_and_second_order() -> qb::Result<()> {
+    let f = scaled_sin_jvp();
+    let k = 2.5;
+    let x = qb::array([0.3, -1.2, 2.0])?;
+    let d1 = each(&x, |x| k * x.cos());
+    let d2 = each(&x, |x| -k * x.sin());
+    let (y, t) = qb::jvp(|x: Tensor| f.call(&(k, x)), &x, &qb::ones([3])?)?;
+    assert!(close(&vals(&y), &each(&x, |x| k * x.sin()), 1e-15));
+    assert!(close(&vals(&t), &d1, 1e-15));
+    let grad_of =
+        |x: Tensor| -> qb::Result<Tensor> { qb::grad(|x: Tensor| f.call(&(k, x))?.sum()).call(&x) };
+    assert!(close(&vals(&grad_of(x.clone())?), &d1, 1e-15));
+    let jitted: Tensor = qb::jit(grad_of).call(&x)?;
+    assert!(close(&vals(&jitted), &d1, 1e-15));
+    let per_element: Tensor =
+        qb::vmap(|x: Tensor| qb::grad(|x: Tensor| f.call(&(k, x))).call::<Tensor, Tensor>(&x))
+            .call(&x)?;
+    assert!(close(&vals(&per_element), &d1, 1e-15));
+    // Reverse over reverse, forward over reverse, forward over forward.
+    let rr: Tensor = qb::grad(|x: Tensor| grad_of(x)?.sum()).call(&x)?;
+    assert!(close(&vals(&rr), &d2, 1e-14), "{:?}", vals(&rr));
+    let (_, fr) = qb::jvp(grad_of, &x, &qb::ones([3])?)?;
+    assert!(close(&vals(&fr), &d2, 1e-14), "{:?}", vals(&fr));
+    let (_, ff) = qb::jvp(
+        |x: Tensor| Ok(qb::jvp(|x: Tensor| f.call(&(k, x)), &x, &qb::ones([3])?)?.1),
+        &x,
+        &qb::ones([3])?,
+    )?;
+    assert!(close(&vals(&ff), &d2, 1e-14), "{:?}", vals(&ff));
+    Ok(())
+}
+
+#[test]
+fn several_nondiff_arguments_come_first_in_the_order_given() -> qb::Result<()> {
+    // f(x, k, y, p) = k x y + p with k and p static; bwd receives (p, k).
+    let f = qb::custom_vjp(|(x, k, y, p): (Tensor, f64, Tensor, f64)| x.mul(&y).mul(k).add(p))
+        .nondiff_argnums(&[3, 1])
+        .defvjp(
+            |(x, k, y, p): (Tensor, f64, Tensor, f64)| Ok((x.mul(&y).mul(k).add(p)?, (x, y))),
+            |((p, k), (x, y), g): ((f64, f64), (Tensor, Tensor), Tensor)| {
+                // `p` plays no part in the derivative; a swapped order would scale by it.
+                let _ = p;
+                Ok((g.mul(k).mul(&y)?, g.mul(k).mul(&x)?))
+            },
+        );
+    let x = qb::array([1.0, -2.0])?;
+    let y = qb::array([0.5, 4.0])?;
+    let (gx, gy): (Tensor, Tensor) =
+        qb::grad(|(x, y): (Tensor, Tensor)| f.call(&(x, 2.0, y, 7.0))?.sum())
+            .argnums(&[0, 1])
+            .call(&(x.clone(), y.clone()))?;
+    assert_eq!(vals(&gx), [1.0, 8.0]);
+    assert_eq!(vals(&gy), [2.0, -4.0]);
+    let v = f.call(&(x, 2.0, y, 7.0))?;
+    assert_eq!(vals(&v), [8.0, -9.0]);
+    Ok(())
+}
+
+#[test]
+fn custom_jvp_with_a_nondiff_argument_between_differentiable_ones() -> qb::Result<()> {
+    // f(x, k, y) = k x y: primals and tangents are the tuple (x, y).
+    let f = qb::custom_jvp(|(x, k, y): (Tensor, f64, Tensor)| x.mul(&y).mul(k))
+        .nondiff_argnums(&[1])
+        .defjvp(
+            |(k, (x, y), (tx, ty)): (f64, (Tensor, Tensor), (Tensor, Tensor))| {
+                let tangent = tx.mul(&y).add(x.mul(&ty)?).mul(k)?;
+                Ok((x.mul(&y).mul(k)?, tangent))
+            },
+        );
+    let x = qb::array([1.0, -2.0])?;
+    let y = qb::array([0.5, 4.0])?;
+    let (out, t) = qb::jvp(
+        |(x, y): (Tensor, Tensor)| f.call(&(x, 3.0, y)),
+        &(x.clone(), y.clone()),
+        &(qb::ones([2])?, qb::zeros([2])?),
+    )?;
+    assert_eq!(vals(&out), [1.5, -24.0]);
+    assert_eq!(vals(&t), [1.5, 12.0]);
+    let (gx, gy): (Tensor, Tensor) =
+        qb::grad(|(x, y): (Tensor, Tensor)| f.call(&(x, 3.0, y))?.sum())
+            .argnums(&[0, 1])
+            .call(&(x, y))?;
+    assert_eq!(vals(&gx), [1.5, 12.0]);
+    assert_eq!(vals(&gy), [3.0, -6.0]);
+    Ok(())
+}
+
+#[test]
+fn static_and_concrete_tensor_nondiff_arguments() -> qb::Result<()> {
+    // A `Static` exponent.
+    let power = qb::custom_jvp(|(x, n): (Tensor, qb::Static<i32>)| x.powi(n.0))
+        .nondiff_argnums(&[1])
+        .defjvp(|(n, x, t): (qb::Static<i32>, Tensor, Tensor)| {
+            Ok((x.powi(n.0)?, x.powi(n.0 - 1).mul(&t).mul(n.0 as f64)?))
+        });
+    let g: Tensor = qb::grad(|x: Tensor| power.call(&(x, qb::Static(3)))).call(&qb::array(2.0)?)?;
+    assert_eq!(g.item()?, 12.0);
+    // A concrete tensor: a constant of the rules, under grad and jit.
+    let w = qb::array([2.0, -3.0])?;
+    let weighted = qb::custom_vjp(|(w, x): (Tensor, Tensor)| &w * &x)
+        .nondiff_argnums(&[0])
+        .defvjp(
+            |(w, x): (Tensor, Tensor)| Ok(((&w * &x)?, ())),
+            |(w, (), g): (Tensor, (), Tensor)| &w * &g,
+        );
+    let x = qb::array([1.0, 1.0])?;
+    let loss = |x: Tensor| weighted.call(&(w.clone(), x))?.sum();
+    let g: Tensor = qb::grad(loss).call(&x)?;
+    assert_eq!(vals(&g), [2.0, -3.0]);
+    let g: Tensor = qb::jit(|x: Tensor| qb::grad(loss).call::<Tensor, Tensor>(&x)).call(&x)?;
+    assert_eq!(vals(&g), [2.0, -3.0]);
+    Ok(())
+}
+
+#[test]
+fn bwd_may_return_none_for_zero_cotangents() -> qb::Result<()> {
+    // f(x, (y, z)) = x y + z.
+    let exact = |g: &Tensor, x: &Tensor, y: &Tensor| -> qb::Result<(Tensor, (Tensor, Tensor))> {
+        Ok(((g * y)?, ((g * x)?, g.clone())))
+    };
+    let x = qb::array([1.0, 2.0])?;
+    let y = qb::array([3.0, -1.0])?;
+    let z = qb::array([0.5, 0.5])?;
+    let grads = |f: &dyn Fn((Tensor, (Tensor, Tensor))) -> qb::Result<Tensor>| {
+        qb::grad(|a: (Tensor, (Tensor, Tensor))| f(a)?.sum())
+            .argnums(&[0, 1])
+            .call::<Tensor, (Tensor, (Tensor, Tensor))>(&(x.clone(), (y.clone(), z.clone())))
+    };
+    let value = |(x, (y, z)): (Tensor, (Tensor, Tensor))| x.mul(&y).add(&z);
+    let residuals =
+        |(x, (y, z)): (Tensor, (Tensor, Tensor))| Ok((value((x.clone(), (y.clone(), z)))?, (x, y)));
+    // None for a single leaf.
+    let leaf_none =
+        qb::custom_vjp(value).defvjp(residuals, |((x, y), g): ((Tensor, Tensor), Tensor)| {
+            let (cx, (_, cz)) = exact(&g, &x, &y)?;
+            Ok((cx, (None::<Tensor>, cz)))
+        });
+    let (gx, (gy, gz)) = grads(&|a| leaf_none.call(&a))?;
+    assert_eq!(vals(&gx), [3.0, -1.0]);
+    assert_eq!(vals(&gy), [0.0, 0.0]);
+    assert_eq!(vals(&gz), [1.0, 1.0]);
+    // None for a whole argument.
+    let arg_none =
+        qb::custom_vjp(value).defvjp(residuals, |((x, y), g): ((Tensor, Tensor), Tensor)| {
+            Ok((exact(&g, &x, &y)?.0, None::<(Tensor, Tensor)>))
+        });
+    let (gx, (gy, gz)) = grads(&|a| arg_none.call(&a))?;
+    assert_eq!(vals(&gx), [3.0, -1.0]);
+    assert_eq!((vals(&gy), vals(&gz)), (vec![0.0, 0.0], vec![0.0, 0.0]));
+    // Every cotangent given: the exact gradient.
+    let full = qb::custom_vjp(value)
+        .defvjp(residuals, |((x, y), g): ((Tensor, Tensor), Tensor)| {
+            exact(&g, &x, &y)
+        });
+    let (gx, (gy, gz)) = grads(&|a| full.call(&a))?;
+    assert_eq!(
+        (vals(&gx), vals(&gy), vals(&gz)),
+        (vec![3.0, -1.0], vec![1.0, 2.0], vec![1.0, 1.0])
+    );
+    // Under vmap and jit, zeros keep their shapes.
+    let per_row: Tensor = qb::vmap(|x: Tensor| {
+        qb::grad(|y: Tensor| leaf_none.call(&(x.clone(), (y, qb::zeros([])?))))
+            .call::<Tensor, Tensor>(&qb::array(1.0)?)
+    })
+    .call(&x)?;
+    assert_eq!(vals(&per_row), [0.0, 0.0]);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// misuse
+
+fn two_args_bwd_returning(
+    n: usize,
+) -> qb::CustomVjpFn<'static, (Tensor, Tensor), Tensor, (Tensor, Tensor), qb::tree::Value> {
+    qb::custom_vjp(|(x, y): (Tensor, Tensor)| &x * &y)
+        .name("product")
+        .defvjp(
+            |(x, y): (Tensor, Tensor)| Ok(((&x * &y)?, (x, y))),
+            move |((x, y), g): ((Tensor, Tensor), Tensor)| {
+                let cts = [(&g * &y)?, (&g * &x)?, g.clone()];
+                let leaves = cts[..n]
+                    .iter()
+                    .cloned()
+                    .map(qb::tree::Leaf::Tensor)
+                    .collect();
+                let def = if n == 1 {
+                    qb::tree::TreeDef::Leaf
+                } else {
+                    qb::tree::TreeDef::Tuple(vec![qb::tree::TreeDef::Leaf; n])
+                };
+                Ok(qb::tree::Value { def, leaves })
+            },
+        )
+}
+
+#[test]
+fn wrong_number_of_cotangents_is_a_structure_error() -> qb::Result<()> {
+    let args = (qb::array([1.0, 2.0])?, qb::array([3.0, 4.0])?);
+    for n in [1, 3] {
+        let f = two_args_bwd_returning(n);
+        // Eagerly the function just runs.
+        assert_eq!(vals(&f.call(&args)?), [3.0, 8.0]);
+        let err = qb::grad(|(x, y): (Tensor, Tensor)| f.call(&(x, y))?.sum())
+            .call::<Tensor, Tensor>(&args)
+            .unwrap_err();
+        assert!(matches!(err, Error::Structure { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(
+            text.starts_with("the bwd rule of custom_vjp(product) must return one cotangent per differentiable argument"),
+            "{text}"
+        );
+        assert!(
+            text.contains("pytree structures differ: TreeDef((*, *)) vs"),
+            "{text}"
+        );
+    }
+    let f = two_args_bwd_returning(2);
+    let g: Tensor = qb::grad(|(x, y): (Tensor, Tensor)| f.call(&(x, y))?.sum()).call(&args)?;
+    assert_eq!(vals(&g), [3.0, 4.0]);
+    Ok(())
+}
+
+#[test]
+fn wrong_cotangent_shapes_and_kinds_are_value_errors() -> qb::Result<()> {
+    let x = qb::array([1.0, 2.0, 3.0])?;
+    let summed = qb::custom_vjp(|x: Tensor| x.sin()).name("summed").defvjp(
+        |x: Tensor| Ok((x.sin()?, x)),
+        |(x, g): (Tensor, Tensor)| x.cos().mul(&g).sum(),
+    );
+    let err = qb::grad(|x: Tensor| summed.call(&x)?.sum())
+        .call::<Tensor, Tensor>(&x)
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "the bwd rule of custom_vjp(summed): the cotangent of arg0 is float64[], expected float64[3]"
+    );
+    let f32_ct = qb::custom_vjp(|x: Tensor| x.sin()).name("narrowed").defvjp(
+        |x: Tensor| Ok((x.sin()?, ())),
+        |((), g): ((), Tensor)| g.astype(qb::F32),
+    );
+    let err = qb::grad(|x: Tensor| f32_ct.call(&x)?.sum())
+        .call::<Tensor, Tensor>(&x)
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("is float32[3], expected float64[3]"),
+        "{err}"
+    );
+    let scalar_ct = qb::custom_vjp(|x: Tensor| x.sin()).name("scalar").defvjp(
+        |x: Tensor| Ok((x.sin()?, ())),
+        |((), _g): ((), Tensor)| Ok(1.0),
+    );
+    let err = qb::grad(|x: Tensor| scalar_ct.call(&x)?.sum())
+        .call::<Tensor, Tensor>(&x)
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("a cotangent must be a tensor or None"),
+        "{err}"
+    );
+    Ok(())
+}
+
+#[test]
+fn bad_nondiff_argnums_are_value_errors() -> qb::Result<()> {
+    let x = qb::array([1.0, 2.0])?;
+    let out_of_range = qb::custom_vjp(|(k, x): (f64, Tensor)| &x * k)
+        .nondiff_argnums(&[2])
+        .name("scaled")
+        .defvjp(
+            |(k, x): (f64, Tensor)| Ok(((&x * k)?, ())),
+            |(k, (), g): (f64, (), Tensor)| &g * k,
+        );
+    let expected =
+        "custom_vjp(scaled): nondiff_argnums names argument 2, but the function was called with 2 arguments";
+    let err = out_of_range.call(&(3.0, x.clone())).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err:?}");
+    assert_eq!(err.to_string(), expected);
+    let err = qb::grad(|x: Tensor| out_of_range.call(&(3.0, x))?.sum())
+        .call::<Tensor, Tensor>(&x)
+        .unwrap_err();
+    assert_eq!(err.to_string(), expected);
+    let repeated = qb::custom_jvp(|(k, x): (f64, Tensor)| &x * k)
+        .nondiff_argnums(&[0, 0])
+        .defjvp(|(k, x, t): (f64, Tensor, Tensor)| Ok(((&x * k)?, (&t * k)?)));
+    for err in [
+        repeated.call(&(3.0, x.clone())).unwrap_err(),
+        qb::jvp(|x: Tensor| repeated.call(&(3.0, x)), &x, &x).unwrap_err(),
+    ] {
+        assert_eq!(
+            err.to_string(),
+            "custom_jvp(<closure>): nondiff_argnums must be distinct, got [0, 0]"
+        );
+    }
+    let single = qb::custom_jvp(|x: Tensor| x.sin())
+        .nondiff_argnums(&[1])
+        .defjvp(|((), x, t): ((), Tensor, Tensor)| Ok((x.sin()?, t)));
+    let err = single.call(&x).unwrap_err();
+    assert!(
+        err.to_string()
+            .ends_with("names argument 1, but the function was called with 1 argument"),
+        "{err}"
+    );
+    Ok(())
+}
+
+#[test]
+fn traced_nondiff_arguments_are_tracer_errors() -> qb::Result<()> {
+    let weighted = qb::custom_vjp(|(w, x): (Tensor, Tensor)| &w * &x)
+        .nondiff_argnums(&[0])
+        .name("weighted")
+        .defvjp(
+            |(w, x): (Tensor, Tensor)| Ok(((&w * &x)?, ())),
+            |(w, (), g): (Tensor, (), Tensor)| &w * &g,
+        );
+    let args = (qb::array([2.0, -3.0])?, qb::ones([2])?);
+    // Eagerly both are concrete and the call is plain.
+    assert_eq!(vals(&weighted.call(&args)?), [2.0, -3.0]);
+    // Under grad every tensor argument is traced, the weights included.
+    let err = qb::grad(|(w, x): (Tensor, Tensor)| weighted.call(&(w, x))?.sum())
+        .argnum(1)
+        .call::<Tensor, Tensor>(&args)
+        .unwrap_err();
+    match &err {
+        Error::Tracer { kind, .. } => assert_eq!(*kind, TracerErrorKind::Concretization),
+        other => panic!("expected a tracer error, got {other:?}"),
+    }
+    let text = err.to_string();
+    assert!(
+        text.starts_with(
+            "custom_vjp(weighted) nondiff argument 0 needs a concrete value, but got TraceTensor("
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("its value is not known while tracing"),
+        "{text}"
+    );
     Ok(())
 }

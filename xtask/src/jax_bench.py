@@ -52,6 +52,11 @@ def workloads():
 
     yield "jit_elementwise_1e6_f32", jax.jit(chain), (x,)
 
+    def fori(c):
+        return jax.lax.fori_loop(0, 100_000, lambda i, c: c * 0.999999 + 1e-6, c)
+
+    yield "fori_1e5", jax.jit(fori), (jnp.asarray(1.0, dtype=jnp.float64),)
+
 
 def many_calls(fn, args, calls=2000):
     """Per-call time of a cached jitted call (the median over batches of `calls`)."""

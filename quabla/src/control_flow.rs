@@ -1,0 +1,584 @@
+//! Control flow (api.md §11, transforms.md §10): [`cond`], [`fori_loop`], [`scan`] and
+//! [`while_loop`].
+//!
+//! Outside any transform they run as plain Rust branches and loops on eager tensors. Under a
+//! transform (whenever a trace is active) each call records one region node whose bodies are
+//! traced once, in frames that reject captured outer tracers (TR3): traced values enter through
+//! the operands, and eager tensors a body closes over become constants of the body. With
+//! `unroll(true)` a loop body is instead traced once per iteration into the enclosing trace,
+//! with a static index.
+//!
+//! The contracts are checked before anything runs or is recorded: carries are one floating
+//! array that the body preserves (SH13), `cond` branches return floating results of one shape
+//! (a weakly typed branch result adopts the other branch's dtype), predicates are rank 0.
+
+use crate::error::{Error, Result};
+use crate::operand::Operand;
+use crate::tensor::Tensor;
+use crate::trace;
+use quabla_ir::{DType, Graph, Region, RegionForm, RegionKind, ScanBody, TensorType};
+use std::ops::Deref;
+use std::sync::Arc;
+
+/// The index a loop body receives: a rank-0 tensor of the carry's dtype, and the index as a
+/// `usize` when it is known statically (eagerly, or in an unrolled loop).
+#[derive(Clone, Debug)]
+pub struct LoopIndex {
+    tensor: Tensor,
+    value: Option<usize>,
+}
+
+impl LoopIndex {
+    /// The index as an integer when it is static; `None` inside a traced region.
+    pub fn static_value(&self) -> Option<usize> {
+        self.value
+    }
+
+    /// The index as a tensor.
+    pub fn tensor(&self) -> &Tensor {
+        &self.tensor
+    }
+}
+
+impl Deref for LoopIndex {
+    type Target = Tensor;
+    fn deref(&self) -> &Tensor {
+        &self.tensor
+    }
+}
+
+impl AsRef<Tensor> for LoopIndex {
+    fn as_ref(&self) -> &Tensor {
+        &self.tensor
+    }
+}
+
+fn describe(t: &TensorType) -> String {
+    format!("{}{:?}", t.dtype.name(), t.shape.dims())
+}
+
+fn strong(t: &Tensor) -> TensorType {
+    let ty = t.ir_type();
+    TensorType::new(ty.dtype, ty.shape)
+}
+
+/// The carry contract: one floating array.
+fn check_carry(primitive: &str, init: &Tensor) -> Result<()> {
+    if init.dtype().is_float() {
+        Ok(())
+    } else {
+        Err(Error::Type {
+            message: format!(
+                "{primitive}: the carry must be a floating array, got {}; pack state as float arrays (bool flags as 0.0/1.0)",
+                init.dtype().name()
+            ),
+        })
+    }
+}
+
+/// SH13 for a carry the body returned: same shape, same dtype (a weak result adopts the
+/// carry's dtype).
+fn conform_carry(primitive: &str, carry: &TensorType, out: Tensor) -> Result<Tensor> {
+    let ty = out.ir_type();
+    if ty.shape == carry.shape && ty.dtype == carry.dtype {
+        return Ok(out);
+    }
+    if ty.shape == carry.shape && ty.weak && ty.dtype.is_float() {
+        return out.astype(carry.dtype);
+    }
+    Err(Error::shape(
+        primitive,
+        format!(
+            "{primitive}: body changed the carry from {} to {}",
+            describe(carry),
+            describe(&TensorType::new(ty.dtype, ty.shape))
+        ),
+    ))
+}
+
+fn index_tensor(i: usize, dtype: DType) -> Result<Tensor> {
+    crate::array(i as f64)?.astype(dtype)
+}
+
+/// Operands given as tensors or references to them.
+fn owned<O: AsRef<Tensor>>(operands: &[O]) -> Vec<Tensor> {
+    operands.iter().map(|o| o.as_ref().clone()).collect()
+}
+
+fn operand_inputs(operands: &[Tensor]) -> Vec<(String, TensorType)> {
+    operands
+        .iter()
+        .enumerate()
+        .map(|(k, t)| (format!("operand{k}"), strong(t)))
+        .collect()
+}
+
+/// A body graph as frozen for a region: the plan passes applied (inputs stay).
+fn freeze(g: Graph) -> Arc<Graph> {
+    Arc::new(quabla_ir::passes::run_all(&g))
+}
+
+fn record(region: Region, operands: Vec<Tensor>) -> Result<Vec<Tensor>> {
+    trace::record_region(
+        Arc::new(region),
+        operands.into_iter().map(Operand::Tensor).collect(),
+    )
+}
+
+/// The predicate as a rank-0 bool: floats are tested `!= 0`.
+fn predicate(pred: &Tensor) -> Result<Tensor> {
+    if !pred.shape().is_empty() {
+        return Err(Error::shape(
+            "cond",
+            format!(
+                "cond: the predicate must be rank 0, got shape {:?}",
+                pred.shape()
+            ),
+        ));
+    }
+    if pred.dtype() == DType::Bool {
+        Ok(pred.clone())
+    } else {
+        pred.not_equal(0.0)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// cond
+
+/// `cond(pred, true_fn, false_fn, operands)`: `true_fn(operands)` when `pred` holds, else
+/// `false_fn(operands)`. Only the selected branch runs (traced, only its branch executes), so
+/// the other branch cannot inject NaN into values or gradients. `pred` is a rank-0 bool, or a
+/// float tested `!= 0`.
+///
+/// ```
+/// use quabla as qb;
+/// # fn main() -> qb::Result<()> {
+/// let safe_log = |x: &qb::Tensor| {
+///     qb::cond(&x.greater(0.0)?, |o| o[0].log(), |o| qb::zeros_like(&o[0]), &[x])
+/// };
+/// assert!((safe_log(&qb::array(2.0)?)?.item()? - 2f64.ln()).abs() < 1e-15);
+/// let g: qb::Tensor = qb::grad(|x: qb::Tensor| safe_log(&x)).call(&2.0)?;
+/// assert_eq!(g.item()?, 0.5);
+/// # Ok(())
+/// # }
+/// ```
+pub fn cond<T, F, O>(pred: &Tensor, true_fn: T, false_fn: F, operands: &[O]) -> Result<Tensor>
+where
+    T: Fn(&[Tensor]) -> Result<Tensor>,
+    F: Fn(&[Tensor]) -> Result<Tensor>,
+    O: AsRef<Tensor>,
+{
+    let operands = owned(operands);
+    let operands = &operands[..];
+    let pred = predicate(pred)?;
+    if !trace::active() {
+        let out = if pred.item_bool()? {
+            true_fn(operands)?
+        } else {
+            false_fn(operands)?
+        };
+        if !out.dtype().is_float() {
+            return Err(branch_not_float(out.dtype()));
+        }
+        return Ok(out);
+    }
+    let inputs = operand_inputs(operands);
+    let trace_branch = |f: &dyn Fn(&[Tensor]) -> Result<Tensor>| {
+        trace::trace_region_body("cond", &inputs, |params| Ok(vec![f(&params)?]))
+    };
+    let then_g = trace_branch(&true_fn)?;
+    let else_g = trace_branch(&false_fn)?;
+    let (then_g, else_g) = unify_branches(then_g, else_g)?;
+    let kind = RegionKind::Cond {
+        then_branch: freeze(then_g),
+        else_branch: freeze(else_g),
+    };
+    let region = Region::new(kind, RegionForm::Cond, 0)?;
+    let mut ops = vec![pred];
+    ops.extend(operands.iter().cloned());
+    Ok(record(region, ops)?.remove(0))
+}
+
+fn branch_not_float(dtype: DType) -> Error {
+    Error::Type {
+        message: format!(
+            "cond branches must return floating results, got {}; cast with astype",
+            dtype.name()
+        ),
+    }
+}
+
+/// SH13 and the weak-result rule: both branches end with one floating output of one shape and
+/// dtype.
+fn unify_branches(a: Graph, b: Graph) -> Result<(Graph, Graph)> {
+    let ta = a.node(a.outputs()[0]).ty.clone();
+    let tb = b.node(b.outputs()[0]).ty.clone();
+    for t in [&ta, &tb] {
+        if !t.dtype.is_float() {
+            return Err(branch_not_float(t.dtype));
+        }
+    }
+    if ta.shape != tb.shape {
+        return Err(Error::shape(
+            "cond",
+            format!(
+                "cond branches return different shapes {:?} and {:?}",
+                ta.shape.dims(),
+                tb.shape.dims()
+            ),
+        ));
+    }
+    if ta.dtype == tb.dtype {
+        return Ok((a, b));
+    }
+    match (ta.weak, tb.weak) {
+        (true, false) => Ok((cast_output(&a, tb.dtype)?, b)),
+        (false, true) => {
+            let b = cast_output(&b, ta.dtype)?;
+            Ok((a, b))
+        }
+        _ => Err(Error::DtypeMismatch {
+            op: "cond".into(),
+            lhs: ta.dtype,
+            rhs: tb.dtype,
+        }),
+    }
+}
+
+/// `g` with its single output cast to `dtype`.
+fn cast_output(g: &Graph, dtype: DType) -> Result<Graph> {
+    let mut b = quabla_ir::GraphBuilder::new();
+    let inputs: Vec<_> = g
+        .inputs()
+        .map(|(_, name, ty)| b.input(name.to_string(), ty.clone()))
+        .collect();
+    let outs = b.inline_graph(g, &inputs)?;
+    let cast = b.astype(outs[0], dtype)?;
+    Ok(b.finish(vec![cast])?)
+}
+
+// ---------------------------------------------------------------------------------------------
+// fori_loop
+
+/// `fori_loop(lower, upper, body, init)`: `carry = body(i, carry, operands)` for `i` in
+/// `lower..upper`; `upper <= lower` returns `init`. Finish with [`ForiLoop::eval`].
+pub fn fori_loop<B>(lower: usize, upper: usize, body: B, init: &Tensor) -> ForiLoop<B>
+where
+    B: Fn(LoopIndex, Tensor, &[Tensor]) -> Result<Tensor>,
+{
+    ForiLoop {
+        lower,
+        upper,
+        body,
+        init: init.clone(),
+        operands: Vec::new(),
+        unroll: false,
+    }
+}
+
+/// A `fori_loop` being configured.
+pub struct ForiLoop<B> {
+    lower: usize,
+    upper: usize,
+    body: B,
+    init: Tensor,
+    operands: Vec<Tensor>,
+    unroll: bool,
+}
+
+impl<B> std::fmt::Debug for ForiLoop<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "fori_loop({}..{})", self.lower, self.upper)
+    }
+}
+
+impl<B> ForiLoop<B>
+where
+    B: Fn(LoopIndex, Tensor, &[Tensor]) -> Result<Tensor>,
+{
+    /// Values the body reads, passed as its third argument (traced values must come this way).
+    pub fn operands<O: AsRef<Tensor>>(mut self, operands: &[O]) -> Self {
+        self.operands = owned(operands);
+        self
+    }
+
+    /// Trace the body once per iteration into straight-line code with a static index.
+    pub fn unroll(mut self, unroll: bool) -> Self {
+        self.unroll = unroll;
+        self
+    }
+
+    /// Runs (eagerly) or records (traced) the loop and returns the final carry.
+    pub fn eval(self) -> Result<Tensor> {
+        check_carry("fori_loop", &self.init)?;
+        let carry_ty = strong(&self.init);
+        if self.upper <= self.lower {
+            return Ok(self.init);
+        }
+        if !trace::active() || self.unroll {
+            let mut carry = self.init;
+            for i in self.lower..self.upper {
+                let index = LoopIndex {
+                    tensor: index_tensor(i, carry_ty.dtype)?,
+                    value: Some(i),
+                };
+                let out = (self.body)(index, carry, &self.operands)?;
+                carry = conform_carry("fori_loop", &carry_ty, out)?;
+            }
+            return Ok(carry);
+        }
+        let mut inputs = vec![
+            (
+                "i".to_string(),
+                TensorType::new(carry_ty.dtype, quabla_ir::Shape::scalar()),
+            ),
+            ("carry".to_string(), carry_ty.clone()),
+        ];
+        inputs.extend(operand_inputs(&self.operands));
+        let body = trace::trace_region_body("fori_loop", &inputs, |mut params| {
+            let rest = params.split_off(2);
+            let carry = params.pop().expect("two parameters");
+            let index = LoopIndex {
+                tensor: params.pop().expect("two parameters"),
+                value: None,
+            };
+            let out = (self.body)(index, carry, &rest)?;
+            Ok(vec![conform_carry("fori_loop", &carry_ty, out)?])
+        })?;
+        let kind = RegionKind::Scan(ScanBody {
+            length: self.upper - self.lower,
+            start: self.lower,
+            reverse: false,
+            n_carry: 1,
+            n_const: self.operands.len(),
+            n_xs: 0,
+            body: freeze(body),
+        });
+        let region = Region::new(kind, RegionForm::Fori, 0)?;
+        let mut ops = vec![self.init];
+        ops.extend(self.operands);
+        Ok(record(region, ops)?.remove(0))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// scan
+
+/// `scan(f, init, length)`: `(carry, y) = f(carry, i, operands)` for `i` in `0..length`;
+/// returns the final carry and the `y`s stacked on a new leading axis. Finish with
+/// [`Scan::eval`].
+pub fn scan<F>(f: F, init: &Tensor, length: usize) -> Scan<F>
+where
+    F: Fn(Tensor, LoopIndex, &[Tensor]) -> Result<(Tensor, Tensor)>,
+{
+    Scan {
+        f,
+        init: init.clone(),
+        length,
+        operands: Vec::new(),
+        unroll: false,
+    }
+}
+
+/// A `scan` being configured.
+pub struct Scan<F> {
+    f: F,
+    init: Tensor,
+    length: usize,
+    operands: Vec<Tensor>,
+    unroll: bool,
+}
+
+impl<F> std::fmt::Debug for Scan<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "scan(length={})", self.length)
+    }
+}
+
+impl<F> Scan<F>
+where
+    F: Fn(Tensor, LoopIndex, &[Tensor]) -> Result<(Tensor, Tensor)>,
+{
+    /// Values the step reads, passed as its third argument.
+    pub fn operands<O: AsRef<Tensor>>(mut self, operands: &[O]) -> Self {
+        self.operands = owned(operands);
+        self
+    }
+
+    /// Trace the step once per iteration with a static index.
+    pub fn unroll(mut self, unroll: bool) -> Self {
+        self.unroll = unroll;
+        self
+    }
+
+    /// Runs or records the scan: `(final carry, ys)` with `ys` of shape `[length, *y.shape]`.
+    pub fn eval(self) -> Result<(Tensor, Tensor)> {
+        check_carry("scan", &self.init)?;
+        if self.length == 0 {
+            return Err(Error::invalid("scan: length must be >= 1"));
+        }
+        let carry_ty = strong(&self.init);
+        if !trace::active() || self.unroll {
+            let mut carry = self.init;
+            let mut ys: Vec<Tensor> = Vec::with_capacity(self.length);
+            for i in 0..self.length {
+                let index = LoopIndex {
+                    tensor: index_tensor(i, carry_ty.dtype)?,
+                    value: Some(i),
+                };
+                let (c, y) = (self.f)(carry, index, &self.operands)?;
+                carry = conform_carry("scan", &carry_ty, c)?;
+                if let Some(first) = ys.first() {
+                    if first.shape() != y.shape() || first.dtype() != y.dtype() {
+                        return Err(Error::shape(
+                            "scan",
+                            format!(
+                                "scan: per-step outputs must keep one shape and dtype, got {}{:?} then {}{:?}",
+                                first.dtype().name(),
+                                first.shape(),
+                                y.dtype().name(),
+                                y.shape()
+                            ),
+                        ));
+                    }
+                }
+                ys.push(y);
+            }
+            let ys = crate::stack(&ys, 0)?;
+            return Ok((carry, ys));
+        }
+        let mut inputs = vec![
+            (
+                "i".to_string(),
+                TensorType::new(carry_ty.dtype, quabla_ir::Shape::scalar()),
+            ),
+            ("carry".to_string(), carry_ty.clone()),
+        ];
+        inputs.extend(operand_inputs(&self.operands));
+        let body = trace::trace_region_body("scan", &inputs, |mut params| {
+            let rest = params.split_off(2);
+            let index = LoopIndex {
+                tensor: params[0].clone(),
+                value: None,
+            };
+            let carry = params.pop().expect("two parameters");
+            let (c, y) = (self.f)(carry, index, &rest)?;
+            Ok(vec![conform_carry("scan", &carry_ty, c)?, y])
+        })?;
+        let kind = RegionKind::Scan(ScanBody {
+            length: self.length,
+            start: 0,
+            reverse: false,
+            n_carry: 1,
+            n_const: self.operands.len(),
+            n_xs: 0,
+            body: freeze(body),
+        });
+        let region = Region::new(kind, RegionForm::Scan, 0)?;
+        let mut ops = vec![self.init];
+        ops.extend(self.operands);
+        let mut outs = record(region, ops)?;
+        let ys = outs.pop().expect("two outputs");
+        let carry = outs.pop().expect("two outputs");
+        Ok((carry, ys))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// while_loop
+
+/// `while_loop(cond_fn, body_fn, init)`: `carry = body_fn(carry, operands)` while
+/// `cond_fn(carry, operands)` (a rank-0 bool) holds. Forward-mode differentiable only.
+/// Finish with [`WhileLoop::eval`].
+pub fn while_loop<C, B>(cond_fn: C, body_fn: B, init: &Tensor) -> WhileLoop<C, B>
+where
+    C: Fn(&Tensor, &[Tensor]) -> Result<Tensor>,
+    B: Fn(Tensor, &[Tensor]) -> Result<Tensor>,
+{
+    WhileLoop {
+        cond_fn,
+        body_fn,
+        init: init.clone(),
+        operands: Vec::new(),
+    }
+}
+
+/// A `while_loop` being configured.
+pub struct WhileLoop<C, B> {
+    cond_fn: C,
+    body_fn: B,
+    init: Tensor,
+    operands: Vec<Tensor>,
+}
+
+impl<C, B> std::fmt::Debug for WhileLoop<C, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "while_loop")
+    }
+}
+
+fn check_predicate(p: &Tensor) -> Result<()> {
+    if p.dtype() == DType::Bool && p.shape().is_empty() {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "while_loop: cond_fun must return a rank-0 bool, got {}{:?}",
+            p.dtype().name(),
+            p.shape()
+        )))
+    }
+}
+
+impl<C, B> WhileLoop<C, B>
+where
+    C: Fn(&Tensor, &[Tensor]) -> Result<Tensor>,
+    B: Fn(Tensor, &[Tensor]) -> Result<Tensor>,
+{
+    /// Values both functions read, passed as their second argument.
+    pub fn operands<O: AsRef<Tensor>>(mut self, operands: &[O]) -> Self {
+        self.operands = owned(operands);
+        self
+    }
+
+    /// Runs or records the loop and returns the final carry.
+    pub fn eval(self) -> Result<Tensor> {
+        check_carry("while_loop", &self.init)?;
+        let carry_ty = strong(&self.init);
+        if !trace::active() {
+            let mut carry = self.init;
+            loop {
+                let p = (self.cond_fn)(&carry, &self.operands)?;
+                check_predicate(&p)?;
+                if !p.item_bool()? {
+                    return Ok(carry);
+                }
+                let out = (self.body_fn)(carry, &self.operands)?;
+                carry = conform_carry("while_loop", &carry_ty, out)?;
+            }
+        }
+        let mut inputs = vec![("carry".to_string(), carry_ty.clone())];
+        inputs.extend(operand_inputs(&self.operands));
+        let cond = trace::trace_region_body("while_loop", &inputs, |mut params| {
+            let rest = params.split_off(1);
+            let p = (self.cond_fn)(&params[0], &rest)?;
+            check_predicate(&p)?;
+            Ok(vec![p])
+        })?;
+        let body = trace::trace_region_body("while_loop", &inputs, |mut params| {
+            let rest = params.split_off(1);
+            let carry = params.pop().expect("one parameter");
+            let out = (self.body_fn)(carry, &rest)?;
+            Ok(vec![conform_carry("while_loop", &carry_ty, out)?])
+        })?;
+        let kind = RegionKind::While {
+            n_carry: 1,
+            cond: freeze(cond),
+            body: freeze(body),
+        };
+        let region = Region::new(kind, RegionForm::While, 0)?;
+        let mut ops = vec![self.init];
+        ops.extend(self.operands);
+        Ok(record(region, ops)?.remove(0))
+    }
+}

@@ -1,0 +1,548 @@
+//! Control flow (transforms.md §10–§13): `cond`, `fori_loop`, `scan`, `while_loop` eagerly, as
+//! jitted regions, under every supported derivative composition and under `vmap`; the
+//! examples E43–E53 and E60 of `spec/acceptance.md` §4; every error of the support matrix.
+
+use qb::prelude::*;
+use qb::{Error, Tensor};
+use quabla as qb;
+
+fn close(a: f64, b: f64, tol: f64) -> bool {
+    (a - b).abs() <= tol * (1.0 + b.abs())
+}
+
+fn assert_vec(t: &Tensor, expected: &[f64], tol: f64) {
+    let v = t.to_vec::<f64>().unwrap();
+    assert_eq!(v.len(), expected.len(), "{v:?} vs {expected:?}");
+    for (a, b) in v.iter().zip(expected) {
+        assert!(close(*a, *b, tol), "{v:?} vs {expected:?}");
+    }
+}
+
+fn safe_log(x: &Tensor) -> qb::Result<Tensor> {
+    qb::cond(
+        &x.greater(0.0)?,
+        |o| o[0].log(),
+        |o| qb::zeros_like(&o[0]),
+        &[&x],
+    )
+}
+
+fn decay(x0: &Tensor, a: &Tensor) -> qb::Result<Tensor> {
+    qb::fori_loop(0, 100, |_, x, ops| &x - (0.01 * &ops[0]) * &x, x0)
+        .operands(&[&a])
+        .eval()
+}
+
+fn newton_sqrt(a: &Tensor) -> qb::Result<Tensor> {
+    qb::while_loop(
+        |x, ops| (x * x - &ops[0]).abs().greater(1e-12 * &ops[0]),
+        |x, ops| (&x + &ops[0] / &x).mul(0.5),
+        a,
+    )
+    .operands(&[&a])
+    .eval()
+}
+
+fn is_unsupported(e: &Error, op: &str, prefix: &str) -> bool {
+    matches!(e, Error::Unsupported { op: o, message, .. } if o == op && message.starts_with(prefix))
+}
+
+#[test]
+fn e43_cond_eager_jit_and_grad() -> qb::Result<()> {
+    assert!(close(
+        safe_log(&qb::array(2.0)?)?.item()?,
+        std::f64::consts::LN_2,
+        1e-8
+    ));
+    let jitted: Tensor = qb::jit(|x: Tensor| safe_log(&x)).call(&qb::array(-1.0)?)?;
+    assert_eq!(jitted.item()?, 0.0);
+    let g: Tensor = qb::grad(|x: Tensor| safe_log(&x)).call(&2.0)?;
+    assert_eq!(g.item()?, 0.5);
+    // The other branch is selected under grad too, and no NaN leaks from log(-1).
+    let g: Tensor = qb::grad(|x: Tensor| safe_log(&x)).call(&-1.0)?;
+    assert_eq!(g.item()?, 0.0);
+    Ok(())
+}
+
+#[test]
+fn e44_fori_loop_value_and_gradient() -> qb::Result<()> {
+    let x0 = qb::array([1.0, 2.0])?;
+    let a = qb::array(0.5)?;
+    let expected = [0.60577044, 1.21154087];
+    assert_vec(&decay(&x0, &a)?, &expected, 1e-8);
+    let jitted: Tensor =
+        qb::jit(|(x, a): (Tensor, Tensor)| decay(&x, &a)).call(&(x0.clone(), a))?;
+    assert_vec(&jitted, &expected, 1e-8);
+    let g: Tensor = qb::grad(|a: Tensor| decay(&x0, &a)?.sum()).call(&0.5)?;
+    assert!(close(g.item()?, -1.82644353, 1e-8), "{}", g.item()?);
+    Ok(())
+}
+
+#[test]
+fn e45_hessian_through_a_loop() -> qb::Result<()> {
+    let a = qb::array(0.5)?;
+    let h: Tensor =
+        qb::hessian(|x: Tensor| decay(&x, &a)?.powi(2).sum()).call(&qb::array([1.0, 2.0])?)?;
+    assert_vec(&h, &[0.73391564, 0.0, 0.0, 0.73391564], 1e-8);
+    Ok(())
+}
+
+fn rollout(c0: &Tensor, w: &Tensor) -> qb::Result<(Tensor, Tensor)> {
+    qb::scan(
+        |c, _, ops| {
+            let c = (&c * &ops[0]).add(0.1).tanh()?;
+            let y = (&c * 2.0)?;
+            Ok((c, y))
+        },
+        c0,
+        4,
+    )
+    .operands(&[&w])
+    .eval()
+}
+
+#[test]
+fn e46_scan_carry_first_then_index() -> qb::Result<()> {
+    let c0 = qb::array([0.5, 1.0])?;
+    let w = qb::array(0.8)?;
+    let (carry, ys): (Tensor, Tensor) =
+        qb::jit(|(c, w): (Tensor, Tensor)| rollout(&c, &w)).call(&(c0.clone(), w.clone()))?;
+    assert_vec(&carry, &[0.41178338, 0.47153359], 1e-8);
+    assert_eq!(ys.shape(), &[4, 2]);
+    assert_vec(&ys.index(qb::s![0])?, &[0.92423431, 1.43259574], 1e-8);
+    // Eager and jitted scans agree bit for bit.
+    let (c_eager, ys_eager) = rollout(&c0, &w)?;
+    assert_eq!(c_eager.to_vec::<f64>()?, carry.to_vec::<f64>()?);
+    assert_eq!(ys_eager.to_vec::<f64>()?, ys.to_vec::<f64>()?);
+    Ok(())
+}
+
+#[test]
+fn scan_index_and_gradient_against_finite_differences() -> qb::Result<()> {
+    // c_{i+1} = sin(c_i * w + 0.1 i); loss = sum(ys) + carry.
+    let f = |w: Tensor| -> qb::Result<Tensor> {
+        let (c, ys) = qb::scan(
+            |c, i, ops| {
+                let c = (&c * &ops[0]).add(0.1 * i.tensor()).sin()?;
+                Ok((c.clone(), c.powi(2)?))
+            },
+            &qb::array([0.3, -0.2])?,
+            7,
+        )
+        .operands(&[w])
+        .eval()?;
+        ys.sum().add(c.sum())
+    };
+    let w0 = 0.9;
+    let g: Tensor = qb::grad(f).call(&w0)?;
+    let eps = 1e-6;
+    let fd = (f(qb::array(w0 + eps)?)?.item()? - f(qb::array(w0 - eps)?)?.item()?) / (2.0 * eps);
+    assert!(close(g.item()?, fd, 1e-7), "{} vs {fd}", g.item()?);
+    // Forward mode agrees with reverse mode.
+    let (_, t) = qb::jvp(f, &qb::array(w0)?, &qb::array(1.0)?)?;
+    assert!(close(t.item()?, g.item()?, 1e-12));
+    Ok(())
+}
+
+#[test]
+fn e47_while_loop_value_forward_mode_and_reverse_rejected() -> qb::Result<()> {
+    let two = qb::array(2.0)?;
+    assert!(close(
+        newton_sqrt(&two)?.item()?,
+        std::f64::consts::SQRT_2,
+        1e-8
+    ));
+    let (v, t) = qb::jvp(|a: Tensor| newton_sqrt(&a), &two, &qb::array(1.0)?)?;
+    assert!(close(v.item()?, 2f64.sqrt(), 1e-12));
+    assert!(close(t.item()?, 0.35355339, 1e-8), "{}", t.item()?);
+    let err = qb::grad(|a: Tensor| newton_sqrt(&a))
+        .call::<Tensor, Tensor>(&2.0)
+        .unwrap_err();
+    assert!(
+        is_unsupported(
+            &err,
+            "while_loop",
+            "reverse-mode differentiation through while_loop is not supported"
+        ),
+        "{err:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn e48_bounded_loop_with_a_freeze_is_differentiable() -> qb::Result<()> {
+    let sqrt_bounded = |a: Tensor| {
+        qb::fori_loop(
+            0,
+            30,
+            |_, x, ops| {
+                let a = &ops[0];
+                let done = (&x * &x - a).abs().less_equal(1e-12 * a)?;
+                qb::where_(&done, &x, (&x + a / &x).mul(0.5))
+            },
+            &a,
+        )
+        .operands(&[&a])
+        .eval()
+    };
+    let g: Tensor = qb::grad(sqrt_bounded).call(&2.0)?;
+    assert!(close(g.item()?, 0.35355339, 1e-8), "{}", g.item()?);
+    Ok(())
+}
+
+#[test]
+fn e49_vmap_of_while_loop_with_a_mapped_predicate() -> qb::Result<()> {
+    let out: Tensor = qb::vmap(|a: Tensor| newton_sqrt(&a)).call(&qb::array([2.0, 9.0, 1e6])?)?;
+    assert_vec(&out, &[std::f64::consts::SQRT_2, 3.0, 1000.0], 1e-8);
+    // Each example's carry is bit-identical to its own unbatched loop.
+    for (k, a) in [2.0, 9.0, 1e6].into_iter().enumerate() {
+        let single = newton_sqrt(&qb::array(a)?)?.item()?;
+        assert_eq!(out.to_vec::<f64>()?[k].to_bits(), single.to_bits());
+    }
+    Ok(())
+}
+
+#[test]
+fn e50_vmap_of_cond_with_a_mapped_predicate() -> qb::Result<()> {
+    let xs = qb::array([2.0, -1.0])?;
+    let v: Tensor = qb::vmap(|x: Tensor| safe_log(&x)).call(&xs)?;
+    assert_vec(&v, &[std::f64::consts::LN_2, 0.0], 1e-8);
+    let g: Tensor =
+        qb::vmap(|x: Tensor| qb::grad(|x: Tensor| safe_log(&x)).call::<Tensor, Tensor>(&x))
+            .call(&xs)?;
+    assert_eq!(g.to_vec::<f64>()?, vec![0.5, 0.0]);
+    Ok(())
+}
+
+#[test]
+fn e51_regions_must_not_capture_outer_tracers() {
+    let bad = qb::jit(|(x, a): (Tensor, Tensor)| qb::fori_loop(0, 3, |_, c, _| &c * &a, &x).eval());
+    let r: qb::Result<Tensor> = bad.call(&(qb::array([1.0]).unwrap(), qb::array(2.0).unwrap()));
+    let err = r.unwrap_err();
+    match err {
+        Error::Tracer { kind, message } => {
+            assert_eq!(kind, qb::TracerErrorKind::RegionCapture);
+            assert_eq!(
+                message,
+                "control-flow regions cannot close over an outer tracer; pass it explicitly using operands= (for cond, as extra positional operands)"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // Eager tensors may be closed over: they become constants of the body.
+    let w = qb::array(2.0).unwrap();
+    let ok: Tensor = qb::jit(|x: Tensor| qb::fori_loop(0, 3, |_, c, _| &c * &w, &x).eval())
+        .call(&qb::array([1.0]).unwrap())
+        .unwrap();
+    assert_eq!(ok.to_vec::<f64>().unwrap(), vec![8.0]);
+}
+
+#[test]
+fn e52_second_order_loop_derivatives_and_unsupported_compositions() -> qb::Result<()> {
+    let x0 = qb::array([1.0, 2.0])?;
+    let s = |a: Tensor| decay(&x0, &a)?.sum();
+    let expected = 3.0 * 100.0 * 99.0 * 1e-4 * 0.995f64.powi(98);
+    // reverse-over-reverse
+    let gg: Tensor = qb::grad(|a: Tensor| qb::grad(s).call::<Tensor, Tensor>(&a)).call(&0.5)?;
+    assert!(close(gg.item()?, 1.81726542, 1e-8), "{}", gg.item()?);
+    assert!(close(gg.item()?, expected, 1e-10));
+    // forward-over-reverse
+    let (g, h) = qb::jvp(
+        |a: Tensor| qb::grad(s).call::<Tensor, Tensor>(&a),
+        &qb::array(0.5)?,
+        &qb::array(1.0)?,
+    )?;
+    assert!(close(g.item()?, -1.82644353, 1e-8));
+    assert!(close(h.item()?, 1.81726542, 1e-8));
+    // reverse-over-forward
+    let rf: Tensor = qb::grad(|a: Tensor| {
+        let (_, t) = qb::jvp(s, &a, &qb::array(1.0)?)?;
+        Ok(t)
+    })
+    .call(&0.5)?;
+    assert!(close(rf.item()?, expected, 1e-10));
+    // forward-over-forward through fori_loop: TF3
+    let err = qb::jvp(
+        |a: Tensor| Ok(qb::jvp(s, &a, &qb::array(1.0)?)?.1),
+        &qb::array(0.5)?,
+        &qb::array(1.0)?,
+    )
+    .unwrap_err();
+    assert!(
+        is_unsupported(
+            &err,
+            "fori_loop",
+            "forward-over-forward differentiation through fori_loop is not supported"
+        ),
+        "{err:?}"
+    );
+    // third order: TF3
+    let err = qb::grad(|a: Tensor| {
+        qb::grad(|a: Tensor| qb::grad(s).call::<Tensor, Tensor>(&a)).call::<Tensor, Tensor>(&a)
+    })
+    .call::<Tensor, Tensor>(&0.5)
+    .unwrap_err();
+    assert!(
+        is_unsupported(
+            &err,
+            "fori_loop",
+            "third-order differentiation through fori_loop is not supported"
+        ),
+        "{err:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn scan_supports_forward_over_forward() -> qb::Result<()> {
+    let f = |w: Tensor| -> qb::Result<Tensor> {
+        let (c, _) = rollout(&qb::array([0.5, 1.0])?, &w)?;
+        c.sum()
+    };
+    let d1 = |w: Tensor| Ok(qb::jvp(f, &w, &qb::array(1.0)?)?.1);
+    let (_, d2) = qb::jvp(d1, &qb::array(0.8)?, &qb::array(1.0)?)?;
+    let gg: Tensor =
+        qb::grad(|w: Tensor| qb::grad(f).call::<Tensor, Tensor>(&w)).call(&qb::array(0.8)?)?;
+    assert!(close(d2.item()?, gg.item()?, 1e-10));
+    Ok(())
+}
+
+#[test]
+fn e53_custom_rules_are_rejected_inside_region_bodies() {
+    let layer = qb::checkpoint(|x: Tensor| x.tanh());
+    let r: qb::Result<Tensor> =
+        qb::jit(|x: Tensor| qb::fori_loop(0, 2, |_, c, _| layer.call(&c), &x).eval())
+            .call(&qb::array([1.0]).unwrap());
+    let err = r.unwrap_err();
+    match err {
+        Error::InvalidArgument { message } => assert_eq!(
+            message,
+            "checkpoint functions and solvers cannot be called inside a fori_loop body"
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn e60_checkpointed_loop_vjp_equals_the_full_tape() -> qb::Result<()> {
+    let long_loop = |(x, w): (Tensor, Tensor)| -> qb::Result<Tensor> {
+        qb::fori_loop(0, 4096, |_, c, ops| (&c * &ops[0]).sin() + &c, &x)
+            .operands(&[w])
+            .eval()?
+            .sum()
+    };
+    let args = (qb::linspace(0.0, 1.0, 512)?, qb::array(0.001)?);
+    let checkpointed: (Tensor, Tensor) = qb::grad(long_loop).argnums(&[0, 1]).call(&args)?;
+    let full: (Tensor, Tensor) = {
+        let _tape = quabla_autodiff::full_tape_loops();
+        qb::grad(long_loop).argnums(&[0, 1]).call(&args)?
+    };
+    assert_eq!(checkpointed.0.to_vec::<f64>()?, full.0.to_vec::<f64>()?);
+    assert_eq!(checkpointed.1.item()?.to_bits(), full.1.item()?.to_bits());
+    // The checkpointed gradient stores ceil(4096 / 64) carries plus one block's tape: its plan
+    // holds no [4096, 512] tape.
+    let text = qb::jit(|(x, w): (Tensor, Tensor)| {
+        qb::grad(long_loop)
+            .argnums(&[0, 1])
+            .call::<_, (Tensor, Tensor)>(&(x, w))
+    })
+    .lower(&args)?
+    .as_text();
+    assert!(text.contains("tensor<64x512xf64>"), "{text}");
+    assert!(!text.contains("tensor<4096x512xf64>"), "{text}");
+    Ok(())
+}
+
+#[test]
+fn loop_forms_record_their_derivative_level_in_text() -> qb::Result<()> {
+    let x0 = qb::array([1.0, 2.0])?;
+    let text =
+        qb::jit(|a: Tensor| qb::grad(|a: Tensor| decay(&x0, &a)?.sum()).call::<Tensor, Tensor>(&a))
+            .lower(&qb::array(0.5)?)?
+            .as_text();
+    // Only the derivative is an output: the primal loop is dead code, the reverse pass is
+    // made of fori_vjp regions (the block loops and, in their bodies, the block passes).
+    assert!(!text.contains("= fori("), "{text}");
+    assert!(text.contains("= fori_vjp("), "{text}");
+    assert!(text.contains("level=1"), "{text}");
+    assert!(text.contains("^body:"), "{text}");
+    let text = qb::jit(|x: Tensor| safe_log(&x))
+        .lower(&qb::array(1.0)?)?
+        .as_text();
+    assert!(text.contains("^then:") && text.contains("^else:"), "{text}");
+    Ok(())
+}
+
+#[test]
+fn fori_loop_eager_jit_unroll_agree_and_index_is_static_when_unrolled() -> qb::Result<()> {
+    let body = |i: qb::LoopIndex, c: Tensor, _: &[Tensor]| -> qb::Result<Tensor> {
+        (&c * 1.5 + i.tensor()).sin()
+    };
+    let x = qb::array([0.1, 0.2, 0.3])?;
+    let eager = qb::fori_loop(2, 9, body, &x).eval()?;
+    let jitted: Tensor = qb::jit(|x: Tensor| qb::fori_loop(2, 9, body, &x).eval()).call(&x)?;
+    let unrolled: Tensor =
+        qb::jit(|x: Tensor| qb::fori_loop(2, 9, body, &x).unroll(true).eval()).call(&x)?;
+    assert_eq!(eager.to_vec::<f64>()?, jitted.to_vec::<f64>()?);
+    assert_eq!(eager.to_vec::<f64>()?, unrolled.to_vec::<f64>()?);
+    let seen = std::cell::RefCell::new(Vec::new());
+    let _: Tensor = qb::jit(|x: Tensor| {
+        qb::fori_loop(
+            0,
+            3,
+            |i, c, _| {
+                seen.borrow_mut().push(i.static_value());
+                Ok(c)
+            },
+            &x,
+        )
+        .unroll(true)
+        .eval()
+    })
+    .call(&x)?;
+    assert_eq!(*seen.borrow(), vec![Some(0), Some(1), Some(2)]);
+    // upper <= lower returns init.
+    assert_eq!(
+        qb::fori_loop(5, 5, body, &x).eval()?.to_vec::<f64>()?,
+        x.to_vec::<f64>()?
+    );
+    Ok(())
+}
+
+#[test]
+fn fori_loop_gradient_matches_finite_differences_in_f32_and_f64() -> qb::Result<()> {
+    let f = |x: Tensor| -> qb::Result<Tensor> {
+        qb::fori_loop(
+            0,
+            13,
+            |i, c, _| (&c * 0.9).add(0.05 * i.tensor()).tanh(),
+            &x,
+        )
+        .eval()?
+        .sum()
+    };
+    let x = qb::array([0.3, -0.7, 1.1])?;
+    let g: Tensor = qb::grad(f).call(&x)?;
+    let eps = 1e-6;
+    for k in 0..3 {
+        let mut plus = x.to_vec::<f64>()?;
+        let mut minus = plus.clone();
+        plus[k] += eps;
+        minus[k] -= eps;
+        let fd = (f(qb::array(plus)?)?.item()? - f(qb::array(minus)?)?.item()?) / (2.0 * eps);
+        assert!(close(g.to_vec::<f64>()?[k], fd, 1e-7));
+    }
+    let g32: Tensor = qb::grad(f).call(&x.astype(qb::F32)?)?;
+    assert_eq!(g32.dtype(), qb::F32);
+    for (a, b) in g32.to_vec::<f32>()?.iter().zip(g.to_vec::<f64>()?) {
+        assert!((*a as f64 - b).abs() < 1e-5);
+    }
+    Ok(())
+}
+
+#[test]
+fn region_contract_errors() {
+    let x = qb::array([1.0, 2.0]).unwrap();
+    // Carry shape change: SH13, eagerly and traced.
+    let grow = |_: qb::LoopIndex, c: Tensor, _: &[Tensor]| qb::concat(&[c.clone(), c], 0);
+    let err = qb::fori_loop(0, 2, grow, &x).eval().unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "fori_loop: body changed the carry from float64[2] to float64[4]"
+    );
+    let r: qb::Result<Tensor> = qb::jit(|x: Tensor| qb::fori_loop(0, 2, grow, &x).eval()).call(&x);
+    let err = r.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "fori_loop: body changed the carry from float64[2] to float64[4]"
+    );
+    // cond branches of different shapes.
+    let r: qb::Result<Tensor> = qb::jit(|x: Tensor| {
+        qb::cond(
+            &x.sum()?.greater(0.0)?,
+            |o| Ok(o[0].clone()),
+            |o| o[0].sum(),
+            &[&x],
+        )
+    })
+    .call(&x);
+    let err = r.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "cond branches return different shapes [2] and []"
+    );
+    // A bool carry.
+    let flags = qb::array([1.0]).unwrap().greater(0.0).unwrap();
+    assert!(matches!(
+        qb::fori_loop(0, 1, |_, c, _| Ok(c), &flags).eval(),
+        Err(Error::Type { .. })
+    ));
+    // A while predicate that is not a rank-0 bool.
+    let err = qb::while_loop(|c, _| Ok(c.clone()), |c, _| Ok(c), &x)
+        .eval()
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err:?}");
+    // A weak branch result (born from Rust scalars) adopts the other branch's dtype.
+    let x32 = qb::F32.array(3.0).unwrap();
+    let weak_zero = |_: &[Tensor]| qb::add(0.0, 0.0);
+    let f = qb::jit(|x: Tensor| qb::cond(&x.less(0.0)?, |o| Ok(o[0].clone()), weak_zero, &[&x]));
+    let out: Tensor = f.call(&x32).unwrap();
+    assert_eq!(out.dtype(), qb::F32);
+    assert_eq!(out.item().unwrap(), 0.0);
+    let strong64 = |_: &[Tensor]| qb::array(0.0);
+    let r: qb::Result<Tensor> =
+        qb::jit(|x: Tensor| qb::cond(&x.less(0.0)?, |o| Ok(o[0].clone()), strong64, &[&x]))
+            .call(&x32);
+    assert!(matches!(r, Err(Error::DtypeMismatch { .. })), "{r:?}");
+}
+
+#[test]
+fn vmap_of_fori_and_scan_match_per_example_loops() -> qb::Result<()> {
+    let xs = qb::array([[1.0, 2.0], [3.0, 4.0], [0.5, -1.0]])?;
+    let a = qb::array(0.5)?;
+    let batched: Tensor = qb::vmap(|x: Tensor| decay(&x, &a)).call(&xs)?;
+    for k in 0..3 {
+        let row = decay(&xs.index(qb::s![k])?, &a)?;
+        assert_eq!(
+            batched.index(qb::s![k])?.to_vec::<f64>()?,
+            row.to_vec::<f64>()?
+        );
+    }
+    let ws = qb::array([0.8, 0.3])?;
+    let c0 = qb::array([0.5, 1.0])?;
+    let (cs, ys): (Tensor, Tensor) = qb::vmap(|w: Tensor| rollout(&c0, &w)).call(&ws)?;
+    assert_eq!(cs.shape(), &[2, 2]);
+    assert_eq!(ys.shape(), &[2, 4, 2]);
+    let (c1, y1) = rollout(&c0, &qb::array(0.3)?)?;
+    assert_eq!(cs.index(qb::s![1])?.to_vec::<f64>()?, c1.to_vec::<f64>()?);
+    assert_eq!(ys.index(qb::s![1])?.to_vec::<f64>()?, y1.to_vec::<f64>()?);
+    Ok(())
+}
+
+#[path = "../examples/control_flow.rs"]
+mod example;
+
+#[test]
+fn control_flow_example_matches_closed_forms() -> qb::Result<()> {
+    let check =
+        |f: fn(Tensor) -> qb::Result<Tensor>, x: f64, value: f64, grad: f64| -> qb::Result<()> {
+            let v: Tensor = qb::jit(f).call(&qb::array(x)?)?;
+            let g: Tensor = qb::grad(f).call(&x)?;
+            assert!(close(v.item()?, value, 1e-13), "{} vs {value}", v.item()?);
+            assert!(close(g.item()?, grad, 1e-13), "{} vs {grad}", g.item()?);
+            Ok(())
+        };
+    check(example::sign_cond, -1.5, 3.375, -6.75)?;
+    check(example::sign_cond, 1.5, 2.25, 3.0)?;
+    check(
+        example::compound,
+        2.0,
+        2.0 * 1.01f64.powi(100),
+        1.01f64.powi(100),
+    )?;
+    check(example::cumulative_products, 0.5, 9.6875, 30.75)?;
+    let (v, t) = qb::jvp(example::newton_sqrt, &qb::array(2.0)?, &qb::array(1.0)?)?;
+    assert!(close(v.item()?, 2f64.sqrt(), 1e-15));
+    assert!(close(t.item()?, 0.5 / 2f64.sqrt(), 1e-12));
+    example::main()
+}
