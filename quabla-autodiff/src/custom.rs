@@ -72,6 +72,9 @@ pub(crate) fn tangent(
     Ok(Some(outs[n_out + call.output]))
 }
 
+/// The tag of nodes that recompute a checkpointed function in the backward pass.
+const REMAT_TAG: u32 = 1;
+
 /// The cotangents of a custom call's operands given the cotangent `ct` of its output `out`.
 pub(crate) fn cotangents(
     b: &mut GraphBuilder,
@@ -146,7 +149,13 @@ pub(crate) fn cotangents(
         inputs.push(ct);
         (vg, inputs)
     };
-    let outs = inline(b, &graph, &inputs)?;
+    // The recomputation of a checkpoint carries the rematerialization tag, so CSE keeps it
+    // apart from the forward values it repeats and the forward intermediates die early.
+    let tag = if rule.jvp.is_none() { REMAT_TAG } else { 0 };
+    let previous = b.set_remat(tag);
+    let outs = inline(b, &graph, &inputs);
+    b.set_remat(previous);
+    let outs = outs?;
     let mut flagged = outs[n_out..].iter();
     Ok(wrt
         .iter()

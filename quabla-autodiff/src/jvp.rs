@@ -36,6 +36,8 @@ pub fn jvp_graph(g: &Graph, wrt: &[bool]) -> Result<Graph> {
     let mut done: std::collections::HashMap<usize, (NodeId, Option<NodeId>)> =
         std::collections::HashMap::new();
     for (i, node) in g.nodes().iter().enumerate().skip(inputs.len()) {
+        // A recomputed node's tangent is recomputation too.
+        b.set_remat(node.remat);
         if let Some((out, t)) = done.remove(&i) {
             remap.push(out);
             tangents[i] = t;
@@ -64,6 +66,7 @@ pub fn jvp_graph(g: &Graph, wrt: &[bool]) -> Result<Graph> {
         }
         tangents[i] = tangent_rule(&mut b, node, &operands, out, &ts)?;
     }
+    b.set_remat(0);
     let mut outputs: Vec<NodeId> = g.outputs().iter().map(|o| remap[o.index()]).collect();
     for o in g.outputs() {
         let t = match tangents[o.index()] {

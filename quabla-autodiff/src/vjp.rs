@@ -47,8 +47,10 @@ pub fn vjp_graph(g: &Graph, wrt: &[bool], seeds: &[Seed]) -> Result<Graph> {
     // The forward pass, unchanged.
     for node in g.nodes().iter().skip(inputs.len()) {
         let operands: Vec<NodeId> = node.operands.iter().map(|o| remap[o.index()]).collect();
+        b.set_remat(node.remat);
         remap.push(b.push(node.op.clone(), &operands)?);
     }
+    b.set_remat(0);
     // Which nodes depend on a flagged input: only those carry cotangents.
     let mut active = vec![false; g.len()];
     for (k, (id, _, ty)) in inputs.iter().enumerate() {
@@ -78,6 +80,8 @@ pub fn vjp_graph(g: &Graph, wrt: &[bool], seeds: &[Seed]) -> Result<Graph> {
     let groups = quabla_ir::region_groups(g);
     for i in (0..g.len()).rev() {
         let node = g.node(NodeId(i as u32));
+        // The cotangent of a recomputed node is part of the recomputation.
+        b.set_remat(node.remat);
         if let Op::Region(call) = &node.op {
             // A region group is differentiated once, at its first node, when the cotangents
             // of all its nodes are complete (every consumer of the group comes later).
@@ -122,6 +126,7 @@ pub fn vjp_graph(g: &Graph, wrt: &[bool], seeds: &[Seed]) -> Result<Graph> {
             }
         }
     }
+    b.set_remat(0);
     let mut outputs: Vec<NodeId> = g.outputs().iter().map(|o| remap[o.index()]).collect();
     for (k, (id, _, _)) in inputs.iter().enumerate() {
         if !wrt.get(k).copied().unwrap_or(false) {

@@ -70,6 +70,12 @@ pub struct Node {
     pub op: Op,
     pub operands: Vec<NodeId>,
     pub ty: TensorType,
+    /// The rematerialization tag (transforms.md §17): nonzero on nodes that recompute forward
+    /// values in a backward pass (`checkpoint`). It is part of the CSE key, so a recomputation
+    /// is never merged with the forward computation it repeats, and printed as
+    /// `rematerialized`. Backends ignore it; the wire format does not carry it (plans are
+    /// encoded after CSE, when it has done its work).
+    pub remat: u32,
 }
 
 /// An immutable dataflow graph.
@@ -194,6 +200,8 @@ impl fmt::Display for Graph {
 #[derive(Debug, Default, Clone)]
 pub struct GraphBuilder {
     nodes: Vec<Node>,
+    /// The rematerialization tag given to every node appended from now on.
+    remat: u32,
 }
 
 impl GraphBuilder {
@@ -216,9 +224,27 @@ impl GraphBuilder {
 
     /// Appends a node whose type is already known to satisfy its rule.
     pub(crate) fn push_typed(&mut self, op: Op, operands: Vec<NodeId>, ty: TensorType) -> NodeId {
+        let remat = self.remat;
+        self.push_node(Node {
+            op,
+            operands,
+            ty,
+            remat,
+        })
+    }
+
+    /// Appends a verified node as it is (its tag included): how passes copy nodes.
+    pub(crate) fn push_node(&mut self, node: Node) -> NodeId {
         let id = NodeId(self.nodes.len() as u32);
-        self.nodes.push(Node { op, operands, ty });
+        self.nodes.push(node);
         id
+    }
+
+    /// Sets the rematerialization tag of the nodes appended from now on (0: none) and returns
+    /// the previous one. Rewrites set it to the tag of the node they are rewriting, so that
+    /// derivatives and batched forms of a recomputation stay apart from the forward values.
+    pub fn set_remat(&mut self, tag: u32) -> u32 {
+        std::mem::replace(&mut self.remat, tag)
     }
 
     pub fn ty(&self, id: NodeId) -> &TensorType {
@@ -250,7 +276,12 @@ impl GraphBuilder {
                 })?
             } else {
                 let ops: Vec<NodeId> = node.operands.iter().map(|o| remap[o.index()]).collect();
-                self.push(node.op.clone(), &ops)?
+                // Inlined nodes keep their own rematerialization tag (on top of the
+                // builder's current one, for graphs inlined into a recomputation).
+                let previous = self.set_remat(node.remat.max(self.remat));
+                let pushed = self.push(node.op.clone(), &ops);
+                self.set_remat(previous);
+                pushed?
             };
             remap.push(id);
         }

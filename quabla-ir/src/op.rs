@@ -253,8 +253,9 @@ impl LinalgKind {
 ///   `false`), outputs one tangent per primal output. It must be linear in the tangents:
 ///   reverse mode transposes it.
 /// - `rematerialize` with no other rule: both modes differentiate `primal`; reverse mode
-///   recomputes it in the backward pass. No IR tag marks the recomputation yet, so after
-///   canonicalization CSE may merge it with the forward computation.
+///   recomputes it in the backward pass, and the recomputed nodes carry the
+///   rematerialization tag of [`crate::Node::remat`], so CSE never merges them with the
+///   forward computation.
 ///
 /// A node without `jvp` but with `fwd`/`bwd` has no forward mode (TF4).
 #[derive(Debug)]

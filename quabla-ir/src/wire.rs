@@ -826,7 +826,12 @@ impl<'a> Reader<'a> {
             let at = self.pos;
             let ty = self.ty()?;
             guard_type_rule(&op, &operands, &nodes, at)?;
-            nodes.push(Node { op, operands, ty });
+            nodes.push(Node {
+                op,
+                operands,
+                ty,
+                remat: 0,
+            });
             defines.push(definition);
         }
         let (output_count, capacity) = self.count("the output count", 4)?;

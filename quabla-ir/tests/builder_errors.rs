@@ -251,6 +251,7 @@ fn verify_errors_for_broken_graphs() {
         op: Op::Unary(UnaryOp::Sin),
         operands: vec![NodeId(0)],
         ty: ty.clone(),
+        remat: 0,
     }];
     let err = Graph::from_parts(nodes, vec![NodeId(0)]).unwrap_err();
     assert!(err.to_string().contains("not an earlier node"), "{err}");
@@ -261,6 +262,7 @@ fn verify_errors_for_broken_graphs() {
         },
         operands: vec![],
         ty: TensorType::new(DType::F32, Shape::scalar()),
+        remat: 0,
     }];
     let err = Graph::from_parts(nodes, vec![]).unwrap_err();
     assert!(err.to_string().contains("its rule infers"), "{err}");

@@ -191,6 +191,8 @@ fn sweep(b: &mut GraphBuilder, g: &Graph, values: &mut Vec<Value>, size: usize) 
             continue;
         }
         let args: Vec<Value> = node.operands.iter().map(|o| values[o.index()]).collect();
+        // The batched form of a recomputed node is recomputation too.
+        let previous = b.set_remat(node.remat);
         let value = if !args.iter().any(|a| a.batched) {
             let ids: Vec<NodeId> = args.iter().map(|a| a.id).collect();
             Value::unbatched(b.push(node.op.clone(), &ids)?)
@@ -216,6 +218,7 @@ fn sweep(b: &mut GraphBuilder, g: &Graph, values: &mut Vec<Value>, size: usize) 
         } else {
             Value::batched(batch_rule(b, node, &args, size)?)
         };
+        b.set_remat(previous);
         values.push(value);
     }
     Ok(())

@@ -123,7 +123,7 @@ fn arg_def(def: &TreeDef, p: usize) -> Result<&TreeDef> {
 }
 
 /// `def` with every leaf not flagged in `keep` replaced by `None`; `next` counts leaves.
-fn keep_leaves(def: &TreeDef, keep: &[bool], next: &mut usize) -> TreeDef {
+pub(crate) fn keep_leaves(def: &TreeDef, keep: &[bool], next: &mut usize) -> TreeDef {
     match def {
         TreeDef::Leaf => {
             *next += 1;

@@ -40,6 +40,7 @@
 //! a tensor tangent of the operand's type at each tensor leaf, and a zero (`0.0`, `false`, `0`)
 //! at each scalar leaf, which is a constant.
 
+use crate::autodiff::keep_leaves;
 use crate::error::{Error, Result, TracerErrorKind};
 use crate::jit::arg_positions;
 use crate::operand::Operand;
@@ -280,39 +281,6 @@ impl Staged {
                 names.push(format!("nondiff{k}"));
             }
         }
-    }
-}
-
-/// `def` with every leaf not flagged in `keep` replaced by `None`; `next` counts leaves.
-fn keep_leaves(def: &TreeDef, keep: &[bool], next: &mut usize) -> TreeDef {
-    let each = |c: &[TreeDef], next: &mut usize| -> Vec<TreeDef> {
-        c.iter().map(|d| keep_leaves(d, keep, next)).collect()
-    };
-    match def {
-        TreeDef::Leaf => {
-            *next += 1;
-            if keep[*next - 1] {
-                TreeDef::Leaf
-            } else {
-                TreeDef::None
-            }
-        }
-        TreeDef::None | TreeDef::Static(_) => def.clone(),
-        TreeDef::Tuple(c) => TreeDef::Tuple(each(c, next)),
-        TreeDef::List(c) => TreeDef::List(each(c, next)),
-        TreeDef::Dict(c) => TreeDef::Dict(
-            c.iter()
-                .map(|(k, d)| (k.clone(), keep_leaves(d, keep, next)))
-                .collect(),
-        ),
-        TreeDef::Node { name, fields, meta } => TreeDef::Node {
-            name,
-            fields: fields
-                .iter()
-                .map(|(k, d)| (*k, keep_leaves(d, keep, next)))
-                .collect(),
-            meta: meta.clone(),
-        },
     }
 }
 

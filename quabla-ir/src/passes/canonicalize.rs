@@ -77,6 +77,7 @@ fn inline_custom(b: &mut GraphBuilder, call: &CustomCall, operands: &[NodeId]) -
         op,
         operands: ops,
         ty,
+        ..
     } in primal.nodes()
     {
         let id = if let Op::Input { .. } = op {

@@ -24,9 +24,9 @@ pub fn dce(graph: &Graph) -> Graph {
     let mut remap = vec![NodeId(u32::MAX); graph.len()];
     for (i, node) in graph.nodes().iter().enumerate() {
         if live[i] {
-            let Node { op, operands, ty } = node.clone();
-            let operands = operands.iter().map(|o| remap[o.index()]).collect();
-            remap[i] = b.push_typed(op, operands, ty);
+            let mut node: Node = node.clone();
+            node.operands = node.operands.iter().map(|o| remap[o.index()]).collect();
+            remap[i] = b.push_node(node);
         }
     }
     let outputs = graph.outputs().iter().map(|o| remap[o.index()]).collect();

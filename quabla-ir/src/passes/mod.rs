@@ -61,11 +61,15 @@ pub(crate) fn rewrite(
             op: node.op.clone(),
             operands: node.operands.iter().map(|o| remap[o.index()]).collect(),
             ty: node.ty.clone(),
+            remat: node.remat,
         };
+        // Replacement nodes a rule appends inherit the tag of the node they replace.
+        let previous = b.set_remat(node.remat);
         let id = match decide(&mut b, &node) {
             Rewrite::Alias(id) => id,
-            Rewrite::Keep => b.push_typed(node.op, node.operands, node.ty),
+            Rewrite::Keep => b.push_node(node),
         };
+        b.set_remat(previous);
         remap.push(id);
     }
     let outputs = graph.outputs().iter().map(|o| remap[o.index()]).collect();

@@ -580,7 +580,9 @@ impl Parser {
             let args = body[open + 1..]
                 .strip_suffix(')')
                 .ok_or_else(|| err(line, "unbalanced parentheses"))?;
-            let args = split_top(args);
+            let mut args = split_top(args);
+            let remat = args.iter().any(|a| a == "rematerialized");
+            args.retain(|a| a != "rematerialized");
             let (operands, rest): (Vec<String>, Vec<String>) =
                 args.into_iter().partition(|a| a.starts_with('%'));
             let operands: Vec<NodeId> = operands
@@ -592,10 +594,10 @@ impl Parser {
                 None if opens => return Err(no_bodies(op_name)),
                 None => self.build_op(line, op_name, rest, &declared)?,
             };
-            let id = self
-                .builder
-                .push(op, &operands)
-                .map_err(|e| err(line, &e.to_string()))?;
+            let previous = self.builder.set_remat(u32::from(remat));
+            let pushed = self.builder.push(op, &operands);
+            self.builder.set_remat(previous);
+            let id = pushed.map_err(|e| err(line, &e.to_string()))?;
             let got = self.builder.ty(id);
             if got.dtype != declared.dtype || got.shape != declared.shape {
                 return Err(err(

@@ -90,6 +90,9 @@ fn literal(data: &HostData, i: usize) -> String {
 /// `op(operands, attributes)` for one node.
 fn node_body(node: &Node) -> String {
     let mut args: Vec<String> = node.operands.iter().map(|o| o.to_string()).collect();
+    if node.remat != 0 {
+        args.push("rematerialized".into());
+    }
     let weak = |args: &mut Vec<String>, w: bool| {
         if w {
             args.push("weak".into());
