@@ -669,7 +669,11 @@ struct Pullback {
     graph: Graph,
     grads_def: TreeDef,
     grad_order: Vec<usize>,
+    /// Outputs of the traced function (aux outputs included).
     n_out: usize,
+    /// Differentiated outputs, which take a cotangent (all but the aux outputs).
+    n_ct: usize,
+    /// The structure of the differentiated output.
     out_def: TreeDef,
     compiled: OnceLock<Arc<Entry>>,
 }
@@ -772,12 +776,12 @@ impl<A: Tree, R: Tree> VjpFn<A, R> {
             return Err(Error::Structure {
                 message: format!(
                     "pytree structures differ: the cotangent has {} tensor leaves, the output {}",
-                    operands.len() + p.n_out - expected,
-                    p.n_out
+                    operands.len() + p.n_ct - expected,
+                    p.n_ct
                 ),
             });
         }
-        for ((_, name, ty), t) in p.graph.inputs().zip(&operands).skip(expected - p.n_out) {
+        for ((_, name, ty), t) in p.graph.inputs().zip(&operands).skip(expected - p.n_ct) {
             if t.dtype() != ty.dtype || t.shape() != ty.shape.dims() {
                 return Err(Error::invalid(format!(
                     "{name}: cotangent {}{:?} does not match the output {}{}",
@@ -876,6 +880,47 @@ impl<A: Tree, F> Vjp<F, A> {
         };
         vjp_call(&|a| (self.f)(a), &self.cache, &owner, primals)
     }
+
+    /// `f` returns `(output, aux)`: only `output` is differentiated, and the call returns
+    /// `(output, pullback, aux)` (`vjp(..., has_aux=True)`).
+    pub fn has_aux(self) -> VjpAux<F, A> {
+        VjpAux { inner: self }
+    }
+}
+
+/// A [`Vjp`] of a function returning `(output, aux)`: build with [`Vjp::has_aux`].
+pub struct VjpAux<F, A> {
+    inner: Vjp<F, A>,
+}
+
+impl<F, A> fmt::Debug for VjpAux<F, A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "vjp({}, has_aux)", self.inner.name)
+    }
+}
+
+impl<A: Tree, F> VjpAux<F, A> {
+    /// `(output, pullback, aux)`: the pullback maps a cotangent of `output` alone.
+    pub fn call<R: Tree, X: Tree>(&self, primals: &A) -> Result<(R, VjpFn<A, R>, X)>
+    where
+        F: Fn(A) -> Result<(R, X)>,
+    {
+        let v = &self.inner;
+        let owner = CacheOwner {
+            transform: "vjp",
+            function: &v.name,
+            max_traces: v.max_traces,
+            arg_names: &[],
+        };
+        let ((out, aux), pullback, operands) =
+            vjp_stage::<A, (R, X)>(&|a| (v.f)(a), &v.cache, &owner, primals, true)?;
+        let pullback = VjpFn {
+            pullback,
+            operands,
+            _types: PhantomData,
+        };
+        Ok((out, pullback, aux))
+    }
 }
 
 /// The body of a `vjp` call, shared by [`vjp`] and [`Vjp`].
@@ -885,11 +930,31 @@ fn vjp_call<A: Tree, R: Tree>(
     owner: &CacheOwner<'_>,
     primals: &A,
 ) -> Result<(R, VjpFn<A, R>)> {
+    let (out, pullback, operands) = vjp_stage(f, cache, owner, primals, false)?;
+    Ok((
+        out,
+        VjpFn {
+            pullback,
+            operands,
+            _types: PhantomData,
+        },
+    ))
+}
+
+/// Runs `f` and stages its pullback: the output, the pullback and the operands it binds.
+/// With `aux`, `f` returns `(output, aux)` and only `output` takes a cotangent.
+fn vjp_stage<A: Tree, O: Tree>(
+    f: &dyn Fn(A) -> Result<O>,
+    cache: &VjpCache,
+    owner: &CacheOwner<'_>,
+    primals: &A,
+    aux: bool,
+) -> Result<(O, Arc<Pullback>, Vec<Tensor>)> {
     let prepared = prepare(primals, &|_| true)?;
     // Traces `f`: its graph, captures, output structure and pullback.
     let stage = || -> Result<(TracedFunction, Pullback)> {
         let traced =
-            trace::trace_function::<A, R>(f, &prepared.def, &prepared.inputs, &prepared.names)?;
+            trace::trace_function::<A, O>(f, &prepared.def, &prepared.inputs, &prepared.names)?;
         let graph = &traced.graph;
         if traced
             .out_slots
@@ -902,14 +967,28 @@ fn vjp_call<A: Tree, R: Tree>(
         }
         let mut wrt = prepared.wrt.clone();
         wrt.extend(std::iter::repeat_n(false, traced.captures.len()));
-        if graph
-            .outputs()
+        // The differentiated output: all of it, or the first element of `(output, aux)`.
+        let out_def = match (&traced.out_def, aux) {
+            (_, false) => traced.out_def.clone(),
+            (TreeDef::Tuple(parts), true) if parts.len() == 2 => parts[0].clone(),
+            (other, true) => {
+                return Err(Error::Structure {
+                    message: format!(
+                        "has_aux functions must return (output, aux), got a result of structure {other}"
+                    ),
+                })
+            }
+        };
+        let n_ct = out_def.num_leaves();
+        if graph.outputs()[..n_ct.min(graph.outputs().len())]
             .iter()
             .any(|o| graph.node(*o).ty.dtype == DType::Bool)
         {
             return Err(Error::invalid("vjp requires floating outputs, got bool"));
         }
-        let seeds = vec![Seed::Input; graph.outputs().len()];
+        let seeds: Vec<Seed> = (0..graph.outputs().len())
+            .map(|k| if k < n_ct { Seed::Input } else { Seed::None })
+            .collect();
         let vg = vjp_graph(graph, &wrt, &seeds)?;
         let n_args = match &prepared.def {
             TreeDef::Tuple(c) => c.len(),
@@ -926,7 +1005,8 @@ fn vjp_call<A: Tree, R: Tree>(
             grads_def,
             grad_order,
             n_out: graph.outputs().len(),
-            out_def: traced.out_def.clone(),
+            n_ct,
+            out_def,
             compiled: OnceLock::new(),
         };
         Ok((traced, pullback))
@@ -939,14 +1019,7 @@ fn vjp_call<A: Tree, R: Tree>(
         operands.extend(traced.captures.iter().cloned());
         let outs = trace::inline(&traced.graph, operands.iter().map(Operand::from).collect())?;
         let out = rebuild(&traced.out_def, &traced.out_slots, outs)?;
-        return Ok((
-            out,
-            VjpFn {
-                pullback: Arc::new(pullback),
-                operands,
-                _types: PhantomData,
-            },
-        ));
+        return Ok((out, Arc::new(pullback), operands));
     }
     let mut staged = None;
     let entry = cache
@@ -979,14 +1052,7 @@ fn vjp_call<A: Tree, R: Tree>(
     };
     let outs = entry.run(&prepared.operands)?;
     let out = rebuild(&entry.out_def, &entry.out_slots, outs)?;
-    Ok((
-        out,
-        VjpFn {
-            pullback,
-            operands: prepared.operands,
-            _types: PhantomData,
-        },
-    ))
+    Ok((out, pullback, prepared.operands))
 }
 
 /// Rows `[start, start + len)` of an identity of size `n`, as `[n, *shape]` in `dtype`: the

@@ -43,7 +43,7 @@ pub mod warnings;
 
 pub use autodiff::{
     grad, hessian, jacobian, jvp, jvp_fn, value_and_grad, vjp, vjp_fn, Grad, Hessian, Jacobian,
-    Jvp, Vjp, VjpFn,
+    Jvp, Vjp, VjpAux, VjpFn,
 };
 pub use control_flow::{cond, fori_loop, scan, while_loop, ForiLoop, LoopIndex, Scan, WhileLoop};
 pub use creation::{

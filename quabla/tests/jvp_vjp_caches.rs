@@ -218,3 +218,26 @@ fn pullbacks_inline_inside_traces() -> qb::Result<()> {
     ));
     Ok(())
 }
+
+#[test]
+fn vjp_with_aux_differentiates_the_output_only() -> qb::Result<()> {
+    let f = qb::vjp_fn(|x: qb::Tensor| {
+        let y = x.sin()?;
+        let aux = (x.powi(2)?, x.greater(0.0)?);
+        Ok((y, aux))
+    })
+    .has_aux();
+    let x = qb::array([0.5, -1.0])?;
+    let (y, pullback, (sq, positive)): (qb::Tensor, _, (qb::Tensor, qb::Tensor)) = f.call(&x)?;
+    assert_eq!(y.to_vec::<f64>()?, vec![0.5f64.sin(), (-1.0f64).sin()]);
+    assert_eq!(sq.to_vec::<f64>()?, vec![0.25, 1.0]);
+    assert_eq!(positive.to_vec_bool()?, vec![true, false]);
+    let g: qb::Tensor = pullback.call(&qb::array([1.0, 2.0])?)?;
+    assert_eq!(
+        g.to_vec::<f64>()?,
+        vec![0.5f64.cos(), 2.0 * (-1.0f64).cos()]
+    );
+    // A function that does not return a pair does not type-check: `has_aux` requires
+    // `Fn(A) -> Result<(R, X)>`.
+    Ok(())
+}
