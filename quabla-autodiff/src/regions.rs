@@ -438,13 +438,15 @@ fn jvp_scan(
 /// Reverse mode of one region group.
 ///
 /// `x` are the (remapped) operands, `wrt` flags the operands that need cotangents, `cts` holds
-/// the cotangent of each output (`None`: zero). Returns one cotangent per operand.
+/// the cotangent of each output (`None`: zero), `saved` what [`scan_forward`] kept of a loop's
+/// forward pass (built here when absent). Returns one cotangent per operand.
 pub(crate) fn vjp_region(
     b: &mut GraphBuilder,
     region: &Region,
     x: &[NodeId],
     wrt: &[bool],
     cts: &[Option<NodeId>],
+    saved: Option<ScanTape>,
 ) -> Result<Vec<Option<NodeId>>> {
     let form = vjp_form(region)?;
     let level = level_up(region);
@@ -502,7 +504,14 @@ pub(crate) fn vjp_region(
             Ok(result)
         }
         RegionKind::While { .. } => Err(tf2()),
-        RegionKind::Scan(s) => ScanVjp::new(s, form, level, x, wrt, cts)?.build(b),
+        RegionKind::Scan(s) => {
+            let vjp = ScanVjp::new(s, form, level, x, wrt, cts)?;
+            let saved = match saved {
+                Some(saved) => saved,
+                None => vjp.forward(b)?.1,
+            };
+            vjp.backward(b, &saved)
+        }
     }
 }
 
@@ -658,9 +667,10 @@ impl<'a> ScanVjp<'a> {
         }
     }
 
-    /// A scan of `len` user iterations from `carry` that also returns the carry tape (the
-    /// carry entering each iteration, stacked). `dynamic` adds a `base` const operand to the
-    /// index (the scan then starts at 0). Outputs: final carries, then the tape.
+    /// A scan of `len` user iterations from `carry` that can also return the carry tape (the
+    /// carry entering each iteration, stacked) and the user's stacked outputs. A `base` adds a
+    /// const operand to the index (the scan then starts at 0). Returns the final carries, the
+    /// tape (empty unless `tape`) and the ys (empty unless `ys`).
     #[allow(clippy::too_many_arguments)]
     fn tape_scan(
         &self,
@@ -672,7 +682,8 @@ impl<'a> ScanVjp<'a> {
         base: Option<NodeId>,
         xs: &[NodeId],
         tape: bool,
-    ) -> Result<(Vec<NodeId>, Vec<NodeId>)> {
+        ys: bool,
+    ) -> Result<(Vec<NodeId>, Vec<NodeId>, Vec<NodeId>)> {
         let n = self.n();
         let mut nb = GraphBuilder::new();
         let i = nb.input("i", self.index_ty());
@@ -705,6 +716,9 @@ impl<'a> ScanVjp<'a> {
         if tape {
             results.extend(&c);
         }
+        if ys {
+            results.extend(&outs[n..]);
+        }
         let body = nb.finish(results)?;
         let mut ops = carry.to_vec();
         ops.extend(&self.consts);
@@ -720,7 +734,12 @@ impl<'a> ScanVjp<'a> {
             body: Arc::new(quabla_ir::passes::dce(&body)),
         };
         let outs = self.region(b, scan, &ops)?;
-        Ok((outs[..n].to_vec(), outs[n..].to_vec()))
+        let n_tape = if tape { n } else { 0 };
+        Ok((
+            outs[..n].to_vec(),
+            outs[n..n + n_tape].to_vec(),
+            outs[n + n_tape..].to_vec(),
+        ))
     }
 
     /// The backward pass over `len` iterations given their carry tape: carries `(g, acc)`,
@@ -854,8 +873,9 @@ impl<'a> ScanVjp<'a> {
             .collect()
     }
 
-    /// The outer block scans: `forward` stores the carry entering each block (outputs: final
-    /// carries, checkpoints); the backward one walks the blocks the other way.
+    /// The outer block scans: `forward` stores the carry entering each block and returns the
+    /// final carries, the checkpoints and (with `ys`) the user's outputs as `[nb, B, ...]`;
+    /// the backward one walks the blocks the other way.
     fn blocks_forward(
         &self,
         b: &mut GraphBuilder,
@@ -863,7 +883,8 @@ impl<'a> ScanVjp<'a> {
         block: usize,
         carry: &[NodeId],
         x_blocks: &[NodeId],
-    ) -> Result<(Vec<NodeId>, Vec<NodeId>)> {
+        ys: bool,
+    ) -> Result<(Vec<NodeId>, Vec<NodeId>, Vec<NodeId>)> {
         let n = self.n();
         let mut nb = GraphBuilder::new();
         let bi = nb.input("block", self.index_ty());
@@ -893,7 +914,7 @@ impl<'a> ScanVjp<'a> {
             consts: p.clone(),
             ..self.shallow()
         };
-        let (c_out, _) = inner.tape_scan(
+        let (c_out, _, inner_ys) = inner.tape_scan(
             &mut nb,
             0,
             block,
@@ -902,9 +923,11 @@ impl<'a> ScanVjp<'a> {
             Some(base),
             &xb,
             false,
+            ys,
         )?;
         let mut results = c_out;
         results.extend(&c);
+        results.extend(inner_ys);
         let body = nb.finish(results)?;
         let mut ops = carry.to_vec();
         ops.extend(&self.consts);
@@ -919,7 +942,11 @@ impl<'a> ScanVjp<'a> {
             body: Arc::new(quabla_ir::passes::dce(&body)),
         };
         let outs = self.region(b, scan, &ops)?;
-        Ok((outs[..n].to_vec(), outs[n..].to_vec()))
+        Ok((
+            outs[..n].to_vec(),
+            outs[n..2 * n].to_vec(),
+            outs[2 * n..].to_vec(),
+        ))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -976,7 +1003,7 @@ impl<'a> ScanVjp<'a> {
             consts: p.clone(),
             ..self.shallow()
         };
-        let (_, tape) = inner.tape_scan(
+        let (_, tape, _) = inner.tape_scan(
             &mut nb,
             0,
             block,
@@ -985,6 +1012,7 @@ impl<'a> ScanVjp<'a> {
             Some(base),
             &xb,
             true,
+            false,
         )?;
         let (g_out, acc_out, ctx) = inner.backward_scan(
             &mut nb,
@@ -1057,7 +1085,82 @@ impl<'a> ScanVjp<'a> {
         }
     }
 
-    fn build(self, b: &mut GraphBuilder) -> Result<Vec<Option<NodeId>>> {
+    /// The forward pass: the region's outputs (final carries, then stacked ys), computed by
+    /// the block loops, and what the backward pass keeps of it.
+    fn forward(&self, b: &mut GraphBuilder) -> Result<(Vec<NodeId>, ScanTape)> {
+        let t_len = self.s.length;
+        let block = block_length(t_len);
+        let nblocks = t_len / block;
+        let split = nblocks * block;
+        let tail = t_len - split;
+        let ys = self.s.n_ys() > 0;
+        let x_blocks = Self::window(b, &self.xs, 0, split, Some(block))?;
+        let x_tail = Self::window(b, &self.xs, split, tail, None)?;
+        let tail_start = self.s.start + split;
+        let (c_end, checkpoints, ys_blocks, tail_tape, ys_tail);
+        if !self.s.reverse {
+            // Time runs block 0 .. block nb-1, then the tail.
+            let (c_mid, ck, yb) =
+                self.blocks_forward(b, nblocks, block, &self.carries, &x_blocks, ys)?;
+            (checkpoints, ys_blocks) = (ck, yb);
+            if tail > 0 {
+                let (c, tape, yt) =
+                    self.tape_scan(b, tail_start, tail, false, &c_mid, None, &x_tail, true, ys)?;
+                (c_end, tail_tape, ys_tail) = (c, tape, yt);
+            } else {
+                (c_end, tail_tape, ys_tail) = (c_mid, Vec::new(), Vec::new());
+            }
+        } else {
+            // Time runs the tail (highest indices) first, then blocks nb-1 .. 0.
+            let mut c_mid = self.carries.clone();
+            let (mut tape_t, mut yt) = (Vec::new(), Vec::new());
+            if tail > 0 {
+                let (c, tape, y) = self.tape_scan(
+                    b,
+                    tail_start,
+                    tail,
+                    true,
+                    &self.carries,
+                    None,
+                    &x_tail,
+                    true,
+                    ys,
+                )?;
+                (c_mid, tape_t, yt) = (c, tape, y);
+            }
+            let (c, ck, yb) = self.blocks_forward(b, nblocks, block, &c_mid, &x_blocks, ys)?;
+            (c_end, checkpoints, ys_blocks, tail_tape, ys_tail) = (c, ck, yb, tape_t, yt);
+        }
+        // The stacked outputs in index order: blocks [nb, B, ...] -> [nb * B, ...], then the
+        // tail.
+        let mut outputs = c_end;
+        for (k, &yb) in ys_blocks.iter().enumerate() {
+            let joined = Self::unblock(b, yb)?;
+            outputs.push(if tail > 0 {
+                b.concat(&[joined, ys_tail[k]], 0)?
+            } else {
+                joined
+            });
+        }
+        Ok((
+            outputs,
+            ScanTape {
+                checkpoints,
+                tail_tape,
+            },
+        ))
+    }
+
+    /// `[nb, B, ...]` as `[nb * B, ...]`.
+    fn unblock(b: &mut GraphBuilder, x: NodeId) -> Result<NodeId> {
+        let dims = b.ty(x).shape.dims().to_vec();
+        let mut flat = vec![dims[0] * dims[1]];
+        flat.extend(&dims[2..]);
+        b.reshape_to(x, Shape::new(flat)?)
+    }
+
+    /// The backward pass from the forward pass's checkpoints and tail tape.
+    fn backward(self, b: &mut GraphBuilder, saved: &ScanTape) -> Result<Vec<Option<NodeId>>> {
         let t_len = self.s.length;
         let block = block_length(t_len);
         let nblocks = t_len / block;
@@ -1079,86 +1182,54 @@ impl<'a> ScanVjp<'a> {
             acc.push(zeros(b, &t)?);
         }
         let tail_start = self.s.start + split;
-        let (ct_blocks, ct_tail);
-        if !self.s.reverse {
-            // Time runs block 0 .. block nb-1, then the tail.
-            let (c_mid, checkpoints) =
-                self.blocks_forward(b, nblocks, block, &self.carries, &x_blocks)?;
-            let mut tail_ct = Vec::new();
-            if tail > 0 {
-                let (_, tape) =
-                    self.tape_scan(b, tail_start, tail, false, &c_mid, None, &x_tail, true)?;
-                let (g2, acc2, ctx) = self.backward_scan(
-                    b, tail_start, tail, true, &g, &acc, None, &tape, &x_tail, &gy_tail,
-                )?;
-                g = g2;
-                acc = acc2;
-                tail_ct = ctx;
-            }
-            let (g2, acc2, ctx) = self.blocks_backward(
+        let mut ct_tail = Vec::new();
+        // The tail comes last in time for a forward scan, first for a reverse one.
+        let tail_first_backward = !self.s.reverse;
+        if tail > 0 && tail_first_backward {
+            let (g2, acc2, ctx) = self.backward_scan(
                 b,
-                nblocks,
-                block,
+                tail_start,
+                tail,
+                true,
                 &g,
                 &acc,
-                &checkpoints,
-                &x_blocks,
-                &gy_blocks,
+                None,
+                &saved.tail_tape,
+                &x_tail,
+                &gy_tail,
             )?;
-            g = g2;
-            acc = acc2;
-            ct_blocks = ctx;
-            ct_tail = tail_ct;
-        } else {
-            // Time runs the tail (highest indices) first, then blocks nb-1 .. 0.
-            let mut c_mid = self.carries.clone();
-            let mut tail_tape = Vec::new();
-            if tail > 0 {
-                let (c_after, tape) = self.tape_scan(
-                    b,
-                    tail_start,
-                    tail,
-                    true,
-                    &self.carries,
-                    None,
-                    &x_tail,
-                    true,
-                )?;
-                c_mid = c_after;
-                tail_tape = tape;
-            }
-            let (_, checkpoints) = self.blocks_forward(b, nblocks, block, &c_mid, &x_blocks)?;
-            let (g2, acc2, ctx) = self.blocks_backward(
-                b,
-                nblocks,
-                block,
-                &g,
-                &acc,
-                &checkpoints,
-                &x_blocks,
-                &gy_blocks,
-            )?;
-            g = g2;
-            acc = acc2;
-            ct_blocks = ctx;
-            let mut tail_ct = Vec::new();
-            if tail > 0 {
-                let (g3, acc3, ctx) = self.backward_scan(
-                    b, tail_start, tail, false, &g, &acc, None, &tail_tape, &x_tail, &gy_tail,
-                )?;
-                g = g3;
-                acc = acc3;
-                tail_ct = ctx;
-            }
-            ct_tail = tail_ct;
+            (g, acc, ct_tail) = (g2, acc2, ctx);
         }
-        // Reassemble the x cotangents: blocks [nb, B, ...] -> [nb * B, ...], then the tail.
+        let (g2, acc2, ct_blocks) = self.blocks_backward(
+            b,
+            nblocks,
+            block,
+            &g,
+            &acc,
+            &saved.checkpoints,
+            &x_blocks,
+            &gy_blocks,
+        )?;
+        (g, acc) = (g2, acc2);
+        if tail > 0 && !tail_first_backward {
+            let (g3, acc3, ctx) = self.backward_scan(
+                b,
+                tail_start,
+                tail,
+                false,
+                &g,
+                &acc,
+                None,
+                &saved.tail_tape,
+                &x_tail,
+                &gy_tail,
+            )?;
+            (g, acc, ct_tail) = (g3, acc3, ctx);
+        }
+        // Reassemble the x cotangents in index order, as the forward pass does the ys.
         let mut ct_x = Vec::new();
         for (k, &cb) in ct_blocks.iter().enumerate() {
-            let dims = b.ty(cb).shape.dims().to_vec();
-            let mut flat = vec![dims[0] * dims[1]];
-            flat.extend(&dims[2..]);
-            let joined = b.reshape_to(cb, Shape::new(flat)?)?;
+            let joined = Self::unblock(b, cb)?;
             ct_x.push(if tail > 0 {
                 b.concat(&[joined, ct_tail[k]], 0)?
             } else {
@@ -1178,4 +1249,34 @@ impl<'a> ScanVjp<'a> {
         debug_assert_eq!(result.len(), n + np + nx);
         Ok(result)
     }
+}
+
+/// What the forward pass of a loop VJP keeps for its backward pass: the carry at each block
+/// boundary (stacked, one tensor per carry) and the carry tape of the tail iterations.
+#[derive(Clone, Debug)]
+pub(crate) struct ScanTape {
+    checkpoints: Vec<NodeId>,
+    tail_tape: Vec<NodeId>,
+}
+
+/// The forward pass of a loop that reverse mode will differentiate: the region's outputs
+/// computed by the checkpointing block loops, plus the checkpoints, so that the primal values
+/// and the checkpoints come from one forward evaluation. `None` for regions whose reverse
+/// mode is another rule (`cond`) or an error (`while`, a third derivative): those keep their
+/// primal node and raise when a cotangent reaches them.
+pub(crate) fn scan_forward(
+    b: &mut GraphBuilder,
+    region: &Region,
+    x: &[NodeId],
+) -> Result<Option<(Vec<NodeId>, ScanTape)>> {
+    let RegionKind::Scan(s) = region.kind() else {
+        return Ok(None);
+    };
+    let Ok(form) = vjp_form(region) else {
+        return Ok(None);
+    };
+    let wrt = vec![false; x.len()];
+    let cts = vec![None; region.output_types().len()];
+    let fwd = ScanVjp::new(s, form, level_up(region), x, &wrt, &cts)?;
+    fwd.forward(b).map(Some)
 }

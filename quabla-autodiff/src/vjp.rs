@@ -7,6 +7,7 @@ use quabla_ir::{
     BinaryOp, DType, Graph, GraphBuilder, Node, NodeId, Op, Result, Shape, TensorType, UnaryOp,
 };
 use quabla_linalg::rules;
+use std::collections::HashMap;
 
 /// Where the cotangent of one output comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,13 +45,6 @@ pub fn vjp_graph(g: &Graph, wrt: &[bool], seeds: &[Seed]) -> Result<Graph> {
             ));
         }
     }
-    // The forward pass, unchanged.
-    for node in g.nodes().iter().skip(inputs.len()) {
-        let operands: Vec<NodeId> = node.operands.iter().map(|o| remap[o.index()]).collect();
-        b.set_remat(node.remat);
-        remap.push(b.push(node.op.clone(), &operands)?);
-    }
-    b.set_remat(0);
     // Which nodes depend on a flagged input: only those carry cotangents.
     let mut active = vec![false; g.len()];
     for (k, (id, _, ty)) in inputs.iter().enumerate() {
@@ -61,6 +55,40 @@ pub fn vjp_graph(g: &Graph, wrt: &[bool], seeds: &[Seed]) -> Result<Graph> {
             active[i] = node.operands.iter().any(|o| active[o.index()]) && !blocks(&node.op);
         }
     }
+    let groups = quabla_ir::region_groups(g);
+    // The forward pass, unchanged, except that an active loop runs as the checkpointing
+    // block loops of its VJP: one forward evaluation gives the primal values and the
+    // checkpoints the backward pass starts from.
+    let mut tapes: HashMap<usize, crate::regions::ScanTape> = HashMap::new();
+    let mut loop_outputs: HashMap<usize, NodeId> = HashMap::new();
+    for (i, node) in g.nodes().iter().enumerate().skip(inputs.len()) {
+        if let Some(out) = loop_outputs.remove(&i) {
+            remap.push(out);
+            continue;
+        }
+        let operands: Vec<NodeId> = node.operands.iter().map(|o| remap[o.index()]).collect();
+        b.set_remat(node.remat);
+        if let (Op::Region(call), true) = (&node.op, active[i]) {
+            if let Some((outs, tape)) =
+                crate::regions::scan_forward(&mut b, &call.region, &operands)?
+            {
+                for &m in &groups[&i] {
+                    if let Op::Region(member) = &g.nodes()[m].op {
+                        loop_outputs.insert(m, outs[member.output]);
+                    }
+                }
+                tapes.insert(i, tape);
+                remap.push(
+                    loop_outputs
+                        .remove(&i)
+                        .expect("the group holds its first node"),
+                );
+                continue;
+            }
+        }
+        remap.push(b.push(node.op.clone(), &operands)?);
+    }
+    b.set_remat(0);
     let mut cts: Vec<Option<NodeId>> = vec![None; g.len()];
     for (k, o) in g.outputs().iter().enumerate() {
         if !active[o.index()] || g.node(*o).ty.dtype == DType::Bool {
@@ -77,7 +105,6 @@ pub fn vjp_graph(g: &Graph, wrt: &[bool], seeds: &[Seed]) -> Result<Graph> {
         };
         accumulate(&mut b, &mut cts, *o, ct)?;
     }
-    let groups = quabla_ir::region_groups(g);
     for i in (0..g.len()).rev() {
         let node = g.node(NodeId(i as u32));
         // The cotangent of a recomputed node is part of the recomputation.
@@ -100,7 +127,9 @@ pub fn vjp_graph(g: &Graph, wrt: &[bool], seeds: &[Seed]) -> Result<Graph> {
             }
             let x: Vec<NodeId> = node.operands.iter().map(|o| remap[o.index()]).collect();
             let wrt: Vec<bool> = node.operands.iter().map(|o| active[o.index()]).collect();
-            let operand_cts = crate::regions::vjp_region(&mut b, &call.region, &x, &wrt, &out_cts)?;
+            let saved = tapes.remove(&i);
+            let operand_cts =
+                crate::regions::vjp_region(&mut b, &call.region, &x, &wrt, &out_cts, saved)?;
             for (k, c) in operand_cts.into_iter().enumerate() {
                 let operand = node.operands[k];
                 if let Some(c) = c {

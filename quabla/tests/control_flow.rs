@@ -634,3 +634,20 @@ fn while_loop_jitted_and_vmapped_forward_mode() -> qb::Result<()> {
     assert_vec(&ts, &[0.25, 1.0 / 6.0, 0.5 / 2f64.sqrt()], 1e-10);
     Ok(())
 }
+
+#[test]
+fn value_and_grad_of_a_loop_runs_one_checkpointing_forward_pass() -> qb::Result<()> {
+    let x0 = qb::array([1.0, 2.0])?;
+    let f = |a: Tensor| decay(&x0, &a)?.sum();
+    let vg = |a: Tensor| qb::value_and_grad(f).call::<Tensor, (Tensor, Tensor)>(&a);
+    let (v, g): (Tensor, Tensor) = qb::jit(vg).call(&qb::array(0.5)?)?;
+    // The value comes from the block loops of the VJP, bit for bit the plain loop's value.
+    assert_eq!(v.item()?.to_bits(), f(qb::array(0.5)?)?.item()?.to_bits());
+    assert!(close(g.item()?, -1.82644353, 1e-8));
+    let text = qb::jit(vg).lower(&qb::array(0.5)?)?.as_text();
+    assert!(
+        !text.contains("= fori("),
+        "the primal loop is not run separately:\n{text}"
+    );
+    Ok(())
+}
