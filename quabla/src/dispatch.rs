@@ -8,9 +8,9 @@
 
 use crate::error::{Error, Result};
 use crate::operand::Operand;
-use crate::tensor::Tensor;
+use crate::tensor::{with_host_refs, Tensor};
 use crate::trace;
-use quabla_backend::{Backend, Executable, HostTensor};
+use quabla_backend::{Backend, Executable};
 use quabla_cpu::CpuBackend;
 use quabla_ir::{DType, Graph, GraphBuilder, HostData, NodeId, Plan, Shape};
 use std::cell::RefCell;
@@ -77,8 +77,11 @@ pub(crate) fn apply(
     let weak = b.ty(out).weak;
     let graph = b.finish(vec![out])?;
     let exe = compiled(graph)?;
-    let host: Vec<HostTensor> = tensors.iter().map(Tensor::to_host).collect::<Result<_>>()?;
-    let mut outs = exe.run(&host)?;
+    let mut outs = Vec::with_capacity(1);
+    with_host_refs(
+        tensors.iter(),
+        |host| Ok(exe.run_borrowed(host, &mut outs)?),
+    )?;
     let result = outs.pop().ok_or_else(|| Error::Internal {
         message: "a plan returned no output".into(),
     })?;

@@ -1,10 +1,16 @@
 //! `jit`: trace a function once per signature, compile the plan, and run it on every later call
 //! with the same signature; `lower` stages without running.
 //!
-//! The cached call does only this: flatten the arguments, build the [`Signature`], look it up
-//! in a small LRU, bind buffers and run. A miss with a full cache evicts the least recently used
-//! entry and raises `RetraceWarning` (errors.md WR1) before tracing the new signature. Inside
-//! another trace, a jitted function is inlined: its operations record into the enclosing trace.
+//! The cached call does only this: flatten the arguments, compute the signature, look it up in
+//! a small LRU, bind buffers and run. On that path nothing is built that a hit would throw
+//! away: the leaves are flattened into a per-thread vector that is reused, the signature is
+//! hashed straight from the leaves and compared field by field with the cached
+//! [`Signature`]s, the tensors' host buffers are lent to the backend by reference, and the
+//! outputs land in a reused vector from which the result tree is rebuilt. The printable
+//! [`Signature`] is only built on a miss. A miss with a full cache evicts the least recently
+//! used entry and raises `RetraceWarning` (errors.md WR1) before tracing the new signature.
+//! Inside another trace, a jitted function is inlined: its operations record into the
+//! enclosing trace.
 
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -13,6 +19,7 @@ use crate::tree::{self, Leaf, PathEntry, Tree, TreeDef};
 use crate::warnings::{self, Warning};
 use quabla_backend::{Executable, HostTensor};
 use quabla_ir::{DType, Plan, Shape, TensorType};
+use std::cell::RefCell;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::marker::PhantomData;
@@ -132,6 +139,88 @@ pub(crate) fn arg_positions(def: &TreeDef) -> Vec<usize> {
     }
 }
 
+/// A leaf's signature borrowed from where it lives (a call's leaves or a cached
+/// [`Signature`]): what a lookup hashes and compares, so a hit builds nothing. Both sources
+/// give equal keys exactly when their [`LeafSignature`]s are equal.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum LeafKey<'a> {
+    Array {
+        dtype: DType,
+        dims: &'a [usize],
+        weak: bool,
+    },
+    F64(u64),
+    Bool(bool),
+    Int(i64),
+}
+
+impl LeafKey<'_> {
+    fn of_leaf(leaf: &Leaf) -> LeafKey<'_> {
+        match leaf {
+            Leaf::Tensor(t) => LeafKey::Array {
+                dtype: t.dtype(),
+                dims: t.shape(),
+                weak: t.is_weak(),
+            },
+            // `leaf_signature` turns an invalid shape (a zero extent) into the rank-0 shape.
+            Leaf::Abstract(s) => LeafKey::Array {
+                dtype: s.dtype,
+                dims: if s.shape.contains(&0) { &[] } else { &s.shape },
+                weak: false,
+            },
+            Leaf::F64(v) => LeafKey::F64(v.to_bits()),
+            Leaf::Bool(b) => LeafKey::Bool(*b),
+            Leaf::Int(i) => LeafKey::Int(*i),
+        }
+    }
+
+    fn of_signature(sig: &LeafSignature) -> LeafKey<'_> {
+        match sig {
+            LeafSignature::Array { dtype, shape, weak } => LeafKey::Array {
+                dtype: *dtype,
+                dims: shape.dims(),
+                weak: *weak,
+            },
+            LeafSignature::F64(bits) => LeafKey::F64(*bits),
+            LeafSignature::Bool(b) => LeafKey::Bool(*b),
+            LeafSignature::Int(i) => LeafKey::Int(*i),
+        }
+    }
+}
+
+/// The cache hash of a structure and its leaves (the device and precision are compared, not
+/// hashed: they rarely tell entries apart).
+fn key_hash<'a>(def: &TreeDef, leaves: impl Iterator<Item = LeafKey<'a>>) -> u64 {
+    let mut h = FxHasher(0);
+    def.hash(&mut h);
+    for leaf in leaves {
+        leaf.hash(&mut h);
+    }
+    h.finish()
+}
+
+impl Signature {
+    /// Whether a call with structure `def` and `leaves` on `device` at `precision` has this
+    /// signature, compared without building one.
+    fn matches(
+        &self,
+        def: &TreeDef,
+        leaves: &[Leaf],
+        device: &Arc<str>,
+        precision: &Option<Arc<str>>,
+    ) -> bool {
+        (Arc::ptr_eq(&self.device, device) || self.device == *device)
+            && self.precision == *precision
+            && self.leaves.len() == leaves.len()
+            && self
+                .leaves
+                .iter()
+                .zip(leaves)
+                .all(|(s, l)| LeafKey::of_signature(s) == LeafKey::of_leaf(l))
+            && self.def == *def
+    }
+}
+
 pub(crate) fn leaf_signature(leaf: &Leaf) -> LeafSignature {
     match leaf {
         Leaf::Tensor(t) => LeafSignature::Array {
@@ -158,12 +247,18 @@ pub(crate) struct Entry {
     exe: Arc<dyn Executable>,
     pub out_def: TreeDef,
     pub out_slots: Vec<OutSlot>,
+    /// The weak flag of each plan output.
+    out_weak: Vec<bool>,
+    /// Whether the result's leaves are exactly the plan outputs in order (no static leaves,
+    /// none repeated), so the result is rebuilt straight from the outputs.
+    outputs_in_order: bool,
 }
 
 fn signature_hash(signature: &Signature) -> u64 {
-    let mut h = FxHasher(0);
-    signature.hash(&mut h);
-    h.finish()
+    key_hash(
+        &signature.def,
+        signature.leaves.iter().map(LeafKey::of_signature),
+    )
 }
 
 /// A small multiplicative hasher for cache keys (not for untrusted input: a collision only
@@ -187,7 +282,23 @@ impl Hasher for FxHasher {
         self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
     }
 
+    fn write_u8(&mut self, v: u8) {
+        self.write_u64(u64::from(v));
+    }
+
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(u64::from(v));
+    }
+
     fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+
+    fn write_i64(&mut self, v: i64) {
+        self.write_u64(v as u64);
+    }
+
+    fn write_isize(&mut self, v: isize) {
         self.write_u64(v as u64);
     }
 }
@@ -202,6 +313,13 @@ impl Entry {
     ) -> Result<Entry> {
         let plan = Plan::compile(graph);
         let exe = crate::devices::backend_for(&signature.device)?.compile(&plan)?;
+        let out_weak: Vec<bool> = plan.output_types().iter().map(|ty| ty.weak).collect();
+        let outputs_in_order = out_slots.len() == out_weak.len()
+            && out_def.num_leaves() == out_slots.len()
+            && out_slots
+                .iter()
+                .enumerate()
+                .all(|(i, slot)| matches!(slot, OutSlot::Plan(j) if *j == i));
         Ok(Entry {
             hash: signature_hash(&signature),
             signature,
@@ -209,19 +327,89 @@ impl Entry {
             exe,
             out_def,
             out_slots,
+            out_weak,
+            outputs_in_order,
         })
     }
 
     /// Runs the plan on concrete inputs (in plan input order) and returns its outputs.
     pub(crate) fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        let host: Vec<HostTensor> = inputs.iter().map(Tensor::to_host).collect::<Result<_>>()?;
-        let outs = self.exe.run(&host)?;
-        let types = self.plan.output_types();
+        let mut outs = Vec::with_capacity(self.out_weak.len());
+        crate::tensor::with_host_refs(inputs.iter(), |host| {
+            Ok(self.exe.run_borrowed(host, &mut outs)?)
+        })?;
         Ok(outs
             .into_iter()
-            .zip(types)
-            .map(|(h, ty)| Tensor::from_host(h, ty.weak))
+            .zip(&self.out_weak)
+            .map(|(h, &weak)| Tensor::from_host(h, weak))
             .collect())
+    }
+
+    /// Runs the plan on the tensor leaves of a call (in order, the plan's inputs) and rebuilds
+    /// the result tree; `outputs` is an empty vector to receive the plan outputs in, left
+    /// empty again.
+    fn call<R: Tree>(&self, leaves: &[Leaf], outputs: &mut Vec<HostTensor>) -> Result<R> {
+        let tensors = leaves.iter().filter_map(Leaf::as_tensor);
+        let ran = crate::tensor::with_host_refs(tensors, |host| {
+            Ok(self.exe.run_borrowed(host, outputs)?)
+        });
+        if let Err(e) = ran {
+            outputs.clear();
+            return Err(e);
+        }
+        if self.outputs_in_order && outputs.len() == self.out_weak.len() {
+            let mut results = outputs
+                .drain(..)
+                .zip(&self.out_weak)
+                .map(|(h, &weak)| Leaf::Tensor(Tensor::from_host(h, weak)));
+            // The structure holds exactly one leaf per output (checked at compile).
+            return R::unflatten(&self.out_def, &mut results);
+        }
+        let outs = outputs
+            .drain(..)
+            .zip(&self.out_weak)
+            .map(|(h, &weak)| Tensor::from_host(h, weak))
+            .collect();
+        rebuild(&self.out_def, &self.out_slots, outs)
+    }
+}
+
+/// The vectors a cached call flattens its arguments into and receives its outputs in, kept per
+/// thread so that a call allocates neither. They are empty between calls (a call clears them
+/// on the way out, and again on the way in after a panic); a call made while they are in use
+/// (from a `Tree` implementation, say) uses vectors of its own, which is merely slower.
+#[derive(Default)]
+struct CallScratch {
+    leaves: Vec<Leaf>,
+    outputs: Vec<HostTensor>,
+}
+
+thread_local! {
+    static CALL_SCRATCH: RefCell<CallScratch> = const {
+        RefCell::new(CallScratch {
+            leaves: Vec::new(),
+            outputs: Vec::new(),
+        })
+    };
+}
+
+impl CallScratch {
+    fn with<T>(f: impl FnOnce(&mut CallScratch) -> T) -> T {
+        let run = |scratch: &mut CallScratch| {
+            scratch.clear();
+            let out = f(scratch);
+            scratch.clear();
+            out
+        };
+        CALL_SCRATCH.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut scratch) => run(&mut scratch),
+            Err(_) => run(&mut CallScratch::default()),
+        })
+    }
+
+    fn clear(&mut self) {
+        self.leaves.clear();
+        self.outputs.clear();
     }
 }
 
@@ -240,6 +428,33 @@ pub(crate) struct CacheOwner<'a> {
 }
 
 impl TraceCache {
+    /// The cached entry for a call with structure `def` and `leaves` on `device` at
+    /// `precision`, made the most recently used; nothing is built on the way.
+    pub(crate) fn lookup(
+        &self,
+        def: &TreeDef,
+        leaves: &[Leaf],
+        device: &Arc<str>,
+        precision: &Option<Arc<str>>,
+    ) -> Option<Arc<Entry>> {
+        let mut cache = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let last = cache.len().checked_sub(1)?;
+        // A function called again with what it was called with last needs no hash.
+        if cache[last]
+            .signature
+            .matches(def, leaves, device, precision)
+        {
+            return Some(cache[last].clone());
+        }
+        let hash = key_hash(def, leaves.iter().map(LeafKey::of_leaf));
+        let pos = cache[..last]
+            .iter()
+            .rposition(|e| e.hash == hash && e.signature.matches(def, leaves, device, precision))?;
+        let hit = cache.remove(pos);
+        cache.push(hit.clone());
+        Some(hit)
+    }
+
     /// The entry of `signature`, built by `build` on a miss (evicting and warning first when
     /// the cache is full).
     pub(crate) fn get_or_build(
@@ -253,7 +468,7 @@ impl TraceCache {
             let mut cache = self.entries.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(pos) = cache
                 .iter()
-                .position(|e| e.hash == hash && e.signature == signature)
+                .rposition(|e| e.hash == hash && e.signature == signature)
             {
                 let hit = cache.remove(pos);
                 cache.push(hit.clone());
@@ -416,21 +631,41 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
         }
     }
 
-    fn signature(&self, def: &TreeDef, leaves: &[Leaf]) -> Result<Signature> {
-        if !self.static_argnums.is_empty() {
-            let positions = arg_positions(def);
-            for (leaf, &arg) in leaves.iter().zip(&positions) {
-                if self.static_argnums.contains(&arg)
-                    && matches!(leaf, Leaf::Tensor(_) | Leaf::Abstract(_))
-                {
-                    return Err(Error::Type {
-                        message: format!(
-                            "static argument {arg} is not hashable (Tensor); static values must support hash()"
-                        ),
-                    });
-                }
-            }
+    /// TY4 for an array leaf in a static positional argument (the first in leaf order).
+    fn check_static(&self, def: &TreeDef, leaves: &[Leaf]) -> Result<()> {
+        if self.static_argnums.is_empty() {
+            return Ok(());
         }
+        let check = |arg: usize, leaves: &[Leaf]| -> Result<()> {
+            let array = leaves
+                .iter()
+                .any(|l| matches!(l, Leaf::Tensor(_) | Leaf::Abstract(_)));
+            if array && self.static_argnums.contains(&arg) {
+                return Err(Error::Type {
+                    message: format!(
+                        "static argument {arg} is not hashable (Tensor); static values must support hash()"
+                    ),
+                });
+            }
+            Ok(())
+        };
+        // The leaves of each positional argument are contiguous (see `arg_positions`).
+        match def {
+            TreeDef::Tuple(args) => {
+                let mut start = 0;
+                for (arg, d) in args.iter().enumerate() {
+                    let end = (start + d.num_leaves()).min(leaves.len());
+                    check(arg, &leaves[start..end])?;
+                    start = end;
+                }
+                Ok(())
+            }
+            _ => check(0, leaves),
+        }
+    }
+
+    fn signature(&self, def: &TreeDef, leaves: &[Leaf]) -> Result<Signature> {
+        self.check_static(def, leaves)?;
         Ok(Signature {
             def: def.clone(),
             leaves: leaves.iter().map(leaf_signature).collect(),
@@ -482,14 +717,24 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
     /// Calls the compiled function.
     pub fn call(&self, args: &A) -> Result<R> {
         self.check_config()?;
-        let (leaves, def) = tree::flatten(args);
         if trace::active() {
             // Inside another trace the function is inlined into it.
+            let (leaves, def) = tree::flatten(args);
             return (self.f)(def.unflatten(leaves)?);
         }
-        let signature = self.signature(&def, &leaves)?;
-        let entry = self.entry(signature, &leaves)?;
-        run_entry(&entry, leaves)
+        CallScratch::with(|scratch| {
+            let def = args.flatten(&mut scratch.leaves);
+            let leaves = &scratch.leaves;
+            self.check_static(&def, leaves)?;
+            let entry = match self
+                .cache
+                .lookup(&def, leaves, &self.device, &self.precision)
+            {
+                Some(entry) => entry,
+                None => self.entry(self.signature(&def, leaves)?, leaves)?,
+            };
+            entry.call(leaves, &mut scratch.outputs)
+        })
     }
 
     /// Number of traces currently cached.
@@ -509,19 +754,6 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
             _types: PhantomData,
         })
     }
-}
-
-/// Binds the array leaves to the plan inputs, runs the plan and rebuilds the result tree.
-fn run_entry<R: Tree>(entry: &Entry, leaves: Vec<Leaf>) -> Result<R> {
-    let inputs: Vec<Tensor> = leaves
-        .into_iter()
-        .filter_map(|l| match l {
-            Leaf::Tensor(t) => Some(t),
-            _ => None,
-        })
-        .collect();
-    let outs = entry.run(&inputs)?;
-    rebuild(&entry.out_def, &entry.out_slots, outs)
 }
 
 /// Rebuilds a result tree from plan outputs and static output leaves.
@@ -601,21 +833,22 @@ impl<A, R> fmt::Debug for Compiled<A, R> {
 impl<A: Tree, R: Tree> Compiled<A, R> {
     /// Runs the plan; arguments of another signature are TF10.
     pub fn call(&self, args: &A) -> Result<R> {
-        let (leaves, def) = tree::flatten(args);
-        let signature = Signature {
-            def,
-            leaves: leaves.iter().map(leaf_signature).collect(),
-            device: self.entry.signature.device.clone(),
-            precision: self.entry.signature.precision.clone(),
-        };
-        if signature != self.entry.signature {
-            return Err(Error::Structure {
-                message: format!(
-                    "compiled function expects {}, got {signature}",
-                    self.entry.signature
-                ),
-            });
-        }
-        run_entry(&self.entry, leaves)
+        CallScratch::with(|scratch| {
+            let def = args.flatten(&mut scratch.leaves);
+            let leaves = &scratch.leaves;
+            let expected = &self.entry.signature;
+            if !expected.matches(&def, leaves, &expected.device, &expected.precision) {
+                let signature = Signature {
+                    def,
+                    leaves: leaves.iter().map(leaf_signature).collect(),
+                    device: expected.device.clone(),
+                    precision: expected.precision.clone(),
+                };
+                return Err(Error::Structure {
+                    message: format!("compiled function expects {expected}, got {signature}"),
+                });
+            }
+            self.entry.call(leaves, &mut scratch.outputs)
+        })
     }
 }

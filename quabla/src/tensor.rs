@@ -27,10 +27,11 @@ enum Repr {
     Traced(Tracer),
 }
 
+/// The value as the backend boundary takes it (shape and shared data), so a cached call binds
+/// it by reference, without copying or re-wrapping.
 #[derive(Debug)]
 struct Concrete {
-    shape: Shape,
-    data: HostData,
+    host: HostTensor,
     /// Born from a Rust `f64` (numerics.md §2.1 rule 4): adopts the dtype of a later operand.
     weak: bool,
 }
@@ -46,10 +47,7 @@ pub(crate) struct Tracer {
 
 impl Tensor {
     pub(crate) fn from_parts(shape: Shape, data: HostData, weak: bool) -> Tensor {
-        debug_assert_eq!(shape.size(), data.len());
-        Tensor {
-            inner: Arc::new(Repr::Concrete(Concrete { shape, data, weak })),
-        }
+        Tensor::from_host(HostTensor { shape, data }, weak)
     }
 
     pub(crate) fn traced(tracer: Tracer) -> Tensor {
@@ -58,8 +56,11 @@ impl Tensor {
         }
     }
 
-    pub(crate) fn from_host(t: HostTensor, weak: bool) -> Tensor {
-        Tensor::from_parts(t.shape, t.data, weak)
+    pub(crate) fn from_host(host: HostTensor, weak: bool) -> Tensor {
+        debug_assert_eq!(host.shape.size(), host.data.len());
+        Tensor {
+            inner: Arc::new(Repr::Concrete(Concrete { host, weak })),
+        }
     }
 
     /// The tracer behind this handle, if it is traced.
@@ -87,7 +88,12 @@ impl Tensor {
     /// Host buffers of a concrete tensor (callers only pass concrete tensors).
     pub(crate) fn to_host(&self) -> Result<HostTensor> {
         let c = self.concrete("to_host")?;
-        Ok(HostTensor::new(c.shape.clone(), c.data.clone()))
+        Ok(c.host.clone())
+    }
+
+    /// The host buffers of a concrete tensor, borrowed (TR2 for a tracer, like `to_host`).
+    pub(crate) fn host(&self) -> Result<&HostTensor> {
+        Ok(&self.concrete("to_host")?.host)
     }
 
     /// A stable identity for deduplicating captured constants within a trace.
@@ -98,8 +104,8 @@ impl Tensor {
     pub(crate) fn ir_type(&self) -> TensorType {
         match self.inner.as_ref() {
             Repr::Concrete(c) => TensorType {
-                dtype: c.data.dtype(),
-                shape: c.shape.clone(),
+                dtype: c.host.data.dtype(),
+                shape: c.host.shape.clone(),
                 weak: c.weak,
             },
             Repr::Traced(t) => t.ty.clone(),
@@ -136,14 +142,14 @@ impl Tensor {
     /// The element type.
     pub fn dtype(&self) -> DType {
         match self.inner.as_ref() {
-            Repr::Concrete(c) => c.data.dtype(),
+            Repr::Concrete(c) => c.host.data.dtype(),
             Repr::Traced(t) => t.ty.dtype,
         }
     }
 
     fn shape_ref(&self) -> &Shape {
         match self.inner.as_ref() {
-            Repr::Concrete(c) => &c.shape,
+            Repr::Concrete(c) => &c.host.shape,
             Repr::Traced(t) => &t.ty.shape,
         }
     }
@@ -180,7 +186,7 @@ impl Tensor {
     pub fn item(&self) -> Result<f64> {
         let c = self.concrete("item")?;
         self.single("item")?;
-        Ok(c.data.get_f64(0))
+        Ok(c.host.data.get_f64(0))
     }
 
     /// The value of a single-element tensor as `bool` (a float is true when nonzero or NaN).
@@ -197,7 +203,7 @@ impl Tensor {
             ));
         }
         self.single("item_bool")?;
-        Ok(self.concrete("item_bool")?.data.get_f64(0) != 0.0)
+        Ok(self.concrete("item_bool")?.host.data.get_f64(0) != 0.0)
     }
 
     fn single(&self, op: &str) -> Result<()> {
@@ -212,7 +218,7 @@ impl Tensor {
 
     /// Flat row-major values converted to `T` (`f64`, `f32` or `bool`).
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
-        Ok(T::from_host(&self.concrete("to_vec")?.data))
+        Ok(T::from_host(&self.concrete("to_vec")?.host.data))
     }
 
     /// Flat row-major values as `bool` (floats: nonzero or NaN is true).
@@ -222,7 +228,7 @@ impl Tensor {
 
     /// Zero-copy read-only access to the storage when `T` is the tensor's dtype.
     pub fn as_slice<T: Element>(&self) -> Result<&[T]> {
-        T::slice(&self.concrete("as_slice")?.data).ok_or_else(|| Error::Type {
+        T::slice(&self.concrete("as_slice")?.host.data).ok_or_else(|| Error::Type {
             message: format!(
                 "as_slice::<{}>() of a {} tensor; convert with astype first",
                 T::DTYPE.name(),
@@ -249,10 +255,38 @@ impl Tensor {
     }
 }
 
+/// Calls `f` with the host buffers of `tensors` (TR2 for a tracer), lent by reference from a
+/// stack array for the usual argument counts.
+pub(crate) fn with_host_refs<'t, T>(
+    mut tensors: impl Iterator<Item = &'t Tensor>,
+    f: impl FnOnce(&[&HostTensor]) -> Result<T>,
+) -> Result<T> {
+    const INLINE: usize = 8;
+    let Some(first) = tensors.next() else {
+        return f(&[]);
+    };
+    // Unused positions hold the first buffer; only the filled prefix is passed on.
+    let mut inline = [first.host()?; INLINE];
+    let mut n = 1;
+    while let Some(t) = tensors.next() {
+        if n == INLINE {
+            let mut heap = inline.to_vec();
+            heap.push(t.host()?);
+            for t in tensors {
+                heap.push(t.host()?);
+            }
+            return f(&heap);
+        }
+        inline[n] = t.host()?;
+        n += 1;
+    }
+    f(&inline[..n])
+}
+
 impl fmt::Display for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.inner.as_ref() {
-            Repr::Concrete(c) => f.write_str(&format_tensor(c.shape.dims(), &c.data)),
+            Repr::Concrete(c) => f.write_str(&format_tensor(c.host.shape.dims(), &c.host.data)),
             Repr::Traced(t) => f.write_str(&format_tracer(t.node.0, t.ty.shape.dims(), t.ty.dtype)),
         }
     }

@@ -411,3 +411,79 @@ fn static_argnums_reject_tensors() -> qb::Result<()> {
     );
     Ok(())
 }
+
+/// Cached calls hand out fresh results: what an earlier call returned is never overwritten by a
+/// later one, and results mixing plan outputs, a repeated output and static leaves are rebuilt
+/// the same on every hit.
+#[test]
+fn cached_calls_return_independent_results() -> qb::Result<()> {
+    let traces = Cell::new(0);
+    let f = qb::jit(|(x, k): (Tensor, f64)| {
+        traces.set(traces.get() + 1);
+        let y = (&x * k).add(1.0)?;
+        Ok((y.clone(), k, y, x.sum()?))
+    });
+    let mut kept = Vec::new();
+    for i in 0..5 {
+        let x = qb::F32.full([4], i as f64)?;
+        kept.push((i, f.call(&(x, 3.0))?));
+    }
+    assert_eq!(traces.get(), 1);
+    for (i, (a, k, b, s)) in kept {
+        let want = (i as f32) * 3.0 + 1.0;
+        assert_eq!(a.to_vec::<f32>()?, vec![want; 4]);
+        assert_eq!(b.to_vec::<f32>()?, vec![want; 4]);
+        assert_eq!(k, 3.0);
+        assert_eq!(s.item()?, 4.0 * i as f64);
+        assert_eq!(a.dtype(), qb::F32);
+    }
+    Ok(())
+}
+
+/// An argument whose flattening itself calls a jitted function (the inner call runs while the
+/// outer call is flattening its arguments).
+#[test]
+fn jit_calls_made_while_flattening_arguments() -> qb::Result<()> {
+    use qb::tree::{Leaf, Tree, TreeDef};
+
+    struct Doubled(Tensor);
+
+    impl Tree for Doubled {
+        fn flatten(&self, leaves: &mut Vec<Leaf>) -> TreeDef {
+            let double = qb::jit(|x: Tensor| &x * 2.0);
+            let doubled = double.call(&self.0).expect("doubling runs");
+            leaves.push(Leaf::Tensor(doubled));
+            TreeDef::Leaf
+        }
+
+        fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> qb::Result<Self> {
+            Tensor::unflatten(def, leaves).map(Doubled)
+        }
+    }
+
+    let f = qb::jit(|d: Doubled| d.0.add(1.0));
+    for i in 0..3 {
+        let y = f.call(&Doubled(qb::array([i as f64, 10.0])?))?;
+        assert_eq!(y.to_vec::<f64>()?, vec![2.0 * i as f64 + 1.0, 21.0]);
+    }
+    assert_eq!(f.cache_size(), 1);
+    Ok(())
+}
+
+/// A cached call with an escaped tracer as argument is TR2, as on the first call.
+#[test]
+fn cached_calls_reject_escaped_tracers() -> qb::Result<()> {
+    let f = qb::jit(|x: Tensor| x.sin());
+    let x = qb::zeros([2])?;
+    f.call(&x)?;
+    let leaked = std::cell::RefCell::new(None);
+    qb::jit(|x: Tensor| {
+        *leaked.borrow_mut() = Some(x.clone());
+        Ok(x)
+    })
+    .call(&x)?;
+    let tracer = leaked.borrow_mut().take().expect("a tracer was kept");
+    let err = f.call(&tracer).unwrap_err();
+    assert!(matches!(err, Error::Tracer { .. }), "{err}");
+    Ok(())
+}

@@ -144,11 +144,30 @@ pub trait Executable: Send + Sync + fmt::Debug {
     /// Runs the plan. `inputs` are bound to the plan's inputs in order and must match their
     /// dtypes and shapes; the outputs come back in the plan's output order.
     fn run(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>>;
+
+    /// Runs the plan on borrowed input buffers and appends its outputs to `outputs`: the form
+    /// a caller that keeps its buffers elsewhere (and reuses one output vector) calls on every
+    /// cached call. The default clones the input handles (the data stays shared) and calls
+    /// [`Executable::run`]; a backend that can read borrowed buffers overrides it.
+    fn run_borrowed(&self, inputs: &[&HostTensor], outputs: &mut Vec<HostTensor>) -> Result<()> {
+        let owned: Vec<HostTensor> = inputs.iter().map(|t| (*t).clone()).collect();
+        outputs.extend(self.run(&owned)?);
+        Ok(())
+    }
 }
 
 /// Checks buffers against a plan's inputs (shared by backends so that every backend reports
 /// binding mistakes identically).
 pub fn check_inputs(plan: &Plan, inputs: &[HostTensor]) -> Result<()> {
+    check_bound(plan, inputs)
+}
+
+/// [`check_inputs`] for borrowed buffers (what [`Executable::run_borrowed`] receives).
+pub fn check_input_refs(plan: &Plan, inputs: &[&HostTensor]) -> Result<()> {
+    check_bound(plan, inputs)
+}
+
+fn check_bound<T: std::borrow::Borrow<HostTensor>>(plan: &Plan, inputs: &[T]) -> Result<()> {
     // Counted and checked without collecting: this runs on every call of a cached plan.
     let count = plan.graph().inputs().count();
     if count != inputs.len() {
@@ -160,6 +179,7 @@ pub fn check_inputs(plan: &Plan, inputs: &[HostTensor]) -> Result<()> {
         });
     }
     for (index, ((_, name, ty), got)) in plan.graph().inputs().zip(inputs).enumerate() {
+        let got: &HostTensor = got.borrow();
         if ty.dtype != got.dtype() || ty.shape != got.shape || got.data.len() != got.shape.size() {
             return Err(BackendError::InputMismatch {
                 index,

@@ -3,8 +3,9 @@
 //! A [`Frame`] holds the values of one schedule's slots while it runs. A plan's frame lives for
 //! one call; a region body's frame lives for one execution of its region and is rerun once per
 //! iteration, its inputs rebound in between (see `region.rs`). The [`Workspace`] is what runs
-//! share: the buffer pool and the scratch of fused programs. A step's own bookkeeping (operand
-//! views, output buffers, registers) needs no heap allocation once the workspace is warm.
+//! share: the buffer pool, the scratch of fused programs and the plan's slot table, whose
+//! constants stay bound from one run to the next. A step's own bookkeeping (operand views,
+//! output buffers, registers) needs no heap allocation once the workspace is warm.
 //!
 //! A frame runs in one of three [`Mode`]s. A plan writes its outputs into fresh shared host data;
 //! a body writes them into pooled buffers; and a small loop body *keeps* every buffer in its
@@ -28,6 +29,10 @@ pub(crate) struct Workspace {
     pub scratch: Scratch,
     /// The output buffers of the fused step being run.
     bufs: Vec<Buffer>,
+    /// The slot table of the plan's frame between runs, with only the constants bound (empty
+    /// before the first run): kept so that a run of a small plan allocates nothing but its
+    /// outputs and does not rebind its constants.
+    pub slots: Vec<Option<Storage<'static>>>,
 }
 
 /// Externals a fused step binds without allocating; more use a heap vector.
@@ -62,6 +67,17 @@ impl<'s, 'a> Frame<'s, 'a> {
             slots[*s] = Some(Storage::Host(data.clone()));
         }
         Frame { sched, slots }
+    }
+
+    /// A plan's frame in the slot table the previous run of the same schedule handed back
+    /// ([`Frame::finish_plan`]), its constants still bound; a fresh frame when `slots` is
+    /// empty.
+    pub(crate) fn for_plan(sched: &'s Schedule, slots: Vec<Option<Storage<'a>>>) -> Frame<'s, 'a> {
+        if !slots.is_empty() && slots.len() == sched.nslots {
+            Frame { sched, slots }
+        } else {
+            Frame::new(sched)
+        }
     }
 
     /// Binds input `j`; hands the value back when the schedule never reads that input.
@@ -168,6 +184,23 @@ impl<'s, 'a> Frame<'s, 'a> {
         for v in self.slots.into_iter().flatten() {
             pool.recycle(v);
         }
+    }
+
+    /// Ends a plan's run: step results go back to the pool and the inputs are dropped, while
+    /// the constants stay bound in the slot table handed back for the next run of the same
+    /// schedule ([`Frame::for_plan`]).
+    pub(crate) fn finish_plan(mut self, pool: &mut Pool) -> Vec<Option<Storage<'a>>> {
+        for (slot, &produced) in self.slots.iter_mut().zip(&self.sched.produced) {
+            if produced {
+                if let Some(v) = slot.take() {
+                    pool.recycle(v);
+                }
+            }
+        }
+        for &s in self.sched.input_slots.iter().flatten() {
+            self.slots[s] = None;
+        }
+        self.slots
     }
 
     /// The values of every slot (how a plan's outputs are read after its run).

@@ -2,9 +2,13 @@
 //!
 //! [`CpuBackend::compile`] turns a frozen plan into a [`CpuExecutable`] once: dead nodes are
 //! dropped, elementwise nodes are fused into tiled register programs, `reshape` becomes an
-//! alias, and buffer liveness is computed (see the `schedule` module). [`Executable::run`] then
-//! binds the input buffers, runs the steps in order (the `exec` module), returns each dead
-//! intermediate's buffer to a pool that later steps reuse, and copies the outputs out.
+//! alias, and buffer liveness is computed (see the `schedule` module). [`Executable::run`] (or
+//! `run_borrowed`, on buffers the caller lends) then binds the input buffers, runs the steps in
+//! order (the `exec` module), returns each dead intermediate's buffer to a pool that later steps
+//! reuse, and hands out the outputs, which the steps wrote straight into fresh shared host
+//! data. Each concurrent run has a workspace that is kept for the next one (pool, scratch,
+//! and the slot table with the constants bound), so a small plan's run allocates only its
+//! outputs.
 //!
 //! Control-flow regions (`cond`, `scan`, `while`) run natively: their bodies are compiled into
 //! schedules of their own together with the plan, and the loops rerun those schedules without
@@ -59,10 +63,13 @@ pub use schedule::ScheduleStats;
 use buffer::Storage;
 use exec::{Frame, Mode, Workspace};
 use kernels::internal;
-use quabla_backend::{check_inputs, Backend, Capabilities, Executable, HostTensor, Result};
-use quabla_ir::Plan;
+use quabla_backend::{
+    check_input_refs, check_inputs, Backend, Capabilities, Executable, HostTensor, Result,
+};
+use quabla_ir::{DType, Plan, Shape};
 use schedule::Schedule;
-use std::sync::{Arc, Mutex};
+use std::borrow::Borrow;
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 /// Options of the CPU backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,11 +113,17 @@ impl CpuBackend {
     /// Compiles a plan into the concrete executable type (what [`Backend::compile`] wraps).
     pub fn compile_plan(&self, plan: &Plan) -> Result<CpuExecutable> {
         let schedule = Schedule::build(plan.graph(), self.options.fuse_elementwise)?;
+        let inputs = plan
+            .graph()
+            .inputs()
+            .map(|(_, _, ty)| (ty.dtype, ty.shape.clone(), ty.shape.size()))
+            .collect();
         Ok(CpuExecutable {
             plan: plan.clone(),
             schedule,
             threads: self.options.threads.max(1),
-            workspaces: Mutex::new(Vec::new()),
+            inputs,
+            workspaces: std::array::from_fn(|_| Mutex::default()),
         })
     }
 }
@@ -146,8 +159,13 @@ pub struct CpuExecutable {
     plan: Plan,
     schedule: Schedule,
     threads: usize,
-    /// Workspaces (buffer pools and scratch) kept between runs, one per concurrent run.
-    workspaces: Mutex<Vec<Workspace>>,
+    /// Dtype, shape and element count of each plan input: the per-call binding check compares
+    /// against these directly and leaves the error text to [`check_inputs`].
+    inputs: Vec<(DType, Shape, usize)>,
+    /// Workspaces (buffer pools, scratch, slot tables) kept between runs, one per concurrent
+    /// run: a run takes the first that is free, and one beyond these gets a fresh workspace
+    /// that is dropped afterwards.
+    workspaces: [Mutex<Workspace>; MAX_WORKSPACES],
 }
 
 /// The most workspaces kept for concurrent runs.
@@ -166,50 +184,93 @@ impl CpuExecutable {
     /// Buffers allocated fresh (not reused from a pool) by all runs so far, region bodies
     /// included.
     pub fn buffers_allocated(&self) -> usize {
-        self.lock_workspaces()
+        self.workspaces
             .iter()
-            .map(|w| w.pool.allocations)
+            .map(|w| lock(w).pool.allocations)
             .sum()
     }
 
-    fn lock_workspaces(&self) -> std::sync::MutexGuard<'_, Vec<Workspace>> {
-        self.workspaces.lock().unwrap_or_else(|e| e.into_inner())
+    /// Runs `f` in the first free workspace. A workspace left poisoned by a panicking run is
+    /// replaced, since that run may have stopped halfway through its bookkeeping.
+    fn with_workspace<R>(&self, f: impl FnOnce(&mut Workspace) -> R) -> R {
+        for w in &self.workspaces {
+            match w.try_lock() {
+                Ok(mut ws) => return f(&mut ws),
+                Err(TryLockError::Poisoned(e)) => {
+                    let mut ws = e.into_inner();
+                    *ws = Workspace::default();
+                    w.clear_poison();
+                    return f(&mut ws);
+                }
+                Err(TryLockError::WouldBlock) => {}
+            }
+        }
+        f(&mut Workspace::default())
     }
 
-    fn execute(&self, inputs: &[HostTensor], ws: &mut Workspace) -> Result<Vec<HostTensor>> {
+    /// Whether `inputs` bind to the plan's inputs (what [`check_inputs`] accepts).
+    fn inputs_match<T: Borrow<HostTensor>>(&self, inputs: &[T]) -> bool {
+        inputs.len() == self.inputs.len()
+            && self
+                .inputs
+                .iter()
+                .zip(inputs)
+                .all(|((dtype, shape, size), t)| {
+                    let t = t.borrow();
+                    t.dtype() == *dtype && t.shape == *shape && t.data.len() == *size
+                })
+    }
+
+    /// Runs the schedule on checked inputs and appends the outputs to `outputs` (nothing on
+    /// an error).
+    fn execute<T: Borrow<HostTensor>>(
+        &self,
+        inputs: &[T],
+        ws: &mut Workspace,
+        outputs: &mut Vec<HostTensor>,
+    ) -> Result<()> {
         let sched = &self.schedule;
-        let mut frame = Frame::new(sched);
+        let mut frame = Frame::for_plan(sched, std::mem::take(&mut ws.slots));
         for (j, input) in inputs.iter().enumerate() {
             // An input the schedule never reads is handed back and dropped.
-            let _ = frame.bind(j, Storage::Host(input.data.clone()));
+            let _ = frame.bind(j, Storage::Host(input.borrow().data.clone()));
         }
-        let result = frame.run(Mode::Plan, ws, self.threads);
-        let outputs = result.and_then(|()| {
-            sched
-                .outputs
-                .iter()
-                .map(|(s, shape)| {
-                    let storage = frame.slots()[*s]
-                        .as_ref()
-                        .ok_or_else(|| internal("an output was not computed"))?;
-                    Ok(HostTensor::new(shape.clone(), storage.to_host_data()))
-                })
-                .collect::<Result<Vec<_>>>()
+        let start = outputs.len();
+        let result = frame.run(Mode::Plan, ws, self.threads).and_then(|()| {
+            for (s, shape) in &sched.outputs {
+                let storage = frame.slots()[*s]
+                    .as_ref()
+                    .ok_or_else(|| internal("an output was not computed"))?;
+                outputs.push(HostTensor::new(shape.clone(), storage.to_host_data()));
+            }
+            Ok(())
         });
-        frame.finish(&mut ws.pool);
-        outputs
+        if result.is_err() {
+            outputs.truncate(start);
+        }
+        ws.slots = frame.finish_plan(&mut ws.pool);
+        result
     }
+}
+
+fn lock(w: &Mutex<Workspace>) -> MutexGuard<'_, Workspace> {
+    w.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Executable for CpuExecutable {
     fn run(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
-        check_inputs(&self.plan, inputs)?;
-        let mut ws = self.lock_workspaces().pop().unwrap_or_default();
-        let result = self.execute(inputs, &mut ws);
-        let mut kept = self.lock_workspaces();
-        if kept.len() < MAX_WORKSPACES {
-            kept.push(ws);
+        if !self.inputs_match(inputs) {
+            check_inputs(&self.plan, inputs)?;
         }
-        result
+        let mut outputs = Vec::with_capacity(self.schedule.outputs.len());
+        self.with_workspace(|ws| self.execute(inputs, ws, &mut outputs))?;
+        Ok(outputs)
+    }
+
+    fn run_borrowed(&self, inputs: &[&HostTensor], outputs: &mut Vec<HostTensor>) -> Result<()> {
+        if !self.inputs_match(inputs) {
+            check_input_refs(&self.plan, inputs)?;
+        }
+        self.with_workspace(|ws| self.execute(inputs, ws, outputs))
     }
 }

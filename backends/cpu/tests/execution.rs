@@ -319,9 +319,71 @@ fn input_mismatch_is_a_typed_error() {
         ],
     ];
     for (k, inputs) in bad.iter().enumerate() {
-        match exe.run(inputs) {
+        let owned = exe.run(inputs);
+        match &owned {
             Err(BackendError::InputMismatch { .. }) => {}
             other => panic!("case {k}: expected InputMismatch, got {other:?}"),
+        }
+        // Borrowed inputs are checked alike, with the same message, and append nothing.
+        let refs: Vec<&HostTensor> = inputs.iter().collect();
+        let mut outputs = Vec::new();
+        assert_eq!(
+            exe.run_borrowed(&refs, &mut outputs),
+            owned.map(|_| ()),
+            "case {k}"
+        );
+        assert!(outputs.is_empty(), "case {k}");
+    }
+}
+
+/// Runs of one executable, owned or borrowed, are independent: the outputs handed out by a
+/// run are never written by a later one, the constants kept bound between runs keep their
+/// values, and inputs bound by a run are not held after it.
+#[test]
+fn repeated_runs_are_independent() {
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", TensorType::new(DType::F32, shape(&[8])));
+    let two = b
+        .constant(data(DType::F32, &[2.0]), shape(&[]), false)
+        .unwrap();
+    let one = b
+        .constant(data(DType::F32, &[1.0]), shape(&[]), false)
+        .unwrap();
+    let y = b.binary(BinaryOp::Mul, x, two).unwrap();
+    let z = b.binary(BinaryOp::Add, y, one).unwrap();
+    let s = b.sum(z, None, false).unwrap();
+    let graph = b.finish(vec![z, s, two, x]).unwrap();
+    let plan = Plan::from_graph_unoptimized(graph.clone());
+    let exe = CpuBackend::default().compile(&plan).unwrap();
+    let mut kept = Vec::new();
+    for k in 0..6 {
+        let values: Vec<f64> = (0..8).map(|i| (i * (k + 1)) as f64 - 3.5).collect();
+        let input = HostTensor::new(shape(&[8]), data(DType::F32, &values));
+        let want = reference(&graph, std::slice::from_ref(&input));
+        let HostData::F32(shared) = &input.data else {
+            unreachable!()
+        };
+        let handles = Arc::strong_count(shared);
+        let got = if k % 2 == 0 {
+            exe.run(std::slice::from_ref(&input)).unwrap()
+        } else {
+            let mut outputs = vec![input.clone()];
+            exe.run_borrowed(&[&input], &mut outputs).unwrap();
+            // Appended after what was there.
+            assert_eq!(outputs.remove(0), input);
+            outputs
+        };
+        assert_eq!(got.len(), want.len());
+        for (j, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_bitwise(&format!("run {k} output {j}"), &g.data, w);
+        }
+        // The output that returns the input is the only handle the run added.
+        assert_eq!(Arc::strong_count(shared), handles + 1, "run {k}");
+        kept.push((got, want));
+    }
+    for (k, (got, want)) in kept.iter().enumerate() {
+        for (j, (g, w)) in got.iter().zip(want).enumerate() {
+            assert_bitwise(&format!("kept run {k} output {j}"), &g.data, w);
         }
     }
 }
