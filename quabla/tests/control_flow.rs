@@ -651,3 +651,23 @@ fn value_and_grad_of_a_loop_runs_one_checkpointing_forward_pass() -> qb::Result<
     );
     Ok(())
 }
+
+#[test]
+fn while_loop_forward_over_forward_and_vmap_of_loop_gradients() -> qb::Result<()> {
+    // d²/da² sqrt(a) = -1 / (4 a^1.5), by forward-over-forward through the while loop.
+    let d1 = |a: Tensor| Ok(qb::jvp(|a: Tensor| newton_sqrt(&a), &a, &qb::array(1.0)?)?.1);
+    let (t1, t2) = qb::jvp(d1, &qb::array(4.0)?, &qb::array(1.0)?)?;
+    assert!(close(t1.item()?, 0.25, 1e-12));
+    assert!(close(t2.item()?, -1.0 / 32.0, 1e-10), "{}", t2.item()?);
+    // vmap of the reverse-mode loop gradient equals the per-example gradients.
+    let x0 = qb::array([1.0, 2.0])?;
+    let g = |a: Tensor| qb::grad(|a: Tensor| decay(&x0, &a)?.sum()).call::<Tensor, Tensor>(&a);
+    let batched: Tensor = qb::vmap(g).call(&qb::array([0.5, 0.1, -0.3])?)?;
+    for (k, a) in [0.5, 0.1, -0.3].into_iter().enumerate() {
+        assert_eq!(
+            batched.to_vec::<f64>()?[k].to_bits(),
+            g(qb::array(a)?)?.item()?.to_bits()
+        );
+    }
+    Ok(())
+}
