@@ -167,6 +167,15 @@ fn input_types(g: &Graph) -> Vec<TensorType> {
     g.inputs().map(|(_, _, t)| plain(t)).collect()
 }
 
+/// One input per type, named `<prefix><k>`: the parameters of a derived body.
+fn params(nb: &mut GraphBuilder, prefix: &str, types: Vec<TensorType>) -> Vec<NodeId> {
+    types
+        .into_iter()
+        .enumerate()
+        .map(|(k, t)| nb.input(format!("{prefix}{k}"), t))
+        .collect()
+}
+
 /// Which outputs of `g` depend on the inputs flagged in `active`.
 fn dependence(g: &Graph, active: &[bool]) -> Vec<bool> {
     let mut dep = vec![false; g.len()];
@@ -687,25 +696,10 @@ impl<'a> ScanVjp<'a> {
         let n = self.n();
         let mut nb = GraphBuilder::new();
         let i = nb.input("i", self.index_ty());
-        let c: Vec<NodeId> = self
-            .carry_types()
-            .into_iter()
-            .enumerate()
-            .map(|(k, t)| nb.input(format!("carry{k}"), t))
-            .collect();
-        let p: Vec<NodeId> = self
-            .const_types()
-            .into_iter()
-            .enumerate()
-            .map(|(k, t)| nb.input(format!("operand{k}"), t))
-            .collect();
+        let c = params(&mut nb, "carry", self.carry_types());
+        let p = params(&mut nb, "operand", self.const_types());
         let base_in = base.map(|_| nb.input("base", self.index_ty()));
-        let xk: Vec<NodeId> = self
-            .x_types()
-            .into_iter()
-            .enumerate()
-            .map(|(k, t)| nb.input(format!("x{k}"), t))
-            .collect();
+        let xk = params(&mut nb, "x", self.x_types());
         let idx = Self::index(&mut nb, i, base_in)?;
         let mut args = vec![idx];
         args.extend(&c);
@@ -761,43 +755,13 @@ impl<'a> ScanVjp<'a> {
         let n = self.n();
         let mut nb = GraphBuilder::new();
         let i = nb.input("i", self.index_ty());
-        let gi: Vec<NodeId> = self
-            .carry_types()
-            .into_iter()
-            .enumerate()
-            .map(|(k, t)| nb.input(format!("cotangent/carry{k}"), t))
-            .collect();
-        let acc_in: Vec<NodeId> = self
-            .act_p_types()
-            .into_iter()
-            .enumerate()
-            .map(|(k, t)| nb.input(format!("cotangent/operand{k}"), t))
-            .collect();
-        let p: Vec<NodeId> = self
-            .const_types()
-            .into_iter()
-            .enumerate()
-            .map(|(k, t)| nb.input(format!("operand{k}"), t))
-            .collect();
+        let gi = params(&mut nb, "cotangent/carry", self.carry_types());
+        let acc_in = params(&mut nb, "cotangent/operand", self.act_p_types());
+        let p = params(&mut nb, "operand", self.const_types());
         let base_in = base.map(|_| nb.input("base", self.index_ty()));
-        let c: Vec<NodeId> = self
-            .carry_types()
-            .into_iter()
-            .enumerate()
-            .map(|(k, t)| nb.input(format!("carry{k}"), t))
-            .collect();
-        let xk: Vec<NodeId> = self
-            .x_types()
-            .into_iter()
-            .enumerate()
-            .map(|(k, t)| nb.input(format!("x{k}"), t))
-            .collect();
-        let gy: Vec<NodeId> = self
-            .gy_types()
-            .into_iter()
-            .enumerate()
-            .map(|(k, t)| nb.input(format!("cotangent/y{k}"), t))
-            .collect();
+        let c = params(&mut nb, "carry", self.carry_types());
+        let xk = params(&mut nb, "x", self.x_types());
+        let gy = params(&mut nb, "cotangent/y", self.gy_types());
         let idx = Self::index(&mut nb, i, base_in)?;
         let mut args = vec![idx];
         args.extend(&c);
@@ -888,18 +852,8 @@ impl<'a> ScanVjp<'a> {
         let n = self.n();
         let mut nb = GraphBuilder::new();
         let bi = nb.input("block", self.index_ty());
-        let c: Vec<NodeId> = self
-            .carry_types()
-            .into_iter()
-            .enumerate()
-            .map(|(k, t)| nb.input(format!("carry{k}"), t))
-            .collect();
-        let p: Vec<NodeId> = self
-            .const_types()
-            .into_iter()
-            .enumerate()
-            .map(|(k, t)| nb.input(format!("operand{k}"), t))
-            .collect();
+        let c = params(&mut nb, "carry", self.carry_types());
+        let p = params(&mut nb, "operand", self.const_types());
         let xb: Vec<NodeId> = x_blocks
             .iter()
             .enumerate()
@@ -964,24 +918,9 @@ impl<'a> ScanVjp<'a> {
         let n = self.n();
         let mut nb = GraphBuilder::new();
         let bi = nb.input("block", self.index_ty());
-        let gi: Vec<NodeId> = self
-            .carry_types()
-            .into_iter()
-            .enumerate()
-            .map(|(k, t)| nb.input(format!("cotangent/carry{k}"), t))
-            .collect();
-        let acc_in: Vec<NodeId> = self
-            .act_p_types()
-            .into_iter()
-            .enumerate()
-            .map(|(k, t)| nb.input(format!("cotangent/operand{k}"), t))
-            .collect();
-        let p: Vec<NodeId> = self
-            .const_types()
-            .into_iter()
-            .enumerate()
-            .map(|(k, t)| nb.input(format!("operand{k}"), t))
-            .collect();
+        let gi = params(&mut nb, "cotangent/carry", self.carry_types());
+        let acc_in = params(&mut nb, "cotangent/operand", self.act_p_types());
+        let p = params(&mut nb, "operand", self.const_types());
         let sliced = |nb: &mut GraphBuilder, prefix: &str, xs: &[NodeId]| -> Result<Vec<NodeId>> {
             xs.iter()
                 .enumerate()
