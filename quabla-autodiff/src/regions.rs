@@ -176,6 +176,27 @@ fn params(nb: &mut GraphBuilder, prefix: &str, types: Vec<TensorType>) -> Vec<No
         .collect()
 }
 
+/// One input per stacked operand of a derived loop (nodes of `outer`), typed as one slice of
+/// it along the leading axis: the per-iteration parameters of its body.
+fn slice_params(
+    nb: &mut GraphBuilder,
+    outer: &GraphBuilder,
+    prefix: &str,
+    stacked: &[NodeId],
+) -> Result<Vec<NodeId>> {
+    let types = stacked
+        .iter()
+        .map(|&x| {
+            let ty = outer.ty(x);
+            Ok(TensorType::new(
+                ty.dtype,
+                Shape::new(ty.shape.dims()[1..].to_vec())?,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(params(nb, prefix, types))
+}
+
 /// Which outputs of `g` depend on the inputs flagged in `active`.
 fn dependence(g: &Graph, active: &[bool]) -> Vec<bool> {
     let mut dep = vec![false; g.len()];
@@ -854,15 +875,7 @@ impl<'a> ScanVjp<'a> {
         let bi = nb.input("block", self.index_ty());
         let c = params(&mut nb, "carry", self.carry_types());
         let p = params(&mut nb, "operand", self.const_types());
-        let xb: Vec<NodeId> = x_blocks
-            .iter()
-            .enumerate()
-            .map(|(k, &xn)| {
-                let dims = b.ty(xn).shape.dims()[1..].to_vec();
-                let dtype = b.ty(xn).dtype;
-                Ok(nb.input(format!("x{k}"), TensorType::new(dtype, Shape::new(dims)?)))
-            })
-            .collect::<Result<_>>()?;
+        let xb = slice_params(&mut nb, b, "x", x_blocks)?;
         let base = self.block_base(&mut nb, bi, block)?;
         let inner = ScanVjp {
             consts: p.clone(),
@@ -921,22 +934,9 @@ impl<'a> ScanVjp<'a> {
         let gi = params(&mut nb, "cotangent/carry", self.carry_types());
         let acc_in = params(&mut nb, "cotangent/operand", self.act_p_types());
         let p = params(&mut nb, "operand", self.const_types());
-        let sliced = |nb: &mut GraphBuilder, prefix: &str, xs: &[NodeId]| -> Result<Vec<NodeId>> {
-            xs.iter()
-                .enumerate()
-                .map(|(k, &xn)| {
-                    let dims = b.ty(xn).shape.dims()[1..].to_vec();
-                    let dtype = b.ty(xn).dtype;
-                    Ok(nb.input(
-                        format!("{prefix}{k}"),
-                        TensorType::new(dtype, Shape::new(dims)?),
-                    ))
-                })
-                .collect()
-        };
-        let ck = sliced(&mut nb, "checkpoint", checkpoints)?;
-        let xb = sliced(&mut nb, "x", x_blocks)?;
-        let gyb = sliced(&mut nb, "cotangent/y", gy_blocks)?;
+        let ck = slice_params(&mut nb, b, "checkpoint", checkpoints)?;
+        let xb = slice_params(&mut nb, b, "x", x_blocks)?;
+        let gyb = slice_params(&mut nb, b, "cotangent/y", gy_blocks)?;
         let base = self.block_base(&mut nb, bi, block)?;
         let inner = ScanVjp {
             consts: p.clone(),
