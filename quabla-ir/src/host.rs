@@ -75,7 +75,11 @@ impl HostData {
 
     /// `n` copies of one value rounded to `dtype`.
     pub fn filled(dtype: DType, value: f64, n: usize) -> HostData {
-        HostData::from_f64(dtype, std::iter::repeat_n(value, n))
+        match dtype {
+            DType::F64 => HostData::F64(shared_filled(value, n)),
+            DType::F32 => HostData::F32(shared_filled(value as f32, n)),
+            DType::Bool => HostData::Bool(shared_filled(value != 0.0, n)),
+        }
     }
 
     /// Whether every element is the same bit pattern as the first (a splat constant).
@@ -118,6 +122,26 @@ impl Hash for HostData {
     }
 }
 
+/// `n` copies of `value` in fresh shared storage, written in one pass.
+///
+/// Why not `collect`: building an `Arc<[T]>` from an iterator writes element by element, which
+/// measured a fifth of the time of an eager elementwise op on a million elements (the backend
+/// allocates every plan output this way); filling uninitialized storage compiles to `memset`.
+fn shared_filled<T: Copy>(value: T, n: usize) -> Arc<[T]> {
+    let mut data = Arc::<[T]>::new_uninit_slice(n);
+    match Arc::get_mut(&mut data) {
+        Some(slots) => {
+            for slot in slots.iter_mut() {
+                slot.write(value);
+            }
+            // SAFETY: every element was written just above.
+            unsafe { data.assume_init() }
+        }
+        // A fresh `Arc` has no other reference, so this is never taken.
+        None => std::iter::repeat_n(value, n).collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,5 +166,22 @@ mod tests {
         assert_eq!(d.get_f64(0), 0.10000000149011612);
         let b = HostData::from_f64(DType::Bool, [f64::NAN, 0.0, -0.0, 2.0]);
         assert_eq!(b.to_f64_vec(), vec![1.0, 0.0, 0.0, 1.0]);
+    }
+
+    #[test]
+    fn filled_storage_rounds_like_a_conversion() {
+        assert_eq!(
+            HostData::filled(DType::F32, 0.1, 3),
+            HostData::from_f64(DType::F32, [0.1; 3])
+        );
+        assert_eq!(
+            HostData::filled(DType::F64, -0.0, 2),
+            HostData::F64(Arc::from([-0.0, -0.0]))
+        );
+        assert_eq!(
+            HostData::filled(DType::Bool, f64::NAN, 2).to_f64_vec(),
+            vec![1.0, 1.0]
+        );
+        assert!(HostData::filled(DType::F64, 1.0, 0).is_empty());
     }
 }

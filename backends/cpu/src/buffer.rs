@@ -105,6 +105,7 @@ impl<'a> View<'a> {
     }
 
     /// Writes elements `start .. start + dst.len()` widened to f64 into `dst`.
+    #[inline(always)]
     pub(crate) fn load_f64(&self, start: usize, dst: &mut [f64]) {
         let n = dst.len();
         match self {
@@ -127,7 +128,7 @@ impl<'a> View<'a> {
     }
 }
 
-#[inline]
+#[inline(always)]
 fn widen<T: Elem>(src: &[T], dst: &mut [f64]) {
     for (d, &s) in dst.iter_mut().zip(src) {
         *d = s.to_f64();
@@ -193,6 +194,7 @@ impl<'a> ViewMut<'a> {
     }
 
     /// Rounds f64 values into elements `start .. start + src.len()`.
+    #[inline(always)]
     pub(crate) fn store_f64(&mut self, start: usize, src: &[f64]) {
         let n = src.len();
         match self {
@@ -203,7 +205,7 @@ impl<'a> ViewMut<'a> {
     }
 }
 
-#[inline]
+#[inline(always)]
 fn narrow<T: Elem>(src: &[f64], dst: &mut [T]) {
     for (d, &s) in dst.iter_mut().zip(src) {
         *d = T::from_f64(s);

@@ -6,10 +6,12 @@
 //! 1. **Dead code**: only nodes that reach an output run.
 //! 2. **Fusion**: elementwise nodes (`Op::is_elementwise`) are grouped greedily in topological
 //!    order. A node joins an open group of one of its operands when it has that group's shape;
-//!    otherwise it starts a group. A group is sealed as soon as a node outside it consumes one
-//!    of its members, so nothing can join it afterwards; this keeps the graph of groups acyclic
-//!    (every edge out of a group seals it, so a later member can never depend on it), and a
-//!    group runs at the position of its last member. Operands from outside a group (inputs,
+//!    failing that, the latest open group of its shape (so `sin(x)` and `cos(x)` of one input
+//!    share a loop, and the kernels can compute them together); otherwise it starts a group. A
+//!    group is sealed as soon as a node outside it consumes one of its members, so nothing can
+//!    join it afterwards; this keeps the graph of groups acyclic (every edge out of a group
+//!    seals it, so no other group depends on an open one, and a later member can never depend
+//!    on a group that depends on it), and a group runs at the position of its last member. Operands from outside a group (inputs,
 //!    other groups' outputs, scalars, operands of other shapes read with broadcast strides) are
 //!    the group's externals; only members needed outside the group are written to memory.
 //! 3. **Aliases**: `reshape` shares its operand's storage (row-major data is unchanged), and a
@@ -193,6 +195,8 @@ impl Schedule {
         // Fusion groups.
         let mut group_of: Vec<Option<usize>> = vec![None; n];
         let mut groups: Vec<GroupBuild> = Vec::new();
+        // The latest group started for each shape (it may have been sealed since).
+        let mut latest_of_shape: HashMap<Shape, usize> = HashMap::new();
         for i in (0..n).filter(|&i| needed[i]) {
             let node = &nodes[i];
             if ew[i].is_some() {
@@ -201,6 +205,12 @@ impl Schedule {
                         .iter()
                         .filter_map(|o| group_of[o.index()])
                         .find(|&g| !groups[g].sealed && groups[g].shape == node.ty.shape)
+                        .or_else(|| {
+                            latest_of_shape
+                                .get(&node.ty.shape)
+                                .copied()
+                                .filter(|&g| !groups[g].sealed)
+                        })
                 } else {
                     None
                 };
@@ -210,6 +220,7 @@ impl Schedule {
                         shape: node.ty.shape.clone(),
                         sealed: false,
                     });
+                    latest_of_shape.insert(node.ty.shape.clone(), groups.len() - 1);
                     groups.len() - 1
                 });
                 groups[g].members.push(i);

@@ -17,7 +17,7 @@
 //! and each instruction calls the same scalar semantics once.
 
 use crate::buffer::{Elem, View, ViewMut};
-use crate::kernels::{par_for_each, split_ranges, PAR_MIN_ELEMENTS};
+use crate::kernels::{par_for_each, split_ranges, trig, PAR_MIN_ELEMENTS};
 use quabla_ir::eval::{binary_f64, compare_f64, powi_f64, unary_f64};
 use quabla_ir::{BinaryOp, Comparison, DType, Op, UnaryOp};
 
@@ -135,6 +135,14 @@ pub(crate) enum Instr {
         /// Round every result to float32 (an f32 node whose op is not exact).
         round_f32: bool,
     },
+    /// `sin` and `cos` of one operand into two registers in one pass (the two nodes share
+    /// their argument reduction and polynomial kernels).
+    SinCos {
+        arg: Src,
+        sin: usize,
+        cos: usize,
+        round_f32: bool,
+    },
     /// Writes a register to a group output, rounding to the output's dtype.
     Store { src: usize, out: usize },
 }
@@ -182,6 +190,75 @@ fn needs_round(op: EwOp) -> bool {
     )
 }
 
+/// How a `sin` or `cos` member is computed together with the other function of the same
+/// operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Partner {
+    /// This member computes both; the other is the later member given.
+    Later(usize),
+    /// An earlier member computed this one.
+    Earlier,
+}
+
+/// Pairs each `sin` member with the first later `cos` member of the same operand and dtype (or
+/// the reverse), so the two run as one [`Instr::SinCos`].
+fn sin_cos_partners(members: &[Member]) -> Vec<Option<Partner>> {
+    let mut partner = vec![None; members.len()];
+    for (i, m) in members.iter().enumerate() {
+        let other = match m.op {
+            EwOp::Unary(UnaryOp::Sin) => EwOp::Unary(UnaryOp::Cos),
+            EwOp::Unary(UnaryOp::Cos) => EwOp::Unary(UnaryOp::Sin),
+            _ => continue,
+        };
+        if partner[i].is_some() {
+            continue;
+        }
+        let same_operand = |n: &Member| match (n.args[0], m.args[0]) {
+            (Operand::Member(a), Operand::Member(b)) | (Operand::Ext(a), Operand::Ext(b)) => a == b,
+            _ => false,
+        };
+        if let Some(j) = (i + 1..members.len()).find(|&j| {
+            let n = &members[j];
+            partner[j].is_none() && n.op == other && n.dtype == m.dtype && same_operand(n)
+        }) {
+            partner[i] = Some(Partner::Later(j));
+            partner[j] = Some(Partner::Earlier);
+        }
+    }
+    partner
+}
+
+/// The last reader (member index) of each member and of each external of a group.
+struct LastReaders {
+    member: Vec<Option<usize>>,
+    ext: Vec<Option<usize>>,
+}
+
+/// Returns to the free list the registers whose last reader is member `i`.
+fn release_args(
+    i: usize,
+    m: &Member,
+    last: &LastReaders,
+    member_reg: &mut [usize],
+    ext_reg: &mut [Option<usize>],
+    free: &mut Vec<usize>,
+) {
+    for a in &m.args {
+        match *a {
+            Operand::Member(j) if last.member[j] == Some(i) && member_reg[j] != usize::MAX => {
+                free.push(member_reg[j]);
+                member_reg[j] = usize::MAX;
+            }
+            Operand::Ext(e) if last.ext[e] == Some(i) => {
+                if let Some(r) = ext_reg[e].take() {
+                    free.push(r);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 impl Program {
     /// Compiles members (in topological order) into instructions with register allocation.
     pub(crate) fn build(
@@ -192,13 +269,15 @@ impl Program {
     ) -> Program {
         let size = dims.iter().product();
         // Last instruction (member index) reading each member and each external.
-        let mut member_last = vec![None::<usize>; members.len()];
-        let mut ext_last = vec![None::<usize>; exts.len()];
+        let mut last = LastReaders {
+            member: vec![None; members.len()],
+            ext: vec![None; exts.len()],
+        };
         for (i, m) in members.iter().enumerate() {
             for a in &m.args {
                 match *a {
-                    Operand::Member(j) => member_last[j] = Some(i),
-                    Operand::Ext(e) => ext_last[e] = Some(i),
+                    Operand::Member(j) => last.member[j] = Some(i),
+                    Operand::Ext(e) => last.ext[e] = Some(i),
                 }
             }
         }
@@ -210,10 +289,20 @@ impl Program {
                 nregs - 1
             })
         };
+        let partner = sin_cos_partners(members);
         let mut member_reg = vec![usize::MAX; members.len()];
         let mut ext_reg: Vec<Option<usize>> = vec![None; exts.len()];
         let mut instrs = Vec::new();
         for (i, m) in members.iter().enumerate() {
+            if let Some(Partner::Earlier) = partner[i] {
+                // Computed with its partner; its register is live from there.
+                release_args(i, m, &last, &mut member_reg, &mut ext_reg, &mut free);
+                if last.member[i].is_none() {
+                    free.push(member_reg[i]);
+                    member_reg[i] = usize::MAX;
+                }
+                continue;
+            }
             let mut args = [Src::Scalar(usize::MAX); 3];
             for (k, a) in m.args.iter().enumerate() {
                 args[k] = match *a {
@@ -239,33 +328,37 @@ impl Program {
             // The destination never shares a register with an argument.
             let dst = alloc(&mut free);
             member_reg[i] = dst;
-            instrs.push(Instr::Compute {
-                op: m.op,
-                dst,
-                args,
-                round_f32: m.dtype == DType::F32 && needs_round(m.op),
-            });
+            let round_f32 = m.dtype == DType::F32 && needs_round(m.op);
+            if let Some(Partner::Later(j)) = partner[i] {
+                let other = alloc(&mut free);
+                member_reg[j] = other;
+                let (sin, cos) = if m.op == EwOp::Unary(UnaryOp::Sin) {
+                    (dst, other)
+                } else {
+                    (other, dst)
+                };
+                instrs.push(Instr::SinCos {
+                    arg: args[0],
+                    sin,
+                    cos,
+                    round_f32,
+                });
+                if let Some(out) = members[j].output {
+                    instrs.push(Instr::Store { src: other, out });
+                }
+            } else {
+                instrs.push(Instr::Compute {
+                    op: m.op,
+                    dst,
+                    args,
+                    round_f32,
+                });
+            }
             if let Some(out) = m.output {
                 instrs.push(Instr::Store { src: dst, out });
             }
-            // Release registers whose last reader was this member.
-            for a in &m.args {
-                match *a {
-                    Operand::Member(j)
-                        if member_last[j] == Some(i) && member_reg[j] != usize::MAX =>
-                    {
-                        free.push(member_reg[j]);
-                        member_reg[j] = usize::MAX;
-                    }
-                    Operand::Ext(e) if ext_last[e] == Some(i) => {
-                        if let Some(r) = ext_reg[e].take() {
-                            free.push(r);
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            if member_last[i].is_none() {
+            release_args(i, m, &last, &mut member_reg, &mut ext_reg, &mut free);
+            if last.member[i].is_none() {
                 free.push(dst);
                 member_reg[i] = usize::MAX;
             }
@@ -368,6 +461,17 @@ impl Program {
                         round_f32,
                     }
                 }
+                Instr::SinCos {
+                    arg,
+                    sin,
+                    cos,
+                    round_f32,
+                } => Instr::SinCos {
+                    arg: src(arg)?,
+                    sin,
+                    cos,
+                    round_f32,
+                },
                 Instr::Store { src, out } => Instr::Store { src, out },
             });
         }
@@ -421,12 +525,63 @@ impl Program {
                     };
                     regs[dst] = if round_f32 { v as f32 as f64 } else { v };
                 }
+                Instr::SinCos {
+                    arg,
+                    sin,
+                    cos,
+                    round_f32,
+                } => {
+                    let x = match arg {
+                        Src::Reg(r) => regs[r],
+                        Src::Direct(e) | Src::Scalar(e) => exts[e],
+                    };
+                    let (s, c) = (unary_f64(UnaryOp::Sin, x), unary_f64(UnaryOp::Cos, x));
+                    let round = |v: f64| if round_f32 { v as f32 as f64 } else { v };
+                    regs[sin] = round(s);
+                    regs[cos] = round(c);
+                }
                 Instr::Store { src, out } => results[out] = regs[src],
             }
         }
     }
 
+    /// Runs elements `start..end`: the AVX2 build of the tile loops where the processor has
+    /// it (twice the lanes of the x86-64 baseline for the widening, rounding and arithmetic
+    /// loops; the results are the same IEEE operations), else the baseline build.
     fn run_range(
+        &self,
+        exts: &[View<'_>],
+        outs: &mut [ViewMut<'_>],
+        start: usize,
+        end: usize,
+        regs: &mut [Vec<f64>],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: this build only requires AVX2, detected just above.
+                return unsafe { self.run_range_avx2(exts, outs, start, end, regs) };
+            }
+        }
+        self.run_range_impl(exts, outs, start, end, regs)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn run_range_avx2(
+        &self,
+        exts: &[View<'_>],
+        outs: &mut [ViewMut<'_>],
+        start: usize,
+        end: usize,
+        regs: &mut [Vec<f64>],
+    ) {
+        self.run_range_impl(exts, outs, start, end, regs)
+    }
+
+    /// The tile loop; inlined (with the kernels it calls) into each build of [`Self::run_range`].
+    #[inline(always)]
+    fn run_range_impl(
         &self,
         exts: &[View<'_>],
         outs: &mut [ViewMut<'_>],
@@ -455,19 +610,30 @@ impl Program {
                         round_f32,
                     } => {
                         let mut d = std::mem::take(&mut regs[dst]);
-                        let arg = |s: Src| -> Arg<'_> {
-                            match s {
-                                Src::Reg(r) => Arg::Slice(&regs[r][..len]),
-                                Src::Direct(e) => match exts[e] {
-                                    View::F64(v) => Arg::Slice(&v[t..t + len]),
-                                    // Direct access is only compiled for float64 externals.
-                                    _ => Arg::Scalar(f64::NAN),
-                                },
-                                Src::Scalar(e) => Arg::Scalar(exts[e].get_f64(0)),
-                            }
-                        };
+                        let arg = |s: Src| tile_arg(regs, exts, s, t, len);
                         compute(op, round_f32, &args, arg, &mut d[..len]);
                         regs[dst] = d;
+                    }
+                    Instr::SinCos {
+                        arg,
+                        sin,
+                        cos,
+                        round_f32,
+                    } => {
+                        let mut s = std::mem::take(&mut regs[sin]);
+                        let mut c = std::mem::take(&mut regs[cos]);
+                        let round = |v: f64| if round_f32 { v as f32 as f64 } else { v };
+                        match tile_arg(regs, exts, arg, t, len) {
+                            Arg::Slice(x) => {
+                                trig::sin_cos_slice(x, &mut s[..len], &mut c[..len], round_f32)
+                            }
+                            Arg::Scalar(v) => {
+                                s[..len].fill(round(unary_f64(UnaryOp::Sin, v)));
+                                c[..len].fill(round(unary_f64(UnaryOp::Cos, v)));
+                            }
+                        }
+                        regs[sin] = s;
+                        regs[cos] = c;
                     }
                     Instr::Store { src, out } => {
                         outs[out].store_f64(t - start, &regs[src][..len]);
@@ -476,6 +642,26 @@ impl Program {
             }
             t += len;
         }
+    }
+}
+
+/// The operand `s` over the tile of `len` elements at flat position `t`.
+#[inline(always)]
+fn tile_arg<'a>(
+    regs: &'a [Vec<f64>],
+    exts: &'a [View<'_>],
+    s: Src,
+    t: usize,
+    len: usize,
+) -> Arg<'a> {
+    match s {
+        Src::Reg(r) => Arg::Slice(&regs[r][..len]),
+        Src::Direct(e) => match exts[e] {
+            View::F64(v) => Arg::Slice(&v[t..t + len]),
+            // Direct access is only compiled for float64 externals.
+            _ => Arg::Scalar(f64::NAN),
+        },
+        Src::Scalar(e) => Arg::Scalar(exts[e].get_f64(0)),
     }
 }
 
@@ -681,9 +867,69 @@ fn select<P: Get, A: Get, B: Get>(d: &mut [f64], p: P, a: A, b: B) {
     }
 }
 
+/// `powi` over a tile with the exact operation sequence of `powi_f64`, the loop over the
+/// exponent's bits outside and the loop over elements inside: every element takes the same
+/// branches, so the inner loops vectorize.
+#[inline(always)]
+fn powi_tile<A: Get>(d: &mut [f64], a: A, n: i32, r32: bool) {
+    const LANES: usize = 64;
+    let len = d.len();
+    let a = a.prefix(len);
+    let mut start = 0;
+    while start < len {
+        let m = LANES.min(len - start);
+        let mut base = [0.0f64; LANES];
+        for (i, b) in base.iter_mut().enumerate().take(m) {
+            *b = a.get(start + i);
+        }
+        let mut acc = [1.0f64; LANES];
+        let mut e = n.unsigned_abs();
+        while e > 0 {
+            if e & 1 == 1 {
+                for (c, b) in acc.iter_mut().zip(&base) {
+                    *c *= *b;
+                }
+            }
+            e >>= 1;
+            if e > 0 {
+                for b in base.iter_mut() {
+                    *b *= *b;
+                }
+            }
+        }
+        if n < 0 {
+            for c in acc.iter_mut() {
+                *c = 1.0 / *c;
+            }
+        }
+        let out = &mut d[start..start + m];
+        if r32 {
+            for (o, &c) in out.iter_mut().zip(&acc) {
+                *o = c as f32 as f64;
+            }
+        } else {
+            out.copy_from_slice(&acc[..m]);
+        }
+        start += m;
+    }
+}
+
 /// Runs one instruction over one tile: one dispatch on the op, then a monomorphized loop.
+#[inline(always)]
 fn compute<'a>(op: EwOp, r32: bool, args: &[Src; 3], arg: impl Fn(Src) -> Arg<'a>, d: &mut [f64]) {
     match op {
+        EwOp::Unary(UnaryOp::Sin) | EwOp::Unary(UnaryOp::Cos)
+            if matches!(arg(args[0]), Arg::Slice(_)) =>
+        {
+            let Arg::Slice(x) = arg(args[0]) else {
+                return;
+            };
+            if op == EwOp::Unary(UnaryOp::Sin) {
+                trig::sin_slice(x, d, r32);
+            } else {
+                trig::cos_slice(x, d, r32);
+            }
+        }
         EwOp::Unary(u) => {
             let a = arg(args[0]);
             with_unary!(u, f => with_args!(a => x, if r32 {
@@ -694,8 +940,7 @@ fn compute<'a>(op: EwOp, r32: bool, args: &[Src; 3], arg: impl Fn(Src) -> Arg<'a
         }
         EwOp::Powi(e) => {
             let a = arg(args[0]);
-            let f = |x: f64| powi_f64(x, e);
-            with_args!(a => x, if r32 { map1::<true, _>(d, x, f) } else { map1::<false, _>(d, x, f) })
+            with_args!(a => x, powi_tile(d, x, e, r32))
         }
         EwOp::Binary(b) => {
             let (a0, a1) = (arg(args[0]), arg(args[1]));
@@ -774,5 +1019,132 @@ mod tests {
         }];
         let p = Program::build(vec![10], exts, &members, vec![(1, DType::F32)]);
         assert!(p.nregs <= 3, "{} registers", p.nregs);
+    }
+
+    /// `[cos(x) * 2, sin(x)]` members over float32 (or float64) external 0, with an unrelated
+    /// node in between: the two trigonometric nodes pair into one instruction.
+    fn trig_members(dtype: DType) -> Vec<Member> {
+        vec![
+            Member {
+                op: EwOp::Unary(UnaryOp::Cos),
+                args: vec![Operand::Ext(0)],
+                dtype,
+                output: None,
+            },
+            Member {
+                op: EwOp::Powi(2),
+                args: vec![Operand::Member(0)],
+                dtype,
+                output: Some(0),
+            },
+            Member {
+                op: EwOp::Unary(UnaryOp::Sin),
+                args: vec![Operand::Ext(0)],
+                dtype,
+                output: Some(1),
+            },
+        ]
+    }
+
+    #[test]
+    fn sin_and_cos_of_one_operand_run_as_one_instruction() {
+        let xs: Vec<f64> = (0..5000).map(|i| (i as f64 - 2500.0) * 0.0137).collect();
+        for dtype in [DType::F32, DType::F64] {
+            let exts = vec![ExtSpec {
+                slot: 0,
+                dtype,
+                access: Access::Full,
+            }];
+            let p = Program::build(
+                vec![xs.len()],
+                exts,
+                &trig_members(dtype),
+                vec![(1, dtype), (2, dtype)],
+            );
+            let pairs = p
+                .instrs
+                .iter()
+                .filter(|i| matches!(i, Instr::SinCos { .. }))
+                .count();
+            assert_eq!(pairs, 1, "{:?}", p.instrs);
+            let round = |v: f64| dtype.round(v);
+            let x32: Vec<f32> = xs.iter().map(|&v| v as f32).collect();
+            let input: Vec<f64> = xs.iter().map(|&v| round(v)).collect();
+            let (mut a, mut b) = (vec![0.0f64; xs.len()], vec![0.0f64; xs.len()]);
+            let (mut a32, mut b32) = (vec![0.0f32; xs.len()], vec![0.0f32; xs.len()]);
+            let ext = match dtype {
+                DType::F32 => View::F32(&x32),
+                _ => View::F64(&input),
+            };
+            let mut outs = match dtype {
+                DType::F32 => vec![ViewMut::F32(&mut a32), ViewMut::F32(&mut b32)],
+                _ => vec![ViewMut::F64(&mut a), ViewMut::F64(&mut b)],
+            };
+            p.run(&[ext], &mut outs, 2, &mut Scratch::default());
+            drop(outs);
+            if dtype == DType::F32 {
+                a = a32.iter().map(|&v| v as f64).collect();
+                b = b32.iter().map(|&v| v as f64).collect();
+            }
+            for (i, &x) in input.iter().enumerate() {
+                let c = round(libm::cos(x));
+                assert_eq!(
+                    a[i].to_bits(),
+                    round(powi_f64(c, 2)).to_bits(),
+                    "cos^2 at {x}"
+                );
+                assert_eq!(b[i].to_bits(), round(libm::sin(x)).to_bits(), "sin at {x}");
+            }
+            // The one-element form computes the same values.
+            let one = Program::build(
+                vec![1],
+                vec![ExtSpec {
+                    slot: 0,
+                    dtype,
+                    access: Access::Full,
+                }],
+                &trig_members(dtype),
+                vec![(1, dtype), (2, dtype)],
+            );
+            let (mut regs, mut results) = (vec![0.0; one.nregs], vec![0.0; 2]);
+            one.run_one(&[input[7]], &mut regs, &mut results);
+            assert_eq!(results[0].to_bits(), a[7].to_bits());
+            assert_eq!(results[1].to_bits(), b[7].to_bits());
+        }
+    }
+
+    #[test]
+    fn powi_tiles_match_the_scalar_sequence() {
+        let mut xs: Vec<f64> = (0..150).map(|i| (i as f64 - 75.0) * 0.173).collect();
+        xs.extend([
+            0.0,
+            -0.0,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            1e200,
+            -1e-200,
+        ]);
+        for n in [-7, -2, -1, 0, 1, 2, 3, 5, 8, 13, 31, i32::MAX, i32::MIN] {
+            for r32 in [false, true] {
+                let mut d = vec![0.0; xs.len()];
+                powi_tile(&mut d, xs.as_slice(), n, r32);
+                for (&x, &got) in xs.iter().zip(&d) {
+                    let v = powi_f64(x, n);
+                    let want = if r32 { v as f32 as f64 } else { v };
+                    assert!(
+                        got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                        "powi({x}, {n}) = {got}, want {want}"
+                    );
+                }
+                let mut one = vec![0.0; 3];
+                powi_tile(&mut one, 1.5f64, n, r32);
+                let v = powi_f64(1.5, n);
+                assert_eq!(
+                    one[2].to_bits(),
+                    (if r32 { v as f32 as f64 } else { v }).to_bits()
+                );
+            }
+        }
     }
 }

@@ -12,6 +12,7 @@ pub(crate) mod layout;
 pub(crate) mod linalg;
 pub(crate) mod matmul;
 pub(crate) mod reduce;
+pub(crate) mod trig;
 
 use quabla_backend::BackendError;
 
