@@ -33,9 +33,17 @@ fn main() -> qb::Result<()> {
         println!("workload={name} seconds={t:e}");
     }
 
+    println!(
+        "note: matmul_f32_512 multiplies in float64 and rounds once (numerics.md §1.5), so it runs at float64 GEMM speed, half the float32 rate JAX uses"
+    );
+
     let big = qb::linspace(0.0, 1.0, 10_000_000)?;
     let t = median_seconds(15, || big.sum())?;
     println!("workload=sum_f64_1e7 seconds={t:e}");
+    println!(
+        "note: sum_f64_1e7 adds sequentially in row-major order (numerics.md §1.5), {:.2} ns per element: one floating-point add latency per element, where JAX adds in parallel lanes",
+        t / 1e7 * 1e9
+    );
 
     let chain = qb::jit(|x: Tensor| x.sin().powi(2).add(x.cos()));
     let t = median_seconds(15, || chain.call(&x))?;
