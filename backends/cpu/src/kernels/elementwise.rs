@@ -17,7 +17,7 @@
 //! and each instruction calls the same scalar semantics once.
 
 use crate::buffer::{Elem, View, ViewMut};
-use crate::kernels::{par_for_each, split_ranges, trig, PAR_MIN_ELEMENTS};
+use crate::kernels::{lanes, par_for_each, split_ranges, PAR_MIN_ELEMENTS};
 use quabla_ir::eval::{binary_f64, compare_f64, powi_f64, unary_f64};
 use quabla_ir::{BinaryOp, Comparison, DType, Op, UnaryOp};
 
@@ -625,7 +625,7 @@ impl Program {
                         let round = |v: f64| if round_f32 { v as f32 as f64 } else { v };
                         match tile_arg(regs, exts, arg, t, len) {
                             Arg::Slice(x) => {
-                                trig::sin_cos_slice(x, &mut s[..len], &mut c[..len], round_f32)
+                                lanes::sin_cos(x, &mut s[..len], &mut c[..len], round_f32)
                             }
                             Arg::Scalar(v) => {
                                 s[..len].fill(round(unary_f64(UnaryOp::Sin, v)));
@@ -918,16 +918,9 @@ fn powi_tile<A: Get>(d: &mut [f64], a: A, n: i32, r32: bool) {
 #[inline(always)]
 fn compute<'a>(op: EwOp, r32: bool, args: &[Src; 3], arg: impl Fn(Src) -> Arg<'a>, d: &mut [f64]) {
     match op {
-        EwOp::Unary(UnaryOp::Sin) | EwOp::Unary(UnaryOp::Cos)
-            if matches!(arg(args[0]), Arg::Slice(_)) =>
-        {
-            let Arg::Slice(x) = arg(args[0]) else {
-                return;
-            };
-            if op == EwOp::Unary(UnaryOp::Sin) {
-                trig::sin_slice(x, d, r32);
-            } else {
-                trig::cos_slice(x, d, r32);
+        EwOp::Unary(u) if lanes::has_lanes(u) && matches!(arg(args[0]), Arg::Slice(_)) => {
+            if let Arg::Slice(x) = arg(args[0]) {
+                lanes::unary(u, x, d, r32);
             }
         }
         EwOp::Unary(u) => {

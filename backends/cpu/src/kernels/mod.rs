@@ -8,11 +8,11 @@
 //! shapes.
 
 pub(crate) mod elementwise;
+pub(crate) mod lanes;
 pub(crate) mod layout;
 pub(crate) mod linalg;
 pub(crate) mod matmul;
 pub(crate) mod reduce;
-pub(crate) mod trig;
 
 use quabla_backend::BackendError;
 

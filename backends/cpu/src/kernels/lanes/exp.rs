@@ -1,0 +1,291 @@
+//! The exponential family: the musl `exp`, `expm1` and `tanh` (which calls `expm1`) as lanes.
+//!
+//! `exp` and `expm1` reduce `x = k·ln2 + r` with `k` chosen by thresholds on the high word
+//! (`0`, `±1`, or `x/ln2` rounded half away from zero and truncated), evaluate a rational
+//! approximation on `r`, and scale by `2^k`; `expm1` picks one of several reconstructions by
+//! `k`. The lanes compute every reconstruction and select by `k`. `tanh` selects `expm1(2|x|)`
+//! or `expm1(-2|x|)` by the magnitude of `x` and combines it as the scalar routine does.
+//!
+//! Flagged for the scalar routine: `exp` of |x| ≥ 708.39 (overflow, subnormal results,
+//! infinities, NaN); `expm1` of NaN and of x ≥ 700 (overflow, and the `k = 1024` scaling).
+
+use super::{choose, high_word_abs, pow2, LaneFn};
+
+/// ln 2 split into a head exact in 32 bits and its tail, and 1/ln 2.
+const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
+const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
+const INV_LN2: f64 = f64::from_bits(0x3ff7_1547_652b_82fe);
+
+// Coefficients of the `exp` rational approximation.
+const P1: f64 = f64::from_bits(0x3fc5_5555_5555_553e);
+const P2: f64 = f64::from_bits(0xbf66_c16c_16be_bd93);
+const P3: f64 = f64::from_bits(0x3f11_566a_af25_de2c);
+const P4: f64 = f64::from_bits(0xbebb_bd41_c5d2_6bf1);
+const P5: f64 = f64::from_bits(0x3e66_3769_72be_a4d0);
+
+// Coefficients of the `expm1` rational approximation.
+const Q1: f64 = f64::from_bits(0xbfa1_1111_1111_10f4);
+const Q2: f64 = f64::from_bits(0x3f5a_01a0_19fe_5585);
+const Q3: f64 = f64::from_bits(0xbf14_ce19_9eaa_dbb7);
+const Q4: f64 = f64::from_bits(0x3ed0_cfca_86e6_5239);
+const Q5: f64 = f64::from_bits(0xbe8a_fdb7_6e09_c32d);
+
+// High-word thresholds of |x|.
+/// ln2/2: below it no reduction.
+const HALF_LN2: i64 = 0x3fd6_2e42;
+/// 1.5·ln2: from it `k` is `x/ln2` rounded.
+const THREE_HALVES_LN2: i64 = 0x3ff0_a2b2;
+/// `exp`: |x| ≥ 708.39 (results overflow or turn subnormal).
+const EXP_EDGE: i64 = 0x4086_232b;
+/// `exp`: |x| ≤ 2^-28 gives `1 + x`.
+const EXP_TINY: i64 = 0x3e30_0000;
+/// `expm1`: |x| ≥ 56·ln2 (`-1` for negative x).
+const EXPM1_HUGE: i64 = 0x4043_687a;
+/// `expm1`: |x| < 2^-54 gives `x`.
+const EXPM1_TINY: i64 = 0x3c90_0000;
+/// `tanh`: above 20 the result is ±1.
+const TANH_ONE: i64 = 0x4034_0000;
+/// `tanh`: above log(3)/2, `1 - 2/(expm1(2|x|) + 2)`.
+const TANH_UPPER: i64 = 0x3fe1_93ea;
+/// `tanh`: above log(5/3)/2, `expm1(2|x|)/(expm1(2|x|) + 2)`; below, `expm1(-2|x|)`.
+const TANH_MIDDLE: i64 = 0x3fd0_58ae;
+/// `tanh`: below the smallest normal, `x`.
+const TANH_SUBNORMAL: i64 = 0x0010_0000;
+
+/// `exp`.
+#[derive(Debug)]
+pub(crate) struct Exp;
+/// `expm1`.
+#[derive(Debug)]
+pub(crate) struct Expm1;
+/// `tanh`.
+#[derive(Debug)]
+pub(crate) struct Tanh;
+
+impl LaneFn for Exp {
+    const RESULTS: usize = 1;
+    #[inline(always)]
+    fn lane(x: f64) -> ([f64; 2], bool) {
+        let (v, flag) = exp_lane(x);
+        ([v, 0.0], flag)
+    }
+    fn exact(x: f64) -> [f64; 2] {
+        [libm::exp(x), 0.0]
+    }
+}
+
+impl LaneFn for Expm1 {
+    const RESULTS: usize = 1;
+    #[inline(always)]
+    fn lane(x: f64) -> ([f64; 2], bool) {
+        let (v, flag) = expm1_lane(x);
+        ([v, 0.0], flag)
+    }
+    fn exact(x: f64) -> [f64; 2] {
+        [libm::expm1(x), 0.0]
+    }
+}
+
+impl LaneFn for Tanh {
+    const RESULTS: usize = 1;
+    #[inline(always)]
+    fn lane(x: f64) -> ([f64; 2], bool) {
+        let (v, flag) = tanh_lane(x);
+        ([v, 0.0], flag)
+    }
+    fn exact(x: f64) -> [f64; 2] {
+        [libm::tanh(x), 0.0]
+    }
+}
+
+/// The reduction multiple `x/ln2` rounded half away from zero, then truncated (the scalar
+/// routines' `(int)(x/ln2 ± 0.5)`), as a float64 integer.
+#[inline(always)]
+fn rounded_multiple(x: f64, negative: bool) -> f64 {
+    (INV_LN2 * x + choose(negative, -0.5, 0.5)) as i32 as f64
+}
+
+#[inline(always)]
+fn exp_lane(x: f64) -> (f64, bool) {
+    let hx = high_word_abs(x);
+    let negative = x.is_sign_negative();
+    let reduce = hx > HALF_LN2;
+    let k = choose(
+        reduce,
+        choose(
+            hx >= THREE_HALVES_LN2,
+            rounded_multiple(x, negative),
+            choose(negative, -1.0, 1.0),
+        ),
+        0.0,
+    );
+    // With k = 0 these are hi = x, lo = 0, r = x, as the unreduced branch has them.
+    let hi = x - k * LN2_HI;
+    let lo = k * LN2_LO;
+    let r = hi - lo;
+    let xx = r * r;
+    let c = r - xx * (P1 + xx * (P2 + xx * (P3 + xx * (P4 + xx * P5))));
+    let y = 1.0 + (r * c / (2.0 - c) - lo + hi);
+    // `scalbn(y, k)` is one multiplication by 2^k for |k| ≤ 1022; y·1 = y for k = 0.
+    let value = choose(hx <= EXP_TINY, 1.0 + x, y * pow2(k));
+    (value, hx >= EXP_EDGE)
+}
+
+#[inline(always)]
+fn expm1_lane(x: f64) -> (f64, bool) {
+    let hx = high_word_abs(x);
+    let negative = x.is_sign_negative();
+    let huge = hx >= EXPM1_HUGE;
+    let nan = x.is_nan();
+    let flagged = huge & (nan | (!negative & (x >= 700.0)));
+    let reduce = hx > HALF_LN2;
+    let k = choose(
+        reduce,
+        choose(
+            hx < THREE_HALVES_LN2,
+            choose(negative, -1.0, 1.0),
+            rounded_multiple(x, negative),
+        ),
+        0.0,
+    );
+    let hi = x - k * LN2_HI;
+    let lo = k * LN2_LO;
+    let xr = choose(reduce, hi - lo, x);
+    let c = choose(reduce, (hi - xr) - lo, 0.0);
+
+    let hfx = 0.5 * xr;
+    let hxs = xr * hfx;
+    let r1 = 1.0 + hxs * (Q1 + hxs * (Q2 + hxs * (Q3 + hxs * (Q4 + hxs * Q5))));
+    let t = 3.0 - r1 * hfx;
+    let e0 = hxs * ((r1 - t) / (6.0 - xr * t));
+    let at_zero = xr - (xr * e0 - hxs);
+    let e = xr * (e0 - c) - c;
+    let e = e - hxs;
+    let at_minus_one = 0.5 * (xr - e) - 0.5;
+    let at_one = choose(xr < -0.25, -2.0 * (e - (xr + 0.5)), 1.0 + 2.0 * (xr - e));
+    // Here -56 ≤ k ≤ 1010, so 2^k and 2^-k are normal.
+    let two_k = pow2(k);
+    let beyond = (xr - e + 1.0) * two_k - 1.0;
+    let two_minus_k = pow2(-k);
+    let below_20 = (xr - e + (1.0 - two_minus_k)) * two_k;
+    let from_20 = (xr - (e + two_minus_k) + 1.0) * two_k;
+    let general = choose(
+        !(0.0..=56.0).contains(&k),
+        beyond,
+        choose(k < 20.0, below_20, from_20),
+    );
+    let value = choose(
+        k == 0.0,
+        at_zero,
+        choose(k == -1.0, at_minus_one, choose(k == 1.0, at_one, general)),
+    );
+    let value = choose(hx < EXPM1_TINY, x, value);
+    let value = choose(huge & negative & !nan, -1.0, value);
+    (value, flagged)
+}
+
+#[inline(always)]
+fn tanh_lane(x: f64) -> (f64, bool) {
+    let a = x.abs();
+    let w = high_word_abs(x);
+    let one = w > TANH_ONE;
+    let upper = w > TANH_UPPER;
+    let middle = w > TANH_MIDDLE;
+    let (em, em_flagged) = expm1_lane(choose(middle, 2.0 * a, -2.0 * a));
+    let t = choose(
+        one,
+        1.0 - 0.0 / a,
+        choose(
+            upper,
+            1.0 - 2.0 / (em + 2.0),
+            choose(
+                middle,
+                em / (em + 2.0),
+                choose(w >= TANH_SUBNORMAL, -em / (em + 2.0), a),
+            ),
+        ),
+    );
+    // Only the lanes that use `expm1` can need its scalar routine.
+    (choose(x.is_sign_negative(), -t, t), em_flagged & !one)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{around_high_words, check, specials};
+    use super::*;
+    use proptest::prelude::*;
+
+    fn check_all(xs: &[f64]) {
+        check::<Exp>("exp", xs);
+        check::<Expm1>("expm1", xs);
+        check::<Tanh>("tanh", xs);
+    }
+
+    #[test]
+    fn special_values() {
+        let mut xs = specials();
+        xs.extend([
+            709.78, 709.79, -708.39, -708.4, -745.1, -745.2, 700.0, 699.99, -38.8, 38.8, 20.0,
+            19.99, 40.0, -40.0, 0.25, -0.25, -0.2499, 1e-17, -1e-17, 3e-9,
+        ]);
+        check_all(&xs);
+    }
+
+    #[test]
+    fn every_threshold() {
+        check_all(&around_high_words(&[
+            HALF_LN2,
+            THREE_HALVES_LN2,
+            EXP_EDGE,
+            EXP_TINY,
+            EXPM1_HUGE,
+            EXPM1_TINY,
+            TANH_ONE,
+            TANH_UPPER,
+            TANH_MIDDLE,
+            TANH_SUBNORMAL,
+        ]));
+    }
+
+    #[test]
+    fn every_reduction_multiple() {
+        // Arguments reducing to each k from -1100 to 1100, with the reconstructions of
+        // `expm1` that change at k = -1, 0, 1, 20 and 56.
+        let mut xs = Vec::new();
+        for k in -1100..=1100 {
+            for frac in [-0.49, -0.2, 0.0, 0.3, 0.5, 0.51] {
+                xs.push((k as f64 + frac) * std::f64::consts::LN_2);
+            }
+        }
+        check_all(&xs);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn random_bit_patterns(words in proptest::collection::vec(any::<u64>(), 1..600)) {
+            let xs: Vec<f64> = words.iter().map(|&w| f64::from_bits(w)).collect();
+            check_all(&xs);
+        }
+
+        #[test]
+        fn random_arguments(xs in proptest::collection::vec(-50.0f64..50.0, 1..600)) {
+            check_all(&xs);
+        }
+
+        #[test]
+        fn random_magnitudes(
+            parts in proptest::collection::vec((-70i32..11, 1.0f64..2.0, any::<bool>()), 1..600)
+        ) {
+            let xs: Vec<f64> = parts
+                .iter()
+                .map(|&(e, m, neg)| {
+                    let v = m * 2f64.powi(e);
+                    if neg { -v } else { v }
+                })
+                .collect();
+            check_all(&xs);
+        }
+    }
+}
