@@ -273,7 +273,7 @@ impl GraphBuilder {
             .product();
         let mut out: Vec<usize> = dims.iter().map(|&d| d.max(0) as usize).collect();
         if let Some(&u) = unknown.first() {
-            if size % known != 0 {
+            if !size.is_multiple_of(known) {
                 return Err(fail());
             }
             out[u] = size / known;

@@ -133,7 +133,7 @@ pub fn slogdet(a: &[f64], batch: usize, n: usize) -> Result<(Vec<f64>, Vec<f64>)
             if lu.has_zero_pivot() {
                 (0.0, f64::NEG_INFINITY)
             } else {
-                let mut sign = if lu.transpositions % 2 == 0 {
+                let mut sign = if lu.transpositions.is_multiple_of(2) {
                     1.0
                 } else {
                     -1.0

@@ -111,7 +111,7 @@ pub fn split(x: &Tensor, sections: usize, axis: isize) -> Result<Vec<Tensor>> {
     if sections == 0 {
         return Err(Error::invalid("split sections must be >= 1, got 0"));
     }
-    if n % sections != 0 {
+    if !n.is_multiple_of(sections) {
         return Err(Error::shape(
             "split",
             format!(

@@ -52,7 +52,7 @@ impl Rng {
             -0.75,
         ];
         let r = self.next_u64();
-        if r % 5 == 0 {
+        if r.is_multiple_of(5) {
             SPECIAL[(r >> 8) as usize % SPECIAL.len()]
         } else {
             (self.uniform() - 0.5) * 8.0
