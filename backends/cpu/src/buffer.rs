@@ -119,11 +119,9 @@ impl<'a> View<'a> {
     pub(crate) fn as_f64(&self) -> std::borrow::Cow<'_, [f64]> {
         match self {
             View::F64(v) => std::borrow::Cow::Borrowed(v),
-            _ => {
-                let mut out = vec![0.0; self.len()];
-                self.load_f64(0, &mut out);
-                std::borrow::Cow::Owned(out)
-            }
+            // Collected in one pass (a zeroed vector filled afterwards writes everything twice).
+            View::F32(v) => std::borrow::Cow::Owned(v.iter().map(|&x| x as f64).collect()),
+            View::Bool(v) => std::borrow::Cow::Owned(v.iter().map(|&b| b.to_f64()).collect()),
         }
     }
 }
