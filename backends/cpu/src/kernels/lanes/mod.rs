@@ -17,7 +17,7 @@
 //! build runs (the compiler still vectorizes it to the baseline SIMD width).
 //!
 //! Modules: [`trig`] (`sin`, `cos`, and both at once), [`exp`] (`exp`, `expm1`, `tanh`),
-//! [`log`] (`log`).
+//! [`log`] (`log`, `log1p`).
 
 pub(crate) mod exp;
 pub(crate) mod log;
@@ -42,7 +42,13 @@ pub(crate) trait LaneFn {
 pub(crate) fn has_lanes(op: UnaryOp) -> bool {
     matches!(
         op,
-        UnaryOp::Sin | UnaryOp::Cos | UnaryOp::Exp | UnaryOp::Expm1 | UnaryOp::Tanh | UnaryOp::Log
+        UnaryOp::Sin
+            | UnaryOp::Cos
+            | UnaryOp::Exp
+            | UnaryOp::Expm1
+            | UnaryOp::Tanh
+            | UnaryOp::Log
+            | UnaryOp::Log1p
     )
 }
 
@@ -56,6 +62,7 @@ pub(crate) fn unary(op: UnaryOp, x: &[f64], out: &mut [f64], round_f32: bool) {
         UnaryOp::Expm1 => run::<exp::Expm1>(x, out, &mut [], round_f32),
         UnaryOp::Tanh => run::<exp::Tanh>(x, out, &mut [], round_f32),
         UnaryOp::Log => run::<log::Log>(x, out, &mut [], round_f32),
+        UnaryOp::Log1p => run::<log::Log1p>(x, out, &mut [], round_f32),
         _ => {}
     }
 }
