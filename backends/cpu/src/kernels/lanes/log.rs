@@ -99,7 +99,7 @@ fn log1p_lane(x: f64) -> (f64, bool) {
     // The high word with its sign bit, as the scalar routine's unsigned comparisons see it.
     let hx = (bits >> 32) as i64;
     // Below 1 + x ≈ √2 (and every negative x): a small or unreduced argument.
-    let low = (hx < 0x3fda_827a) | (hx >= 0x8000_0000);
+    let low = !(0x3fda_827a..0x8000_0000).contains(&hx);
     let flagged = (low & (hx >= 0xbff0_0000)) | (!low & (hx >= 0x7ff0_0000));
     // |x| < 2^-53 gives x.
     let tiny = low & (((hx << 1) & 0xffff_ffff) < 0x3ca0_0000 << 1);
