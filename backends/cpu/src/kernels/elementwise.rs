@@ -179,6 +179,28 @@ pub(crate) struct Program {
     pub nregs: usize,
     /// Number of members (nodes) the program computes.
     pub nodes: usize,
+    /// Estimated work per element, in units of one arithmetic operation (see [`op_cost`]).
+    pub cost: usize,
+}
+
+/// Work of a group (elements times cost per element) from which it is split over threads
+/// even below [`PAR_MIN_ELEMENTS`]: starting a thread costs tens of microseconds, so a small
+/// group is worth splitting only when each element is expensive (a chain of transcendental
+/// functions over a hidden layer, say).
+const PAR_MIN_WORK: usize = 800_000;
+
+/// Estimated cost of one element of an instruction, in units of one arithmetic operation.
+fn op_cost(op: EwOp) -> usize {
+    match op {
+        EwOp::Unary(u) if lanes::has_lanes(u) => 12,
+        EwOp::Unary(
+            UnaryOp::Neg | UnaryOp::Sqrt | UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round,
+        ) => 1,
+        EwOp::Unary(_) => 40,
+        EwOp::Binary(BinaryOp::Pow | BinaryOp::Atan2 | BinaryOp::Fmod) => 60,
+        EwOp::Powi(n) => 1 + (32 - n.unsigned_abs().leading_zeros()) as usize,
+        _ => 1,
+    }
 }
 
 /// Whether the op's float64 result needs rounding for a float32 node (`where`, `neg`,
@@ -363,6 +385,14 @@ impl Program {
                 member_reg[i] = usize::MAX;
             }
         }
+        let cost = instrs
+            .iter()
+            .map(|i| match *i {
+                Instr::Compute { op, .. } => op_cost(op),
+                Instr::SinCos { .. } => op_cost(EwOp::Unary(UnaryOp::Sin)),
+                Instr::Load { .. } | Instr::Store { .. } => 1,
+            })
+            .sum();
         Program {
             dims,
             size,
@@ -371,6 +401,7 @@ impl Program {
             instrs,
             nregs,
             nodes: members.len(),
+            cost,
         }
     }
 
@@ -387,7 +418,8 @@ impl Program {
         scratch: &mut Scratch,
     ) {
         let tile = TILE.min(self.size);
-        if self.size < PAR_MIN_ELEMENTS || threads <= 1 {
+        let large = self.size >= PAR_MIN_ELEMENTS || self.size * self.cost >= PAR_MIN_WORK;
+        if !large || threads <= 1 || self.size < 2 * TILE {
             let regs = &mut scratch.tiles;
             if regs.len() < self.nregs {
                 regs.resize_with(self.nregs, Vec::new);
