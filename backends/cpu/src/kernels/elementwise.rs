@@ -418,8 +418,7 @@ impl Program {
         scratch: &mut Scratch,
     ) {
         let tile = TILE.min(self.size);
-        let large = self.size >= PAR_MIN_ELEMENTS || self.size * self.cost >= PAR_MIN_WORK;
-        if !large || threads <= 1 || self.size < 2 * TILE {
+        if !self.splits(threads) {
             let regs = &mut scratch.tiles;
             if regs.len() < self.nregs {
                 regs.resize_with(self.nregs, Vec::new);
@@ -454,6 +453,13 @@ impl Program {
             let mut regs = vec![vec![0.0f64; tile]; self.nregs];
             self.run_range(exts, &mut outs, start, end, &mut regs);
         });
+    }
+
+    /// Whether a run with `threads` threads splits the elements over them: for many elements,
+    /// or much work (see [`PAR_MIN_WORK`]), and at least two tiles.
+    fn splits(&self, threads: usize) -> bool {
+        let large = self.size >= PAR_MIN_ELEMENTS || self.size * self.cost >= PAR_MIN_WORK;
+        large && threads > 1 && self.size >= 2 * TILE
     }
 
     /// The same program reading external `e` at position `at[e]` of the value array given to
@@ -1170,6 +1176,59 @@ mod tests {
                     (if r32 { v as f32 as f64 } else { v }).to_bits()
                 );
             }
+        }
+    }
+
+    #[test]
+    fn expensive_groups_split_below_the_size_threshold() {
+        let n = 70_000;
+        assert!(n < PAR_MIN_ELEMENTS);
+        let ext = || {
+            vec![ExtSpec {
+                slot: 0,
+                dtype: DType::F64,
+                access: Access::Full,
+            }]
+        };
+        let one = |op: EwOp| {
+            vec![Member {
+                op,
+                args: vec![Operand::Ext(0)],
+                dtype: DType::F64,
+                output: Some(0),
+            }]
+        };
+        let cheap = Program::build(
+            vec![n],
+            ext(),
+            &one(EwOp::Unary(UnaryOp::Neg)),
+            vec![(1, DType::F64)],
+        );
+        assert!(!cheap.splits(2));
+        let tanh = Program::build(
+            vec![n],
+            ext(),
+            &one(EwOp::Unary(UnaryOp::Tanh)),
+            vec![(1, DType::F64)],
+        );
+        assert!(tanh.splits(2) && !tanh.splits(1));
+        let xs: Vec<f64> = (0..n).map(|i| (i as f64 - 35_000.0) * 1e-4).collect();
+        let (mut split, mut whole) = (vec![0.0; n], vec![0.0; n]);
+        tanh.run(
+            &[View::F64(&xs)],
+            &mut [ViewMut::F64(&mut split)],
+            2,
+            &mut Scratch::default(),
+        );
+        tanh.run(
+            &[View::F64(&xs)],
+            &mut [ViewMut::F64(&mut whole)],
+            1,
+            &mut Scratch::default(),
+        );
+        for ((&x, &a), &b) in xs.iter().zip(&split).zip(&whole) {
+            assert_eq!(a.to_bits(), b.to_bits());
+            assert_eq!(a.to_bits(), libm::tanh(x).to_bits());
         }
     }
 }
