@@ -80,7 +80,7 @@ fn main() -> qb::Result<()> {
     // on 32 points, with a fresh function each time.
     let xs = qb::linspace(-1.0, 1.0, 32)?.reshape([32, 1])?;
     let ys = xs.sin()?;
-    let params = mlp_params()?;
+    let params = mlp_params(16, 0.25)?;
     let t = median_seconds(5, || {
         let step = qb::jit(|(p, x, y): (Vec<Tensor>, Tensor, Tensor)| {
             qb::value_and_grad(mlp_loss).call::<Tensor, (Tensor, Vec<Tensor>)>(&(p, x, y))
@@ -88,6 +88,17 @@ fn main() -> qb::Result<()> {
         Ok(step.call(&(params.clone(), xs.clone(), ys.clone()))?.0)
     })?;
     println!("workload=first_call_mlp_value_and_grad seconds={t:e}");
+
+    // The steady state of a small training loop: a cached call of the same step on a 1-64-64-1
+    // network and 1024 points.
+    let xs = qb::linspace(-1.0, 1.0, 1024)?.reshape([1024, 1])?;
+    let ys = xs.sin()?;
+    let args = (mlp_params(64, 0.125)?, xs, ys);
+    let step = qb::jit(|(p, x, y): (Vec<Tensor>, Tensor, Tensor)| {
+        qb::value_and_grad(mlp_loss).call::<Tensor, (Tensor, Vec<Tensor>)>(&(p, x, y))
+    });
+    let t = median_seconds(15, || Ok(step.call(&args)?.0))?;
+    println!("workload=mlp_value_and_grad_1024x64 seconds={t:e}");
 
     // A jitted fori_loop of 1e5 iterations of a scalar body: the per-iteration cost of the
     // interpreter's native loop.
@@ -104,8 +115,9 @@ fn main() -> qb::Result<()> {
     Ok(())
 }
 
-/// Weights and biases of a 1-16-16-1 network, deterministic.
-fn mlp_params() -> qb::Result<Vec<Tensor>> {
+/// Weights and biases of a 1-`width`-`width`-1 network, deterministic; the hidden and output
+/// weights are scaled by `scale`.
+fn mlp_params(width: usize, scale: f64) -> qb::Result<Vec<Tensor>> {
     let init = |rows: usize, cols: usize, seed: f64| -> qb::Result<Tensor> {
         qb::linspace(-1.0, 1.0, rows * cols)?
             .mul(seed)?
@@ -113,11 +125,11 @@ fn mlp_params() -> qb::Result<Vec<Tensor>> {
             .reshape([rows as isize, cols as isize])
     };
     Ok(vec![
-        init(1, 16, 1.3)?,
-        qb::zeros([16])?,
-        init(16, 16, 2.1)?.mul(0.25)?,
-        qb::zeros([16])?,
-        init(16, 1, 0.7)?.mul(0.25)?,
+        init(1, width, 1.3)?,
+        qb::zeros([width])?,
+        init(width, width, 2.1)?.mul(scale)?,
+        qb::zeros([width])?,
+        init(width, 1, 0.7)?.mul(scale)?,
         qb::zeros([1])?,
     ])
 }
