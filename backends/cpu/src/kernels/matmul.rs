@@ -2,10 +2,10 @@
 //! faer's GEMM in float64.
 //!
 //! float32 operands are widened to float64, multiplied, and the result rounded to float32 once
-//! (numerics.md §1.5). Batches are independent faer calls; large products split over threads
-//! by batch, or for a single large product by halves of the rows of the result. The split
-//! depends only on the shapes, never on the thread count, so a product has the same bits on
-//! every machine of one architecture.
+//! (numerics.md §1.5). Batches are independent faer calls; large batched products split over
+//! threads by batch, and a single large product runs faer's parallel GEMM, whose threads share
+//! the packed operands. Neither changes the order in which an element accumulates, so a
+//! product has the same bits whatever the thread count (tested against the sequential GEMM).
 
 use crate::buffer::{View, ViewMut};
 use crate::kernels::layout::broadcast_strides;
@@ -18,10 +18,17 @@ const PAR_MIN_FLOPS: usize = 1 << 18;
 
 /// One row-major `m x k` times `k x n` product into `c` (`m x n`), sequential.
 pub(crate) fn gemm(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
+    gemm_on(a, b, c, m, k, n, Par::Seq);
+}
+
+/// [`gemm`] with faer's parallelism `par`: faer splits blocks of the result over its threads
+/// and shares the packed operands between them; every element accumulates in the order of
+/// the sequential product.
+fn gemm_on(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize, par: Par) {
     let a = MatRef::from_row_major_slice(a, m, k);
     let b = MatRef::from_row_major_slice(b, k, n);
     let c = MatMut::from_row_major_slice_mut(c, m, n);
-    faer::linalg::matmul::matmul(c, Accum::Replace, a, b, 1.0, Par::Seq);
+    faer::linalg::matmul::matmul(c, Accum::Replace, a, b, 1.0, par);
     clear_upper_vector_state();
 }
 
@@ -119,18 +126,11 @@ fn product(
         let (ia, ib) = pairs[0];
         let a = &a[ia * sa..(ia + 1) * sa];
         let b = &b[ib * sb..(ib + 1) * sb];
-        // A single large product: two halves of the rows (a rule of the shape alone).
-        let halves = if large && m >= 2 { 2 } else { 1 };
-        let mut items = Vec::new();
-        let mut rest = c;
-        for (r0, r1) in split_ranges(m, halves, 1) {
-            let (mine, next) = rest.split_at_mut((r1 - r0) * n);
-            rest = next;
-            items.push((r0, r1, mine));
+        if large && threads > 1 {
+            gemm_on(a, b, c, m, k, n, Par::rayon(threads));
+        } else {
+            gemm(a, b, c, m, k, n);
         }
-        par_for_each(items, threads, |(r0, r1, c)| {
-            gemm(&a[r0 * k..r1 * k], b, c, r1 - r0, k, n);
-        });
     }
 }
 
@@ -161,6 +161,36 @@ unsafe fn zero_upper() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parallel_products_have_the_bits_of_the_sequential_product() {
+        // Shapes around faer's block sizes, odd and prime extents, thin and wide products.
+        let shapes = [
+            (512, 512, 512),
+            (257, 311, 129),
+            (1024, 64, 64),
+            (64, 1024, 64),
+            (97, 1000, 3),
+            (3, 777, 501),
+            (600, 1, 600),
+            (129, 129, 129),
+        ];
+        for &(m, k, n) in &shapes {
+            let a: Vec<f64> = (0..m * k).map(|i| (i as f64 * 0.37).sin()).collect();
+            let b: Vec<f64> = (0..k * n).map(|i| (i as f64 * 0.11).cos() * 1e3).collect();
+            let mut seq = vec![0.0; m * n];
+            gemm(&a, &b, &mut seq, m, k, n);
+            for threads in [2, 3, 4] {
+                let mut par = vec![f64::NAN; m * n];
+                product(&a, &b, &[(0, 0)], &mut par, m, k, n, threads);
+                let same = seq
+                    .iter()
+                    .zip(&par)
+                    .all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(same, "{m}x{k}x{n} on {threads} threads");
+            }
+        }
+    }
 
     #[test]
     fn broadcast_batch_pairs() {
