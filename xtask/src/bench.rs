@@ -8,6 +8,11 @@
 //! writes the embedded script `jax_bench.py` under `target/` and runs it. The
 //! two sets of timings are joined by workload name and printed as a table;
 //! `--json FILE` also writes them as a JSON array.
+//!
+//! `--rounds N` (default 1, or 3 with `--vs-jax`) runs both sides N times,
+//! alternating, and reports each workload's median over the rounds: on a
+//! shared machine whose speed drifts over minutes, alternating rounds expose
+//! both sides to the same drift, which keeps the ratios meaningful.
 
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
@@ -24,6 +29,14 @@ const JAX_BENCH_SCRIPT: &str = include_str!("jax_bench.py");
 struct Options {
     vs_jax: bool,
     json: Option<PathBuf>,
+    /// Rounds of both sides; `None` for the default.
+    rounds: Option<usize>,
+}
+
+impl Options {
+    fn rounds(&self) -> usize {
+        self.rounds.unwrap_or(if self.vs_jax { 3 } else { 1 })
+    }
 }
 
 /// One workload's timings, joined by name.
@@ -56,24 +69,31 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         None
     };
 
-    let mut ours_command = cargo([
-        "run",
-        "--release",
-        "-p",
-        "quabla",
-        "--example",
-        "bench_workloads",
-    ]);
-    let ours = parse_timings(&run_tee(&mut ours_command)?)?;
-    if ours.is_empty() {
-        return Err(format!(
-            "`{}` printed no `workload=<name> seconds=<s>` lines",
-            display_command(&ours_command)
-        ));
-    }
+    let mut ours_rounds = Vec::new();
+    let mut jax_rounds = Vec::new();
+    let rounds = options.rounds();
+    for round in 1..=rounds {
+        if rounds > 1 {
+            println!("== xtask: round {round} of {rounds} ==");
+        }
+        let mut ours_command = cargo([
+            "run",
+            "--release",
+            "-p",
+            "quabla",
+            "--example",
+            "bench_workloads",
+        ]);
+        let ours = parse_timings(&run_tee(&mut ours_command)?)?;
+        if ours.is_empty() {
+            return Err(format!(
+                "`{}` printed no `workload=<name> seconds=<s>` lines",
+                display_command(&ours_command)
+            ));
+        }
+        ours_rounds.push(ours);
 
-    let jax = match python {
-        Some(python) => {
+        if let Some(python) = &python {
             let script = target_dir().join("jax_bench.py");
             std::fs::write(&script, JAX_BENCH_SCRIPT)
                 .map_err(|e| format!("could not write {}: {e}", script.display()))?;
@@ -82,10 +102,11 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
                 .arg(&script)
                 .env("JAX_PLATFORMS", "cpu")
                 .current_dir(workspace_root());
-            Some(parse_timings(&run_tee(&mut command)?)?)
+            jax_rounds.push(parse_timings(&run_tee(&mut command)?)?);
         }
-        None => None,
-    };
+    }
+    let ours = median_over_rounds(&ours_rounds);
+    let jax = python.as_ref().map(|_| median_over_rounds(&jax_rounds));
 
     let rows = join(&ours, jax.as_deref().unwrap_or(&[]));
     println!();
@@ -109,24 +130,76 @@ fn parse_args(args: &[String]) -> Result<Options> {
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--vs-jax" => options.vs_jax = true,
+            "--rounds" => {
+                let n = args
+                    .next()
+                    .ok_or("`--rounds` needs a count: `--rounds N`")?;
+                options.rounds = Some(parse_rounds(n)?);
+            }
             "--json" => {
                 let file = args
                     .next()
                     .ok_or("`--json` needs a file name: `--json FILE`")?;
                 options.json = Some(PathBuf::from(file));
             }
-            other => match other.strip_prefix("--json=") {
-                Some(file) if !file.is_empty() => options.json = Some(PathBuf::from(file)),
-                _ => {
-                    return Err(format!(
-                        "unknown option `{other}` for `cargo xtask bench`; \
-                         usage: cargo xtask bench [--vs-jax] [--json FILE]"
-                    ))
+            other => {
+                if let Some(n) = other.strip_prefix("--rounds=") {
+                    options.rounds = Some(parse_rounds(n)?);
+                    continue;
                 }
-            },
+                match other.strip_prefix("--json=") {
+                    Some(file) if !file.is_empty() => options.json = Some(PathBuf::from(file)),
+                    _ => {
+                        return Err(format!(
+                            "unknown option `{other}` for `cargo xtask bench`; \
+                             usage: cargo xtask bench [--vs-jax] [--rounds N] [--json FILE]"
+                        ))
+                    }
+                }
+            }
         }
     }
     Ok(options)
+}
+
+/// A round count of at least 1.
+fn parse_rounds(text: &str) -> Result<usize> {
+    match text.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!(
+            "`--rounds` takes a whole number of at least 1, got `{text}`"
+        )),
+    }
+}
+
+/// Each workload's median over the rounds (the mean of the two middle values for an even
+/// count), in the order of first appearance.
+fn median_over_rounds(rounds: &[Vec<(String, f64)>]) -> Vec<(String, f64)> {
+    let mut names: Vec<&str> = Vec::new();
+    for round in rounds {
+        for (name, _) in round {
+            if !names.contains(&name.as_str()) {
+                names.push(name);
+            }
+        }
+    }
+    names
+        .into_iter()
+        .map(|name| {
+            let mut values: Vec<f64> = rounds
+                .iter()
+                .filter_map(|r| r.iter().find(|(n, _)| n == name).map(|&(_, s)| s))
+                .collect();
+            values.sort_by(f64::total_cmp);
+            let mid = values.len() / 2;
+            let median = if values.len() % 2 == 1 {
+                values[mid]
+            } else {
+                (values[mid - 1] + values[mid]) / 2.0
+            };
+            (name.to_owned(), median)
+        })
+        .collect()
 }
 
 /// `<workspace>/target`, which holds the JAX virtualenv and script.
@@ -397,6 +470,7 @@ mod tests {
             Options {
                 vs_jax: true,
                 json: Some(PathBuf::from("target/bench.json")),
+                rounds: None,
             }
         );
         assert_eq!(
@@ -404,8 +478,37 @@ mod tests {
             Some(PathBuf::from("out.json"))
         );
         assert!(parse_args(&strings(&["--json"])).is_err());
+        let rounds = parse_args(&strings(&["--rounds", "5"])).unwrap();
+        assert_eq!((rounds.rounds, rounds.rounds()), (Some(5), 5));
+        assert_eq!(parse_args(&strings(&["--rounds=2"])).unwrap().rounds(), 2);
+        assert_eq!(parse_args(&strings(&["--vs-jax"])).unwrap().rounds(), 3);
+        assert_eq!(parse_args(&[]).unwrap().rounds(), 1);
+        assert!(parse_args(&strings(&["--rounds", "0"])).is_err());
+        assert!(parse_args(&strings(&["--rounds=x"])).is_err());
+        assert!(parse_args(&strings(&["--rounds"])).is_err());
         assert!(parse_args(&strings(&["--json="])).is_err());
         assert!(parse_args(&strings(&["--fast"])).is_err());
+    }
+
+    #[test]
+    fn medians_over_rounds() {
+        let round = |pairs: &[(&str, f64)]| -> Vec<(String, f64)> {
+            pairs.iter().map(|&(n, s)| (n.to_owned(), s)).collect()
+        };
+        let rounds = vec![
+            round(&[("a", 3.0), ("b", 10.0)]),
+            round(&[("a", 1.0), ("b", 30.0), ("c", 7.0)]),
+            round(&[("a", 2.0), ("b", 20.0)]),
+        ];
+        assert_eq!(
+            median_over_rounds(&rounds),
+            round(&[("a", 2.0), ("b", 20.0), ("c", 7.0)])
+        );
+        assert_eq!(
+            median_over_rounds(&rounds[..2]),
+            round(&[("a", 2.0), ("b", 20.0), ("c", 7.0)])
+        );
+        assert!(median_over_rounds(&[]).is_empty());
     }
 
     #[test]
