@@ -202,9 +202,10 @@ pub(crate) mod testing {
 
     /// The builds of `F`'s loop this machine can run, by name.
     fn builds<F: LaneFn>() -> Vec<(&'static str, Build)> {
-        let mut out: Vec<(&'static str, Build)> = vec![("baseline", lanes::<F>)];
+        let out: Vec<(&'static str, Build)> = vec![("baseline", lanes::<F>)];
         #[cfg(target_arch = "x86_64")]
-        {
+        let out = {
+            let mut out = out;
             if std::arch::is_x86_feature_detected!("avx2") {
                 // SAFETY: AVX2 was detected.
                 out.push(("avx2", |x, a, b| unsafe { lanes_avx2::<F>(x, a, b) }));
@@ -213,7 +214,8 @@ pub(crate) mod testing {
                 // SAFETY: AVX-512F was detected.
                 out.push(("avx512", |x, a, b| unsafe { lanes_avx512::<F>(x, a, b) }));
             }
-        }
+            out
+        };
         out
     }
 
