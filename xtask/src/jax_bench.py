@@ -125,26 +125,37 @@ def main():
           flush=True)
 
 
+def mlp_params(width, scale):
+    """Weights and biases of a 1-width-width-1 network, deterministic; the hidden and output
+    weights are scaled by `scale` (the same values as the Quabla side)."""
+
+    def init(rows, cols, seed):
+        return jnp.sin(jnp.linspace(-1.0, 1.0, rows * cols) * seed).reshape(rows, cols)
+
+    return [init(1, width, 1.3), jnp.zeros(width), init(width, width, 2.1) * scale,
+            jnp.zeros(width), init(width, 1, 0.7) * scale, jnp.zeros(1)]
+
+
+def mlp_loss(p, x, y):
+    """Mean squared error of the tanh MLP."""
+    h = jnp.tanh(x @ p[0] + p[1])
+    h = jnp.tanh(h @ p[2] + p[3])
+    out = h @ p[4] + p[5]
+    return jnp.mean((out - y) ** 2)
+
+
 def first_call_mlp(repeats):
     """Trace, differentiate, compile and run jit(value_and_grad(loss)) of a 1-16-16-1 tanh MLP
     on 32 points; a fresh scale per repetition defeats compilation caches."""
     xs = jnp.linspace(-1.0, 1.0, 32).reshape(32, 1)
     ys = jnp.sin(xs)
-
-    def init(rows, cols, seed):
-        return jnp.sin(jnp.linspace(-1.0, 1.0, rows * cols) * seed).reshape(rows, cols)
-
-    params = [init(1, 16, 1.3), jnp.zeros(16), init(16, 16, 2.1) * 0.25, jnp.zeros(16),
-              init(16, 1, 0.7) * 0.25, jnp.zeros(1)]
+    params = mlp_params(16, 0.25)
     times = []
     for r in range(repeats):
         scale = 1.0 + r * 1e-7
 
         def loss(p, x, y):
-            h = jnp.tanh(x @ p[0] + p[1])
-            h = jnp.tanh(h @ p[2] + p[3])
-            out = h @ p[4] + p[5]
-            return jnp.mean((out - y * scale) ** 2)
+            return mlp_loss(p, x, y * scale)
 
         step = jax.jit(jax.value_and_grad(loss))
         start = time.perf_counter()
@@ -159,20 +170,8 @@ def mlp_step_seconds(repeats):
     float64: the steady state of a small training loop."""
     xs = jnp.linspace(-1.0, 1.0, 1024).reshape(1024, 1)
     ys = jnp.sin(xs)
-
-    def init(rows, cols, seed):
-        return jnp.sin(jnp.linspace(-1.0, 1.0, rows * cols) * seed).reshape(rows, cols)
-
-    params = [init(1, 64, 1.3), jnp.zeros(64), init(64, 64, 2.1) * 0.125, jnp.zeros(64),
-              init(64, 1, 0.7) * 0.125, jnp.zeros(1)]
-
-    def loss(p, x, y):
-        h = jnp.tanh(x @ p[0] + p[1])
-        h = jnp.tanh(h @ p[2] + p[3])
-        out = h @ p[4] + p[5]
-        return jnp.mean((out - y) ** 2)
-
-    step = jax.jit(jax.value_and_grad(loss))
+    params = mlp_params(64, 0.125)
+    step = jax.jit(jax.value_and_grad(mlp_loss))
     jax.block_until_ready(step(params, xs, ys))
     times = []
     for _ in range(repeats):

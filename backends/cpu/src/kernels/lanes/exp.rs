@@ -9,7 +9,7 @@
 //! Flagged for the scalar routine: `exp` of |x| ≥ 708.39 (overflow, subnormal results,
 //! infinities, NaN); `expm1` of NaN and of x ≥ 700 (overflow, and the `k = 1024` scaling).
 
-use super::{choose, high_word_abs, pow2, LaneFn};
+use super::{choose, high_word_abs, one_result_lane, pow2};
 
 /// ln 2 split into a head exact in 32 bits and its tail, and 1/ln 2.
 const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
@@ -52,51 +52,24 @@ const TANH_MIDDLE: i64 = 0x3fd0_58ae;
 /// `tanh`: below the smallest normal, `x`.
 const TANH_SUBNORMAL: i64 = 0x0010_0000;
 
-/// `exp`.
-#[derive(Debug)]
-pub(crate) struct Exp;
-/// `expm1`.
-#[derive(Debug)]
-pub(crate) struct Expm1;
-/// `tanh`.
-#[derive(Debug)]
-pub(crate) struct Tanh;
-
-impl LaneFn for Exp {
-    const RESULTS: usize = 1;
-    #[inline(always)]
-    fn lane(x: f64) -> ([f64; 2], bool) {
-        let (v, flag) = exp_lane(x);
-        ([v, 0.0], flag)
-    }
-    fn exact(x: f64) -> [f64; 2] {
-        [libm::exp(x), 0.0]
-    }
-}
-
-impl LaneFn for Expm1 {
-    const RESULTS: usize = 1;
-    #[inline(always)]
-    fn lane(x: f64) -> ([f64; 2], bool) {
-        let (v, flag) = expm1_lane(x);
-        ([v, 0.0], flag)
-    }
-    fn exact(x: f64) -> [f64; 2] {
-        [libm::expm1(x), 0.0]
-    }
-}
-
-impl LaneFn for Tanh {
-    const RESULTS: usize = 1;
-    #[inline(always)]
-    fn lane(x: f64) -> ([f64; 2], bool) {
-        let (v, flag) = tanh_lane(x);
-        ([v, 0.0], flag)
-    }
-    fn exact(x: f64) -> [f64; 2] {
-        [libm::tanh(x), 0.0]
-    }
-}
+one_result_lane!(
+    /// `exp`.
+    Exp,
+    exp_lane,
+    libm::exp
+);
+one_result_lane!(
+    /// `expm1`.
+    Expm1,
+    expm1_lane,
+    libm::expm1
+);
+one_result_lane!(
+    /// `tanh`.
+    Tanh,
+    tanh_lane,
+    libm::tanh
+);
 
 /// The reduction multiple `x/ln2` rounded half away from zero, then truncated (the scalar
 /// routines' `(int)(x/ln2 ± 0.5)`), as a float64 integer.

@@ -7,7 +7,7 @@
 //! zero, negative, subnormal, infinite and NaN arguments; `log1p` of arguments of -1 or below,
 //! infinities and NaN.
 
-use super::{choose, LaneFn};
+use super::{choose, one_result_lane};
 
 /// ln 2 split into a head exact in 32 bits and its tail.
 const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
@@ -27,36 +27,18 @@ const SQRT_HALF_HI: i64 = 0x3fe6_a09e;
 /// 2^52: adding an integer below it to this puts the integer in the low mantissa bits.
 const TWO_52: f64 = 4_503_599_627_370_496.0;
 
-/// `log`.
-#[derive(Debug)]
-pub(crate) struct Log;
-/// `log1p`.
-#[derive(Debug)]
-pub(crate) struct Log1p;
-
-impl LaneFn for Log1p {
-    const RESULTS: usize = 1;
-    #[inline(always)]
-    fn lane(x: f64) -> ([f64; 2], bool) {
-        let (v, flag) = log1p_lane(x);
-        ([v, 0.0], flag)
-    }
-    fn exact(x: f64) -> [f64; 2] {
-        [libm::log1p(x), 0.0]
-    }
-}
-
-impl LaneFn for Log {
-    const RESULTS: usize = 1;
-    #[inline(always)]
-    fn lane(x: f64) -> ([f64; 2], bool) {
-        let (v, flag) = log_lane(x);
-        ([v, 0.0], flag)
-    }
-    fn exact(x: f64) -> [f64; 2] {
-        [libm::log(x), 0.0]
-    }
-}
+one_result_lane!(
+    /// `log`.
+    Log,
+    log_lane,
+    libm::log
+);
+one_result_lane!(
+    /// `log1p`.
+    Log1p,
+    log1p_lane,
+    libm::log1p
+);
 
 /// `k` as float64 without an integer conversion (`k + 2048` is positive and below 2^52).
 #[inline(always)]

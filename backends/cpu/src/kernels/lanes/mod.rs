@@ -38,6 +38,29 @@ pub(crate) trait LaneFn {
     fn exact(x: f64) -> [f64; 2];
 }
 
+/// Declares a one-result [`LaneFn`] from its lane function (`fn(f64) -> (f64, bool)`) and its
+/// scalar routine.
+macro_rules! one_result_lane {
+    ($(#[$doc:meta])* $name:ident, $lane:path, $exact:path) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub(crate) struct $name;
+
+        impl $crate::kernels::lanes::LaneFn for $name {
+            const RESULTS: usize = 1;
+            #[inline(always)]
+            fn lane(x: f64) -> ([f64; 2], bool) {
+                let (value, flagged) = $lane(x);
+                ([value, 0.0], flagged)
+            }
+            fn exact(x: f64) -> [f64; 2] {
+                [$exact(x), 0.0]
+            }
+        }
+    };
+}
+use one_result_lane;
+
 /// Whether `op` has a lane form.
 pub(crate) fn has_lanes(op: UnaryOp) -> bool {
     matches!(

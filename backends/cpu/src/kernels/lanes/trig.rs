@@ -9,7 +9,7 @@
 //! argument of 2^20·π/2 or more, an infinity or NaN, and a medium argument whose first
 //! reduction step cancels (the scalar routine then takes further steps).
 
-use super::{choose, high_word_abs, LaneFn};
+use super::{choose, high_word_abs, one_result_lane, LaneFn};
 
 // Coefficients of the musl `__sin` and `__cos` polynomial kernels on [-π/4, π/4], by bit
 // pattern.
@@ -51,39 +51,22 @@ const PIO2_9_4: i64 = 0x401c_463b;
 /// |x| from about 2^20·π/2 on (and infinities, NaN): the scalar routine.
 const MEDIUM_END: i64 = 0x4139_21fb;
 
-/// `sin`.
-#[derive(Debug)]
-pub(crate) struct Sin;
-/// `cos`.
-#[derive(Debug)]
-pub(crate) struct Cos;
+one_result_lane!(
+    /// `sin`.
+    Sin,
+    sin_lane,
+    libm::sin
+);
+one_result_lane!(
+    /// `cos`.
+    Cos,
+    cos_lane,
+    libm::cos
+);
+
 /// `sin` and `cos` of the same argument.
 #[derive(Debug)]
 pub(crate) struct SinCos;
-
-impl LaneFn for Sin {
-    const RESULTS: usize = 1;
-    #[inline(always)]
-    fn lane(x: f64) -> ([f64; 2], bool) {
-        let (s, _, flag) = lane(x);
-        ([s, 0.0], flag)
-    }
-    fn exact(x: f64) -> [f64; 2] {
-        [libm::sin(x), 0.0]
-    }
-}
-
-impl LaneFn for Cos {
-    const RESULTS: usize = 1;
-    #[inline(always)]
-    fn lane(x: f64) -> ([f64; 2], bool) {
-        let (_, c, flag) = lane(x);
-        ([c, 0.0], flag)
-    }
-    fn exact(x: f64) -> [f64; 2] {
-        [libm::cos(x), 0.0]
-    }
-}
 
 impl LaneFn for SinCos {
     const RESULTS: usize = 2;
@@ -95,6 +78,18 @@ impl LaneFn for SinCos {
     fn exact(x: f64) -> [f64; 2] {
         [libm::sin(x), libm::cos(x)]
     }
+}
+
+#[inline(always)]
+fn sin_lane(x: f64) -> (f64, bool) {
+    let (sin, _, flagged) = lane(x);
+    (sin, flagged)
+}
+
+#[inline(always)]
+fn cos_lane(x: f64) -> (f64, bool) {
+    let (_, cos, flagged) = lane(x);
+    (cos, flagged)
 }
 
 /// One element: the sine and cosine the scalar routines give, and whether this path cannot
