@@ -9,11 +9,9 @@
 //! Flagged for the scalar routine: `exp` of |x| ≥ 708.39 (overflow, subnormal results,
 //! infinities, NaN); `expm1` of NaN and of x ≥ 700 (overflow, and the `k = 1024` scaling).
 
-use super::{choose, high_word_abs, one_result_lane, pow2};
+use super::{choose, high_word_abs, one_result_lane, pow2, LN2_HI, LN2_LO};
 
-/// ln 2 split into a head exact in 32 bits and its tail, and 1/ln 2.
-const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
-const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
+/// 1/ln 2.
 const INV_LN2: f64 = f64::from_bits(0x3ff7_1547_652b_82fe);
 
 // Coefficients of the `exp` rational approximation.

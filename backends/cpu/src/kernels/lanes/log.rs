@@ -7,11 +7,7 @@
 //! zero, negative, subnormal, infinite and NaN arguments; `log1p` of arguments of -1 or below,
 //! infinities and NaN.
 
-use super::{choose, one_result_lane};
-
-/// ln 2 split into a head exact in 32 bits and its tail.
-const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
-const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
+use super::{choose, one_result_lane, LN2_HI, LN2_LO};
 
 // Coefficients of the polynomial in s².
 const LG1: f64 = f64::from_bits(0x3fe5_5555_5555_5593);

@@ -25,6 +25,11 @@ pub(crate) mod trig;
 
 use quabla_ir::UnaryOp;
 
+/// ln 2 split into a head exact in 32 bits and its tail (the musl `exp` and `log` families
+/// share them).
+const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
+const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
+
 /// Elements whose lane flags are checked together before the fix-up.
 const BLOCK: usize = 256;
 
