@@ -49,6 +49,21 @@ fn graph(
     b.finish(outs).unwrap()
 }
 
+/// A graph calling `region` on its inputs (one per operand) and returning every output.
+fn calling(region: &Arc<Region>) -> Graph {
+    graph(region.operand_types(), |b, p| call(b, region, p))
+}
+
+/// Random finite values of dtype `dt` for every operand of `region`.
+fn random_operands(region: &Region, dt: DType, seed: u64) -> Vec<HostTensor> {
+    let mut rng = Rng::new(seed);
+    region
+        .operand_types()
+        .iter()
+        .map(|t| random_finite(&mut rng, dt, t.shape.dims()))
+        .collect()
+}
+
 /// Copies `g` into `b` with its inputs bound to `inputs`, spelling every `cond` and `scan`
 /// out as straight-line code; returns the nodes of its outputs.
 fn inline_unrolled(b: &mut GraphBuilder, g: &Graph, inputs: &[NodeId]) -> Vec<NodeId> {
@@ -472,13 +487,8 @@ fn scan_bodies_that_return_their_inputs() {
         body: Arc::new(body),
     };
     let region = Arc::new(Region::new(RegionKind::Scan(scan), RegionForm::Scan, 0).unwrap());
-    let types: Vec<TensorType> = region.operand_types().to_vec();
-    let g = graph(&types, |b, p| call(b, &region, p));
-    let mut rng = Rng::new(5);
-    let inputs: Vec<HostTensor> = types
-        .iter()
-        .map(|t| random_finite(&mut rng, dt, t.shape.dims()))
-        .collect();
+    let g = calling(&region);
+    let inputs = random_operands(&region, dt, 5);
     check("pass-through scan", &g, &inputs);
 }
 
@@ -528,8 +538,7 @@ fn scalar_scans_with_bool_carries_slices_and_stacked_outputs() {
             };
             let region =
                 Arc::new(Region::new(RegionKind::Scan(scan), RegionForm::Scan, 0).unwrap());
-            let types: Vec<TensorType> = region.operand_types().to_vec();
-            let g = graph(&types, |b, p| call(b, &region, p));
+            let g = calling(&region);
             let inputs = vec![
                 scalar(dt, rng.finite()),
                 scalar(dt, rng.finite()),
@@ -633,8 +642,7 @@ fn large_loop_bodies() {
             body: Arc::new(body),
         };
         let region = Arc::new(Region::new(kind, RegionForm::While, 0).unwrap());
-        let types: Vec<TensorType> = region.operand_types().to_vec();
-        let g = graph(&types, |b, p| call(b, &region, p));
+        let g = calling(&region);
         let inputs = vec![
             scalar(dt, 0.0),
             random_finite(&mut rng, dt, &[n]),
@@ -673,8 +681,7 @@ fn scalar_while_with_a_bool_carry() {
             body: Arc::new(body),
         };
         let region = Arc::new(Region::new(kind, RegionForm::While, 0).unwrap());
-        let types: Vec<TensorType> = region.operand_types().to_vec();
-        let g = graph(&types, |b, p| call(b, &region, p));
+        let g = calling(&region);
         for (limit, trips) in [(12.0, 12), (0.0, 0)] {
             let inputs = vec![
                 scalar(dt, 0.0),
@@ -744,8 +751,7 @@ fn while_loops_until_the_predicate_fails() {
     let mut rng = Rng::new(31);
     for dt in [DType::F32, DType::F64] {
         let region = while_region(dt);
-        let types: Vec<TensorType> = region.operand_types().to_vec();
-        let g = graph(&types, |b, p| call(b, &region, p));
+        let g = calling(&region);
         for (i0, limit, trips) in [(0.0, 7.0, 7), (2.5, 3.0, 1), (5.0, 1.0, 0)] {
             let inputs = vec![
                 scalar(dt, i0),
@@ -814,8 +820,7 @@ fn scan_inside_a_scan_body() {
             )
             .unwrap(),
         );
-        let types: Vec<TensorType> = outer.operand_types().to_vec();
-        let g = graph(&types, |b, p| call(b, &outer, p));
+        let g = calling(&outer);
         let mut rng = Rng::new(41);
         let inputs = vec![
             random_finite(&mut rng, dt, &[4]),
@@ -875,8 +880,7 @@ fn cond_inside_a_while_body() {
             )
             .unwrap(),
         );
-        let types: Vec<TensorType> = region.operand_types().to_vec();
-        let g = graph(&types, |b, p| call(b, &region, p));
+        let g = calling(&region);
         let acc = HostTensor::new(shape(&[3]), HostData::from_f64(dt, [3.0, 5.5, -1.25]));
         let inputs = vec![scalar(dt, 0.0), acc, scalar(dt, 4.0)];
         let (want, trips) = while_reference(&region, &inputs);
@@ -924,13 +928,8 @@ fn scan_allocations(length: usize, n: usize, swapped: bool) -> usize {
         body: Arc::new(body),
     };
     let region = Arc::new(Region::new(RegionKind::Scan(scan), RegionForm::Scan, 0).unwrap());
-    let types: Vec<TensorType> = region.operand_types().to_vec();
-    let g = graph(&types, |b, p| call(b, &region, p));
-    let mut rng = Rng::new(3);
-    let inputs: Vec<HostTensor> = types
-        .iter()
-        .map(|t| random_finite(&mut rng, dt, t.shape.dims()))
-        .collect();
+    let g = calling(&region);
+    let inputs = random_operands(&region, dt, 3);
     let exe = CpuBackend::with_options(single_thread())
         .compile_plan(&Plan::compile(&g))
         .unwrap();
@@ -981,8 +980,7 @@ fn errors_inside_bodies_are_returned() {
         body: Arc::new(body),
     };
     let region = Arc::new(Region::new(RegionKind::Scan(scan), RegionForm::Fori, 0).unwrap());
-    let types: Vec<TensorType> = region.operand_types().to_vec();
-    let g = graph(&types, |b, p| call(b, &region, p));
+    let g = calling(&region);
     let exe = CpuBackend::default().compile(&Plan::compile(&g)).unwrap();
     let c = HostTensor::new(shape(&[2, 1]), HostData::F64(vec![1.0, 1.0].into()));
     let singular = HostTensor::new(
