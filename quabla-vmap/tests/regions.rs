@@ -18,6 +18,25 @@ use quabla_ir::{
 use quabla_vmap::batch_graph;
 use std::sync::Arc;
 
+/// A `cond` region of the two branches.
+fn cond_region(then_branch: Arc<Graph>, else_branch: Arc<Graph>) -> Region {
+    let kind = RegionKind::Cond {
+        then_branch,
+        else_branch,
+    };
+    Region::new(kind, RegionForm::Cond, 0).unwrap()
+}
+
+/// A `while` region with `n_carry` carries.
+fn while_region(n_carry: usize, cond: Arc<Graph>, body: Arc<Graph>) -> Region {
+    let kind = RegionKind::While {
+        n_carry,
+        cond,
+        body,
+    };
+    Region::new(kind, RegionForm::While, 0).unwrap()
+}
+
 fn ty(dims: &[usize]) -> TensorType {
     TensorType::new(DType::F64, shape(dims))
 }
@@ -174,15 +193,7 @@ fn cond_graph() -> Graph {
         let o1 = b.mul(x, two).unwrap();
         vec![o0, o1, w]
     });
-    let region = Region::new(
-        RegionKind::Cond {
-            then_branch,
-            else_branch,
-        },
-        RegionForm::Cond,
-        0,
-    )
-    .unwrap();
+    let region = cond_region(then_branch, else_branch);
     let mut b = GraphBuilder::new();
     let p = b.input("p", ty(&[]));
     let x = b.input("x", ty(&[3]));
@@ -257,15 +268,7 @@ fn cond_with_a_mapped_predicate_selects_per_example_without_leaking() {
         let v = b.sub(y, x).unwrap();
         vec![twice, minus_seven, v]
     });
-    let region = Region::new(
-        RegionKind::Cond {
-            then_branch,
-            else_branch,
-        },
-        RegionForm::Cond,
-        0,
-    )
-    .unwrap();
+    let region = cond_region(then_branch, else_branch);
     let mut b = GraphBuilder::new();
     let x = b.input("x", ty(&[]));
     let y = b.input("y", ty(&[2]));
@@ -504,16 +507,7 @@ fn while_with_an_unmapped_predicate_is_one_loop_with_a_batched_body() {
         let n2 = b.add(p[1], one).unwrap();
         vec![c2, n2]
     });
-    let region = Region::new(
-        RegionKind::While {
-            n_carry: 2,
-            cond,
-            body: step,
-        },
-        RegionForm::While,
-        0,
-    )
-    .unwrap();
+    let region = while_region(2, cond, step);
     let mut b = GraphBuilder::new();
     let c0 = b.input("c0", ty(&[2]));
     let a = b.input("a", ty(&[2]));
@@ -560,16 +554,7 @@ fn growth_loop() -> Graph {
         let y2 = b.add(s, p[0]).unwrap();
         vec![x2, y2]
     });
-    let region = Region::new(
-        RegionKind::While {
-            n_carry: 2,
-            cond,
-            body: step,
-        },
-        RegionForm::While,
-        0,
-    )
-    .unwrap();
+    let region = while_region(2, cond, step);
     let mut b = GraphBuilder::new();
     let x0 = b.input("x0", ty(&[]));
     let y0 = b.input("y0", ty(&[2]));
@@ -637,16 +622,7 @@ fn while_predicate_mapped_through_the_carry_fixed_point() {
         let n2 = b.add(p[1], one).unwrap();
         vec![c2, n2]
     });
-    let region = Region::new(
-        RegionKind::While {
-            n_carry: 2,
-            cond,
-            body: step,
-        },
-        RegionForm::While,
-        0,
-    )
-    .unwrap();
+    let region = while_region(2, cond, step);
     let mut b = GraphBuilder::new();
     let a = b.input("a", ty(&[]));
     let zero = strong(&mut b, 0.0);
@@ -674,15 +650,7 @@ fn a_cond_with_a_mapped_predicate_inside_a_fori_body() {
     let inner_else = body(&[ty(&[]), ty(&[])], |b, p| {
         vec![b.add(p[0], p[1]).unwrap(), b.mul(p[0], p[1]).unwrap()]
     });
-    let inner = Region::new(
-        RegionKind::Cond {
-            then_branch: inner_then,
-            else_branch: inner_else,
-        },
-        RegionForm::Cond,
-        0,
-    )
-    .unwrap();
+    let inner = cond_region(inner_then, inner_else);
     let fori_body = body(&[ty(&[]), ty(&[])], |b, p| {
         let (i, x) = (p[0], p[1]);
         let one = strong(b, 1.0);
@@ -774,15 +742,7 @@ fn loops_inside_the_branches_of_a_cond_with_an_unmapped_predicate() {
         let outs = call(b, stepping, &[p[0], p[1]]);
         vec![outs[0]]
     });
-    let cond = Region::new(
-        RegionKind::Cond {
-            then_branch,
-            else_branch,
-        },
-        RegionForm::Cond,
-        0,
-    )
-    .unwrap();
+    let cond = cond_region(then_branch, else_branch);
     let mut b = GraphBuilder::new();
     let p = b.input("p", ty(&[]));
     let x = b.input("x", ty(&[2]));
