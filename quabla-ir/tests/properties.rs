@@ -1,13 +1,16 @@
 //! Property tests: broadcasting against an independent reference, the text format's
 //! print → parse → print round trip, and value preservation of the pass pipeline on random
-//! graphs (evaluated node by node with the reference semantics of `quabla_ir::eval`).
+//! graphs (evaluated node by node with the reference evaluator of `common`, the semantics of
+//! `quabla_ir::eval`).
 
+mod common;
+
+use common::run;
 use proptest::prelude::*;
-use quabla_ir::eval::{evaluate, HostValue};
 use quabla_ir::text::{parse_graph, print_graph, OutputStyle};
 use quabla_ir::{
     broadcast_shapes, passes, BinaryOp, Comparison, DType, Graph, GraphBuilder, HostData, NodeId,
-    Op, Shape, TensorType, UnaryOp,
+    Shape, TensorType, UnaryOp,
 };
 
 /// Broadcasting as NumPy's documentation states it, written independently of the crate:
@@ -192,37 +195,6 @@ fn build_random(steps: &[Step], n_outputs: usize) -> Graph {
     }
     let outputs: Vec<NodeId> = nodes.iter().rev().take(n_outputs).copied().collect();
     b.finish(outputs).unwrap()
-}
-
-/// Evaluates every node with the reference semantics.
-fn run(g: &Graph, inputs: &[HostData]) -> Vec<HostData> {
-    let mut values: Vec<HostData> = Vec::with_capacity(g.len());
-    let mut next_input = 0;
-    for node in g.nodes() {
-        let v = match &node.op {
-            Op::Input { .. } => {
-                next_input += 1;
-                inputs[next_input - 1].clone()
-            }
-            Op::Constant { data, .. } => data.clone(),
-            op => {
-                let operands: Vec<HostValue> = node
-                    .operands
-                    .iter()
-                    .map(|o| HostValue {
-                        data: &values[o.index()],
-                        shape: &g.node(*o).ty.shape,
-                    })
-                    .collect();
-                evaluate(op, &operands, &node.ty).expect("random graphs use foldable ops only")
-            }
-        };
-        values.push(v);
-    }
-    g.outputs()
-        .iter()
-        .map(|o| values[o.index()].clone())
-        .collect()
 }
 
 fn same_bits(a: &HostData, b: &HostData) -> bool {
