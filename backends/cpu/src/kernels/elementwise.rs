@@ -526,6 +526,11 @@ impl Program {
     /// the output's dtype when stored): the same instructions and the same scalar functions
     /// as the tiled loops, on single registers.
     pub(crate) fn run_one(&self, exts: &[f64], regs: &mut [f64], results: &mut [f64]) {
+        let read = |regs: &[f64], s: Src| match s {
+            Src::Reg(r) => regs[r],
+            Src::Direct(e) | Src::Scalar(e) => exts[e],
+        };
+        let round = |round_f32: bool, v: f64| if round_f32 { v as f32 as f64 } else { v };
         for instr in &self.instrs {
             match *instr {
                 Instr::Load { ext, dst } => regs[dst] = exts[ext],
@@ -535,10 +540,7 @@ impl Program {
                     args,
                     round_f32,
                 } => {
-                    let get = |s: Src| match s {
-                        Src::Reg(r) => regs[r],
-                        Src::Direct(e) | Src::Scalar(e) => exts[e],
-                    };
+                    let get = |s: Src| read(regs, s);
                     let v = match op {
                         EwOp::Unary(u) => unary_f64(u, get(args[0])),
                         EwOp::Powi(n) => powi_f64(get(args[0]), n),
@@ -561,7 +563,7 @@ impl Program {
                         EwOp::Cast(to) => to.round(get(args[0])),
                         EwOp::Copy => get(args[0]),
                     };
-                    regs[dst] = if round_f32 { v as f32 as f64 } else { v };
+                    regs[dst] = round(round_f32, v);
                 }
                 Instr::SinCos {
                     arg,
@@ -569,14 +571,9 @@ impl Program {
                     cos,
                     round_f32,
                 } => {
-                    let x = match arg {
-                        Src::Reg(r) => regs[r],
-                        Src::Direct(e) | Src::Scalar(e) => exts[e],
-                    };
-                    let (s, c) = (unary_f64(UnaryOp::Sin, x), unary_f64(UnaryOp::Cos, x));
-                    let round = |v: f64| if round_f32 { v as f32 as f64 } else { v };
-                    regs[sin] = round(s);
-                    regs[cos] = round(c);
+                    let x = read(regs, arg);
+                    regs[sin] = round(round_f32, unary_f64(UnaryOp::Sin, x));
+                    regs[cos] = round(round_f32, unary_f64(UnaryOp::Cos, x));
                 }
                 Instr::Store { src, out } => results[out] = regs[src],
             }
