@@ -63,22 +63,24 @@ impl RegionForm {
         }
     }
 
+    /// Every form. The wire format encodes a form as its index here, so this order is fixed:
+    /// a new form goes at the end.
+    pub const ALL: [RegionForm; 11] = [
+        RegionForm::Cond,
+        RegionForm::Fori,
+        RegionForm::ForiJvp,
+        RegionForm::ForiVjp,
+        RegionForm::ForiVjpJvp,
+        RegionForm::ForiVjpVjp,
+        RegionForm::While,
+        RegionForm::Scan,
+        RegionForm::ScanVjp,
+        RegionForm::ScanVjpJvp,
+        RegionForm::ScanVjpVjp,
+    ];
+
     pub fn from_name(name: &str) -> Option<RegionForm> {
-        [
-            RegionForm::Cond,
-            RegionForm::Fori,
-            RegionForm::ForiJvp,
-            RegionForm::ForiVjp,
-            RegionForm::ForiVjpJvp,
-            RegionForm::ForiVjpVjp,
-            RegionForm::While,
-            RegionForm::Scan,
-            RegionForm::ScanVjp,
-            RegionForm::ScanVjpJvp,
-            RegionForm::ScanVjpVjp,
-        ]
-        .into_iter()
-        .find(|f| f.name() == name)
+        RegionForm::ALL.into_iter().find(|f| f.name() == name)
     }
 
     /// The user-facing primitive (the `op` of errors.md TF2/TF3).

@@ -284,19 +284,7 @@ mod tag {
 }
 
 /// Region forms in the order of their codes.
-const FORMS: [RegionForm; 11] = [
-    RegionForm::Cond,
-    RegionForm::Fori,
-    RegionForm::ForiJvp,
-    RegionForm::ForiVjp,
-    RegionForm::ForiVjpJvp,
-    RegionForm::ForiVjpVjp,
-    RegionForm::While,
-    RegionForm::Scan,
-    RegionForm::ScanVjp,
-    RegionForm::ScanVjpJvp,
-    RegionForm::ScanVjpVjp,
-];
+const FORMS: [RegionForm; 11] = RegionForm::ALL;
 
 /// The code of a region form; the match makes a new form a compile error here.
 fn form_code(f: RegionForm) -> u8 {
