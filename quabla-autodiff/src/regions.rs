@@ -24,8 +24,8 @@
 
 use crate::vjp::Seed;
 use quabla_ir::{
-    Graph, GraphBuilder, IrError, NodeId, Op, Region, RegionCall, RegionForm, RegionKind, Result,
-    ScanBody, Shape, TensorType,
+    Graph, GraphBuilder, IrError, NodeId, Op, Region, RegionForm, RegionKind, Result, ScanBody,
+    Shape, TensorType,
 };
 use std::cell::Cell;
 use std::sync::Arc;
@@ -140,18 +140,8 @@ fn level_up(region: &Region) -> u8 {
 
 /// Pushes one node per output of `region` applied to `operands`, next to each other.
 fn call(b: &mut GraphBuilder, region: Region, operands: &[NodeId]) -> Result<Vec<NodeId>> {
-    let region = Arc::new(region);
-    (0..region.output_types().len())
-        .map(|output| {
-            b.push(
-                Op::Region(RegionCall {
-                    region: region.clone(),
-                    output,
-                }),
-                operands,
-            )
-        })
-        .collect()
+    let n = region.output_types().len();
+    b.push_region_calls(Arc::new(region), 0..n, operands)
 }
 
 fn zeros(b: &mut GraphBuilder, ty: &TensorType) -> Result<NodeId> {

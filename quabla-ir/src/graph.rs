@@ -7,8 +7,10 @@
 use crate::error::{IrError, Result};
 use crate::infer::infer_type;
 use crate::op::Op;
+use crate::region::{Region, RegionCall};
 use crate::{DType, Shape};
 use std::fmt;
+use std::sync::Arc;
 
 /// Index of a node in its graph.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -220,6 +222,26 @@ impl GraphBuilder {
         }
         let ty = infer_type(&op, &types)?;
         Ok(self.push_typed(op, operands.to_vec(), ty))
+    }
+
+    /// Appends one node per given output of `region`, all on `operands` and next to each
+    /// other: the sibling nodes of one region call (see `region_groups`).
+    pub fn push_region_calls(
+        &mut self,
+        region: Arc<Region>,
+        outputs: impl IntoIterator<Item = usize>,
+        operands: &[NodeId],
+    ) -> Result<Vec<NodeId>> {
+        outputs
+            .into_iter()
+            .map(|output| {
+                let call = RegionCall {
+                    region: region.clone(),
+                    output,
+                };
+                self.push(Op::Region(call), operands)
+            })
+            .collect()
     }
 
     /// Appends a node whose type is already known to satisfy its rule.

@@ -23,8 +23,8 @@
 
 use super::{internal, lift_all, materialize, move_axis, prepend, sweep, Value};
 use quabla_ir::{
-    Comparison, DType, Graph, GraphBuilder, NodeId, Op, Region, RegionCall, RegionKind, Result,
-    ScanBody, TensorType,
+    Comparison, DType, Graph, GraphBuilder, NodeId, Op, Region, RegionKind, Result, ScanBody,
+    TensorType,
 };
 use std::sync::Arc;
 
@@ -147,19 +147,7 @@ fn push_calls(
     operands: &[NodeId],
     outputs: &[usize],
 ) -> Result<Vec<NodeId>> {
-    let region = Arc::new(region);
-    outputs
-        .iter()
-        .map(|&output| {
-            b.push(
-                Op::Region(RegionCall {
-                    region: region.clone(),
-                    output,
-                }),
-                operands,
-            )
-        })
-        .collect()
+    b.push_region_calls(Arc::new(region), outputs.iter().copied(), operands)
 }
 
 fn flags(values: &[Value]) -> Vec<bool> {

@@ -63,19 +63,8 @@ fn body(
 /// One region node per output of `region`, all sharing it and the operands.
 fn call(b: &mut GraphBuilder, region: Region, operands: &[NodeId]) -> Vec<NodeId> {
     let n = region.output_types().len();
-    let region = Arc::new(region);
-    (0..n)
-        .map(|output| {
-            b.push(
-                Op::Region(RegionCall {
-                    region: region.clone(),
-                    output,
-                }),
-                operands,
-            )
-            .unwrap()
-        })
-        .collect()
+    b.push_region_calls(Arc::new(region), 0..n, operands)
+        .unwrap()
 }
 
 fn strong(b: &mut GraphBuilder, value: f64) -> NodeId {

@@ -190,15 +190,7 @@ pub(crate) fn record_region(
 ) -> Result<Vec<Tensor>> {
     let n = region.output_types().len();
     emit_into_top(&operands, |b, nodes| {
-        (0..n)
-            .map(|output| {
-                let call = quabla_ir::RegionCall {
-                    region: region.clone(),
-                    output,
-                };
-                Ok(b.push(Op::Region(call), nodes)?)
-            })
-            .collect()
+        Ok(b.push_region_calls(region.clone(), 0..n, nodes)?)
     })
 }
 

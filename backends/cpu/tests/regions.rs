@@ -23,15 +23,8 @@ fn tt(dtype: DType, dims: &[usize]) -> TensorType {
 
 /// Pushes one sibling node per output of `region` and returns them.
 fn call(b: &mut GraphBuilder, region: &Arc<Region>, operands: &[NodeId]) -> Vec<NodeId> {
-    (0..region.output_types().len())
-        .map(|output| {
-            let op = Op::Region(RegionCall {
-                region: region.clone(),
-                output,
-            });
-            b.push(op, operands).unwrap()
-        })
-        .collect()
+    let n = region.output_types().len();
+    b.push_region_calls(region.clone(), 0..n, operands).unwrap()
 }
 
 /// A graph whose inputs are `inputs` and whose outputs `f` returns.

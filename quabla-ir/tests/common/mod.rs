@@ -8,8 +8,8 @@
 
 use quabla_ir::eval::{evaluate, HostValue};
 use quabla_ir::{
-    Comparison, DType, Graph, GraphBuilder, HostData, NodeId, Op, Region, RegionCall, RegionForm,
-    RegionKind, ScanBody, Shape, TensorType, UnaryOp,
+    Comparison, DType, Graph, GraphBuilder, HostData, NodeId, Op, Region, RegionForm, RegionKind,
+    ScanBody, Shape, TensorType, UnaryOp,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -47,16 +47,8 @@ pub fn call(
     operands: &[NodeId],
     outputs: &[usize],
 ) -> Vec<NodeId> {
-    outputs
-        .iter()
-        .map(|&output| {
-            let op = Op::Region(RegionCall {
-                region: region.clone(),
-                output,
-            });
-            b.push(op, operands).unwrap()
-        })
-        .collect()
+    b.push_region_calls(region.clone(), outputs.iter().copied(), operands)
+        .unwrap()
 }
 
 /// The region of a node, if it is one.
