@@ -113,6 +113,18 @@ fn operand_inputs(operands: &[Tensor]) -> Vec<(String, TensorType)> {
         .collect()
 }
 
+/// The parameters of a loop body: the index (a scalar of the carry's dtype), the carry and
+/// the operands.
+fn loop_body_inputs(carry_ty: &TensorType, operands: &[Tensor]) -> Vec<(String, TensorType)> {
+    let index = TensorType::new(carry_ty.dtype, quabla_ir::Shape::scalar());
+    let mut inputs = vec![
+        ("i".to_string(), index),
+        ("carry".to_string(), carry_ty.clone()),
+    ];
+    inputs.extend(operand_inputs(operands));
+    inputs
+}
+
 /// A body graph as frozen for a region: the plan passes applied (inputs stay).
 fn freeze(g: Graph) -> Arc<Graph> {
     Arc::new(quabla_ir::passes::run_all(&g))
@@ -328,14 +340,7 @@ where
             }
             return Ok(carry);
         }
-        let mut inputs = vec![
-            (
-                "i".to_string(),
-                TensorType::new(carry_ty.dtype, quabla_ir::Shape::scalar()),
-            ),
-            ("carry".to_string(), carry_ty.clone()),
-        ];
-        inputs.extend(operand_inputs(&self.operands));
+        let inputs = loop_body_inputs(&carry_ty, &self.operands);
         let body = trace::trace_region_body("fori_loop", &inputs, |mut params| {
             let rest = params.split_off(2);
             let carry = params.pop().expect("two parameters");
@@ -448,14 +453,7 @@ where
             let ys = crate::stack(&ys, 0)?;
             return Ok((carry, ys));
         }
-        let mut inputs = vec![
-            (
-                "i".to_string(),
-                TensorType::new(carry_ty.dtype, quabla_ir::Shape::scalar()),
-            ),
-            ("carry".to_string(), carry_ty.clone()),
-        ];
-        inputs.extend(operand_inputs(&self.operands));
+        let inputs = loop_body_inputs(&carry_ty, &self.operands);
         let body = trace::trace_region_body("scan", &inputs, |mut params| {
             let rest = params.split_off(2);
             let index = LoopIndex {
