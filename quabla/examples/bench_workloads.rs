@@ -62,6 +62,17 @@ fn main() -> qb::Result<()> {
     })? / CALLS as f64;
     println!("workload=jit_call_tiny seconds={per_call:e}");
 
+    // A cached call of a gradient: the same path for a derivative transform.
+    let tiny_grad = qb::grad(|x: Tensor| (&x * &x).sum());
+    let per_call = median_seconds(15, || {
+        let mut out: Tensor = tiny_grad.call(&x8)?;
+        for _ in 1..CALLS {
+            out = tiny_grad.call(&x8)?;
+        }
+        Ok(out)
+    })? / CALLS as f64;
+    println!("workload=grad_call_tiny seconds={per_call:e}");
+
     // Trace, compile and run a fresh 200-node function.
     let x64 = qb::ones([64])?;
     let t = median_seconds(5, || {
