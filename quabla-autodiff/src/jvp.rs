@@ -1,7 +1,9 @@
 //! Forward mode: the JVP of a graph, one tangent rule per op.
 
 use crate::helpers::{binary_partials, extremum_mask, unary_derivative, zeros_like};
-use quabla_ir::{BinaryOp, DType, Graph, GraphBuilder, Node, NodeId, Op, Result, TensorType};
+use quabla_ir::{
+    BinaryOp, DType, Graph, GraphBuilder, Node, NodeId, Op, Reducer, Result, TensorType,
+};
 use quabla_linalg::rules;
 
 /// The forward-mode derivative of `g`.
@@ -189,17 +191,23 @@ fn tangent_rule(
             let s = b.select(x[0], a, c)?;
             Some(b.broadcast_to(s, out_shape)?)
         }
-        Op::Sum | Op::Mean | Op::SumAxis { .. } | Op::MeanAxis { .. } | Op::Cumsum { .. } => {
+        Op::Reduce { kind, axes } => {
+            let Some(tx) = t[0] else { return Ok(None) };
+            match kind.reducer() {
+                // Linear: the same reduction of the tangent.
+                Reducer::Sum | Reducer::Mean => Some(b.push(node.op.clone(), &[tx])?),
+                Reducer::Max | Reducer::Min => {
+                    let mask = extremum_mask(b, x[0], out, axes)?;
+                    let z = zeros_like(b, tx)?;
+                    let picked = b.select(mask, tx, z)?;
+                    let axes: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
+                    Some(b.sum(picked, Some(&axes), false)?)
+                }
+            }
+        }
+        Op::Cumsum { .. } => {
             let Some(tx) = t[0] else { return Ok(None) };
             Some(b.push(node.op.clone(), &[tx])?)
-        }
-        Op::MaxAxis { axes } | Op::MinAxis { axes } => {
-            let Some(tx) = t[0] else { return Ok(None) };
-            let mask = extremum_mask(b, x[0], out, axes)?;
-            let z = zeros_like(b, tx)?;
-            let picked = b.select(mask, tx, z)?;
-            let axes: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
-            Some(b.sum(picked, Some(&axes), false)?)
         }
         Op::Reshape { .. }
         | Op::Transpose { .. }

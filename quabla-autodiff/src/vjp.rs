@@ -4,7 +4,8 @@ use crate::helpers::{
     binary_partials, extremum_mask, lit, unary_derivative, unbroadcast, zeros_like,
 };
 use quabla_ir::{
-    BinaryOp, DType, Graph, GraphBuilder, Node, NodeId, Op, Result, Shape, TensorType, UnaryOp,
+    BinaryOp, DType, Graph, GraphBuilder, Node, NodeId, Op, Reducer, Result, Shape, TensorType,
+    UnaryOp,
 };
 use quabla_linalg::rules;
 use std::collections::HashMap;
@@ -274,12 +275,10 @@ fn cotangent_rule(
                 Some(to_operand(b, cb, 2)?),
             ]
         }
-        Op::Sum | Op::SumAxis { .. } | Op::Mean | Op::MeanAxis { .. } => {
+        Op::Reduce { kind, axes } => {
+            // The cotangent spreads back over the reduced axes: evenly for sum and mean, to
+            // the extremal entries for max and min.
             let in_shape = shape(b, x[0]);
-            let axes: Vec<usize> = match &node.op {
-                Op::SumAxis { axes } | Op::MeanAxis { axes } => axes.clone(),
-                _ => (0..in_shape.rank()).collect(),
-            };
             let keep: Vec<usize> = (0..in_shape.rank())
                 .map(|a| {
                     if axes.contains(&a) {
@@ -290,30 +289,20 @@ fn cotangent_rule(
                 })
                 .collect();
             let r = b.reshape_to(ct, Shape::new(keep)?)?;
-            let mut g = b.broadcast_to(r, in_shape.clone())?;
-            if matches!(node.op, Op::Mean | Op::MeanAxis { .. }) {
-                let n: usize = axes.iter().map(|&a| in_shape.dims()[a]).product();
-                let c = lit(b, n as f64);
-                g = b.div(g, c)?;
+            let spread = b.broadcast_to(r, in_shape.clone())?;
+            match kind.reducer() {
+                Reducer::Sum => vec![Some(spread)],
+                Reducer::Mean => {
+                    let n: usize = axes.iter().map(|&a| in_shape.dims()[a]).product();
+                    let c = lit(b, n as f64);
+                    vec![Some(b.div(spread, c)?)]
+                }
+                Reducer::Max | Reducer::Min => {
+                    let mask = extremum_mask(b, x[0], out, axes)?;
+                    let z = zeros_like(b, spread)?;
+                    vec![Some(b.select(mask, spread, z)?)]
+                }
             }
-            vec![Some(g)]
-        }
-        Op::MaxAxis { axes } | Op::MinAxis { axes } => {
-            let in_shape = shape(b, x[0]);
-            let mask = extremum_mask(b, x[0], out, axes)?;
-            let keep: Vec<usize> = (0..in_shape.rank())
-                .map(|a| {
-                    if axes.contains(&a) {
-                        1
-                    } else {
-                        in_shape.dims()[a]
-                    }
-                })
-                .collect();
-            let r = b.reshape_to(ct, Shape::new(keep)?)?;
-            let spread = b.broadcast_to(r, in_shape)?;
-            let z = zeros_like(b, spread)?;
-            vec![Some(b.select(mask, spread, z)?)]
         }
         Op::Cumsum { axis, reverse } => {
             vec![Some(b.push(

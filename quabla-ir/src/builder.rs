@@ -8,7 +8,7 @@
 
 use crate::error::{IrError, Result};
 use crate::graph::{GraphBuilder, NodeId, TensorType};
-use crate::op::{BinaryOp, Comparison, Op, UnaryOp};
+use crate::op::{BinaryOp, Comparison, Op, Reducer, UnaryOp};
 use crate::shape::{broadcast_shapes, normalize_axis};
 use crate::{DType, HostData, Shape};
 
@@ -203,7 +203,7 @@ impl GraphBuilder {
 
     fn reduce(
         &mut self,
-        kind: ReduceKind,
+        kind: Reducer,
         x: NodeId,
         axes: Option<&[isize]>,
         keepdims: bool,
@@ -214,15 +214,7 @@ impl GraphBuilder {
         }
         let shape = self.ty(x).shape.clone();
         let axes = self.reduction_axes(name, x, axes)?;
-        let all = axes.len() == shape.rank();
-        let op = match (kind, all) {
-            (ReduceKind::Sum, true) => Op::Sum,
-            (ReduceKind::Mean, true) => Op::Mean,
-            (ReduceKind::Sum, false) => Op::SumAxis { axes: axes.clone() },
-            (ReduceKind::Mean, false) => Op::MeanAxis { axes: axes.clone() },
-            (ReduceKind::Max, _) => Op::MaxAxis { axes: axes.clone() },
-            (ReduceKind::Min, _) => Op::MinAxis { axes: axes.clone() },
-        };
+        let op = Op::reduce(kind, axes.clone(), shape.rank());
         let r = self.push(op, &[x])?;
         if keepdims {
             self.keep_dims(r, &shape, &axes)
@@ -233,19 +225,19 @@ impl GraphBuilder {
 
     /// `sum` over `axes` (`None`: all), accumulated in float64.
     pub fn sum(&mut self, x: NodeId, axes: Option<&[isize]>, keepdims: bool) -> Result<NodeId> {
-        self.reduce(ReduceKind::Sum, x, axes, keepdims)
+        self.reduce(Reducer::Sum, x, axes, keepdims)
     }
 
     pub fn mean(&mut self, x: NodeId, axes: Option<&[isize]>, keepdims: bool) -> Result<NodeId> {
-        self.reduce(ReduceKind::Mean, x, axes, keepdims)
+        self.reduce(Reducer::Mean, x, axes, keepdims)
     }
 
     pub fn max(&mut self, x: NodeId, axes: Option<&[isize]>, keepdims: bool) -> Result<NodeId> {
-        self.reduce(ReduceKind::Max, x, axes, keepdims)
+        self.reduce(Reducer::Max, x, axes, keepdims)
     }
 
     pub fn min(&mut self, x: NodeId, axes: Option<&[isize]>, keepdims: bool) -> Result<NodeId> {
-        self.reduce(ReduceKind::Min, x, axes, keepdims)
+        self.reduce(Reducer::Min, x, axes, keepdims)
     }
 
     pub fn cumsum(&mut self, x: NodeId, axis: isize, reverse: bool) -> Result<NodeId> {
@@ -437,25 +429,6 @@ impl GraphBuilder {
             dims.remove(rank - 2);
         }
         self.reshape_to(r, Shape::new(dims)?)
-    }
-}
-
-#[derive(Clone, Copy)]
-enum ReduceKind {
-    Sum,
-    Mean,
-    Max,
-    Min,
-}
-
-impl ReduceKind {
-    fn name(self) -> &'static str {
-        match self {
-            ReduceKind::Sum => "sum",
-            ReduceKind::Mean => "mean",
-            ReduceKind::Max => "max",
-            ReduceKind::Min => "min",
-        }
     }
 }
 

@@ -7,7 +7,7 @@
 //! crate (a port of musl) so results are identical on every platform.
 
 use crate::graph::TensorType;
-use crate::op::{BinaryOp, Comparison, Op, UnaryOp};
+use crate::op::{BinaryOp, Comparison, Op, Reducer, UnaryOp};
 use crate::{HostData, Shape};
 
 /// The float64 value of a unary function (numerics.md §4.1: no domain errors, IEEE results).
@@ -159,21 +159,28 @@ pub fn evaluate(op: &Op, operands: &[HostValue<'_>], out: &TensorType) -> Option
                 .map(|i| if p[i] != 0.0 { a[i] } else { b[i] })
                 .collect()
         }
-        Op::Sum => vec![sum_f64(&operands[0].data.to_f64_vec())],
-        Op::Mean => {
-            let v = operands[0].data.to_f64_vec();
-            vec![sum_f64(&v) / v.len() as f64]
+        Op::Reduce { kind, axes } => {
+            let x = operands[0];
+            // Reducing every axis is one sequential pass in row-major order, the same order
+            // as the per-axis loop below.
+            let whole = axes.len() == x.shape.rank();
+            let sum = |x: HostValue<'_>| {
+                if whole {
+                    vec![sum_f64(&x.data.to_f64_vec())]
+                } else {
+                    reduce(x, axes, SUM_START, |acc, x| acc + x)
+                }
+            };
+            match kind.reducer() {
+                Reducer::Sum => sum(x),
+                Reducer::Mean => {
+                    let count: usize = axes.iter().map(|&a| x.shape.dims()[a]).product();
+                    sum(x).into_iter().map(|s| s / count as f64).collect()
+                }
+                Reducer::Max => reduce(x, axes, f64::NEG_INFINITY, maximum_ieee),
+                Reducer::Min => reduce(x, axes, f64::INFINITY, minimum_ieee),
+            }
         }
-        Op::SumAxis { axes } => reduce(operands[0], axes, SUM_START, |acc, x| acc + x),
-        Op::MeanAxis { axes } => {
-            let count: usize = axes.iter().map(|&a| operands[0].shape.dims()[a]).product();
-            reduce(operands[0], axes, SUM_START, |acc, x| acc + x)
-                .into_iter()
-                .map(|s| s / count as f64)
-                .collect()
-        }
-        Op::MaxAxis { axes } => reduce(operands[0], axes, f64::NEG_INFINITY, maximum_ieee),
-        Op::MinAxis { axes } => reduce(operands[0], axes, f64::INFINITY, minimum_ieee),
         Op::Cumsum { axis, reverse } => cumsum(operands[0], *axis, *reverse),
         Op::Reshape { .. } => operands[0].data.to_f64_vec(),
         Op::Broadcast { shape } => broadcast_values(operands[0], shape),
@@ -418,10 +425,10 @@ mod tests {
         let scalar = TensorType::new(crate::DType::F64, Shape::scalar());
         let per_row = TensorType::new(crate::DType::F64, Shape::new(vec![1]).unwrap());
         for (op, ty) in [
-            (Op::Sum, &scalar),
-            (Op::Mean, &scalar),
-            (Op::SumAxis { axes: vec![0] }, &per_row),
-            (Op::MeanAxis { axes: vec![0] }, &per_row),
+            (Op::reduce(Reducer::Sum, vec![0, 1], 2), &scalar),
+            (Op::reduce(Reducer::Mean, vec![0, 1], 2), &scalar),
+            (Op::reduce(Reducer::Sum, vec![0], 2), &per_row),
+            (Op::reduce(Reducer::Mean, vec![0], 2), &per_row),
         ] {
             let r = evaluate(&op, &[x], ty).unwrap().get_f64(0);
             assert!(r == 0.0 && r.is_sign_negative(), "{op:?}");

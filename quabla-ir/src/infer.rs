@@ -7,7 +7,7 @@
 
 use crate::error::{IrError, Result};
 use crate::graph::TensorType;
-use crate::op::{LinalgKind, Op};
+use crate::op::{Arity, LinalgKind, Op};
 use crate::shape::{broadcast_shapes, broadcasts_to};
 use crate::{DType, Shape};
 
@@ -78,17 +78,16 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
                 weak: a.weak && b.weak,
             })
         }
-        Op::Sum | Op::Mean => {
-            require_float(name, operands[0])?;
-            Ok(TensorType::new(operands[0].dtype, Shape::scalar()))
-        }
-        Op::SumAxis { axes }
-        | Op::MeanAxis { axes }
-        | Op::MaxAxis { axes }
-        | Op::MinAxis { axes } => {
+        Op::Reduce { kind, axes } => {
             let x = operands[0];
             require_float(name, x)?;
             check_axes(name, axes, x.shape.rank())?;
+            if kind.is_whole() && axes.len() != x.shape.rank() {
+                return Err(IrError::verify(format!(
+                    "{name} reduces every axis of its operand, but lists {axes:?} of rank {}",
+                    x.shape.rank()
+                )));
+            }
             let dims: Vec<usize> = x
                 .shape
                 .dims()
@@ -415,36 +414,31 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
     }
 }
 
-/// The number of operands each op takes (`None`: one or more).
+/// The number of operands each op takes, from the op table.
 fn check_arity(op: &Op, n: usize) -> Result<()> {
-    let expected: Option<usize> = match op {
-        Op::Input { .. } | Op::Constant { .. } => Some(0),
-        Op::Binary(_)
-        | Op::Compare(_)
-        | Op::ScatterAdd { .. }
-        | Op::Matmul
-        | Op::Solve
-        | Op::CholeskyAd
-        | Op::TriangularSolve { .. } => Some(2),
-        Op::Where => Some(3),
-        Op::Concat { .. } => {
-            return if n >= 1 {
-                Ok(())
-            } else {
-                Err(IrError::verify("concat needs at least one operand"))
-            }
+    let expected = match op.kind().arity() {
+        Arity::Exactly(e) => e,
+        Arity::AtLeastOne if n >= 1 => return Ok(()),
+        Arity::AtLeastOne => {
+            return Err(IrError::verify(format!(
+                "{} needs at least one operand",
+                op.name()
+            )))
         }
-        Op::Custom(_) => return Ok(()),
-        Op::Region(call) => Some(call.region.operand_types().len()),
-        _ => Some(1),
+        // The rule's type check compares the operands with the primal's inputs.
+        Arity::OfRule => return Ok(()),
+        Arity::OfRegion => match op {
+            Op::Region(call) => call.region.operand_types().len(),
+            _ => 0,
+        },
     };
-    match expected {
-        Some(e) if e != n => Err(IrError::verify(format!(
-            "{} takes {e} operands, got {n}",
+    if expected != n {
+        return Err(IrError::verify(format!(
+            "{} takes {expected} operands, got {n}",
             op.name()
-        ))),
-        _ => Ok(()),
+        )));
     }
+    Ok(())
 }
 
 fn require_float(op: &str, t: &TensorType) -> Result<()> {

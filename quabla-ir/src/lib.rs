@@ -26,6 +26,8 @@
 //! );
 //! ```
 
+mod table;
+
 mod builder;
 mod dtype;
 mod error;
@@ -47,7 +49,10 @@ pub use error::{IrError, Result};
 pub use graph::{Graph, GraphBuilder, Node, NodeId, TensorType};
 pub use host::HostData;
 pub use infer::infer_type;
-pub use op::{BinaryOp, Comparison, CustomCall, CustomRule, LinalgKind, Op, UnaryOp};
+pub use op::{
+    Arity, BinaryOp, Comparison, CustomCall, CustomRule, LinalgKind, Op, OpKind, ReduceKind,
+    Reducer, UnaryOp,
+};
 pub use plan::Plan;
 pub use region::{region_groups, Region, RegionCall, RegionForm, RegionKind, ScanBody};
 pub use shape::{broadcast_shapes, broadcasts_to, normalize_axis, Shape};

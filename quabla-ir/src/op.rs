@@ -12,228 +12,170 @@
 
 use crate::graph::{Graph, TensorType};
 use crate::region::RegionCall;
+use crate::table::code_table;
 use crate::{DType, HostData, Shape};
 use std::sync::Arc;
 
-/// Elementwise unary functions of one float operand (same dtype and shape out).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum UnaryOp {
-    /// Flips the sign bit, including of zeros and NaN (api.md §2.2). Not expressible exactly as
-    /// `0 - x` (which loses `-0.0`), hence its own op.
-    Neg,
-    Tanh,
-    Exp,
-    Log,
-    Log1p,
-    Expm1,
-    Sqrt,
-    Sin,
-    Cos,
-    Erf,
-    Erfc,
-    Tan,
-    Arcsin,
-    Arccos,
-    Arctan,
-    Sinh,
-    Cosh,
-    Arcsinh,
-    Arccosh,
-    Arctanh,
-    Log2,
-    Log10,
-    Cbrt,
-    Floor,
-    Ceil,
-    Round,
-}
-
-impl UnaryOp {
-    pub const ALL: [UnaryOp; 26] = [
-        UnaryOp::Neg,
-        UnaryOp::Tanh,
-        UnaryOp::Exp,
-        UnaryOp::Log,
-        UnaryOp::Log1p,
-        UnaryOp::Expm1,
-        UnaryOp::Sqrt,
-        UnaryOp::Sin,
-        UnaryOp::Cos,
-        UnaryOp::Erf,
-        UnaryOp::Erfc,
-        UnaryOp::Tan,
-        UnaryOp::Arcsin,
-        UnaryOp::Arccos,
-        UnaryOp::Arctan,
-        UnaryOp::Sinh,
-        UnaryOp::Cosh,
-        UnaryOp::Arcsinh,
-        UnaryOp::Arccosh,
-        UnaryOp::Arctanh,
-        UnaryOp::Log2,
-        UnaryOp::Log10,
-        UnaryOp::Cbrt,
-        UnaryOp::Floor,
-        UnaryOp::Ceil,
-        UnaryOp::Round,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            UnaryOp::Neg => "neg",
-            UnaryOp::Tanh => "tanh",
-            UnaryOp::Exp => "exp",
-            UnaryOp::Log => "log",
-            UnaryOp::Log1p => "log1p",
-            UnaryOp::Expm1 => "expm1",
-            UnaryOp::Sqrt => "sqrt",
-            UnaryOp::Sin => "sin",
-            UnaryOp::Cos => "cos",
-            UnaryOp::Erf => "erf",
-            UnaryOp::Erfc => "erfc",
-            UnaryOp::Tan => "tan",
-            UnaryOp::Arcsin => "arcsin",
-            UnaryOp::Arccos => "arccos",
-            UnaryOp::Arctan => "arctan",
-            UnaryOp::Sinh => "sinh",
-            UnaryOp::Cosh => "cosh",
-            UnaryOp::Arcsinh => "arcsinh",
-            UnaryOp::Arccosh => "arccosh",
-            UnaryOp::Arctanh => "arctanh",
-            UnaryOp::Log2 => "log2",
-            UnaryOp::Log10 => "log10",
-            UnaryOp::Cbrt => "cbrt",
-            UnaryOp::Floor => "floor",
-            UnaryOp::Ceil => "ceil",
-            UnaryOp::Round => "round",
-        }
+code_table! {
+    /// Elementwise unary functions of one float operand (same dtype and shape out).
+    pub enum UnaryOp {
+        /// Flips the sign bit, including of zeros and NaN (api.md §2.2). Not expressible exactly
+        /// as `0 - x` (which loses `-0.0`), hence its own op.
+        Neg = 0 => "neg",
+        Tanh = 1 => "tanh",
+        Exp = 2 => "exp",
+        Log = 3 => "log",
+        Log1p = 4 => "log1p",
+        Expm1 = 5 => "expm1",
+        Sqrt = 6 => "sqrt",
+        Sin = 7 => "sin",
+        Cos = 8 => "cos",
+        Erf = 9 => "erf",
+        Erfc = 10 => "erfc",
+        Tan = 11 => "tan",
+        Arcsin = 12 => "arcsin",
+        Arccos = 13 => "arccos",
+        Arctan = 14 => "arctan",
+        Sinh = 15 => "sinh",
+        Cosh = 16 => "cosh",
+        Arcsinh = 17 => "arcsinh",
+        Arccosh = 18 => "arccosh",
+        Arctanh = 19 => "arctanh",
+        Log2 = 20 => "log2",
+        Log10 = 21 => "log10",
+        Cbrt = 22 => "cbrt",
+        Floor = 23 => "floor",
+        Ceil = 24 => "ceil",
+        Round = 25 => "round",
     }
 }
 
-/// Elementwise binary arithmetic of two float operands of one dtype (broadcasting).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum BinaryOp {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    /// `pow(x, y)` with real exponents (numerics.md §4.2).
-    Pow,
-    Atan2,
-    /// C `fmod`: the remainder has the sign of the dividend.
-    Fmod,
-}
-
-impl BinaryOp {
-    pub const ALL: [BinaryOp; 7] = [
-        BinaryOp::Add,
-        BinaryOp::Sub,
-        BinaryOp::Mul,
-        BinaryOp::Div,
-        BinaryOp::Pow,
-        BinaryOp::Atan2,
-        BinaryOp::Fmod,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            BinaryOp::Add => "add",
-            BinaryOp::Sub => "sub",
-            BinaryOp::Mul => "mul",
-            BinaryOp::Div => "div",
-            BinaryOp::Pow => "pow",
-            BinaryOp::Atan2 => "atan2",
-            BinaryOp::Fmod => "fmod",
-        }
+code_table! {
+    /// Elementwise binary arithmetic of two float operands of one dtype (broadcasting).
+    pub enum BinaryOp {
+        Add = 0 => "add",
+        Sub = 1 => "sub",
+        Mul = 2 => "mul",
+        Div = 3 => "div",
+        /// `pow(x, y)` with real exponents (numerics.md §4.2).
+        Pow = 4 => "pow",
+        Atan2 = 5 => "atan2",
+        /// C `fmod`: the remainder has the sign of the dividend.
+        Fmod = 6 => "fmod",
     }
 }
 
-/// Comparison predicates; the `compare` op prints by predicate and yields `i1`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Comparison {
-    Greater,
-    GreaterEqual,
-    Less,
-    LessEqual,
-    Equal,
-    NotEqual,
+code_table! {
+    /// Comparison predicates; the `compare` op prints by predicate and yields `i1`.
+    pub enum Comparison {
+        Greater = 0 => "greater",
+        GreaterEqual = 1 => "greater_equal",
+        Less = 2 => "less",
+        LessEqual = 3 => "less_equal",
+        Equal = 4 => "equal",
+        NotEqual = 5 => "not_equal",
+    }
 }
 
 impl Comparison {
-    pub const ALL: [Comparison; 6] = [
-        Comparison::Greater,
-        Comparison::GreaterEqual,
-        Comparison::Less,
-        Comparison::LessEqual,
-        Comparison::Equal,
-        Comparison::NotEqual,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Comparison::Greater => "greater",
-            Comparison::GreaterEqual => "greater_equal",
-            Comparison::Less => "less",
-            Comparison::LessEqual => "less_equal",
-            Comparison::Equal => "equal",
-            Comparison::NotEqual => "not_equal",
-        }
-    }
-
     /// Ordering predicates are not defined for bool operands (numerics.md §2.1 rule 5).
     pub fn is_ordering(self) -> bool {
         !matches!(self, Comparison::Equal | Comparison::NotEqual)
     }
 }
 
-/// The kinds of the multi-purpose `linalg` op: one output of a decomposition each.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum LinalgKind {
-    DetSign,
-    LogAbsDet,
-    EighValues,
-    EighVectors,
-    QrR,
-    QrQ,
-    QrQComplete,
-    SvdS,
-    SvdU,
-    SvdUFull,
-    SvdVh,
-    SvdVhFull,
+code_table! {
+    /// The text forms of the reduction op ([`Op::Reduce`]), which are also its wire tags. The
+    /// whole-tensor forms `sum` and `mean` have a rank-0 result and print no axes; their axes
+    /// are every axis of the operand, so every rule reads [`Op::Reduce`]'s `axes` alike.
+    pub enum ReduceKind {
+        Sum = 9 => "sum",
+        SumAxis = 10 => "sum_axis",
+        Mean = 11 => "mean",
+        MeanAxis = 12 => "mean_axis",
+        /// IEEE 754-2019 maximum (NaN propagates).
+        MaxAxis = 13 => "max_axis",
+        MinAxis = 14 => "min_axis",
+    }
 }
 
-impl LinalgKind {
-    pub const ALL: [LinalgKind; 12] = [
-        LinalgKind::DetSign,
-        LinalgKind::LogAbsDet,
-        LinalgKind::EighValues,
-        LinalgKind::EighVectors,
-        LinalgKind::QrR,
-        LinalgKind::QrQ,
-        LinalgKind::QrQComplete,
-        LinalgKind::SvdS,
-        LinalgKind::SvdU,
-        LinalgKind::SvdUFull,
-        LinalgKind::SvdVh,
-        LinalgKind::SvdVhFull,
-    ];
+/// What a reduction computes, whatever its text form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reducer {
+    /// Accumulated in float64 (numerics.md §1.5).
+    Sum,
+    Mean,
+    Max,
+    Min,
+}
 
+impl Reducer {
+    /// The user-facing name (`sum`, `mean`, `max`, `min`).
     pub fn name(self) -> &'static str {
         match self {
-            LinalgKind::DetSign => "det_sign",
-            LinalgKind::LogAbsDet => "log_abs_det",
-            LinalgKind::EighValues => "eigh_values",
-            LinalgKind::EighVectors => "eigh_vectors",
-            LinalgKind::QrR => "qr_r",
-            LinalgKind::QrQ => "qr_q",
-            LinalgKind::QrQComplete => "qr_q_complete",
-            LinalgKind::SvdS => "svd_s",
-            LinalgKind::SvdU => "svd_u",
-            LinalgKind::SvdUFull => "svd_u_full",
-            LinalgKind::SvdVh => "svd_vh",
-            LinalgKind::SvdVhFull => "svd_vh_full",
+            Reducer::Sum => "sum",
+            Reducer::Mean => "mean",
+            Reducer::Max => "max",
+            Reducer::Min => "min",
         }
+    }
+}
+
+impl ReduceKind {
+    pub fn reducer(self) -> Reducer {
+        match self {
+            ReduceKind::Sum | ReduceKind::SumAxis => Reducer::Sum,
+            ReduceKind::Mean | ReduceKind::MeanAxis => Reducer::Mean,
+            ReduceKind::MaxAxis => Reducer::Max,
+            ReduceKind::MinAxis => Reducer::Min,
+        }
+    }
+
+    /// Whether this is a whole-tensor form (`sum`, `mean`: no axes attribute).
+    pub fn is_whole(self) -> bool {
+        matches!(self, ReduceKind::Sum | ReduceKind::Mean)
+    }
+
+    /// The form of `reducer` over `axes` of a rank-`rank` operand: the whole-tensor form when
+    /// every axis is reduced and the reducer has one.
+    pub fn of(reducer: Reducer, n_axes: usize, rank: usize) -> ReduceKind {
+        let whole = n_axes == rank;
+        match (reducer, whole) {
+            (Reducer::Sum, true) => ReduceKind::Sum,
+            (Reducer::Sum, false) => ReduceKind::SumAxis,
+            (Reducer::Mean, true) => ReduceKind::Mean,
+            (Reducer::Mean, false) => ReduceKind::MeanAxis,
+            (Reducer::Max, _) => ReduceKind::MaxAxis,
+            (Reducer::Min, _) => ReduceKind::MinAxis,
+        }
+    }
+
+    /// The form over listed axes (`sum` becomes `sum_axis`), for rewrites such as batching
+    /// that reduce fewer axes than the operand has.
+    pub fn over_axes(self) -> ReduceKind {
+        match self {
+            ReduceKind::Sum => ReduceKind::SumAxis,
+            ReduceKind::Mean => ReduceKind::MeanAxis,
+            other => other,
+        }
+    }
+}
+
+code_table! {
+    /// The kinds of the multi-purpose `linalg` op: one output of a decomposition each.
+    pub enum LinalgKind {
+        DetSign = 0 => "det_sign",
+        LogAbsDet = 1 => "log_abs_det",
+        EighValues = 2 => "eigh_values",
+        EighVectors = 3 => "eigh_vectors",
+        QrR = 4 => "qr_r",
+        QrQ = 5 => "qr_q",
+        QrQComplete = 6 => "qr_q_complete",
+        SvdS = 7 => "svd_s",
+        SvdU = 8 => "svd_u",
+        SvdUFull = 9 => "svd_u_full",
+        SvdVh = 10 => "svd_vh",
+        SvdVhFull = 11 => "svd_vh_full",
     }
 }
 
@@ -327,22 +269,10 @@ pub enum Op {
     Where,
     /// Identity whose derivatives are zero in every mode.
     StopGradient,
-    /// Sum over all elements (rank-0 result).
-    Sum,
-    /// Sum over the listed axes, which are removed (sorted, distinct).
-    SumAxis {
-        axes: Vec<usize>,
-    },
-    /// Mean over all elements (rank-0 result).
-    Mean,
-    MeanAxis {
-        axes: Vec<usize>,
-    },
-    /// IEEE 754-2019 maximum over the listed axes (NaN propagates).
-    MaxAxis {
-        axes: Vec<usize>,
-    },
-    MinAxis {
+    /// A reduction over `axes` (sorted, distinct), which are removed from the shape. The
+    /// whole-tensor kinds (`sum`, `mean`) list every axis of the operand.
+    Reduce {
+        kind: ReduceKind,
         axes: Vec<usize>,
     },
     /// Running sum along `axis`, from the end when `reverse`.
@@ -404,42 +334,230 @@ pub enum Op {
     Region(RegionCall),
 }
 
+code_table! {
+    /// The kind of an [`Op`], without its attributes: the op table of the IR. Its code is the
+    /// op's tag in the plan wire format; its name is the op's text name, except for the
+    /// families (`unary`, `binary`, `compare`, the reductions' and regions' forms), which print
+    /// by function, predicate or form. `custom` nodes are never encoded (its tag is refused).
+    pub enum OpKind {
+        Input = 0 => "input",
+        Constant = 1 => "constant",
+        Cast = 2 => "cast",
+        Unary = 3 => "unary",
+        Powi = 4 => "powi",
+        Binary = 5 => "binary",
+        Compare = 6 => "compare",
+        Where = 7 => "where",
+        StopGradient = 8 => "stop_gradient",
+        Sum = 9 => "sum",
+        SumAxis = 10 => "sum_axis",
+        Mean = 11 => "mean",
+        MeanAxis = 12 => "mean_axis",
+        MaxAxis = 13 => "max_axis",
+        MinAxis = 14 => "min_axis",
+        Cumsum = 15 => "cumsum",
+        Reshape = 16 => "reshape",
+        Transpose = 17 => "transpose",
+        Broadcast = 18 => "broadcast",
+        Concat = 19 => "concat",
+        Slice = 20 => "slice",
+        PadSlice = 21 => "pad_slice",
+        Gather = 22 => "gather",
+        ScatterAdd = 23 => "scatter_add",
+        Matmul = 24 => "matmul",
+        Solve = 25 => "solve",
+        Cholesky = 26 => "cholesky",
+        CholeskyAd = 27 => "cholesky_ad",
+        TriangularSolve = 28 => "triangular_solve",
+        Linalg = 29 => "linalg",
+        Region = 30 => "region",
+        Custom = 31 => "custom",
+    }
+}
+
+/// How many operands an op takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arity {
+    Exactly(usize),
+    /// `concat`: one or more.
+    AtLeastOne,
+    /// `custom`: one per input of the rule's primal graph.
+    OfRule,
+    /// Region calls: the region's operands.
+    OfRegion,
+}
+
+impl OpKind {
+    /// The number of operands.
+    pub fn arity(self) -> Arity {
+        use Arity::Exactly;
+        match self {
+            OpKind::Input | OpKind::Constant => Exactly(0),
+            OpKind::Cast
+            | OpKind::Unary
+            | OpKind::Powi
+            | OpKind::StopGradient
+            | OpKind::Sum
+            | OpKind::SumAxis
+            | OpKind::Mean
+            | OpKind::MeanAxis
+            | OpKind::MaxAxis
+            | OpKind::MinAxis
+            | OpKind::Cumsum
+            | OpKind::Reshape
+            | OpKind::Transpose
+            | OpKind::Broadcast
+            | OpKind::Slice
+            | OpKind::PadSlice
+            | OpKind::Gather
+            | OpKind::Cholesky
+            | OpKind::Linalg => Exactly(1),
+            OpKind::Binary
+            | OpKind::Compare
+            | OpKind::ScatterAdd
+            | OpKind::Matmul
+            | OpKind::Solve
+            | OpKind::CholeskyAd
+            | OpKind::TriangularSolve => Exactly(2),
+            OpKind::Where => Exactly(3),
+            OpKind::Concat => Arity::AtLeastOne,
+            OpKind::Custom => Arity::OfRule,
+            OpKind::Region => Arity::OfRegion,
+        }
+    }
+
+    /// The names of the `key=value` attributes of the op's text form, in printing order.
+    /// Bare attributes (a constant's literal, a cast's dtype, `weak`, a `powi` exponent) and the
+    /// families' names are not listed.
+    pub fn attribute_names(self) -> &'static [&'static str] {
+        match self {
+            OpKind::Input => &["name"],
+            OpKind::SumAxis | OpKind::MeanAxis | OpKind::MaxAxis | OpKind::MinAxis => &["axes"],
+            OpKind::Cumsum => &["axis", "reverse"],
+            OpKind::Reshape | OpKind::Broadcast => &["shape"],
+            OpKind::Transpose => &["perm"],
+            OpKind::Concat => &["axis"],
+            OpKind::Slice => &["starts", "sizes"],
+            OpKind::PadSlice => &["starts", "shape"],
+            OpKind::Gather | OpKind::ScatterAdd => &["axis", "indices"],
+            OpKind::TriangularSolve => &["lower", "transpose_a", "unit_diagonal"],
+            OpKind::Linalg => &["kind"],
+            OpKind::Custom => &["name", "output"],
+            OpKind::Region => &["lower", "upper", "length", "start", "carries", "xs", "same"],
+            OpKind::Constant
+            | OpKind::Cast
+            | OpKind::Unary
+            | OpKind::Powi
+            | OpKind::Binary
+            | OpKind::Compare
+            | OpKind::Where
+            | OpKind::StopGradient
+            | OpKind::Sum
+            | OpKind::Mean
+            | OpKind::Matmul
+            | OpKind::Solve
+            | OpKind::Cholesky
+            | OpKind::CholeskyAd => &[],
+        }
+    }
+}
+
+impl From<ReduceKind> for OpKind {
+    fn from(kind: ReduceKind) -> OpKind {
+        match kind {
+            ReduceKind::Sum => OpKind::Sum,
+            ReduceKind::SumAxis => OpKind::SumAxis,
+            ReduceKind::Mean => OpKind::Mean,
+            ReduceKind::MeanAxis => OpKind::MeanAxis,
+            ReduceKind::MaxAxis => OpKind::MaxAxis,
+            ReduceKind::MinAxis => OpKind::MinAxis,
+        }
+    }
+}
+
+impl OpKind {
+    /// The kind of the op a text name names: a function, predicate or region form of a
+    /// family, or the name of an op of the table (the families' own names, `unary`,
+    /// `binary`, `compare` and `region`, are not text names).
+    pub fn from_text_name(name: &str) -> Option<OpKind> {
+        if UnaryOp::from_name(name).is_some() {
+            return Some(OpKind::Unary);
+        }
+        if BinaryOp::from_name(name).is_some() {
+            return Some(OpKind::Binary);
+        }
+        if Comparison::from_name(name).is_some() {
+            return Some(OpKind::Compare);
+        }
+        if crate::region::RegionForm::from_name(name).is_some() {
+            return Some(OpKind::Region);
+        }
+        match OpKind::from_name(name)? {
+            OpKind::Unary | OpKind::Binary | OpKind::Compare | OpKind::Region => None,
+            kind => Some(kind),
+        }
+    }
+
+    /// The reduction form of a reduction kind.
+    pub fn reduce_kind(self) -> Option<ReduceKind> {
+        ReduceKind::ALL
+            .into_iter()
+            .find(|&k| OpKind::from(k) == self)
+    }
+}
+
 impl Op {
-    /// The text name of the op (transforms.md §16).
+    /// The op's entry in the op table.
+    pub fn kind(&self) -> OpKind {
+        match self {
+            Op::Input { .. } => OpKind::Input,
+            Op::Constant { .. } => OpKind::Constant,
+            Op::Cast { .. } => OpKind::Cast,
+            Op::Unary(_) => OpKind::Unary,
+            Op::Powi(_) => OpKind::Powi,
+            Op::Binary(_) => OpKind::Binary,
+            Op::Compare(_) => OpKind::Compare,
+            Op::Where => OpKind::Where,
+            Op::StopGradient => OpKind::StopGradient,
+            Op::Reduce { kind, .. } => OpKind::from(*kind),
+            Op::Cumsum { .. } => OpKind::Cumsum,
+            Op::Reshape { .. } => OpKind::Reshape,
+            Op::Transpose { .. } => OpKind::Transpose,
+            Op::Broadcast { .. } => OpKind::Broadcast,
+            Op::Concat { .. } => OpKind::Concat,
+            Op::Slice { .. } => OpKind::Slice,
+            Op::PadSlice { .. } => OpKind::PadSlice,
+            Op::Gather { .. } => OpKind::Gather,
+            Op::ScatterAdd { .. } => OpKind::ScatterAdd,
+            Op::Matmul => OpKind::Matmul,
+            Op::Solve => OpKind::Solve,
+            Op::Cholesky => OpKind::Cholesky,
+            Op::CholeskyAd => OpKind::CholeskyAd,
+            Op::TriangularSolve { .. } => OpKind::TriangularSolve,
+            Op::Linalg(_) => OpKind::Linalg,
+            Op::Custom(_) => OpKind::Custom,
+            Op::Region(_) => OpKind::Region,
+        }
+    }
+
+    /// The text name of the op (transforms.md §16): the table's name, or the function,
+    /// predicate or form of a family.
     pub fn name(&self) -> &'static str {
         match self {
-            Op::Input { .. } => "input",
-            Op::Constant { .. } => "constant",
-            Op::Cast { .. } => "cast",
             Op::Unary(u) => u.name(),
-            Op::Powi(_) => "powi",
             Op::Binary(b) => b.name(),
             Op::Compare(c) => c.name(),
-            Op::Where => "where",
-            Op::StopGradient => "stop_gradient",
-            Op::Sum => "sum",
-            Op::SumAxis { .. } => "sum_axis",
-            Op::Mean => "mean",
-            Op::MeanAxis { .. } => "mean_axis",
-            Op::MaxAxis { .. } => "max_axis",
-            Op::MinAxis { .. } => "min_axis",
-            Op::Cumsum { .. } => "cumsum",
-            Op::Reshape { .. } => "reshape",
-            Op::Transpose { .. } => "transpose",
-            Op::Broadcast { .. } => "broadcast",
-            Op::Concat { .. } => "concat",
-            Op::Slice { .. } => "slice",
-            Op::PadSlice { .. } => "pad_slice",
-            Op::Gather { .. } => "gather",
-            Op::ScatterAdd { .. } => "scatter_add",
-            Op::Matmul => "matmul",
-            Op::Solve => "solve",
-            Op::Cholesky => "cholesky",
-            Op::CholeskyAd => "cholesky_ad",
-            Op::TriangularSolve { .. } => "triangular_solve",
-            Op::Linalg(_) => "linalg",
-            Op::Custom(_) => "custom",
             Op::Region(call) => call.region.form().name(),
+            other => other.kind().name(),
+        }
+    }
+
+    /// The op of a whole-tensor or per-axis reduction of `reducer` over `axes` (sorted,
+    /// distinct) of a rank-`rank` operand.
+    pub fn reduce(reducer: Reducer, axes: Vec<usize>, rank: usize) -> Op {
+        Op::Reduce {
+            kind: ReduceKind::of(reducer, axes.len(), rank),
+            axes,
         }
     }
 
@@ -460,5 +578,80 @@ impl Op {
 
     pub fn is_leaf(&self) -> bool {
         matches!(self, Op::Input { .. } | Op::Constant { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::region::RegionForm;
+
+    /// Every kind of every table round-trips through its name and its code, and `ALL` lists
+    /// each kind once (the tables generate `ALL` from the same rows, so a kind cannot be
+    /// missing; this checks that the rows are distinct and the lookups agree).
+    macro_rules! check_table {
+        ($($ty:ty),*) => {$(
+            let all = <$ty>::ALL;
+            for (i, k) in all.iter().enumerate() {
+                assert_eq!(<$ty>::from_name(k.name()), Some(*k), "{k:?}");
+                assert_eq!(<$ty>::from_code(k.code()), Some(*k), "{k:?}");
+                assert!(!all[..i].contains(k), "{k:?} listed twice");
+            }
+        )*};
+    }
+
+    #[test]
+    fn tables_round_trip_names_and_codes() {
+        check_table!(OpKind, UnaryOp, BinaryOp, Comparison, ReduceKind, LinalgKind, RegionForm);
+    }
+
+    #[test]
+    fn every_text_name_finds_its_kind() {
+        for u in UnaryOp::ALL {
+            assert_eq!(OpKind::from_text_name(u.name()), Some(OpKind::Unary));
+        }
+        for b in BinaryOp::ALL {
+            assert_eq!(OpKind::from_text_name(b.name()), Some(OpKind::Binary));
+        }
+        for c in Comparison::ALL {
+            assert_eq!(OpKind::from_text_name(c.name()), Some(OpKind::Compare));
+        }
+        for f in RegionForm::ALL {
+            assert_eq!(OpKind::from_text_name(f.name()), Some(OpKind::Region));
+        }
+        for r in ReduceKind::ALL {
+            let kind = OpKind::from(r);
+            assert_eq!(OpKind::from_text_name(r.name()), Some(kind));
+            assert_eq!(kind.name(), r.name());
+            assert_eq!(kind.code(), r.code(), "a reduction's form is its wire tag");
+            assert_eq!(kind.reduce_kind(), Some(r));
+        }
+        // The families' own names are not text names.
+        for family in ["unary", "binary", "compare", "region"] {
+            assert_eq!(OpKind::from_text_name(family), None, "{family}");
+        }
+        for kind in OpKind::ALL {
+            let families = [
+                OpKind::Unary,
+                OpKind::Binary,
+                OpKind::Compare,
+                OpKind::Region,
+            ];
+            if !families.contains(&kind) {
+                assert_eq!(OpKind::from_text_name(kind.name()), Some(kind));
+            }
+        }
+    }
+
+    #[test]
+    fn arity_and_attributes_come_from_the_table() {
+        assert_eq!(OpKind::Where.arity(), Arity::Exactly(3));
+        assert_eq!(OpKind::Concat.arity(), Arity::AtLeastOne);
+        assert_eq!(OpKind::Cumsum.attribute_names(), ["axis", "reverse"]);
+        let sum = Op::reduce(Reducer::Sum, vec![0, 1], 2);
+        assert_eq!((sum.kind(), sum.name()), (OpKind::Sum, "sum"));
+        let max = Op::reduce(Reducer::Max, vec![0, 1], 2);
+        assert_eq!(max.name(), "max_axis");
+        assert_eq!(Op::reduce(Reducer::Mean, vec![1], 2).name(), "mean_axis");
     }
 }

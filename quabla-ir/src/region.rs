@@ -26,63 +26,29 @@
 
 use crate::error::{IrError, Result};
 use crate::graph::{Graph, TensorType};
+use crate::table::code_table;
 use crate::DType;
 use std::sync::Arc;
 
-/// The user primitive and derivative forms of a region; its text name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum RegionForm {
-    Cond,
-    Fori,
-    /// Forward mode of a `fori`; it has no forward rule itself (TF3).
-    ForiJvp,
-    ForiVjp,
-    ForiVjpJvp,
-    ForiVjpVjp,
-    While,
-    Scan,
-    ScanVjp,
-    ScanVjpJvp,
-    ScanVjpVjp,
+code_table! {
+    /// The user primitive and derivative forms of a region; its text name.
+    pub enum RegionForm {
+        Cond = 0 => "cond",
+        Fori = 1 => "fori",
+        /// Forward mode of a `fori`; it has no forward rule itself (TF3).
+        ForiJvp = 2 => "fori_jvp",
+        ForiVjp = 3 => "fori_vjp",
+        ForiVjpJvp = 4 => "fori_vjp_jvp",
+        ForiVjpVjp = 5 => "fori_vjp_vjp",
+        While = 6 => "while",
+        Scan = 7 => "scan",
+        ScanVjp = 8 => "scan_vjp",
+        ScanVjpJvp = 9 => "scan_vjp_jvp",
+        ScanVjpVjp = 10 => "scan_vjp_vjp",
+    }
 }
 
 impl RegionForm {
-    pub fn name(self) -> &'static str {
-        match self {
-            RegionForm::Cond => "cond",
-            RegionForm::Fori => "fori",
-            RegionForm::ForiJvp => "fori_jvp",
-            RegionForm::ForiVjp => "fori_vjp",
-            RegionForm::ForiVjpJvp => "fori_vjp_jvp",
-            RegionForm::ForiVjpVjp => "fori_vjp_vjp",
-            RegionForm::While => "while",
-            RegionForm::Scan => "scan",
-            RegionForm::ScanVjp => "scan_vjp",
-            RegionForm::ScanVjpJvp => "scan_vjp_jvp",
-            RegionForm::ScanVjpVjp => "scan_vjp_vjp",
-        }
-    }
-
-    /// Every form. The wire format encodes a form as its index here, so this order is fixed:
-    /// a new form goes at the end.
-    pub const ALL: [RegionForm; 11] = [
-        RegionForm::Cond,
-        RegionForm::Fori,
-        RegionForm::ForiJvp,
-        RegionForm::ForiVjp,
-        RegionForm::ForiVjpJvp,
-        RegionForm::ForiVjpVjp,
-        RegionForm::While,
-        RegionForm::Scan,
-        RegionForm::ScanVjp,
-        RegionForm::ScanVjpJvp,
-        RegionForm::ScanVjpVjp,
-    ];
-
-    pub fn from_name(name: &str) -> Option<RegionForm> {
-        RegionForm::ALL.into_iter().find(|f| f.name() == name)
-    }
-
     /// The user-facing primitive (the `op` of errors.md TF2/TF3).
     pub fn primitive(self) -> &'static str {
         match self {

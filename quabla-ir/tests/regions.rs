@@ -86,7 +86,7 @@ fn scan_graph() -> Graph {
         ("x", ty(DType::F32, &[3])),
     ];
     let body = body(&ins, |g, p| {
-        let total = g.push(Op::Sum, &[p[2]]).unwrap();
+        let total = g.sum(p[2], None, false).unwrap();
         let c = g.add(p[1], total).unwrap();
         let y = g.mul(p[2], p[1]).unwrap();
         let at = g.mul(p[0], p[1]).unwrap();
@@ -106,7 +106,7 @@ fn scan_graph() -> Graph {
         0,
     );
     let outs = call(&mut b, &r, &[s, xs], &[0, 1, 2]);
-    let last = b.push(Op::Sum, &[outs[1]]).unwrap();
+    let last = b.sum(outs[1], None, false).unwrap();
     b.finish(vec![outs[0], last, outs[2]]).unwrap()
 }
 
@@ -214,7 +214,7 @@ fn nested_graph() -> Graph {
     );
     let ins = [("i", scalar(DType::F64)), ("carry", t.clone())];
     let fori_body = body(&ins, |g, p| {
-        let total = g.push(Op::Sum, &[p[1]]).unwrap();
+        let total = g.sum(p[1], None, false).unwrap();
         let zero = g.scalar(0.0, DType::F64, false);
         let pred = g.compare(Comparison::Greater, total, zero).unwrap();
         let c = call(g, &cond, &[pred, p[1]], &[0])[0];
@@ -254,7 +254,7 @@ fn multi_output_graph() -> Graph {
     let body = body(&ins, |g, p| {
         let a2 = g.mul(p[1], p[0]).unwrap();
         let v2 = g.mul(p[2], p[1]).unwrap();
-        let s = g.push(Op::Sum, &[v2]).unwrap();
+        let s = g.sum(v2, None, false).unwrap();
         vec![a2, v2, s]
     });
     let r = region(

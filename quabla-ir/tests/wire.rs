@@ -12,7 +12,7 @@ use quabla_ir::wire::{
 };
 use quabla_ir::{
     BinaryOp, Comparison, CustomCall, CustomRule, DType, Graph, GraphBuilder, HostData, LinalgKind,
-    NodeId, Op, Plan, Shape, TensorType, UnaryOp, WireError,
+    NodeId, Op, Plan, ReduceKind, Shape, TensorType, UnaryOp, WireError,
 };
 use std::sync::Arc;
 
@@ -112,12 +112,48 @@ fn every_op_graph() -> Graph {
     outs.push(b.push(Op::Compare(Comparison::Equal), &[p, cb]).unwrap());
     outs.push(b.push(Op::Where, &[p, a, c64]).unwrap());
     outs.push(b.push(Op::StopGradient, &[v]).unwrap());
-    outs.push(b.push(Op::Sum, &[a]).unwrap());
-    outs.push(b.push(Op::Mean, &[v]).unwrap());
-    outs.push(b.push(Op::SumAxis { axes: vec![1] }, &[a]).unwrap());
-    outs.push(b.push(Op::MeanAxis { axes: vec![0] }, &[a]).unwrap());
-    outs.push(b.push(Op::MaxAxis { axes: vec![0, 1] }, &[a]).unwrap());
-    outs.push(b.push(Op::MinAxis { axes: vec![0, 2] }, &[batch]).unwrap());
+    outs.push(b.sum(a, None, false).unwrap());
+    outs.push(b.mean(v, None, false).unwrap());
+    outs.push(
+        b.push(
+            Op::Reduce {
+                kind: ReduceKind::SumAxis,
+                axes: vec![1],
+            },
+            &[a],
+        )
+        .unwrap(),
+    );
+    outs.push(
+        b.push(
+            Op::Reduce {
+                kind: ReduceKind::MeanAxis,
+                axes: vec![0],
+            },
+            &[a],
+        )
+        .unwrap(),
+    );
+    outs.push(
+        b.push(
+            Op::Reduce {
+                kind: ReduceKind::MaxAxis,
+                axes: vec![0, 1],
+            },
+            &[a],
+        )
+        .unwrap(),
+    );
+    outs.push(
+        b.push(
+            Op::Reduce {
+                kind: ReduceKind::MinAxis,
+                axes: vec![0, 2],
+            },
+            &[batch],
+        )
+        .unwrap(),
+    );
     for reverse in [false, true] {
         outs.push(b.push(Op::Cumsum { axis: 1, reverse }, &[a]).unwrap());
     }
@@ -573,12 +609,30 @@ fn build_random(steps: &[Step], outputs: &[usize]) -> Graph {
                 let rank = dims(&b, x).len();
                 let axes: Vec<usize> = (0..rank).filter(|i| k >> i & 1 == 1).collect();
                 let op = match k % 6 {
-                    0 => Op::Sum,
-                    1 => Op::Mean,
-                    2 => Op::SumAxis { axes },
-                    3 => Op::MeanAxis { axes },
-                    4 => Op::MaxAxis { axes },
-                    _ => Op::MinAxis { axes },
+                    0 => Op::Reduce {
+                        kind: ReduceKind::Sum,
+                        axes: (0..rank).collect(),
+                    },
+                    1 => Op::Reduce {
+                        kind: ReduceKind::Mean,
+                        axes: (0..rank).collect(),
+                    },
+                    2 => Op::Reduce {
+                        kind: ReduceKind::SumAxis,
+                        axes,
+                    },
+                    3 => Op::Reduce {
+                        kind: ReduceKind::MeanAxis,
+                        axes,
+                    },
+                    4 => Op::Reduce {
+                        kind: ReduceKind::MaxAxis,
+                        axes,
+                    },
+                    _ => Op::Reduce {
+                        kind: ReduceKind::MinAxis,
+                        axes,
+                    },
                 };
                 b.push(op, &[x])
             }

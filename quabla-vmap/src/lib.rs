@@ -293,18 +293,14 @@ fn batch_rule(b: &mut GraphBuilder, node: &Node, args: &[Value], size: usize) ->
             let ids = lift_all(b, args, logical.rank())?;
             b.push(node.op.clone(), &ids)
         }
-        Op::Sum => {
-            let axes = (1..=logical_rank(b, args[0])).collect();
-            b.push(Op::SumAxis { axes }, &[args[0].id])
-        }
-        Op::Mean => {
-            let axes = (1..=logical_rank(b, args[0])).collect();
-            b.push(Op::MeanAxis { axes }, &[args[0].id])
-        }
-        Op::SumAxis { axes } => b.push(Op::SumAxis { axes: shift(axes) }, &[args[0].id]),
-        Op::MeanAxis { axes } => b.push(Op::MeanAxis { axes: shift(axes) }, &[args[0].id]),
-        Op::MaxAxis { axes } => b.push(Op::MaxAxis { axes: shift(axes) }, &[args[0].id]),
-        Op::MinAxis { axes } => b.push(Op::MinAxis { axes: shift(axes) }, &[args[0].id]),
+        // The batch axis stays: a whole-tensor form becomes its per-axis form.
+        Op::Reduce { kind, axes } => b.push(
+            Op::Reduce {
+                kind: kind.over_axes(),
+                axes: shift(axes),
+            },
+            &[args[0].id],
+        ),
         Op::Cumsum { axis, reverse } => b.push(
             Op::Cumsum {
                 axis: axis + 1,

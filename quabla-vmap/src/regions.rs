@@ -23,8 +23,8 @@
 
 use super::{internal, lift_all, materialize, move_axis, prepend, sweep, Value};
 use quabla_ir::{
-    Comparison, DType, Graph, GraphBuilder, NodeId, Op, Region, RegionKind, Result, ScanBody,
-    TensorType,
+    Comparison, DType, Graph, GraphBuilder, NodeId, Op, ReduceKind, Region, RegionKind, Result,
+    ScanBody, TensorType,
 };
 use std::sync::Arc;
 
@@ -378,7 +378,13 @@ fn any(b: &mut GraphBuilder, pred: NodeId) -> Result<NodeId> {
         },
         &[pred],
     )?;
-    let largest = b.push(Op::MaxAxis { axes: vec![0] }, &[as_float])?;
+    let largest = b.push(
+        Op::Reduce {
+            kind: ReduceKind::MaxAxis,
+            axes: vec![0],
+        },
+        &[as_float],
+    )?;
     let zero = b.scalar(0.0, DType::F32, false);
     b.push(Op::Compare(Comparison::Greater), &[largest, zero])
 }

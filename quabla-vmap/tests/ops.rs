@@ -8,7 +8,8 @@ mod common;
 
 use common::*;
 use quabla_ir::{
-    BinaryOp, Comparison, DType, Graph, GraphBuilder, HostData, LinalgKind, NodeId, Op, UnaryOp,
+    BinaryOp, Comparison, DType, Graph, GraphBuilder, HostData, LinalgKind, NodeId, Op, ReduceKind,
+    UnaryOp,
 };
 
 type Build = Box<dyn Fn(&mut Rng, DType) -> Graph>;
@@ -214,22 +215,34 @@ fn cases() -> Vec<Case> {
         let d = rng.dims(0, 3);
         graph(|b| {
             let x = input(b, "x", dt, &d);
-            b.push(Op::Sum, &[x]).unwrap()
+            b.sum(x, None, false).unwrap()
         })
     }));
     cases.push(case("mean", FLOATS, SIGNED, |rng, dt| {
         let d = rng.dims(0, 3);
         graph(|b| {
             let x = input(b, "x", dt, &d);
-            b.push(Op::Mean, &[x]).unwrap()
+            b.mean(x, None, false).unwrap()
         })
     }));
     type AxesOp = fn(Vec<usize>) -> Op;
     let axis_reductions: [(&str, AxesOp); 4] = [
-        ("sum_axis", |axes| Op::SumAxis { axes }),
-        ("mean_axis", |axes| Op::MeanAxis { axes }),
-        ("max_axis", |axes| Op::MaxAxis { axes }),
-        ("min_axis", |axes| Op::MinAxis { axes }),
+        ("sum_axis", |axes| Op::Reduce {
+            kind: ReduceKind::SumAxis,
+            axes,
+        }),
+        ("mean_axis", |axes| Op::Reduce {
+            kind: ReduceKind::MeanAxis,
+            axes,
+        }),
+        ("max_axis", |axes| Op::Reduce {
+            kind: ReduceKind::MaxAxis,
+            axes,
+        }),
+        ("min_axis", |axes| Op::Reduce {
+            kind: ReduceKind::MinAxis,
+            axes,
+        }),
     ];
     for (name, make) in axis_reductions {
         cases.push(case(name, FLOATS, TIES, move |rng, dt| {

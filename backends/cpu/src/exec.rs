@@ -15,7 +15,6 @@
 
 use crate::buffer::{self, Buffer, Pool, Storage, View, ViewMut};
 use crate::kernels::elementwise::{Program, Scratch};
-use crate::kernels::reduce::ReduceKind;
 use crate::kernels::{internal, layout, linalg, matmul, reduce};
 use crate::schedule::{NodeStep, Schedule, StepKind};
 use quabla_backend::{BackendError, Result};
@@ -418,20 +417,13 @@ fn run_node(
     let out = buf.view_mut();
     let out_dims = node.ty.shape.dims();
     match &node.op {
-        Op::Sum => reduce::reduce_all(ReduceKind::Sum, arg(0)?.0, out),
-        Op::Mean => reduce::reduce_all(ReduceKind::Mean, arg(0)?.0, out),
-        Op::SumAxis { axes }
-        | Op::MeanAxis { axes }
-        | Op::MaxAxis { axes }
-        | Op::MinAxis { axes } => {
-            let kind = match node.op {
-                Op::SumAxis { .. } => ReduceKind::Sum,
-                Op::MeanAxis { .. } => ReduceKind::Mean,
-                Op::MaxAxis { .. } => ReduceKind::Max,
-                _ => ReduceKind::Min,
-            };
+        Op::Reduce { kind, axes } => {
             let (x, dims) = arg(0)?;
-            reduce::reduce_axes(kind, x, dims, axes, out, threads)
+            if kind.is_whole() {
+                reduce::reduce_all(kind.reducer(), x, out)
+            } else {
+                reduce::reduce_axes(kind.reducer(), x, dims, axes, out, threads)
+            }
         }
         Op::Cumsum { axis, reverse } => {
             let (x, dims) = arg(0)?;

@@ -15,7 +15,7 @@
 use super::number::parse_f64;
 use crate::error::{IrError, Result};
 use crate::graph::{Graph, GraphBuilder, NodeId, TensorType};
-use crate::op::{BinaryOp, Comparison, LinalgKind, Op, UnaryOp};
+use crate::op::{BinaryOp, Comparison, LinalgKind, Op, OpKind, ReduceKind, UnaryOp};
 use crate::region::{Region, RegionCall, RegionForm, RegionKind, ScanBody};
 // The bound of the wire format also bounds the parser's recursion.
 use crate::wire::MAX_REGION_DEPTH;
@@ -489,29 +489,6 @@ impl Attrs {
     }
 }
 
-fn op_by_name(name: &str) -> Option<Op> {
-    if let Some(u) = UnaryOp::ALL.iter().find(|u| u.name() == name) {
-        return Some(Op::Unary(*u));
-    }
-    if let Some(b) = BinaryOp::ALL.iter().find(|b| b.name() == name) {
-        return Some(Op::Binary(*b));
-    }
-    if let Some(c) = Comparison::ALL.iter().find(|c| c.name() == name) {
-        return Some(Op::Compare(*c));
-    }
-    match name {
-        "where" => Some(Op::Where),
-        "stop_gradient" => Some(Op::StopGradient),
-        "sum" => Some(Op::Sum),
-        "mean" => Some(Op::Mean),
-        "matmul" => Some(Op::Matmul),
-        "solve" => Some(Op::Solve),
-        "cholesky" => Some(Op::Cholesky),
-        "cholesky_ad" => Some(Op::CholeskyAd),
-        _ => None,
-    }
-}
-
 impl Parser {
     fn new(depth: usize) -> Parser {
         Parser {
@@ -592,7 +569,7 @@ impl Parser {
             let op = match RegionForm::from_name(op_name) {
                 Some(form) => self.region_op(line, form, &operands, rest, opens, lines)?,
                 None if opens => return Err(no_bodies(op_name)),
-                None => self.build_op(line, op_name, rest, &declared)?,
+                None => self.build_op(line, op_name, rest, &operands, &declared)?,
             };
             let previous = self.builder.set_remat(u32::from(remat));
             let pushed = self.builder.push(op, &operands);
@@ -737,25 +714,62 @@ impl Parser {
         Ok(Attrs { line, map, bare })
     }
 
+    /// The op of a node line named `name` with the attributes `rest`, looked up in the op
+    /// table; `operands` are the node's operands (a whole-tensor reduction lists their axes).
     fn build_op(
         &self,
         line: usize,
         name: &str,
         rest: Vec<String>,
+        operands: &[NodeId],
         declared: &TensorType,
     ) -> Result<Op> {
+        let kind =
+            OpKind::from_text_name(name).ok_or_else(|| err(line, &format!("unknown op {name}")))?;
         let a = self.attrs(line, rest)?;
+        let allowed = kind.attribute_names();
+        if let Some(key) = a.map.keys().find(|k| !allowed.contains(&k.as_str())) {
+            return Err(err(line, &format!("{name} has no attribute {key}")));
+        }
         let first_bare = || {
             a.bare
                 .first()
                 .map(String::as_str)
                 .ok_or_else(|| err(line, &format!("{name} needs a value")))
         };
-        if let Some(op) = op_by_name(name) {
-            return Ok(op);
-        }
-        let op = match name {
-            "constant" => {
+        let operand_rank = || {
+            operands
+                .first()
+                .map(|&o| self.builder.ty(o).shape.rank())
+                .ok_or_else(|| err(line, &format!("{name} needs an operand")))
+        };
+        let reduce = |kind: ReduceKind| -> Result<Op> {
+            let axes = if kind.is_whole() {
+                (0..operand_rank()?).collect()
+            } else {
+                a.list("axes")?
+            };
+            Ok(Op::Reduce { kind, axes })
+        };
+        let op = match kind {
+            OpKind::Unary => Op::Unary(UnaryOp::from_name(name).ok_or_else(|| err(line, name))?),
+            OpKind::Binary => Op::Binary(BinaryOp::from_name(name).ok_or_else(|| err(line, name))?),
+            OpKind::Compare => {
+                Op::Compare(Comparison::from_name(name).ok_or_else(|| err(line, name))?)
+            }
+            OpKind::Where => Op::Where,
+            OpKind::StopGradient => Op::StopGradient,
+            OpKind::Matmul => Op::Matmul,
+            OpKind::Solve => Op::Solve,
+            OpKind::Cholesky => Op::Cholesky,
+            OpKind::CholeskyAd => Op::CholeskyAd,
+            OpKind::Sum
+            | OpKind::SumAxis
+            | OpKind::Mean
+            | OpKind::MeanAxis
+            | OpKind::MaxAxis
+            | OpKind::MinAxis => reduce(kind.reduce_kind().ok_or_else(|| err(line, name))?)?,
+            OpKind::Constant => {
                 let lit = first_bare()?;
                 let shape = declared.shape.clone();
                 let values: Vec<&str> = if let Some(inner) = lit
@@ -793,83 +807,72 @@ impl Parser {
                     weak: a.weak(),
                 }
             }
-            "cast" => {
+            OpKind::Cast => {
                 let to = first_bare()?;
                 let to = DType::from_ir_name(to)
                     .ok_or_else(|| err(line, &format!("unknown dtype {to}")))?;
                 Op::Cast { to, weak: a.weak() }
             }
-            "powi" => {
+            OpKind::Powi => {
                 let e = first_bare()?;
                 Op::Powi(e.parse().map_err(|_| {
                     err(line, &format!("powi exponent must be an integer, got {e}"))
                 })?)
             }
-            "sum_axis" => Op::SumAxis {
-                axes: a.list("axes")?,
-            },
-            "mean_axis" => Op::MeanAxis {
-                axes: a.list("axes")?,
-            },
-            "max_axis" => Op::MaxAxis {
-                axes: a.list("axes")?,
-            },
-            "min_axis" => Op::MinAxis {
-                axes: a.list("axes")?,
-            },
-            "cumsum" => Op::Cumsum {
+            OpKind::Cumsum => Op::Cumsum {
                 axis: a.usize("axis")?,
                 reverse: a.bool("reverse")?,
             },
-            "reshape" => Op::Reshape {
+            OpKind::Reshape => Op::Reshape {
                 shape: a.shape("shape")?,
             },
-            "broadcast" => Op::Broadcast {
+            OpKind::Broadcast => Op::Broadcast {
                 shape: a.shape("shape")?,
             },
-            "transpose" => Op::Transpose {
+            OpKind::Transpose => Op::Transpose {
                 perm: a.list("perm")?,
             },
-            "concat" => Op::Concat {
+            OpKind::Concat => Op::Concat {
                 axis: a.usize("axis")?,
             },
-            "slice" => Op::Slice {
+            OpKind::Slice => Op::Slice {
                 starts: a.list("starts")?,
                 sizes: a.list("sizes")?,
             },
-            "pad_slice" => Op::PadSlice {
+            OpKind::PadSlice => Op::PadSlice {
                 starts: a.list("starts")?,
                 shape: a.shape("shape")?,
             },
-            "gather" => Op::Gather {
+            OpKind::Gather => Op::Gather {
                 axis: a.usize("axis")?,
                 indices: a.list("indices")?,
             },
-            "scatter_add" => Op::ScatterAdd {
+            OpKind::ScatterAdd => Op::ScatterAdd {
                 axis: a.usize("axis")?,
                 indices: a.list("indices")?,
             },
-            "triangular_solve" => Op::TriangularSolve {
+            OpKind::TriangularSolve => Op::TriangularSolve {
                 lower: a.bool("lower")?,
                 transpose_a: a.bool("transpose_a")?,
                 unit_diagonal: a.bool("unit_diagonal")?,
             },
-            "linalg" => {
+            OpKind::Linalg => {
                 let kind = a.get("kind")?;
                 Op::Linalg(
-                    *LinalgKind::ALL
-                        .iter()
-                        .find(|k| k.name() == kind)
+                    LinalgKind::from_name(kind)
                         .ok_or_else(|| err(line, &format!("unknown linalg kind {kind}")))?,
                 )
             }
-            "custom" => {
+            OpKind::Custom => {
                 return Err(err(
                     line,
                     "custom nodes cannot be parsed: their rule graphs are not part of the text",
                 ))
             }
-            other => return Err(err(line, &format!("unknown op {other}"))),
+            // Input lines and region lines are read by `node_line` before this point.
+            OpKind::Input | OpKind::Region => {
+                return Err(err(line, &format!("{name} cannot appear here")))
+            }
         };
         Ok(op)
     }

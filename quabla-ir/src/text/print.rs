@@ -127,16 +127,15 @@ fn node_body(node: &Node) -> String {
         | Op::Compare(_)
         | Op::Where
         | Op::StopGradient
-        | Op::Sum
-        | Op::Mean
         | Op::Matmul
         | Op::Solve
         | Op::Cholesky
         | Op::CholeskyAd => {}
-        Op::SumAxis { axes }
-        | Op::MeanAxis { axes }
-        | Op::MaxAxis { axes }
-        | Op::MinAxis { axes } => args.push(format!("axes={}", list(axes))),
+        Op::Reduce { kind, axes } => {
+            if !kind.is_whole() {
+                args.push(format!("axes={}", list(axes)))
+            }
+        }
         Op::Cumsum { axis, reverse } => {
             args.push(format!("axis={axis}"));
             args.push(format!("reverse={reverse}"));

@@ -200,7 +200,7 @@ pub fn random_region(
     let (region, operands) = match k % 4 {
         0 => {
             let zero = b.scalar(0.0, xt.dtype, false);
-            let s = b.push(Op::Sum, &[x]).ok()?;
+            let s = b.sum(x, None, false).ok()?;
             let pred = b.compare(Comparison::Greater, s, zero).ok()?;
             let ins = [("operand0", xt.clone()), ("operand1", yt.clone())];
             let then_branch = body(&ins, |g, p| {
@@ -225,7 +225,7 @@ pub fn random_region(
                 ("x", slice),
             ];
             let body = body(&ins, |g, p| {
-                let s = g.push(Op::Sum, &[p[2]]).unwrap();
+                let s = g.sum(p[2], None, false).unwrap();
                 let s = g.astype(s, xt.dtype).unwrap();
                 let c = g.add(p[1], s).unwrap();
                 let y = g.unary(f, p[2]).unwrap();

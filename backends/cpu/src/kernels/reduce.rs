@@ -11,15 +11,7 @@ use crate::buffer::{Elem, View, ViewMut};
 use crate::kernels::{internal, par_for_each, split_ranges, PAR_MIN_ELEMENTS};
 use quabla_backend::Result;
 use quabla_ir::eval::{maximum_ieee, minimum_ieee, SUM_START};
-
-/// What a reduction node computes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ReduceKind {
-    Sum,
-    Mean,
-    Max,
-    Min,
-}
+use quabla_ir::Reducer;
 
 /// Expands `$body` with `$v` bound to the typed slice of a view.
 macro_rules! with_elems {
@@ -34,11 +26,11 @@ macro_rules! with_elems {
 
 /// A reduction over all elements (`sum`, `mean`): one sequential float64 accumulation that
 /// starts from `quabla_ir::eval::SUM_START` (`-0.0`), as the reference does.
-pub(crate) fn reduce_all(kind: ReduceKind, x: View<'_>, mut out: ViewMut<'_>) -> Result<()> {
+pub(crate) fn reduce_all(kind: Reducer, x: View<'_>, mut out: ViewMut<'_>) -> Result<()> {
     let s = with_elems!(x, v => sum_seq(v));
     let value = match kind {
-        ReduceKind::Sum => s,
-        ReduceKind::Mean => s / x.len() as f64,
+        Reducer::Sum => s,
+        Reducer::Mean => s / x.len() as f64,
         _ => return Err(internal("a full reduction of max/min")),
     };
     out.store_f64(0, &[value]);
@@ -60,7 +52,7 @@ fn add(a: f64, b: f64) -> f64 {
 
 /// A reduction over `axes` (sorted, distinct) of an operand of shape `dims`.
 pub(crate) fn reduce_axes(
-    kind: ReduceKind,
+    kind: Reducer,
     x: View<'_>,
     dims: &[usize],
     axes: &[usize],
@@ -71,17 +63,17 @@ pub(crate) fn reduce_axes(
     let count: usize = axes.iter().map(|&a| dims[a]).product();
     let run = |acc: &mut [f64]| {
         match kind {
-            ReduceKind::Sum | ReduceKind::Mean => {
+            Reducer::Sum | Reducer::Mean => {
                 with_elems!(x, v => reduce_blocks(v, &blocks, SUM_START, add, acc, threads))
             }
-            ReduceKind::Max => with_elems!(x, v => {
+            Reducer::Max => with_elems!(x, v => {
                 reduce_blocks(v, &blocks, f64::NEG_INFINITY, maximum_ieee, acc, threads)
             }),
-            ReduceKind::Min => with_elems!(x, v => {
+            Reducer::Min => with_elems!(x, v => {
                 reduce_blocks(v, &blocks, f64::INFINITY, minimum_ieee, acc, threads)
             }),
         }
-        if kind == ReduceKind::Mean {
+        if kind == Reducer::Mean {
             let n = count as f64;
             for a in acc.iter_mut() {
                 *a /= n;
