@@ -12,6 +12,8 @@
 //!   floats as Python's `float.hex()` text ([`hexfloat`]).
 //! - [`read`], [`read_bytes`] and [`load_path`]: a reader that validates every rule of the
 //!   format and reports each violation as the [`IoError::Format`] error of errors.md IO1-IO4.
+//! - [`fuzz`]: a mutation fuzzer of the reader, run by the `fuzz_load` binary
+//!   (`cargo xtask fuzz load`).
 //!
 //! # What it must not do
 //!
@@ -42,6 +44,7 @@
 //! ```
 
 mod error;
+pub mod fuzz;
 pub mod hexfloat;
 mod json;
 mod node;
