@@ -1,4 +1,50 @@
-//! Keyed random numbers: keys (`split`, `fold_in`) and host samplers, bit for bit as
-//! `spec/numerics.md` §9 prescribes.
+//! Keyed random numbers for Quabla: keys (`key`, `split`, `fold_in`) and the host samplers
+//! (`uniform`, `normal`, `bernoulli` and the initializers), bit for bit as `spec/numerics.md` §9
+//! prescribes, so that every platform and both language bindings draw identical numbers.
 //!
-//! Not yet built. Keys are never traceable.
+//! # What this crate owns
+//!
+//! - The SplitMix64 primitives [`mix64`] and [`word`] and the key derivations built on them.
+//! - [`Key`], an immutable 64-bit state that is `Copy + Eq + Hash` (so the facade can use it as
+//!   a static `jit` argument) and prints as `Key(value=N)`.
+//! - The samplers, which validate their arguments and the shape, then fill host vectors in
+//!   row-major order: every value is computed in float64 and rounded once to the requested
+//!   dtype ([`Samples`]).
+//! - [`RandomError`], whose messages are those of `spec/errors.md` (see its docs for the error
+//!   kind of the facade each variant maps to).
+//!
+//! # What it must not do
+//!
+//! Sampling is eager and happens on the host: nothing here is ever traced, recorded into a
+//! graph or run on a backend, and this crate does not depend on the `quabla` facade. Keys are
+//! plain values; a facade that receives a traced key or bound reports the tracer error itself
+//! before calling in. There is no global state: the same key always gives the same numbers.
+//! Nothing panics on any input: bad arguments, shapes whose size overflows and requests the
+//! allocator cannot satisfy are all [`RandomError`]s.
+//!
+//! ```
+//! use quabla_ir::DType;
+//! use quabla_random::{key, split, uniform, Samples};
+//!
+//! let k = key(42);
+//! let u = uniform(&k, &[4], DType::F64, 0.0, 1.0).unwrap();
+//! assert_eq!(
+//!     u,
+//!     Samples::F64(vec![
+//!         0.7415648787718233,
+//!         0.1599103928769201,
+//!         0.27860113025513866,
+//!         0.34419071652363753,
+//!     ])
+//! );
+//! let children = split(&k, 2).unwrap();
+//! assert_ne!(children[0], children[1]);
+//! ```
+
+mod error;
+mod key;
+mod samplers;
+
+pub use error::{ErrorKind, RandomError};
+pub use key::{fold_in, key, mix64, split, word, Key, KeyData, GAMMA, SPLIT_TAG};
+pub use samplers::{bernoulli, glorot_normal, glorot_uniform, he_normal, normal, uniform, Samples};

@@ -4,14 +4,15 @@
 //! shared by the subcommands (locating the workspace root, building `cargo`
 //! invocations, running a command and reporting how it failed). The
 //! subcommands themselves live in [`test`] (`cargo xtask test`), [`backends`]
-//! (`cargo xtask test-backends`), [`bench`] (`cargo xtask bench`) and [`coverage`]
-//! (`cargo xtask coverage-ops`).
+//! (`cargo xtask test-backends`), [`bench`] (`cargo xtask bench`), [`coverage`]
+//! (`cargo xtask coverage-ops`) and [`fuzz`] (`cargo xtask fuzz`).
 //!
 //! Arguments are parsed by hand so that the tool builds from `std` alone.
 
 mod backends;
 mod bench;
 mod coverage;
+mod fuzz;
 mod test;
 
 use std::ffi::OsStr;
@@ -50,6 +51,14 @@ Commands:
                            then `missing=<count of functions with any no>`. The spec is
                            read from $QUABLA_SPEC_DIR/api.md, else from
                            shared/spec/api.md beside the workspace.
+  fuzz load [--execs N] [--seed S]
+                           Fuzz the file reader
+                           (`cargo run --release -p quabla-io --bin fuzz_load`): load N
+                           (default 1000000) mutations of valid files (truncations, bit
+                           flips, forged lengths, spliced JSON) with both readers and
+                           print `execs= panics= max_alloc= input_max=`; fails on a
+                           panic, an allocation larger than the input allows, or the two
+                           readers disagreeing.
   help                     Print this message.
 ";
 
@@ -64,6 +73,7 @@ fn main() -> ExitCode {
         "test-backends" => backends::run(rest),
         "bench" => bench::run(rest),
         "coverage-ops" => coverage::run(rest),
+        "fuzz" => fuzz::run(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(())
