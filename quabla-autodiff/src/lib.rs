@@ -10,15 +10,19 @@
 //!   derivatives stay finite where the spec says so (the masked, "double where" forms).
 //! - `custom` nodes use their rule graphs (`custom.rs`): the `jvp` graph forward and its
 //!   transpose in reverse, `fwd`/`bwd` in reverse only, and the primal graph for `checkpoint`.
+//! - Dense Jacobians (`jacobian.rs`) batch a JVP or VJP with `quabla-vmap` over basis
+//!   vectors generated inside the graph.
 //! - The linear-algebra rules (`solve`, `triangular_solve`, `cholesky`, `cholesky_ad`, the
 //!   `linalg` kinds) live in `quabla_linalg::rules` and are delegated to.
 
 mod custom;
 mod helpers;
+mod jacobian;
 mod jvp;
 mod regions;
 mod vjp;
 
+pub use jacobian::{has_custom_vjp, jacobian_graph};
 pub use jvp::jvp_graph;
 pub use regions::{block_length, full_tape_loops, FullTapeGuard};
 pub use vjp::{vjp_graph, Seed};

@@ -380,6 +380,49 @@ impl GraphBuilder {
         self.push(Op::ScatterAdd { axis, indices }, &[base, updates])
     }
 
+    /// `solve(a, b)` with NumPy's conventions (api.md §17): `a` is `[..., n, n]`; `b` is a stack
+    /// of right-hand sides `[..., n, k]`, or one vector `[n]` (or `[..., n]` with `a`'s rank
+    /// minus one); the batch axes of `a` and `b` broadcast.
+    pub fn solve(&mut self, a: NodeId, rhs: NodeId) -> Result<NodeId> {
+        let (sa, sb) = (self.ty(a).shape.clone(), self.ty(rhs).shape.clone());
+        let vector = sb.rank() + 1 == sa.rank() || sb.rank() == 1;
+        let rhs = if vector {
+            let mut dims = sb.dims().to_vec();
+            dims.push(1);
+            self.reshape_to(rhs, Shape::new(dims)?)?
+        } else {
+            rhs
+        };
+        let sr = self.ty(rhs).shape.clone();
+        let (ra, rr) = (sa.rank(), sr.rank());
+        let batch = if ra >= 2 && rr >= 2 {
+            broadcast_shapes(
+                &Shape::new(sa.dims()[..ra - 2].to_vec())?,
+                &Shape::new(sr.dims()[..rr - 2].to_vec())?,
+            )?
+        } else {
+            Shape::scalar()
+        };
+        let full = |b: &mut GraphBuilder, n: NodeId, dims: &[usize]| {
+            if dims.len() < 2 {
+                return Ok(n);
+            }
+            let mut full = batch.dims().to_vec();
+            full.extend(&dims[dims.len() - 2..]);
+            b.broadcast_to(n, Shape::new(full)?)
+        };
+        let a2 = full(self, a, sa.dims())?;
+        let r2 = full(self, rhs, sr.dims())?;
+        let x = self.push(Op::Solve, &[a2, r2])?;
+        if vector {
+            let mut dims = self.ty(x).shape.dims().to_vec();
+            dims.pop();
+            self.reshape_to(x, Shape::new(dims)?)
+        } else {
+            Ok(x)
+        }
+    }
+
     /// `matmul` with NumPy rules: a rank-1 left operand is a row vector and a rank-1 right
     /// operand a column vector, their unit axes removed from the result; batch axes broadcast.
     pub fn matmul(&mut self, a: NodeId, b: NodeId) -> Result<NodeId> {

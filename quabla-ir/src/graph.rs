@@ -137,6 +137,30 @@ impl Graph {
             })
     }
 
+    /// This graph with other outputs, chosen among its nodes (output surgery that keeps every
+    /// node: a later DCE drops what no output uses).
+    pub fn with_outputs(&self, outputs: Vec<NodeId>) -> Result<Graph> {
+        Graph::from_parts(self.nodes.clone(), outputs)
+    }
+
+    /// A graph with the same inputs (names and types, in order) whose outputs `rewrite` chooses:
+    /// it receives a builder holding a copy of this graph and the nodes of its outputs, may
+    /// append nodes, and returns the new outputs. How a transform pads, casts or replaces the
+    /// outputs of a traced graph without rebuilding it by hand.
+    pub fn map_outputs(
+        &self,
+        rewrite: impl FnOnce(&mut GraphBuilder, &[NodeId]) -> Result<Vec<NodeId>>,
+    ) -> Result<Graph> {
+        let mut b = GraphBuilder::new();
+        let inputs: Vec<NodeId> = self
+            .inputs()
+            .map(|(_, name, ty)| b.input(name.to_string(), ty.clone()))
+            .collect();
+        let outs = b.inline_graph(self, &inputs)?;
+        let outputs = rewrite(&mut b, &outs)?;
+        b.finish(outputs)
+    }
+
     /// The IR verifier: operands refer to earlier nodes, every type is what the op's type
     /// rule infers, inputs come first, outputs exist.
     pub fn verify(&self) -> Result<()> {
@@ -319,5 +343,39 @@ impl GraphBuilder {
     /// Freezes the graph with the given outputs.
     pub fn finish(self, outputs: Vec<NodeId>) -> Result<Graph> {
         Graph::from_parts(self.nodes, outputs)
+    }
+
+    /// Freezes a graph whose inputs were not all pushed first (a trace lifts an enclosing
+    /// tracer as an input when it is first used): every input moves to the front, in creation
+    /// order, and every other node keeps its order.
+    pub fn finish_inputs_first(self, outputs: Vec<NodeId>) -> Result<Graph> {
+        let n = self.nodes.len();
+        let is_input = |n: &Node| matches!(n.op, Op::Input { .. });
+        let order: Vec<usize> = (0..n)
+            .filter(|&i| is_input(&self.nodes[i]))
+            .chain((0..n).filter(|&i| !is_input(&self.nodes[i])))
+            .collect();
+        let mut remap = vec![NodeId(0); n];
+        for (new, &old) in order.iter().enumerate() {
+            remap[old] = NodeId(new as u32);
+        }
+        let reordered: Vec<Node> = order
+            .iter()
+            .map(|&old| {
+                let mut node = self.nodes[old].clone();
+                node.operands = node.operands.iter().map(|o| remap[o.index()]).collect();
+                node
+            })
+            .collect();
+        let outputs = outputs
+            .iter()
+            .map(|o| {
+                remap
+                    .get(o.index())
+                    .copied()
+                    .ok_or_else(|| IrError::verify(format!("output {o} is not a node")))
+            })
+            .collect::<Result<_>>()?;
+        Graph::from_parts(reordered, outputs)
     }
 }

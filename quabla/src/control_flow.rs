@@ -260,14 +260,7 @@ fn unify_branches(a: Graph, b: Graph) -> Result<(Graph, Graph)> {
 
 /// `g` with its single output cast to `dtype`.
 fn cast_output(g: &Graph, dtype: DType) -> Result<Graph> {
-    let mut b = quabla_ir::GraphBuilder::new();
-    let inputs: Vec<_> = g
-        .inputs()
-        .map(|(_, name, ty)| b.input(name.to_string(), ty.clone()))
-        .collect();
-    let outs = b.inline_graph(g, &inputs)?;
-    let cast = b.astype(outs[0], dtype)?;
-    Ok(b.finish(vec![cast])?)
+    Ok(g.map_outputs(|b, outs| Ok(vec![b.astype(outs[0], dtype)?]))?)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,17 +1,19 @@
 //! How an operation runs: it is recorded as a small graph with the checked builder of
 //! `quabla-ir` (which owns promotion, broadcasting and every type error) and executed on the
-//! CPU backend. The compiled plan of each distinct graph is cached per thread, so a repeated
-//! eager operation pays only for building its key graph and binding buffers.
+//! CPU backend, resolved through the registry like every `jit` target (the same road: the
+//! backend is looked up once per process). The compiled plan of each distinct graph is
+//! cached per thread, so a repeated eager operation pays only for building its key graph and
+//! binding buffers.
 //!
 //! Every operand, including a Rust `f64` (a weak rank-0 input), is a plan input, so the cache
 //! holds one entry per op and operand signature, not per value.
 
 use crate::error::{Error, Result};
 use crate::operand::Operand;
-use crate::tensor::{with_host_refs, Tensor};
+use crate::staging::with_host_refs;
+use crate::tensor::Tensor;
 use crate::trace;
 use quabla_backend::{Backend, Executable};
-use quabla_cpu::CpuBackend;
 use quabla_ir::{DType, Graph, GraphBuilder, HostData, NodeId, Plan, Shape};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -24,9 +26,14 @@ thread_local! {
     static EAGER_CACHE: RefCell<HashMap<Graph, Arc<dyn Executable>>> = RefCell::new(HashMap::new());
 }
 
-pub(crate) fn cpu() -> &'static CpuBackend {
-    static CPU: OnceLock<CpuBackend> = OnceLock::new();
-    CPU.get_or_init(CpuBackend::default)
+/// The backend eager operations run on: the registry's `cpu`, which is always available.
+fn eager_backend() -> Result<&'static Arc<dyn Backend>> {
+    static CPU: OnceLock<Arc<dyn Backend>> = OnceLock::new();
+    if let Some(backend) = CPU.get() {
+        return Ok(backend);
+    }
+    let backend = crate::devices::backend_for("cpu")?;
+    Ok(CPU.get_or_init(|| backend))
 }
 
 /// Resolves operands to tensors; a Rust `f64` becomes a weak float64 scalar.
@@ -78,10 +85,9 @@ pub(crate) fn apply(
     let graph = b.finish(vec![out])?;
     let exe = compiled(graph)?;
     let mut outs = Vec::with_capacity(1);
-    with_host_refs(
-        tensors.iter(),
-        |host| Ok(exe.run_borrowed(host, &mut outs)?),
-    )?;
+    with_host_refs(tensors.iter().map(Tensor::host), |host| {
+        Ok(exe.run_borrowed(host, &mut outs)?)
+    })?;
     let result = outs.pop().ok_or_else(|| Error::Internal {
         message: "a plan returned no output".into(),
     })?;
@@ -92,7 +98,7 @@ fn compiled(graph: Graph) -> Result<Arc<dyn Executable>> {
     if let Some(exe) = EAGER_CACHE.with(|c| c.borrow().get(&graph).cloned()) {
         return Ok(exe);
     }
-    let exe = cpu().compile(&Plan::compile(&graph))?;
+    let exe = eager_backend()?.compile(&Plan::compile(&graph))?;
     EAGER_CACHE.with(|c| {
         let mut c = c.borrow_mut();
         if c.len() >= EAGER_CACHE_CAPACITY {

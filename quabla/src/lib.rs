@@ -21,43 +21,32 @@
 //! Operations are recorded as graphs of the `quabla-ir` crate and executed by the CPU
 //! reference backend (`quabla-cpu`); see `docs/architecture.md` for the whole design.
 
-mod autodiff;
 mod control_flow;
 mod creation;
-mod custom;
 mod devices;
 mod dispatch;
 mod error;
 mod ext;
-mod jit;
 pub mod linalg;
 mod operand;
 mod operators;
 mod ops;
 mod print;
+mod staging;
 mod tensor;
 mod trace;
+mod transforms;
 pub mod tree;
-mod vmap;
 pub mod warnings;
 
-pub use autodiff::{
-    grad, hessian, jacobian, jvp, jvp_fn, value_and_grad, vjp, vjp_fn, Grad, Hessian, Jacobian,
-    Jvp, Vjp, VjpAux, VjpFn,
-};
 pub use control_flow::{cond, fori_loop, scan, while_loop, ForiLoop, LoopIndex, Scan, WhileLoop};
 pub use creation::{
     arange, arange_from, array, asarray, eye, eye_rect, full, full_like, linspace, ones, ones_like,
     zeros, zeros_like, ArrayLike, DTypeExt, FillValue,
 };
-pub use custom::{
-    checkpoint, custom_jvp, custom_vjp, remat, Checkpoint, CustomJvp, CustomJvpFn,
-    CustomJvpNondiff, CustomVjp, CustomVjpFn, CustomVjpNondiff,
-};
 pub use devices::{devices, DeviceInfo, Origin};
 pub use error::{Error, Result, TracerErrorKind};
 pub use ext::TensorResultExt;
-pub use jit::{jit, Compiled, Jit, LeafSignature, Lowered, Signature};
 pub use operand::Operand;
 pub use ops::calculus::{diff, interp, polyval, trapezoid, Diff, Interp, Trapezoid};
 pub use ops::compare::{
@@ -93,9 +82,19 @@ pub use ops::shape::{concat, stack};
 pub use quabla_ir::DType;
 /// `#[derive(Tree)]`: a struct as a pytree node; `#[tree(static)]` marks meta fields.
 pub use quabla_macros::Tree;
+pub use staging::{LeafSignature, Signature};
 pub use tensor::{Element, Tensor};
+pub use transforms::custom::{
+    checkpoint, custom_jvp, custom_vjp, remat, Checkpoint, CustomJvp, CustomJvpFn,
+    CustomJvpNondiff, CustomVjp, CustomVjpFn, CustomVjpNondiff,
+};
+pub use transforms::grad::{grad, value_and_grad, Grad};
+pub use transforms::jacobian::{hessian, jacobian, Hessian, Jacobian};
+pub use transforms::jit::{jit, Compiled, Jit, Lowered};
+pub use transforms::jvp::{jvp, jvp_fn, Jvp};
+pub use transforms::vjp::{vjp, vjp_fn, Vjp, VjpAux, VjpFn};
+pub use transforms::vmap::{vmap, InAxes, Vmap};
 pub use tree::{ShapeDtype, Static, Tree};
-pub use vmap::{vmap, InAxes, Vmap};
 pub use warnings::Warning;
 
 /// float64, the default dtype.

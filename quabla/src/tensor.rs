@@ -255,34 +255,6 @@ impl Tensor {
     }
 }
 
-/// Calls `f` with the host buffers of `tensors` (TR2 for a tracer), lent by reference from a
-/// stack array for the usual argument counts.
-pub(crate) fn with_host_refs<'t, T>(
-    mut tensors: impl Iterator<Item = &'t Tensor>,
-    f: impl FnOnce(&[&HostTensor]) -> Result<T>,
-) -> Result<T> {
-    const INLINE: usize = 8;
-    let Some(first) = tensors.next() else {
-        return f(&[]);
-    };
-    // Unused positions hold the first buffer; only the filled prefix is passed on.
-    let mut inline = [first.host()?; INLINE];
-    let mut n = 1;
-    while let Some(t) = tensors.next() {
-        if n == INLINE {
-            let mut heap = inline.to_vec();
-            heap.push(t.host()?);
-            for t in tensors {
-                heap.push(t.host()?);
-            }
-            return f(&heap);
-        }
-        inline[n] = t.host()?;
-        n += 1;
-    }
-    f(&inline[..n])
-}
-
 impl fmt::Display for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.inner.as_ref() {

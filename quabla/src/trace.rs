@@ -11,8 +11,8 @@ use crate::error::{Error, Result, TracerErrorKind};
 use crate::operand::Operand;
 use crate::print::format_tracer;
 use crate::tensor::{Tensor, Tracer};
-use crate::tree::{Leaf, PathEntry, Tree, TreeDef};
-use quabla_ir::{Graph, GraphBuilder, Node, NodeId, Op, TensorType};
+use crate::tree::{Leaf, Tree, TreeDef};
+use quabla_ir::{Graph, GraphBuilder, NodeId, Op, TensorType};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
@@ -273,7 +273,8 @@ pub(crate) enum InputLeaf {
 }
 
 /// A traced function: its graph (inputs first: argument leaves in order, then captures),
-/// the enclosing tracers it captured, and the structure of its result.
+/// the enclosing tracers it captured, and the structure of its result. A transform's stage
+/// returns one too, with the graph rewritten (`crate::staging::execute`).
 pub(crate) struct TracedFunction {
     pub graph: Graph,
     /// Tracers of enclosing traces, bound to the trailing `capture{i}` inputs.
@@ -287,37 +288,6 @@ pub(crate) struct TracedFunction {
 pub(crate) enum OutSlot {
     Plan(usize),
     Static(Leaf),
-}
-
-/// Names each argument leaf by its pytree path: the root is `arg_names[i]` (or `arg{i}`) for
-/// the `i`-th positional argument (the elements of a top-level tuple, or the whole value).
-pub(crate) fn leaf_names(def: &TreeDef, arg_names: &[String]) -> Vec<String> {
-    let root = |i: usize| {
-        arg_names
-            .get(i)
-            .cloned()
-            .unwrap_or_else(|| format!("arg{i}"))
-    };
-    let join = |root: String, rest: &[PathEntry]| {
-        let mut parts = vec![root];
-        parts.extend(rest.iter().map(|p| p.to_string()));
-        parts.join("/")
-    };
-    match def {
-        TreeDef::Tuple(_) => def
-            .leaf_paths()
-            .into_iter()
-            .map(|p| match p.split_first() {
-                Some((PathEntry::Index(i), rest)) => join(root(*i), rest),
-                _ => join(root(0), &p),
-            })
-            .collect(),
-        _ => def
-            .leaf_paths()
-            .into_iter()
-            .map(|p| join(root(0), &p))
-            .collect(),
-    }
 }
 
 /// Runs `f` on tracers for the array leaves of `inputs` (static leaves pass through) and
@@ -382,41 +352,13 @@ pub(crate) fn trace_function<A: Tree, R: Tree>(
         .with(|f| f.borrow_mut().pop())
         .expect("the frame pushed above");
     std::mem::forget(guard);
-    let graph = inputs_first(frame.builder, out_nodes)?;
+    let graph = frame.builder.finish_inputs_first(out_nodes)?;
     Ok(TracedFunction {
         graph,
         captures: frame.captures.into_iter().map(|(t, _)| t).collect(),
         out_def,
         out_slots,
     })
-}
-
-/// Freezes a builder whose captures were appended after other nodes: inputs move to the front
-/// (in creation order), everything else keeps its order.
-fn inputs_first(builder: GraphBuilder, outputs: Vec<NodeId>) -> Result<Graph> {
-    let n = builder.len();
-    let nodes: Vec<Node> = (0..n)
-        .map(|i| builder.node(NodeId(i as u32)).clone())
-        .collect();
-    let is_input = |n: &Node| matches!(n.op, Op::Input { .. });
-    let order: Vec<usize> = (0..n)
-        .filter(|&i| is_input(&nodes[i]))
-        .chain((0..n).filter(|&i| !is_input(&nodes[i])))
-        .collect();
-    let mut remap = vec![NodeId(0); n];
-    for (new, &old) in order.iter().enumerate() {
-        remap[old] = NodeId(new as u32);
-    }
-    let reordered: Vec<Node> = order
-        .iter()
-        .map(|&old| {
-            let mut node = nodes[old].clone();
-            node.operands = node.operands.iter().map(|o| remap[o.index()]).collect();
-            node
-        })
-        .collect();
-    let outputs = outputs.iter().map(|o| remap[o.index()]).collect();
-    Ok(Graph::from_parts(reordered, outputs)?)
 }
 
 #[cfg(test)]

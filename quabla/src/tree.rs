@@ -214,6 +214,84 @@ impl TreeDef {
         }
     }
 
+    /// This structure with its `k`-th leaf (in flatten order) replaced by `leaf(k)`: the one
+    /// leaf map behind every rewrite of a result structure (gradient trees with `None` for
+    /// undifferentiated leaves, Jacobian blocks nested inside the output structure).
+    pub fn map_leaves(&self, leaf: &mut dyn FnMut(usize) -> TreeDef) -> TreeDef {
+        self.map_leaves_from(leaf, &mut 0)
+    }
+
+    fn map_leaves_from(&self, leaf: &mut dyn FnMut(usize) -> TreeDef, next: &mut usize) -> TreeDef {
+        let mut map = |d: &TreeDef| d.map_leaves_from(leaf, next);
+        match self {
+            TreeDef::Leaf => {
+                *next += 1;
+                leaf(*next - 1)
+            }
+            TreeDef::None | TreeDef::Static(_) => self.clone(),
+            TreeDef::Tuple(c) => TreeDef::Tuple(c.iter().map(&mut map).collect()),
+            TreeDef::List(c) => TreeDef::List(c.iter().map(&mut map).collect()),
+            TreeDef::Dict(c) => TreeDef::Dict(c.iter().map(|(k, d)| (k.clone(), map(d))).collect()),
+            TreeDef::Node { name, fields, meta } => TreeDef::Node {
+                name,
+                fields: fields.iter().map(|(k, d)| (*k, map(d))).collect(),
+                meta: meta.clone(),
+            },
+        }
+    }
+
+    /// This structure keeping the leaves flagged in `keep` and with `None` for the others.
+    pub fn keep_leaves(&self, keep: &[bool]) -> TreeDef {
+        self.map_leaves(&mut |k| {
+            if keep.get(k).copied().unwrap_or(false) {
+                TreeDef::Leaf
+            } else {
+                TreeDef::None
+            }
+        })
+    }
+
+    /// The positional arguments of an argument tree: a tuple's elements, or the whole tree as
+    /// the only argument.
+    pub fn positional_args(&self) -> &[TreeDef] {
+        match self {
+            TreeDef::Tuple(c) => c,
+            other => std::slice::from_ref(other),
+        }
+    }
+
+    /// For each leaf in flatten order, the positional argument it belongs to (see
+    /// [`TreeDef::positional_args`]); computed without allocating.
+    pub fn leaf_args(&self) -> impl Iterator<Item = usize> + '_ {
+        self.positional_args()
+            .iter()
+            .enumerate()
+            .flat_map(|(i, d)| std::iter::repeat_n(i, d.num_leaves()))
+    }
+
+    /// The name of each leaf for plan inputs and messages: its path joined with `/`, rooted at
+    /// `arg_names[i]` (or `arg{i}`) for the `i`-th positional argument.
+    pub fn leaf_names(&self, arg_names: &[String]) -> Vec<String> {
+        let root = |i: usize| {
+            arg_names
+                .get(i)
+                .cloned()
+                .unwrap_or_else(|| format!("arg{i}"))
+        };
+        let join = |root: String, rest: &[PathEntry]| {
+            let mut parts = vec![root];
+            parts.extend(rest.iter().map(|p| p.to_string()));
+            parts.join("/")
+        };
+        self.leaf_paths()
+            .into_iter()
+            .map(|p| match (self, p.split_first()) {
+                (TreeDef::Tuple(_), Some((PathEntry::Index(i), rest))) => join(root(*i), rest),
+                _ => join(root(0), &p),
+            })
+            .collect()
+    }
+
     /// Rebuilds a value of type `T` from this structure and leaves (TF9 on a count mismatch).
     pub fn unflatten<T: Tree>(&self, leaves: Vec<Leaf>) -> Result<T> {
         let expected = self.num_leaves();

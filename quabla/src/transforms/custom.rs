@@ -40,15 +40,13 @@
 //! a tensor tangent of the operand's type at each tensor leaf, and a zero (`0.0`, `false`, `0`)
 //! at each scalar leaf, which is a constant.
 
-use crate::autodiff::keep_leaves;
 use crate::error::{Error, Result, TracerErrorKind};
-use crate::jit::arg_positions;
 use crate::operand::Operand;
 use crate::print::format_tracer;
 use crate::tensor::Tensor;
 use crate::trace::{self, InputLeaf, OutSlot, TracedFunction};
 use crate::tree::{self, Leaf, Tree, TreeDef, Value};
-use quabla_ir::{CustomRule, DType, Graph, GraphBuilder, TensorType};
+use quabla_ir::{CustomRule, DType, Graph, TensorType};
 use std::cell::RefCell;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -92,14 +90,6 @@ fn in_own_rule(id: u64) -> bool {
     IN_RULE.with(|r| r.borrow().contains(&id))
 }
 
-/// The positional arguments of an argument tree: a tuple's elements, or the whole tree.
-fn positional(def: &TreeDef) -> Vec<TreeDef> {
-    match def {
-        TreeDef::Tuple(c) => c.clone(),
-        other => vec![other.clone()],
-    }
-}
-
 /// Several trees as the rules receive them: one bare, several as a tuple, none as `()`.
 fn bare_or_tuple(mut defs: Vec<TreeDef>) -> TreeDef {
     match defs.len() {
@@ -111,7 +101,7 @@ fn bare_or_tuple(mut defs: Vec<TreeDef>) -> TreeDef {
 
 /// Checks `nondiff_argnums` against a call whose argument tree has the structure `def`.
 fn check_nondiff(wrapper: &str, name: &str, nondiff: &[usize], def: &TreeDef) -> Result<()> {
-    let n = positional(def).len();
+    let n = def.positional_args().len();
     for (i, &p) in nondiff.iter().enumerate() {
         if nondiff[..i].contains(&p) {
             return Err(Error::invalid(format!(
@@ -164,7 +154,7 @@ fn tangent_input(leaf: &InputLeaf) -> InputLeaf {
 /// The argument tree of one staged call: its structure, the inputs of the traced functions,
 /// the tensors bound to the array inputs, the leaf names, and its split into
 /// non-differentiable and differentiable arguments.
-struct Staged {
+struct RuleArgs {
     def: TreeDef,
     inputs: Vec<InputLeaf>,
     operands: Vec<Tensor>,
@@ -177,18 +167,18 @@ struct Staged {
     diff_leaves: Vec<usize>,
 }
 
-impl Staged {
+impl RuleArgs {
     fn new<A: Tree>(
         args: &A,
         nondiff: Option<&[usize]>,
         wrapper: &str,
         name: &str,
-    ) -> Result<Staged> {
+    ) -> Result<RuleArgs> {
         let (leaves, def) = tree::flatten(args);
         let marked = nondiff.unwrap_or(&[]);
         check_nondiff(wrapper, name, marked, &def)?;
-        let names = trace::leaf_names(&def, &[]);
-        let positions = arg_positions(&def);
+        let names = def.leaf_names(&[]);
+        let positions: Vec<usize> = def.leaf_args().collect();
         let mut inputs = Vec::with_capacity(leaves.len());
         let mut operands = Vec::new();
         let mut diff_leaves = Vec::new();
@@ -211,7 +201,7 @@ impl Staged {
                 other => inputs.push(InputLeaf::Static(other.clone())),
             }
         }
-        let args_defs = positional(&def);
+        let args_defs = def.positional_args();
         let nondiff = nondiff.map(|marked| {
             let defs = marked.iter().map(|&p| args_defs[p].clone()).collect();
             let values = marked
@@ -236,7 +226,7 @@ impl Staged {
                     .collect(),
             )
         };
-        Ok(Staged {
+        Ok(RuleArgs {
             def,
             inputs,
             operands,
@@ -255,7 +245,7 @@ impl Staged {
             .iter()
             .map(|&i| matches!(self.inputs[i], InputLeaf::Array(_)))
             .collect();
-        keep_leaves(&self.diff_def, &is_operand, &mut 0)
+        self.diff_def.keep_leaves(&is_operand)
     }
 
     /// The names of the operands (for errors).
@@ -358,23 +348,19 @@ fn with_zero_outputs(
     picks: &[Option<usize>],
     types: &[TensorType],
 ) -> Result<Graph> {
-    let mut b = GraphBuilder::new();
-    let inputs: Vec<_> = graph
-        .inputs()
-        .map(|(_, name, ty)| b.input(name.to_string(), ty.clone()))
-        .collect();
-    let outs = b.inline_graph(graph, &inputs)?;
-    let mut selected = Vec::with_capacity(picks.len());
-    for (pick, ty) in picks.iter().zip(types) {
-        selected.push(match pick {
-            Some(i) => outs[*i],
-            None => {
-                let zero = b.scalar(0.0, ty.dtype, false);
-                b.broadcast_to(zero, ty.shape.clone())?
-            }
-        });
-    }
-    Ok(b.finish(selected)?)
+    Ok(graph.map_outputs(|b, outs| {
+        picks
+            .iter()
+            .zip(types)
+            .map(|(pick, ty)| match pick {
+                Some(i) => Ok(outs[*i]),
+                None => {
+                    let zero = b.scalar(0.0, ty.dtype, false);
+                    b.broadcast_to(zero, ty.shape.clone())
+                }
+            })
+            .collect()
+    })?)
 }
 
 /// A copy of the argument tree (trees are rebuilt from their leaves).
@@ -415,14 +401,6 @@ fn output_types(wrapper: &str, name: &str, traced: &TracedFunction) -> Result<Ve
         )));
     }
     Ok(types)
-}
-
-/// `graph` keeping only its outputs `[from..]`.
-fn keep_outputs_from(graph: &Graph, from: usize) -> Result<Graph> {
-    Ok(Graph::from_parts(
-        graph.nodes().to_vec(),
-        graph.outputs()[from..].to_vec(),
-    )?)
 }
 
 /// Checks that output `out` of `graph` has the type `expected` (`what` names it in errors).
@@ -617,7 +595,7 @@ impl<A: Tree, R: Tree, Res: Tree, G: Tree> CustomVjpFn<'_, A, R, Res, G> {
             return (self.f)(copy_args(args)?);
         }
         let _guard = RuleGuard::enter(self.id);
-        let st = Staged::new(args, self.nondiff.as_deref(), wrapper, &self.name)?;
+        let st = RuleArgs::new(args, self.nondiff.as_deref(), wrapper, &self.name)?;
         let primal = trace::trace_function::<A, R>(&*self.f, &st.def, &st.inputs, &st.names)?;
         if !primal.captures.is_empty() {
             return Err(capture_error(wrapper, &self.name));
@@ -687,7 +665,7 @@ impl<A: Tree, R: Tree, Res: Tree, G: Tree> CustomVjpFn<'_, A, R, Res, G> {
 
     /// The bwd graph in the form of [`CustomRule`]: one cotangent per operand, with the
     /// cotangents `bwd` returned as `None` made zeros.
-    fn cotangent_graph(&self, st: &Staged, bwd: &TracedFunction) -> Result<Graph> {
+    fn cotangent_graph(&self, st: &RuleArgs, bwd: &TracedFunction) -> Result<Graph> {
         let what = format!("the bwd rule of custom_vjp({})", self.name);
         let expected = st.cotangent_def();
         let mut m = CotangentMatch {
@@ -871,7 +849,7 @@ impl<A: Tree, R: Tree> CustomJvpFn<'_, A, R> {
             return (self.f)(copy_args(args)?);
         }
         let _guard = RuleGuard::enter(self.id);
-        let st = Staged::new(args, self.nondiff.as_deref(), wrapper, &self.name)?;
+        let st = RuleArgs::new(args, self.nondiff.as_deref(), wrapper, &self.name)?;
         let primal = trace::trace_function::<A, R>(&*self.f, &st.def, &st.inputs, &st.names)?;
         if !primal.captures.is_empty() {
             return Err(capture_error(wrapper, &self.name));
@@ -921,7 +899,11 @@ impl<A: Tree, R: Tree> CustomJvpFn<'_, A, R> {
             primal: Arc::new(primal.graph),
             fwd: None,
             bwd: None,
-            jvp: Some(Arc::new(keep_outputs_from(&traced.graph, n_out)?)),
+            jvp: Some(Arc::new(
+                traced
+                    .graph
+                    .with_outputs(traced.graph.outputs()[n_out..].to_vec())?,
+            )),
             rematerialize: false,
         };
         emit(rule, st.operands, &primal.out_def)
@@ -971,7 +953,7 @@ impl<A: Tree, R: Tree> Checkpoint<'_, A, R> {
         if !trace::active() {
             return (self.f)(copy_args(args)?);
         }
-        let st = Staged::new(args, None, "checkpoint", &self.name)?;
+        let st = RuleArgs::new(args, None, "checkpoint", &self.name)?;
         let primal = trace::trace_function::<A, R>(&*self.f, &st.def, &st.inputs, &st.names)?;
         output_types("checkpoint", &self.name, &primal)?;
         // Captured outer tracers become trailing operands (the primal's `capture{i}` inputs).

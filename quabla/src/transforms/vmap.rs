@@ -1,13 +1,17 @@
 //! `vmap` (transforms.md §9): trace the function on one example, batch the graph with
 //! `quabla-vmap`, and run it on the whole batch (cached per signature) or inline it into an
 //! enclosing trace. Values that do not depend on a mapped argument are never replicated.
+//!
+//! The shell over [`crate::staging`]: the axes are fixed per [`Vmap`] object (which owns the
+//! cache), so they are not part of the signature; on a miss the stage resolves them against the
+//! arguments, checks the batch size and traces the function on one example.
 
 use crate::error::{Error, Result};
-use crate::jit::{leaf_signature, rebuild, CacheOwner, Entry, Signature, TraceCache};
-use crate::operand::Operand;
-use crate::tensor::Tensor;
+use crate::staging::{
+    self, config_methods, Call, Prepared, Target, TraceCache, TransformConfig, Wrt,
+};
 use crate::trace::{self, InputLeaf, OutSlot, TracedFunction};
-use crate::tree::{self, Leaf, Tree};
+use crate::tree::{self, Tree};
 use quabla_ir::{normalize_axis, Shape, TensorType};
 use std::fmt;
 use std::marker::PhantomData;
@@ -70,15 +74,15 @@ pub struct Vmap<F, A> {
     f: F,
     in_axes: Option<InAxes>,
     out_axes: InAxes,
-    name: String,
-    max_traces: usize,
+    config: TransformConfig,
+    target: Target,
     cache: TraceCache,
     _args: PhantomData<fn(A)>,
 }
 
 impl<F, A> fmt::Debug for Vmap<F, A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "vmap({})", self.name)
+        write!(f, "vmap({})", self.config.name)
     }
 }
 
@@ -88,14 +92,16 @@ pub fn vmap<A: Tree, F>(f: F) -> Vmap<F, A> {
         f,
         in_axes: None,
         out_axes: InAxes::Axis(Some(0)),
-        name: "<closure>".into(),
-        max_traces: 8,
+        config: TransformConfig::default(),
+        target: Target::cpu(),
         cache: TraceCache::default(),
         _args: PhantomData,
     }
 }
 
 impl<A: Tree, F> Vmap<F, A> {
+    config_methods!();
+
     /// One entry per positional argument: the mapped axis of every array leaf of that argument
     /// (negative counts from the end), or `None` for an unmapped argument.
     pub fn in_axes(mut self, axes: &[Option<isize>]) -> Self {
@@ -127,27 +133,26 @@ impl<A: Tree, F> Vmap<F, A> {
         self
     }
 
-    /// The name used in warnings.
-    pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.name = name.into();
-        self
-    }
-
-    /// The trace-cache capacity (default 8).
-    pub fn max_traces(mut self, n: usize) -> Self {
-        self.max_traces = n.max(1);
-        self
-    }
-
     /// Calls the batched function.
     pub fn call<R: Tree>(&self, args: &impl Tree) -> Result<R>
     where
         F: Fn(A) -> Result<R>,
     {
-        let (leaves, def) = tree::flatten(args);
-        let names = trace::leaf_names(&def, &[]);
-        let leaf_axes: Vec<Option<isize>> = match &self.in_axes {
-            None => vec![Some(0); leaves.len()],
+        self.config.validate()?;
+        let call = Call {
+            cache: &self.cache,
+            owner: self.config.owner("vmap", &[]),
+            wrt: Wrt::Nothing,
+            target: &self.target,
+            extra: None,
+        };
+        staging::execute(&call, args, |prepared| self.stage::<R>(prepared))
+    }
+
+    /// The mapped axis of every leaf of a call, per the `in_axes` prefix.
+    fn leaf_axes(&self, def: &tree::TreeDef, n_leaves: usize) -> Result<Vec<Option<isize>>> {
+        Ok(match &self.in_axes {
+            None => vec![Some(0); n_leaves],
             Some(InAxes::Tuple(per_arg)) if !matches!(def, tree::TreeDef::Tuple(_)) => {
                 // One positional argument that is not itself a tuple.
                 if per_arg.len() != 1 {
@@ -157,26 +162,34 @@ impl<A: Tree, F> Vmap<F, A> {
                     )));
                 }
                 let mut out = Vec::new();
-                per_arg[0].resolve(&def, &mut out)?;
+                per_arg[0].resolve(def, &mut out)?;
                 out
             }
             Some(spec) => {
                 let mut out = Vec::new();
-                spec.resolve(&def, &mut out)?;
+                spec.resolve(def, &mut out)?;
                 out
             }
-        };
-        // Per leaf: the mapped axis (normalized in the batched tensor), the example type.
-        let mut inputs = Vec::with_capacity(leaves.len());
-        let mut operands = Vec::new();
+        })
+    }
+
+    /// Resolves the axes, checks the batch size, traces the function on one example and
+    /// batches the graph.
+    fn stage<R: Tree>(&self, prepared: &Prepared) -> Result<TracedFunction>
+    where
+        F: Fn(A) -> Result<R>,
+    {
+        let def = &prepared.def;
+        let names = &prepared.names;
+        let leaf_axes = self.leaf_axes(def, prepared.inputs.len())?;
+        // Per leaf: the example type (the batch axis removed) and the mapped axis.
+        let mut inputs = Vec::with_capacity(prepared.inputs.len());
         let mut mapped: Vec<Option<usize>> = Vec::new();
-        let mut sigs = Vec::with_capacity(leaves.len());
         let mut sized: Vec<(String, Shape)> = Vec::new();
-        for (i, leaf) in leaves.iter().enumerate() {
+        for (i, input) in prepared.inputs.iter().enumerate() {
             let axis = leaf_axes[i];
-            match leaf {
-                Leaf::Tensor(t) => {
-                    let ty = t.ir_type();
+            match input {
+                InputLeaf::Array(ty) => {
                     let (example, ax) = match axis {
                         None => (ty.clone(), None),
                         Some(a) => {
@@ -199,24 +212,16 @@ impl<A: Tree, F> Vmap<F, A> {
                             )
                         }
                     };
-                    sigs.push(leaf_signature(leaf));
                     inputs.push(InputLeaf::Array(example));
-                    operands.push(t.clone());
                     mapped.push(ax);
                 }
-                Leaf::Abstract(_) => {
-                    return Err(Error::invalid(
-                        "ShapeDtype placeholders are only accepted by jit(f).lower(..)",
-                    ))
-                }
-                other => {
+                InputLeaf::Static(leaf) => {
                     if axis.is_some() && self.in_axes.is_some() {
                         return Err(Error::invalid(
                             "vmap: a Python scalar argument must have in_axes None",
                         ));
                     }
-                    sigs.push(leaf_signature(other));
-                    inputs.push(InputLeaf::Static(other.clone()));
+                    inputs.push(InputLeaf::Static(leaf.clone()));
                 }
             }
         }
@@ -224,69 +229,38 @@ impl<A: Tree, F> Vmap<F, A> {
         let axes_mapped: Vec<Option<usize>> =
             mapped.iter().filter(|a| a.is_some()).copied().collect();
         let size = quabla_vmap::batch_size(&shapes, &axes_mapped).map_err(Error::from)?;
-        // The axes are fixed per `Vmap` object (which owns the cache), so they are not keyed.
-        let signature = Signature {
-            def: def.clone(),
-            leaves: sigs,
-            device: std::sync::Arc::from("cpu"),
-            precision: None,
-        };
-        let stage = || -> Result<(quabla_ir::Graph, Vec<Tensor>, tree::TreeDef, Vec<OutSlot>)> {
-            let TracedFunction {
-                graph,
-                captures,
-                out_def,
-                out_slots,
-            } = trace::trace_function::<A, R>(&|a| (self.f)(a), &def, &inputs, &names)?;
-            let mut in_axes = mapped.clone();
-            in_axes.extend(std::iter::repeat_n(None, captures.len()));
-            // The axis of each result leaf, then of each plan output (static leaves have none).
-            let mut leaf_out_axes = Vec::new();
-            self.out_axes.resolve(&out_def, &mut leaf_out_axes)?;
-            let mut per_output: Vec<Option<isize>> = vec![None; graph.outputs().len()];
-            for (slot, axis) in out_slots.iter().zip(&leaf_out_axes) {
-                if let OutSlot::Plan(k) = slot {
-                    per_output[*k] = *axis;
-                }
+        let TracedFunction {
+            graph,
+            captures,
+            out_def,
+            out_slots,
+        } = trace::trace_function::<A, R>(&|a| (self.f)(a), def, &inputs, names)?;
+        let mut in_axes = mapped;
+        in_axes.extend(std::iter::repeat_n(None, captures.len()));
+        // The axis of each result leaf, then of each plan output (static leaves have none).
+        let mut leaf_out_axes = Vec::new();
+        self.out_axes.resolve(&out_def, &mut leaf_out_axes)?;
+        let mut per_output: Vec<Option<isize>> = vec![None; graph.outputs().len()];
+        for (slot, axis) in out_slots.iter().zip(&leaf_out_axes) {
+            if let OutSlot::Plan(k) = slot {
+                per_output[*k] = *axis;
             }
-            let out_axes: Vec<Option<usize>> = graph
-                .outputs()
-                .iter()
-                .zip(&per_output)
-                .map(|(o, axis)| {
-                    axis.map(|a| normalize_axis(a, graph.node(*o).ty.shape.rank() + 1))
-                        .transpose()
-                })
-                .collect::<quabla_ir::Result<_>>()?;
-            let batched = quabla_vmap::batch_graph(&graph, &in_axes, size, &out_axes)?;
-            Ok((batched, captures, out_def, out_slots))
-        };
-        if trace::active() {
-            let (graph, captures, out_def, out_slots) = stage()?;
-            let ops: Vec<Operand> = operands
-                .iter()
-                .chain(&captures)
-                .map(Operand::from)
-                .collect();
-            let outs = trace::inline(&graph, ops)?;
-            return rebuild(&out_def, &out_slots, outs);
         }
-        let owner = CacheOwner {
-            transform: "vmap",
-            function: &self.name,
-            max_traces: self.max_traces,
-            arg_names: &[],
-        };
-        let entry = self.cache.get_or_build(&owner, signature, |sig| {
-            let (graph, captures, out_def, out_slots) = stage()?;
-            if !captures.is_empty() {
-                return Err(Error::Internal {
-                    message: "a top-level trace captured tracers".into(),
-                });
-            }
-            Entry::compile(sig, &graph, out_def, out_slots)
-        })?;
-        let outs = entry.run(&operands)?;
-        rebuild(&entry.out_def, &entry.out_slots, outs)
+        let out_axes: Vec<Option<usize>> = graph
+            .outputs()
+            .iter()
+            .zip(&per_output)
+            .map(|(o, axis)| {
+                axis.map(|a| normalize_axis(a, graph.node(*o).ty.shape.rank() + 1))
+                    .transpose()
+            })
+            .collect::<quabla_ir::Result<_>>()?;
+        let batched = quabla_vmap::batch_graph(&graph, &in_axes, size, &out_axes)?;
+        Ok(TracedFunction {
+            graph: batched,
+            captures,
+            out_def,
+            out_slots,
+        })
     }
 }

@@ -1,0 +1,222 @@
+//! `grad` and `value_and_grad` (transforms.md §5): reverse mode of a scalar function with
+//! respect to the arguments `argnums`.
+//!
+//! The shell over [`crate::staging`]: it selects the differentiated arguments, traces the
+//! function, asks `quabla-autodiff` for the VJP graph seeded with ones at the output, and lays
+//! out the result (`grads`, `(value, grads)`, with or without `aux`). Differentiated
+//! positions are the selected arguments' float tensor leaves, and `f64` leaves there, which
+//! become float64 rank-0 inputs (numerics.md §2.2); bool leaves and other scalars get `None`
+//! gradients.
+
+use crate::error::{Error, Result};
+use crate::staging::{
+    self, config_methods, Call, Prepared, Target, TraceCache, TransformConfig, Wrt,
+};
+use crate::trace::{OutSlot, TracedFunction};
+use crate::tree::{Tree, TreeDef};
+use quabla_autodiff::{vjp_graph, Seed};
+use quabla_ir::{DType, Graph};
+use std::fmt;
+use std::marker::PhantomData;
+
+/// TF1 and AR20: the differentiated output must be a rank-0 float.
+pub(crate) fn check_scalar_output(transform: &'static str, graph: &Graph) -> Result<()> {
+    let out = graph
+        .outputs()
+        .first()
+        .ok_or_else(|| Error::invalid(format!("{transform} needs a tensor output")))?;
+    let ty = &graph.node(*out).ty;
+    if ty.shape.rank() != 0 {
+        return Err(Error::NonScalarOutput {
+            transform,
+            shape: ty.shape.dims().to_vec(),
+            dtype: ty.dtype,
+        });
+    }
+    if ty.dtype == DType::Bool {
+        return Err(Error::invalid(format!(
+            "{transform} requires a floating output, got bool"
+        )));
+    }
+    Ok(())
+}
+
+/// AR-style checks of `argnums`: distinct and not empty.
+pub(crate) fn validate_argnums(argnums: &[usize]) -> Result<()> {
+    for (i, a) in argnums.iter().enumerate() {
+        if argnums[..i].contains(a) {
+            return Err(Error::invalid(format!(
+                "argnums must be distinct, got {argnums:?}"
+            )));
+        }
+    }
+    if argnums.is_empty() {
+        return Err(Error::invalid("argnums must not be empty"));
+    }
+    Ok(())
+}
+
+/// `grad(f)` and `value_and_grad(f)`: build with [`grad`] or [`value_and_grad`].
+pub struct Grad<F, A> {
+    f: F,
+    transform: &'static str,
+    /// `value_and_grad`: the result starts with the value.
+    with_value: bool,
+    argnums: Vec<usize>,
+    as_tuple: bool,
+    has_aux: bool,
+    config: TransformConfig,
+    target: Target,
+    cache: TraceCache,
+    _args: PhantomData<fn(A)>,
+}
+
+impl<F, A> fmt::Debug for Grad<F, A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}({})", self.transform, self.config.name)
+    }
+}
+
+/// The gradient of a scalar function with respect to its first argument (`.argnum(i)` or
+/// `.argnums(&[..])` to choose): `qb::grad(f).call::<Tensor, Tensor>(&x)`.
+pub fn grad<A: Tree, F>(f: F) -> Grad<F, A> {
+    Grad {
+        f,
+        transform: "grad",
+        with_value: false,
+        argnums: vec![0],
+        as_tuple: false,
+        has_aux: false,
+        config: TransformConfig::default(),
+        target: Target::cpu(),
+        cache: TraceCache::default(),
+        _args: PhantomData,
+    }
+}
+
+/// The value and the gradient: `call` returns `(value, grads)` (`((value, aux), grads)` with
+/// `has_aux`).
+pub fn value_and_grad<A: Tree, F>(f: F) -> Grad<F, A> {
+    Grad {
+        transform: "value_and_grad",
+        with_value: true,
+        ..grad(f)
+    }
+}
+
+impl<A: Tree, F> Grad<F, A> {
+    config_methods!();
+
+    /// Differentiate with respect to positional argument `i`; the result is its tree.
+    pub fn argnum(mut self, i: usize) -> Self {
+        self.argnums = vec![i];
+        self.as_tuple = false;
+        self
+    }
+
+    /// Differentiate with respect to several positional arguments; the result is a tuple of
+    /// their trees.
+    pub fn argnums(mut self, argnums: &[usize]) -> Self {
+        self.argnums = argnums.to_vec();
+        self.as_tuple = true;
+        self
+    }
+
+    /// The function returns `(output, aux)`; `aux` is returned unchanged.
+    pub fn has_aux(mut self) -> Self {
+        self.has_aux = true;
+        self
+    }
+
+    /// This gradient under another transform's name (in TF1 and warnings).
+    pub(crate) fn transform_name(mut self, transform: &'static str) -> Self {
+        self.transform = transform;
+        self
+    }
+
+    /// The differentiated arguments, and whether the result is a tuple over them.
+    pub(crate) fn selection(&self) -> (&[usize], bool) {
+        (&self.argnums, self.as_tuple)
+    }
+
+    /// Calls the transformed function; `G` is the type of the result (the gradients' tree,
+    /// or `(value, grads)` for `value_and_grad`). `args` has the structure of the function's
+    /// argument; an `f64` in a differentiated position arrives as a float64 rank-0 tensor, so
+    /// the function takes a `Tensor` there.
+    pub fn call<R: Tree, G: Tree>(&self, args: &impl Tree) -> Result<G>
+    where
+        F: Fn(A) -> Result<R>,
+    {
+        self.config.validate()?;
+        validate_argnums(&self.argnums)?;
+        let call = Call {
+            cache: &self.cache,
+            owner: self.config.owner(self.transform, &[]),
+            wrt: Wrt::Args(&self.argnums),
+            target: &self.target,
+            extra: None,
+        };
+        staging::execute(&call, args, |prepared| self.stage::<R>(prepared))
+    }
+
+    /// Traces the function and builds its VJP graph: outputs the traced outputs (the value,
+    /// then the aux leaves), then the gradients of the differentiated inputs.
+    fn stage<R: Tree>(&self, prepared: &Prepared) -> Result<TracedFunction>
+    where
+        F: Fn(A) -> Result<R>,
+    {
+        let TracedFunction {
+            graph,
+            captures,
+            out_def,
+            out_slots,
+        } = prepared.trace::<A, R>(&|a| (self.f)(a))?;
+        // The differentiated output is the first leaf (of `(output, aux)` with has_aux).
+        let (value_def, aux_def) = match (&out_def, self.has_aux) {
+            (TreeDef::Tuple(c), true) if c.len() == 2 => (c[0].clone(), Some(c[1].clone())),
+            (_, true) => {
+                return Err(Error::invalid(
+                    "has_aux functions must return (output, aux)",
+                ))
+            }
+            (d, false) => (d.clone(), None),
+        };
+        if value_def != TreeDef::Leaf || !matches!(out_slots.first(), Some(OutSlot::Plan(0))) {
+            return Err(Error::invalid(format!(
+                "{} needs a function returning one tensor{}",
+                self.transform,
+                if self.has_aux { " and an aux tree" } else { "" }
+            )));
+        }
+        check_scalar_output(self.transform, &graph)?;
+        let n_out = graph.outputs().len();
+        let mut seeds = vec![Seed::None; n_out];
+        seeds[0] = Seed::Ones;
+        let vjp = vjp_graph(&graph, &prepared.wrt_with_captures(captures.len()), &seeds)?;
+        let (grads_def, order) = prepared.gradient_def(&self.argnums, self.as_tuple)?;
+        let grad_slots = order.iter().map(|&k| OutSlot::Plan(n_out + k));
+        let aux_slots = out_slots[1..].iter().cloned();
+        let value_slot = std::iter::once(OutSlot::Plan(0));
+        let (out_def, out_slots) = match (self.with_value, aux_def) {
+            (false, None) => (grads_def, grad_slots.collect()),
+            (false, Some(aux)) => (
+                TreeDef::Tuple(vec![grads_def, aux]),
+                grad_slots.chain(aux_slots).collect(),
+            ),
+            (true, None) => (
+                TreeDef::Tuple(vec![TreeDef::Leaf, grads_def]),
+                value_slot.chain(grad_slots).collect(),
+            ),
+            (true, Some(aux)) => (
+                TreeDef::Tuple(vec![TreeDef::Tuple(vec![TreeDef::Leaf, aux]), grads_def]),
+                value_slot.chain(aux_slots).chain(grad_slots).collect(),
+            ),
+        };
+        Ok(TracedFunction {
+            graph: vjp,
+            captures,
+            out_def,
+            out_slots,
+        })
+    }
+}

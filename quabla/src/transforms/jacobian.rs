@@ -1,0 +1,230 @@
+//! `jacobian` and `hessian` (transforms.md §8): dense blocks `[*out.shape, *in.shape]`.
+//!
+//! The shell over [`crate::staging`]: it selects the differentiated arguments, traces the
+//! function, asks `quabla-autodiff` for the graph of every block ([`jacobian_graph`], which
+//! chooses forward or reverse mode and batches over a basis generated in the graph), and nests
+//! the blocks: the output's structure outside, the selected inputs' structure inside. `hessian`
+//! is the Jacobian of `grad`.
+
+use super::grad::{validate_argnums, Grad};
+use crate::error::{Error, Result};
+use crate::staging::{
+    self, config_methods, Call, Prepared, Target, TraceCache, TransformConfig, Wrt,
+};
+use crate::trace::{OutSlot, TracedFunction};
+use crate::tree::{self, Tree, TreeDef};
+use quabla_autodiff::jacobian_graph;
+use quabla_ir::DType;
+use std::fmt;
+use std::marker::PhantomData;
+
+/// `jacobian(f)`: dense blocks `[*out.shape, *in.shape]` (transforms.md §8). Build with
+/// [`jacobian`].
+pub struct Jacobian<F, A> {
+    f: F,
+    argnums: Vec<usize>,
+    as_tuple: bool,
+    config: TransformConfig,
+    target: Target,
+    cache: TraceCache,
+    _args: PhantomData<fn(A)>,
+}
+
+impl<F, A> fmt::Debug for Jacobian<F, A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "jacobian({})", self.config.name)
+    }
+}
+
+/// The dense Jacobian of `f` with respect to its first argument. Forward mode over the input
+/// basis unless the output has fewer elements than the inputs (then reverse mode over the
+/// output basis); the basis vectors are generated inside one batched graph.
+pub fn jacobian<A: Tree, F>(f: F) -> Jacobian<F, A> {
+    Jacobian {
+        f,
+        argnums: vec![0],
+        as_tuple: false,
+        config: TransformConfig::default(),
+        target: Target::cpu(),
+        cache: TraceCache::default(),
+        _args: PhantomData,
+    }
+}
+
+impl<A: Tree, F> Jacobian<F, A> {
+    config_methods!();
+
+    /// Differentiate with respect to positional argument `i`.
+    pub fn argnum(mut self, i: usize) -> Self {
+        self.argnums = vec![i];
+        self.as_tuple = false;
+        self
+    }
+
+    /// Differentiate with respect to several positional arguments (blocks become tuples).
+    pub fn argnums(mut self, argnums: &[usize]) -> Self {
+        self.argnums = argnums.to_vec();
+        self.as_tuple = true;
+        self
+    }
+
+    /// Calls it; `J` is the result type (the output's structure holding, per output leaf, a
+    /// block tree with the selected inputs' structure).
+    pub fn call<R: Tree, J: Tree>(&self, args: &impl Tree) -> Result<J>
+    where
+        F: Fn(A) -> Result<R>,
+    {
+        jacobian_call::<A, R, J>(
+            &|a| (self.f)(a),
+            "jacobian",
+            &self.argnums,
+            self.as_tuple,
+            &self.config,
+            &self.target,
+            &self.cache,
+            args,
+        )
+    }
+}
+
+/// The body of a Jacobian call, shared by `jacobian` and `hessian` (which own their caches).
+#[allow(clippy::too_many_arguments)]
+fn jacobian_call<A: Tree, R: Tree, J: Tree>(
+    f: &dyn Fn(A) -> Result<R>,
+    transform: &'static str,
+    argnums: &[usize],
+    as_tuple: bool,
+    config: &TransformConfig,
+    target: &Target,
+    cache: &TraceCache,
+    args: &impl Tree,
+) -> Result<J> {
+    config.validate()?;
+    validate_argnums(argnums)?;
+    let call = Call {
+        cache,
+        owner: config.owner(transform, &[]),
+        wrt: Wrt::Args(argnums),
+        target,
+        extra: None,
+    };
+    staging::execute(&call, args, |prepared| {
+        stage(f, prepared, argnums, as_tuple)
+    })
+}
+
+/// The graph of every block, and the result structure: per float output leaf (in order) the
+/// selected inputs' structure of blocks, `None` for bool outputs.
+fn stage<A: Tree, R: Tree>(
+    f: &dyn Fn(A) -> Result<R>,
+    prepared: &Prepared,
+    argnums: &[usize],
+    as_tuple: bool,
+) -> Result<TracedFunction> {
+    let TracedFunction {
+        graph,
+        captures,
+        out_def,
+        out_slots,
+    } = prepared.trace::<A, R>(f)?;
+    if out_slots.iter().any(|s| matches!(s, OutSlot::Static(_))) {
+        return Err(Error::invalid(
+            "jacobian needs a function whose outputs are all tensors",
+        ));
+    }
+    let wrt = prepared.wrt_with_captures(captures.len());
+    let blocks = jacobian_graph(&graph, &wrt)?;
+    let (in_def, order) = prepared.gradient_def(argnums, as_tuple)?;
+    // Blocks come in output-major order; bool outputs have none. Every output leaf is a plan
+    // output here (checked above), leaf `k` being output `k`.
+    let n_wrt = wrt.iter().filter(|&&w| w).count();
+    let float_out: Vec<bool> = graph
+        .outputs()
+        .iter()
+        .map(|o| graph.node(*o).ty.dtype != DType::Bool)
+        .collect();
+    let mut first_block = Vec::with_capacity(float_out.len());
+    let mut blocks_so_far = 0;
+    for &is_float in &float_out {
+        first_block.push(blocks_so_far);
+        if is_float {
+            blocks_so_far += n_wrt;
+        }
+    }
+    let mut slots = Vec::new();
+    let def = out_def.map_leaves(&mut |k| {
+        if float_out[k] {
+            slots.extend(order.iter().map(|&j| OutSlot::Plan(first_block[k] + j)));
+            in_def.clone()
+        } else {
+            TreeDef::None
+        }
+    });
+    Ok(TracedFunction {
+        graph: blocks,
+        captures,
+        out_def: def,
+        out_slots: slots,
+    })
+}
+
+/// `hessian(f)`: the forward-mode Jacobian of `grad(f)`, blocks `[*in_i, *in_j]`
+/// (reverse-over-reverse when the function contains a `custom_vjp`).
+pub struct Hessian<F, A> {
+    grad: Grad<F, A>,
+    cache: TraceCache,
+    target: Target,
+    config: TransformConfig,
+}
+
+impl<F, A> fmt::Debug for Hessian<F, A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "hessian({})", self.config.name)
+    }
+}
+
+/// The dense Hessian of a scalar function with respect to its first argument.
+pub fn hessian<A: Tree, F>(f: F) -> Hessian<F, A> {
+    Hessian {
+        grad: super::grad::grad(f).transform_name("hessian"),
+        cache: TraceCache::default(),
+        target: Target::cpu(),
+        config: TransformConfig::default(),
+    }
+}
+
+impl<A: Tree, F> Hessian<F, A> {
+    config_methods!();
+
+    /// Differentiate with respect to positional argument `i`.
+    pub fn argnum(mut self, i: usize) -> Self {
+        self.grad = self.grad.argnum(i);
+        self
+    }
+
+    /// Differentiate with respect to several positional arguments.
+    pub fn argnums(mut self, argnums: &[usize]) -> Self {
+        self.grad = self.grad.argnums(argnums);
+        self
+    }
+
+    /// Calls it; `H` is the result type.
+    pub fn call<R: Tree, H: Tree>(&self, args: &impl Tree) -> Result<H>
+    where
+        F: Fn(A) -> Result<R>,
+    {
+        // The gradient is staged inside the Jacobian's trace, which inlines it.
+        let gradient = |a: A| -> Result<tree::Value> { self.grad.call::<R, tree::Value>(&a) };
+        let (argnums, as_tuple) = self.grad.selection();
+        jacobian_call::<A, tree::Value, H>(
+            &gradient,
+            "hessian",
+            argnums,
+            as_tuple,
+            &self.config,
+            &self.target,
+            &self.cache,
+            args,
+        )
+    }
+}

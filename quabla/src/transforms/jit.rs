@@ -1,0 +1,294 @@
+//! `jit`: trace a function once per signature, compile the plan, and run it on every later call
+//! with the same signature; `lower` stages without running.
+//!
+//! The shell over [`crate::staging`]: `jit` differentiates nothing ([`Wrt::Nothing`]: scalar
+//! leaves are static), adds its device and precision to the signature, and checks its
+//! configuration and `static_argnums` before a lookup. Inside another trace, a jitted function
+//! is inlined: its operations record into the enclosing trace.
+
+use crate::error::{Error, Result};
+use crate::staging::{
+    config_methods, leaf_signature, CallScratch, Entry, Prepared, Signature, Target, TraceCache,
+    TransformConfig, Wrt,
+};
+use crate::trace;
+use crate::tree::{self, Leaf, Tree, TreeDef};
+use quabla_ir::Plan;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// The validated target of a transformed function.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Device {
+    Cpu,
+    Unavailable(String),
+    Invalid(String),
+}
+
+fn parse_device(name: &str) -> Device {
+    let cuda_ordinal = name
+        .strip_prefix("cuda:")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    match name {
+        "cpu" => Device::Cpu,
+        "cuda" | "mlx" => Device::Unavailable(name.to_string()),
+        _ if cuda_ordinal => Device::Unavailable(name.to_string()),
+        _ => Device::Invalid(name.to_string()),
+    }
+}
+
+/// A function compiled by `jit`. Build it with [`jit`], configure it with the builder
+/// methods, call it with [`Jit::call`].
+pub struct Jit<F, A, R> {
+    f: F,
+    config: TransformConfig,
+    static_argnums: Vec<usize>,
+    arg_names: Vec<String>,
+    target: Target,
+    cache: TraceCache,
+    /// Set once the configuration has been validated and the target resolved, so cached calls
+    /// skip both.
+    configured: std::sync::OnceLock<()>,
+    _types: PhantomData<fn(A) -> R>,
+}
+
+impl<F, A, R> fmt::Debug for Jit<F, A, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Jit")
+            .field("name", &self.config.name)
+            .field("max_traces", &self.config.max_traces)
+            .field("device", &self.target.device)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Compiles `f` with its own trace cache: `qb::jit(|x: Tensor| x.sin()).call(&x)`.
+/// Arguments are any [`Tree`]; a tuple stands for several positional arguments.
+pub fn jit<A: Tree, R: Tree, F: Fn(A) -> Result<R>>(f: F) -> Jit<F, A, R> {
+    Jit {
+        f,
+        config: TransformConfig::default(),
+        static_argnums: Vec::new(),
+        arg_names: Vec::new(),
+        target: Target::cpu(),
+        cache: TraceCache::default(),
+        configured: std::sync::OnceLock::new(),
+        _types: PhantomData,
+    }
+}
+
+impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
+    config_methods!();
+
+    /// Positional arguments whose values are static: only scalars and static values may
+    /// appear in them (a tensor there is TY4).
+    pub fn static_argnums(mut self, argnums: &[usize]) -> Self {
+        self.static_argnums = argnums.to_vec();
+        self
+    }
+
+    /// Names of the positional arguments, used as the roots of input names (`params/w`).
+    pub fn arg_names(mut self, names: &[&str]) -> Self {
+        self.arg_names = names.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    /// The target: `"cpu"` (default), `"cuda"`, `"cuda:N"` or `"mlx"`.
+    pub fn device(mut self, device: impl Into<String>) -> Self {
+        self.target.device = Arc::from(device.into());
+        self
+    }
+
+    /// `None` or `"float64"` (CUDA only; ignored on the CPU; part of the signature).
+    pub fn precision(mut self, precision: Option<&str>) -> Self {
+        self.target.precision = precision.map(Arc::from);
+        self
+    }
+
+    fn check_config(&self) -> Result<()> {
+        if self.configured.get().is_some() {
+            return Ok(());
+        }
+        self.validate_config()?;
+        let _ = self.configured.set(());
+        Ok(())
+    }
+
+    fn validate_config(&self) -> Result<()> {
+        self.config.validate()?;
+        if let Some(p) = &self.target.precision {
+            if &**p != "float64" {
+                return Err(Error::invalid(format!(
+                    "precision must be None or \"float64\", got {p:?}"
+                )));
+            }
+        }
+        match parse_device(&self.target.device) {
+            Device::Cpu | Device::Unavailable(_) => {
+                crate::devices::backend_for(&self.target.device).map(|_| ())
+            }
+            Device::Invalid(d) => Err(Error::invalid(format!(
+                "invalid device {d:?}; expected \"cpu\", \"cuda\", \"cuda:N\" or \"mlx\""
+            ))),
+        }
+    }
+
+    /// TY4 for an array leaf in a static positional argument (the first in leaf order).
+    fn check_static(&self, def: &TreeDef, leaves: &[Leaf]) -> Result<()> {
+        if self.static_argnums.is_empty() {
+            return Ok(());
+        }
+        let n_args = def.positional_args().len();
+        if let Some(&arg) = self.static_argnums.iter().find(|&&a| a >= n_args) {
+            return Err(Error::invalid(format!(
+                "static_argnums names argument {arg}, but the function was called with {n_args} argument{}",
+                if n_args == 1 { "" } else { "s" }
+            )));
+        }
+        let array = |l: &Leaf| matches!(l, Leaf::Tensor(_) | Leaf::Abstract(_));
+        match leaves
+            .iter()
+            .zip(def.leaf_args())
+            .find(|(l, arg)| array(l) && self.static_argnums.contains(arg))
+        {
+            Some((_, arg)) => Err(Error::Type {
+                message: format!(
+                    "static argument {arg} is not hashable (Tensor); static values must support hash()"
+                ),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Traces `f` for a prepared call and compiles the plan.
+    fn trace_and_compile(&self, signature: Signature, prepared: &Prepared) -> Result<Entry> {
+        Entry::compile(signature, prepared.trace::<A, R>(&|a| (self.f)(a))?)
+    }
+
+    /// Calls the compiled function.
+    pub fn call(&self, args: &A) -> Result<R> {
+        self.check_config()?;
+        if trace::active() {
+            // Inside another trace the function is inlined into it.
+            let (leaves, def) = tree::flatten(args);
+            return (self.f)(def.unflatten(leaves)?);
+        }
+        CallScratch::with(|scratch| {
+            let def = args.flatten(&mut scratch.leaves);
+            let leaves = &scratch.leaves;
+            self.check_static(&def, leaves)?;
+            let entry = match self.cache.lookup(&def, leaves, Wrt::Nothing, &self.target) {
+                Some(entry) => entry,
+                None => {
+                    let signature = Signature::of(&def, leaves, Wrt::Nothing, &self.target);
+                    let owner = self.config.owner("jit", &self.arg_names);
+                    self.cache.get_or_build(&owner, signature, |sig| {
+                        let prepared =
+                            Prepared::new(&def, leaves, Wrt::Nothing, &self.arg_names, false)?;
+                        self.trace_and_compile(sig, &prepared)
+                    })?
+                }
+            };
+            entry.call(&def, leaves, Wrt::Nothing, &[], &mut scratch.outputs)
+        })
+    }
+
+    /// Traces and compiles for the given arguments (tensors, [`crate::ShapeDtype`]s or
+    /// scalars) without running.
+    pub fn lower<L: Tree>(&self, args: &L) -> Result<Lowered<A, R>> {
+        self.check_config()?;
+        let (leaves, def) = tree::flatten(args);
+        self.check_static(&def, &leaves)?;
+        let signature = Signature::of(&def, &leaves, Wrt::Nothing, &self.target);
+        let prepared = Prepared::new(&def, &leaves, Wrt::Nothing, &self.arg_names, true)?;
+        let entry = self.trace_and_compile(signature, &prepared)?;
+        Ok(Lowered {
+            entry: Arc::new(entry),
+            _types: PhantomData,
+        })
+    }
+}
+
+/// A staged function for one signature: its plan text, and a callable for exactly that
+/// signature.
+pub struct Lowered<A, R> {
+    entry: Arc<Entry>,
+    _types: PhantomData<fn(A) -> R>,
+}
+
+impl<A, R> fmt::Debug for Lowered<A, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Lowered({})", self.entry.signature)
+    }
+}
+
+impl<A: Tree, R: Tree> Lowered<A, R> {
+    /// The frozen plan as text (transforms.md §15.3).
+    pub fn as_text(&self) -> String {
+        self.entry.plan.as_text()
+    }
+
+    /// Number of node lines.
+    pub fn node_count(&self) -> usize {
+        self.entry.plan.graph().len()
+    }
+
+    /// The plan with named inputs and ordered outputs.
+    pub fn program(&self) -> &Plan {
+        &self.entry.plan
+    }
+
+    /// The signature this was lowered for.
+    pub fn signature(&self) -> &Signature {
+        &self.entry.signature
+    }
+
+    /// A callable for exactly this signature.
+    pub fn compile(&self) -> Compiled<A, R> {
+        Compiled {
+            entry: self.entry.clone(),
+            _types: PhantomData,
+        }
+    }
+}
+
+/// A function compiled for one signature (from [`Lowered::compile`]).
+pub struct Compiled<A, R> {
+    entry: Arc<Entry>,
+    _types: PhantomData<fn(A) -> R>,
+}
+
+impl<A, R> fmt::Debug for Compiled<A, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Compiled({})", self.entry.signature)
+    }
+}
+
+impl<A: Tree, R: Tree> Compiled<A, R> {
+    /// Runs the plan; arguments of another signature are TF10.
+    pub fn call(&self, args: &A) -> Result<R> {
+        CallScratch::with(|scratch| {
+            let def = args.flatten(&mut scratch.leaves);
+            let leaves = &scratch.leaves;
+            let expected = &self.entry.signature;
+            let target = Target {
+                device: expected.device.clone(),
+                precision: expected.precision.clone(),
+            };
+            if !expected.matches(&def, leaves, Wrt::Nothing, &target) {
+                let signature = Signature {
+                    def,
+                    leaves: leaves.iter().map(|l| leaf_signature(l, false)).collect(),
+                    device: expected.device.clone(),
+                    precision: expected.precision.clone(),
+                };
+                return Err(Error::Structure {
+                    message: format!("compiled function expects {expected}, got {signature}"),
+                });
+            }
+            self.entry
+                .call(&def, leaves, Wrt::Nothing, &[], &mut scratch.outputs)
+        })
+    }
+}
