@@ -26,7 +26,6 @@ mod creation;
 mod devices;
 mod dispatch;
 mod error;
-mod ext;
 pub mod linalg;
 mod operand;
 mod operators;
@@ -46,39 +45,19 @@ pub use creation::{
 };
 pub use devices::{devices, DeviceInfo, Origin};
 pub use error::{Error, Result, TracerErrorKind};
-pub use ext::TensorResultExt;
 pub use operand::Operand;
-pub use ops::calculus::{diff, interp, polyval, trapezoid, Diff, Interp, Trapezoid};
-pub use ops::compare::{
-    equal, greater, greater_equal, less, less_equal, logical_and, logical_not, logical_or,
-    not_equal, where_,
-};
-pub use ops::composite::{
-    clip, exp2, gelu, hypot, isinf, logaddexp, mod_, nan_to_num, remainder, sign, silu, softplus,
-    Clip, Gelu, NanToNum,
-};
-pub use ops::elementwise::Exponent;
-pub use ops::elementwise::{
-    abs, add, arccos, arccosh, arcsin, arcsinh, arctan, arctanh, atan2, cbrt, ceil, cos, cosh, div,
-    erf, erfc, exp, expm1, floor, fmod, isfinite, isnan, log, log10, log1p, log2, maximum, minimum,
-    mul, neg, pow, power, powi, reciprocal, relu, round, sigmoid, sin, sinh, sqrt, square,
-    stop_gradient, sub, tan, tanh,
-};
-pub use ops::index::{IndexItem, ELLIPSIS, NEW};
-pub use ops::layout::{
-    diag, diagonal, flip, meshgrid, moveaxis, pad, ravel, repeat, roll, split, split_at, swapaxes,
-    tile, trace, tril, triu, Diag, Diagonal, Indexing, Ints, Meshgrid, Pad, PadMode, PadWidth,
-    Repeat, Roll,
-};
-pub use ops::normalize::{
-    cumsum, log_softmax, logsumexp, norm, softmax, std, var, Cumsum, Variance,
-};
-pub use ops::products::matmul;
-pub use ops::products::{
-    cross, dot, einsum, kron, outer, tensordot, Cross, Tensordot, TensordotAxes,
-};
-pub use ops::reduce::{all, any, max, mean, min, prod, sum, Axes};
-pub use ops::shape::{concat, stack};
+// Each module of the array library is exported whole: a function is named once, where it is
+// defined (see `ops`).
+pub use ops::calculus::*;
+pub use ops::compare::*;
+pub use ops::composite::*;
+pub use ops::elementwise::*;
+pub use ops::index::*;
+pub use ops::layout::*;
+pub use ops::normalize::*;
+pub use ops::products::*;
+pub use ops::reduce::*;
+pub use ops::shape::*;
 pub use quabla_ir::DType;
 /// `#[derive(Tree)]`: a struct as a pytree node; `#[tree(static)]` marks meta fields.
 pub use quabla_macros::Tree;
@@ -107,9 +86,22 @@ pub const BOOL: DType = DType::Bool;
 /// The package version, defined once in the workspace manifest.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// The traits that make the method syntax work: `use quabla::prelude::*;`.
+/// The traits that make the method syntax work: `use quabla::prelude::*;`. Besides
+/// [`DTypeExt`] (constructors on a dtype, `qb::F32.zeros(..)`), each family of the array
+/// library has an extension trait giving `Result<Tensor>` its tensor methods, so a chain
+/// needs a single `?` at its end (`x.sin().powi(2).sum()?`).
 pub mod prelude {
-    pub use crate::{DTypeExt, TensorResultExt};
+    pub use crate::linalg::LinalgExt;
+    pub use crate::ops::compare::{CompareExt, LogicExt};
+    pub use crate::ops::composite::{BinaryCompositeExt, CompositeDefaultsExt, CompositeExt};
+    pub use crate::ops::elementwise::{BinaryExt, PowerCastExt, UnaryCompositeExt, UnaryExt};
+    pub use crate::ops::index::IndexExt;
+    pub use crate::ops::layout::LayoutExt;
+    pub use crate::ops::normalize::{NormExt, NormalizeExt};
+    pub use crate::ops::products::ProductExt;
+    pub use crate::ops::reduce::ReduceExt;
+    pub use crate::ops::shape::ShapeExt;
+    pub use crate::DTypeExt;
 }
 
 /// The README's example is compiled and run as a doctest, so it stays true.

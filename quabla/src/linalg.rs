@@ -20,7 +20,10 @@ pub fn cholesky(a: impl Into<Operand>) -> Result<Tensor> {
     apply(vec![a.into()], |g, x| g.push(Op::Cholesky, &[x[0]]))
 }
 
-impl Tensor {
+crate::ops::tensor_methods! {
+    /// The linear-algebra methods on `Result<Tensor>`.
+    pub trait LinalgExt;
+
     /// `qb::linalg::solve(self, b)`.
     pub fn solve(&self, b: impl Into<Operand>) -> Result<Tensor> {
         solve(self, b)

@@ -3,7 +3,7 @@
 //! expression needs one `?`: `(&x * 2.0 + &y)?`.
 //!
 //! Rust's orphan rules forbid operators whose operands are only `Result<Tensor>` and `f64`
-//! (`x.sin() * 2.0`): there, use the named method of [`crate::TensorResultExt`]
+//! (`x.sin() * 2.0`): there, use the named method of the prelude's extension traits
 //! (`x.sin().mul(2.0)`). `!`, `&` and `|` are the logical operators on bool tensors.
 
 use crate::error::Result;

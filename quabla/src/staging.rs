@@ -170,20 +170,37 @@ pub(crate) enum Wrt<'a> {
 }
 
 impl<'a> Wrt<'a> {
-    fn selects(&self, arg: usize) -> bool {
-        match self {
-            Wrt::Nothing => false,
-            Wrt::All => true,
-            Wrt::Args(args) => args.contains(&arg),
-        }
-    }
-
     /// Whether each leaf of a call with structure `def` lies in a differentiated argument.
-    fn leaf_flags<'s>(self, def: &'s TreeDef) -> impl Iterator<Item = bool> + 's
+    /// Only a selection of arguments walks the structure; the usual `jit` and `vmap` calls
+    /// (nothing differentiated) and `jvp`/`vjp` (everything) do not.
+    fn leaf_flags<'s>(self, def: &'s TreeDef) -> LeafFlags<'s, impl Iterator<Item = usize> + 's>
     where
         'a: 's,
     {
-        def.leaf_args().map(move |arg| self.selects(arg))
+        let leaf_args = def.leaf_args();
+        match self {
+            Wrt::Nothing => LeafFlags::Every(false),
+            Wrt::All => LeafFlags::Every(true),
+            Wrt::Args(args) => LeafFlags::Args(args, leaf_args),
+        }
+    }
+}
+
+/// The iterator of [`Wrt::leaf_flags`]: the same flag for every leaf (endless; callers zip it
+/// with the leaves), or membership of each leaf's argument in a selection.
+enum LeafFlags<'s, I> {
+    Every(bool),
+    Args(&'s [usize], I),
+}
+
+impl<I: Iterator<Item = usize>> Iterator for LeafFlags<'_, I> {
+    type Item = bool;
+
+    fn next(&mut self) -> Option<bool> {
+        match self {
+            LeafFlags::Every(flag) => Some(*flag),
+            LeafFlags::Args(args, leaf_args) => leaf_args.next().map(|arg| args.contains(&arg)),
+        }
     }
 }
 

@@ -9,7 +9,9 @@ use quabla_ir::{Comparison, DType, GraphBuilder, IrError, NodeId};
 
 macro_rules! comparisons {
     ($($(#[$doc:meta])* $name:ident => $c:ident;)*) => {
-        impl Tensor {
+        super::tensor_methods! {
+            #[doc = "The comparisons on `Result<Tensor>`."]
+            pub trait CompareExt;
             $(
                 $(#[$doc])*
                 pub fn $name(&self, other: impl Into<Operand>) -> Result<Tensor> {
@@ -86,7 +88,9 @@ pub fn logical_not(a: impl Into<Operand>) -> Result<Tensor> {
     apply(vec![a.into()], |b, x| build_not(b, x[0]))
 }
 
-impl Tensor {
+super::tensor_methods! {
+    /// Logic on `Result<Tensor>`.
+    pub trait LogicExt;
     /// Elementwise logical and.
     pub fn logical_and(&self, other: impl Into<Operand>) -> Result<Tensor> {
         logical_and(self, other)

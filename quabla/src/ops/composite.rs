@@ -89,7 +89,9 @@ fn build_gelu_exact(b: &mut GraphBuilder, x: NodeId) -> Built {
 
 macro_rules! unary_composites {
     ($($(#[$doc:meta])* $name:ident => $build:ident;)*) => {
-        impl Tensor {
+        super::tensor_methods! {
+            #[doc = "The composite functions on `Result<Tensor>`."]
+            pub trait CompositeExt;
             $(
                 $(#[$doc])*
                 pub fn $name(&self) -> Result<Tensor> {
@@ -124,7 +126,9 @@ unary_composites! {
     silu => build_silu;
 }
 
-impl Tensor {
+super::tensor_methods! {
+    /// `gelu`, `nan_to_num` and `clip` with their defaults on `Result<Tensor>`.
+    pub trait CompositeDefaultsExt;
     /// The tanh approximation of GELU, `x * sigmoid(2u)` with
     /// `u = sqrt(2/pi) * (x + 0.044715 x^3)`; for the exact form use
     /// `qb::gelu(&x).approximate(false).eval()`.
@@ -380,7 +384,9 @@ fn build_mod(b: &mut GraphBuilder, a: NodeId, c: NodeId) -> Built {
 
 macro_rules! binary_composites {
     ($($(#[$doc:meta])* $name:ident => $build:ident;)*) => {
-        impl Tensor {
+        super::tensor_methods! {
+            #[doc = "The binary composite functions on `Result<Tensor>`."]
+            pub trait BinaryCompositeExt;
             $(
                 $(#[$doc])*
                 pub fn $name(&self, other: impl Into<Operand>) -> Result<Tensor> {

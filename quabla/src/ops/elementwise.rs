@@ -9,7 +9,9 @@ use quabla_ir::{BinaryOp, Comparison, DType, GraphBuilder, IrError, NodeId, Unar
 
 macro_rules! native_unary {
     ($($(#[$doc:meta])* $name:ident => $op:ident;)*) => {
-        impl Tensor {
+        super::tensor_methods! {
+            #[doc = "The native unary functions on `Result<Tensor>`."]
+            pub trait UnaryExt;
             $(
                 $(#[$doc])*
                 pub fn $name(&self) -> Result<Tensor> {
@@ -89,7 +91,9 @@ pub(crate) fn float_only(b: &GraphBuilder, x: NodeId, name: &str) -> quabla_ir::
 
 macro_rules! composite_unary {
     ($($(#[$doc:meta])* $name:ident => $build:ident, float_only = $float:expr;)*) => {
-        impl Tensor {
+        super::tensor_methods! {
+            #[doc = "The composite unary functions on `Result<Tensor>`."]
+            pub trait UnaryCompositeExt;
             $(
                 $(#[$doc])*
                 pub fn $name(&self) -> Result<Tensor> {
@@ -219,7 +223,9 @@ fn build_extremum(
 
 macro_rules! binary_fns {
     ($($(#[$doc:meta])* $name:ident => $build:expr;)*) => {
-        impl Tensor {
+        super::tensor_methods! {
+            #[doc = "The binary functions on `Result<Tensor>`."]
+            pub trait BinaryExt;
             $(
                 $(#[$doc])*
                 pub fn $name(&self, other: impl Into<Operand>) -> Result<Tensor> {
@@ -306,7 +312,9 @@ pub fn power(x: impl Into<Operand>, y: impl Into<Exponent>) -> Result<Tensor> {
     }
 }
 
-impl Tensor {
+super::tensor_methods! {
+    /// `powi` and `astype` on `Result<Tensor>`.
+    pub trait PowerCastExt;
     /// Integer power by exact repeated multiplication; a negative exponent gives
     /// `1 / powi(x, -n)` (numerics.md §4.2).
     pub fn powi(&self, exponent: i32) -> Result<Tensor> {

@@ -147,7 +147,9 @@ fn describe(items: &[IndexItem]) -> String {
     format!("[{}]", parts.join(", "))
 }
 
-impl Tensor {
+super::tensor_methods! {
+    /// Indexing on `Result<Tensor>`.
+    pub trait IndexExt;
     /// NumPy basic indexing: `x.index(qb::s![1, ..;-1, qb::NEW])`.
     pub fn index(&self, items: impl AsRef<[IndexItem]>) -> Result<Tensor> {
         let items = items.as_ref();

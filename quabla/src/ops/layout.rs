@@ -258,29 +258,6 @@ pub fn flip(x: impl Into<Operand>, axes: impl Into<Axes>) -> Result<Tensor> {
     apply(vec![x.into()], |b, x| build_flip(b, x[0], &axes))
 }
 
-impl Tensor {
-    /// Reverses the order along one axis.
-    pub fn flip(&self, axis: isize) -> Result<Tensor> {
-        flip(self, axis)
-    }
-
-    /// Reverses the order along the given axes.
-    pub fn flip_axes(&self, axes: impl Into<Axes>) -> Result<Tensor> {
-        flip(self, axes)
-    }
-
-    /// Reverses the order along every axis.
-    pub fn flip_all(&self) -> Result<Tensor> {
-        flip(self, Axes::All)
-    }
-
-    /// Cyclic shift by `shift` along `axis`; see [`roll`] for several axes and the
-    /// flattened form.
-    pub fn roll(&self, shift: isize, axis: isize) -> Result<Tensor> {
-        roll(self, shift).axis(axis).eval()
-    }
-}
-
 fn roll_axis(b: &mut GraphBuilder, x: NodeId, axis: usize, shift: isize) -> Built {
     let n = dims(b, x)[axis] as isize;
     let k = shift.rem_euclid(n);
@@ -570,19 +547,6 @@ pub fn tile(x: impl Into<Operand>, reps: impl AsRef<[usize]>) -> Result<Tensor> 
     apply(vec![x.into()], |b, x| build_tile(b, x[0], &reps))
 }
 
-impl Tensor {
-    /// [`tile`] as a method: `x.tile([2, 1])`.
-    pub fn tile(&self, reps: impl AsRef<[usize]>) -> Result<Tensor> {
-        tile(self, reps)
-    }
-
-    /// Repeats each entry `repeats` times along `axis`; see [`repeat`] for per-entry counts
-    /// and the flattened form.
-    pub fn repeat(&self, repeats: usize, axis: isize) -> Result<Tensor> {
-        repeat(self, repeats).axis(axis).eval()
-    }
-}
-
 /// A `repeat` call; finish with [`Repeat::eval`].
 #[must_use = "finish the call with .eval()"]
 #[derive(Debug)]
@@ -704,27 +668,6 @@ pub fn swapaxes(x: &Tensor, axis1: isize, axis2: isize) -> Result<Tensor> {
 /// Row-major flatten to rank 1.
 pub fn ravel(x: impl Into<Operand>) -> Result<Tensor> {
     apply(vec![x.into()], |b, x| ravel_node(b, x[0]))
-}
-
-impl Tensor {
-    /// Moves axes to new positions: `x.moveaxis([0], [-1])`.
-    pub fn moveaxis(
-        &self,
-        source: impl AsRef<[isize]>,
-        destination: impl AsRef<[isize]>,
-    ) -> Result<Tensor> {
-        moveaxis(self, source, destination)
-    }
-
-    /// Exchanges two axes.
-    pub fn swapaxes(&self, axis1: isize, axis2: isize) -> Result<Tensor> {
-        swapaxes(self, axis1, axis2)
-    }
-
-    /// Row-major flatten to rank 1.
-    pub fn ravel(&self) -> Result<Tensor> {
-        ravel(self)
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -950,33 +893,6 @@ pub fn triu(x: impl Into<Operand>) -> Result<Tensor> {
     apply(vec![x.into()], |b, x| build_triangle(b, x[0], false))
 }
 
-impl Tensor {
-    /// [`diag`] with `k = 0`.
-    pub fn diag(&self) -> Result<Tensor> {
-        diag(self).eval()
-    }
-
-    /// The main diagonal of axes 0 and 1 (see [`diagonal`] for the options).
-    pub fn diagonal(&self) -> Result<Tensor> {
-        diagonal(self).eval()
-    }
-
-    /// The sum of the main diagonal of axes 0 and 1 (see [`trace`] for the options).
-    pub fn trace(&self) -> Result<Tensor> {
-        trace(self).eval()
-    }
-
-    /// Lower triangle of the last two axes.
-    pub fn tril(&self) -> Result<Tensor> {
-        tril(self)
-    }
-
-    /// Upper triangle of the last two axes.
-    pub fn triu(&self) -> Result<Tensor> {
-        triu(self)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::{moveaxis_perm, pad_source, PadMode};
@@ -1007,5 +923,86 @@ mod tests {
             moveaxis_perm(4, &[0, 1], &[-1, -2]).unwrap(),
             vec![2, 3, 1, 0]
         );
+    }
+}
+
+super::tensor_methods! {
+    /// The layout functions on `Result<Tensor>`.
+    pub trait LayoutExt;
+
+    /// Reverses the order along one axis.
+    pub fn flip(&self, axis: isize) -> Result<Tensor> {
+        flip(self, axis)
+    }
+
+    /// Reverses the order along the given axes.
+    pub fn flip_axes(&self, axes: impl Into<Axes>) -> Result<Tensor> {
+        flip(self, axes)
+    }
+
+    /// Reverses the order along every axis.
+    pub fn flip_all(&self) -> Result<Tensor> {
+        flip(self, Axes::All)
+    }
+
+    /// Cyclic shift by `shift` along `axis`; see [`roll`] for several axes and the
+    /// flattened form.
+    pub fn roll(&self, shift: isize, axis: isize) -> Result<Tensor> {
+        roll(self, shift).axis(axis).eval()
+    }
+
+    /// [`tile`] as a method: `x.tile([2, 1])`.
+    pub fn tile(&self, reps: impl AsRef<[usize]>) -> Result<Tensor> {
+        tile(self, reps)
+    }
+
+    /// Repeats each entry `repeats` times along `axis`; see [`repeat`] for per-entry counts
+    /// and the flattened form.
+    pub fn repeat(&self, repeats: usize, axis: isize) -> Result<Tensor> {
+        repeat(self, repeats).axis(axis).eval()
+    }
+
+    /// Moves axes to new positions: `x.moveaxis([0], [-1])`.
+    pub fn moveaxis(
+        &self,
+        source: impl AsRef<[isize]>,
+        destination: impl AsRef<[isize]>,
+    ) -> Result<Tensor> {
+        moveaxis(self, source, destination)
+    }
+
+    /// Exchanges two axes.
+    pub fn swapaxes(&self, axis1: isize, axis2: isize) -> Result<Tensor> {
+        swapaxes(self, axis1, axis2)
+    }
+
+    /// Row-major flatten to rank 1.
+    pub fn ravel(&self) -> Result<Tensor> {
+        ravel(self)
+    }
+
+    /// [`diag`] with `k = 0`.
+    pub fn diag(&self) -> Result<Tensor> {
+        diag(self).eval()
+    }
+
+    /// The main diagonal of axes 0 and 1 (see [`diagonal`] for the options).
+    pub fn diagonal(&self) -> Result<Tensor> {
+        diagonal(self).eval()
+    }
+
+    /// The sum of the main diagonal of axes 0 and 1 (see [`trace`] for the options).
+    pub fn trace(&self) -> Result<Tensor> {
+        trace(self).eval()
+    }
+
+    /// Lower triangle of the last two axes.
+    pub fn tril(&self) -> Result<Tensor> {
+        tril(self)
+    }
+
+    /// Upper triangle of the last two axes.
+    pub fn triu(&self) -> Result<Tensor> {
+        triu(self)
     }
 }

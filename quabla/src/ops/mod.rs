@@ -2,6 +2,52 @@
 //! checked builder of `quabla-ir` and runs it through [`crate::dispatch::apply`]; composite
 //! functions (`maximum`, `abs`, `sigmoid`, `prod`, ...) are several IR nodes built in one go,
 //! so they run as one plan.
+//!
+//! Each function is named once: a family macro row (or a method in a [`tensor_methods!`]
+//! block) gives the free function where there is one, the `Tensor` method, and the same
+//! method on `Result<Tensor>` through the family's extension trait (exported by the prelude),
+//! and `lib.rs` re-exports each module's public items whole.
+
+/// Declares tensor methods once (api.md §2.3): each becomes an inherent method of
+/// [`Tensor`], and a method of `Result<Tensor>` through the extension trait named first, so
+/// that a chain needs one `?` at its end (`x.sin().powi(2).sum()?`; an `Err` receiver passes
+/// through unchanged). Every extension trait is in `quabla::prelude`.
+macro_rules! tensor_methods {
+    (
+        $(#[$trait_meta:meta])*
+        pub trait $ext:ident;
+        $(
+            $(#[$meta:meta])*
+            pub fn $name:ident(&$this:ident $(, $arg:ident : $ty:ty)* $(,)?) -> Result<Tensor>
+                $body:block
+        )*
+    ) => {
+        impl Tensor {
+            $(
+                $(#[$meta])*
+                pub fn $name(&$this $(, $arg: $ty)*) -> Result<Tensor> $body
+            )*
+        }
+
+        $(#[$trait_meta])*
+        pub trait $ext: Sized {
+            $(
+                #[doc = concat!("[`Tensor::", stringify!($name), "`] on a result.")]
+                fn $name(self $(, $arg: $ty)*) -> Result<Tensor>;
+            )*
+        }
+
+        impl $ext for Result<Tensor> {
+            $(
+                fn $name(self $(, $arg: $ty)*) -> Result<Tensor> {
+                    self?.$name($($arg),*)
+                }
+            )*
+        }
+    };
+}
+
+pub(crate) use tensor_methods;
 
 pub mod calculus;
 pub mod compare;

@@ -138,7 +138,9 @@ fn build_variance(
 
 macro_rules! axis_reductions {
     ($($(#[$doc:meta])* $name:ident, $axes:ident, $keep:ident => $build:ident;)*) => {
-        impl Tensor {
+        super::tensor_methods! {
+            #[doc = "`norm` and `logsumexp` on `Result<Tensor>`."]
+            pub trait NormExt;
             $(
                 $(#[$doc])*
                 pub fn $name(&self) -> Result<Tensor> {
@@ -186,7 +188,9 @@ pub fn log_softmax(x: impl Into<Operand>, axis: isize) -> Result<Tensor> {
     apply(vec![x.into()], |b, x| build_log_softmax(b, x[0], axis))
 }
 
-impl Tensor {
+super::tensor_methods! {
+    /// The normalizations on `Result<Tensor>`.
+    pub trait NormalizeExt;
     /// Max-shifted softmax along `axis` (`-1`: the last).
     pub fn softmax(&self, axis: isize) -> Result<Tensor> {
         softmax(self, axis)

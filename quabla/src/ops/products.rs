@@ -17,7 +17,9 @@ pub fn matmul(a: impl Into<Operand>, c: impl Into<Operand>) -> Result<Tensor> {
     apply(vec![a.into(), c.into()], |b, x| b.matmul(x[0], x[1]))
 }
 
-impl Tensor {
+super::tensor_methods! {
+    /// `matmul` and `dot` on `Result<Tensor>`.
+    pub trait ProductExt;
     /// Matrix product with NumPy rules (rank-1 operands allowed).
     pub fn matmul(&self, other: impl Into<Operand>) -> Result<Tensor> {
         matmul(self, other)

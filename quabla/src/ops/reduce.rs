@@ -197,7 +197,9 @@ fn reduce(x: impl Into<Operand>, kind: Reduction, axes: Axes, keep: bool) -> Res
 
 macro_rules! reductions {
     ($($(#[$doc:meta])* $name:ident, $axes:ident, $keep:ident => $kind:ident;)*) => {
-        impl Tensor {
+        super::tensor_methods! {
+            #[doc = "The reductions on `Result<Tensor>`."]
+            pub trait ReduceExt;
             $(
                 $(#[$doc])*
                 pub fn $name(&self) -> Result<Tensor> {

@@ -7,7 +7,9 @@ use crate::operand::Operand;
 use crate::tensor::Tensor;
 use quabla_ir::{normalize_axis, IrError, Shape};
 
-impl Tensor {
+super::tensor_methods! {
+    /// The shape functions on `Result<Tensor>`.
+    pub trait ShapeExt;
     /// New shape with the same number of elements; one extent may be `-1` (inferred).
     pub fn reshape(&self, shape: impl AsRef<[isize]>) -> Result<Tensor> {
         let dims = shape.as_ref().to_vec();
