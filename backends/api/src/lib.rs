@@ -30,11 +30,15 @@
 //!   executable's folder), collects the backends linked into the program
 //!   ([`register_backend!`]), and answers which backend serves a target name
 //!   ([`registry::Registry::backend`]) and what `devices()` lists.
+//! - [`library_file`] checks a candidate plugin file (kind, object header, segments inside
+//!   the file) before the dynamic loader is given it, so that a truncated or foreign file is a
+//!   typed error instead of a crash.
 //!
 //! A loaded plugin is wrapped as an ordinary [`Backend`] ([`registry::PluginBackend`]), so the
 //! rest of Quabla never knows whether a backend is linked or loaded.
 
 pub mod abi;
+pub mod library_file;
 pub mod registry;
 
 use quabla_ir::{DType, HostData, Plan, Shape};
