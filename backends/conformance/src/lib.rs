@@ -317,7 +317,7 @@ pub fn columns(plugin_folders: &[PathBuf]) -> Vec<Column> {
 /// The columns of a registry (see [`columns`]).
 pub fn columns_of(registry: &Registry) -> Vec<Column> {
     let mut out = Vec::new();
-    let mut entries: Vec<&quabla_backend::registry::Entry> = registry.entries().iter().collect();
+    let mut entries: Vec<quabla_backend::registry::Entry> = registry.entries();
     // The known backends in their order, linked before plugins, then the others by name.
     entries.sort_by_key(|e| {
         let rank = KNOWN_BACKENDS
