@@ -38,6 +38,7 @@
 //! rest of Quabla never knows whether a backend is linked or loaded.
 
 pub mod abi;
+mod layout;
 pub mod library_file;
 pub mod registry;
 

@@ -241,12 +241,19 @@ pub enum LoadError {
     #[error("{}: built with an incompatible abi_stable ABI: {message}", path.display())]
     AbiStable { path: PathBuf, message: String },
     /// The types of the interface differ from this build's although the version matches.
+    /// `mismatch` names the innermost type that differs, the field leading to it and what
+    /// differs; the whole report of `abi_stable` is the error's [`std::error::Error::source`].
     #[error(
         "{}: the layout of the plugin interface differs from this build's (same interface \
-         version {INTERFACE_VERSION}): {message}",
+         version {INTERFACE_VERSION}): {mismatch}",
         path.display()
     )]
-    Layout { path: PathBuf, message: String },
+    Layout {
+        path: PathBuf,
+        mismatch: String,
+        #[source]
+        report: LayoutReport,
+    },
     /// The plugin was compiled with `panic = "abort"`: a panic inside it would end the
     /// process instead of coming back as an error, so it is refused before it is opened.
     #[error(
@@ -292,6 +299,12 @@ pub enum OpenError {
     Loader(String),
 }
 
+/// The full layout report of `abi_stable` behind a [`LoadError::Layout`] (hundreds of lines:
+/// both layouts of every type that differs).
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("{0}")]
+pub struct LayoutReport(pub String);
+
 impl LoadError {
     pub fn path(&self) -> &Path {
         match self {
@@ -314,7 +327,12 @@ impl LoadError {
         }
     }
 
-    fn from_library(path: &Path, e: LibraryError) -> LoadError {
+    /// `found` is the layout the library exports, for a layout mismatch to be located.
+    fn from_library(
+        path: &Path,
+        e: LibraryError,
+        found: Option<&'static abi_stable::type_layout::TypeLayout>,
+    ) -> LoadError {
         let path = path.to_path_buf();
         match e {
             LibraryError::OpenError { err, .. } => LoadError::Open {
@@ -351,28 +369,20 @@ impl LoadError {
                 path,
                 message: e.to_string(),
             },
-            LibraryError::AbiInstability(_) => LoadError::Layout {
-                path,
-                message: first_lines(&e.to_string(), 12),
-            },
+            LibraryError::AbiInstability(_) => {
+                let expected = <QuablaPluginRef as abi_stable::StableAbi>::LAYOUT;
+                let mismatch = crate::layout::innermost_mismatch(expected, found);
+                LoadError::Layout {
+                    path,
+                    mismatch,
+                    report: LayoutReport(e.to_string()),
+                }
+            }
             other => LoadError::Other {
                 path,
                 message: other.to_string(),
             },
         }
-    }
-}
-
-fn first_lines(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    if lines.len() <= n {
-        text.trim_end().to_string()
-    } else {
-        format!(
-            "{}\n... ({} more lines)",
-            lines[..n].join("\n"),
-            lines.len() - n
-        )
     }
 }
 
@@ -409,10 +419,10 @@ impl Plugin {
         let canonical = std::fs::canonicalize(path)
             .map_err(|e| LoadError::file(path, FileProblem::Io(e.to_string())))?;
         let header =
-            lib_header_from_path(&canonical).map_err(|e| LoadError::from_library(path, e))?;
+            lib_header_from_path(&canonical).map_err(|e| LoadError::from_library(path, e, None))?;
         let module = header
             .init_root_module::<QuablaPluginRef>()
-            .map_err(|e| LoadError::from_library(path, e))?;
+            .map_err(|e| LoadError::from_library(path, e, header.layout()))?;
         check_module(path, module)?;
         // The library is never unloaded, so neither is its path worth freeing.
         let path: &'static Path = Box::leak(path.to_path_buf().into_boxed_path());
