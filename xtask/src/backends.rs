@@ -1,11 +1,14 @@
-//! `cargo xtask test-backends`: the conformance suite on every backend this host has.
+//! `cargo xtask test-backends [--plugin-dir DIR]...`: the conformance suite on every backend
+//! this host has.
 //!
-//! This module owns the backend check: it builds every plugin library this host can build
-//! ([`PLUGINS`]), gathers them in one folder (`<target>/quabla-plugins`), and runs the
-//! conformance runner (`quabla-conformance`, in `backends/conformance`) on the linked
-//! backends and on every plugin of that folder. The runner prints the test × backend matrix
-//! (pass / FAIL / unsupported / skipped, with reasons) and exits non-zero on any failure,
-//! which fails this command.
+//! This module owns the backend check: it builds every plugin library of the workspace
+//! ([`PLUGINS`]: the CPU plugin and the example `toy` plugin), gathers them in one folder
+//! (`<target>/quabla-plugins`), and runs the conformance runner (`quabla-conformance`, in
+//! `backends/conformance`) on the linked backends, on every plugin of that folder, of each
+//! `--plugin-dir` folder and of the folders of `QUABLA_PLUGIN_PATH` (which the runner reads),
+//! so a plugin built outside the workspace is checked the way ours are. The runner prints the
+//! test × backend matrix (pass / FAIL / unsupported / partial k/n / skipped, with reasons) and
+//! exits non-zero on any failure, which fails this command.
 
 use std::path::{Path, PathBuf};
 
@@ -14,15 +17,40 @@ use crate::{cargo, run_inherited, workspace_root, Result};
 /// Plugin crates and the library each one produces (the backend name in
 /// `quabla_<name>_plugin`), for this host. Device plugins join this list when they exist as
 /// plugin crates; their availability is decided at run time by the plugin itself.
-const PLUGINS: &[(&str, &str)] = &[("quabla-cpu-plugin", "cpu")];
+const PLUGINS: &[(&str, &str)] = &[
+    ("quabla-cpu-plugin", "cpu"),
+    ("quabla-example-plugin", "toy"),
+];
+
+/// The folders of `--plugin-dir DIR` arguments, in order.
+fn plugin_dirs(args: &[String]) -> Result<Vec<PathBuf>> {
+    let mut dirs = Vec::new();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--plugin-dir" => match args.next() {
+                Some(dir) => dirs.push(PathBuf::from(dir)),
+                None => return Err("`--plugin-dir` needs a folder".to_string()),
+            },
+            other => {
+                return Err(format!(
+                    "`cargo xtask test-backends` takes only `--plugin-dir DIR` (got `{other}`); \
+                     see `cargo xtask help`"
+                ))
+            }
+        }
+    }
+    for dir in &dirs {
+        if !dir.is_dir() {
+            return Err(format!("--plugin-dir {}: not a folder", dir.display()));
+        }
+    }
+    Ok(dirs)
+}
 
 /// Entry point of `cargo xtask test-backends`.
 pub(crate) fn run(args: &[String]) -> Result<()> {
-    if let Some(arg) = args.first() {
-        return Err(format!(
-            "`cargo xtask test-backends` takes no arguments (got `{arg}`); see `cargo xtask help`"
-        ));
-    }
+    let extra = plugin_dirs(args)?;
     let mut build = cargo(["build"]);
     for (package, _) in PLUGINS {
         build.args(["-p", package]);
@@ -40,9 +68,16 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         place(&profile_dir.join(&file), &folder.join(&file))?;
     }
 
+    let mut shown: Vec<String> = std::iter::once(&folder)
+        .chain(&extra)
+        .map(|f| f.display().to_string())
+        .collect();
+    if let Some(path) = std::env::var_os("QUABLA_PLUGIN_PATH").filter(|p| !p.is_empty()) {
+        shown.push(format!("QUABLA_PLUGIN_PATH={}", path.to_string_lossy()));
+    }
     println!(
         "== xtask: conformance matrix (plugins from {}) ==",
-        folder.display()
+        shown.join(", ")
     );
     let mut runner = cargo([
         "run",
@@ -52,9 +87,10 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         "--bin",
         "quabla-conformance",
         "--",
-        "--plugin-dir",
     ]);
-    runner.arg(&folder);
+    for dir in std::iter::once(&folder).chain(&extra) {
+        runner.arg("--plugin-dir").arg(dir);
+    }
     run_inherited(&mut runner).map_err(|e| format!("the conformance matrix has failures: {e}"))
 }
 
@@ -119,6 +155,25 @@ fn json_string_field(text: &str, key: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn takes_plugin_dirs_and_nothing_else() {
+        let dir = std::env::temp_dir();
+        let arg = dir.display().to_string();
+        assert_eq!(
+            plugin_dirs(&[
+                "--plugin-dir".into(),
+                arg.clone(),
+                "--plugin-dir".into(),
+                arg
+            ]),
+            Ok(vec![dir.clone(), dir])
+        );
+        assert_eq!(plugin_dirs(&[]), Ok(vec![]));
+        assert!(plugin_dirs(&["--plugin-dir".into()]).is_err());
+        assert!(plugin_dirs(&["--release".into()]).is_err());
+        assert!(plugin_dirs(&["--plugin-dir".into(), "/no/such/quabla/folder".into()]).is_err());
+    }
 
     #[test]
     fn reads_a_string_field_of_cargo_metadata() {

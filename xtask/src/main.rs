@@ -32,11 +32,13 @@ Commands:
                            `cargo test --workspace --doc` when cargo-nextest is
                            installed, `cargo test --workspace` otherwise), and
                            last `cargo xtask test-backends`.
-  test-backends            Build every backend plugin this host can build, run the
-                           conformance suite on the linked backends and on every
-                           loadable plugin, and print the test x backend matrix
-                           (pass / FAIL / unsupported / skipped, with reasons);
-                           fails on any failure.
+  test-backends [--plugin-dir DIR]...
+                           Build the workspace's plugins (the CPU plugin and the example
+                           toy plugin), run the conformance suite on the linked backends,
+                           on those plugins, on the plugins of every --plugin-dir folder
+                           and of the folders of QUABLA_PLUGIN_PATH, and print the test x
+                           backend matrix (pass / FAIL / unsupported / partial k/n /
+                           skipped, with reasons); fails on any failure.
   bench [--vs-jax] [--json FILE]
                            Run the benchmark workloads
                            (`cargo run --release -p quabla --example bench_workloads`).

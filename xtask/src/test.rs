@@ -1,8 +1,8 @@
 //! `cargo xtask test`: every check the project requires, in order.
 //!
 //! This module owns the check pipeline: formatting (`cargo fmt --check`),
-//! lints (`cargo clippy -D warnings`), a build of the CPU plugin the device
-//! tests load, and the whole test suite. The suite runs
+//! lints (`cargo clippy -D warnings`), a build of the plugins the device and
+//! plugin tests load, and the whole test suite. The suite runs
 //! under cargo-nextest when it is installed (followed by `cargo test --doc`,
 //! since nextest does not run doctests) and under plain `cargo test`
 //! otherwise, and last the backend conformance matrix (`cargo xtask
@@ -36,9 +36,17 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
             "warnings",
         ]),
     ];
-    // The device tests load the CPU plugin and build it when it is missing; building it here
-    // first keeps that compilation out of the tests' time.
-    steps.push(cargo(["build", "--quiet", "-p", "quabla-cpu-plugin"]));
+    // The device and plugin tests load the CPU plugin and the example plugin and build them
+    // when they are missing; building them here first keeps that compilation out of the
+    // tests' time.
+    steps.push(cargo([
+        "build",
+        "--quiet",
+        "-p",
+        "quabla-cpu-plugin",
+        "-p",
+        "quabla-example-plugin",
+    ]));
     if use_nextest {
         steps.push(cargo(["nextest", "run", "--workspace"]));
         steps.push(cargo(["test", "--workspace", "--doc"]));

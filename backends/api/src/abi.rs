@@ -23,8 +23,9 @@
 //!
 //! Any change to a type of this module increments [`INTERFACE_VERSION`], with two exceptions
 //! that `abi_stable` checks as compatible: a field appended to the end of [`QuablaPlugin`]
-//! (older plugins lack it; the loader must treat it as optional) and a method appended to the
-//! end of one of the `#[sabi_trait]` traits with a default body.
+//! (older plugins lack it; the loader must treat it as optional, as it does
+//! [`QuablaPlugin::unwinds_on_panic`]) and a method appended to the end of one of the
+//! `#[sabi_trait]` traits with a default body.
 //!
 //! # The boundary
 //!
@@ -78,6 +79,15 @@
 //! [`BufferObject`] itself (under `catch_unwind`, see above) and builds the root module with
 //! [`plugin_module`]. [`crate::registry::Plugin::in_process`] opens a root module without
 //! building the library, for a plugin's own tests.
+//!
+//! A plugin must be built with `panic = "unwind"` (Cargo's default): catching panics at the
+//! boundary needs unwinding, and in a plugin built with `panic = "abort"` the first panic ends
+//! the host process. The root module records the strategy ([`QuablaPlugin::unwinds_on_panic`])
+//! and the loader refuses an aborting plugin before calling it
+//! ([`crate::registry::LoadError::AbortsOnPanic`]).
+//!
+//! `docs/writing-a-backend-plugin.md` in the repository is the step-by-step guide, and
+//! `backends/example-plugin` a complete small plugin.
 
 use crate::{Backend, BackendError, Capabilities, Executable, HostTensor, Unavailable};
 use abi_stable::library::RootModule;
@@ -125,6 +135,12 @@ pub struct QuablaPlugin {
     /// once per process and registry.
     #[sabi(last_prefix_field)]
     pub open: extern "C" fn() -> RResult<BackendBox, PluginError>,
+    /// Whether the plugin was compiled to unwind on panic (`cfg!(panic = "unwind")`, evaluated
+    /// in the crate that invokes [`crate::export_plugin!`]). The loader reads it before it
+    /// calls anything and refuses a plugin built with `panic = "abort"`. Appended after the
+    /// prefix, so a plugin built before the field existed still loads; the loader then reads
+    /// `None` and cannot tell.
+    pub unwinds_on_panic: bool,
 }
 
 impl fmt::Debug for QuablaPlugin {
@@ -132,6 +148,7 @@ impl fmt::Debug for QuablaPlugin {
         f.debug_struct("QuablaPlugin")
             .field("name", &self.name)
             .field("plugin_version", &self.plugin_version)
+            .field("unwinds_on_panic", &self.unwinds_on_panic)
             .finish_non_exhaustive()
     }
 }
@@ -143,17 +160,33 @@ impl RootModule for QuablaPluginRef {
     const VERSION_STRINGS: VersionStrings = VersionStrings::new(INTERFACE_VERSION_STRING);
 }
 
-/// Builds the root module of a plugin from its parts (what [`crate::export_plugin!`] expands
-/// to; a plugin with its own [`BackendObject`] implementation calls it directly).
+/// Builds the root module of a plugin from its parts, for a plugin with its own
+/// [`BackendObject`] implementation. It records the panic strategy `quabla-backend` was
+/// compiled with, which under Cargo is the plugin's own (a profile's `panic` setting applies to
+/// every crate of the build); [`crate::export_plugin!`] records the strategy of the crate that
+/// invokes it instead.
 pub fn plugin_module(
     name: &'static str,
     plugin_version: &'static str,
     open: extern "C" fn() -> RResult<BackendBox, PluginError>,
 ) -> QuablaPluginRef {
+    plugin_module_with_strategy(name, plugin_version, open, cfg!(panic = "unwind"))
+}
+
+/// [`plugin_module`] with the panic strategy given: `unwinds_on_panic` must be
+/// `cfg!(panic = "unwind")` evaluated in the plugin's crate (what [`crate::export_plugin!`]
+/// passes). A plugin that claims to unwind while built to abort defeats the loader's check.
+pub fn plugin_module_with_strategy(
+    name: &'static str,
+    plugin_version: &'static str,
+    open: extern "C" fn() -> RResult<BackendBox, PluginError>,
+    unwinds_on_panic: bool,
+) -> QuablaPluginRef {
     QuablaPlugin {
         name: RStr::from_str(name),
         plugin_version: RStr::from_str(plugin_version),
         open,
+        unwinds_on_panic,
     }
     .leak_into_prefix()
 }
@@ -535,21 +568,48 @@ pub fn panic_message(payload: &(dyn Any + Send)) -> String {
     }
 }
 
-/// Opens a plain [`Backend`] behind the plugin ABI: what the `open` entry point of
-/// [`crate::export_plugin!`] calls. A panic in `open` becomes [`PluginError::Panic`].
+/// Opens a plain [`Backend`] behind the plugin ABI. A panic in `open` becomes
+/// [`PluginError::Panic`]. Prefer [`open_named_backend`], which also checks the backend's name.
 pub fn open_backend<B, F>(open: F) -> RResult<BackendBox, PluginError>
 where
     B: Backend + 'static,
     F: FnOnce() -> Result<B, Unavailable>,
 {
-    guard(|| {
-        let backend = open().map_err(PluginError::from)?;
-        let adapter = HostBackend {
-            name: backend.name().to_string(),
-            backend: NoUnwindDrop::new(Arc::new(backend)),
-        };
-        Ok(BackendBox::from_value(adapter, TD_Opaque))
-    })
+    guard(|| open_inner(None, open))
+}
+
+/// Opens a plain [`Backend`] behind the plugin ABI, refusing it unless [`Backend::name`] is
+/// `declared`, the name of the plugin's root module (which the registry lists and resolves):
+/// what the `open` entry point of [`crate::export_plugin!`] calls, so a plugin has one name.
+/// The refusal is [`PluginError::Unavailable`] with a reason saying both names.
+pub fn open_named_backend<B, F>(declared: &str, open: F) -> RResult<BackendBox, PluginError>
+where
+    B: Backend + 'static,
+    F: FnOnce() -> Result<B, Unavailable>,
+{
+    guard(|| open_inner(Some(declared), open))
+}
+
+fn open_inner<B, F>(declared: Option<&str>, open: F) -> Result<BackendBox, PluginError>
+where
+    B: Backend + 'static,
+    F: FnOnce() -> Result<B, Unavailable>,
+{
+    let backend = open().map_err(PluginError::from)?;
+    if let Some(declared) = declared {
+        if backend.name() != declared {
+            return Err(PluginError::from(Unavailable::new(format!(
+                "the plugin is exported as {declared:?} but its backend's Backend::name() \
+                 returns {:?}; the two must be the same name",
+                backend.name()
+            ))));
+        }
+    }
+    let adapter = HostBackend {
+        name: backend.name().to_string(),
+        backend: NoUnwindDrop::new(Arc::new(backend)),
+    };
+    Ok(BackendBox::from_value(adapter, TD_Opaque))
 }
 
 /// Holds a value whose destructor must not unwind into an `extern "C"` shim: a panic while
@@ -686,11 +746,15 @@ impl BufferObject for HostBuffer {
 
 /// Exports a plain [`Backend`] as a plugin: the root module of a `cdylib`.
 ///
-/// `name` is the target name; `open` is an expression of type `fn() -> Result<B,
-/// Unavailable>` (a closure without captures works) where `B: Backend + 'static`; it runs
-/// when the plugin is opened and is where a device backend probes its libraries. The crate
-/// must depend on `abi_stable` directly (the export attribute names it). See [`crate::abi`]
-/// for the whole contract.
+/// `name` is the target name (see [`crate::registry::is_valid_backend_name`]); `open` is an
+/// expression of type `fn() -> Result<B, Unavailable>` (a closure without captures works)
+/// where `B: Backend + 'static`; it runs when the plugin is opened and is where a device
+/// backend probes its libraries. [`Backend::name`] of the opened backend must return `name`:
+/// a backend that says otherwise is refused at open, so the plugin has one name everywhere.
+/// The macro records whether the invoking crate is compiled with `panic = "unwind"`, and the
+/// loader refuses a plugin built with `panic = "abort"`. The crate must depend on
+/// `abi_stable` directly (the export attribute names it). See [`crate::abi`] for the whole
+/// contract.
 ///
 /// ```
 /// use quabla_backend::{Backend, BackendError, Capabilities, Executable, Unavailable};
@@ -735,9 +799,15 @@ macro_rules! export_plugin {
             extern "C" fn open(
             ) -> ::abi_stable::std_types::RResult<$crate::abi::BackendBox, $crate::abi::PluginError>
             {
-                $crate::abi::open_backend($open)
+                $crate::abi::open_named_backend($name, $open)
             }
-            $crate::abi::plugin_module($name, env!("CARGO_PKG_VERSION"), open)
+            // Evaluated here, in the plugin's crate: the panic strategy it is compiled with.
+            $crate::abi::plugin_module_with_strategy(
+                $name,
+                env!("CARGO_PKG_VERSION"),
+                open,
+                cfg!(panic = "unwind"),
+            )
         }
     };
 }
@@ -952,6 +1022,52 @@ mod tests {
             err.reason,
             "opening the backend failed: panicked: no toy today"
         );
+    }
+
+    extern "C" fn open_misnamed() -> RResult<BackendBox, PluginError> {
+        // Declared as "other", but `Toy::name()` is "toy".
+        open_named_backend("other", || Ok(Toy { panic_in: "" }))
+    }
+
+    extern "C" fn open_named() -> RResult<BackendBox, PluginError> {
+        open_named_backend("toy", || Ok(Toy { panic_in: "" }))
+    }
+
+    #[test]
+    fn a_backend_must_answer_to_the_name_it_is_exported_as() {
+        assert!(plugin(open_named).open().is_ok());
+        let err = plugin(open_misnamed).open().unwrap_err();
+        assert_eq!(err.library, None);
+        assert_eq!(
+            err.reason,
+            "the plugin is exported as \"other\" but its backend's Backend::name() returns \
+             \"toy\"; the two must be the same name"
+        );
+    }
+
+    #[test]
+    fn the_root_module_records_the_panic_strategy() {
+        let plugin = plugin_module_with_strategy("toy", "1", open_toy, false);
+        assert_eq!(plugin.unwinds_on_panic(), Some(false));
+        assert_eq!(
+            quabla_plugin_root_module_for_tests().unwinds_on_panic(),
+            Some(cfg!(panic = "unwind"))
+        );
+    }
+
+    // What `export_plugin!` generates, compiled into this test crate.
+    mod exported {
+        use super::Toy;
+        use crate::Unavailable;
+
+        crate::export_plugin! {
+            name: "toy",
+            open: || -> Result<Toy, Unavailable> { Ok(Toy { panic_in: "" }) },
+        }
+    }
+
+    fn quabla_plugin_root_module_for_tests() -> QuablaPluginRef {
+        exported::quabla_plugin_root_module()
     }
 
     #[test]

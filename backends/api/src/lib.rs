@@ -26,15 +26,20 @@
 //!   buffer objects, host data, and typed errors ([`abi::PluginError`]). Plans cross in the
 //!   versioned wire format of `quabla-ir`. Its documentation is the guide to writing a
 //!   plugin; [`export_plugin!`] turns any [`Backend`] into one.
-//! - [`registry`] finds and loads plugins (the folders of `QUABLA_PLUGIN_PATH` and the
-//!   executable's folder), collects the backends linked into the program
-//!   ([`register_backend!`]), and answers which backend serves a target name
+//! - [`registry`] finds and loads plugins (the folders of `QUABLA_PLUGIN_PATH`, and any path
+//!   given to [`registry::Registry::load_plugin`]), collects the backends linked into the
+//!   program ([`register_backend!`]), and answers which backend serves a target name
 //!   ([`registry::Registry::backend`]) and what `devices()` lists.
+//! - [`library_file`] checks a candidate plugin file (kind, object header, segments inside
+//!   the file) before the dynamic loader is given it, so that a truncated or foreign file is a
+//!   typed error instead of a crash.
 //!
 //! A loaded plugin is wrapped as an ordinary [`Backend`] ([`registry::PluginBackend`]), so the
 //! rest of Quabla never knows whether a backend is linked or loaded.
 
 pub mod abi;
+mod layout;
+pub mod library_file;
 pub mod registry;
 
 use quabla_ir::{DType, HostData, Plan, Shape};

@@ -6,12 +6,31 @@
 //! - **Linked** backends are compiled into the program and announce themselves with
 //!   [`crate::register_backend!`] (an `inventory` submission), so no central list names them:
 //!   linking the crate is enough. The CPU reference backend is always linked.
-//! - **Plugins** are dynamic libraries named `quabla_<name>_plugin` (with the platform's prefix
-//!   and suffix, see [`plugin_file_name`]) found in the folders of the `QUABLA_PLUGIN_PATH`
-//!   environment variable (separated like `PATH`) and in the folder of the running executable,
-//!   and in no other place (not in subfolders, not through the dynamic loader's search path).
-//!   They are loaded through `abi_stable`, which checks the interface version and the layout
-//!   of every type of [`crate::abi`] before anything in the library is called.
+//! - **Plugins** are dynamic libraries. The registry loads them from two places only:
+//!   - the folders of the `QUABLA_PLUGIN_PATH` environment variable (separated like `PATH`,
+//!     read once, when [`Registry::global`] is first used), where a file is a candidate when
+//!     it is named `quabla_<name>_plugin` with the platform's prefix and suffix
+//!     ([`plugin_file_name`]); not their subfolders, not the dynamic loader's search path,
+//!     and not the folder of the running executable (so a program built in a plugin's
+//!     workspace does not pick up, or load a second copy of, the plugins built beside it);
+//!   - any path given to [`Registry::load_plugin`], whatever the file is called.
+//!
+//! Every library is loaded at most once per registry: files are identified by their canonical
+//! path (and, on Unix, by device and inode, so a hard link is the same file), and loading a
+//! file again returns the entry it already has.
+//!
+//! Before the dynamic loader sees a file, [`crate::library_file`] checks it (a regular,
+//! non-empty library of this platform whose segments lie inside the file), so a truncated or
+//! foreign file is a typed [`LoadError`] rather than a crash. Then `abi_stable` checks the
+//! interface version and the layout of every type of [`crate::abi`], and the registry checks
+//! the plugin's name and that it was built to unwind on panic ([`LoadError::AbortsOnPanic`]),
+//! all before anything of the plugin is called (apart from the library's own initializers and
+//! the constructor of its root module, as for any `abi_stable` library).
+//!
+//! A plugin answers to one name, the one it declares in its root module ([`Plugin::name`]):
+//! the registry lists it, resolves it and reports it under that name, `export_plugin!` refuses
+//! to open a backend whose [`Backend::name`] says otherwise, and a file named like a plugin
+//! must be named after it.
 //!
 //! Loading a plugin only opens its library and asks it to open its backend (which for a device
 //! backend means loading the driver library); no hardware is probed beyond that. Libraries
@@ -19,12 +38,14 @@
 //!
 //! A name can be provided more than once (the linked CPU backend and the CPU plugin both answer
 //! to `"cpu"`). [`Registry::backend`] picks the first available one in this order: linked
-//! backends, then plugins in search order.
+//! backends, then plugins in the order they were registered (search order, then
+//! [`Registry::load_plugin`] calls).
 
 use crate::abi::{
     BackendBox, BufferBox, BufferRef, ExecutableBox, PluginError, QuablaPluginRef,
     INTERFACE_VERSION,
 };
+use crate::library_file::{check_library_file, FileProblem};
 use crate::{
     check_inputs, Backend, BackendError, Capabilities, Executable, HostTensor, Result, Unavailable,
 };
@@ -35,7 +56,7 @@ use std::env::consts::{DLL_PREFIX, DLL_SUFFIX};
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use thiserror::Error;
 
 /// The environment variable listing plugin folders.
@@ -112,6 +133,17 @@ pub fn plugin_name_of_file(file_name: &str) -> Option<&str> {
     (!name.is_empty()).then_some(name)
 }
 
+/// Whether `name` can name a backend: 1 to 64 characters, lowercase ASCII letters, digits,
+/// `_` and `-`, starting with a letter. Device strings are `<name>` or `<name>:<ordinal>`,
+/// so a name must not contain `:`; the rest keeps names usable as file names everywhere.
+pub fn is_valid_backend_name(name: &str) -> bool {
+    name.len() <= 64
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+}
+
 /// Where plugins are looked for: an ordered list of folders.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PluginSearch {
@@ -119,31 +151,29 @@ pub struct PluginSearch {
 }
 
 impl PluginSearch {
-    /// The folders of `QUABLA_PLUGIN_PATH`, in order, then the folder of the running
-    /// executable.
+    /// The folders of `QUABLA_PLUGIN_PATH`, in order, and nothing else (empty entries are
+    /// ignored; an unset variable means no folders).
     pub fn from_env() -> PluginSearch {
-        let mut folders: Vec<PathBuf> = std::env::var_os(PLUGIN_PATH_VAR)
+        let folders: Vec<PathBuf> = std::env::var_os(PLUGIN_PATH_VAR)
             .map(|v| {
                 std::env::split_paths(&v)
                     .filter(|p| !p.as_os_str().is_empty())
                     .collect()
             })
             .unwrap_or_default();
-        if let Some(dir) = std::env::current_exe()
-            .ok()
-            .and_then(|exe| exe.parent().map(Path::to_path_buf))
-        {
-            folders.push(dir);
-        }
         PluginSearch::folders(folders)
     }
 
-    /// Exactly these folders, in order (a folder named twice is searched once).
+    /// Exactly these folders, in order (a folder named twice, under the same or another
+    /// spelling of its path, is searched once).
     pub fn folders(folders: impl IntoIterator<Item = PathBuf>) -> PluginSearch {
         let mut unique: Vec<PathBuf> = Vec::new();
+        let mut canonical: Vec<PathBuf> = Vec::new();
         for folder in folders {
-            if !unique.contains(&folder) {
+            let real = std::fs::canonicalize(&folder).unwrap_or_else(|_| folder.clone());
+            if !unique.contains(&folder) && !canonical.contains(&real) {
                 unique.push(folder);
+                canonical.push(real);
             }
         }
         PluginSearch { folders: unique }
@@ -187,9 +217,11 @@ impl PluginSearch {
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum LoadError {
-    /// The file is not a loadable library (or a library it needs is missing).
-    #[error("{}: cannot be opened as a dynamic library: {message}", path.display())]
-    Open { path: PathBuf, message: String },
+    /// The file is not a loadable library: the check before loading refused it (`cause` is
+    /// [`OpenError::File`]: a truncated, foreign or missing file, an empty path, a folder) or
+    /// the dynamic loader did ([`OpenError::Loader`], e.g. a library it needs is missing).
+    #[error("{}: cannot be opened as a dynamic library: {cause}", path.display())]
+    Open { path: PathBuf, cause: OpenError },
     /// The library loads but does not export a Quabla plugin root module.
     #[error("{}: not a Quabla backend plugin (no root module): {message}", path.display())]
     NotAPlugin { path: PathBuf, message: String },
@@ -209,16 +241,69 @@ pub enum LoadError {
     #[error("{}: built with an incompatible abi_stable ABI: {message}", path.display())]
     AbiStable { path: PathBuf, message: String },
     /// The types of the interface differ from this build's although the version matches.
+    /// `mismatch` names the innermost type that differs, the field leading to it and what
+    /// differs; the whole report of `abi_stable` is the error's [`std::error::Error::source`].
     #[error(
         "{}: the layout of the plugin interface differs from this build's (same interface \
-         version {INTERFACE_VERSION}): {message}",
+         version {INTERFACE_VERSION}): {mismatch}",
         path.display()
     )]
-    Layout { path: PathBuf, message: String },
+    Layout {
+        path: PathBuf,
+        mismatch: String,
+        #[source]
+        report: LayoutReport,
+    },
+    /// The plugin was compiled with `panic = "abort"`: a panic inside it would end the
+    /// process instead of coming back as an error, so it is refused before it is opened.
+    #[error(
+        "{}: the plugin was built with panic = \"abort\"; Quabla loads only plugins built \
+         with panic = \"unwind\" (the default), because a panic inside an aborting plugin \
+         ends the whole process instead of returning an error (remove `panic = \"abort\"` \
+         from the plugin's Cargo profile and rebuild it)",
+        path.display()
+    )]
+    AbortsOnPanic { path: PathBuf },
+    /// The plugin declares a name that cannot name a backend ([`is_valid_backend_name`]).
+    #[error(
+        "{}: the plugin declares the backend name {name:?}, which is not a valid name (1 to \
+         64 lowercase ASCII letters, digits, '_' or '-', starting with a letter)",
+        path.display()
+    )]
+    InvalidName { path: PathBuf, name: String },
+    /// The file is named like the plugin of one backend but declares another.
+    #[error(
+        "{}: the file is named for backend {file_name:?} but the plugin declares {declared:?}; \
+         rename it to {}",
+        path.display(),
+        plugin_file_name(declared)
+    )]
+    NameMismatch {
+        path: PathBuf,
+        file_name: String,
+        declared: String,
+    },
     /// Any other failure while loading.
     #[error("{}: {message}", path.display())]
     Other { path: PathBuf, message: String },
 }
+
+/// Why a file cannot be opened as a dynamic library.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum OpenError {
+    /// The check before loading ([`crate::library_file`]) refused the file.
+    #[error("{0}")]
+    File(FileProblem),
+    /// The dynamic loader refused it; its message.
+    #[error("{0}")]
+    Loader(String),
+}
+
+/// The full layout report of `abi_stable` behind a [`LoadError::Layout`] (hundreds of lines:
+/// both layouts of every type that differs).
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("{0}")]
+pub struct LayoutReport(pub String);
 
 impl LoadError {
     pub fn path(&self) -> &Path {
@@ -228,16 +313,31 @@ impl LoadError {
             | LoadError::InterfaceVersion { path, .. }
             | LoadError::AbiStable { path, .. }
             | LoadError::Layout { path, .. }
+            | LoadError::AbortsOnPanic { path }
+            | LoadError::InvalidName { path, .. }
+            | LoadError::NameMismatch { path, .. }
             | LoadError::Other { path, .. } => path,
         }
     }
 
-    fn from_library(path: &Path, e: LibraryError) -> LoadError {
+    fn file(path: &Path, problem: FileProblem) -> LoadError {
+        LoadError::Open {
+            path: path.to_path_buf(),
+            cause: OpenError::File(problem),
+        }
+    }
+
+    /// `found` is the layout the library exports, for a layout mismatch to be located.
+    fn from_library(
+        path: &Path,
+        e: LibraryError,
+        found: Option<&'static abi_stable::type_layout::TypeLayout>,
+    ) -> LoadError {
         let path = path.to_path_buf();
         match e {
             LibraryError::OpenError { err, .. } => LoadError::Open {
                 path,
-                message: err.to_string(),
+                cause: OpenError::Loader(err.to_string()),
             },
             LibraryError::GetSymbolError { err, .. } => LoadError::NotAPlugin {
                 path,
@@ -269,28 +369,20 @@ impl LoadError {
                 path,
                 message: e.to_string(),
             },
-            LibraryError::AbiInstability(_) => LoadError::Layout {
-                path,
-                message: first_lines(&e.to_string(), 12),
-            },
+            LibraryError::AbiInstability(_) => {
+                let expected = <QuablaPluginRef as abi_stable::StableAbi>::LAYOUT;
+                let mismatch = crate::layout::innermost_mismatch(expected, found);
+                LoadError::Layout {
+                    path,
+                    mismatch,
+                    report: LayoutReport(e.to_string()),
+                }
+            }
             other => LoadError::Other {
                 path,
                 message: other.to_string(),
             },
         }
-    }
-}
-
-fn first_lines(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    if lines.len() <= n {
-        text.trim_end().to_string()
-    } else {
-        format!(
-            "{}\n... ({} more lines)",
-            lines[..n].join("\n"),
-            lines.len() - n
-        )
     }
 }
 
@@ -312,14 +404,26 @@ impl fmt::Debug for Plugin {
 }
 
 impl Plugin {
-    /// Loads the library at `path` and checks it: that it is a Quabla plugin, of this
-    /// interface version, with the interface's layout. Nothing of the plugin runs before the
-    /// checks pass (apart from the library's own initializers, as for any dynamic library).
+    /// Loads the library at `path` and checks it: the file first ([`crate::library_file`]:
+    /// a regular, non-empty library of this platform with its segments inside the file), then
+    /// that it is a Quabla plugin of this interface version with the interface's layout, that
+    /// its name is valid and (for a file named like a plugin) the one its file name announces,
+    /// and that it was built to unwind on panic. Nothing of the plugin runs before the checks
+    /// pass, apart from the library's own initializers and its root module's constructor, as
+    /// for any `abi_stable` library.
+    ///
+    /// The loader is given the canonical path, never `path` itself: a bare file name would
+    /// send it through its own search path instead of to the file that was checked.
     pub fn load(path: &Path) -> std::result::Result<Plugin, LoadError> {
-        let header = lib_header_from_path(path).map_err(|e| LoadError::from_library(path, e))?;
+        check_library_file(path).map_err(|problem| LoadError::file(path, problem))?;
+        let canonical = std::fs::canonicalize(path)
+            .map_err(|e| LoadError::file(path, FileProblem::Io(e.to_string())))?;
+        let header =
+            lib_header_from_path(&canonical).map_err(|e| LoadError::from_library(path, e, None))?;
         let module = header
             .init_root_module::<QuablaPluginRef>()
-            .map_err(|e| LoadError::from_library(path, e))?;
+            .map_err(|e| LoadError::from_library(path, e, header.layout()))?;
+        check_module(path, module)?;
         // The library is never unloaded, so neither is its path worth freeing.
         let path: &'static Path = Box::leak(path.to_path_buf().into_boxed_path());
         Ok(Plugin { module, path })
@@ -383,6 +487,38 @@ impl Plugin {
             }),
         })
     }
+}
+
+/// The checks of a root module that `abi_stable` does not make: the declared name, and that
+/// the plugin unwinds on panic. Reading the module's fields runs no plugin code.
+fn check_module(path: &Path, module: QuablaPluginRef) -> std::result::Result<(), LoadError> {
+    let declared = module.name().as_str();
+    if !is_valid_backend_name(declared) {
+        return Err(LoadError::InvalidName {
+            path: path.to_path_buf(),
+            name: declared.to_string(),
+        });
+    }
+    let file_name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(plugin_name_of_file);
+    if let Some(file_name) = file_name {
+        if file_name != declared {
+            return Err(LoadError::NameMismatch {
+                path: path.to_path_buf(),
+                file_name: file_name.to_string(),
+                declared: declared.to_string(),
+            });
+        }
+    }
+    // `None`: a plugin built before the field existed, whose strategy is unknown.
+    if module.unwinds_on_panic() == Some(false) {
+        return Err(LoadError::AbortsOnPanic {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(())
 }
 
 struct PluginInner {
@@ -644,6 +780,8 @@ pub struct Entry {
     pub origin: Origin,
     pub version: Option<String>,
     pub status: Status,
+    /// The plugin file, identified (`None` for linked backends and unreadable paths).
+    file: Option<FileId>,
 }
 
 impl Entry {
@@ -668,6 +806,40 @@ impl Entry {
             capabilities,
             version: self.version.clone(),
         }
+    }
+}
+
+/// What makes two paths the same plugin file: the canonical path (symbolic links and other
+/// spellings resolved) or, on Unix, the device and inode (hard links).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct FileId {
+    canonical: PathBuf,
+    #[cfg(unix)]
+    inode: (u64, u64),
+}
+
+impl FileId {
+    fn of(path: &Path) -> Option<FileId> {
+        let canonical = std::fs::canonicalize(path).ok()?;
+        #[cfg(unix)]
+        let inode = {
+            use std::os::unix::fs::MetadataExt;
+            let m = std::fs::metadata(&canonical).ok()?;
+            (m.dev(), m.ino())
+        };
+        Some(FileId {
+            canonical,
+            #[cfg(unix)]
+            inode,
+        })
+    }
+
+    fn same(&self, other: &FileId) -> bool {
+        #[cfg(unix)]
+        if self.inode == other.inode {
+            return true;
+        }
+        self.canonical == other.canonical
     }
 }
 
@@ -697,11 +869,27 @@ fn describe_failures(failures: &[String]) -> String {
     }
 }
 
-/// The backends of a process: linked ones and loaded plugins.
-#[derive(Clone, Debug)]
+/// The backends of a process: linked ones and loaded plugins. Plugins can be added while it
+/// is in use ([`Registry::load_plugin`]); every other method reads a consistent snapshot.
+#[derive(Debug)]
 pub struct Registry {
     search: PluginSearch,
-    entries: Vec<Entry>,
+    entries: RwLock<Vec<Entry>>,
+    /// Held for the whole of a [`Registry::load_plugin`] call, so that two threads loading
+    /// one file load it once (the entries lock is held only to read or publish entries, never
+    /// while plugin code runs).
+    loading: Mutex<()>,
+}
+
+impl Clone for Registry {
+    /// A registry with the same search and the same entries (the backends are shared).
+    fn clone(&self) -> Registry {
+        Registry {
+            search: self.search.clone(),
+            entries: RwLock::new(self.entries()),
+            loading: Mutex::new(()),
+        }
+    }
 }
 
 impl Registry {
@@ -712,7 +900,8 @@ impl Registry {
         GLOBAL.get_or_init(|| Registry::discover(&PluginSearch::from_env()))
     }
 
-    /// Builds a registry: every linked backend, then every plugin of `search`.
+    /// Builds a registry: every linked backend, then every plugin of `search` (each file
+    /// once, however many folders or links lead to it).
     pub fn discover(search: &PluginSearch) -> Registry {
         let mut entries = Vec::new();
         let mut linked: Vec<&LinkedBackend> = linked_backends().collect();
@@ -726,24 +915,28 @@ impl Registry {
                     Ok(b) => Status::Available(b),
                     Err(u) => Status::Unavailable(u),
                 },
+                file: None,
             });
         }
-        let mut seen: Vec<PathBuf> = Vec::new();
+        let mut seen: Vec<FileId> = Vec::new();
         for path in search.candidates() {
-            let canonical = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
-            if seen.contains(&canonical) {
-                continue;
+            let file = FileId::of(&path);
+            if let Some(id) = &file {
+                if seen.iter().any(|s| s.same(id)) {
+                    continue;
+                }
+                seen.push(id.clone());
             }
-            seen.push(canonical);
-            entries.push(Self::plugin_entry(&path));
+            entries.push(Self::plugin_entry(&path, file));
         }
         Registry {
             search: search.clone(),
-            entries,
+            entries: RwLock::new(entries),
+            loading: Mutex::new(()),
         }
     }
 
-    fn plugin_entry(path: &Path) -> Entry {
+    fn plugin_entry(path: &Path, file: Option<FileId>) -> Entry {
         let file_name = path
             .file_name()
             .and_then(|n| n.to_str())
@@ -756,6 +949,7 @@ impl Registry {
                 origin: Origin::Plugin(path.to_path_buf()),
                 version: None,
                 status: Status::LoadFailed(e),
+                file,
             },
             Ok(plugin) => Entry {
                 name: plugin.name().to_string(),
@@ -765,13 +959,65 @@ impl Registry {
                     Ok(b) => Status::Available(Arc::new(b)),
                     Err(u) => Status::Unavailable(u),
                 },
+                file,
             },
         }
     }
 
-    /// Every source, in discovery order.
-    pub fn entries(&self) -> &[Entry] {
-        &self.entries
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<Entry>> {
+        // Entries are replaced whole under the lock, so a panic elsewhere cannot leave them
+        // half-written: a poisoned lock still holds a consistent list.
+        self.entries.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Loads the plugin library at `path` (any file name), opens its backend and registers it
+    /// under the name the plugin declares, after the sources registered before it; returns
+    /// its row of [`Registry::devices`]. A plugin that loads but cannot run here is registered
+    /// too and comes back with `available: false` and the reason.
+    ///
+    /// Loading a file this registry already has (the same canonical path, or on Unix the
+    /// same file through a hard link) loads nothing and returns the existing entry's row. A
+    /// file that failed to load is not registered (the error says why); one that failed
+    /// during discovery is tried again, and replaced by the result.
+    pub fn load_plugin(
+        &self,
+        path: impl AsRef<Path>,
+    ) -> std::result::Result<DeviceInfo, LoadError> {
+        let path = path.as_ref();
+        let _loading = self.loading.lock().unwrap_or_else(|e| e.into_inner());
+        let file = FileId::of(path);
+        let existing = file.as_ref().and_then(|id| {
+            self.read()
+                .iter()
+                .position(|e| e.file.as_ref().is_some_and(|f| f.same(id)))
+        });
+        if let Some(i) = existing {
+            let entries = self.read();
+            if let Some(entry) = entries.get(i) {
+                if !matches!(entry.status, Status::LoadFailed(_)) {
+                    return Ok(entry.info());
+                }
+            }
+        }
+        // Plugin code (the root module's constructor, `open`) runs here, outside the entries
+        // lock, so readers are never blocked by it.
+        let entry = Self::plugin_entry(path, file);
+        let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
+        let result = match &entry.status {
+            Status::LoadFailed(e) => Err(e.clone()),
+            _ => Ok(entry.info()),
+        };
+        match existing.and_then(|i| entries.get_mut(i)) {
+            Some(slot) => *slot = entry,
+            None if result.is_ok() => entries.push(entry),
+            None => {}
+        }
+        result
+    }
+
+    /// Every source, in registration order.
+    pub fn entries(&self) -> Vec<Entry> {
+        self.read().clone()
     }
 
     pub fn search(&self) -> &PluginSearch {
@@ -782,14 +1028,14 @@ impl Registry {
     /// names alphabetically (linked before plugins within a name), plus a row for each known
     /// backend that no source provides.
     pub fn devices(&self) -> Vec<DeviceInfo> {
-        let mut rows: Vec<(usize, DeviceInfo)> = self
-            .entries
+        let entries = self.read();
+        let mut rows: Vec<(usize, DeviceInfo)> = entries
             .iter()
             .enumerate()
             .map(|(i, e)| (i, e.info()))
             .collect();
         for known in KNOWN_BACKENDS {
-            if !self.entries.iter().any(|e| e.name == known) {
+            if !entries.iter().any(|e| e.name == known) {
                 rows.push((
                     usize::MAX,
                     DeviceInfo {
@@ -809,24 +1055,48 @@ impl Registry {
         rows.into_iter().map(|(_, row)| row).collect()
     }
 
-    fn not_found_reason(&self, name: &str) -> String {
-        let folders: Vec<String> = self
-            .search
+    fn folder_names(&self) -> Vec<String> {
+        self.search
             .folders
             .iter()
             .map(|f| f.display().to_string())
-            .collect();
+            .collect()
+    }
+
+    fn not_found_reason(&self, name: &str) -> String {
         format!(
             "not linked into this build, and no {} in the plugin folders [{}]",
             plugin_file_name(name),
-            folders.join(", ")
+            self.folder_names().join(", ")
         )
     }
 
-    /// The backend for a target name: the first available source (linked, then plugins in
-    /// search order).
+    /// What makes `target` available, in words, for the message of an unavailable target
+    /// (UN1): the plugin file to install, the folders this registry searched, the variable
+    /// that lists them, and loading by path. For example: `install the plugin library
+    /// libquabla_toy_plugin.so in a folder of QUABLA_PLUGIN_PATH (searched: /opt/plugins),
+    /// which is read when the program first uses a device, or load it by path with
+    /// load_plugin`.
+    pub fn availability_advice(&self, target: &str) -> String {
+        let folders = self.folder_names();
+        let searched = if folders.is_empty() {
+            format!("{PLUGIN_PATH_VAR} names no folder now")
+        } else {
+            format!("searched: {}", folders.join(", "))
+        };
+        format!(
+            "install the plugin library {} in a folder of {PLUGIN_PATH_VAR} ({searched}), \
+             which is read when the program first uses a device, or load it by path with \
+             load_plugin",
+            plugin_file_name(target)
+        )
+    }
+
+    /// The backend for a target name (any registered name, linked or plugin): the first
+    /// available source (linked, then plugins in registration order).
     pub fn backend(&self, target: &str) -> std::result::Result<Arc<dyn Backend>, ResolveError> {
-        let sources: Vec<&Entry> = self.entries.iter().filter(|e| e.name == target).collect();
+        let entries = self.read();
+        let sources: Vec<&Entry> = entries.iter().filter(|e| e.name == target).collect();
         if let Some(b) = sources.iter().find_map(|e| e.backend()) {
             return Ok(b.clone());
         }
@@ -864,6 +1134,12 @@ fn order_key(name: &str) -> (usize, String) {
 /// The rows of `devices()` for this process ([`Registry::global`]).
 pub fn devices() -> Vec<DeviceInfo> {
     Registry::global().devices()
+}
+
+/// Loads a plugin library into this process's registry ([`Registry::load_plugin`] on
+/// [`Registry::global`]).
+pub fn load_plugin(path: impl AsRef<Path>) -> std::result::Result<DeviceInfo, LoadError> {
+    Registry::global().load_plugin(path)
 }
 
 #[cfg(test)]
@@ -943,5 +1219,151 @@ mod tests {
             .all(|r| r.origin == Origin::NotFound && !r.available));
         let err = registry.backend("mlx").unwrap_err();
         assert_eq!(err.to_string(), "mlx target is unavailable in this build");
+    }
+
+    #[test]
+    fn backend_names_are_checked() {
+        for good in ["cpu", "cuda", "toy", "my_dev", "dev-2", "a"] {
+            assert!(is_valid_backend_name(good), "{good}");
+        }
+        for bad in [
+            "",
+            "Cpu",
+            "2dev",
+            "cuda:0",
+            "my dev",
+            "dev/x",
+            "é",
+            &"x".repeat(65),
+        ] {
+            assert!(!is_valid_backend_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_search_is_the_plugin_path_only() {
+        // Whatever QUABLA_PLUGIN_PATH holds, the executable's folder is not added to it.
+        let exe_dir = std::env::current_exe()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .to_path_buf();
+        let from_var: Vec<PathBuf> = std::env::var_os(PLUGIN_PATH_VAR)
+            .map(|v| std::env::split_paths(&v).collect())
+            .unwrap_or_default();
+        if !from_var.contains(&exe_dir) {
+            assert!(!PluginSearch::from_env().folder_list().contains(&exe_dir));
+        }
+    }
+
+    #[test]
+    fn a_folder_named_twice_under_two_spellings_is_searched_once() {
+        let root = std::env::temp_dir().join(format!("quabla-spell-{}", std::process::id()));
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        let search = PluginSearch::folders([root.clone(), root.join("sub").join("..")]);
+        assert_eq!(search.folder_list(), std::slice::from_ref(&root));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn an_empty_path_or_a_folder_is_a_typed_load_error() {
+        let registry = Registry::discover(&PluginSearch::none());
+        for (path, problem) in [
+            (Path::new(""), FileProblem::EmptyPath),
+            (
+                std::env::temp_dir().as_path(),
+                FileProblem::NotAFile("a directory"),
+            ),
+        ] {
+            let err = Plugin::load(path).unwrap_err();
+            assert_eq!(
+                err,
+                LoadError::Open {
+                    path: path.to_path_buf(),
+                    cause: OpenError::File(problem.clone())
+                }
+            );
+            assert_eq!(registry.load_plugin(path).unwrap_err(), err);
+        }
+        assert_eq!(
+            Plugin::load(Path::new("")).unwrap_err().to_string(),
+            ": cannot be opened as a dynamic library: the path is empty"
+        );
+        // A failed explicit load registers nothing.
+        assert_eq!(registry.entries().len(), linked_backends().count());
+    }
+
+    extern "C" fn open_nothing() -> RResult<BackendBox, PluginError> {
+        RResult::RErr(PluginError::Unavailable {
+            library: abi_stable::std_types::ROption::RNone,
+            reason: "never opened in these tests".into(),
+        })
+    }
+
+    #[test]
+    fn root_modules_are_checked_for_their_name_and_panic_strategy() {
+        use crate::abi::plugin_module_with_strategy;
+        let path = Path::new("/plugins").join(plugin_file_name("toy"));
+        let ok = plugin_module_with_strategy("toy", "1", open_nothing, true);
+        assert_eq!(check_module(&path, ok), Ok(()));
+        // A file that is not named like a plugin may declare any valid name.
+        assert_eq!(check_module(Path::new("/plugins/libtoy.so"), ok), Ok(()));
+
+        let aborting = plugin_module_with_strategy("toy", "1", open_nothing, false);
+        let err = check_module(&path, aborting).unwrap_err();
+        assert_eq!(err, LoadError::AbortsOnPanic { path: path.clone() });
+        assert!(
+            err.to_string().contains("built with panic = \"abort\""),
+            "{err}"
+        );
+
+        let other = plugin_module_with_strategy("other", "1", open_nothing, true);
+        let err = check_module(&path, other).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{}: the file is named for backend \"toy\" but the plugin declares \"other\"; \
+                 rename it to {}",
+                path.display(),
+                plugin_file_name("other")
+            )
+        );
+
+        let bad = plugin_module_with_strategy("cuda:1", "1", open_nothing, true);
+        assert!(matches!(
+            check_module(Path::new("/plugins/libx.so"), bad),
+            Err(LoadError::InvalidName { ref name, .. }) if name == "cuda:1"
+        ));
+        // The module records this crate's strategy where nothing overrides it.
+        let recorded = crate::abi::plugin_module("toy", "1", open_nothing);
+        assert_eq!(recorded.unwinds_on_panic(), Some(cfg!(panic = "unwind")));
+    }
+
+    #[test]
+    fn the_advice_names_the_file_the_folders_and_the_variable() {
+        let registry = Registry::discover(&PluginSearch::none());
+        assert_eq!(
+            registry.availability_advice("toy"),
+            format!(
+                "install the plugin library {} in a folder of QUABLA_PLUGIN_PATH \
+                 (QUABLA_PLUGIN_PATH names no folder now), which is read when the program \
+                 first uses a device, or load it by path with load_plugin",
+                plugin_file_name("toy")
+            )
+        );
+        let folders = [PathBuf::from("/opt/a"), PathBuf::from("/opt/b")];
+        let registry = Registry::discover(&PluginSearch::folders(folders));
+        assert!(registry
+            .availability_advice("toy")
+            .contains("(searched: /opt/a, /opt/b)"));
+    }
+
+    #[test]
+    fn linked_names_resolve_and_unknown_ones_do_not() {
+        let registry = Registry::discover(&PluginSearch::none());
+        assert!(matches!(
+            registry.backend("toy"),
+            Err(ResolveError::NotFound { ref plugins, .. }) if plugins.is_empty()
+        ));
     }
 }

@@ -11,8 +11,10 @@
 //!   backend must agree within the tolerances of numerics.md §1.6 (float32:
 //!   `|d - c| <= 1e-5 + 1e-5 |c|`; float64, on backends that claim it: `1e-12` relative), with
 //!   identical dtypes, shapes, booleans and non-finite values. An op a backend rejects at
-//!   compile time with UN2 is reported as unsupported, not as a failure; a reference error
-//!   (a singular `solve`) must be met by the same typed error;
+//!   compile time with UN2 is reported as unsupported, not as a failure: a case whose plans
+//!   are all rejected is `unsupported`, one with some plans passing and the others rejected is
+//!   `partial k/n` (k of its n plans pass); a reference error (a singular `solve`) must be met
+//!   by the same typed error;
 //! - the **matrix** ([`columns`], [`run_matrix`], [`Matrix`]): the backends this host has, one
 //!   column each (`cpu`, `cpu-plugin`, `cuda`, `mlx`, ...), and the printed test × backend
 //!   table that `cargo xtask test-backends` shows.
@@ -111,7 +113,15 @@ pub struct Column {
 pub enum Outcome {
     Pass,
     Fail(String),
+    /// Every plan of the case was rejected at compile time (UN2).
     Unsupported(String),
+    /// Some plans passed and the others were rejected at compile time; `why` lists the
+    /// rejected ones.
+    Partial {
+        passed: usize,
+        total: usize,
+        why: String,
+    },
     Skipped(String),
 }
 
@@ -121,7 +131,17 @@ impl Outcome {
             Outcome::Pass => "pass",
             Outcome::Fail(_) => "FAIL",
             Outcome::Unsupported(_) => "unsupported",
+            Outcome::Partial { .. } => "partial",
             Outcome::Skipped(_) => "skipped",
+        }
+    }
+
+    /// The cell of the matrix: [`Outcome::word`], with the count for a partial outcome
+    /// (`partial 2/7`).
+    pub fn cell(&self) -> String {
+        match self {
+            Outcome::Partial { passed, total, .. } => format!("partial {passed}/{total}"),
+            other => other.word().to_string(),
         }
     }
 
@@ -133,6 +153,9 @@ impl Outcome {
             Outcome::Skipped(why) => eprintln!("conformance {case} on {column}: skipped: {why}"),
             Outcome::Unsupported(why) => {
                 eprintln!("conformance {case} on {column}: unsupported: {why}")
+            }
+            Outcome::Partial { why, .. } => {
+                eprintln!("conformance {case} on {column}: {}: {why}", self.cell())
             }
             Outcome::Pass => {}
         }
@@ -174,8 +197,14 @@ pub fn run_case(case: &Case, column: &Column) -> Outcome {
     }
     if unsupported.is_empty() {
         Outcome::Pass
-    } else {
+    } else if unsupported.len() == programs.len() {
         Outcome::Unsupported(unsupported.join("; "))
+    } else {
+        Outcome::Partial {
+            passed: programs.len() - unsupported.len(),
+            total: programs.len(),
+            why: unsupported.join("; "),
+        }
     }
 }
 
@@ -317,7 +346,7 @@ pub fn columns(plugin_folders: &[PathBuf]) -> Vec<Column> {
 /// The columns of a registry (see [`columns`]).
 pub fn columns_of(registry: &Registry) -> Vec<Column> {
     let mut out = Vec::new();
-    let mut entries: Vec<&quabla_backend::registry::Entry> = registry.entries().iter().collect();
+    let mut entries: Vec<quabla_backend::registry::Entry> = registry.entries();
     // The known backends in their order, linked before plugins, then the others by name.
     entries.sort_by_key(|e| {
         let rank = KNOWN_BACKENDS
@@ -326,11 +355,20 @@ pub fn columns_of(registry: &Registry) -> Vec<Column> {
             .unwrap_or(KNOWN_BACKENDS.len());
         (rank, e.name.clone(), e.origin != Origin::Linked)
     });
+    let mut labels: Vec<String> = Vec::new();
     for entry in entries {
-        let label = match entry.origin {
+        let base = match entry.origin {
             Origin::Linked => entry.name.clone(),
             _ => format!("{}-plugin", entry.name),
         };
+        // Two plugin files of one name (from two folders) get two columns: number the later.
+        let mut label = base.clone();
+        let mut n = 1;
+        while labels.contains(&label) {
+            n += 1;
+            label = format!("{base}-{n}");
+        }
+        labels.push(label.clone());
         let subject = match &entry.status {
             Status::Available(backend) => Subject::Ready {
                 agreement: agreement_for(&entry.name, backend.as_ref()),
@@ -410,7 +448,15 @@ impl fmt::Display for Matrix {
         let widths: Vec<usize> = self
             .columns
             .iter()
-            .map(|c| c.label.len().max("unsupported".len()))
+            .enumerate()
+            .map(|(i, c)| {
+                self.rows
+                    .iter()
+                    .filter_map(|(_, row)| row.get(i).map(|o| o.cell().len()))
+                    .chain([c.label.len(), "unsupported".len()])
+                    .max()
+                    .unwrap_or(0)
+            })
             .collect();
         write!(f, "{:name_width$}", "test")?;
         for (c, w) in self.columns.iter().zip(&widths) {
@@ -420,7 +466,7 @@ impl fmt::Display for Matrix {
         for (name, row) in &self.rows {
             write!(f, "{name:name_width$}")?;
             for (o, w) in row.iter().zip(&widths) {
-                write!(f, "  {:w$}", o.word())?;
+                write!(f, "  {:w$}", o.cell())?;
             }
             writeln!(f)?;
         }
@@ -443,6 +489,9 @@ impl fmt::Display for Matrix {
                     Outcome::Unsupported(why) => {
                         writeln!(f, "{} / {name}: unsupported: {why}", column.label)?
                     }
+                    o @ Outcome::Partial { why, .. } => {
+                        writeln!(f, "{} / {name}: {}: {why}", column.label, o.cell())?
+                    }
                     Outcome::Skipped(why) => {
                         writeln!(f, "{} / {name}: skipped: {why}", column.label)?
                     }
@@ -450,10 +499,16 @@ impl fmt::Display for Matrix {
                 }
             }
         }
+        // The partial count is shown only when there is one, so the summary of a matrix
+        // without partial cells reads as it always has.
+        let partial = self.count(|o| matches!(o, Outcome::Partial { .. }));
+        write!(f, "{} passed, ", self.count(|o| *o == Outcome::Pass))?;
+        if partial > 0 {
+            write!(f, "{partial} partial, ")?;
+        }
         write!(
             f,
-            "{} passed, {} failed, {} unsupported, {} skipped",
-            self.count(|o| *o == Outcome::Pass),
+            "{} failed, {} unsupported, {} skipped",
             self.failures(),
             self.count(|o| matches!(o, Outcome::Unsupported(_))),
             self.count(|o| matches!(o, Outcome::Skipped(_))),

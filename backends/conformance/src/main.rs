@@ -1,6 +1,7 @@
 //! `quabla-conformance [--plugin-dir DIR]...`: runs every conformance case on every backend of
-//! this host (the linked ones and the plugins found in the given folders), prints the test ×
-//! backend matrix, and exits with status 1 if any case fails.
+//! this host (the linked ones and the plugins found in the given folders, then in the folders
+//! of `QUABLA_PLUGIN_PATH`), prints the test × backend matrix, and exits with status 1 if any
+//! case fails.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,7 +19,10 @@ fn main() -> ExitCode {
                 }
             },
             "-h" | "--help" => {
-                println!("usage: quabla-conformance [--plugin-dir DIR]...");
+                println!(
+                    "usage: quabla-conformance [--plugin-dir DIR]...\n\
+                     Plugins are also looked for in the folders of QUABLA_PLUGIN_PATH."
+                );
                 return ExitCode::SUCCESS;
             }
             other => {
@@ -27,6 +31,14 @@ fn main() -> ExitCode {
             }
         }
     }
+    // The folders of QUABLA_PLUGIN_PATH come after the named ones; a folder given both ways
+    // is searched once.
+    folders.extend(
+        quabla_backend::registry::PluginSearch::from_env()
+            .folder_list()
+            .iter()
+            .cloned(),
+    );
     let matrix = quabla_conformance::run_matrix(quabla_conformance::columns(&folders));
     println!("{matrix}");
     if matrix.failures() == 0 {

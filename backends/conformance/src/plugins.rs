@@ -1,7 +1,9 @@
-//! Building the plugin libraries that the tests load: the CPU plugin (`quabla-cpu-plugin`) and
-//! the test fixtures (examples of this crate built as `cdylib`s: `fixture_next_interface`, a
-//! plugin of the next interface version; `fixture_changed_layout`, one of this version with
-//! another layout; `fixture_panicking_backend`, whose backend panics).
+//! Building the plugin libraries that the tests load: the CPU plugin (`quabla-cpu-plugin`), the
+//! example third-party plugin (`quabla-example-plugin`, the `toy` device) and the test
+//! fixtures (examples of this crate built as `cdylib`s: `fixture_next_interface`, a plugin of
+//! the next interface version; `fixture_changed_layout`, one of this version with another
+//! layout; `fixture_panicking_backend`, whose backend panics; `fixture_aborting_plugin`, built
+//! with `-C panic=abort` by [`build_aborting_fixture`]).
 //!
 //! Tests run after cargo has built them, so the libraries are built here on demand, once per
 //! process, with the cargo that runs the tests, into the same target folder and profile as the
@@ -24,6 +26,11 @@ impl Built {
     /// The CPU plugin library.
     pub fn cpu_plugin(&self) -> PathBuf {
         self.profile_dir.join(plugin_file_name("cpu"))
+    }
+
+    /// The example plugin library (`quabla-example-plugin`, the `toy` device).
+    pub fn toy_plugin(&self) -> PathBuf {
+        self.profile_dir.join(plugin_file_name("toy"))
     }
 
     /// A fixture library (an example of this crate) by example name.
@@ -68,14 +75,32 @@ fn profile_of_current_exe() -> Result<(PathBuf, Vec<String>), String> {
     Ok((dir, args))
 }
 
-fn build_now() -> Result<Built, String> {
-    let (profile_dir, selection) = profile_of_current_exe()?;
-    let cargo = std::env::var_os("CARGO")
+fn cargo() -> PathBuf {
+    std::env::var_os("CARGO")
         .map(PathBuf::from)
         .or_else(|| option_env!("CARGO").map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from("cargo"));
+        .unwrap_or_else(|| PathBuf::from("cargo"))
+}
+
+fn run_cargo(mut command: Command, what: &str) -> Result<(), String> {
+    let output = command
+        .output()
+        .map_err(|e| format!("could not run {}: {e}", cargo().display()))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "building {what} failed ({}):\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        ))
+    }
+}
+
+fn build_now() -> Result<Built, String> {
+    let (profile_dir, selection) = profile_of_current_exe()?;
     let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut command = Command::new(&cargo);
+    let mut command = Command::new(cargo());
     command
         .current_dir(manifest_dir)
         .args([
@@ -83,6 +108,8 @@ fn build_now() -> Result<Built, String> {
             "--quiet",
             "-p",
             "quabla-cpu-plugin",
+            "-p",
+            "quabla-example-plugin",
             "-p",
             "quabla-conformance",
             "--lib",
@@ -94,19 +121,11 @@ fn build_now() -> Result<Built, String> {
             "fixture_panicking_backend",
         ])
         .args(&selection);
-    let output = command
-        .output()
-        .map_err(|e| format!("could not run {}: {e}", cargo.display()))?;
-    if !output.status.success() {
-        return Err(format!(
-            "building the plugins failed ({}):\n{}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        ));
-    }
+    run_cargo(command, "the plugins")?;
     let built = Built { profile_dir };
     for path in [
         built.cpu_plugin(),
+        built.toy_plugin(),
         built.fixture("fixture_next_interface"),
         built.fixture("fixture_changed_layout"),
         built.fixture("fixture_panicking_backend"),
@@ -116,6 +135,46 @@ fn build_now() -> Result<Built, String> {
         }
     }
     Ok(built)
+}
+
+/// Builds `fixture_aborting_plugin` with `-C panic=abort` (once per process) and returns its
+/// path. Only the fixture itself is compiled to abort: its dependencies are the ordinary
+/// (unwinding) builds, which rustc links into an aborting library as it links the standard
+/// library, and the panic runtime of the result is the aborting one.
+///
+/// The fixture's file is shared with ordinary builds of the examples (`cargo test`, `cargo
+/// clippy --all-targets`), which rebuild it to unwind; this rebuilds it to abort, so a test
+/// must call this just before loading it.
+pub fn build_aborting_fixture() -> Result<&'static Path, String> {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let built = build()?;
+            let (_, selection) = profile_of_current_exe()?;
+            let mut command = Command::new(cargo());
+            command
+                .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")))
+                .args([
+                    "rustc",
+                    "--quiet",
+                    "-p",
+                    "quabla-conformance",
+                    "--example",
+                    "fixture_aborting_plugin",
+                ])
+                .args(&selection)
+                .args(["--", "-C", "panic=abort"]);
+            run_cargo(command, "the aborting fixture")?;
+            let path = built.fixture("fixture_aborting_plugin");
+            if path.is_file() {
+                Ok(path)
+            } else {
+                Err(format!("{} was not built", path.display()))
+            }
+        })
+        .as_ref()
+        .map(PathBuf::as_path)
+        .map_err(Clone::clone)
 }
 
 /// A folder holding only the CPU plugin library (under its plugin file name), made once per
