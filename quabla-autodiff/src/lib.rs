@@ -12,9 +12,12 @@
 //!   transpose in reverse, `fwd`/`bwd` in reverse only, and the primal graph for `checkpoint`.
 //! - Dense Jacobians (`jacobian.rs`) batch a JVP or VJP with `quabla-vmap` over basis
 //!   vectors generated inside the graph.
+//! - [`check::check_grads`] checks derivatives against central differences, recursively to
+//!   any order; every crate's derivative tests use it.
 //! - The linear-algebra rules (`solve`, `triangular_solve`, `cholesky`, `cholesky_ad`, the
 //!   `linalg` kinds) live in `quabla_linalg::rules` and are delegated to.
 
+pub mod check;
 mod custom;
 mod helpers;
 mod jacobian;

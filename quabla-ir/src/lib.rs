@@ -35,6 +35,7 @@ pub mod eval;
 mod graph;
 mod host;
 mod infer;
+pub mod interp;
 mod op;
 pub mod passes;
 mod plan;

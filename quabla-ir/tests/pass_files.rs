@@ -5,6 +5,9 @@
 //! Run with `BLESS=1` to rewrite the expected halves from the current output (then review the
 //! diff: the files are the specification of each pass).
 
+mod common;
+
+use common::Golden;
 use quabla_ir::passes;
 use quabla_ir::text::{parse_graph, print_graph, OutputStyle};
 use std::fs;
@@ -15,9 +18,8 @@ const SEPARATOR: &str = "// ---- expected";
 #[test]
 fn pass_files() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/passes");
-    let bless = std::env::var_os("BLESS").is_some();
+    let mut golden = Golden::new();
     let mut count = 0;
-    let mut failures = Vec::new();
     let mut dirs: Vec<_> = fs::read_dir(&root)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -38,29 +40,14 @@ fn pass_files() {
             let (input, expected) = text.split_once(SEPARATOR).unwrap_or((&text, ""));
             let graph = parse_graph(input).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
             let got = print_graph(&pass(&graph), OutputStyle::Refs);
-            if bless {
-                fs::write(
-                    &file,
-                    format!("{}{SEPARATOR}\n{got}", input.trim_end().to_string() + "\n"),
-                )
-                .unwrap();
-            } else if got.trim() != expected.trim() {
-                failures.push(format!(
-                    "{}:\n--- expected\n{}\n--- got\n{got}",
-                    file.display(),
-                    expected.trim()
-                ));
-            }
+            golden.check(&file, expected.trim(), got.trim(), || {
+                format!("{}{SEPARATOR}\n{got}", input.trim_end().to_string() + "\n")
+            });
         }
     }
     assert!(
         count >= 30,
         "expected at least 30 pass files, found {count}"
     );
-    assert!(
-        failures.is_empty(),
-        "{} pass file(s) differ:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    golden.finish();
 }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{body, call, random_region, region, region_of, run, same_structure, ty};
+use common::{body, call, random_region, region, region_of, run, same_structure, ty, Golden};
 use proptest::prelude::*;
 use quabla_ir::text::{parse_graph, print_graph, OutputStyle};
 use quabla_ir::wire::{decode_graph, encode_graph, MAX_REGION_DEPTH};
@@ -360,23 +360,14 @@ outputs: [%3, %4]
 #[test]
 fn golden_texts() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/text");
-    let bless = std::env::var_os("BLESS").is_some();
-    let mut failures = Vec::new();
+    let mut golden = Golden::new();
     for (name, g) in samples() {
         let file = dir.join(format!("{name}.txt"));
         let got = print_graph(&g, OutputStyle::Refs);
-        if bless {
-            fs::write(&file, &got).unwrap();
-        }
         let want = fs::read_to_string(&file).unwrap_or_default();
-        if got != want {
-            failures.push(format!(
-                "{}:\n--- expected\n{want}\n--- got\n{got}",
-                file.display()
-            ));
-        }
+        golden.check(&file, &want, &got, || got.clone());
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    golden.finish();
     let mut count = 0;
     for entry in fs::read_dir(&dir).unwrap() {
         let file = entry.unwrap().path();

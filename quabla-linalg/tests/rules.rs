@@ -9,6 +9,7 @@
 //! those outputs are invariant under flipping a vector (weighted squares, projectors, or
 //! `U diag(c) Vh`, where the signs of `U` and `Vh` cancel).
 
+use quabla_autodiff::check::{check_grads, Array, GraphFunction, Modes, Tolerance};
 use quabla_autodiff::{jvp_graph, vjp_graph, Seed};
 use quabla_backend::HostTensor;
 use quabla_ir::{
@@ -17,26 +18,18 @@ use quabla_ir::{
 
 const EPS: f64 = 1e-6;
 
-/// SplitMix64, so every failure names a reproducible seed.
-struct Rng(u64);
+/// Inputs in `[-1, 1)` from the project's deterministic test generator.
+struct Rng(quabla_random::testing::TestRng);
 
 impl Rng {
     fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(7))
-    }
-
-    /// Uniform in `[-1, 1)`.
-    fn unit(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        2.0 * ((z >> 11) as f64 / (1u64 << 53) as f64) - 1.0
+        Rng(quabla_random::testing::TestRng::new(
+            seed.wrapping_mul(quabla_random::GAMMA).wrapping_add(7),
+        ))
     }
 
     fn vec(&mut self, len: usize) -> Vec<f64> {
-        (0..len).map(|_| self.unit()).collect()
+        self.0.vec(len, -1.0, 1.0)
     }
 }
 
@@ -97,17 +90,6 @@ impl Fun {
         run(&self.graph, x)[0].data.get_f64(0)
     }
 
-    /// The central difference of `f` at `x` along `d`.
-    fn fd(&self, x: &[Vec<f64>], d: &[Vec<f64>]) -> f64 {
-        let shifted = |sign: f64| -> Vec<Vec<f64>> {
-            x.iter()
-                .zip(d)
-                .map(|(xi, di)| xi.iter().zip(di).map(|(a, b)| a + sign * EPS * b).collect())
-                .collect()
-        };
-        (self.eval(&shifted(1.0)) - self.eval(&shifted(-1.0))) / (2.0 * EPS)
-    }
-
     /// `x ↦ Df(x)[d]` by forward mode.
     fn jvp(&self, d: &[Vec<f64>]) -> Fun {
         let j = jvp_graph(&self.graph, &vec![true; self.dims.len()]).unwrap();
@@ -146,44 +128,29 @@ impl Fun {
     }
 }
 
-fn assert_close(got: f64, want: f64, tol: f64, what: &str) {
-    assert!(
-        (got - want).abs() <= tol * (1.0 + want.abs()),
-        "{what}: got {got}, finite differences {want} (difference {:e})",
-        (got - want).abs()
-    );
-}
-
 /// Checks the derivatives of `f` at `x` up to `order`, in every combination of forward and
-/// reverse mode: at each level both modes are compared with finite differences along a fresh
-/// direction, then each mode's directional derivative is differentiated again.
-fn check_orders(
-    f: &Fun,
-    x: &[Vec<f64>],
-    order: usize,
-    dir: &mut dyn FnMut() -> Vec<Vec<f64>>,
-    what: &str,
-) {
-    if order == 0 {
-        return;
-    }
-    // Finite differences of a graph computed to rounding lose about `1e-16 / EPS`; deeper
-    // graphs round a little more.
-    let tol = 1e-7 * 10f64.powi(what.matches('/').count() as i32);
-    let d = dir();
-    let want = f.fd(x, &d);
-    let fwd = f.jvp(&d);
-    let rev = f.vjp(&d);
-    assert_close(fwd.eval(x), want, tol, &format!("{what} forward"));
-    assert_close(rev.eval(x), want, tol, &format!("{what} reverse"));
-    check_orders(&fwd, x, order - 1, dir, &format!("{what}/fwd"));
-    check_orders(&rev, x, order - 1, dir, &format!("{what}/rev"));
-}
-
-/// Random directions of the argument shapes.
-fn directions(seed: u64, dims: Vec<Vec<usize>>) -> impl FnMut() -> Vec<Vec<f64>> {
-    let mut rng = Rng::new(seed);
-    move || dims.iter().map(|d| rng.vec(size(d))).collect()
+/// reverse mode, with the project's `check_grads` (the graphs run on the CPU backend).
+/// Finite differences of a graph computed to rounding lose about `1e-16 / EPS`; deeper
+/// derivative graphs round a little more, hence the tolerance growing tenfold per level.
+fn check_orders(f: &Fun, x: &[Vec<f64>], order: usize, seed: u64, what: &str) {
+    let evaluate = |g: &Graph, inputs: &[HostData]| -> Result<Vec<HostData>, String> {
+        let values: Vec<Vec<f64>> = inputs.iter().map(HostData::to_f64_vec).collect();
+        Ok(run(g, &values).into_iter().map(|t| t.data).collect())
+    };
+    let function = GraphFunction::new(f.graph.clone(), &evaluate).unwrap();
+    let x: Vec<Array> = x
+        .iter()
+        .zip(&f.dims)
+        .map(|(v, d)| Array::new(d.clone(), v.clone()))
+        .collect();
+    let tolerance = Tolerance {
+        rtol: 1e-7,
+        atol: 1e-7,
+        eps: EPS,
+        growth: 10.0,
+    };
+    check_grads(&function, &x, order, Modes::BOTH, tolerance, seed)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
 }
 
 /// Fixed, non-symmetric weights of a shape.
@@ -271,23 +238,6 @@ fn spd(rng: &mut Rng, dims: &[usize]) -> Vec<f64> {
     out
 }
 
-/// Symmetric directions (cholesky reads a symmetric matrix; its rule symmetrizes the tangent).
-fn symmetric_directions(seed: u64, dims: Vec<usize>) -> impl FnMut() -> Vec<Vec<f64>> {
-    let mut rng = Rng::new(seed);
-    move || {
-        let n = dims[dims.len() - 1];
-        let mut d = rng.vec(size(&dims));
-        for m in d.chunks_mut(n * n) {
-            for i in 0..n {
-                for j in 0..i {
-                    m[j * n + i] = m[i * n + j];
-                }
-            }
-        }
-        vec![d]
-    }
-}
-
 fn check_kind(
     seed: u64,
     dims: &[usize],
@@ -299,8 +249,7 @@ fn check_kind(
     let mut rng = Rng::new(seed);
     let x = vec![input(&mut rng, dims)];
     let f = Fun::new(&[dims], |b, xs| loss(b, xs[0]));
-    let mut dir = directions(seed + 1, vec![dims.to_vec()]);
-    check_orders(&f, &x, order, &mut dir, &format!("{what} {dims:?}"));
+    check_orders(&f, &x, order, seed + 1, &format!("{what} {dims:?}"));
 }
 
 #[test]
@@ -341,7 +290,15 @@ fn det_sign_has_a_structural_zero_derivative() {
     });
     let x = vec![separated(&mut Rng::new(3), &dims)];
     let d = vec![Rng::new(4).vec(size(&dims))];
-    assert_eq!(f.fd(&x, &d), 0.0);
+    // The sign is locally constant: equal on both sides of `x` along `d`.
+    let shifted = |sign: f64| -> Vec<Vec<f64>> {
+        vec![x[0]
+            .iter()
+            .zip(&d[0])
+            .map(|(a, b)| a + sign * EPS * b)
+            .collect()]
+    };
+    assert_eq!(f.eval(&shifted(1.0)), f.eval(&shifted(-1.0)));
     assert_eq!(f.jvp(&d).eval(&x), 0.0);
     assert_eq!(f.vjp(&d).eval(&x), 0.0);
     // No derivative node at all: the tangent is the zeros filled in at the boundary.
@@ -603,12 +560,17 @@ fn cholesky_to_third_order_matches_finite_differences() {
     for dims in [&[3usize, 3][..], &[2, 3, 3]] {
         let mut rng = Rng::new(51);
         let x = vec![spd(&mut rng, dims)];
+        // The factor of the symmetric part: perturbations of `x` in any direction then stay
+        // symmetric, which the Cholesky rules assume (they read one triangle).
         let f = Fun::new(&[dims], |b, xs| {
-            let l = b.push(Op::Cholesky, &[xs[0]]).unwrap();
+            let t = swap_last(b, xs[0]);
+            let s = add(b, xs[0], t);
+            let half = b.scalar(0.5, DType::F64, false);
+            let sym = b.mul(s, half).unwrap();
+            let l = b.push(Op::Cholesky, &[sym]).unwrap();
             wsum(b, l, 0.4)
         });
-        let mut dir = symmetric_directions(52, dims.to_vec());
-        check_orders(&f, &x, 3, &mut dir, &format!("cholesky {dims:?}"));
+        check_orders(&f, &x, 3, 52, &format!("cholesky {dims:?}"));
     }
 }
 
@@ -633,8 +595,7 @@ fn cholesky_ad_matches_finite_differences() {
             let c = b.push(Op::CholeskyAd, &[xs[0], xs[1]]).unwrap();
             wsum_sq(b, c, 0.6)
         });
-        let mut dir = directions(62, vec![dims.to_vec(), dims.to_vec()]);
-        check_orders(&f, &x, 2, &mut dir, &format!("cholesky_ad {dims:?}"));
+        check_orders(&f, &x, 2, 62, &format!("cholesky_ad {dims:?}"));
     }
 }
 

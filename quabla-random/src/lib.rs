@@ -10,6 +10,7 @@
 //! - The samplers, which validate their arguments and the shape, then fill host vectors in
 //!   row-major order: every value is computed in float64 and rounded once to the requested
 //!   dtype ([`Samples`]).
+//! - [`testing::TestRng`], the deterministic stream the project's tests draw inputs from.
 //! - [`RandomError`], whose messages are those of `spec/errors.md` (see its docs for the error
 //!   kind of the facade each variant maps to).
 //!
@@ -44,6 +45,7 @@
 mod error;
 mod key;
 mod samplers;
+pub mod testing;
 
 pub use error::{ErrorKind, RandomError};
 pub use key::{fold_in, key, mix64, split, word, Key, KeyData, GAMMA, SPLIT_TAG};

@@ -33,6 +33,7 @@ mod ops;
 mod print;
 mod staging;
 mod tensor;
+pub mod testing;
 mod trace;
 mod transforms;
 pub mod tree;

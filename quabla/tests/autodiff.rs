@@ -4,6 +4,7 @@
 //! and second derivatives of every differentiable primitive, in forward and reverse mode.
 
 use qb::prelude::*;
+use qb::testing::{check_grads, check_grads_with, Modes, Tolerance};
 use qb::{Error, Tensor};
 use quabla as qb;
 use std::collections::BTreeMap;
@@ -311,66 +312,36 @@ fn scalar_fn(f: Unary) -> impl Fn(Tensor) -> qb::Result<Tensor> + Copy {
     move |x: Tensor| f(&x)?.sum()
 }
 
-/// Central difference of `f` at `x`.
-fn fd(f: &dyn Fn(f64) -> f64, x: f64) -> f64 {
-    let h = 1e-5 * x.abs().max(1.0);
-    (f(x + h) - f(x - h)) / (2.0 * h)
+/// The float64 tensor arguments of `check_grads` for scalars.
+fn scalars(xs: &[f64]) -> Vec<Tensor> {
+    xs.iter().map(|&x| qb::array(x).unwrap()).collect()
+}
+
+/// Deeper derivative graphs round a little more: the tolerance grows tenfold per order.
+fn widening(rtol: f64) -> Tolerance {
+    Tolerance {
+        rtol,
+        atol: rtol,
+        eps: 1e-5,
+        growth: 10.0,
+    }
 }
 
 #[test]
 fn first_and_second_derivatives_match_finite_differences() {
-    for (name, f, points) in unary_table() {
+    // Every composition of forward and reverse mode to second order.
+    for (i, (name, f, points)) in unary_table().into_iter().enumerate() {
         let f0 = scalar_fn(f);
-        let value = |x: f64| f0(qb::array(x).unwrap()).unwrap().item().unwrap();
-        let d1 = |x: f64| {
-            qb::grad(f0)
-                .call::<Tensor, Tensor>(&qb::array(x).unwrap())
-                .unwrap()
-                .item()
-                .unwrap()
-        };
-        let d1_fwd = |x: f64| {
-            let (_, t) = qb::jvp(f0, &qb::array(x).unwrap(), &qb::array(1.0).unwrap()).unwrap();
-            t.item().unwrap()
-        };
-        let d2 = |x: f64| {
-            let inner = move |y: Tensor| qb::grad(f0).call::<Tensor, Tensor>(&y);
-            qb::grad(inner)
-                .call::<Tensor, Tensor>(&qb::array(x).unwrap())
-                .unwrap()
-                .item()
-                .unwrap()
-        };
-        let d2_fwd_over_rev = |x: f64| {
-            let inner = move |y: Tensor| qb::grad(f0).call::<Tensor, Tensor>(&y);
-            let (_, t) = qb::jvp(inner, &qb::array(x).unwrap(), &qb::array(1.0).unwrap()).unwrap();
-            t.item().unwrap()
-        };
         for &x in &points {
-            let want1 = fd(&value, x);
-            let tol1 = 1e-6 * want1.abs().max(1.0);
-            assert!(
-                (d1(x) - want1).abs() < tol1,
-                "{name}'({x}): reverse {} vs fd {want1}",
-                d1(x)
-            );
-            assert!(
-                (d1_fwd(x) - want1).abs() < tol1,
-                "{name}'({x}): forward {} vs fd {want1}",
-                d1_fwd(x)
-            );
-            let want2 = fd(&d1, x);
-            let tol2 = 1e-5 * want2.abs().max(1.0);
-            assert!(
-                (d2(x) - want2).abs() < tol2,
-                "{name}''({x}): rev-over-rev {} vs fd {want2}",
-                d2(x)
-            );
-            assert!(
-                (d2_fwd_over_rev(x) - want2).abs() < tol2,
-                "{name}''({x}): fwd-over-rev {} vs fd {want2}",
-                d2_fwd_over_rev(x)
-            );
+            check_grads_with(
+                |v: Vec<Tensor>| Ok(vec![f0(v[0].clone())?]),
+                &scalars(&[x]),
+                2,
+                Modes::BOTH,
+                widening(1e-6),
+                i as u64,
+            )
+            .unwrap_or_else(|e| panic!("{name} at {x}: {e}"));
         }
     }
 }
@@ -396,26 +367,13 @@ fn binary_partials_match_finite_differences() {
             if name == "pow" && a <= 0.0 {
                 continue;
             }
-            let value = |x: f64, y: f64| {
-                f(&qb::array(x).unwrap(), &qb::array(y).unwrap())
-                    .unwrap()
-                    .item()
-                    .unwrap()
-            };
-            let (da, db): (Tensor, Tensor) = qb::grad(|(x, y): (Tensor, Tensor)| f(&x, &y))
-                .argnums(&[0, 1])
-                .call(&(a, b))
-                .unwrap();
-            let fa = fd(&|x| value(x, b), a);
-            let fb = fd(&|y| value(a, y), b);
-            assert!(
-                (da.item().unwrap() - fa).abs() < 1e-6 * fa.abs().max(1.0),
-                "d{name}/da at ({a}, {b})"
-            );
-            assert!(
-                (db.item().unwrap() - fb).abs() < 1e-6 * fb.abs().max(1.0),
-                "d{name}/db at ({a}, {b})"
-            );
+            check_grads(
+                |v: Vec<Tensor>| Ok(vec![f(&v[0], &v[1])?]),
+                &scalars(&[a, b]),
+                1,
+                Modes::BOTH,
+            )
+            .unwrap_or_else(|e| panic!("{name} at ({a}, {b}): {e}"));
         }
     }
 }
@@ -436,21 +394,13 @@ fn structural_ops_match_finite_differences() {
             + x.broadcast_to([2, 6])?.sum_axes(0)?.sin()?.sum()?
     };
     let x0 = [0.2, -0.5, 0.9, 1.1, -0.3, 0.6];
-    let v = [0.3, 0.1, -0.7, 0.2, 0.5, -0.4];
-    let at = |s: f64| {
-        let x: Vec<f64> = x0.iter().zip(&v).map(|(a, d)| a + s * d).collect();
-        f(qb::array(x).unwrap()).unwrap().item().unwrap()
-    };
-    let want = fd(&at, 0.0);
-    let g: Tensor = qb::grad(f.clone()).call(&qb::array(x0).unwrap()).unwrap();
-    let got: f64 = vals(&g).iter().zip(&v).map(|(a, b)| a * b).sum();
-    assert!((got - want).abs() < 1e-6, "reverse {got} vs fd {want}");
-    let (_, t) = qb::jvp(f, &qb::array(x0).unwrap(), &qb::array(v).unwrap()).unwrap();
-    assert!(
-        (t.item().unwrap() - want).abs() < 1e-6,
-        "forward {} vs fd {want}",
-        t.item().unwrap()
-    );
+    check_grads(
+        |v: Vec<Tensor>| Ok(vec![f(v[0].clone())?]),
+        &[qb::array(x0).unwrap()],
+        1,
+        Modes::BOTH,
+    )
+    .unwrap();
 }
 
 trait CumsumLike {
@@ -572,27 +522,18 @@ fn grad_caches_traces_per_signature() -> qb::Result<()> {
 
 #[test]
 fn third_derivatives_match_finite_differences() {
-    for (name, f, points) in unary_table() {
+    // Every composition of forward and reverse mode to third order, at one point per function.
+    for (i, (name, f, points)) in unary_table().into_iter().enumerate() {
         let f0 = scalar_fn(f);
-        let d2 = move |y: Tensor| {
-            let d1 = move |z: Tensor| qb::grad(f0).call::<Tensor, Tensor>(&z);
-            qb::grad(d1).call::<Tensor, Tensor>(&y)
-        };
-        let d2v = |x: f64| d2(qb::array(x).unwrap()).unwrap().item().unwrap();
         let x = points[points.len() / 2];
-        let want = fd(&d2v, x);
-        let tol = 1e-4 * want.abs().max(1.0);
-        let rev: Tensor = qb::grad(d2).call(&x).unwrap();
-        assert!(
-            (rev.item().unwrap() - want).abs() < tol,
-            "{name}'''({x}): reverse {} vs fd {want}",
-            rev.item().unwrap()
-        );
-        let (_, fwd) = qb::jvp(d2, &qb::array(x).unwrap(), &qb::array(1.0).unwrap()).unwrap();
-        assert!(
-            (fwd.item().unwrap() - want).abs() < tol,
-            "{name}'''({x}): forward {} vs fd {want}",
-            fwd.item().unwrap()
-        );
+        check_grads_with(
+            |v: Vec<Tensor>| Ok(vec![f0(v[0].clone())?]),
+            &scalars(&[x]),
+            3,
+            Modes::BOTH,
+            widening(1e-6),
+            100 + i as u64,
+        )
+        .unwrap_or_else(|e| panic!("{name} at {x}: {e}"));
     }
 }

@@ -44,33 +44,8 @@ pub const CASES: &[Case] = &[
     Case::new("outputs_and_passthrough", outputs_and_passthrough),
 ];
 
-/// A small deterministic generator (SplitMix64), so every run sees the same inputs.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)`.
-    pub fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Finite values in `[-4, 4)`.
-    pub fn finite(&mut self) -> f64 {
-        (self.uniform() - 0.5) * 8.0
-    }
-}
+/// The project's deterministic test generator, so every run sees the same inputs.
+pub use quabla_random::testing::TestRng as Rng;
 
 /// Values every elementwise case starts with: the special values, then moderate ones.
 const SPECIAL: [f64; 14] = [

@@ -6,13 +6,61 @@
 // Each test crate uses a part of this module.
 #![allow(dead_code)]
 
-use quabla_ir::eval::{evaluate, HostValue};
 use quabla_ir::{
     Comparison, DType, Graph, GraphBuilder, HostData, NodeId, Op, Region, RegionForm, RegionKind,
     ScanBody, Shape, TensorType, UnaryOp,
 };
-use std::collections::HashMap;
+use std::path::Path;
 use std::sync::Arc;
+
+// ---------------------------------------------------------------------------------------------
+// Golden files
+
+/// Golden-file checks: each file's expected text is compared with what the code produces now,
+/// and with `BLESS=1` in the environment the files are rewritten instead (review the diff:
+/// the files are the specification).
+pub struct Golden {
+    bless: bool,
+    failures: Vec<String>,
+}
+
+impl Golden {
+    pub fn new() -> Golden {
+        Golden {
+            bless: std::env::var_os("BLESS").is_some(),
+            failures: Vec::new(),
+        }
+    }
+
+    /// Compares `got` with `expected` for `file`; when blessing, writes `blessed` (the whole
+    /// new content of the file) instead.
+    pub fn check(
+        &mut self,
+        file: &Path,
+        expected: &str,
+        got: &str,
+        blessed: impl FnOnce() -> String,
+    ) {
+        if self.bless {
+            std::fs::write(file, blessed()).unwrap();
+        } else if got != expected {
+            self.failures.push(format!(
+                "{}:\n--- expected\n{expected}\n--- got\n{got}",
+                file.display()
+            ));
+        }
+    }
+
+    /// Fails with every mismatch found.
+    pub fn finish(self) {
+        assert!(
+            self.failures.is_empty(),
+            "{} golden file(s) differ (BLESS=1 rewrites them):\n{}",
+            self.failures.len(),
+            self.failures.join("\n")
+        );
+    }
+}
 
 pub fn shape(dims: &[usize]) -> Shape {
     Shape::new(dims.to_vec()).unwrap()
@@ -304,125 +352,7 @@ pub fn random_region(
 // ---------------------------------------------------------------------------------------------
 // Reference evaluation
 
-/// Evaluates a graph node by node with the reference semantics, running each region group
-/// once.
+/// Evaluates a graph with the reference interpreter (the test graphs use foldable ops only).
 pub fn run(g: &Graph, inputs: &[HostData]) -> Vec<HostData> {
-    let mut values: Vec<HostData> = Vec::with_capacity(g.len());
-    let mut groups: HashMap<(usize, Vec<NodeId>), Vec<HostData>> = HashMap::new();
-    let mut next_input = 0;
-    for node in g.nodes() {
-        let v = match &node.op {
-            Op::Input { .. } => {
-                next_input += 1;
-                inputs[next_input - 1].clone()
-            }
-            Op::Constant { data, .. } => data.clone(),
-            Op::Region(call) => {
-                let key = (Arc::as_ptr(&call.region) as usize, node.operands.clone());
-                let results = groups.entry(key).or_insert_with(|| {
-                    let operands: Vec<HostData> = node
-                        .operands
-                        .iter()
-                        .map(|o| values[o.index()].clone())
-                        .collect();
-                    run_region(&call.region, &operands)
-                });
-                results[call.output].clone()
-            }
-            op => {
-                let operands: Vec<HostValue> = node
-                    .operands
-                    .iter()
-                    .map(|o| HostValue {
-                        data: &values[o.index()],
-                        shape: &g.node(*o).ty.shape,
-                    })
-                    .collect();
-                evaluate(op, &operands, &node.ty).expect("the test graphs use foldable ops only")
-            }
-        };
-        values.push(v);
-    }
-    g.outputs()
-        .iter()
-        .map(|o| values[o.index()].clone())
-        .collect()
-}
-
-/// Runs a region as region.rs documents it.
-fn run_region(r: &Region, operands: &[HostData]) -> Vec<HostData> {
-    match r.kind() {
-        RegionKind::Cond {
-            then_branch,
-            else_branch,
-        } => {
-            let branch = if operands[0].get_f64(0) != 0.0 {
-                then_branch
-            } else {
-                else_branch
-            };
-            run(branch, &operands[1..])
-        }
-        RegionKind::Scan(s) => {
-            let fixed = s.n_carry + s.n_const;
-            let mut carries = operands[..s.n_carry].to_vec();
-            let slice_sizes: Vec<usize> = s
-                .body
-                .inputs()
-                .skip(1 + fixed)
-                .map(|(_, _, t)| t.shape.size())
-                .collect();
-            let out_types = &r.output_types()[s.n_carry..];
-            let mut ys: Vec<Vec<f64>> = out_types
-                .iter()
-                .map(|t| vec![0.0; t.shape.size()])
-                .collect();
-            let steps: Vec<usize> = if s.reverse {
-                (0..s.length).rev().collect()
-            } else {
-                (0..s.length).collect()
-            };
-            for k in steps {
-                let mut ins = vec![HostData::from_f64(s.index_dtype(), [(s.start + k) as f64])];
-                ins.extend(carries.iter().cloned());
-                ins.extend(operands[s.n_carry..fixed].iter().cloned());
-                for (x, &n) in operands[fixed..].iter().zip(&slice_sizes) {
-                    ins.push(HostData::from_f64(
-                        x.dtype(),
-                        (k * n..(k + 1) * n).map(|e| x.get_f64(e)),
-                    ));
-                }
-                let outs = run(&s.body, &ins);
-                carries = outs[..s.n_carry].to_vec();
-                for (stack, y) in ys.iter_mut().zip(&outs[s.n_carry..]) {
-                    let n = y.len();
-                    for e in 0..n {
-                        stack[k * n + e] = y.get_f64(e);
-                    }
-                }
-            }
-            carries.extend(
-                ys.into_iter()
-                    .zip(out_types)
-                    .map(|(v, t)| HostData::from_f64(t.dtype, v)),
-            );
-            carries
-        }
-        RegionKind::While {
-            n_carry,
-            cond,
-            body,
-        } => {
-            let mut carries = operands[..*n_carry].to_vec();
-            for _ in 0..10_000 {
-                let mut ins = carries.clone();
-                ins.extend(operands[*n_carry..].iter().cloned());
-                if run(cond, &ins)[0].get_f64(0) == 0.0 {
-                    return carries;
-                }
-                carries = run(body, &ins);
-            }
-            panic!("a while region of a test did not finish in 10000 iterations")
-        }
-    }
+    quabla_ir::interp::run_graph(g, inputs).unwrap_or_else(|e| panic!("{e}\n{g}"))
 }

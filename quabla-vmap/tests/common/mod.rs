@@ -12,45 +12,27 @@ use quabla_ir::{normalize_axis, DType, Graph, GraphBuilder, HostData, NodeId, Op
 use quabla_ir::{Node, TensorType};
 use quabla_vmap::batch_graph;
 
-/// SplitMix64: a small deterministic generator, so every failure names a reproducible seed.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
+/// The project's deterministic test generator, with the shapes these tests draw.
+pub struct Rng(quabla_random::testing::TestRng);
+
+impl std::ops::Deref for Rng {
+    type Target = quabla_random::testing::TestRng;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Rng {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(1))
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n > 0`).
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-
-    /// Uniform in `lo..=hi`.
-    pub fn range(&mut self, lo: usize, hi: usize) -> usize {
-        lo + self.below(hi - lo + 1)
-    }
-
-    /// Uniform signed integer in `lo..=hi`.
-    pub fn signed(&mut self, lo: isize, hi: isize) -> isize {
-        lo + self.below((hi - lo + 1) as usize) as isize
-    }
-
-    pub fn chance(&mut self, p: f64) -> bool {
-        self.unit() < p
-    }
-
-    /// Uniform in `[0, 1)`.
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+        Rng(quabla_random::testing::TestRng::new(
+            seed.wrapping_mul(quabla_random::GAMMA).wrapping_add(1),
+        ))
     }
 
     /// Extents in `1..=3` of a rank in `lo..=hi`.
@@ -94,7 +76,7 @@ pub enum Domain {
 impl Domain {
     pub fn sample(self, rng: &mut Rng) -> f64 {
         match self {
-            Domain::Uniform(lo, hi) => lo + (hi - lo) * rng.unit(),
+            Domain::Uniform(lo, hi) => rng.between(lo, hi),
             Domain::Discrete(values) => values[rng.below(values.len())],
         }
     }

@@ -5,65 +5,11 @@
 
 use quabla_backend::{Backend, HostTensor};
 use quabla_cpu::{CpuBackend, CpuOptions};
-use quabla_ir::eval::{evaluate, HostValue};
-use quabla_ir::{DType, Graph, HostData, Op, Plan, Shape};
 
-/// A small deterministic generator (SplitMix64).
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
+use quabla_ir::{DType, Graph, HostData, Plan, Shape};
 
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)`.
-    pub fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Mostly moderate values of both signs, with NaN, infinities, signed zeros, integers,
-    /// halves (rounding ties), tiny and huge magnitudes mixed in.
-    pub fn value(&mut self) -> f64 {
-        const SPECIAL: [f64; 16] = [
-            f64::NAN,
-            f64::INFINITY,
-            f64::NEG_INFINITY,
-            0.0,
-            -0.0,
-            1.0,
-            -1.0,
-            0.5,
-            -2.5,
-            2.0,
-            1e-310,
-            -1e300,
-            1e300,
-            3.0,
-            0.1,
-            -0.75,
-        ];
-        let r = self.next_u64();
-        if r.is_multiple_of(5) {
-            SPECIAL[(r >> 8) as usize % SPECIAL.len()]
-        } else {
-            (self.uniform() - 0.5) * 8.0
-        }
-    }
-
-    /// Finite values in `[-4, 4)`.
-    pub fn finite(&mut self) -> f64 {
-        (self.uniform() - 0.5) * 8.0
-    }
-}
+/// The project's deterministic test generator.
+pub use quabla_random::testing::TestRng as Rng;
 
 pub fn shape(dims: &[usize]) -> Shape {
     Shape::new(dims.to_vec()).unwrap()
@@ -93,37 +39,11 @@ pub fn random_finite(rng: &mut Rng, dtype: DType, dims: &[usize]) -> HostTensor 
     HostTensor::new(s, data(dtype, &values))
 }
 
-/// The outputs of `graph` evaluated node by node with `quabla_ir::eval::evaluate`.
+/// The outputs of `graph` from the reference interpreter (`quabla_ir::interp`).
 pub fn reference(graph: &Graph, inputs: &[HostTensor]) -> Vec<HostData> {
-    let mut values: Vec<Option<HostData>> = Vec::with_capacity(graph.len());
-    let mut next_input = 0;
-    for node in graph.nodes() {
-        let v = match &node.op {
-            Op::Input { .. } => {
-                next_input += 1;
-                inputs[next_input - 1].data.clone()
-            }
-            Op::Constant { data, .. } => data.clone(),
-            op => {
-                let operands: Vec<HostValue<'_>> = node
-                    .operands
-                    .iter()
-                    .map(|o| HostValue {
-                        data: values[o.index()].as_ref().unwrap(),
-                        shape: &graph.node(*o).ty.shape,
-                    })
-                    .collect();
-                evaluate(op, &operands, &node.ty)
-                    .unwrap_or_else(|| panic!("no reference value for {}", op.name()))
-            }
-        };
-        values.push(Some(v));
-    }
-    graph
-        .outputs()
-        .iter()
-        .map(|o| values[o.index()].clone().unwrap())
-        .collect()
+    let data: Vec<HostData> = inputs.iter().map(|t| t.data.clone()).collect();
+    quabla_ir::interp::run_graph(graph, &data)
+        .unwrap_or_else(|e| panic!("no reference value: {e}\n{graph}"))
 }
 
 /// Runs `graph` unoptimized (no folding) on the CPU backend.
