@@ -33,6 +33,7 @@ use quabla_ir::{DType, HostData, Plan, Shape, TensorType};
 use std::cell::RefCell;
 use std::fmt;
 use std::hash::{Hash, Hasher};
+use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
 // ---------------------------------------------------------------------------------------------
@@ -75,32 +76,140 @@ impl TransformConfig {
     }
 }
 
+/// What every transformed function object holds: the transform's name, the function, its
+/// configuration, its target and its trace cache (`A` is the function's argument type).
+pub(crate) struct Shell<F, A, C = TraceCache> {
+    pub transform: &'static str,
+    pub f: F,
+    pub config: TransformConfig,
+    pub target: Target,
+    pub cache: C,
+    _args: PhantomData<fn(A)>,
+}
+
+impl<F, A, C: Default> Shell<F, A, C> {
+    pub fn new(transform: &'static str, f: F) -> Self {
+        Shell {
+            transform,
+            f,
+            config: TransformConfig::default(),
+            target: Target::cpu(),
+            cache: C::default(),
+            _args: PhantomData,
+        }
+    }
+}
+
+impl<F, A, C> Shell<F, A, C> {
+    /// The owner of the cache for `RetraceWarning`.
+    pub fn owner<'a>(&'a self, arg_names: &'a [String]) -> CacheOwner<'a> {
+        self.config.owner(self.transform, arg_names)
+    }
+}
+
+impl<F, A, C> fmt::Debug for Shell<F, A, C> {
+    /// `transform(name)`, how every transformed function prints.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}({})", self.transform, self.config.name)
+    }
+}
+
+/// `Debug` for a transform object with a `shell` field: it prints as its shell.
+macro_rules! debug_as_shell {
+    ($($ty:ident),*) => {$(
+        impl<F, A> std::fmt::Debug for $ty<F, A> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                std::fmt::Debug::fmt(&self.shell, f)
+            }
+        }
+    )*};
+}
+
+/// Which positional arguments a derivative transform differentiates, and whether its result
+/// is a tuple over them (`argnums(&[..])`) or the one argument's tree (`argnum(i)`).
+#[derive(Clone, Debug)]
+pub(crate) struct Selection {
+    pub argnums: Vec<usize>,
+    pub as_tuple: bool,
+}
+
+impl Default for Selection {
+    fn default() -> Selection {
+        Selection {
+            argnums: vec![0],
+            as_tuple: false,
+        }
+    }
+}
+
+impl Selection {
+    /// AR-style checks: distinct and not empty.
+    pub fn validate(&self) -> Result<()> {
+        let argnums = &self.argnums;
+        for (i, a) in argnums.iter().enumerate() {
+            if argnums[..i].contains(a) {
+                return Err(Error::invalid(format!(
+                    "argnums must be distinct, got {argnums:?}"
+                )));
+            }
+        }
+        if argnums.is_empty() {
+            return Err(Error::invalid("argnums must not be empty"));
+        }
+        Ok(())
+    }
+}
+
 /// The builder methods every transformed function has (`name`, `max_traces`, `cache_size`),
-/// written once: expanded inside each transform's `impl` block, whose type has a `config:
-/// TransformConfig` field and a `cache` with a `len()`.
+/// written once: expanded inside each transform's `impl` block, whose type has a `shell:
+/// Shell<..>` field.
 macro_rules! config_methods {
     () => {
         /// The name used in warnings (`<transform>(<name>)`).
         pub fn name(mut self, name: impl Into<String>) -> Self {
-            self.config.name = name.into();
+            self.shell.config.name = name.into();
             self
         }
 
         /// The LRU capacity of the trace cache (default 8, at least 1: `0` is an error at the
         /// first call).
         pub fn max_traces(mut self, n: usize) -> Self {
-            self.config.max_traces = n;
+            self.shell.config.max_traces = n;
             self
         }
 
         /// Number of traces currently cached.
         pub fn cache_size(&self) -> usize {
-            self.cache.len()
+            self.shell.cache.len()
         }
     };
 }
 
-pub(crate) use config_methods;
+/// `argnum` and `argnums`, for the transforms whose type has a `selection: Selection` field.
+macro_rules! selection_methods {
+    () => {
+        /// Differentiate with respect to positional argument `i`; the result is its tree.
+        pub fn argnum(mut self, i: usize) -> Self {
+            self.selection = $crate::staging::Selection {
+                argnums: vec![i],
+                as_tuple: false,
+            };
+            self
+        }
+
+        /// Differentiate with respect to several positional arguments; the result is a tuple
+        /// of their trees.
+        pub fn argnums(mut self, argnums: &[usize]) -> Self {
+            self.selection = $crate::staging::Selection {
+                argnums: argnums.to_vec(),
+                as_tuple: true,
+            };
+            self
+        }
+    };
+}
+
+pub(crate) use {config_methods, debug_as_shell, selection_methods};
 
 // ---------------------------------------------------------------------------------------------
 // Signatures

@@ -10,14 +10,12 @@
 
 use crate::error::{Error, Result};
 use crate::staging::{
-    self, config_methods, Call, Prepared, Target, TraceCache, TransformConfig, Wrt,
+    self, config_methods, debug_as_shell, selection_methods, Call, Prepared, Selection, Shell, Wrt,
 };
 use crate::trace::{OutSlot, TracedFunction};
 use crate::tree::{Tree, TreeDef};
 use quabla_autodiff::{vjp_graph, Seed};
 use quabla_ir::{DType, Graph};
-use std::fmt;
-use std::marker::PhantomData;
 
 /// TF1 and AR20: the differentiated output must be a rank-0 float.
 pub(crate) fn check_scalar_output(transform: &'static str, graph: &Graph) -> Result<()> {
@@ -41,86 +39,41 @@ pub(crate) fn check_scalar_output(transform: &'static str, graph: &Graph) -> Res
     Ok(())
 }
 
-/// AR-style checks of `argnums`: distinct and not empty.
-pub(crate) fn validate_argnums(argnums: &[usize]) -> Result<()> {
-    for (i, a) in argnums.iter().enumerate() {
-        if argnums[..i].contains(a) {
-            return Err(Error::invalid(format!(
-                "argnums must be distinct, got {argnums:?}"
-            )));
-        }
-    }
-    if argnums.is_empty() {
-        return Err(Error::invalid("argnums must not be empty"));
-    }
-    Ok(())
-}
-
 /// `grad(f)` and `value_and_grad(f)`: build with [`grad`] or [`value_and_grad`].
 pub struct Grad<F, A> {
-    f: F,
-    transform: &'static str,
+    shell: Shell<F, A>,
     /// `value_and_grad`: the result starts with the value.
     with_value: bool,
-    argnums: Vec<usize>,
-    as_tuple: bool,
+    selection: Selection,
     has_aux: bool,
-    config: TransformConfig,
-    target: Target,
-    cache: TraceCache,
-    _args: PhantomData<fn(A)>,
 }
 
-impl<F, A> fmt::Debug for Grad<F, A> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}({})", self.transform, self.config.name)
-    }
-}
+debug_as_shell!(Grad);
 
 /// The gradient of a scalar function with respect to its first argument (`.argnum(i)` or
 /// `.argnums(&[..])` to choose): `qb::grad(f).call::<Tensor, Tensor>(&x)`.
 pub fn grad<A: Tree, F>(f: F) -> Grad<F, A> {
     Grad {
-        f,
-        transform: "grad",
+        shell: Shell::new("grad", f),
         with_value: false,
-        argnums: vec![0],
-        as_tuple: false,
+        selection: Selection::default(),
         has_aux: false,
-        config: TransformConfig::default(),
-        target: Target::cpu(),
-        cache: TraceCache::default(),
-        _args: PhantomData,
     }
 }
 
 /// The value and the gradient: `call` returns `(value, grads)` (`((value, aux), grads)` with
 /// `has_aux`).
 pub fn value_and_grad<A: Tree, F>(f: F) -> Grad<F, A> {
-    Grad {
-        transform: "value_and_grad",
-        with_value: true,
-        ..grad(f)
-    }
+    let mut g = grad(f);
+    g.shell.transform = "value_and_grad";
+    g.with_value = true;
+    g
 }
 
 impl<A: Tree, F> Grad<F, A> {
     config_methods!();
 
-    /// Differentiate with respect to positional argument `i`; the result is its tree.
-    pub fn argnum(mut self, i: usize) -> Self {
-        self.argnums = vec![i];
-        self.as_tuple = false;
-        self
-    }
-
-    /// Differentiate with respect to several positional arguments; the result is a tuple of
-    /// their trees.
-    pub fn argnums(mut self, argnums: &[usize]) -> Self {
-        self.argnums = argnums.to_vec();
-        self.as_tuple = true;
-        self
-    }
+    selection_methods!();
 
     /// The function returns `(output, aux)`; `aux` is returned unchanged.
     pub fn has_aux(mut self) -> Self {
@@ -130,13 +83,13 @@ impl<A: Tree, F> Grad<F, A> {
 
     /// This gradient under another transform's name (in TF1 and warnings).
     pub(crate) fn transform_name(mut self, transform: &'static str) -> Self {
-        self.transform = transform;
+        self.shell.transform = transform;
         self
     }
 
-    /// The differentiated arguments, and whether the result is a tuple over them.
-    pub(crate) fn selection(&self) -> (&[usize], bool) {
-        (&self.argnums, self.as_tuple)
+    /// The differentiated arguments.
+    pub(crate) fn selection(&self) -> &Selection {
+        &self.selection
     }
 
     /// Calls the transformed function; `G` is the type of the result (the gradients' tree,
@@ -147,13 +100,14 @@ impl<A: Tree, F> Grad<F, A> {
     where
         F: Fn(A) -> Result<R>,
     {
-        self.config.validate()?;
-        validate_argnums(&self.argnums)?;
+        let s = &self.shell;
+        s.config.validate()?;
+        self.selection.validate()?;
         let call = Call {
-            cache: &self.cache,
-            owner: self.config.owner(self.transform, &[]),
-            wrt: Wrt::Args(&self.argnums),
-            target: &self.target,
+            cache: &s.cache,
+            owner: s.owner(&[]),
+            wrt: Wrt::Args(&self.selection.argnums),
+            target: &s.target,
             extra: None,
         };
         staging::execute(&call, args, |prepared| self.stage::<R>(prepared))
@@ -170,7 +124,7 @@ impl<A: Tree, F> Grad<F, A> {
             captures,
             out_def,
             out_slots,
-        } = prepared.trace::<A, R>(&|a| (self.f)(a))?;
+        } = prepared.trace::<A, R>(&|a| (self.shell.f)(a))?;
         // The differentiated output is the first leaf (of `(output, aux)` with has_aux).
         let (value_def, aux_def) = match (&out_def, self.has_aux) {
             (TreeDef::Tuple(c), true) if c.len() == 2 => (c[0].clone(), Some(c[1].clone())),
@@ -184,16 +138,17 @@ impl<A: Tree, F> Grad<F, A> {
         if value_def != TreeDef::Leaf || !matches!(out_slots.first(), Some(OutSlot::Plan(0))) {
             return Err(Error::invalid(format!(
                 "{} needs a function returning one tensor{}",
-                self.transform,
+                self.shell.transform,
                 if self.has_aux { " and an aux tree" } else { "" }
             )));
         }
-        check_scalar_output(self.transform, &graph)?;
+        check_scalar_output(self.shell.transform, &graph)?;
         let n_out = graph.outputs().len();
         let mut seeds = vec![Seed::None; n_out];
         seeds[0] = Seed::Ones;
         let vjp = vjp_graph(&graph, &prepared.wrt_with_captures(captures.len()), &seeds)?;
-        let (grads_def, order) = prepared.gradient_def(&self.argnums, self.as_tuple)?;
+        let (grads_def, order) =
+            prepared.gradient_def(&self.selection.argnums, self.selection.as_tuple)?;
         let grad_slots = order.iter().map(|&k| OutSlot::Plan(n_out + k));
         let aux_slots = out_slots[1..].iter().cloned();
         let value_slot = std::iter::once(OutSlot::Plan(0));

@@ -6,34 +6,21 @@
 //! the blocks: the output's structure outside, the selected inputs' structure inside. `hessian`
 //! is the Jacobian of `grad`.
 
-use super::grad::{validate_argnums, Grad};
+use super::grad::Grad;
 use crate::error::{Error, Result};
 use crate::staging::{
-    self, config_methods, Call, Prepared, Target, TraceCache, TransformConfig, Wrt,
+    self, config_methods, debug_as_shell, selection_methods, Call, Prepared, Selection, Shell, Wrt,
 };
 use crate::trace::{OutSlot, TracedFunction};
 use crate::tree::{self, Tree, TreeDef};
 use quabla_autodiff::jacobian_graph;
 use quabla_ir::DType;
-use std::fmt;
-use std::marker::PhantomData;
 
 /// `jacobian(f)`: dense blocks `[*out.shape, *in.shape]` (transforms.md §8). Build with
 /// [`jacobian`].
 pub struct Jacobian<F, A> {
-    f: F,
-    argnums: Vec<usize>,
-    as_tuple: bool,
-    config: TransformConfig,
-    target: Target,
-    cache: TraceCache,
-    _args: PhantomData<fn(A)>,
-}
-
-impl<F, A> fmt::Debug for Jacobian<F, A> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "jacobian({})", self.config.name)
-    }
+    shell: Shell<F, A>,
+    selection: Selection,
 }
 
 /// The dense Jacobian of `f` with respect to its first argument. Forward mode over the input
@@ -41,32 +28,14 @@ impl<F, A> fmt::Debug for Jacobian<F, A> {
 /// output basis); the basis vectors are generated inside one batched graph.
 pub fn jacobian<A: Tree, F>(f: F) -> Jacobian<F, A> {
     Jacobian {
-        f,
-        argnums: vec![0],
-        as_tuple: false,
-        config: TransformConfig::default(),
-        target: Target::cpu(),
-        cache: TraceCache::default(),
-        _args: PhantomData,
+        shell: Shell::new("jacobian", f),
+        selection: Selection::default(),
     }
 }
 
 impl<A: Tree, F> Jacobian<F, A> {
     config_methods!();
-
-    /// Differentiate with respect to positional argument `i`.
-    pub fn argnum(mut self, i: usize) -> Self {
-        self.argnums = vec![i];
-        self.as_tuple = false;
-        self
-    }
-
-    /// Differentiate with respect to several positional arguments (blocks become tuples).
-    pub fn argnums(mut self, argnums: &[usize]) -> Self {
-        self.argnums = argnums.to_vec();
-        self.as_tuple = true;
-        self
-    }
+    selection_methods!();
 
     /// Calls it; `J` is the result type (the output's structure holding, per output leaf, a
     /// block tree with the selected inputs' structure).
@@ -74,43 +43,27 @@ impl<A: Tree, F> Jacobian<F, A> {
     where
         F: Fn(A) -> Result<R>,
     {
-        jacobian_call::<A, R, J>(
-            &|a| (self.f)(a),
-            "jacobian",
-            &self.argnums,
-            self.as_tuple,
-            &self.config,
-            &self.target,
-            &self.cache,
-            args,
-        )
+        jacobian_call::<A, R, J, F>(&|a| (self.shell.f)(a), &self.selection, &self.shell, args)
     }
 }
 
 /// The body of a Jacobian call, shared by `jacobian` and `hessian` (which own their caches).
-#[allow(clippy::too_many_arguments)]
-fn jacobian_call<A: Tree, R: Tree, J: Tree>(
+fn jacobian_call<A: Tree, R: Tree, J: Tree, G>(
     f: &dyn Fn(A) -> Result<R>,
-    transform: &'static str,
-    argnums: &[usize],
-    as_tuple: bool,
-    config: &TransformConfig,
-    target: &Target,
-    cache: &TraceCache,
+    selection: &Selection,
+    shell: &Shell<G, A>,
     args: &impl Tree,
 ) -> Result<J> {
-    config.validate()?;
-    validate_argnums(argnums)?;
+    shell.config.validate()?;
+    selection.validate()?;
     let call = Call {
-        cache,
-        owner: config.owner(transform, &[]),
-        wrt: Wrt::Args(argnums),
-        target,
+        cache: &shell.cache,
+        owner: shell.owner(&[]),
+        wrt: Wrt::Args(&selection.argnums),
+        target: &shell.target,
         extra: None,
     };
-    staging::execute(&call, args, |prepared| {
-        stage(f, prepared, argnums, as_tuple)
-    })
+    staging::execute(&call, args, |prepared| stage(f, prepared, selection))
 }
 
 /// The graph of every block, and the result structure: per float output leaf (in order) the
@@ -118,8 +71,7 @@ fn jacobian_call<A: Tree, R: Tree, J: Tree>(
 fn stage<A: Tree, R: Tree>(
     f: &dyn Fn(A) -> Result<R>,
     prepared: &Prepared,
-    argnums: &[usize],
-    as_tuple: bool,
+    selection: &Selection,
 ) -> Result<TracedFunction> {
     let TracedFunction {
         graph,
@@ -134,7 +86,7 @@ fn stage<A: Tree, R: Tree>(
     }
     let wrt = prepared.wrt_with_captures(captures.len());
     let blocks = jacobian_graph(&graph, &wrt)?;
-    let (in_def, order) = prepared.gradient_def(argnums, as_tuple)?;
+    let (in_def, order) = prepared.gradient_def(&selection.argnums, selection.as_tuple)?;
     // Blocks come in output-major order; bool outputs have none. Every output leaf is a plan
     // output here (checked above), leaf `k` being output `k`.
     let n_wrt = wrt.iter().filter(|&&w| w).count();
@@ -171,25 +123,17 @@ fn stage<A: Tree, R: Tree>(
 /// `hessian(f)`: the forward-mode Jacobian of `grad(f)`, blocks `[*in_i, *in_j]`
 /// (reverse-over-reverse when the function contains a `custom_vjp`).
 pub struct Hessian<F, A> {
-    grad: Grad<F, A>,
-    cache: TraceCache,
-    target: Target,
-    config: TransformConfig,
+    /// The gradient it differentiates; the Hessian's own configuration, cache and selection
+    /// are those of this shell.
+    shell: Shell<Grad<F, A>, A>,
 }
 
-impl<F, A> fmt::Debug for Hessian<F, A> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "hessian({})", self.config.name)
-    }
-}
+debug_as_shell!(Jacobian, Hessian);
 
 /// The dense Hessian of a scalar function with respect to its first argument.
 pub fn hessian<A: Tree, F>(f: F) -> Hessian<F, A> {
     Hessian {
-        grad: super::grad::grad(f).transform_name("hessian"),
-        cache: TraceCache::default(),
-        target: Target::cpu(),
-        config: TransformConfig::default(),
+        shell: Shell::new("hessian", super::grad::grad(f).transform_name("hessian")),
     }
 }
 
@@ -198,13 +142,13 @@ impl<A: Tree, F> Hessian<F, A> {
 
     /// Differentiate with respect to positional argument `i`.
     pub fn argnum(mut self, i: usize) -> Self {
-        self.grad = self.grad.argnum(i);
+        self.shell.f = self.shell.f.argnum(i);
         self
     }
 
     /// Differentiate with respect to several positional arguments.
     pub fn argnums(mut self, argnums: &[usize]) -> Self {
-        self.grad = self.grad.argnums(argnums);
+        self.shell.f = self.shell.f.argnums(argnums);
         self
     }
 
@@ -214,17 +158,8 @@ impl<A: Tree, F> Hessian<F, A> {
         F: Fn(A) -> Result<R>,
     {
         // The gradient is staged inside the Jacobian's trace, which inlines it.
-        let gradient = |a: A| -> Result<tree::Value> { self.grad.call::<R, tree::Value>(&a) };
-        let (argnums, as_tuple) = self.grad.selection();
-        jacobian_call::<A, tree::Value, H>(
-            &gradient,
-            "hessian",
-            argnums,
-            as_tuple,
-            &self.config,
-            &self.target,
-            &self.cache,
-            args,
-        )
+        let grad = &self.shell.f;
+        let gradient = |a: A| -> Result<tree::Value> { grad.call::<R, tree::Value>(&a) };
+        jacobian_call::<A, tree::Value, H, _>(&gradient, grad.selection(), &self.shell, args)
     }
 }

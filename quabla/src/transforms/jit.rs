@@ -8,8 +8,7 @@
 
 use crate::error::{Error, Result};
 use crate::staging::{
-    config_methods, leaf_signature, CallScratch, Entry, Prepared, Signature, Target, TraceCache,
-    TransformConfig, Wrt,
+    config_methods, leaf_signature, CallScratch, Entry, Prepared, Shell, Signature, Target, Wrt,
 };
 use crate::trace;
 use crate::tree::{self, Leaf, Tree, TreeDef};
@@ -41,12 +40,9 @@ fn parse_device(name: &str) -> Device {
 /// A function compiled by `jit`. Build it with [`jit`], configure it with the builder
 /// methods, call it with [`Jit::call`].
 pub struct Jit<F, A, R> {
-    f: F,
-    config: TransformConfig,
+    shell: Shell<F, A>,
     static_argnums: Vec<usize>,
     arg_names: Vec<String>,
-    target: Target,
-    cache: TraceCache,
     /// Set once the configuration has been validated and the target resolved, so cached calls
     /// skip both.
     configured: std::sync::OnceLock<()>,
@@ -56,9 +52,9 @@ pub struct Jit<F, A, R> {
 impl<F, A, R> fmt::Debug for Jit<F, A, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Jit")
-            .field("name", &self.config.name)
-            .field("max_traces", &self.config.max_traces)
-            .field("device", &self.target.device)
+            .field("name", &self.shell.config.name)
+            .field("max_traces", &self.shell.config.max_traces)
+            .field("device", &self.shell.target.device)
             .finish_non_exhaustive()
     }
 }
@@ -67,12 +63,9 @@ impl<F, A, R> fmt::Debug for Jit<F, A, R> {
 /// Arguments are any [`Tree`]; a tuple stands for several positional arguments.
 pub fn jit<A: Tree, R: Tree, F: Fn(A) -> Result<R>>(f: F) -> Jit<F, A, R> {
     Jit {
-        f,
-        config: TransformConfig::default(),
+        shell: Shell::new("jit", f),
         static_argnums: Vec::new(),
         arg_names: Vec::new(),
-        target: Target::cpu(),
-        cache: TraceCache::default(),
         configured: std::sync::OnceLock::new(),
         _types: PhantomData,
     }
@@ -96,13 +89,13 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
 
     /// The target: `"cpu"` (default), `"cuda"`, `"cuda:N"` or `"mlx"`.
     pub fn device(mut self, device: impl Into<String>) -> Self {
-        self.target.device = Arc::from(device.into());
+        self.shell.target.device = Arc::from(device.into());
         self
     }
 
     /// `None` or `"float64"` (CUDA only; ignored on the CPU; part of the signature).
     pub fn precision(mut self, precision: Option<&str>) -> Self {
-        self.target.precision = precision.map(Arc::from);
+        self.shell.target.precision = precision.map(Arc::from);
         self
     }
 
@@ -116,17 +109,17 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
     }
 
     fn validate_config(&self) -> Result<()> {
-        self.config.validate()?;
-        if let Some(p) = &self.target.precision {
+        self.shell.config.validate()?;
+        if let Some(p) = &self.shell.target.precision {
             if &**p != "float64" {
                 return Err(Error::invalid(format!(
                     "precision must be None or \"float64\", got {p:?}"
                 )));
             }
         }
-        match parse_device(&self.target.device) {
+        match parse_device(&self.shell.target.device) {
             Device::Cpu | Device::Unavailable(_) => {
-                crate::devices::backend_for(&self.target.device).map(|_| ())
+                crate::devices::backend_for(&self.shell.target.device).map(|_| ())
             }
             Device::Invalid(d) => Err(Error::invalid(format!(
                 "invalid device {d:?}; expected \"cpu\", \"cuda\", \"cuda:N\" or \"mlx\""
@@ -163,7 +156,7 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
 
     /// Traces `f` for a prepared call and compiles the plan.
     fn trace_and_compile(&self, signature: Signature, prepared: &Prepared) -> Result<Entry> {
-        Entry::compile(signature, prepared.trace::<A, R>(&|a| (self.f)(a))?)
+        Entry::compile(signature, prepared.trace::<A, R>(&|a| (self.shell.f)(a))?)
     }
 
     /// Calls the compiled function.
@@ -172,24 +165,30 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
         if trace::active() {
             // Inside another trace the function is inlined into it.
             let (leaves, def) = tree::flatten(args);
-            return (self.f)(def.unflatten(leaves)?);
+            return (self.shell.f)(def.unflatten(leaves)?);
         }
         CallScratch::with(|scratch| {
             let def = args.flatten(&mut scratch.leaves);
             let leaves = &scratch.leaves;
             self.check_static(&def, leaves)?;
-            let entry = match self.cache.lookup(&def, leaves, Wrt::Nothing, &self.target) {
-                Some(entry) => entry,
-                None => {
-                    let signature = Signature::of(&def, leaves, Wrt::Nothing, &self.target);
-                    let owner = self.config.owner("jit", &self.arg_names);
-                    self.cache.get_or_build(&owner, signature, |sig| {
-                        let prepared =
-                            Prepared::new(&def, leaves, Wrt::Nothing, &self.arg_names, false)?;
-                        self.trace_and_compile(sig, &prepared)
-                    })?
-                }
-            };
+            let entry =
+                match self
+                    .shell
+                    .cache
+                    .lookup(&def, leaves, Wrt::Nothing, &self.shell.target)
+                {
+                    Some(entry) => entry,
+                    None => {
+                        let signature =
+                            Signature::of(&def, leaves, Wrt::Nothing, &self.shell.target);
+                        let owner = self.shell.owner(&self.arg_names);
+                        self.shell.cache.get_or_build(&owner, signature, |sig| {
+                            let prepared =
+                                Prepared::new(&def, leaves, Wrt::Nothing, &self.arg_names, false)?;
+                            self.trace_and_compile(sig, &prepared)
+                        })?
+                    }
+                };
             entry.call(&def, leaves, Wrt::Nothing, &[], &mut scratch.outputs)
         })
     }
@@ -200,7 +199,7 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
         self.check_config()?;
         let (leaves, def) = tree::flatten(args);
         self.check_static(&def, &leaves)?;
-        let signature = Signature::of(&def, &leaves, Wrt::Nothing, &self.target);
+        let signature = Signature::of(&def, &leaves, Wrt::Nothing, &self.shell.target);
         let prepared = Prepared::new(&def, &leaves, Wrt::Nothing, &self.arg_names, true)?;
         let entry = self.trace_and_compile(signature, &prepared)?;
         Ok(Lowered {

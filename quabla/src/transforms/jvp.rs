@@ -8,15 +8,14 @@
 use super::stateless::{cache_for, stateless_key, Caches};
 use crate::error::{Error, Result};
 use crate::staging::{
-    self, config_methods, Call, Prepared, Target, TraceCache, TransformConfig, Wrt,
+    self, config_methods, debug_as_shell, Call, Prepared, Shell, Target, TraceCache,
+    TransformConfig, Wrt,
 };
 use crate::tensor::Tensor;
 use crate::trace::{OutSlot, TracedFunction};
 use crate::tree::{self, Leaf, Tree, TreeDef};
 use quabla_autodiff::jvp_graph;
 use quabla_ir::{DType, Shape, TensorType};
-use std::fmt;
-use std::marker::PhantomData;
 
 thread_local! {
     /// The trace caches of [`jvp`] called with stateless functions, one per function.
@@ -43,29 +42,17 @@ pub fn jvp<A: Tree, R: Tree>(
 /// `jvp` as a transformed function that owns its trace cache: build with [`jvp_fn`], call
 /// with [`Jvp::call`].
 pub struct Jvp<F, A> {
-    f: F,
-    config: TransformConfig,
-    target: Target,
-    cache: TraceCache,
-    _args: PhantomData<fn(A)>,
+    shell: Shell<F, A>,
 }
 
-impl<F, A> fmt::Debug for Jvp<F, A> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "jvp({})", self.config.name)
-    }
-}
+debug_as_shell!(Jvp);
 
 /// Forward mode of `f` with a trace cache of its own (transforms.md §2.2): every call with a
 /// signature seen before reuses its trace, whatever `f` captures.
 /// `qb::jvp_fn(f).call(&primals, &tangents)` equals `qb::jvp(f, &primals, &tangents)`.
 pub fn jvp_fn<A: Tree, F>(f: F) -> Jvp<F, A> {
     Jvp {
-        f,
-        config: TransformConfig::default(),
-        target: Target::cpu(),
-        cache: TraceCache::default(),
-        _args: PhantomData,
+        shell: Shell::new("jvp", f),
     }
 }
 
@@ -77,11 +64,12 @@ impl<A: Tree, F> Jvp<F, A> {
     where
         F: Fn(A) -> Result<R>,
     {
+        let s = &self.shell;
         jvp_call(
-            &|a| (self.f)(a),
-            &self.cache,
-            &self.config,
-            &self.target,
+            &|a| (s.f)(a),
+            &s.cache,
+            &s.config,
+            &s.target,
             primals,
             tangents,
         )

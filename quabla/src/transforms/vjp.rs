@@ -11,8 +11,8 @@ use super::stateless::{cache_for, stateless_key, Caches};
 use crate::error::{Error, Result};
 use crate::operand::Operand;
 use crate::staging::{
-    self, config_methods, rebuild, CallScratch, Entry, LeafSignature, Prepared, Signature, Target,
-    TraceCache, TransformConfig, Wrt,
+    self, config_methods, debug_as_shell, rebuild, CallScratch, Entry, LeafSignature, Prepared,
+    Shell, Signature, Target, TraceCache, TransformConfig, Wrt,
 };
 use crate::tensor::Tensor;
 use crate::trace::{self, OutSlot, TracedFunction};
@@ -201,29 +201,17 @@ pub fn vjp<A: Tree, R: Tree>(f: impl Fn(A) -> Result<R>, primals: &A) -> Result<
 /// `vjp` as a transformed function that owns its trace cache: build with [`vjp_fn`], call
 /// with [`Vjp::call`].
 pub struct Vjp<F, A> {
-    f: F,
-    config: TransformConfig,
-    target: Target,
-    cache: VjpCache,
-    _args: PhantomData<fn(A)>,
+    shell: Shell<F, A, VjpCache>,
 }
 
-impl<F, A> fmt::Debug for Vjp<F, A> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "vjp({})", self.config.name)
-    }
-}
+debug_as_shell!(Vjp);
 
 /// Reverse mode of `f` with a trace cache of its own (transforms.md §2.2): every call with a
 /// signature seen before reuses its trace and plans, whatever `f` captures.
 /// `qb::vjp_fn(f).call(&primals)` equals `qb::vjp(f, &primals)`.
 pub fn vjp_fn<A: Tree, F>(f: F) -> Vjp<F, A> {
     Vjp {
-        f,
-        config: TransformConfig::default(),
-        target: Target::cpu(),
-        cache: VjpCache::default(),
-        _args: PhantomData,
+        shell: Shell::new("vjp", f),
     }
 }
 
@@ -235,13 +223,8 @@ impl<A: Tree, F> Vjp<F, A> {
     where
         F: Fn(A) -> Result<R>,
     {
-        vjp_call(
-            &|a| (self.f)(a),
-            &self.cache,
-            &self.config,
-            &self.target,
-            primals,
-        )
+        let s = &self.shell;
+        vjp_call(&|a| (s.f)(a), &s.cache, &s.config, &s.target, primals)
     }
 
     /// `f` returns `(output, aux)`: only `output` is differentiated, and the call returns
@@ -258,7 +241,7 @@ pub struct VjpAux<F, A> {
 
 impl<F, A> fmt::Debug for VjpAux<F, A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "vjp({}, has_aux)", self.inner.config.name)
+        write!(f, "vjp({}, has_aux)", self.inner.shell.config.name)
     }
 }
 
@@ -268,7 +251,7 @@ impl<A: Tree, F> VjpAux<F, A> {
     where
         F: Fn(A) -> Result<(R, X)>,
     {
-        let v = &self.inner;
+        let v = &self.inner.shell;
         let ((out, aux), pullback, operands) =
             vjp_stage::<A, (R, X)>(&|a| (v.f)(a), &v.cache, &v.config, &v.target, primals, true)?;
         let pullback = VjpFn {

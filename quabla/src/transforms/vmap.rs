@@ -7,14 +7,10 @@
 //! arguments, checks the batch size and traces the function on one example.
 
 use crate::error::{Error, Result};
-use crate::staging::{
-    self, config_methods, Call, Prepared, Target, TraceCache, TransformConfig, Wrt,
-};
+use crate::staging::{self, config_methods, debug_as_shell, Call, Prepared, Shell, Wrt};
 use crate::trace::{self, InputLeaf, OutSlot, TracedFunction};
 use crate::tree::{self, Tree};
 use quabla_ir::{normalize_axis, Shape, TensorType};
-use std::fmt;
-use std::marker::PhantomData;
 
 /// A pytree prefix of mapped axes (transforms.md §9): an axis (or `None`) applies to every
 /// leaf below it; tuples, lists and dicts follow the argument's structure.
@@ -71,31 +67,19 @@ impl InAxes {
 /// A batched function: build with [`vmap`], choose axes with [`Vmap::in_axes`] and
 /// [`Vmap::out_axes`], call with [`Vmap::call`].
 pub struct Vmap<F, A> {
-    f: F,
+    shell: Shell<F, A>,
     in_axes: Option<InAxes>,
     out_axes: InAxes,
-    config: TransformConfig,
-    target: Target,
-    cache: TraceCache,
-    _args: PhantomData<fn(A)>,
 }
 
-impl<F, A> fmt::Debug for Vmap<F, A> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "vmap({})", self.config.name)
-    }
-}
+debug_as_shell!(Vmap);
 
 /// Maps `f` over axis 0 of every argument (see [`Vmap::in_axes`]).
 pub fn vmap<A: Tree, F>(f: F) -> Vmap<F, A> {
     Vmap {
-        f,
+        shell: Shell::new("vmap", f),
         in_axes: None,
         out_axes: InAxes::Axis(Some(0)),
-        config: TransformConfig::default(),
-        target: Target::cpu(),
-        cache: TraceCache::default(),
-        _args: PhantomData,
     }
 }
 
@@ -138,12 +122,12 @@ impl<A: Tree, F> Vmap<F, A> {
     where
         F: Fn(A) -> Result<R>,
     {
-        self.config.validate()?;
+        self.shell.config.validate()?;
         let call = Call {
-            cache: &self.cache,
-            owner: self.config.owner("vmap", &[]),
+            cache: &self.shell.cache,
+            owner: self.shell.config.owner("vmap", &[]),
             wrt: Wrt::Nothing,
-            target: &self.target,
+            target: &self.shell.target,
             extra: None,
         };
         staging::execute(&call, args, |prepared| self.stage::<R>(prepared))
@@ -234,7 +218,7 @@ impl<A: Tree, F> Vmap<F, A> {
             captures,
             out_def,
             out_slots,
-        } = trace::trace_function::<A, R>(&|a| (self.f)(a), def, &inputs, names)?;
+        } = trace::trace_function::<A, R>(&|a| (self.shell.f)(a), def, &inputs, names)?;
         let mut in_axes = mapped;
         in_axes.extend(std::iter::repeat_n(None, captures.len()));
         // The axis of each result leaf, then of each plan output (static leaves have none).
