@@ -636,6 +636,15 @@ fn zero_length_span_returns_y0() -> qb::Result<()> {
             .saveat(&qb::array([1.5, 1.5])?)
             .eval()?;
         assert_eq!(rows.to_vec::<f64>()?, vec![1.0, 2.0, 1.0, 2.0], "{method}");
+        // The zero-length scheme's derivative: d y / d t1 = f(y0, t0).
+        let g: Tensor = qb::grad(|t1: Tensor| {
+            with_steps(odeint(decay_rhs, &y0, (1.5, &t1)), method, 4)
+                .args(&[&k])
+                .eval()?
+                .sum()
+        })
+        .call(&1.5)?;
+        assert!((g.item()? + 1.5).abs() < 1e-12, "{method}: {}", g.item()?);
     }
     Ok(())
 }
@@ -815,6 +824,99 @@ fn jit_of_a_solve_with_traced_span() -> qb::Result<()> {
             .max_steps(4000)
             .eval()?;
         assert_eq!(bits(&eager), bits(&y), "{method}");
+    }
+    Ok(())
+}
+
+/// docs/ode.md, landing: a step that would end within `100 eps max(|t|, |t1|)` of `t1` lands on
+/// `t1` instead of leaving a last step of a few ulps.
+#[test]
+fn a_step_a_rounding_error_short_of_t1_lands_on_it() -> qb::Result<()> {
+    // y' = 1 is integrated exactly, so every step is accepted with a zero error estimate and
+    // the next step is ten times longer: 1e-4, 1e-3, 1e-2, 0.1, ...
+    let rhs = |y: &Tensor, _: &Tensor, _: &[Tensor]| qb::ones_like(y);
+    let y0 = qb::array([0.0])?;
+    let solve = |t1: f64, max_steps: usize| {
+        qb::jit(|t1: Tensor| {
+            odeint(rhs, &y0, (0.0, &t1))
+                .method(Method::Dopri5)
+                .max_steps(max_steps)
+                .eval_with_info()
+        })
+        .call(&qb::array(t1)?)
+    };
+    // Where the fourth step ends when t1 is far away.
+    let (_, far): (Tensor, OdeInfo) = solve(1000.0, 4)?;
+    let t4 = far.t.item()?;
+    assert!((t4 - 0.1111).abs() < 1e-12, "{t4}");
+    // Five ulps beyond it: the fourth step lands.
+    let near = f64::from_bits(t4.to_bits() + 5);
+    let (y, info): (Tensor, OdeInfo) = solve(near, 100)?;
+    assert_eq!(info.accepted_steps.item()?, 4.0);
+    assert_eq!(info.t.item()?, near);
+    assert!((y.item()? - near).abs() < 1e-15);
+    // Clearly beyond it: a fifth, short step.
+    let (_, info): (Tensor, OdeInfo) = solve(t4 + 1e-6, 100)?;
+    assert_eq!(info.accepted_steps.item()?, 5.0);
+    assert_eq!(info.t.item()?, t4 + 1e-6);
+    Ok(())
+}
+
+/// docs/ode.md, regions: a fixed-step solve (with or without `saveat`) is a `fori_loop`, so it
+/// has every loop derivative but forward-over-forward; with `save` it is a `scan`, which has that
+/// one too.
+#[test]
+fn fixed_step_regions_and_their_derivative_compositions() -> qb::Result<()> {
+    let y0 = qb::array([1.0])?;
+    let ts = qb::array([0.5, 1.0])?;
+    let solve = |k: &Tensor, mode: u8| -> qb::Result<Tensor> {
+        let call = odeint(decay_rhs, &y0, (0.0, 1.0)).steps(10).args(&[k]);
+        match mode {
+            0 => call.eval()?.sum(),
+            1 => call.saveat(&ts).eval()?.sum(),
+            _ => call.save(true).eval()?.sum(),
+        }
+    };
+    for mode in 0..3 {
+        let text = qb::jit(|k: Tensor| solve(&k, mode))
+            .lower(&qb::array(0.5)?)?
+            .as_text();
+        let region = if mode == 2 { "= scan(" } else { "= fori(" };
+        assert!(text.contains(region), "mode {mode}: {text}");
+        let ff = qb::jvp(
+            |k: Tensor| Ok(qb::jvp(|k: Tensor| solve(&k, mode), &k, &qb::array(1.0)?)?.1),
+            &qb::array(0.5)?,
+            &qb::array(1.0)?,
+        );
+        if mode == 2 {
+            let (_, second) = ff?;
+            let gg: Tensor = qb::grad(|k: Tensor| qb::grad(|k: Tensor| solve(&k, mode)).call::<Tensor, Tensor>(&k))
+                .call(&qb::array(0.5)?)?;
+            assert!((second.item()? - gg.item()?).abs() < 1e-12 * gg.item()?.abs());
+        } else {
+            let err = ff.unwrap_err();
+            assert!(
+                matches!(&err, Error::Unsupported { op, .. } if op == "fori_loop"),
+                "{err:?}"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A solve whose inputs are all concrete but that runs inside a transform is traced too (one
+/// region of the enclosing trace), with the same values.
+#[test]
+fn a_constant_solve_inside_jit_is_traced() -> qb::Result<()> {
+    let k = qb::array(0.5)?;
+    let y0 = qb::array([1.0, 2.0])?;
+    for method in [Method::Dopri5, Method::Rosenbrock23] {
+        let eager = odeint(decay_rhs, &y0, (0.0, 1.0)).method(method).args(&[&k]).eval()?;
+        let shifted: Tensor = qb::jit(|x: Tensor| {
+            x + odeint(decay_rhs, &y0, (0.0, 1.0)).method(method).args(&[&k]).eval()?
+        })
+        .call(&qb::array(1.0)?)?;
+        assert_eq!(bits(&(eager + 1.0)?), bits(&shifted), "{method}");
     }
     Ok(())
 }
