@@ -142,27 +142,31 @@ impl Layout {
 /// The values an attempt reads besides the state: in the traced driver, tracers of the loop
 /// body (its operands), so that `t0`, `t1`, the save times and the args may all be traced.
 struct Inputs<'t> {
-    t0: &'t Tensor,
     t1: &'t Tensor,
+    /// The sign of `t1 - t0` (`+1` or `-1`, also for `t1 == t0`), behind stop_gradient.
+    dir: &'t Tensor,
+    /// The landing tolerance `100 eps max(|t0|, |t1|)`, behind stop_gradient.
+    landing: &'t Tensor,
     saveat: Option<&'t Tensor>,
     args: &'t [Tensor],
 }
 
 impl<'t> Inputs<'t> {
-    /// The operand list of the traced loop: `t0, t1, [saveat], args...`.
-    fn to_vec(&self) -> Vec<Tensor> {
-        let mut v = vec![self.t0.clone(), self.t1.clone()];
+    /// The operand list of the traced loop: `t1, dir, landing, [saveat], args...`.
+    fn operands(&self) -> Vec<Tensor> {
+        let mut v = vec![self.t1.clone(), self.dir.clone(), self.landing.clone()];
         v.extend(self.saveat.cloned());
         v.extend(self.args.iter().cloned());
         v
     }
 
-    fn from_slice(ops: &'t [Tensor], saveat: bool) -> Inputs<'t> {
-        let k = 2 + usize::from(saveat);
+    fn from_operands(ops: &'t [Tensor], saveat: bool) -> Inputs<'t> {
+        let k = 3 + usize::from(saveat);
         Inputs {
-            t0: &ops[0],
-            t1: &ops[1],
-            saveat: if saveat { Some(&ops[2]) } else { None },
+            t1: &ops[0],
+            dir: &ops[1],
+            landing: &ops[2],
+            saveat: if saveat { Some(&ops[3]) } else { None },
             args: &ops[k..],
         }
     }
@@ -180,12 +184,10 @@ struct Solver<'p, 'j> {
     /// For `rosenbrock23`: `J` and `df/dt` from `qb::jacobian`, and the identity.
     jacobian: Option<(&'j JacobianWithArgs<'j>, Tensor)>,
     layout: Layout,
-    /// Two steps whose ends are closer than this many units of `eps * max(|t|, |t1|)` count as
-    /// landing on `t1` (docs/ode.md).
-    eps: f64,
 }
 
-/// The landing tolerance in units of the dtype's epsilon times the magnitude of the times.
+/// The landing tolerance in units of the dtype's epsilon times the magnitude of the times: a
+/// step ending closer than that to `t1` lands on it (docs/ode.md).
 const LANDING_ULPS: f64 = 100.0;
 
 /// Either scheme's step, kept for the continuous extension.
@@ -226,11 +228,6 @@ impl Solver<'_, '_> {
         self.p.rhs.dtype
     }
 
-    /// The sign of the integration direction, `+1` or `-1` (never 0, also for `t1 == t0`).
-    fn direction(&self, t0: &Tensor, t1: &Tensor) -> Result<Tensor> {
-        select(&t1.greater_equal(t0)?, 1.0, -1.0)?.astype(self.dtype())
-    }
-
     /// The weighted RMS norm of §7.5.4.
     fn error_norm(&self, e: &Tensor, y: &Tensor, y_new: &Tensor) -> Result<Tensor> {
         let size = y.abs()?.maximum(y_new.abs()?)?;
@@ -263,10 +260,9 @@ impl Solver<'_, '_> {
         (dir * h)?.stop_gradient()
     }
 
-    fn initial_state(&self) -> Result<State> {
+    fn initial_state(&self, dir: &Tensor) -> Result<State> {
         let p = self.p;
         let dtype = self.dtype();
-        let dir = self.direction(&p.t0, &p.t1)?;
         let zero = scalar(0.0, dtype)?;
         let rows = match &p.saveat {
             Some(ts) => Some(crate::full([ts.size(), p.rhs.n], f64::NAN)?.astype(dtype)?),
@@ -275,7 +271,7 @@ impl Solver<'_, '_> {
         Ok(State {
             y: p.y0.clone(),
             t: p.t0.clone(),
-            h: self.initial_step(&dir)?,
+            h: self.initial_step(dir)?,
             err_prev: scalar(1.0, dtype)?,
             accepted: zero.clone(),
             rejected: zero.clone(),
@@ -308,16 +304,11 @@ impl Solver<'_, '_> {
     fn attempt(&self, s: &State, inp: &Inputs<'_>) -> Result<State> {
         let dtype = self.dtype();
         let ctl = &self.ctl;
-        let t1 = inp.t1;
-        let dir = self.direction(inp.t0, t1)?;
+        let (t1, dir) = (inp.t1, inp.dir);
         let remaining = (t1 - &s.t)?;
         // Landing: the step would end within a rounding error of t1, or past it.
-        let tol =
-            s.t.abs()?
-                .maximum(t1.abs()?)?
-                .mul(LANDING_ULPS * self.eps)?;
-        let short = ((&remaining - &s.h)? * &dir)?;
-        let lands = short.less_equal(&tol)?.stop_gradient()?;
+        let short = ((&remaining - &s.h)? * dir)?;
+        let lands = short.less_equal(inp.landing)?;
         let h = select(&lands, &remaining, &s.h)?;
         let step = self.step(s, &h, inp.args)?;
 
@@ -344,7 +335,7 @@ impl Solver<'_, '_> {
         let finished = accept.logical_and(&lands)?;
         let rows = match (&s.rows, inp.saveat) {
             (Some(rows), Some(ts)) => {
-                Some(self.save_rows(s, &step, &h, &t_end, &accept, &dir, rows, ts)?)
+                Some(self.save_rows(s, &step, &h, &t_end, &accept, dir, rows, ts)?)
             }
             _ => None,
         };
@@ -445,15 +436,24 @@ pub(super) fn solve(
             _ => None,
         },
         layout,
-        eps,
     };
+    let (t0, t1) = (&p.t0, &p.t1);
+    let dir = select(&t1.greater_equal(t0)?, 1.0, -1.0)?
+        .astype(dtype)?
+        .stop_gradient()?;
+    let landing = t0
+        .abs()?
+        .maximum(t1.abs()?)?
+        .mul(LANDING_ULPS * eps)?
+        .stop_gradient()?;
     let inputs = Inputs {
-        t0: &p.t0,
-        t1: &p.t1,
+        t1,
+        dir: &dir,
+        landing: &landing,
         saveat: p.saveat.as_ref(),
         args: &p.args,
     };
-    let init = solver.initial_state()?;
+    let init = solver.initial_state(&dir)?;
     let last = if tracing(p, &init.h)? {
         traced(&solver, init, &inputs, max_steps).map_err(name_args)?
     } else {
@@ -528,7 +528,7 @@ fn traced(s: &Solver<'_, '_>, state: State, inp: &Inputs<'_>, max_steps: usize) 
                 |o| Ok(o[0].clone()),
                 |o| {
                     let state = layout.unpack(&o[0])?;
-                    let next = s.attempt(&state, &Inputs::from_slice(&o[1..], saveat))?;
+                    let next = s.attempt(&state, &Inputs::from_operands(&o[1..], saveat))?;
                     layout.pack(&next)
                 },
                 &operands,
@@ -536,7 +536,7 @@ fn traced(s: &Solver<'_, '_>, state: State, inp: &Inputs<'_>, max_steps: usize) 
         },
         &init,
     )
-    .operands(&inp.to_vec())
+    .operands(&inp.operands())
     .eval()?;
     layout.unpack(&carry)
 }
