@@ -890,8 +890,10 @@ fn fixed_step_regions_and_their_derivative_compositions() -> qb::Result<()> {
         );
         if mode == 2 {
             let (_, second) = ff?;
-            let gg: Tensor = qb::grad(|k: Tensor| qb::grad(|k: Tensor| solve(&k, mode)).call::<Tensor, Tensor>(&k))
-                .call(&qb::array(0.5)?)?;
+            let gg: Tensor = qb::grad(|k: Tensor| {
+                qb::grad(|k: Tensor| solve(&k, mode)).call::<Tensor, Tensor>(&k)
+            })
+            .call(&qb::array(0.5)?)?;
             assert!((second.item()? - gg.item()?).abs() < 1e-12 * gg.item()?.abs());
         } else {
             let err = ff.unwrap_err();
@@ -911,9 +913,15 @@ fn a_constant_solve_inside_jit_is_traced() -> qb::Result<()> {
     let k = qb::array(0.5)?;
     let y0 = qb::array([1.0, 2.0])?;
     for method in [Method::Dopri5, Method::Rosenbrock23] {
-        let eager = odeint(decay_rhs, &y0, (0.0, 1.0)).method(method).args(&[&k]).eval()?;
+        let eager = odeint(decay_rhs, &y0, (0.0, 1.0))
+            .method(method)
+            .args(&[&k])
+            .eval()?;
         let shifted: Tensor = qb::jit(|x: Tensor| {
-            x + odeint(decay_rhs, &y0, (0.0, 1.0)).method(method).args(&[&k]).eval()?
+            x + odeint(decay_rhs, &y0, (0.0, 1.0))
+                .method(method)
+                .args(&[&k])
+                .eval()?
         })
         .call(&qb::array(1.0)?)?;
         assert_eq!(bits(&(eager + 1.0)?), bits(&shifted), "{method}");
