@@ -100,9 +100,14 @@ impl FromStr for Method {
 /// `success = true`.
 #[derive(Clone, Debug, crate::Tree)]
 pub struct OdeInfo {
+    /// The time reached (`t1` on success), a rank-0 tensor of the state's dtype.
     pub t: Tensor,
+    /// The number of accepted steps, as a float tensor.
     pub accepted_steps: Tensor,
+    /// The number of rejected step attempts, as a float tensor.
     pub rejected_steps: Tensor,
+    /// Whether `t1` was reached, a rank-0 bool tensor (always true eagerly, where a failure
+    /// raises).
     pub success: Tensor,
 }
 
@@ -117,6 +122,7 @@ pub struct OdeInfo {
 /// ```
 /// use quabla as qb;
 /// use qb::ode::{odeint, Method};
+/// use qb::prelude::*;
 /// # fn main() -> qb::Result<()> {
 /// let decay = |y: &qb::Tensor, _t: &qb::Tensor, a: &[qb::Tensor]| (y * &a[0]).neg();
 /// let y0 = qb::array([1.0, 2.0])?;
