@@ -72,6 +72,13 @@ pub enum Error {
     /// LA1.
     #[error("{op}: matrix is singular")]
     Singular { op: String },
+    /// RT1: an eager adaptive `odeint` did not reach `t1` within `max_steps` attempts.
+    #[error("{method} stopped at t={t:?} before t1 after max_steps={max_steps} step attempts; raise max_steps or relax rtol/atol")]
+    OdeMaxSteps {
+        method: String,
+        t: f64,
+        max_steps: u64,
+    },
     /// A failure inside a backend.
     #[error("{device}: {message}")]
     Device { device: String, message: String },

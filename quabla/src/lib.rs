@@ -21,12 +21,16 @@
 //! Operations are recorded as graphs of the `quabla-ir` crate and executed by the CPU
 //! reference backend (`quabla-cpu`); see `docs/architecture.md` for the whole design.
 
+// `#[derive(Tree)]` names the facade as `::quabla`, also inside the facade itself (`ode`).
+extern crate self as quabla;
+
 mod control_flow;
 mod creation;
 mod devices;
 mod dispatch;
 mod error;
 pub mod linalg;
+pub mod ode;
 mod operand;
 mod operators;
 mod ops;

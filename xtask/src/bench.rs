@@ -4,7 +4,7 @@
 //! example of the `quabla` crate in release mode, which prints one
 //! `workload=<name> seconds=<median seconds>` line per workload. With
 //! `--vs-jax` it also times the same workloads in JAX on the CPU: it keeps a
-//! virtualenv in `target/jax-venv` (created, and given `jax`, when missing),
+//! virtualenv in `target/jax-venv` (created, and given `jax` and `diffrax`, when missing),
 //! writes the embedded script `jax_bench.py` under `target/` and runs it. The
 //! two sets of timings are joined by workload name and printed as a table;
 //! `--json FILE` also writes them as a JSON array.
@@ -220,21 +220,22 @@ fn prepare_jax_venv() -> Result<PathBuf> {
         println!("== xtask: {} ==", display_command(&command));
         crate::run_inherited(&mut command)?;
     }
+    // diffrax is the peer of the ode rows; a virtualenv made before it was listed gets it too.
     let imports_jax = |python: &Path| {
         let mut command = Command::new(python);
         command
-            .args(["-c", "import jax"])
+            .args(["-c", "import jax, diffrax"])
             .env("JAX_PLATFORMS", "cpu");
         succeeds_quietly(command)
     };
     if !imports_jax(&python) {
         let mut command = Command::new(&python);
-        command.args(["-m", "pip", "install", "jax[cpu]"]);
+        command.args(["-m", "pip", "install", "jax[cpu]", "diffrax"]);
         println!("== xtask: {} ==", display_command(&command));
         crate::run_inherited(&mut command)?;
         if !imports_jax(&python) {
             return Err(format!(
-                "`{} -c \"import jax\"` still fails after installing jax",
+                "`{} -c \"import jax, diffrax\"` still fails after installing jax and diffrax",
                 python.display()
             ));
         }

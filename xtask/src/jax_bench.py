@@ -132,6 +132,67 @@ def main():
     print(f"workload=first_call_mlp_value_and_grad seconds={first_call_mlp(3):.9g}", flush=True)
     print(f"workload=mlp_value_and_grad_1024x64 seconds={mlp_step_seconds(repeats):.9g}",
           flush=True)
+    ode_workloads(repeats)
+
+
+def lotka_volterra(t, y, th):
+    x, z = y[0], y[1]
+    return jnp.stack([th[0] * x - th[1] * x * z, th[2] * x * z - th[3] * z])
+
+
+def robertson(t, y, args):
+    a, b, c = y[0], y[1], y[2]
+    bc = 1e4 * b * c
+    bb = 3e7 * b * b
+    return jnp.stack([-0.04 * a + bc, 0.04 * a - bc - bb, bb])
+
+
+def ode_workloads(repeats):
+    """The ODE rows with diffrax: a jitted Dopri5 solve of Lotka-Volterra over [0, 10] at
+    rtol 1e-6, atol 1e-9; the gradient of the sum of squares of its final state with respect
+    to the 4 parameters; and Kvaerno3 on the stiff Robertson problem over [0, 40] at rtol 1e-4,
+    atol 1e-8 (the peer of our rosenbrock23: diffrax has no Rosenbrock method)."""
+    try:
+        import diffrax
+    except ImportError as e:
+        print(f"note: diffrax is not installed ({e}); the ode rows have no JAX time", flush=True)
+        return
+
+    theta = jnp.asarray([1.5, 1.0, 1.0, 3.0])
+    y0 = jnp.asarray([1.0, 1.0])
+
+    def lv_solve(th):
+        return diffrax.diffeqsolve(
+            diffrax.ODETerm(lotka_volterra), diffrax.Dopri5(), t0=0.0, t1=10.0, dt0=None,
+            y0=y0, args=th,
+            stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-9))
+
+    solve = jax.jit(lambda th: lv_solve(th).ys)
+    print(f"workload=ode_dopri5_lotka_volterra seconds={median_seconds(solve, (theta,), repeats):.9g}",
+          flush=True)
+    stats = jax.jit(lambda th: lv_solve(th).stats)(theta)
+    print(f"note: diffrax Dopri5 on ode_dopri5_lotka_volterra takes "
+          f"{int(stats['num_accepted_steps'])} accepted and {int(stats['num_rejected_steps'])} "
+          f"rejected steps", flush=True)
+
+    grad = jax.jit(jax.grad(lambda th: jnp.sum(lv_solve(th).ys[-1] ** 2)))
+    print(f"workload=ode_dopri5_lotka_volterra_grad seconds={median_seconds(grad, (theta,), repeats):.9g}",
+          flush=True)
+
+    r0 = jnp.asarray([1.0, 0.0, 0.0])
+
+    def robertson_solve(y0):
+        return diffrax.diffeqsolve(
+            diffrax.ODETerm(robertson), diffrax.Kvaerno3(), t0=0.0, t1=40.0, dt0=None, y0=y0,
+            stepsize_controller=diffrax.PIDController(rtol=1e-4, atol=1e-8))
+
+    stiff = jax.jit(lambda y0: robertson_solve(y0).ys)
+    print(f"workload=ode_rosenbrock23_robertson seconds={median_seconds(stiff, (r0,), repeats):.9g}",
+          flush=True)
+    stats = jax.jit(lambda y0: robertson_solve(y0).stats)(r0)
+    print(f"note: ode_rosenbrock23_robertson runs diffrax Kvaerno3 on the JAX side: "
+          f"{int(stats['num_accepted_steps'])} accepted and {int(stats['num_rejected_steps'])} "
+          f"rejected steps", flush=True)
 
 
 def mlp_params(width, scale):
