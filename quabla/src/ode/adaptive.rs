@@ -454,7 +454,8 @@ pub(super) fn solve(
         args: &p.args,
     };
     let init = solver.initial_state(&dir)?;
-    let last = if tracing(p, &init.h)? {
+    // Under any transform (a trace is active) the solve is staged, as every region is.
+    let last = if crate::trace::active() {
         traced(&solver, init, &inputs, max_steps).map_err(name_args)?
     } else {
         eager(&solver, init, &inputs, max_steps)?
@@ -470,23 +471,6 @@ pub(super) fn solve(
         success: last.done.greater(0.5)?,
     };
     Ok((y, info))
-}
-
-/// Whether the solve runs under a transform: some input is a tracer, or a trace is active (a
-/// region recorded on a concrete value comes back traced).
-fn tracing(p: &Problem<'_>, probe: &Tensor) -> Result<bool> {
-    let traced = p.y0.is_traced()
-        || p.t0.is_traced()
-        || p.t1.is_traced()
-        || p.saveat.as_ref().is_some_and(Tensor::is_traced)
-        || p.args.iter().any(Tensor::is_traced)
-        || probe.is_traced();
-    if traced {
-        return Ok(true);
-    }
-    Ok(crate::fori_loop(0, 1, |_, c, _| Ok(c), probe)
-        .eval()?
-        .is_traced())
 }
 
 /// The eager driver: attempts until `t1` is reached; RT1 after `max_steps` attempts.
