@@ -380,40 +380,67 @@ impl GraphBuilder {
         self.push(Op::ScatterAdd { axis, indices }, &[base, updates])
     }
 
-    /// `solve(a, b)` with NumPy's conventions (api.md §17): `a` is `[..., n, n]`; `b` is a stack
-    /// of right-hand sides `[..., n, k]`, or one vector `[n]` (or `[..., n]` with `a`'s rank
-    /// minus one); the batch axes of `a` and `b` broadcast.
+    /// `solve(a, b)` with the conventions of api.md §17 and numerics.md §6.1: `a` is
+    /// `[..., n, n]`; a rank-1 `b` is one vector `[n]`, any other `b` a stack of right-hand sides
+    /// `[..., n, k]`; the batch axes of `a` and `b` broadcast (`a [2, 2, 2]` with `b [2]` gives
+    /// `[2, 2]`, with `b [2, 2, 3]` gives `[2, 2, 3]`).
     pub fn solve(&mut self, a: NodeId, rhs: NodeId) -> Result<NodeId> {
+        self.batched_solve(Op::Solve, a, rhs)
+    }
+
+    /// `triangular_solve(a, b)` (solving `op(a) x = b` reading one triangle of `a`) with the
+    /// right-hand side and batch conventions of [`GraphBuilder::solve`].
+    pub fn triangular_solve(
+        &mut self,
+        a: NodeId,
+        rhs: NodeId,
+        lower: bool,
+        transpose_a: bool,
+        unit_diagonal: bool,
+    ) -> Result<NodeId> {
+        let op = Op::TriangularSolve {
+            lower,
+            transpose_a,
+            unit_diagonal,
+        };
+        self.batched_solve(op, a, rhs)
+    }
+
+    /// `op(a, b)` for an op of the `solve` family, whose node wants equal batch axes and a
+    /// matrix right-hand side: a vector `b` becomes one column and the batch axes broadcast.
+    fn batched_solve(&mut self, op: Op, a: NodeId, rhs: NodeId) -> Result<NodeId> {
+        let name = op.name();
         let (sa, sb) = (self.ty(a).shape.clone(), self.ty(rhs).shape.clone());
-        let vector = sb.rank() + 1 == sa.rank() || sb.rank() == 1;
+        if sa.rank() < 2 {
+            // The node's own check gives the square-matrix message.
+            return self.push(op, &[a, rhs]);
+        }
+        let vector = sb.rank() == 1;
         let rhs = if vector {
-            let mut dims = sb.dims().to_vec();
-            dims.push(1);
-            self.reshape_to(rhs, Shape::new(dims)?)?
+            let n = sb.dims()[0];
+            self.reshape_to(rhs, Shape::new(vec![n, 1])?)?
+        } else if sb.rank() == 0 {
+            return Err(IrError::shape(
+                name,
+                format!("{name}: the right-hand side must be a vector [n] or a stack of columns [..., n, k], got a rank-0 array"),
+            ));
         } else {
             rhs
         };
         let sr = self.ty(rhs).shape.clone();
         let (ra, rr) = (sa.rank(), sr.rank());
-        let batch = if ra >= 2 && rr >= 2 {
-            broadcast_shapes(
-                &Shape::new(sa.dims()[..ra - 2].to_vec())?,
-                &Shape::new(sr.dims()[..rr - 2].to_vec())?,
-            )?
-        } else {
-            Shape::scalar()
-        };
+        let batch = broadcast_shapes(
+            &Shape::new(sa.dims()[..ra - 2].to_vec())?,
+            &Shape::new(sr.dims()[..rr - 2].to_vec())?,
+        )?;
         let full = |b: &mut GraphBuilder, n: NodeId, dims: &[usize]| {
-            if dims.len() < 2 {
-                return Ok(n);
-            }
             let mut full = batch.dims().to_vec();
             full.extend(&dims[dims.len() - 2..]);
             b.broadcast_to(n, Shape::new(full)?)
         };
         let a2 = full(self, a, sa.dims())?;
         let r2 = full(self, rhs, sr.dims())?;
-        let x = self.push(Op::Solve, &[a2, r2])?;
+        let x = self.push(op, &[a2, r2])?;
         if vector {
             let mut dims = self.ty(x).shape.dims().to_vec();
             dims.pop();

@@ -9,9 +9,13 @@
 //!   `a_bar = -b_bar x^T`.
 //! - `triangular_solve`: the same with `op(a)`, and only the read triangle (without a unit
 //!   diagonal) receives a derivative.
-//! - `cholesky` of a symmetric `a`: `dl = cholesky_ad(l, sym(da))` with
-//!   `cholesky_ad(l, s) = l Φ(l⁻¹ s l⁻ᵀ)` (Φ: lower triangle, diagonal halved); reverse
-//!   `a_bar = sym(l⁻ᵀ Φ(lᵀ l_bar) l⁻¹)`, with `sym(m) = (m + mᵀ) / 2`.
+//! - `cholesky`: the kernel reads only the lower triangle of `a`, so it computes
+//!   `chol(low(a))` with `low(m) = tril(m) + tril(m, -1)ᵀ`, the symmetric matrix of that
+//!   triangle, and the rules differentiate exactly that function: `dl = cholesky_ad(l, low(da))`
+//!   with `cholesky_ad(l, s) = l Φ(l⁻¹ s l⁻ᵀ)` (Φ: lower triangle, diagonal halved); reverse
+//!   `a_bar = low*(l⁻ᵀ Φ(lᵀ l_bar) l⁻¹)` with the adjoint `low*(g) = tril(g) + tril(gᵀ, -1)`.
+//!   The upper triangle receives exactly zero; for a symmetric perturbation `da` the tangent is
+//!   the standard symmetric rule, since `low(da) = da` then.
 //! - `cholesky_ad(l, s)` itself (the third and higher orders through `cholesky`): linear in `s`;
 //!   in `l` (of which only the lower triangle `L` is read) with `X = L⁻¹ s L⁻ᵀ`,
 //!   `d out = dL Φ(X) + cholesky_ad(l, -(dL L⁻¹ s + s L⁻ᵀ dLᵀ))`, so the rule is again a
@@ -207,19 +211,42 @@ pub fn triangular_solve_vjp(
     Ok((read_triangle(b, p, lower, unit_diagonal)?, rhs_bar))
 }
 
-/// Tangent of `l = cholesky(a)`.
+/// `low(m) = tril(m) + tril(m, -1)ᵀ`: the symmetric matrix the lower triangle of `m` stands
+/// for.
+fn low(b: &mut GraphBuilder, m: NodeId) -> Result<NodeId> {
+    let n = size(b, m);
+    let lower = read_triangle(b, m, true, false)?;
+    let below = triangle(b, n, Comparison::Greater)?;
+    let zero = b.weak_scalar(0.0);
+    let strict = b.select(below, m, zero)?;
+    let strict_t = mt(b, strict)?;
+    b.add(lower, strict_t)
+}
+
+/// The adjoint of [`low`]: `tril(g) + tril(gᵀ, -1)`.
+fn low_adjoint(b: &mut GraphBuilder, g: NodeId) -> Result<NodeId> {
+    let n = size(b, g);
+    let lower = read_triangle(b, g, true, false)?;
+    let gt = mt(b, g)?;
+    let below = triangle(b, n, Comparison::Greater)?;
+    let zero = b.weak_scalar(0.0);
+    let strict = b.select(below, gt, zero)?;
+    b.add(lower, strict)
+}
+
+/// Tangent of `l = cholesky(a)` (of the lower triangle of `a`, which is all the kernel reads).
 pub fn cholesky_jvp(b: &mut GraphBuilder, l: NodeId, da: NodeId) -> Result<NodeId> {
-    let s = sym(b, da)?;
+    let s = low(b, da)?;
     b.push(Op::CholeskyAd, &[l, s])
 }
 
-/// Cotangent of `a` for `l = cholesky(a)`.
+/// Cotangent of `a` for `l = cholesky(a)`; the strict upper triangle receives zero.
 pub fn cholesky_vjp(b: &mut GraphBuilder, l: NodeId, l_bar: NodeId) -> Result<NodeId> {
     let lt = mt(b, l)?;
     let m = matmul(b, lt, l_bar)?;
     let p = phi(b, m)?;
     let s = congruence_inverse(b, l, p)?;
-    sym(b, s)
+    low_adjoint(b, s)
 }
 
 /// `l⁻ᵀ p l⁻¹`, as `(l⁻ᵀ (l⁻ᵀ p)ᵀ)ᵀ` with two triangular solves.

@@ -495,6 +495,8 @@ fn full_svd_factors_without_extra_columns_match_finite_differences() {
 
 #[test]
 fn extra_columns_are_a_targeted_error() {
+    // TF11: a cotangent that reaches the extra columns (rows) of a complete Q / full U / full Vh
+    // is an error in reverse mode; forward mode gives them a NaN tangent.
     for (kind, dims) in [
         (LinalgKind::QrQComplete, [4usize, 3]),
         (LinalgKind::SvdUFull, [4, 3]),
@@ -504,30 +506,68 @@ fn extra_columns_are_a_targeted_error() {
         let a = b.input("a", TensorType::new(DType::F64, shape(&dims)));
         let out = linalg(&mut b, kind, a);
         let g = b.finish(vec![out]).unwrap();
-        let errors = [
-            jvp_graph(&g, &[true]).unwrap_err(),
-            vjp_graph(&g, &[true], &[Seed::Input]).unwrap_err(),
-        ];
-        for e in errors {
-            match e {
-                IrError::InvalidArgument { message } => {
-                    assert!(
-                        message.starts_with("derivatives of the extra columns of")
-                            && message.ends_with("are not unique"),
-                        "{message}"
-                    );
-                    let call = if kind == LinalgKind::QrQComplete {
-                        "qr(mode=\"complete\")"
-                    } else {
-                        "svd(full_matrices=True)"
-                    };
-                    assert!(message.contains(call), "{message}");
-                }
-                other => panic!("{kind:?}: {other:?}"),
+        match vjp_graph(&g, &[true], &[Seed::Input]).unwrap_err() {
+            IrError::InvalidArgument { message } => {
+                assert!(
+                    message.starts_with("derivatives of the extra columns of")
+                        && message.ends_with("are not unique"),
+                    "{message}"
+                );
+                let call = if kind == LinalgKind::QrQComplete {
+                    "qr(mode=\"complete\")"
+                } else {
+                    "svd(full_matrices=True)"
+                };
+                assert!(message.contains(call), "{message}");
+            }
+            other => panic!("{kind:?}: {other:?}"),
+        }
+        let j = jvp_graph(&g, &[true]).unwrap();
+        let mut rng = Rng::new(3);
+        let t = run(&j, &[rng.vec(12), rng.vec(12)])[1].data.to_f64_vec();
+        // Every full factor here is 4 x 4 with k = 3.
+        let cols = 4;
+        for i in 0..4 {
+            for j in 0..cols {
+                let extra = if kind == LinalgKind::SvdVhFull {
+                    i >= 3
+                } else {
+                    j >= 3
+                };
+                assert_eq!(t[i * cols + j].is_nan(), extra, "{kind:?} [{i}, {j}]: {t:?}");
             }
         }
         // Not differentiating the output is fine.
         assert!(jvp_graph(&g, &[false]).is_ok());
+    }
+}
+
+#[test]
+fn leading_columns_of_full_factors_differentiate() {
+    // A function of the leading k columns (rows) of a complete Q / full U / full Vh is a
+    // function of the reduced factor: both modes, to second order.
+    let mut rng = Rng::new(17);
+    for (kind, dims) in [
+        (LinalgKind::QrQComplete, [4usize, 3]),
+        (LinalgKind::SvdUFull, [4, 3]),
+        (LinalgKind::SvdVhFull, [3, 4]),
+    ] {
+        let x = separated(&mut rng, &dims);
+        let f = Fun::new(&[&dims], |b, xs| {
+            let full = linalg(b, kind, xs[0]);
+            let (starts, sizes) = if kind == LinalgKind::SvdVhFull {
+                (vec![0, 0], vec![3, 4])
+            } else {
+                (vec![0, 0], vec![4, 3])
+            };
+            let lead = b.slice(full, starts, sizes).unwrap();
+            // Two uses of the leading part: the cotangents add up before reaching the factor.
+            let first = wsum_sq(b, lead, 0.3);
+            let col = b.slice(full, vec![0, 0], vec![2, 2]).unwrap();
+            let second = wsum(b, col, 1.1);
+            add(b, first, second)
+        });
+        check_orders(&f, &[x], 2, 71, &format!("{kind:?} leading part"));
     }
 }
 

@@ -79,6 +79,18 @@ pub enum Error {
         t: f64,
         max_steps: u64,
     },
+    /// RT2..RT4: an eager `cg`, `gmres` or `newton` did not converge (never under a
+    /// transform, where `info.success` reports it). `iterations` counts iterations (Arnoldi
+    /// steps for `gmres`); `tolerance` is the residual bound the test used (for `newton`, its
+    /// step tolerance `tol`); `reason` is `newton`'s cause (`""` for the Krylov solvers).
+    #[error("{}", not_converged(.solver, *.iterations, *.residual, *.tolerance, .reason))]
+    NotConverged {
+        solver: &'static str,
+        iterations: u64,
+        residual: f64,
+        tolerance: f64,
+        reason: &'static str,
+    },
     /// A failure inside a backend.
     #[error("{device}: {message}")]
     Device { device: String, message: String },
@@ -140,5 +152,85 @@ impl Error {
             op: op.into(),
             message: message.into(),
         }
+    }
+}
+
+/// The messages of RT2..RT4.
+fn not_converged(
+    solver: &str,
+    iterations: u64,
+    residual: f64,
+    tolerance: f64,
+    reason: &str,
+) -> String {
+    let (r, tol) = (scientific(residual), scientific(tolerance));
+    match solver {
+        "gmres" => format!(
+            "gmres did not converge after {iterations} Arnoldi steps (residual norm {r} > tolerance {tol}); increase maxiter or restart, or add a preconditioner M"
+        ),
+        "newton" => format!(
+            "newton did not converge after {iterations} iterations (residual norm {r}); {reason}"
+        ),
+        _ => format!(
+            "{solver} did not converge after {iterations} iterations (residual norm {r} > tolerance {tol}); increase maxiter, add a preconditioner M, or check that the operator is symmetric positive definite"
+        ),
+    }
+}
+
+/// `x` as Python's `{:.3e}` writes it (`1.235e-05`, `inf`, `nan`), so that the message matches
+/// the catalogue's pattern exactly.
+fn scientific(x: f64) -> String {
+    if !x.is_finite() {
+        return if x.is_nan() {
+            "nan".into()
+        } else if x > 0.0 {
+            "inf".into()
+        } else {
+            "-inf".into()
+        };
+    }
+    let s = format!("{x:.3e}");
+    match s.split_once('e') {
+        Some((mantissa, exp)) => {
+            let (sign, digits) = match exp.strip_prefix('-') {
+                Some(d) => ('-', d),
+                None => ('+', exp),
+            };
+            format!("{mantissa}e{sign}{digits:0>2}")
+        }
+        None => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_converged_messages_follow_the_catalogue() {
+        let e = Error::NotConverged {
+            solver: "cg",
+            iterations: 80,
+            residual: 1.23456e-3,
+            tolerance: 2.0e-10,
+            reason: "",
+        };
+        assert_eq!(
+            e.to_string(),
+            "cg did not converge after 80 iterations (residual norm 1.235e-03 > tolerance 2.000e-10); increase maxiter, add a preconditioner M, or check that the operator is symmetric positive definite"
+        );
+        let e = Error::NotConverged {
+            solver: "newton",
+            iterations: 3,
+            residual: f64::NAN,
+            tolerance: 1e-8,
+            reason: "the Jacobian is singular",
+        };
+        assert_eq!(
+            e.to_string(),
+            "newton did not converge after 3 iterations (residual norm nan); the Jacobian is singular"
+        );
+        assert_eq!(scientific(123456.0), "1.235e+05");
+        assert_eq!(scientific(0.0), "0.000e+00");
     }
 }

@@ -25,8 +25,14 @@
 //!   `dQ = dX R⁻¹ - Q (C - Ω)`. A wide `a = [X | Y]` factors its leading square block `X`, and
 //!   `R = [R_X | Qᵀ Y]`.
 //! - The complete `Q` and the full `U` of a tall matrix, and the full `Vh` of a wide one, have
-//!   extra columns (rows) that are not unique, so differentiating them is `InvalidArgument`
-//!   (TF11).
+//!   `k = min(m, n)` leading columns (rows) equal to the reduced factor, and extra columns
+//!   (rows) that are any orthonormal completion: those have no derivative (TF11). Reverse mode
+//!   differentiates the leading part with the reduced rule when the cotangent is zero by
+//!   construction on the extra part (it comes from slices or indices of the leading columns, and
+//!   sums, negations, products and selections of such cotangents); any other cotangent is
+//!   `InvalidArgument` (TF11), whatever its values. Forward mode cannot see which columns its
+//!   consumers read, so the tangent of the extra part is NaN (a result that does not depend on
+//!   it, or a factor never used, differentiates normally).
 //!   Without extra columns they equal the reduced factors and use their rules, with the other
 //!   factor derived from them (`Vh = S⁻¹ Uᵀ a`, `U = a Vhᵀ S⁻¹`) unless the matrix is square, so
 //!   that no rule differentiates the extra columns of a sibling.
@@ -77,7 +83,10 @@ pub fn linalg_jvp(
         }
         LinalgKind::QrQComplete => {
             if m > n {
-                return Err(extra_columns("qr(mode=\"complete\")"));
+                let q = sibling(b, LinalgKind::QrQ, a)?;
+                let r = sibling(b, LinalgKind::QrR, a)?;
+                let dq = qr_jvp(b, a, q, r, da)?.0;
+                return Ok(Some(nan_extra(b, dq, out, 1)?));
             }
             let r = sibling(b, LinalgKind::QrR, a)?;
             qr_jvp(b, a, out, r, da)?.0
@@ -95,10 +104,18 @@ pub fn linalg_jvp(
             f.dvh(b, da)?
         }
         LinalgKind::SvdUFull => {
+            if m > n {
+                let du = Svd::reduced(b, a)?.du(b, da)?;
+                return Ok(Some(nan_extra(b, du, out, 1)?));
+            }
             let f = Svd::full_u(b, a, out)?;
             f.du(b, da)?
         }
         LinalgKind::SvdVhFull => {
+            if n > m {
+                let dvh = Svd::reduced(b, a)?.dvh(b, da)?;
+                return Ok(Some(nan_extra(b, dvh, out, 2)?));
+            }
             let f = Svd::full_vh(b, a, out)?;
             f.dvh(b, da)?
         }
@@ -155,7 +172,10 @@ pub fn linalg_vjp(
         }
         LinalgKind::QrQComplete => {
             if m > n {
-                return Err(extra_columns("qr(mode=\"complete\")"));
+                let lead = leading(b, ct, n, 1, "qr(mode=\"complete\")")?;
+                let q = sibling(b, LinalgKind::QrQ, a)?;
+                let r = sibling(b, LinalgKind::QrR, a)?;
+                return Ok(Some(qr_vjp(b, a, q, r, Some(lead), None)?));
             }
             let r = sibling(b, LinalgKind::QrR, a)?;
             qr_vjp(b, a, out, r, Some(ct), None)?
@@ -173,14 +193,93 @@ pub fn linalg_vjp(
             f.vh_bar(b, ct)?
         }
         LinalgKind::SvdUFull => {
+            if m > n {
+                let lead = leading(b, ct, n, 1, "svd(full_matrices=True)")?;
+                return Ok(Some(Svd::reduced(b, a)?.u_bar(b, lead)?));
+            }
             let f = Svd::full_u(b, a, out)?;
             f.u_bar(b, ct)?
         }
         LinalgKind::SvdVhFull => {
+            if n > m {
+                let lead = leading(b, ct, m, 2, "svd(full_matrices=True)")?;
+                return Ok(Some(Svd::reduced(b, a)?.vh_bar(b, lead)?));
+            }
             let f = Svd::full_vh(b, a, out)?;
             f.vh_bar(b, ct)?
         }
     }))
+}
+
+/// The leading `k` columns (`from_end == 1`) or rows (`from_end == 2`) of the cotangent `ct` of
+/// a full factor, when it is zero on the others by construction; TF11 otherwise.
+fn leading(
+    b: &mut GraphBuilder,
+    ct: NodeId,
+    k: usize,
+    from_end: usize,
+    what: &str,
+) -> Result<NodeId> {
+    if !zero_beyond(b, ct, from_end, k, 0) {
+        return Err(extra_columns(what));
+    }
+    let dims = b.ty(ct).shape.dims().to_vec();
+    let axis = dims.len() - from_end;
+    let mut sizes = dims;
+    sizes[axis] = k;
+    b.slice(ct, vec![0; sizes.len()], sizes)
+}
+
+/// Whether `x` is zero by construction at every index `>= k` of its axis `rank - from_end`:
+/// a pad of a box that ends before `k`, an exact zero constant, or sums, negations, casts,
+/// products and selections of such values. `depth` bounds the walk.
+fn zero_beyond(b: &GraphBuilder, x: NodeId, from_end: usize, k: usize, depth: usize) -> bool {
+    use quabla_ir::{BinaryOp, UnaryOp};
+    if depth > 64 {
+        return false;
+    }
+    let node = b.node(x);
+    let rank = node.ty.shape.rank();
+    if rank < from_end {
+        return false;
+    }
+    let axis = rank - from_end;
+    let recurse = |y: NodeId| zero_beyond(b, y, from_end, k, depth + 1);
+    match &node.op {
+        Op::PadSlice { starts, .. } => {
+            let inner = b.ty(node.operands[0]).shape.dims();
+            inner.len() == rank && starts[axis] + inner[axis] <= k
+        }
+        Op::Constant { data, .. } => (0..node.ty.shape.size()).all(|i| data.get_f64(i) == 0.0),
+        Op::Broadcast { .. } => {
+            let y = node.operands[0];
+            let inner = b.node(y);
+            matches!(&inner.op, Op::Constant { data, .. }
+                if (0..inner.ty.shape.size()).all(|i| data.get_f64(i) == 0.0))
+                || (inner.ty.shape.rank() == rank
+                    && inner.ty.shape.dims()[axis] == node.ty.shape.dims()[axis]
+                    && recurse(y))
+        }
+        Op::Binary(BinaryOp::Add | BinaryOp::Sub) => node.operands.iter().all(|&y| recurse(y)),
+        Op::Binary(BinaryOp::Mul) => node.operands.iter().any(|&y| recurse(y)),
+        Op::Unary(UnaryOp::Neg) | Op::Cast { .. } => recurse(node.operands[0]),
+        Op::Where => node.operands[1..].iter().all(|&y| recurse(y)),
+        _ => false,
+    }
+}
+
+/// `lead` (the tangent of the leading `k` columns or rows of `full`) completed to `full`'s
+/// shape with NaN: the extra part of a full factor has no tangent (TF11).
+fn nan_extra(b: &mut GraphBuilder, lead: NodeId, full: NodeId, from_end: usize) -> Result<NodeId> {
+    let dims = b.ty(full).shape.dims().to_vec();
+    let axis = dims.len() - from_end;
+    let k = b.ty(lead).shape.dims()[axis];
+    let mut extra = dims;
+    extra[axis] -= k;
+    let dtype = b.ty(full).dtype;
+    let nan = b.scalar(f64::NAN, dtype, false);
+    let nan = b.broadcast_to(nan, Shape::new(extra)?)?;
+    b.concat(&[lead, nan], axis as isize)
 }
 
 /// TF11: the extra columns of a complete `Q` or full `U`/`Vh` are any orthonormal completion,
