@@ -79,6 +79,22 @@ pub enum Error {
         t: f64,
         max_steps: u64,
     },
+    /// IO1..IO4: a file that is not a valid quabla file (Python `ValueError`).
+    #[error("{message}")]
+    Format { message: String },
+    /// An operating-system error reading or writing a file (Python `OSError`).
+    #[error("{message}")]
+    Io {
+        path: Option<std::path::PathBuf>,
+        message: String,
+        kind: std::io::ErrorKind,
+    },
+    /// A buffer the allocator could not provide (Python `MemoryError`): nothing was allocated
+    /// and every existing tensor is intact.
+    #[error(
+        "cannot allocate {bytes} bytes for {what}; the machine does not have that much memory"
+    )]
+    OutOfMemory { bytes: u128, what: String },
     /// A failure inside a backend.
     #[error("{device}: {message}")]
     Device { device: String, message: String },
@@ -122,6 +138,61 @@ impl From<BackendError> for Error {
             },
             BackendError::Device { device, message } => Error::Device { device, message },
             other => Error::Internal {
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
+impl From<quabla_random::RandomError> for Error {
+    fn from(e: quabla_random::RandomError) -> Error {
+        use quabla_random::{ErrorKind, RandomError};
+        let message = e.to_string();
+        match (&e, e.kind()) {
+            (RandomError::OutOfMemory { bytes, shape }, _) => Error::OutOfMemory {
+                bytes: *bytes as u128,
+                what: format!("random samples of shape {shape:?}"),
+            },
+            (_, ErrorKind::Type) => Error::Type { message },
+            (_, ErrorKind::Shape) => Error::Shape {
+                op: "random".into(),
+                message,
+            },
+            _ => Error::InvalidArgument { message },
+        }
+    }
+}
+
+impl From<quabla_io::IoError> for Error {
+    fn from(e: quabla_io::IoError) -> Error {
+        use quabla_io::IoError;
+        match e {
+            IoError::Format { message, .. } => Error::Format { message },
+            IoError::Io { path, source } if source.kind() == std::io::ErrorKind::OutOfMemory => {
+                Error::OutOfMemory {
+                    bytes: 0,
+                    what: match path {
+                        Some(p) => format!("reading {}", p.display()),
+                        None => "reading a quabla file".into(),
+                    },
+                }
+            }
+            e @ IoError::Io { .. } => {
+                let message = e.to_string();
+                let (path, kind) = match e {
+                    IoError::Io { path, source } => (path, source.kind()),
+                    _ => (None, std::io::ErrorKind::Other),
+                };
+                Error::Io {
+                    path,
+                    message,
+                    kind,
+                }
+            }
+            e @ IoError::UnsupportedLeaf { .. } => Error::Type {
+                message: e.to_string(),
+            },
+            other => Error::InvalidArgument {
                 message: other.to_string(),
             },
         }
