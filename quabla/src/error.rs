@@ -95,12 +95,17 @@ pub enum Error {
         "cannot allocate {bytes} bytes for {what}; the machine does not have that much memory"
     )]
     OutOfMemory { bytes: u128, what: String },
+    /// The computation was stopped by a [`crate::CancelToken`] or by [`crate::interrupt`]
+    /// (Python `KeyboardInterrupt`); every tensor the caller holds is intact.
+    #[error("cancelled: the computation was interrupted")]
+    Cancelled,
     /// A failure inside a backend.
     #[error("{device}: {message}")]
     Device { device: String, message: String },
-    /// A warning escalated by [`crate::warnings::Action::Error`].
+    /// A warning escalated by [`crate::warnings::Action::Error`] (boxed: a retrace warning
+    /// carries four signatures, and every `Result` of the facade would pay for them).
     #[error("{0}")]
-    Warning(crate::warnings::Warning),
+    Warning(Box<crate::warnings::Warning>),
     /// A broken internal invariant: a bug in Quabla, never the caller's fault.
     #[error("internal error (please report): {message}")]
     Internal { message: String },
@@ -120,6 +125,7 @@ impl From<IrError> for Error {
                 device: None,
                 message,
             },
+            IrError::OutOfMemory { bytes, what } => Error::OutOfMemory { bytes, what },
             other => Error::Internal {
                 message: other.to_string(),
             },
@@ -137,6 +143,8 @@ impl From<BackendError> for Error {
                 device: Some(device),
             },
             BackendError::Device { device, message } => Error::Device { device, message },
+            BackendError::OutOfMemory { bytes, what } => Error::OutOfMemory { bytes, what },
+            BackendError::Cancelled => Error::Cancelled,
             other => Error::Internal {
                 message: other.to_string(),
             },
@@ -203,6 +211,13 @@ impl Error {
     pub(crate) fn invalid(message: impl Into<String>) -> Error {
         Error::InvalidArgument {
             message: message.into(),
+        }
+    }
+
+    pub(crate) fn out_of_memory(bytes: u128, what: impl Into<String>) -> Error {
+        Error::OutOfMemory {
+            bytes,
+            what: what.into(),
         }
     }
 

@@ -63,6 +63,7 @@ pub use ops::normalize::*;
 pub use ops::products::*;
 pub use ops::reduce::*;
 pub use ops::shape::*;
+pub use quabla_backend::cancel::{interrupt, with_token, CancelToken};
 pub use quabla_ir::DType;
 /// `#[derive(Tree)]`: a struct as a pytree node; `#[tree(static)]` marks meta fields.
 pub use quabla_macros::Tree;
