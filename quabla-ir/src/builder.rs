@@ -258,11 +258,13 @@ impl GraphBuilder {
         if unknown.len() > 1 || dims.iter().any(|&d| d < -1 || d == 0) {
             return Err(fail());
         }
-        let known: usize = dims
-            .iter()
-            .filter(|&&d| d > 0)
-            .map(|&d| d as usize)
-            .product();
+        // Checked: extents from the caller may multiply past `usize` (no such shape can hold
+        // `size` elements, so that is SH5 too).
+        fn product(ds: impl IntoIterator<Item = usize>) -> Option<usize> {
+            ds.into_iter().try_fold(1usize, |n, d| n.checked_mul(d))
+        }
+        let known =
+            product(dims.iter().filter(|&&d| d > 0).map(|&d| d as usize)).ok_or_else(fail)?;
         let mut out: Vec<usize> = dims.iter().map(|&d| d.max(0) as usize).collect();
         if let Some(&u) = unknown.first() {
             if !size.is_multiple_of(known) {
@@ -270,7 +272,7 @@ impl GraphBuilder {
             }
             out[u] = size / known;
         }
-        if out.iter().product::<usize>() != size {
+        if product(out.iter().copied()) != Some(size) {
             return Err(fail());
         }
         self.reshape_to(x, Shape::new(out)?)

@@ -1,7 +1,7 @@
 //! Typed errors of graph construction, passes and parsing. Messages follow `spec/errors.md`
 //! so that the facade can pass them to users unchanged.
 
-use crate::DType;
+use crate::{DType, Shape};
 use thiserror::Error;
 
 pub type Result<T, E = IrError> = std::result::Result<T, E>;
@@ -37,6 +37,13 @@ pub enum IrError {
     /// Malformed IR text.
     #[error("IR text line {line}: {message}")]
     Parse { line: usize, message: String },
+    /// The allocator refused storage of `bytes` bytes for `what` (a tensor described by its
+    /// shape or element count and dtype). A `ValueError`-kind failure of the request, not of
+    /// the process: nothing was allocated and every existing value is intact.
+    #[error(
+        "cannot allocate {bytes} bytes for {what}; the machine does not have that much memory"
+    )]
+    OutOfMemory { bytes: u128, what: String },
 }
 
 impl IrError {
@@ -52,6 +59,23 @@ impl IrError {
         IrError::Shape {
             op: "axis".into(),
             message: format!("axis {axis} is out of range for a tensor of rank {rank}"),
+        }
+    }
+
+    /// The allocator refused `bytes` bytes for `what`.
+    pub fn out_of_memory(bytes: u128, what: impl Into<String>) -> Self {
+        IrError::OutOfMemory {
+            bytes,
+            what: what.into(),
+        }
+    }
+
+    /// The allocator refused storage for a tensor of `shape` and `dtype` (`what` reads
+    /// `a tensor of shape [1099511627776] float64`).
+    pub fn tensor_out_of_memory(dtype: DType, shape: &Shape) -> Self {
+        IrError::OutOfMemory {
+            bytes: shape.nbytes(dtype) as u128,
+            what: format!("a tensor of shape {shape} {}", dtype.name()),
         }
     }
 

@@ -4,8 +4,15 @@
 //! Storage is physically typed (8/4/1 bytes per element), immutable and reference counted
 //! (numerics.md §1.2). Equality and hashing compare bit patterns, so `-0.0` and `0.0` differ and
 //! identical NaN payloads are equal — the rule constant deduplication needs (transforms.md §17).
+//!
+//! Storage whose size comes from user input is built with the fallible constructors
+//! ([`HostData::try_zeroed`], [`HostData::try_filled`], [`HostData::try_from_f64`],
+//! [`HostData::try_copy_of`]), which report [`IrError::OutOfMemory`] when the allocator
+//! refuses (see [`crate::alloc`]); the infallible ones are for storage of a size the program
+//! chose, where a refusal means the process is out of memory anyway.
 
-use crate::DType;
+use crate::alloc::{self, AllocError, Zeroable};
+use crate::{DType, IrError, Result};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -63,7 +70,9 @@ impl HostData {
     }
 
     /// Builds storage of `dtype` from f64 values, rounding each one to the dtype
-    /// (numerics.md §1.4: nonzero and NaN are true for bool).
+    /// (numerics.md §1.4: nonzero and NaN are true for bool). The process aborts if the
+    /// allocator refuses: for a size that comes from user input use
+    /// [`HostData::try_from_f64`].
     pub fn from_f64(dtype: DType, values: impl IntoIterator<Item = f64>) -> HostData {
         let it = values.into_iter();
         match dtype {
@@ -73,13 +82,76 @@ impl HostData {
         }
     }
 
-    /// `n` copies of one value rounded to `dtype`.
+    /// `n` copies of one value rounded to `dtype`. The process aborts if the allocator
+    /// refuses: for a size that comes from user input use [`HostData::try_filled`].
     pub fn filled(dtype: DType, value: f64, n: usize) -> HostData {
         match dtype {
             DType::F64 => HostData::F64(shared_filled(value, n)),
             DType::F32 => HostData::F32(shared_filled(value as f32, n)),
             DType::Bool => HostData::Bool(shared_filled(value != 0.0, n)),
         }
+    }
+
+    /// `n` zeros of `dtype` (false for bool), from zeroed allocation: large buffers are fresh
+    /// pages that the operating system zeroes on first write. [`IrError::OutOfMemory`] when
+    /// the allocator refuses.
+    pub fn try_zeroed(dtype: DType, n: usize) -> Result<HostData> {
+        let oom = |e: AllocError| elements_out_of_memory(e, dtype, n);
+        Ok(match dtype {
+            DType::F64 => HostData::F64(alloc::try_shared_zeroed(n).map_err(oom)?),
+            DType::F32 => HostData::F32(alloc::try_shared_zeroed(n).map_err(oom)?),
+            DType::Bool => HostData::Bool(alloc::try_shared_zeroed(n).map_err(oom)?),
+        })
+    }
+
+    /// `n` copies of one value rounded to `dtype`, like [`HostData::filled`];
+    /// [`IrError::OutOfMemory`] when the allocator refuses.
+    pub fn try_filled(dtype: DType, value: f64, n: usize) -> Result<HostData> {
+        let oom = |e: AllocError| elements_out_of_memory(e, dtype, n);
+        Ok(match dtype {
+            DType::F64 => HostData::F64(alloc::try_shared_filled(value, n).map_err(oom)?),
+            DType::F32 => HostData::F32(alloc::try_shared_filled(value as f32, n).map_err(oom)?),
+            DType::Bool => HostData::Bool(alloc::try_shared_filled(value != 0.0, n).map_err(oom)?),
+        })
+    }
+
+    /// Storage of `dtype` from exactly `n` f64 values, each rounded to the dtype like
+    /// [`HostData::from_f64`], written straight into the shared storage (no intermediate
+    /// vector, so a lazy iterator such as an `arange` needs no memory of its own).
+    /// [`IrError::OutOfMemory`] when the allocator refuses; [`IrError::InvalidArgument`] when
+    /// `values` does not yield exactly `n` values.
+    pub fn try_from_f64(
+        dtype: DType,
+        values: impl IntoIterator<Item = f64>,
+        n: usize,
+    ) -> Result<HostData> {
+        let oom = |e: AllocError| elements_out_of_memory(e, dtype, n);
+        let it = values.into_iter();
+        let data = match dtype {
+            DType::F64 => alloc::try_shared_from_iter(it, n)
+                .map_err(oom)?
+                .map(HostData::F64),
+            DType::F32 => alloc::try_shared_from_iter(it.map(|x| x as f32), n)
+                .map_err(oom)?
+                .map(HostData::F32),
+            DType::Bool => alloc::try_shared_from_iter(it.map(|x| x != 0.0), n)
+                .map_err(oom)?
+                .map(HostData::Bool),
+        };
+        data.ok_or_else(|| IrError::InvalidArgument {
+            message: format!("host data of {n} elements was given a different number of values"),
+        })
+    }
+
+    /// A copy of this storage in fresh shared storage (a new allocation, not a new
+    /// reference); [`IrError::OutOfMemory`] when the allocator refuses.
+    pub fn try_copy_of(&self) -> Result<HostData> {
+        let oom = |e: AllocError| elements_out_of_memory(e, self.dtype(), self.len());
+        Ok(match self {
+            HostData::F64(v) => HostData::F64(alloc::try_shared_from_slice(v).map_err(oom)?),
+            HostData::F32(v) => HostData::F32(alloc::try_shared_from_slice(v).map_err(oom)?),
+            HostData::Bool(v) => HostData::Bool(alloc::try_shared_from_slice(v).map_err(oom)?),
+        })
     }
 
     /// Whether every element is the same bit pattern as the first (a splat constant).
@@ -148,28 +220,12 @@ fn shared_filled<T: Copy + Zeroable>(value: T, n: usize) -> Arc<[T]> {
     }
 }
 
-/// Element types whose all-zero bit pattern is a valid value.
-trait Zeroable {
-    /// Whether this value's bits are all zero.
-    fn is_zero_bits(&self) -> bool;
-}
-
-impl Zeroable for f32 {
-    fn is_zero_bits(&self) -> bool {
-        self.to_bits() == 0
-    }
-}
-
-impl Zeroable for f64 {
-    fn is_zero_bits(&self) -> bool {
-        self.to_bits() == 0
-    }
-}
-
-impl Zeroable for bool {
-    fn is_zero_bits(&self) -> bool {
-        !*self
-    }
+/// The error for storage of `n` elements of `dtype` that the allocator refused.
+fn elements_out_of_memory(e: AllocError, dtype: DType, n: usize) -> IrError {
+    IrError::out_of_memory(
+        e.bytes,
+        format!("a tensor of {n} {} elements", dtype.name()),
+    )
 }
 
 #[cfg(test)]
@@ -213,5 +269,55 @@ mod tests {
             vec![1.0, 1.0]
         );
         assert!(HostData::filled(DType::F64, 1.0, 0).is_empty());
+    }
+
+    #[test]
+    fn fallible_constructors_match_the_infallible_ones() {
+        for dtype in [DType::F32, DType::F64, DType::Bool] {
+            for value in [0.0, -0.0, 0.1, f64::NAN] {
+                assert_eq!(
+                    HostData::try_filled(dtype, value, 5).unwrap(),
+                    HostData::filled(dtype, value, 5)
+                );
+            }
+            assert_eq!(
+                HostData::try_zeroed(dtype, 3).unwrap(),
+                HostData::filled(dtype, 0.0, 3)
+            );
+            let values = [0.1, -2.0, f64::NAN, 0.0];
+            let data = HostData::try_from_f64(dtype, values, 4).unwrap();
+            assert_eq!(data, HostData::from_f64(dtype, values));
+            assert_eq!(data.try_copy_of().unwrap(), data);
+        }
+        let err = HostData::try_from_f64(DType::F64, [1.0, 2.0], 3).unwrap_err();
+        assert!(matches!(err, IrError::InvalidArgument { .. }));
+    }
+
+    #[test]
+    fn storage_the_machine_cannot_hold_is_a_typed_error() {
+        // 2^50 bytes: more than any address space, so refused whatever the overcommit policy.
+        let n = 1usize << 47;
+        for make in [
+            HostData::try_zeroed(DType::F64, n),
+            HostData::try_filled(DType::F64, 1.0, n),
+            HostData::try_from_f64(DType::F64, std::iter::repeat_n(1.0, n), n),
+        ] {
+            let err = make.unwrap_err();
+            assert_eq!(
+                err,
+                IrError::OutOfMemory {
+                    bytes: 1 << 50,
+                    what: "a tensor of 140737488355328 float64 elements".into()
+                }
+            );
+            assert_eq!(
+                err.to_string(),
+                "cannot allocate 1125899906842624 bytes for a tensor of 140737488355328 \
+                 float64 elements; the machine does not have that much memory"
+            );
+        }
+        // Past isize::MAX: refused before the allocator is asked, without a panic.
+        assert!(HostData::try_filled(DType::F64, 1.0, usize::MAX).is_err());
+        assert!(HostData::try_zeroed(DType::Bool, usize::MAX).is_err());
     }
 }

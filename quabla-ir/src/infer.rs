@@ -160,7 +160,7 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
             let first = operands[0];
             let rank = first.shape.rank();
             check_axes(name, &[*axis], rank)?;
-            let mut extent = 0;
+            let mut extent: usize = 0;
             let mut weak = true;
             for t in operands {
                 same_dtype(name, first, t)?;
@@ -175,7 +175,20 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
                         ),
                     ));
                 }
-                extent += t.shape.dims()[*axis];
+                // Checked: traced operands hold no memory, so their extents can sum past
+                // `usize`; such a result could never be addressed.
+                extent = match extent.checked_add(t.shape.dims()[*axis]) {
+                    Some(e) => e,
+                    None => {
+                        return Err(IrError::shape(
+                            name,
+                            format!(
+                                "concat: the result along axis {axis} has more elements than \
+                                 this machine can address"
+                            ),
+                        ))
+                    }
+                };
                 weak &= t.weak;
             }
             let mut dims = first.shape.dims().to_vec();
@@ -507,11 +520,12 @@ fn check_box(op: &str, starts: &[usize], sizes: &[usize], full: &[usize]) -> Res
                 format!("empty slices are not supported: {op} of {sizes:?} selects no elements"),
             ));
         }
-        if starts[axis] + sizes[axis] > full[axis] {
+        // In u128: a start and a size from the caller may sum past `usize`.
+        let last = starts[axis] as u128 + sizes[axis] as u128 - 1;
+        if last >= full[axis] as u128 {
             return Err(IrError::Index {
                 message: format!(
-                    "index {} is out of range for axis {axis} with extent {}",
-                    starts[axis] + sizes[axis] - 1,
+                    "index {last} is out of range for axis {axis} with extent {}",
                     full[axis]
                 ),
             });

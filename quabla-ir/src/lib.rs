@@ -28,6 +28,7 @@
 
 mod table;
 
+pub mod alloc;
 mod builder;
 mod dtype;
 mod error;

@@ -163,7 +163,13 @@ impl Region {
             RegionKind::Scan(s) => {
                 let ins = input_types(&s.body);
                 let outs = output_types(&s.body);
-                if ins.len() != 1 + s.n_carry + s.n_const + s.n_xs {
+                // Checked: the counts come from IR text or wire bytes too.
+                let expected = s
+                    .n_carry
+                    .checked_add(s.n_const)
+                    .and_then(|n| n.checked_add(s.n_xs))
+                    .and_then(|n| n.checked_add(1));
+                if expected != Some(ins.len()) {
                     return Err(mismatch(
                         form,
                         format!(
@@ -177,6 +183,16 @@ impl Region {
                 }
                 if s.length == 0 {
                     return Err(mismatch(form, "length is 0".into()));
+                }
+                // Every index `start + k` (k < length) is a usize, so executors may add freely.
+                if s.start.checked_add(s.length - 1).is_none() {
+                    return Err(mismatch(
+                        form,
+                        format!(
+                            "start {} + length {} overflows the index range",
+                            s.start, s.length
+                        ),
+                    ));
                 }
                 let index = &ins[0];
                 if !index.shape.dims().is_empty() || !index.dtype.is_float() {

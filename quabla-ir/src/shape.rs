@@ -1,17 +1,41 @@
 //! Static shapes, axis normalization and NumPy broadcasting.
 //!
-//! Every extent is at least 1: zero-size arrays are rejected when a shape is built
-//! (api.md §0.1, errors.md SH6).
+//! Every shape is made by [`Shape::new`], the one checked path: every extent is at least 1
+//! (zero-size arrays are rejected, api.md §0.1, errors.md SH6), and the element count and the
+//! byte size of the shape at the largest item size (8 bytes) are computed with checked
+//! arithmetic and must not exceed `isize::MAX`, the most any allocation can hold. So the
+//! element count of a shape never wraps, nor does any product of some of its extents (each
+//! extent is at least 1), nor its size in bytes at any dtype: kernels and allocators can
+//! multiply extents freely. The count is computed once and cached.
 
+use crate::dtype::DType;
 use crate::error::{IrError, Result};
+use std::cmp::Ordering;
 use std::fmt;
+use std::hash::{Hash, Hasher};
+
+/// The largest item size of any dtype: shapes are checked at it, so a valid shape is valid for
+/// every dtype (a cast never makes a shape too large).
+const MAX_ITEMSIZE: usize = 8;
 
 /// A static shape: the extents of each axis, outermost first. Rank 0 is `[]`.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-pub struct Shape(Vec<usize>);
+///
+/// Equality, ordering and hashing are those of the extents (the cached element count is a
+/// function of them).
+#[derive(Clone)]
+pub struct Shape {
+    dims: Vec<usize>,
+    /// The product of `dims` (1 for rank 0), at most [`Shape::MAX_ELEMENTS`].
+    size: usize,
+}
 
 impl Shape {
-    /// Builds a shape, rejecting zero extents.
+    /// The most elements a shape may have: at the largest item size (8 bytes), no more than
+    /// `isize::MAX` bytes (2^60 - 1 on 64-bit platforms).
+    pub const MAX_ELEMENTS: usize = isize::MAX as usize / MAX_ITEMSIZE;
+
+    /// Builds a shape, rejecting zero extents (SH6) and shapes with more elements than this
+    /// machine can address (more than [`Shape::MAX_ELEMENTS`]).
     pub fn new(dims: impl Into<Vec<usize>>) -> Result<Shape> {
         let dims = dims.into();
         if dims.contains(&0) {
@@ -19,36 +43,49 @@ impl Shape {
                 "shape",
                 format!(
                     "empty slices are not supported: shape {} has a zero extent",
-                    Shape(dims)
+                    DimsDisplay(&dims)
                 ),
             ));
         }
-        Ok(Shape(dims))
+        match element_count(&dims) {
+            Some(size) => Ok(Shape { dims, size }),
+            None => Err(too_large(&dims)),
+        }
     }
 
     /// The rank-0 shape.
     pub fn scalar() -> Shape {
-        Shape(Vec::new())
+        Shape {
+            dims: Vec::new(),
+            size: 1,
+        }
     }
 
     pub fn dims(&self) -> &[usize] {
-        &self.0
+        &self.dims
     }
 
     pub fn rank(&self) -> usize {
-        self.0.len()
+        self.dims.len()
     }
 
-    /// Number of elements (1 for rank 0).
+    /// Number of elements (1 for rank 0); at most [`Shape::MAX_ELEMENTS`].
     pub fn size(&self) -> usize {
-        self.0.iter().product()
+        self.size
+    }
+
+    /// Bytes of a tensor of this shape and `dtype` (never more than `isize::MAX`).
+    pub fn nbytes(&self, dtype: DType) -> usize {
+        // Cannot overflow: `size <= isize::MAX / 8` and no item is larger than 8 bytes.
+        self.size * dtype.itemsize()
     }
 
     /// Row-major strides in elements.
     pub fn strides(&self) -> Vec<usize> {
-        let mut strides = vec![1; self.0.len()];
-        for i in (0..self.0.len().saturating_sub(1)).rev() {
-            strides[i] = strides[i + 1] * self.0[i + 1];
+        let mut strides = vec![1; self.dims.len()];
+        for i in (0..self.dims.len().saturating_sub(1)).rev() {
+            // A partial product of the extents, so at most `size`.
+            strides[i] = strides[i + 1] * self.dims[i + 1];
         }
         strides
     }
@@ -72,6 +109,67 @@ impl Shape {
             out.push(n);
         }
         Ok(out)
+    }
+}
+
+/// The element count of `dims` when it is at most [`Shape::MAX_ELEMENTS`].
+fn element_count(dims: &[usize]) -> Option<usize> {
+    let mut n: usize = 1;
+    for &d in dims {
+        n = n.checked_mul(d)?;
+    }
+    (n <= Shape::MAX_ELEMENTS).then_some(n)
+}
+
+/// The error for a shape with more elements than this machine can address, naming the
+/// shape and its true element count (exact up to 2^128).
+fn too_large(dims: &[usize]) -> IrError {
+    let count = dims
+        .iter()
+        .try_fold(1u128, |n, &d| n.checked_mul(d as u128));
+    let count = match count {
+        Some(n) => n.to_string(),
+        None => "more than 2^128".to_string(),
+    };
+    IrError::shape(
+        "shape",
+        format!(
+            "shape {} has {count} elements, more than this machine can address",
+            DimsDisplay(dims)
+        ),
+    )
+}
+
+impl Default for Shape {
+    /// The rank-0 shape.
+    fn default() -> Shape {
+        Shape::scalar()
+    }
+}
+
+impl PartialEq for Shape {
+    fn eq(&self, other: &Shape) -> bool {
+        self.dims == other.dims
+    }
+}
+
+impl Eq for Shape {}
+
+impl Hash for Shape {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.dims.hash(state);
+    }
+}
+
+impl PartialOrd for Shape {
+    fn partial_cmp(&self, other: &Shape) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Shape {
+    fn cmp(&self, other: &Shape) -> Ordering {
+        self.dims.cmp(&other.dims)
     }
 }
 
@@ -107,7 +205,7 @@ pub fn broadcast_shapes(a: &Shape, b: &Shape) -> Result<Shape> {
             }
         };
     }
-    Ok(Shape(dims))
+    Shape::new(dims)
 }
 
 /// Whether `from` broadcasts to exactly `to` under trailing-axis rules.
@@ -123,13 +221,16 @@ pub fn broadcasts_to(from: &Shape, to: &Shape) -> bool {
 
 fn dim_from_end(s: &Shape, k: usize) -> usize {
     if k < s.rank() {
-        s.0[s.rank() - 1 - k]
+        s.dims[s.rank() - 1 - k]
     } else {
         1
     }
 }
 
-impl fmt::Display for Shape {
+/// Extents printed as a shape (`[2, 3]`), for shapes that could not be built.
+struct DimsDisplay<'a>(&'a [usize]);
+
+impl fmt::Display for DimsDisplay<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "[")?;
         for (i, d) in self.0.iter().enumerate() {
@@ -139,6 +240,12 @@ impl fmt::Display for Shape {
             write!(f, "{d}")?;
         }
         write!(f, "]")
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&DimsDisplay(&self.dims), f)
     }
 }
 
@@ -200,5 +307,63 @@ mod tests {
             .to_string()
             .contains("repeated axis"));
         assert_eq!(s(&[2, 3, 4]).strides(), vec![12, 4, 1]);
+    }
+
+    #[test]
+    fn the_element_count_is_cached_and_checked() {
+        assert_eq!(s(&[]).size(), 1);
+        assert_eq!(Shape::default(), Shape::scalar());
+        assert_eq!(Shape::default().size(), 1);
+        assert_eq!(s(&[2, 3, 4]).size(), 24);
+        assert_eq!(s(&[2, 3]).nbytes(DType::F32), 24);
+        let largest = s(&[Shape::MAX_ELEMENTS]);
+        assert_eq!(largest.size(), (1 << 60) - 1);
+        assert_eq!(largest.nbytes(DType::F64), isize::MAX as usize - 7);
+    }
+
+    #[test]
+    fn shapes_too_large_to_address_are_refused_with_their_true_count() {
+        let err = Shape::new(vec![1 << 32, 1 << 32]).unwrap_err();
+        assert!(matches!(err, IrError::Shape { .. }));
+        assert_eq!(
+            err.to_string(),
+            "shape [4294967296, 4294967296] has 18446744073709551616 elements, more than \
+             this machine can address"
+        );
+        // The count fits a usize but not at 8 bytes per element.
+        assert_eq!(
+            Shape::new(vec![1 << 60]).unwrap_err().to_string(),
+            "shape [1152921504606846976] has 1152921504606846976 elements, more than this \
+             machine can address"
+        );
+        assert!(Shape::new(vec![usize::MAX]).is_err());
+        assert!(Shape::new(vec![usize::MAX; 3])
+            .unwrap_err()
+            .to_string()
+            .contains("has more than 2^128 elements"));
+        // A zero extent is still SH6, even next to huge extents.
+        assert!(Shape::new(vec![usize::MAX, 0])
+            .unwrap_err()
+            .to_string()
+            .contains("empty slices are not supported"));
+    }
+
+    #[test]
+    fn broadcasting_cannot_make_a_shape_too_large() {
+        let err = broadcast_shapes(&s(&[1 << 32, 1]), &s(&[1, 1 << 32])).unwrap_err();
+        assert!(err
+            .to_string()
+            .contains("more than this machine can address"));
+    }
+
+    #[test]
+    fn equality_and_hashing_follow_the_extents() {
+        use std::collections::HashSet;
+        let a = s(&[2, 3]);
+        let b = Shape::try_from([2, 3]).unwrap();
+        assert_eq!(a, b);
+        assert!(s(&[2, 2]) < a && a < s(&[3]));
+        let set: HashSet<Shape> = [a, b, s(&[6])].into_iter().collect();
+        assert_eq!(set.len(), 2);
     }
 }

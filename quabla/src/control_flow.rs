@@ -324,6 +324,9 @@ where
         if !trace::active() || self.unroll {
             let mut carry = self.init;
             for i in self.lower..self.upper {
+                // An eager loop is the facade's own: it watches the cancellation flags once
+                // per iteration, as executors do between plan nodes.
+                quabla_backend::cancel::check()?;
                 let index = LoopIndex {
                     tensor: index_tensor(i, carry_ty.dtype)?,
                     value: Some(i),
@@ -419,8 +422,15 @@ where
         let carry_ty = strong(&self.init);
         if !trace::active() || self.unroll {
             let mut carry = self.init;
-            let mut ys: Vec<Tensor> = Vec::with_capacity(self.length);
+            let mut ys: Vec<Tensor> = quabla_ir::alloc::try_vec_with_capacity(self.length)
+                .map_err(|_| {
+                    Error::out_of_memory(
+                        (self.length as u128) * std::mem::size_of::<Tensor>() as u128,
+                        format!("the per-step outputs of a scan of length {}", self.length),
+                    )
+                })?;
             for i in 0..self.length {
+                quabla_backend::cancel::check()?;
                 let index = LoopIndex {
                     tensor: index_tensor(i, carry_ty.dtype)?,
                     value: Some(i),
@@ -539,6 +549,7 @@ where
         if !trace::active() {
             let mut carry = self.init;
             loop {
+                quabla_backend::cancel::check()?;
                 let p = (self.cond_fn)(&carry, &self.operands)?;
                 check_predicate(&p)?;
                 if !p.item_bool()? {

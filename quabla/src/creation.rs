@@ -124,14 +124,11 @@ impl<T: ArrayLike> ArrayLike for &[T] {
 fn from_data<A: ArrayLike>(data: &A, dtype: DType) -> Result<Tensor> {
     let dims = data.shape_hint();
     let shape = Shape::new(dims.clone())?;
-    let mut values = Vec::with_capacity(shape.size());
+    let mut values = quabla_ir::alloc::try_vec_with_capacity(shape.size())
+        .map_err(|_| Error::out_of_memory(shape.size() as u128 * 8, "the values of an array"))?;
     data.flatten_into(&dims, &mut values)?;
     // Convert from the data's own dtype: f32 data stays exact, bool data reads as 0/1.
-    Ok(Tensor::from_parts(
-        shape,
-        HostData::from_f64(dtype, values),
-        false,
-    ))
+    host(dtype, dims, values)
 }
 
 /// A new tensor holding a copy of `data`, in the dtype of its element type.
@@ -245,12 +242,13 @@ pub trait DTypeExt {
     fn asarray(self, x: &Tensor) -> Result<Tensor>;
 }
 
-fn host(dtype: DType, dims: Vec<usize>, values: Vec<f64>) -> Result<Tensor> {
-    Ok(Tensor::from_parts(
-        Shape::new(dims)?,
-        HostData::from_f64(dtype, values),
-        false,
-    ))
+/// A host tensor of `dims` from its values in row-major order, written straight into its
+/// storage (a lazy iterator needs no memory of its own); `Error::OutOfMemory` when the
+/// allocator refuses, before anything is written.
+fn host(dtype: DType, dims: Vec<usize>, values: impl IntoIterator<Item = f64>) -> Result<Tensor> {
+    let shape = Shape::new(dims)?;
+    let data = HostData::try_from_f64(dtype, values, shape.size())?;
+    Ok(Tensor::from_parts(shape, data, false))
 }
 
 impl DTypeExt for DType {
@@ -293,11 +291,7 @@ impl DTypeExt for DType {
             ));
         }
         let n = len as usize;
-        host(
-            self,
-            vec![n],
-            (0..n).map(|i| start + i as f64 * step).collect(),
-        )
+        host(self, vec![n], (0..n).map(|i| start + i as f64 * step))
     }
 
     fn linspace(self, start: f64, stop: f64, num: usize) -> Result<Tensor> {
@@ -308,18 +302,16 @@ impl DTypeExt for DType {
             ));
         }
         if num == 1 {
-            return host(self, vec![1], vec![start]);
+            return host(self, vec![1], [start]);
         }
         let step = (stop - start) / (num - 1) as f64;
-        let values = (0..num)
-            .map(|i| {
-                if i == num - 1 {
-                    stop
-                } else {
-                    start + i as f64 * step
-                }
-            })
-            .collect();
+        let values = (0..num).map(|i| {
+            if i == num - 1 {
+                stop
+            } else {
+                start + i as f64 * step
+            }
+        });
         host(self, vec![num], values)
     }
 
@@ -328,9 +320,8 @@ impl DTypeExt for DType {
     }
 
     fn eye_rect(self, n: usize, m: usize) -> Result<Tensor> {
-        let values = (0..n * m)
-            .map(|k| if k / m == k % m { 1.0 } else { 0.0 })
-            .collect();
+        // `Shape::new` refuses an `n * m` that overflows before the iterator is drawn.
+        let values = (0..n.saturating_mul(m)).map(|k| if k / m == k % m { 1.0 } else { 0.0 });
         host(self, vec![n, m], values)
     }
 

@@ -115,7 +115,7 @@ pub(crate) fn filled(shape: &[usize], value: f64, dtype: DType) -> Result<Tensor
     let n = shape.size();
     Ok(Tensor::from_parts(
         shape,
-        HostData::filled(dtype, value, n),
+        HostData::try_filled(dtype, value, n)?,
         false,
     ))
 }

@@ -91,12 +91,33 @@ pub enum Error {
         tolerance: f64,
         reason: &'static str,
     },
+    /// IO1..IO4: a file that is not a valid quabla file (Python `ValueError`).
+    #[error("{message}")]
+    Format { message: String },
+    /// An operating-system error reading or writing a file (Python `OSError`).
+    #[error("{message}")]
+    Io {
+        path: Option<std::path::PathBuf>,
+        message: String,
+        kind: std::io::ErrorKind,
+    },
+    /// A buffer the allocator could not provide (Python `MemoryError`): nothing was allocated
+    /// and every existing tensor is intact.
+    #[error(
+        "cannot allocate {bytes} bytes for {what}; the machine does not have that much memory"
+    )]
+    OutOfMemory { bytes: u128, what: String },
+    /// The computation was stopped by a [`crate::CancelToken`] or by [`crate::interrupt`]
+    /// (Python `KeyboardInterrupt`); every tensor the caller holds is intact.
+    #[error("cancelled: the computation was interrupted")]
+    Cancelled,
     /// A failure inside a backend.
     #[error("{device}: {message}")]
     Device { device: String, message: String },
-    /// A warning escalated by [`crate::warnings::Action::Error`].
+    /// A warning escalated by [`crate::warnings::Action::Error`] (boxed: a retrace warning
+    /// carries four signatures, and every `Result` of the facade would pay for them).
     #[error("{0}")]
-    Warning(crate::warnings::Warning),
+    Warning(Box<crate::warnings::Warning>),
     /// A broken internal invariant: a bug in Quabla, never the caller's fault.
     #[error("internal error (please report): {message}")]
     Internal { message: String },
@@ -116,6 +137,7 @@ impl From<IrError> for Error {
                 device: None,
                 message,
             },
+            IrError::OutOfMemory { bytes, what } => Error::OutOfMemory { bytes, what },
             other => Error::Internal {
                 message: other.to_string(),
             },
@@ -133,7 +155,64 @@ impl From<BackendError> for Error {
                 device: Some(device),
             },
             BackendError::Device { device, message } => Error::Device { device, message },
+            BackendError::OutOfMemory { bytes, what } => Error::OutOfMemory { bytes, what },
+            BackendError::Cancelled => Error::Cancelled,
             other => Error::Internal {
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
+impl From<quabla_random::RandomError> for Error {
+    fn from(e: quabla_random::RandomError) -> Error {
+        use quabla_random::{ErrorKind, RandomError};
+        let message = e.to_string();
+        match (&e, e.kind()) {
+            (RandomError::OutOfMemory { bytes, shape }, _) => Error::OutOfMemory {
+                bytes: *bytes as u128,
+                what: format!("random samples of shape {shape:?}"),
+            },
+            (_, ErrorKind::Type) => Error::Type { message },
+            (_, ErrorKind::Shape) => Error::Shape {
+                op: "random".into(),
+                message,
+            },
+            _ => Error::InvalidArgument { message },
+        }
+    }
+}
+
+impl From<quabla_io::IoError> for Error {
+    fn from(e: quabla_io::IoError) -> Error {
+        use quabla_io::IoError;
+        match e {
+            IoError::Format { message, .. } => Error::Format { message },
+            IoError::Io { path, source } if source.kind() == std::io::ErrorKind::OutOfMemory => {
+                Error::OutOfMemory {
+                    bytes: 0,
+                    what: match path {
+                        Some(p) => format!("reading {}", p.display()),
+                        None => "reading a quabla file".into(),
+                    },
+                }
+            }
+            e @ IoError::Io { .. } => {
+                let message = e.to_string();
+                let (path, kind) = match e {
+                    IoError::Io { path, source } => (path, source.kind()),
+                    _ => (None, std::io::ErrorKind::Other),
+                };
+                Error::Io {
+                    path,
+                    message,
+                    kind,
+                }
+            }
+            e @ IoError::UnsupportedLeaf { .. } => Error::Type {
+                message: e.to_string(),
+            },
+            other => Error::InvalidArgument {
                 message: other.to_string(),
             },
         }
@@ -144,6 +223,13 @@ impl Error {
     pub(crate) fn invalid(message: impl Into<String>) -> Error {
         Error::InvalidArgument {
             message: message.into(),
+        }
+    }
+
+    pub(crate) fn out_of_memory(bytes: u128, what: impl Into<String>) -> Error {
+        Error::OutOfMemory {
+            bytes,
+            what: what.into(),
         }
     }
 

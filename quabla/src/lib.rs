@@ -50,6 +50,7 @@ pub use creation::{
 };
 pub use devices::{devices, DeviceInfo, Origin};
 pub use error::{Error, Result, TracerErrorKind};
+pub use linalg::{cholesky, newton, solve};
 pub use operand::Operand;
 // Each module of the array library is exported whole: a function is named once, where it is
 // defined (see `ops`).
@@ -63,6 +64,7 @@ pub use ops::normalize::*;
 pub use ops::products::*;
 pub use ops::reduce::*;
 pub use ops::shape::*;
+pub use quabla_backend::cancel::{interrupt, with_token, CancelToken};
 pub use quabla_ir::DType;
 /// `#[derive(Tree)]`: a struct as a pytree node; `#[tree(static)]` marks meta fields.
 pub use quabla_macros::Tree;

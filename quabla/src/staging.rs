@@ -226,6 +226,8 @@ pub enum LeafSignature {
     F64(u64),
     Bool(bool),
     Int(i64),
+    /// A static random key, by its state.
+    Key(u64),
 }
 
 impl fmt::Display for LeafSignature {
@@ -240,6 +242,7 @@ impl fmt::Display for LeafSignature {
             }
             LeafSignature::Bool(b) => f.write_str(if *b { "True" } else { "False" }),
             LeafSignature::Int(i) => write!(f, "{i}"),
+            LeafSignature::Key(k) => write!(f, "Key(value={k})"),
         }
     }
 }
@@ -326,6 +329,7 @@ enum LeafKey<'a> {
     F64(u64),
     Bool(bool),
     Int(i64),
+    Key(u64),
 }
 
 impl LeafKey<'_> {
@@ -351,6 +355,7 @@ impl LeafKey<'_> {
             Leaf::F64(v) => LeafKey::F64(v.to_bits()),
             Leaf::Bool(b) => LeafKey::Bool(*b),
             Leaf::Int(i) => LeafKey::Int(*i),
+            Leaf::Key(k) => LeafKey::Key(k.value()),
         }
     }
 
@@ -364,6 +369,7 @@ impl LeafKey<'_> {
             LeafSignature::F64(bits) => LeafKey::F64(*bits),
             LeafSignature::Bool(b) => LeafKey::Bool(*b),
             LeafSignature::Int(i) => LeafKey::Int(*i),
+            LeafSignature::Key(k) => LeafKey::Key(*k),
         }
     }
 }
@@ -389,6 +395,17 @@ pub(crate) fn leaf_signature(leaf: &Leaf, promoted: bool) -> LeafSignature {
         Leaf::F64(v) => LeafSignature::F64(v.to_bits()),
         Leaf::Bool(b) => LeafSignature::Bool(*b),
         Leaf::Int(i) => LeafSignature::Int(*i),
+        Leaf::Key(k) => LeafSignature::Key(k.value()),
+    }
+}
+
+/// TR6 for a random key in a position a transform traces.
+pub(crate) fn traced_key(arg: usize) -> Error {
+    Error::Tracer {
+        kind: crate::error::TracerErrorKind::RandomTraced,
+        message: format!(
+            "argument {arg} (a Key) is a tracer: quabla.random samples on the host and keys are not traced; draw samples outside the transform and pass them in, or make the key a static argument of jit (static_argnums)"
+        ),
     }
 }
 
@@ -580,7 +597,9 @@ pub(crate) struct Prepared {
 
 impl Prepared {
     /// Prepares the leaves of a call with structure `def`; `ShapeDtype` placeholders are
-    /// accepted only when `abstract_ok` (`jit(f).lower(..)`).
+    /// accepted only when `abstract_ok` (`jit(f).lower(..)`). A random key is a static leaf
+    /// here: `jit` checks beforehand that keys stand only in static arguments, and the other
+    /// transforms refuse them with TR6 ([`Call`] does).
     pub fn new(
         def: &TreeDef,
         leaves: &[Leaf],
@@ -1053,6 +1072,7 @@ pub(crate) fn execute<A: Tree, R: Tree>(
 ) -> Result<R> {
     if trace::active() {
         let (leaves, def) = tree::flatten(args);
+        refuse_keys(&def, &leaves)?;
         let extra = call.extra_inputs(&def, &leaves)?;
         let prepared = Prepared::new(&def, &leaves, call.wrt, call.owner.arg_names, false)?;
         let staged = stage(&prepared)?;
@@ -1075,6 +1095,19 @@ pub(crate) fn execute<A: Tree, R: Tree>(
     })
 }
 
+/// TR6 for the first random key among the leaves (no transform but `jit`'s static arguments
+/// takes one).
+pub(crate) fn refuse_keys(def: &TreeDef, leaves: &[Leaf]) -> Result<()> {
+    match leaves
+        .iter()
+        .zip(def.leaf_args())
+        .find(|(l, _)| matches!(l, Leaf::Key(_)))
+    {
+        Some((_, arg)) => Err(traced_key(arg)),
+        None => Ok(()),
+    }
+}
+
 /// The compiled entry of a call with structure `def` and `leaves`: found in the cache, or
 /// prepared, staged and compiled on a miss.
 pub(crate) fn cached_entry(
@@ -1086,6 +1119,8 @@ pub(crate) fn cached_entry(
     if let Some(entry) = call.cache.lookup(def, leaves, call.wrt, call.target) {
         return Ok(entry);
     }
+    // A key never reaches the cache (this refuses it on every call, as a miss).
+    refuse_keys(def, leaves)?;
     let signature = Signature::of(def, leaves, call.wrt, call.target);
     call.cache.get_or_build(&call.owner, signature, |sig| {
         let prepared = Prepared::new(def, leaves, call.wrt, call.owner.arg_names, false)?;

@@ -136,7 +136,7 @@ impl Tensor {
                 ),
             ));
         }
-        Ok(Tensor::from_parts(shape, T::into_host(data), false))
+        Ok(Tensor::from_parts(shape, T::into_host(data)?, false))
     }
 
     /// The element type.
@@ -270,11 +270,22 @@ impl fmt::Debug for Tensor {
     }
 }
 
+/// `values` in fresh shared storage, or `Error::OutOfMemory`.
+fn shared_copy<T: Copy>(values: &[T]) -> Result<std::sync::Arc<[T]>> {
+    quabla_ir::alloc::try_shared_from_slice(values).map_err(|_| {
+        Error::out_of_memory(
+            std::mem::size_of_val(values) as u128,
+            format!("a tensor of {} elements", values.len()),
+        )
+    })
+}
+
 /// Rust element types that map to a Quabla dtype: `f64`, `f32` and `bool`.
 pub trait Element: Copy + Clone + fmt::Debug + 'static {
     const DTYPE: DType;
+    /// Shared storage holding a copy of `v` (`Error::OutOfMemory` when the allocator refuses).
     #[doc(hidden)]
-    fn into_host(v: Vec<Self>) -> HostData;
+    fn into_host(v: Vec<Self>) -> Result<HostData>;
     #[doc(hidden)]
     fn from_host(d: &HostData) -> Vec<Self>;
     #[doc(hidden)]
@@ -283,8 +294,8 @@ pub trait Element: Copy + Clone + fmt::Debug + 'static {
 
 impl Element for f64 {
     const DTYPE: DType = DType::F64;
-    fn into_host(v: Vec<f64>) -> HostData {
-        HostData::F64(v.into())
+    fn into_host(v: Vec<f64>) -> Result<HostData> {
+        Ok(HostData::F64(shared_copy(&v)?))
     }
     fn from_host(d: &HostData) -> Vec<f64> {
         d.to_f64_vec()
@@ -299,8 +310,8 @@ impl Element for f64 {
 
 impl Element for f32 {
     const DTYPE: DType = DType::F32;
-    fn into_host(v: Vec<f32>) -> HostData {
-        HostData::F32(v.into())
+    fn into_host(v: Vec<f32>) -> Result<HostData> {
+        Ok(HostData::F32(shared_copy(&v)?))
     }
     fn from_host(d: &HostData) -> Vec<f32> {
         match d {
@@ -318,8 +329,8 @@ impl Element for f32 {
 
 impl Element for bool {
     const DTYPE: DType = DType::Bool;
-    fn into_host(v: Vec<bool>) -> HostData {
-        HostData::Bool(v.into())
+    fn into_host(v: Vec<bool>) -> Result<HostData> {
+        Ok(HostData::Bool(shared_copy(&v)?))
     }
     fn from_host(d: &HostData) -> Vec<bool> {
         match d {

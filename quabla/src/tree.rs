@@ -25,6 +25,9 @@ pub enum Leaf {
     Int(i64),
     /// A shape and dtype without data (`jit(f).lower(..)` arguments).
     Abstract(ShapeDtype),
+    /// A random key: static in `jit`'s `static_argnums`, a TR6 error in any other position of
+    /// a transform.
+    Key(quabla_random::Key),
 }
 
 /// An abstract stand-in for an array argument of `jit(f).lower(..)`: shape and dtype only.
@@ -133,6 +136,52 @@ impl fmt::Debug for StaticBox {
     }
 }
 
+/// A key of a pytree dict: the keys of one dict are all strings or all integers (api.md §13),
+/// and a dict is traversed in sorted key order.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DictKey {
+    Int(i64),
+    Str(String),
+}
+
+impl From<&str> for DictKey {
+    fn from(k: &str) -> DictKey {
+        DictKey::Str(k.to_string())
+    }
+}
+
+impl From<String> for DictKey {
+    fn from(k: String) -> DictKey {
+        DictKey::Str(k)
+    }
+}
+
+impl From<i64> for DictKey {
+    fn from(k: i64) -> DictKey {
+        DictKey::Int(k)
+    }
+}
+
+impl fmt::Display for DictKey {
+    /// The key as a path entry: the string itself, or the integer in decimal.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DictKey::Str(k) => f.write_str(k),
+            DictKey::Int(k) => write!(f, "{k}"),
+        }
+    }
+}
+
+impl DictKey {
+    /// Python's `repr` of the key, as `TreeDef` prints it: `'a'` or `1`.
+    fn repr(&self) -> String {
+        match self {
+            DictKey::Str(k) => format!("'{k}'"),
+            DictKey::Int(k) => k.to_string(),
+        }
+    }
+}
+
 /// The structure of a tree: containers, dict keys, field names and static values; `*` marks a
 /// leaf. Equality and hashing are by structure.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -141,7 +190,8 @@ pub enum TreeDef {
     None,
     Tuple(Vec<TreeDef>),
     List(Vec<TreeDef>),
-    Dict(Vec<(String, TreeDef)>),
+    /// Entries in sorted key order.
+    Dict(Vec<(DictKey, TreeDef)>),
     /// A `#[derive(Tree)]` struct: data fields in declaration order, then static meta fields.
     Node {
         name: &'static str,
@@ -155,14 +205,15 @@ pub enum TreeDef {
 /// One step of a leaf path: a dict key or field name, or a position.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum PathEntry {
-    Key(String),
+    /// A dict key or a field name.
+    Key(DictKey),
     Index(usize),
 }
 
 impl fmt::Display for PathEntry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PathEntry::Key(k) => f.write_str(k),
+            PathEntry::Key(k) => write!(f, "{k}"),
             PathEntry::Index(i) => write!(f, "{i}"),
         }
     }
@@ -208,7 +259,7 @@ impl TreeDef {
             }
             TreeDef::Node { fields, .. } => {
                 for (k, d) in fields {
-                    child(PathEntry::Key(k.to_string()), d, prefix);
+                    child(PathEntry::Key(DictKey::from(*k)), d, prefix);
                 }
             }
         }
@@ -335,7 +386,7 @@ impl TreeDef {
                 "{{{}}}",
                 join(
                     c.iter()
-                        .map(|(k, d)| format!("'{k}': {}", d.fmt_inner(leaf, n)))
+                        .map(|(k, d)| format!("{}: {}", k.repr(), d.fmt_inner(leaf, n)))
                         .collect()
                 )
             ),
@@ -347,6 +398,24 @@ impl TreeDef {
                 items.extend(meta.iter().map(|(k, v)| format!("{k}={v:?}")));
                 format!("{name}({})", join(items))
             }
+        }
+    }
+}
+
+impl Tree for quabla_random::Key {
+    fn flatten(&self, leaves: &mut Vec<Leaf>) -> TreeDef {
+        leaves.push(Leaf::Key(*self));
+        TreeDef::Leaf
+    }
+    fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
+        if *def != TreeDef::Leaf {
+            return Err(mismatch("a key leaf", def));
+        }
+        match next_leaf(leaves)? {
+            Leaf::Key(k) => Ok(k),
+            other => Err(Error::Structure {
+                message: format!("pytree structures differ: expected a Key leaf, got {other:?}"),
+            }),
         }
     }
 }
@@ -382,6 +451,14 @@ pub trait Tree: Sized {
 
     /// Rebuilds a value from a structure and its leaves, checking both against `Self`.
     fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self>;
+
+    /// The tree as a dynamic [`Value`] (what `qb::save` writes). A [`Value`] returns itself,
+    /// so a dict keeps its written order.
+    fn to_value(&self) -> Value {
+        let (leaves, def) = flatten(self);
+        // A structure and its own leaves always fit.
+        Value::from_parts(&def, leaves).unwrap_or(Value::None)
+    }
 }
 
 impl Tree for Tensor {
@@ -400,6 +477,9 @@ impl Tree for Tensor {
             Leaf::Int(v) => crate::creation::array(v as f64),
             Leaf::Abstract(s) => Err(Error::Structure {
                 message: format!("expected a tensor, got the abstract value {s:?}"),
+            }),
+            Leaf::Key(k) => Err(Error::Structure {
+                message: format!("expected a tensor, got the random key {k}"),
             }),
         }
     }
@@ -534,43 +614,83 @@ impl<T: Tree, const N: usize> Tree for [T; N] {
     }
 }
 
-impl<T: Tree> Tree for BTreeMap<String, T> {
-    fn flatten(&self, leaves: &mut Vec<Leaf>) -> TreeDef {
-        TreeDef::Dict(
-            self.iter()
-                .map(|(k, v)| (k.clone(), v.flatten(leaves)))
-                .collect(),
-        )
+/// The Rust types that are keys of pytree dicts: `String` and `i64` (api.md §13).
+pub trait TreeKey: Ord + Clone {
+    fn to_key(&self) -> DictKey;
+    fn from_key(key: &DictKey) -> Option<Self>;
+}
+
+impl TreeKey for String {
+    fn to_key(&self) -> DictKey {
+        DictKey::Str(self.clone())
     }
-    fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
-        match def {
-            TreeDef::Dict(children) => children
-                .iter()
-                .map(|(k, d)| Ok((k.clone(), T::unflatten(d, leaves)?)))
-                .collect(),
-            other => Err(mismatch("a dict", other)),
+    fn from_key(key: &DictKey) -> Option<String> {
+        match key {
+            DictKey::Str(k) => Some(k.clone()),
+            DictKey::Int(_) => None,
         }
     }
 }
 
-impl<T: Tree, S: std::hash::BuildHasher + Default> Tree for HashMap<String, T, S> {
+impl TreeKey for i64 {
+    fn to_key(&self) -> DictKey {
+        DictKey::Int(*self)
+    }
+    fn from_key(key: &DictKey) -> Option<i64> {
+        match key {
+            DictKey::Int(k) => Some(*k),
+            DictKey::Str(_) => None,
+        }
+    }
+}
+
+/// The entries of a dict structure rebuilt as `(K, T)` pairs.
+fn dict_entries<K: TreeKey, T: Tree>(
+    def: &TreeDef,
+    leaves: &mut dyn Iterator<Item = Leaf>,
+) -> Result<Vec<(K, T)>> {
+    match def {
+        TreeDef::Dict(children) => children
+            .iter()
+            .map(|(k, d)| {
+                let key = K::from_key(k).ok_or_else(|| {
+                    mismatch(
+                        &format!("a dict keyed by {}", std::any::type_name::<K>()),
+                        def,
+                    )
+                })?;
+                Ok((key, T::unflatten(d, leaves)?))
+            })
+            .collect(),
+        other => Err(mismatch("a dict", other)),
+    }
+}
+
+impl<K: TreeKey, T: Tree> Tree for BTreeMap<K, T> {
     fn flatten(&self, leaves: &mut Vec<Leaf>) -> TreeDef {
-        let mut keys: Vec<&String> = self.keys().collect();
-        keys.sort();
         TreeDef::Dict(
-            keys.into_iter()
-                .map(|k| (k.clone(), self[k].flatten(leaves)))
+            self.iter()
+                .map(|(k, v)| (k.to_key(), v.flatten(leaves)))
                 .collect(),
         )
     }
     fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
-        match def {
-            TreeDef::Dict(children) => children
-                .iter()
-                .map(|(k, d)| Ok((k.clone(), T::unflatten(d, leaves)?)))
+        Ok(dict_entries(def, leaves)?.into_iter().collect())
+    }
+}
+
+impl<K: TreeKey + Hash, T: Tree, S: std::hash::BuildHasher + Default> Tree for HashMap<K, T, S> {
+    fn flatten(&self, leaves: &mut Vec<Leaf>) -> TreeDef {
+        let mut keys: Vec<&K> = self.keys().collect();
+        keys.sort();
+        TreeDef::Dict(
+            keys.into_iter()
+                .map(|k| (k.to_key(), self[k].flatten(leaves)))
                 .collect(),
-            other => Err(mismatch("a dict", other)),
-        }
+        )
+    }
+    fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
+        Ok(dict_entries(def, leaves)?.into_iter().collect())
     }
 }
 
@@ -602,38 +722,167 @@ tuple_tree! {
     (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7)
 }
 
-/// A dynamically typed tree: any structure with its leaves (what `flatten` returns, as one
-/// value). Useful when the structure is only known at run time.
+/// A dynamically typed tree (api.md §13): any structure with its leaves, as one value. It is
+/// what `qb::load` returns (dicts in their written order, tuples as tuples, every leaf with its
+/// type) and what a transform returns when the result type is not known statically.
+///
+/// Flattening follows the pytree rules: a dict is traversed in sorted key order (so its
+/// written order does not survive a transform), a string is a static value.
 #[derive(Clone, Debug)]
-pub struct Value {
-    pub def: TreeDef,
-    pub leaves: Vec<Leaf>,
+pub enum Value {
+    None,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+    Array(Tensor),
+    /// A shape and dtype without data (`jit(f).lower(..)` arguments).
+    Abstract(ShapeDtype),
+    /// A random key (a leaf that transforms accept in static positions only).
+    Key(quabla_random::Key),
+    List(Vec<Value>),
+    Tuple(Vec<Value>),
+    /// A dict in its written order; its keys should be all strings or all integers (a
+    /// transform or `save` meeting a mix raises TY8).
+    Dict(Vec<(DictKey, Value)>),
+    /// A `#[derive(Tree)]` struct: its data fields, then its static meta fields.
+    Node {
+        name: &'static str,
+        fields: Vec<(&'static str, Value)>,
+        meta: Vec<(&'static str, StaticBox)>,
+    },
+    /// A static value other than a string (`qb::Static`).
+    Static(StaticBox),
 }
 
 impl Value {
-    /// Converts to a typed tree.
+    /// The tree of a structure and its leaves (TF9 on a count mismatch).
+    pub fn from_parts(def: &TreeDef, leaves: Vec<Leaf>) -> Result<Value> {
+        def.unflatten(leaves)
+    }
+
+    /// Converts to a typed tree (TF8 when the structures differ).
     pub fn into_typed<T: Tree>(self) -> Result<T> {
-        self.def.unflatten(self.leaves)
+        let (leaves, def) = flatten(&self);
+        def.unflatten(leaves)
+    }
+
+    /// The entry of a dict value under `key`, if any.
+    pub fn get(&self, key: impl Into<DictKey>) -> Option<&Value> {
+        let key = key.into();
+        match self {
+            Value::Dict(entries) => entries.iter().find(|(k, _)| *k == key).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    /// The tensor of an array value.
+    pub fn as_tensor(&self) -> Option<&Tensor> {
+        match self {
+            Value::Array(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// What the value is, in Python's words, for messages (`dict`, `Tensor`, `NamedTuple`, ...).
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::None => "NoneType",
+            Value::Bool(_) => "bool",
+            Value::Int(_) => "int",
+            Value::Float(_) => "float",
+            Value::Str(_) => "str",
+            Value::Array(_) => "Tensor",
+            Value::Abstract(_) => "ShapeDtype",
+            Value::Key(_) => "Key",
+            Value::List(_) => "list",
+            Value::Tuple(_) => "tuple",
+            Value::Dict(_) => "dict",
+            Value::Node { name, .. } => name,
+            Value::Static(_) => "static value",
+        }
     }
 }
 
 impl Tree for Value {
     fn flatten(&self, leaves: &mut Vec<Leaf>) -> TreeDef {
-        leaves.extend(self.leaves.iter().cloned());
-        self.def.clone()
-    }
-    fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
-        let n = def.num_leaves();
-        let taken: Vec<Leaf> = leaves.take(n).collect();
-        if taken.len() != n {
-            return Err(Error::Structure {
-                message: format!("unflatten expected {n} leaves, got {}", taken.len()),
-            });
+        let mut leaf = |l: Leaf| {
+            leaves.push(l);
+            TreeDef::Leaf
+        };
+        match self {
+            Value::None => TreeDef::None,
+            Value::Bool(b) => leaf(Leaf::Bool(*b)),
+            Value::Int(i) => leaf(Leaf::Int(*i)),
+            Value::Float(v) => leaf(Leaf::F64(*v)),
+            Value::Array(t) => leaf(Leaf::Tensor(t.clone())),
+            Value::Abstract(s) => leaf(Leaf::Abstract(s.clone())),
+            Value::Key(k) => leaf(Leaf::Key(*k)),
+            Value::Str(s) => TreeDef::Static(StaticBox::new(s.clone())),
+            Value::Static(b) => TreeDef::Static(b.clone()),
+            Value::List(items) => TreeDef::List(items.iter().map(|v| v.flatten(leaves)).collect()),
+            Value::Tuple(items) => {
+                TreeDef::Tuple(items.iter().map(|v| v.flatten(leaves)).collect())
+            }
+            Value::Dict(entries) => {
+                let mut sorted: Vec<&(DictKey, Value)> = entries.iter().collect();
+                sorted.sort_by(|a, b| a.0.cmp(&b.0));
+                TreeDef::Dict(
+                    sorted
+                        .into_iter()
+                        .map(|(k, v)| (k.clone(), v.flatten(leaves)))
+                        .collect(),
+                )
+            }
+            Value::Node { name, fields, meta } => TreeDef::Node {
+                name,
+                fields: fields
+                    .iter()
+                    .map(|(k, v)| (*k, v.flatten(leaves)))
+                    .collect(),
+                meta: meta.clone(),
+            },
         }
-        Ok(Value {
-            def: def.clone(),
-            leaves: taken,
+    }
+
+    fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
+        let mut each = |defs: &[TreeDef]| -> Result<Vec<Value>> {
+            defs.iter().map(|d| Value::unflatten(d, leaves)).collect()
+        };
+        Ok(match def {
+            TreeDef::Leaf => match next_leaf(leaves)? {
+                Leaf::Tensor(t) => Value::Array(t),
+                Leaf::F64(v) => Value::Float(v),
+                Leaf::Bool(b) => Value::Bool(b),
+                Leaf::Int(i) => Value::Int(i),
+                Leaf::Abstract(s) => Value::Abstract(s),
+                Leaf::Key(k) => Value::Key(k),
+            },
+            TreeDef::None => Value::None,
+            TreeDef::Static(b) => match b.get::<String>() {
+                Some(s) => Value::Str(s),
+                None => Value::Static(b.clone()),
+            },
+            TreeDef::Tuple(c) => Value::Tuple(each(c)?),
+            TreeDef::List(c) => Value::List(each(c)?),
+            TreeDef::Dict(c) => Value::Dict(
+                c.iter()
+                    .map(|(k, d)| Ok((k.clone(), Value::unflatten(d, leaves)?)))
+                    .collect::<Result<_>>()?,
+            ),
+            TreeDef::Node { name, fields, meta } => Value::Node {
+                name,
+                fields: fields
+                    .iter()
+                    .map(|(k, d)| Ok((*k, Value::unflatten(d, leaves)?)))
+                    .collect::<Result<_>>()?,
+                meta: meta.clone(),
+            },
         })
+    }
+
+    fn to_value(&self) -> Value {
+        self.clone()
     }
 }
 

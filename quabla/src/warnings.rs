@@ -145,7 +145,7 @@ pub(crate) fn warn(w: Warning) -> Result<()> {
         };
         match action {
             Action::Ignore => return Ok(()),
-            Action::Error => return Err(Error::Warning(w)),
+            Action::Error => return Err(Error::Warning(Box::new(w))),
             Action::Once if !s.seen.insert(w.kind()) => return Ok(()),
             Action::Once | Action::Always => s.handler.clone(),
         }

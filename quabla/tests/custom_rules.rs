@@ -666,7 +666,7 @@ fn two_args_bwd_returning(
                 } else {
                     qb::tree::TreeDef::Tuple(vec![qb::tree::TreeDef::Leaf; n])
                 };
-                Ok(qb::tree::Value { def, leaves })
+                qb::tree::Value::from_parts(&def, leaves)
             },
         )
 }

@@ -97,7 +97,7 @@ fn retrace_policies() -> qb::Result<()> {
     assert_eq!(seen.lock().unwrap().len(), 1);
     warnings::set_action(WarningKind::Retrace, Action::Error);
     let err = f.call(&qb::zeros([5])?).unwrap_err();
-    assert!(matches!(err, Error::Warning(Warning::Retrace { .. })));
+    assert!(matches!(err, Error::Warning(ref w) if matches!(**w, Warning::Retrace { .. })));
     assert!(err
         .to_string()
         .starts_with("jit(<closure>) exceeded max_traces=1"));

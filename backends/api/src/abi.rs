@@ -42,7 +42,15 @@
 //! - **Host data** crosses as [`AbiHostTensor`]: the shape as `u64` extents and the elements in
 //!   row-major order, `f32`/`f64` as they are and bool as bytes that must be 0 or 1.
 //! - **Errors** cross as [`PluginError`], a plain `#[repr(u8)]` enum of owned strings; the
-//!   loader converts it into [`BackendError`].
+//!   loader converts it into [`BackendError`]. An allocation the plugin cannot make is
+//!   [`PluginError::OutOfMemory`] and a cancelled run [`PluginError::Cancelled`], so both stay
+//!   typed on the host's side.
+//! - **Cancellation** crosses as [`AbiCancel`], passed to every [`ExecutableObject::run`]: a
+//!   reference to the host's process-wide interrupt flag and a shared handle on the flag of
+//!   the token current on the calling thread. The adapter makes them current in the plugin's
+//!   copy of [`crate::cancel`] for the run, so a plugin's executor that checks
+//!   [`crate::cancel::watch`] stops when the host cancels. A plugin that implements
+//!   [`ExecutableObject`] by hand does the same with [`crate::cancel::with_abi`].
 //! - **Panics** never cross: every entry point of the adapter runs the backend's code under
 //!   `catch_unwind` and returns [`PluginError::Panic`] instead (a panic in a destructor is
 //!   caught and reported on stderr, since there is nothing to return it to). A plugin that
@@ -95,13 +103,15 @@ use abi_stable::prefix_type::PrefixTypeTrait;
 use abi_stable::sabi_trait::prelude::{TD_CanDowncast, TD_Opaque};
 use abi_stable::sabi_types::RRef;
 use abi_stable::sabi_types::VersionStrings;
-use abi_stable::std_types::{RBox, ROption, RResult, RSlice, RStr, RString, RVec};
+use abi_stable::std_types::{RArc, RBox, ROption, RResult, RSlice, RStr, RString, RVec};
 use abi_stable::{declare_root_module_statics, StableAbi};
+use quabla_ir::alloc::{self, AllocError};
 use quabla_ir::{DType, HostData, Shape};
 use std::any::Any;
 use std::fmt;
 use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 #[doc(no_inline)]
@@ -109,11 +119,15 @@ pub use abi_stable;
 
 /// The version of the plugin interface this build speaks. A plugin built against another
 /// version is refused when it is loaded.
-pub const INTERFACE_VERSION: u32 = 1;
+///
+/// History: 1, the first interface; 2, [`PluginError::OutOfMemory`] and
+/// [`PluginError::Cancelled`], and [`ExecutableObject::run`] takes the host's cancellation
+/// flags ([`AbiCancel`]).
+pub const INTERFACE_VERSION: u32 = 2;
 
 /// [`INTERFACE_VERSION`] as the `abi_stable` version string of the root module (its major
 /// version; `abi_stable` refuses a different major version before it checks layouts).
-pub const INTERFACE_VERSION_STRING: &str = "1.0.0";
+pub const INTERFACE_VERSION_STRING: &str = "2.0.0";
 
 /// The root module every plugin exports (through [`crate::export_plugin!`] or
 /// `#[abi_stable::export_root_module]` on a function returning [`QuablaPluginRef`]).
@@ -246,7 +260,8 @@ pub struct AbiHostTensor {
 }
 
 impl AbiHostTensor {
-    /// Copies a host tensor into its boundary form.
+    /// Copies a host tensor into its boundary form. The process aborts if the allocator
+    /// refuses the copy; [`AbiHostTensor::try_from_host`] reports that instead.
     pub fn from_host(t: &HostTensor) -> AbiHostTensor {
         let data = match &t.data {
             HostData::F32(v) => AbiData::F32(v.iter().copied().collect()),
@@ -259,32 +274,79 @@ impl AbiHostTensor {
         }
     }
 
+    /// [`AbiHostTensor::from_host`], with [`PluginError::OutOfMemory`] when the allocator
+    /// refuses the copy (what the loader's uploads and the adapter's downloads use).
+    pub fn try_from_host(t: &HostTensor) -> Result<AbiHostTensor, PluginError> {
+        fn copy<T: Copy, U>(src: &[T], f: impl Fn(T) -> U) -> Result<RVec<U>, AllocError> {
+            let mut v = alloc::try_vec_with_capacity(src.len())?;
+            v.extend(src.iter().map(|&x| f(x)));
+            Ok(RVec::from(v))
+        }
+        let oom = |e: AllocError| PluginError::OutOfMemory {
+            bytes: u64::try_from(e.bytes).unwrap_or(u64::MAX),
+            what: tensor_what(t.dtype(), &t.shape).into(),
+        };
+        let data = match &t.data {
+            HostData::F32(v) => AbiData::F32(copy(v, |x| x).map_err(oom)?),
+            HostData::F64(v) => AbiData::F64(copy(v, |x| x).map_err(oom)?),
+            HostData::Bool(v) => AbiData::Bool(copy(v, u8::from).map_err(oom)?),
+        };
+        Ok(AbiHostTensor {
+            shape: abi_shape(&t.shape),
+            data,
+        })
+    }
+
     /// Checks and copies the boundary form back into a host tensor: every extent at least 1,
     /// the element count equal to the shape's, bool bytes 0 or 1. Nothing here trusts the
-    /// other side of the boundary.
+    /// other side of the boundary. The error is the message of
+    /// [`AbiHostTensor::try_to_host`]'s.
     pub fn to_host(&self) -> Result<HostTensor, String> {
-        let shape = shape_from_abi(&self.shape)?;
-        let data = match &self.data {
-            AbiData::F32(v) => HostData::F32(v.as_slice().into()),
-            AbiData::F64(v) => HostData::F64(v.as_slice().into()),
-            AbiData::Bool(v) => HostData::Bool(
-                v.iter()
-                    .map(|&b| match b {
-                        0 => Ok(false),
-                        1 => Ok(true),
-                        other => Err(format!("bool element byte {other} is neither 0 nor 1")),
-                    })
-                    .collect::<Result<Vec<bool>, String>>()?
-                    .into(),
-            ),
+        self.try_to_host().map_err(|e| match e {
+            PluginError::InvalidArgument { message } => message.into(),
+            other => other.to_string(),
+        })
+    }
+
+    /// [`AbiHostTensor::to_host`] with a typed error: [`PluginError::InvalidArgument`] for
+    /// data that breaks a rule, [`PluginError::OutOfMemory`] when the allocator refuses the
+    /// copy.
+    pub fn try_to_host(&self) -> Result<HostTensor, PluginError> {
+        let invalid = |message: String| PluginError::InvalidArgument {
+            message: message.into(),
         };
-        if data.len() != shape.size() {
-            return Err(format!(
-                "{} elements for shape {shape} ({} expected)",
-                data.len(),
+        let shape = shape_from_abi(&self.shape).map_err(invalid)?;
+        let len = match &self.data {
+            AbiData::F32(v) => v.len(),
+            AbiData::F64(v) => v.len(),
+            AbiData::Bool(v) => v.len(),
+        };
+        if len != shape.size() {
+            return Err(invalid(format!(
+                "{len} elements for shape {shape} ({} expected)",
                 shape.size()
-            ));
+            )));
         }
+        let dtype = self.tensor_type().dtype.into();
+        let oom = |e: AllocError| PluginError::OutOfMemory {
+            bytes: u64::try_from(e.bytes).unwrap_or(u64::MAX),
+            what: tensor_what(dtype, &shape).into(),
+        };
+        let data = match &self.data {
+            AbiData::F32(v) => HostData::F32(alloc::try_shared_from_slice(v).map_err(oom)?),
+            AbiData::F64(v) => HostData::F64(alloc::try_shared_from_slice(v).map_err(oom)?),
+            AbiData::Bool(v) => {
+                if let Some(other) = v.iter().find(|&&b| b > 1) {
+                    return Err(invalid(format!(
+                        "bool element byte {other} is neither 0 nor 1"
+                    )));
+                }
+                let bools = alloc::try_shared_from_iter(v.iter().map(|&b| b == 1), len)
+                    .map_err(oom)?
+                    .ok_or_else(|| invalid("bool elements changed while read".into()))?;
+                HostData::Bool(bools)
+            }
+        };
         Ok(HostTensor { shape, data })
     }
 
@@ -300,6 +362,11 @@ impl AbiHostTensor {
             shape: self.shape.clone(),
         }
     }
+}
+
+/// How an out-of-memory error names a tensor: `a tensor of shape [2, 3] float64`.
+fn tensor_what(dtype: DType, shape: &Shape) -> String {
+    format!("a tensor of shape {shape} {}", dtype.name())
 }
 
 fn abi_shape(shape: &Shape) -> RVec<u64> {
@@ -340,8 +407,28 @@ impl From<AbiCapabilities> for Capabilities {
     }
 }
 
-/// The typed error of every plugin entry point. The first four variants mirror
-/// [`BackendError`]; the others exist only at the boundary.
+/// The host's cancellation flags for one run (see [`crate::cancel`]): its process-wide
+/// interrupt flag, which lives as long as the host, and the flag of the token current on the
+/// thread that runs the plan, if any. The plugin reads them during the run and may clear the
+/// interrupt (a check that observes it consumes it); it never keeps them afterwards.
+#[repr(C)]
+#[derive(StableAbi, Clone)]
+pub struct AbiCancel {
+    pub interrupt: &'static AtomicBool,
+    pub token: ROption<RArc<AtomicBool>>,
+}
+
+impl fmt::Debug for AbiCancel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AbiCancel")
+            .field("token", &self.token.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The typed error of every plugin entry point. `InputMismatch`, `Singular`, `Unsupported`,
+/// `Device`, `OutOfMemory` and `Cancelled` mirror [`BackendError`]; the others exist only at
+/// the boundary.
 #[repr(u8)]
 #[derive(StableAbi, Clone, Debug, PartialEq)]
 pub enum PluginError {
@@ -374,6 +461,11 @@ pub enum PluginError {
     InvalidArgument { message: RString },
     /// The backend's code panicked; the panic was caught inside the plugin.
     Panic { message: RString },
+    /// The allocator refused `bytes` bytes for `what` (saturated at `u64::MAX`, more than any
+    /// allocation can be).
+    OutOfMemory { bytes: u64, what: RString },
+    /// The run was cancelled (the host's token or interrupt).
+    Cancelled,
 }
 
 impl PluginError {
@@ -403,6 +495,11 @@ impl PluginError {
                 device: device.as_str().into(),
                 message: message.as_str().into(),
             },
+            BackendError::OutOfMemory { bytes, what } => PluginError::OutOfMemory {
+                bytes: u64::try_from(*bytes).unwrap_or(u64::MAX),
+                what: what.as_str().into(),
+            },
+            BackendError::Cancelled => PluginError::Cancelled,
         }
     }
 
@@ -450,6 +547,11 @@ impl PluginError {
                 device: device.into(),
                 message: format!("the plugin panicked: {message}"),
             },
+            PluginError::OutOfMemory { bytes, what } => BackendError::OutOfMemory {
+                bytes: u128::from(bytes),
+                what: what.into(),
+            },
+            PluginError::Cancelled => BackendError::Cancelled,
         }
     }
 }
@@ -484,8 +586,8 @@ mod objects {
     #![allow(non_local_definitions)]
 
     use super::{
-        AbiCapabilities, AbiHostTensor, AbiTensorType, BufferBox, BufferRef, ExecutableBox,
-        PluginError,
+        AbiCancel, AbiCapabilities, AbiHostTensor, AbiTensorType, BufferBox, BufferRef,
+        ExecutableBox, PluginError,
     };
     use abi_stable::sabi_trait;
     use abi_stable::std_types::{RResult, RSlice, RVec};
@@ -508,11 +610,14 @@ mod objects {
     #[sabi_trait]
     pub trait ExecutableObject: Send + Sync {
         /// Runs the plan with `inputs` (borrowed buffers of the same plugin) bound to its inputs
-        /// in order; returns the outputs in the plan's output order.
+        /// in order; returns the outputs in the plan's output order. `cancel` holds the
+        /// host's cancellation flags for this run (make them current with
+        /// [`crate::cancel::with_abi`]; a cancelled run returns [`PluginError::Cancelled`]).
         #[sabi(last_prefix_field)]
         fn run<'a, 'b>(
             &self,
             inputs: RSlice<'a, BufferRef<'b>>,
+            cancel: &AbiCancel,
         ) -> RResult<RVec<BufferBox>, PluginError>;
     }
 
@@ -675,11 +780,7 @@ impl<B: Backend + 'static> BackendObject for HostBackend<B> {
 
     fn upload(&self, tensor: &AbiHostTensor) -> RResult<BufferBox, PluginError> {
         guard(|| {
-            let host = tensor
-                .to_host()
-                .map_err(|message| PluginError::InvalidArgument {
-                    message: message.into(),
-                })?;
+            let host = tensor.try_to_host()?;
             Ok(BufferBox::from_value(
                 HostBuffer { tensor: host },
                 TD_CanDowncast,
@@ -697,6 +798,7 @@ impl ExecutableObject for HostExecutable {
     fn run<'a, 'b>(
         &self,
         inputs: RSlice<'a, BufferRef<'b>>,
+        cancel: &AbiCancel,
     ) -> RResult<RVec<BufferBox>, PluginError> {
         guard(|| {
             let inputs = inputs
@@ -714,9 +816,7 @@ impl ExecutableObject for HostExecutable {
                     }),
                 })
                 .collect::<Result<Vec<HostTensor>, PluginError>>()?;
-            let outputs = self
-                .exe
-                .run(&inputs)
+            let outputs = crate::cancel::with_abi(cancel, || self.exe.run(&inputs))
                 .map_err(|e| PluginError::from_backend(&e))?;
             Ok(outputs
                 .into_iter()
@@ -740,7 +840,7 @@ impl BufferObject for HostBuffer {
     }
 
     fn download(&self) -> RResult<AbiHostTensor, PluginError> {
-        guard(|| Ok(AbiHostTensor::from_host(&self.tensor)))
+        guard(|| AbiHostTensor::try_from_host(&self.tensor))
     }
 }
 
@@ -976,6 +1076,105 @@ mod tests {
         for e in errors {
             assert_eq!(PluginError::from_backend(&e).into_backend("other"), e);
         }
+    }
+
+    #[test]
+    fn out_of_memory_and_cancellation_cross_typed() {
+        let errors = [
+            BackendError::OutOfMemory {
+                bytes: 1 << 43,
+                what: "a tensor of shape [1099511627776] float64".into(),
+            },
+            BackendError::Cancelled,
+        ];
+        for e in errors {
+            assert_eq!(PluginError::from_backend(&e).into_backend("other"), e);
+        }
+        // More bytes than u64 holds saturate (no allocation can be that large anyway).
+        let huge = BackendError::out_of_memory(u128::MAX, "x");
+        assert_eq!(
+            PluginError::from_backend(&huge).into_backend("other"),
+            BackendError::out_of_memory(u64::MAX as u128, "x")
+        );
+        assert_eq!(
+            PluginError::Cancelled.to_string(),
+            "cancelled: the computation was interrupted"
+        );
+    }
+
+    #[test]
+    fn fallible_copies_agree_with_the_infallible_ones() {
+        let t = HostTensor::new(
+            Shape::new(vec![3]).unwrap(),
+            HostData::Bool(vec![true, false, true].into()),
+        );
+        let abi = AbiHostTensor::try_from_host(&t).unwrap();
+        assert_eq!(abi, AbiHostTensor::from_host(&t));
+        assert_eq!(abi.try_to_host().unwrap(), t);
+        let bad = AbiHostTensor {
+            shape: vec![1].into(),
+            data: AbiData::Bool(vec![2].into()),
+        };
+        assert!(matches!(
+            bad.try_to_host(),
+            Err(PluginError::InvalidArgument { .. })
+        ));
+    }
+
+    /// An executable that reports what the cancellation check of the running thread says.
+    #[derive(Debug)]
+    struct Checking;
+
+    impl Executable for Checking {
+        fn run(&self, inputs: &[HostTensor]) -> BackendResult<Vec<HostTensor>> {
+            crate::cancel::check()?;
+            Ok(inputs.to_vec())
+        }
+    }
+
+    #[derive(Debug)]
+    struct CheckingBackend;
+
+    impl Backend for CheckingBackend {
+        fn name(&self) -> &str {
+            "toy"
+        }
+
+        fn capabilities(&self) -> Capabilities {
+            Capabilities {
+                float64: true,
+                device_count: 1,
+            }
+        }
+
+        fn compile(&self, _plan: &Plan) -> BackendResult<Arc<dyn Executable>> {
+            Ok(Arc::new(Checking))
+        }
+    }
+
+    extern "C" fn open_checking() -> RResult<BackendBox, PluginError> {
+        open_backend(|| Ok(CheckingBackend))
+    }
+
+    #[test]
+    fn the_callers_token_is_watched_behind_the_abi() {
+        let exe = plugin(open_checking)
+            .open()
+            .unwrap()
+            .compile(&identity_plan())
+            .unwrap();
+        let x = f64s(&[1.0, 2.0, 3.0]);
+        let token = crate::cancel::CancelToken::new();
+        crate::cancel::with_token(&token, || {
+            assert!(exe.run(std::slice::from_ref(&x)).is_ok());
+            token.cancel();
+            assert_eq!(
+                exe.run(std::slice::from_ref(&x)).unwrap_err(),
+                BackendError::Cancelled
+            );
+        });
+        // Another token (or none) is not cancelled.
+        assert!(exe.run(std::slice::from_ref(&x)).is_ok());
     }
 
     #[test]

@@ -38,6 +38,7 @@
 //! rest of Quabla never knows whether a backend is linked or loaded.
 
 pub mod abi;
+pub mod cancel;
 mod layout;
 pub mod library_file;
 pub mod registry;
@@ -81,6 +82,36 @@ pub enum BackendError {
     /// Any other failure inside the backend.
     #[error("{device}: {message}")]
     Device { device: String, message: String },
+    /// The allocator refused `bytes` bytes for `what` (`a tensor of shape [1099511627776]
+    /// float64`). The run stopped before it changed anything the caller holds: its inputs,
+    /// every buffer and the executable are intact, and the executable can run again.
+    #[error(
+        "cannot allocate {bytes} bytes for {what}; the machine does not have that much memory"
+    )]
+    OutOfMemory { bytes: u128, what: String },
+    /// The run was cancelled through a [`cancel::CancelToken`] or the process-wide
+    /// [`cancel::interrupt`]; like [`BackendError::OutOfMemory`], it leaves everything intact.
+    #[error("cancelled: the computation was interrupted")]
+    Cancelled,
+}
+
+impl BackendError {
+    /// The allocator refused `bytes` bytes for `what`.
+    pub fn out_of_memory(bytes: u128, what: impl Into<String>) -> BackendError {
+        BackendError::OutOfMemory {
+            bytes,
+            what: what.into(),
+        }
+    }
+
+    /// The allocator refused storage for a tensor of `shape` and `dtype` (`what` reads
+    /// `a tensor of shape [1099511627776] float64`).
+    pub fn tensor_out_of_memory(dtype: DType, shape: &Shape) -> BackendError {
+        BackendError::OutOfMemory {
+            bytes: shape.nbytes(dtype) as u128,
+            what: format!("a tensor of shape {shape} {}", dtype.name()),
+        }
+    }
 }
 
 pub type Result<T, E = BackendError> = std::result::Result<T, E>;

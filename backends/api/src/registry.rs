@@ -575,7 +575,8 @@ impl PluginBackend {
 }
 
 fn upload(inner: &Arc<PluginInner>, tensor: &HostTensor) -> Result<PluginBuffer> {
-    let abi = crate::abi::AbiHostTensor::from_host(tensor);
+    let abi = crate::abi::AbiHostTensor::try_from_host(tensor)
+        .map_err(|e| e.into_backend(&inner.name))?;
     let buffer = inner
         .backend
         .upload(&abi)
@@ -622,7 +623,13 @@ impl PluginExecutable {
         let name = &self.backend.name;
         let borrowed: Vec<BufferRef<'_>> =
             inputs.iter().map(|b| b.buffer.sabi_reborrow()).collect();
-        let result = self.exe.run(RSlice::from_slice(&borrowed)).into_result();
+        // The plugin watches this thread's token and the host's interrupt through its own copy
+        // of the cancel module (see `crate::cancel`).
+        let cancel = crate::cancel::watch().to_abi();
+        let result = self
+            .exe
+            .run(RSlice::from_slice(&borrowed), &cancel)
+            .into_result();
         let outputs = result.map_err(|e| e.into_backend(name))?;
         Ok(outputs
             .into_iter()
@@ -701,9 +708,12 @@ impl PluginBuffer {
             .download()
             .into_result()
             .map_err(|e| e.into_backend(name))?;
-        abi.to_host().map_err(|message| BackendError::Device {
-            device: name.clone(),
-            message: format!("the plugin returned invalid host data: {message}"),
+        abi.try_to_host().map_err(|e| match e {
+            PluginError::InvalidArgument { message } => BackendError::Device {
+                device: name.clone(),
+                message: format!("the plugin returned invalid host data: {message}"),
+            },
+            other => other.into_backend(name),
         })
     }
 }

@@ -1,4 +1,4 @@
-//! A test fixture: a plugin that claims the current interface version (1) but whose root
+//! A test fixture: a plugin that claims the current interface version but whose root
 //! module has another layout, as if the interface had changed without a version bump. The
 //! layout check at load must refuse it with `LoadError::Layout`.
 
@@ -8,7 +8,7 @@ use abi_stable::sabi_types::VersionStrings;
 use abi_stable::std_types::RStr;
 use abi_stable::{declare_root_module_statics, export_root_module, StableAbi};
 
-/// The root module with the name of version 1's but an `open` of another signature.
+/// The root module with the name of the current version's but an `open` of another signature.
 #[repr(C)]
 #[derive(StableAbi)]
 #[sabi(kind(Prefix(prefix_ref = QuablaPluginRef)))]
@@ -30,7 +30,8 @@ impl RootModule for QuablaPluginRef {
     declare_root_module_statics! {QuablaPluginRef}
     const BASE_NAME: &'static str = "quabla_plugin";
     const NAME: &'static str = "quabla backend plugin";
-    const VERSION_STRINGS: VersionStrings = VersionStrings::new("1.0.0");
+    const VERSION_STRINGS: VersionStrings =
+        VersionStrings::new(quabla_backend::abi::INTERFACE_VERSION_STRING);
 }
 
 extern "C" fn open(x: u64) -> u64 {
@@ -41,7 +42,7 @@ extern "C" fn open(x: u64) -> u64 {
 pub fn root_module() -> QuablaPluginRef {
     QuablaPlugin {
         name: RStr::from_str("changed"),
-        plugin_version: RStr::from_str("1.0.0"),
+        plugin_version: RStr::from_str(quabla_backend::abi::INTERFACE_VERSION_STRING),
         open,
     }
     .leak_into_prefix()

@@ -48,6 +48,8 @@ fn the_cpu_plugin_loads_with_its_name_version_and_capabilities() {
 
 #[test]
 fn a_plugin_of_another_interface_version_is_refused_with_a_typed_error() {
+    // The fixture speaks the version after this build's.
+    let next = (INTERFACE_VERSION + 1).to_string();
     let path = built().fixture("fixture_next_interface");
     let err = Plugin::load(&path).unwrap_err();
     match &err {
@@ -58,14 +60,14 @@ fn a_plugin_of_another_interface_version_is_refused_with_a_typed_error() {
         } => {
             assert_eq!(p, &path);
             assert_eq!(*expected, INTERFACE_VERSION);
-            assert_eq!(found, "2");
+            assert_eq!(found, &next);
         }
         other => panic!("expected an interface version error, got {other:?}"),
     }
     let message = err.to_string();
     assert!(
-        message.contains("plugin interface version 2 is not supported")
-            && message.contains("loads interface version 1"),
+        message.contains(&format!("plugin interface version {next} is not supported"))
+            && message.contains(&format!("loads interface version {INTERFACE_VERSION}")),
         "{message}"
     );
 
@@ -80,10 +82,16 @@ fn a_plugin_of_another_interface_version_is_refused_with_a_typed_error() {
         .find(|d| d.name == "next")
         .unwrap();
     assert!(!row.available);
-    assert!(row.reason.unwrap().contains("interface version 2"));
+    assert!(row
+        .reason
+        .unwrap()
+        .contains(&format!("interface version {next}")));
     match registry.backend("next") {
         Err(e @ ResolveError::NotFound { .. }) => {
-            assert!(e.to_string().contains("interface version 2"), "{e}")
+            assert!(
+                e.to_string().contains(&format!("interface version {next}")),
+                "{e}"
+            )
         }
         other => panic!("{other:?}"),
     }

@@ -8,8 +8,15 @@
 //! dead, its buffer goes back to the pool and the next allocation of the same dtype reuses it
 //! (smallest buffer that is large enough). Storage is physically typed: 8, 4 and 1 bytes per
 //! element for f64, f32 and bool.
+//!
+//! Every buffer whose size comes from the plan is allocated fallibly ([`quabla_ir::alloc`]):
+//! a request the machine cannot serve is an [`AllocError`] that the executor reports as
+//! `BackendError::OutOfMemory`, with the pool and every value it already holds untouched.
 
+use quabla_backend::BackendError;
+use quabla_ir::alloc::{self, AllocError};
 use quabla_ir::{DType, HostData};
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// An element type of storage, with its conversions to and from the float64 working type.
@@ -115,14 +122,20 @@ impl<'a> View<'a> {
         }
     }
 
-    /// All elements widened to f64, or the slice itself when it already is f64.
-    pub(crate) fn as_f64(&self) -> std::borrow::Cow<'_, [f64]> {
-        match self {
-            View::F64(v) => std::borrow::Cow::Borrowed(v),
-            // Collected in one pass (a zeroed vector filled afterwards writes everything twice).
-            View::F32(v) => std::borrow::Cow::Owned(v.iter().map(|&x| x as f64).collect()),
-            View::Bool(v) => std::borrow::Cow::Owned(v.iter().map(|&b| b.to_f64()).collect()),
+    /// All elements widened to f64, or the slice itself when it already is f64; the widened
+    /// copy is allocated fallibly.
+    pub(crate) fn as_f64(&self) -> Result<Cow<'_, [f64]>, AllocError> {
+        fn widened<T: Elem>(v: &[T]) -> Result<Vec<f64>, AllocError> {
+            // Written in one pass (a zeroed vector filled afterwards writes everything twice).
+            let mut out = alloc::try_vec_with_capacity(v.len())?;
+            out.extend(v.iter().map(|&x| x.to_f64()));
+            Ok(out)
         }
+        Ok(match self {
+            View::F64(v) => Cow::Borrowed(v),
+            View::F32(v) => Cow::Owned(widened(v)?),
+            View::Bool(v) => Cow::Owned(widened(v)?),
+        })
     }
 }
 
@@ -324,45 +337,60 @@ impl<'a> Storage<'a> {
     }
 
     /// The value without any borrow: host data and owned buffers as they are, a borrowed view
-    /// copied into a buffer from `pool`.
-    pub(crate) fn into_owned(self, pool: &mut Pool) -> Storage<'static> {
-        match self {
+    /// copied into a buffer from `pool`. On an allocation failure the value is dropped (a view
+    /// or nothing the caller still needs) and the pool is unchanged.
+    pub(crate) fn into_owned(self, pool: &mut Pool) -> Result<Storage<'static>, BackendError> {
+        Ok(match self {
             Storage::Host(d) => Storage::Host(d),
             Storage::Owned(b) => Storage::Owned(b),
-            Storage::Borrowed(v) => Storage::Owned(pool.alloc_copy(v)),
-        }
+            Storage::Borrowed(v) => Storage::Owned(pool.alloc_copy(v).map_err(copy_oom(v))?),
+        })
     }
 
     /// A second handle on the value for a frame that keeps the first: host data and views are
     /// shared, an owned buffer is copied.
-    pub(crate) fn share(&self, pool: &mut Pool) -> Storage<'a> {
-        match self {
+    pub(crate) fn share(&self, pool: &mut Pool) -> Result<Storage<'a>, BackendError> {
+        Ok(match self {
             Storage::Host(d) => Storage::Host(d.clone()),
             Storage::Borrowed(v) => Storage::Borrowed(*v),
-            Storage::Owned(b) => Storage::Owned(pool.alloc_copy(b.view())),
-        }
+            Storage::Owned(b) => {
+                Storage::Owned(pool.alloc_copy(b.view()).map_err(copy_oom(b.view()))?)
+            }
+        })
     }
 
     /// The value as shared host data: a new reference for host and shared storage, a copy
     /// of a pooled buffer.
-    pub(crate) fn to_host_data(&self) -> HostData {
+    pub(crate) fn to_host_data(&self) -> Result<HostData, BackendError> {
         match self {
-            Storage::Host(d) => d.clone(),
+            Storage::Host(d) => Ok(d.clone()),
             Storage::Owned(Buffer {
                 data: TypedVec::Shared(d),
                 len,
-            }) if *len == d.len() => d.clone(),
+            }) if *len == d.len() => Ok(d.clone()),
             Storage::Owned(b) => view_to_host(b.view()),
             Storage::Borrowed(v) => view_to_host(*v),
         }
     }
 }
 
-fn view_to_host(v: View<'_>) -> HostData {
-    match v {
-        View::F32(v) => HostData::F32(Arc::from(v)),
-        View::F64(v) => HostData::F64(Arc::from(v)),
-        View::Bool(v) => HostData::Bool(Arc::from(v)),
+fn view_to_host(v: View<'_>) -> Result<HostData, BackendError> {
+    let copied = match v {
+        View::F32(s) => alloc::try_shared_from_slice(s).map(HostData::F32),
+        View::F64(s) => alloc::try_shared_from_slice(s).map(HostData::F64),
+        View::Bool(s) => alloc::try_shared_from_slice(s).map(HostData::Bool),
+    };
+    copied.map_err(copy_oom(v))
+}
+
+/// The error for a copy of `v` that the allocator refused.
+fn copy_oom(v: View<'_>) -> impl FnOnce(AllocError) -> BackendError {
+    let (len, dtype) = (v.len(), v.dtype());
+    move |e| {
+        BackendError::out_of_memory(
+            e.bytes,
+            format!("a copy of a tensor of {len} {} elements", dtype.name()),
+        )
     }
 }
 
@@ -380,9 +408,10 @@ pub(crate) struct Pool {
 const MAX_FREE: usize = 64;
 
 impl Pool {
-    /// A buffer of `len` elements of `dtype` with unspecified contents.
-    pub(crate) fn alloc(&mut self, dtype: DType, len: usize) -> Buffer {
-        self.acquisitions += 1;
+    /// A buffer of `len` elements of `dtype` with unspecified contents: the smallest free
+    /// buffer that fits, else a fresh one (zeroed allocation, fallible; on a failure the pool
+    /// keeps every free buffer it had).
+    pub(crate) fn alloc(&mut self, dtype: DType, len: usize) -> Result<Buffer, AllocError> {
         let best = self
             .free
             .iter()
@@ -393,31 +422,39 @@ impl Pool {
         let data = match best {
             Some(i) => self.free.swap_remove(i),
             None => {
+                let data = match dtype {
+                    DType::F32 => TypedVec::F32(alloc::try_zeroed_vec(len)?),
+                    DType::F64 => TypedVec::F64(alloc::try_zeroed_vec(len)?),
+                    DType::Bool => TypedVec::Bool(alloc::try_zeroed_vec(len)?),
+                };
                 self.allocations += 1;
-                match dtype {
-                    DType::F32 => TypedVec::F32(vec![0.0; len]),
-                    DType::F64 => TypedVec::F64(vec![0.0; len]),
-                    DType::Bool => TypedVec::Bool(vec![false; len]),
-                }
+                data
             }
         };
-        Buffer { data, len }
+        self.acquisitions += 1;
+        Ok(Buffer { data, len })
     }
 
     /// A pooled buffer holding a copy of `v`.
-    pub(crate) fn alloc_copy(&mut self, v: View<'_>) -> Buffer {
-        let mut b = self.alloc(v.dtype(), v.len());
+    pub(crate) fn alloc_copy(&mut self, v: View<'_>) -> Result<Buffer, AllocError> {
+        let mut b = self.alloc(v.dtype(), v.len())?;
         // Same dtype and length by construction, so the copy always applies.
         b.view_mut().copy_from(0, v);
-        b
+        Ok(b)
     }
 
-    /// Fresh shared storage for a plan output (not pooled: it is handed to the caller).
-    pub(crate) fn alloc_shared(&mut self, dtype: DType, len: usize) -> Buffer {
-        Buffer {
-            data: TypedVec::Shared(HostData::filled(dtype, 0.0, len)),
+    /// Fresh shared storage for a plan output (not pooled: it is handed to the caller), from
+    /// zeroed allocation (fallible).
+    pub(crate) fn alloc_shared(&mut self, dtype: DType, len: usize) -> Result<Buffer, AllocError> {
+        let data = match dtype {
+            DType::F32 => HostData::F32(alloc::try_shared_zeroed(len)?),
+            DType::F64 => HostData::F64(alloc::try_shared_zeroed(len)?),
+            DType::Bool => HostData::Bool(alloc::try_shared_zeroed(len)?),
+        };
+        Ok(Buffer {
+            data: TypedVec::Shared(data),
             len,
-        }
+        })
     }
 
     /// Returns a dead value's storage (host and shared data are simply dropped).
@@ -448,17 +485,37 @@ mod tests {
     #[test]
     fn pool_reuses_the_smallest_fitting_buffer() {
         let mut pool = Pool::default();
-        let a = pool.alloc(DType::F64, 10);
-        let b = pool.alloc(DType::F64, 100);
+        let a = pool.alloc(DType::F64, 10).unwrap();
+        let b = pool.alloc(DType::F64, 100).unwrap();
         assert_eq!(pool.allocations, 2);
         pool.recycle(Storage::Owned(a));
         pool.recycle(Storage::Owned(b));
-        let c = pool.alloc(DType::F64, 5);
+        let c = pool.alloc(DType::F64, 5).unwrap();
         assert_eq!(c.view().len(), 5);
         assert_eq!(pool.allocations, 2);
-        let d = pool.alloc(DType::F32, 5);
+        let d = pool.alloc(DType::F32, 5).unwrap();
         assert_eq!(pool.allocations, 3);
         assert_eq!(d.view().len(), 5);
+    }
+
+    #[test]
+    fn a_refused_allocation_leaves_the_pool_as_it_was() {
+        let mut pool = Pool::default();
+        let a = pool.alloc(DType::F64, 10).unwrap();
+        pool.recycle(Storage::Owned(a));
+        // 2^50 bytes: more than any address space, refused whatever the overcommit policy.
+        let huge = 1usize << 47;
+        assert_eq!(
+            pool.alloc(DType::F64, huge).unwrap_err(),
+            AllocError { bytes: 1 << 50 }
+        );
+        assert!(pool.alloc_shared(DType::F64, huge).is_err());
+        assert!(pool.alloc(DType::F64, usize::MAX).is_err());
+        assert_eq!((pool.allocations, pool.acquisitions), (1, 1));
+        // The free buffer is still there and is reused.
+        let b = pool.alloc(DType::F64, 8).unwrap();
+        assert_eq!(b.view().len(), 8);
+        assert_eq!(pool.allocations, 1);
     }
 
     #[test]

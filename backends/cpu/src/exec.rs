@@ -12,12 +12,22 @@
 //! slot between iterations (no liveness releases), so each step writes straight into the
 //! buffer it wrote the iteration before and an iteration touches neither the pool nor the
 //! allocator.
+//!
+//! Two rules keep a run from bringing the process down or running forever. Every buffer is
+//! allocated fallibly: a refused allocation is `BackendError::OutOfMemory` naming the tensor,
+//! the step's other buffers go back to the pool, and the run unwinds like any failed run (the
+//! caller's inputs, the executable and the workspace stay usable). And before every step the
+//! run checks the cancellation flags it watches ([`Workspace::cancel`], taken once per run), so
+//! a cancelled run stops with `BackendError::Cancelled` at the next step; loops check once more
+//! per iteration (`region.rs`).
 
 use crate::buffer::{self, Buffer, Pool, Storage, View, ViewMut};
 use crate::kernels::elementwise::{Program, Scratch};
 use crate::kernels::{internal, layout, linalg, matmul, reduce};
 use crate::schedule::{NodeStep, Schedule, StepKind};
+use quabla_backend::cancel::Watch;
 use quabla_backend::{BackendError, Result};
+use quabla_ir::alloc::AllocError;
 use quabla_ir::{DType, Op};
 
 /// What every run of an executable shares, kept between runs.
@@ -32,6 +42,9 @@ pub(crate) struct Workspace {
     /// before the first run): kept so that a run of a small plan allocates nothing but its
     /// outputs and does not rebind its constants.
     pub slots: Vec<Option<Storage<'static>>>,
+    /// The cancellation flags the current run watches (set when a run starts, reset when it
+    /// ends so that no token outlives its run).
+    pub cancel: Watch,
 }
 
 /// Externals a fused step binds without allocating; more use a heap vector.
@@ -97,20 +110,30 @@ impl<'s, 'a> Frame<'s, 'a> {
 
     /// Writes `value` as the rank-0 input `j` of `dtype`, reusing the buffer already bound
     /// there when there is one.
-    pub(crate) fn set_scalar(&mut self, j: usize, dtype: DType, value: f64, pool: &mut Pool) {
+    pub(crate) fn set_scalar(
+        &mut self,
+        j: usize,
+        dtype: DType,
+        value: f64,
+        pool: &mut Pool,
+    ) -> Result<()> {
         let Some(s) = self.sched.input_slots.get(j).copied().flatten() else {
-            return;
+            return Ok(());
         };
         let slot = &mut self.slots[s];
         if !matches!(slot, Some(Storage::Owned(b)) if b.holds(dtype, 1)) {
             if let Some(old) = slot.take() {
                 pool.recycle(old);
             }
-            *slot = Some(Storage::Owned(pool.alloc(dtype, 1)));
+            let b = pool
+                .alloc(dtype, 1)
+                .map_err(|e| out_of_memory(dtype, &[], e))?;
+            *slot = Some(Storage::Owned(b));
         }
         if let Some(Storage::Owned(b)) = slot {
             b.view_mut().store_f64(0, &[value]);
         }
+        Ok(())
     }
 
     /// Takes back the value bound to input `j`, if it is still there.
@@ -164,7 +187,7 @@ impl<'s, 'a> Frame<'s, 'a> {
         let value = if take {
             slot.take()
         } else {
-            slot.as_ref().map(|v| v.share(pool))
+            slot.as_ref().map(|v| v.share(pool)).transpose()?
         };
         value.ok_or_else(|| internal(format!("body output {j} was not computed")))
     }
@@ -208,6 +231,14 @@ impl<'s, 'a> Frame<'s, 'a> {
     }
 }
 
+/// The error for a buffer of `dtype` and shape `dims` that the allocator refused.
+pub(crate) fn out_of_memory(dtype: DType, dims: &[usize], e: AllocError) -> BackendError {
+    BackendError::out_of_memory(
+        e.bytes,
+        format!("a tensor of shape {dims:?} {}", dtype.name()),
+    )
+}
+
 /// The buffer a step writes for `slot`: fresh shared host data for a plan output, the slot's
 /// own previous buffer in [`Mode::Reuse`] when it fits, else one from the pool.
 fn alloc(
@@ -218,12 +249,12 @@ fn alloc(
     slot: usize,
     dtype: DType,
     len: usize,
-) -> Buffer {
+) -> std::result::Result<Buffer, AllocError> {
     match mode {
         Mode::Plan if sched.output_slot[slot] => pool.alloc_shared(dtype, len),
         Mode::Reuse => match slots[slot].take() {
             Some(Storage::Owned(b)) => match b.refit(dtype, len) {
-                Ok(b) => b,
+                Ok(b) => Ok(b),
                 Err(b) => {
                     pool.recycle(Storage::Owned(b));
                     pool.alloc(dtype, len)
@@ -250,17 +281,26 @@ fn run_steps(
     mode: Mode,
 ) -> Result<()> {
     for step in &sched.steps {
+        ws.cancel.check()?;
         match &step.kind {
             StepKind::Fused(program) if program.size == 1 => {
                 run_one_element(sched, program, slots, ws, mode)?;
             }
             StepKind::Fused(program) => {
                 debug_assert!(ws.bufs.is_empty());
+                let mut ran = Ok(());
                 for &(s, dt) in &program.outs {
-                    let b = alloc(sched, slots, &mut ws.pool, mode, s, dt, program.size);
-                    ws.bufs.push(b);
+                    match alloc(sched, slots, &mut ws.pool, mode, s, dt, program.size) {
+                        Ok(b) => ws.bufs.push(b),
+                        Err(e) => {
+                            ran = Err(out_of_memory(dt, &program.dims, e));
+                            break;
+                        }
+                    }
                 }
-                let ran = run_fused(program, slots, &mut ws.bufs, &mut ws.scratch, threads);
+                let ran = ran.and_then(|()| {
+                    run_fused(program, slots, &mut ws.bufs, &mut ws.scratch, threads)
+                });
                 if let Err(e) = ran {
                     for b in ws.bufs.drain(..) {
                         ws.pool.recycle(Storage::Owned(b));
@@ -274,15 +314,21 @@ fn run_steps(
             StepKind::Node(node) => {
                 let pool = &mut ws.pool;
                 let (dtype, len) = (node.ty.dtype, node.ty.shape.size());
-                let mut buf = alloc(sched, slots, pool, mode, node.out, dtype, len);
-                let mut extra: Vec<Buffer> = node
-                    .also
-                    .iter()
-                    .map(|(_, s, ty)| {
-                        let (dtype, len) = (ty.dtype, ty.shape.size());
-                        alloc(sched, slots, pool, mode, *s, dtype, len)
-                    })
-                    .collect();
+                let mut buf = alloc(sched, slots, pool, mode, node.out, dtype, len)
+                    .map_err(|e| out_of_memory(dtype, node.ty.shape.dims(), e))?;
+                let mut extra: Vec<Buffer> = Vec::with_capacity(node.also.len());
+                for (_, s, ty) in &node.also {
+                    match alloc(sched, slots, pool, mode, *s, ty.dtype, ty.shape.size()) {
+                        Ok(b) => extra.push(b),
+                        Err(e) => {
+                            pool.recycle(Storage::Owned(buf));
+                            for b in extra {
+                                pool.recycle(Storage::Owned(b));
+                            }
+                            return Err(out_of_memory(ty.dtype, ty.shape.dims(), e));
+                        }
+                    }
+                }
                 if let Err(e) = run_node(node, slots, &mut buf, &mut extra, threads) {
                     pool.recycle(Storage::Owned(buf));
                     for b in extra {
@@ -352,7 +398,8 @@ fn run_one_element(
                 }
             }
         }
-        let mut b = alloc(sched, slots, &mut ws.pool, mode, s, dtype, 1);
+        let mut b = alloc(sched, slots, &mut ws.pool, mode, s, dtype, 1)
+            .map_err(|e| out_of_memory(dtype, &program.dims, e))?;
         b.view_mut().store_f64(0, &[v]);
         if let Some(old) = slots[s].replace(Storage::Owned(b)) {
             ws.pool.recycle(old);
@@ -407,14 +454,32 @@ fn run_node(
     extra: &mut [buffer::Buffer],
     threads: usize,
 ) -> Result<()> {
+    // The kernels index their operands by the extents they are given; a value whose length
+    // disagreed would be an out-of-bounds index, so it is an error here instead.
     let arg = |i: usize| -> Result<(View<'_>, &[usize])> {
         let (s, dims) = node
             .args
             .get(i)
             .ok_or_else(|| internal("missing operand"))?;
-        Ok((view(slots, *s)?, dims.as_slice()))
+        let v = view(slots, *s)?;
+        if Some(v.len()) != dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) {
+            return Err(internal(format!(
+                "operand {i} of {} holds {} elements for extents {dims:?}",
+                node.op.name(),
+                v.len()
+            )));
+        }
+        Ok((v, dims.as_slice()))
     };
     let out = buf.view_mut();
+    if out.len() != node.ty.shape.size() {
+        return Err(internal(format!(
+            "the result of {} holds {} elements for shape {}",
+            node.op.name(),
+            out.len(),
+            node.ty.shape
+        )));
+    }
     let out_dims = node.ty.shape.dims();
     match &node.op {
         Op::Reduce { kind, axes } => {

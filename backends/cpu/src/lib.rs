@@ -30,6 +30,13 @@
 //!   the decompositions and solves call `quabla-linalg`.
 //! - No value panics: NaN and infinities propagate; an exactly singular `solve` is
 //!   [`quabla_backend::BackendError::Singular`], inside a loop body too.
+//! - No shape brings the process down: every buffer is allocated fallibly, and one the
+//!   machine cannot hold is [`quabla_backend::BackendError::OutOfMemory`] naming the tensor;
+//!   the run stops, the inputs and the executable are intact, and the executable runs again.
+//! - A run watches the cancellation flags of its thread ([`quabla_backend::cancel`]: the
+//!   current `CancelToken` and the process-wide interrupt), read once when it starts and
+//!   checked before every step and between loop iterations; a cancelled run returns
+//!   [`quabla_backend::BackendError::Cancelled`] within microseconds, however long its loops.
 //!
 //! Large kernels (elementwise groups and reductions over at least 100 000 elements, large
 //! matrix products) use several threads; how work is split never changes a value.
@@ -230,6 +237,8 @@ impl CpuExecutable {
         outputs: &mut Vec<HostTensor>,
     ) -> Result<()> {
         let sched = &self.schedule;
+        // The cancellation flags of the calling thread, read once for the whole run.
+        ws.cancel = quabla_backend::cancel::watch();
         let mut frame = Frame::for_plan(sched, std::mem::take(&mut ws.slots));
         for (j, input) in inputs.iter().enumerate() {
             // An input the schedule never reads is handed back and dropped.
@@ -241,7 +250,7 @@ impl CpuExecutable {
                 let storage = frame.slots()[*s]
                     .as_ref()
                     .ok_or_else(|| internal("an output was not computed"))?;
-                outputs.push(HostTensor::new(shape.clone(), storage.to_host_data()));
+                outputs.push(HostTensor::new(shape.clone(), storage.to_host_data()?));
             }
             Ok(())
         });
@@ -249,6 +258,8 @@ impl CpuExecutable {
             outputs.truncate(start);
         }
         ws.slots = frame.finish_plan(&mut ws.pool);
+        // A token is watched only by the run it was current for.
+        ws.cancel = Default::default();
         result
     }
 }

@@ -26,9 +26,16 @@
 //!   copied otherwise, and the old carries go back to the pool, where the next iteration finds
 //!   them. Bodies over the size limit also release every value at its last use, as a plan
 //!   does, so they keep the memory of their peak of live values.
+//!
+//! Every loop checks the run's cancellation flags between iterations (the scalar forms every
+//! [`SCALAR_CHECK_EVERY`] iterations, a few microseconds apart), besides the check before
+//! every step of a body, so a loop that never ends on its own stops soon after its token is
+//! cancelled or the process is interrupted. A scan's stacked outputs (the tapes of reverse-mode
+//! loops among them) are allocated before the first iteration, fallibly: a loop whose tape the
+//! machine cannot hold fails at once with `OutOfMemory` instead of after running.
 
 use crate::buffer::{Buffer, Storage, View};
-use crate::exec::{Frame, Mode, Workspace};
+use crate::exec::{out_of_memory, Frame, Mode, Workspace};
 use crate::kernels::internal;
 use crate::scalar::ScalarBody;
 use crate::schedule::Schedule;
@@ -39,6 +46,13 @@ use quabla_ir::{DType, Graph, NodeId, Plan, Region, RegionKind, TensorType};
 /// form: beyond it the steps' own work dwarfs the per-iteration bookkeeping, and releasing dead
 /// values at their last use keeps the body's memory at its peak of live values.
 const REUSE_BYTES: usize = 1 << 20;
+
+/// Iterations of a loop in scalar form between two cancellation checks. Such an iteration is
+/// a few float64 operations (tens of nanoseconds), which a check per iteration would slow
+/// measurably; every 256th keeps a cancelled loop's reaction within microseconds. Loops of
+/// other forms check every iteration (and every step inside it), which costs nothing next to
+/// their steps.
+const SCALAR_CHECK_EVERY: usize = 256;
 
 /// A region call of a schedule: the operand slots, the slot of each sibling node, and the
 /// compiled bodies.
@@ -106,6 +120,8 @@ struct StackedOut {
     dtype: DType,
     /// Elements of one slice.
     len: usize,
+    /// The extents of the whole stacked output, `[length, *slice]` (for messages).
+    dims: Vec<usize>,
 }
 
 /// A compiled body, per output whether collecting it moves it out of its slot, and its
@@ -263,6 +279,7 @@ impl RegionStep {
                             body_output: selected.len(),
                             dtype: ty.dtype,
                             len: ty.shape.dims().iter().skip(1).product(),
+                            dims: ty.shape.dims().to_vec(),
                         });
                         selected.push(o);
                     }
@@ -376,10 +393,16 @@ impl RegionStep {
         let mut results = Vec::with_capacity(self.outs.len());
         if ran.is_ok() {
             for (j, &take) in branch.take.iter().enumerate() {
-                match frame.take_output(j, take, &mut ws.pool) {
-                    Ok(v) => results.push(v.into_owned(&mut ws.pool)),
+                let owned = frame
+                    .take_output(j, take, &mut ws.pool)
+                    .and_then(|v| v.into_owned(&mut ws.pool));
+                match owned {
+                    Ok(v) => results.push(v),
                     Err(e) => {
                         frame.finish(&mut ws.pool);
+                        for v in results {
+                            ws.pool.recycle(v);
+                        }
                         return Err(e);
                     }
                 }
@@ -405,11 +428,17 @@ impl RegionStep {
         for (c, v) in operands[nc..nc + nk].iter().enumerate() {
             frame.bind(1 + nc + c, Storage::Borrowed(*v));
         }
+        let mut stacked = match self.stacked_buffers(scan, shared, ws) {
+            Ok(stacked) => stacked,
+            Err(e) => {
+                frame.finish(&mut ws.pool);
+                return Err(e);
+            }
+        };
         let mut carries: Vec<Option<Storage<'_>>> = operands[..nc]
             .iter()
             .map(|v| Some(Storage::Borrowed(*v)))
             .collect();
-        let mut stacked = self.stacked_buffers(scan, shared, ws);
         let looped = self.scan_loop(
             scan,
             operands,
@@ -437,24 +466,40 @@ impl RegionStep {
     }
 
     /// A buffer for every stacked output of a scan: shared host data when a sibling of it is
-    /// a plan output.
-    fn stacked_buffers(&self, scan: &Scan, shared: &[bool], ws: &mut Workspace) -> Vec<Buffer> {
-        scan.ys
-            .iter()
-            .map(|y| {
-                let plan_output = self
-                    .outs
-                    .iter()
-                    .zip(shared)
-                    .any(|(o, &sh)| sh && o.0 == y.output);
-                let len = y.len * scan.length;
-                if plan_output {
-                    ws.pool.alloc_shared(y.dtype, len)
-                } else {
-                    ws.pool.alloc(y.dtype, len)
+    /// a plan output. These are the loop's largest allocations (a reverse-mode tape is one), so
+    /// a refusal is an error naming the stacked shape, with the buffers made so far back in the
+    /// pool.
+    fn stacked_buffers(
+        &self,
+        scan: &Scan,
+        shared: &[bool],
+        ws: &mut Workspace,
+    ) -> Result<Vec<Buffer>> {
+        let mut stacked = Vec::with_capacity(scan.ys.len());
+        for y in &scan.ys {
+            let plan_output = self
+                .outs
+                .iter()
+                .zip(shared)
+                .any(|(o, &sh)| sh && o.0 == y.output);
+            // The size of the region output `[length, *slice]`, a checked shape.
+            let len = y.len * scan.length;
+            let buffer = if plan_output {
+                ws.pool.alloc_shared(y.dtype, len)
+            } else {
+                ws.pool.alloc(y.dtype, len)
+            };
+            match buffer {
+                Ok(b) => stacked.push(b),
+                Err(e) => {
+                    for b in stacked {
+                        ws.pool.recycle(Storage::Owned(b));
+                    }
+                    return Err(out_of_memory(y.dtype, &y.dims, e));
                 }
-            })
-            .collect()
+            }
+        }
+        Ok(stacked)
     }
 
     /// A scan whose body has a scalar form: every carry, constant, slice and stacked element
@@ -478,49 +523,93 @@ impl RegionStep {
             .iter()
             .map(first)
             .collect::<Result<Vec<f64>>>()?;
-        let mut stacked = self.stacked_buffers(scan, shared, ws);
+        let mut stacked = self.stacked_buffers(scan, shared, ws)?;
+        let looped = self.scalar_scan_loop(
+            scan,
+            body,
+            operands,
+            &mut values,
+            &mut carries,
+            &mut stacked,
+            ws,
+        );
+        if let Err(e) = looped {
+            for b in stacked {
+                ws.pool.recycle(Storage::Owned(b));
+            }
+            return Err(e);
+        }
+        let mut by_output: Vec<Option<Storage<'_>>> = Vec::with_capacity(nc + stacked.len());
+        for (j, &c) in carries.iter().enumerate() {
+            match scalar_storage(body, j, c, ws) {
+                Ok(v) => by_output.push(Some(v)),
+                Err(e) => {
+                    for v in by_output.into_iter().flatten() {
+                        ws.pool.recycle(v);
+                    }
+                    for b in stacked {
+                        ws.pool.recycle(Storage::Owned(b));
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        by_output.extend(stacked.into_iter().map(|b| Some(Storage::Owned(b))));
+        let mut positions: Vec<usize> = (0..nc).collect();
+        positions.extend(scan.ys.iter().map(|y| y.output));
+        self.collect(by_output, &positions, ws)
+    }
+
+    /// The iterations of a scan in scalar form.
+    #[allow(clippy::too_many_arguments)]
+    fn scalar_scan_loop(
+        &self,
+        scan: &Scan,
+        body: &ScalarBody,
+        operands: &[View<'_>],
+        values: &mut [f64],
+        carries: &mut [f64],
+        stacked: &mut [Buffer],
+        ws: &mut Workspace,
+    ) -> Result<()> {
+        let (nc, nk) = (scan.n_carry, scan.n_const);
         let xs = &operands[nc + nk..];
         let first_x = 1 + nc + nk;
         for step in 0..scan.length {
+            if step.is_multiple_of(SCALAR_CHECK_EVERY) {
+                ws.cancel.check()?;
+            }
             let k = if scan.reverse {
                 scan.length - 1 - step
             } else {
                 step
             };
             let index = scan.index_dtype.round((scan.start + k) as f64);
-            body.set_input(&mut values, 0, index);
+            body.set_input(values, 0, index);
             for (j, &c) in carries.iter().enumerate() {
-                body.set_input(&mut values, 1 + j, c);
+                body.set_input(values, 1 + j, c);
             }
             for (x, v) in xs.iter().enumerate() {
                 if body.reads(first_x + x) {
                     if scan.xs_len.get(x) != Some(&1) || k >= v.len() {
                         return Err(internal("a scanned operand does not match its slices"));
                     }
-                    body.set_input(&mut values, first_x + x, v.get_f64(k));
+                    body.set_input(values, first_x + x, v.get_f64(k));
                 }
             }
-            body.run(&mut values, &mut ws.scratch);
+            body.run(values, &mut ws.scratch);
             for (y, buf) in scan.ys.iter().zip(stacked.iter_mut()) {
                 let mut out = buf.view_mut();
                 if k >= out.len() {
                     return Err(internal("a stacked output is too short"));
                 }
-                out.store_f64(k, &[body.output(&values, y.body_output)]);
+                out.store_f64(k, &[body.output(values, y.body_output)]);
             }
             for (j, c) in carries.iter_mut().enumerate() {
-                *c = body.output(&values, j);
+                *c = body.output(values, j);
             }
         }
-        let mut by_output: Vec<Option<Storage<'_>>> = carries
-            .iter()
-            .enumerate()
-            .map(|(j, &c)| Some(scalar_storage(body, j, c, ws)))
-            .collect();
-        by_output.extend(stacked.into_iter().map(|b| Some(Storage::Owned(b))));
-        let mut positions: Vec<usize> = (0..nc).collect();
-        positions.extend(scan.ys.iter().map(|y| y.output));
-        self.collect(by_output, &positions, ws)
+        Ok(())
     }
 
     /// The iterations of a scan: the hot loop, which only moves values between `carries` and
@@ -546,12 +635,13 @@ impl RegionStep {
             bind_carries(frame, 1, carries, ws)?;
         }
         for step in 0..scan.length {
+            ws.cancel.check()?;
             let k = if scan.reverse {
                 scan.length - 1 - step
             } else {
                 step
             };
-            frame.set_scalar(0, scan.index_dtype, (scan.start + k) as f64, &mut ws.pool);
+            frame.set_scalar(0, scan.index_dtype, (scan.start + k) as f64, &mut ws.pool)?;
             if swaps.is_none() {
                 bind_carries(frame, 1, carries, ws)?;
             }
@@ -658,7 +748,12 @@ impl RegionStep {
             .iter()
             .map(first)
             .collect::<Result<Vec<f64>>>()?;
+        let mut trips: usize = 0;
         loop {
+            if trips.is_multiple_of(SCALAR_CHECK_EVERY) {
+                ws.cancel.check()?;
+            }
+            trips = trips.wrapping_add(1);
             for (j, &c) in carries.iter().enumerate() {
                 cond.set_input(&mut cond_values, j, c);
             }
@@ -675,11 +770,18 @@ impl RegionStep {
                 *c = body.output(&body_values, j);
             }
         }
-        let values: Vec<Option<Storage<'_>>> = carries
-            .iter()
-            .enumerate()
-            .map(|(j, &c)| Some(scalar_storage(body, j, c, ws)))
-            .collect();
+        let mut values: Vec<Option<Storage<'_>>> = Vec::with_capacity(n_carry);
+        for (j, &c) in carries.iter().enumerate() {
+            match scalar_storage(body, j, c, ws) {
+                Ok(v) => values.push(Some(v)),
+                Err(e) => {
+                    for v in values.into_iter().flatten() {
+                        ws.pool.recycle(v);
+                    }
+                    return Err(e);
+                }
+            }
+        }
         let positions: Vec<usize> = (0..n_carry).collect();
         self.collect(values, &positions, ws)
     }
@@ -698,6 +800,7 @@ impl RegionStep {
     ) -> Result<()> {
         let (cond_mode, body_mode) = (cond.mode(), body.mode());
         loop {
+            ws.cancel.check()?;
             for (j, carry) in carries.iter_mut().enumerate() {
                 if cond_frame.reads_input(j) {
                     let value = carry.take().ok_or_else(missing_carry)?;
@@ -756,12 +859,29 @@ impl RegionStep {
                 .ok_or_else(|| internal(format!("{}: output {o} not computed", self.form)))?;
             let last = self.outs[i + 1..].iter().all(|x| x.0 != o);
             let value = if last {
-                values[k].take()
+                Ok(values[k].take())
             } else {
-                values[k].as_ref().map(|v| v.share(&mut ws.pool))
+                values[k]
+                    .as_ref()
+                    .map(|v| v.share(&mut ws.pool))
+                    .transpose()
             }
-            .ok_or_else(|| internal(format!("{}: output {o} not computed", self.form)))?;
-            out.push(value.into_owned(&mut ws.pool));
+            .and_then(|v| {
+                v.ok_or_else(|| internal(format!("{}: output {o} not computed", self.form)))
+            })
+            .and_then(|v| v.into_owned(&mut ws.pool));
+            match value {
+                Ok(v) => out.push(v),
+                Err(e) => {
+                    for v in values.into_iter().flatten() {
+                        ws.pool.recycle(v);
+                    }
+                    for v in out {
+                        ws.pool.recycle(v);
+                    }
+                    return Err(e);
+                }
+            }
         }
         for v in values.into_iter().flatten() {
             ws.pool.recycle(v);
@@ -824,9 +944,17 @@ fn first(v: &View<'_>) -> Result<f64> {
 }
 
 /// Output `j` of a scalar body as a one-element buffer of its dtype.
-fn scalar_storage(body: &ScalarBody, j: usize, v: f64, ws: &mut Workspace) -> Storage<'static> {
+fn scalar_storage(
+    body: &ScalarBody,
+    j: usize,
+    v: f64,
+    ws: &mut Workspace,
+) -> Result<Storage<'static>> {
     let dtype = body.outputs.get(j).map_or(DType::F64, |o| o.1);
-    let mut b = ws.pool.alloc(dtype, 1);
+    let mut b = ws
+        .pool
+        .alloc(dtype, 1)
+        .map_err(|e| out_of_memory(dtype, &[], e))?;
     b.view_mut().store_f64(0, &[v]);
-    Storage::Owned(b)
+    Ok(Storage::Owned(b))
 }

@@ -402,12 +402,15 @@ impl Schedule {
         validate(&steps, nslots, &input_slots, &constants, &keep)?;
         let produced: Vec<bool> = produced_by.iter().map(Option::is_some).collect();
         let mut slot_len = vec![0usize; nslots];
-        let mut produced_bytes = 0;
+        let mut produced_bytes: usize = 0;
         for i in 0..n {
             if let Some(s) = slot_of[i] {
                 // A reshape shares its operand's slot (and element count): count a slot once.
+                // Each term fits (a checked shape); their sum saturates, since many large
+                // values of a traced graph may together exceed any address space.
                 if slot_len[s] == 0 && produced[s] {
-                    produced_bytes += nodes[i].ty.shape.size() * nodes[i].ty.dtype.itemsize();
+                    let bytes = nodes[i].ty.shape.nbytes(nodes[i].ty.dtype);
+                    produced_bytes = produced_bytes.saturating_add(bytes);
                 }
                 slot_len[s] = nodes[i].ty.shape.size();
             }

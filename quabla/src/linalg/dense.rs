@@ -9,7 +9,9 @@ use crate::dispatch::apply;
 use crate::error::{Error, Result};
 use crate::operand::Operand;
 use crate::tensor::Tensor;
-use quabla_ir::{Comparison, DType, GraphBuilder, HostData, IrError, LinalgKind, NodeId, Op, Shape};
+use quabla_ir::{
+    Comparison, DType, GraphBuilder, HostData, IrError, LinalgKind, NodeId, Op, Shape,
+};
 use std::fmt;
 
 pub(super) type Built = quabla_ir::Result<NodeId>;
@@ -137,14 +139,6 @@ pub(super) fn identity(b: &mut GraphBuilder, n: usize, dtype: DType) -> Built {
     constant(b, vec![n, n], v, dtype)
 }
 
-/// An `[n, n]` bool mask of the positions `row <cmp> col`.
-pub(super) fn positions(b: &mut GraphBuilder, n: usize, cmp: Comparison) -> Built {
-    let idx: Vec<f64> = (0..n).map(|i| i as f64).collect();
-    let rows = constant(b, vec![n, 1], idx.clone(), DType::F64)?;
-    let cols = constant(b, vec![1, n], idx, DType::F64)?;
-    b.compare(cmp, rows, cols)
-}
-
 /// `len` entries of the axis `rank - from_end` of `x`, from `start`.
 pub(super) fn take_trailing(
     b: &mut GraphBuilder,
@@ -169,7 +163,11 @@ fn drop_last(b: &mut GraphBuilder, x: NodeId) -> Built {
 }
 
 /// `a` and `rhs` (a matrix right-hand side) with their batch axes broadcast together.
-fn broadcast_batch(b: &mut GraphBuilder, a: NodeId, rhs: NodeId) -> quabla_ir::Result<(NodeId, NodeId)> {
+fn broadcast_batch(
+    b: &mut GraphBuilder,
+    a: NodeId,
+    rhs: NodeId,
+) -> quabla_ir::Result<(NodeId, NodeId)> {
     let (da, dr) = (dims(b, a), dims(b, rhs));
     let batch = quabla_ir::broadcast_shapes(
         &Shape::new(da[..da.len() - 2].to_vec())?,
@@ -189,9 +187,11 @@ fn linalg(b: &mut GraphBuilder, kind: LinalgKind, a: NodeId) -> Built {
 
 /// One finished call of several results.
 fn results<const N: usize>(tensors: Vec<Tensor>) -> Result<[Tensor; N]> {
-    tensors.try_into().map_err(|v: Vec<Tensor>| Error::Internal {
-        message: format!("a factorization returned {} results, expected {N}", v.len()),
-    })
+    tensors
+        .try_into()
+        .map_err(|v: Vec<Tensor>| Error::Internal {
+            message: format!("a factorization returned {} results, expected {N}", v.len()),
+        })
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -82,7 +82,8 @@ pub(super) fn check_not_in_region(solver: &str) -> Result<()> {
 
 /// TR3/TR4 said in the solver's terms: the user's function read a tracer it was not given.
 pub(super) fn name_args(solver: &'static str, function: &'static str) -> impl Fn(Error) -> Error {
-    move |e| match e {
+    move |e| {
+        match e {
         Error::Tracer {
             kind: TracerErrorKind::RegionCapture | TracerErrorKind::CustomRuleCapture,
             ..
@@ -93,6 +94,7 @@ pub(super) fn name_args(solver: &'static str, function: &'static str) -> impl Fn
             ),
         },
         other => other,
+    }
     }
 }
 
@@ -185,9 +187,7 @@ impl Flat<'_> {
 
 /// Elements `start..start + len` of a flat vector.
 pub(super) fn seg(x: &Tensor, start: usize, len: usize) -> Result<Tensor> {
-    crate::dispatch::apply(vec![x.into()], |b, x| {
-        b.slice(x[0], vec![start], vec![len])
-    })
+    crate::dispatch::apply(vec![x.into()], |b, x| b.slice(x[0], vec![start], vec![len]))
 }
 
 /// Flat vectors end to end.
@@ -232,13 +232,12 @@ pub(super) fn stats(iterations: &Tensor, residual: &Tensor, success: &Tensor) ->
 }
 
 /// The user's info from packed statistics; eagerly, `fail` is the error of a failed solve.
-pub(super) fn info(
-    stats: &Tensor,
-    fail: impl FnOnce(u64, f64) -> Error,
-) -> Result<SolverInfo> {
+pub(super) fn info(stats: &Tensor, fail: impl FnOnce(u64, f64) -> Error) -> Result<SolverInfo> {
     let iterations = crate::stop_gradient(seg(stats, 0, 1)?.reshape(Vec::<isize>::new())?)?;
     let residual_norm = crate::stop_gradient(seg(stats, 1, 1)?.reshape(Vec::<isize>::new())?)?;
-    let success = seg(stats, 2, 1)?.greater(0.5)?.reshape(Vec::<isize>::new())?;
+    let success = seg(stats, 2, 1)?
+        .greater(0.5)?
+        .reshape(Vec::<isize>::new())?;
     if !trace::active() && !success.item_bool()? {
         return Err(fail(iterations.item()? as u64, residual_norm.item()?));
     }

@@ -12,11 +12,9 @@
 
 use super::iterative::{
     check_atol, check_not_in_region, check_tol, dot1, flag, floating_tensor, info, name_args,
-    norm1, pack, scalar1, seg, select, stats, threshold, Flat, SolverInfo, UserFn,
-    IMPLICIT_ORDER,
+    norm1, pack, scalar1, seg, select, stats, threshold, Flat, SolverInfo, UserFn, IMPLICIT_ORDER,
 };
 use crate::error::{Error, Result};
-use crate::prelude::*;
 use crate::tensor::Tensor;
 use crate::trace;
 
@@ -211,10 +209,7 @@ macro_rules! krylov_options {
 /// # Ok(())
 /// # }
 /// ```
-pub fn cg<'a>(
-    matvec: impl Fn(&Tensor, &[Tensor]) -> Result<Tensor> + 'a,
-    b: &Tensor,
-) -> Cg<'a> {
+pub fn cg<'a>(matvec: impl Fn(&Tensor, &[Tensor]) -> Result<Tensor> + 'a, b: &Tensor) -> Cg<'a> {
     Cg {
         call: Call::new(Method::Cg, Box::new(matvec), b),
     }
@@ -476,7 +471,9 @@ impl Krylov<'_> {
             let (y, v) = self.cycle(&r, &beta, &k, thresh, args, m)?;
             let (y, k) = y;
             // x += M (V[:m]ᵀ y).
-            let vm = v.reshape([(m + 1) as isize, n as isize])?.index(crate::s![0..m as isize])?;
+            let vm = v
+                .reshape([(m + 1) as isize, n as isize])?
+                .index(crate::s![0..m as isize])?;
             let update = y.matmul(&vm)?;
             let x = (&x + self.precondition(&update, args)?)?;
             let r = (b - self.apply(&x, args)?)?;

@@ -154,6 +154,19 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
         }
     }
 
+    /// TR6 for a random key outside the static arguments (checked on a miss only: a call with
+    /// a key elsewhere never has a cached signature).
+    fn check_keys(&self, def: &TreeDef, leaves: &[Leaf]) -> Result<()> {
+        match leaves
+            .iter()
+            .zip(def.leaf_args())
+            .find(|(l, arg)| matches!(l, Leaf::Key(_)) && !self.static_argnums.contains(arg))
+        {
+            Some((_, arg)) => Err(crate::staging::traced_key(arg)),
+            None => Ok(()),
+        }
+    }
+
     /// Traces `f` for a prepared call and compiles the plan.
     fn trace_and_compile(&self, signature: Signature, prepared: &Prepared) -> Result<Entry> {
         Entry::compile(signature, prepared.trace::<A, R>(&|a| (self.shell.f)(a))?)
@@ -199,6 +212,7 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
         self.check_config()?;
         let (leaves, def) = tree::flatten(args);
         self.check_static(&def, &leaves)?;
+        self.check_keys(&def, &leaves)?;
         let signature = Signature::of(&def, &leaves, Wrt::Nothing, &self.shell.target);
         let prepared = Prepared::new(&def, &leaves, Wrt::Nothing, &self.arg_names, true)?;
         let entry = self.trace_and_compile(signature, &prepared)?;

@@ -356,6 +356,7 @@ fn vjp_stage<A: Tree, O: Tree>(
         // Inside another trace: stage, inline the primal, and let the pullback inline its
         // graph with the same operands.
         let (leaves, def) = tree::flatten(primals);
+        staging::refuse_keys(&def, &leaves)?;
         let prepared = Prepared::new(&def, &leaves, Wrt::All, &[], false)?;
         let (traced, pullback) = trace_with_pullback(f, &prepared, aux)?;
         let mut operands = prepared.operands;

@@ -19,7 +19,7 @@ pub enum InAxes {
     Axis(Option<isize>),
     Tuple(Vec<InAxes>),
     List(Vec<InAxes>),
-    Dict(Vec<(String, InAxes)>),
+    Dict(Vec<(tree::DictKey, InAxes)>),
 }
 
 impl From<Option<isize>> for InAxes {

@@ -9,7 +9,7 @@
 //! is not innermost in the result, copy in 32x32 blocks so that both sides stay in cache.
 
 use crate::buffer::{Elem, View, ViewMut};
-use crate::kernels::internal;
+use crate::kernels::{internal, scratch, scratch_oom};
 use quabla_backend::Result;
 
 /// Expands `$body` with `$s` and `$d` bound to same-typed source and destination slices.
@@ -355,14 +355,14 @@ pub(crate) fn scatter_add(
             }
         }
     };
-    let u = updates.as_f64();
+    let u = updates.as_f64().map_err(scratch_oom)?;
     match out {
         ViewMut::F64(d) => {
             base.load_f64(0, d);
             run(d, &u);
         }
         mut other => {
-            let mut acc = vec![0.0; other.len()];
+            let mut acc = scratch(other.len())?;
             base.load_f64(0, &mut acc);
             run(&mut acc, &u);
             other.store_f64(0, &acc);

@@ -7,8 +7,8 @@
 //! factorizations for non-finite or indefinite input, as `quabla-linalg` documents).
 
 use crate::buffer::{View, ViewMut};
-use crate::kernels::internal;
 use crate::kernels::matmul::gemm;
+use crate::kernels::{internal, scratch, scratch_oom};
 use quabla_backend::{BackendError, Result};
 use quabla_ir::LinalgKind;
 use quabla_linalg::LinalgError;
@@ -49,7 +49,11 @@ pub(crate) fn solve(
 ) -> Result<()> {
     let (batch, n, _) = matrices(a_dims);
     let k = b_dims[b_dims.len() - 1];
-    let x = quabla_linalg::solve(&a.as_f64(), &b.as_f64(), batch, n, k).map_err(map_err)?;
+    let (a, b) = (
+        a.as_f64().map_err(scratch_oom)?,
+        b.as_f64().map_err(scratch_oom)?,
+    );
+    let x = quabla_linalg::solve(&a, &b, batch, n, k).map_err(map_err)?;
     store(out, &x)
 }
 
@@ -67,24 +71,20 @@ pub(crate) fn triangular_solve(
 ) -> Result<()> {
     let (batch, n, _) = matrices(a_dims);
     let k = b_dims[b_dims.len() - 1];
-    let x = quabla_linalg::triangular_solve(
-        &a.as_f64(),
-        &b.as_f64(),
-        batch,
-        n,
-        k,
-        lower,
-        transpose_a,
-        unit_diagonal,
-    )
-    .map_err(map_err)?;
+    let (a, b) = (
+        a.as_f64().map_err(scratch_oom)?,
+        b.as_f64().map_err(scratch_oom)?,
+    );
+    let x = quabla_linalg::triangular_solve(&a, &b, batch, n, k, lower, transpose_a, unit_diagonal)
+        .map_err(map_err)?;
     store(out, &x)
 }
 
 /// The lower Cholesky factor.
 pub(crate) fn cholesky(a: View<'_>, dims: &[usize], out: ViewMut<'_>) -> Result<()> {
     let (batch, n, _) = matrices(dims);
-    let l = quabla_linalg::cholesky(&a.as_f64(), batch, n).map_err(map_err)?;
+    let a = a.as_f64().map_err(scratch_oom)?;
+    let l = quabla_linalg::cholesky(&a, batch, n).map_err(map_err)?;
     store(out, &l)
 }
 
@@ -97,10 +97,11 @@ pub(crate) fn cholesky_ad(
     out: ViewMut<'_>,
 ) -> Result<()> {
     let (batch, n, _) = matrices(dims);
-    let l = l.as_f64();
+    let l = l.as_f64().map_err(scratch_oom)?;
     let nn = n * n;
     // The factor with exact zeros above the diagonal.
-    let mut lower = l.to_vec();
+    let mut lower = scratch(l.len())?;
+    lower.copy_from_slice(&l);
     for m in lower.chunks_mut(nn) {
         for i in 0..n {
             for j in i + 1..n {
@@ -109,13 +110,14 @@ pub(crate) fn cholesky_ad(
         }
     }
     // X = L⁻¹ dA, then Z = L⁻¹ Xᵀ = (L⁻¹ dA L⁻ᵀ)ᵀ.
-    let x = quabla_linalg::triangular_solve(&lower, &da.as_f64(), batch, n, n, true, false, false)
+    let da = da.as_f64().map_err(scratch_oom)?;
+    let x = quabla_linalg::triangular_solve(&lower, &da, batch, n, n, true, false, false)
         .map_err(map_err)?;
-    let xt = transpose_each(&x, batch, n);
+    let xt = transpose_each(&x, batch, n)?;
     let z = quabla_linalg::triangular_solve(&lower, &xt, batch, n, n, true, false, false)
         .map_err(map_err)?;
     // Φ(Y) with Y = Zᵀ: Φ[i, j] = Y[i, j] = Z[j, i] for i > j, Y[i, i] / 2 on the diagonal.
-    let mut phi = vec![0.0; batch * nn];
+    let mut phi = scratch(batch * nn)?;
     for (p, zm) in phi.chunks_mut(nn).zip(z.chunks(nn)) {
         for i in 0..n {
             for j in 0..i {
@@ -124,16 +126,16 @@ pub(crate) fn cholesky_ad(
             p[i * n + i] = zm[i * n + i] / 2.0;
         }
     }
-    let mut dl = vec![0.0; batch * nn];
+    let mut dl = scratch(batch * nn)?;
     for ((c, lm), pm) in dl.chunks_mut(nn).zip(lower.chunks(nn)).zip(phi.chunks(nn)) {
         gemm(lm, pm, c, n, n, n);
     }
     store(out, &dl)
 }
 
-fn transpose_each(x: &[f64], batch: usize, n: usize) -> Vec<f64> {
+fn transpose_each(x: &[f64], batch: usize, n: usize) -> Result<Vec<f64>> {
     let nn = n * n;
-    let mut t = vec![0.0; batch * nn];
+    let mut t = scratch(batch * nn)?;
     for (tm, xm) in t.chunks_mut(nn).zip(x.chunks(nn)) {
         for i in 0..n {
             for j in 0..n {
@@ -141,7 +143,7 @@ fn transpose_each(x: &[f64], batch: usize, n: usize) -> Vec<f64> {
             }
         }
     }
-    t
+    Ok(t)
 }
 
 /// Which decomposition a `linalg` kind reads its output from; kinds of one family on one
@@ -179,7 +181,7 @@ pub(crate) fn linalg(
         return Ok(());
     };
     let (batch, m, n) = matrices(dims);
-    let a = a.as_f64();
+    let a = a.as_f64().map_err(scratch_oom)?;
     // The factorization's outputs, and which one each kind reads.
     let parts: Vec<Vec<f64>> = match Family::of(first) {
         Family::Slogdet => {

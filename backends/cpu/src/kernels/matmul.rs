@@ -9,9 +9,10 @@
 
 use crate::buffer::{View, ViewMut};
 use crate::kernels::layout::broadcast_strides;
-use crate::kernels::{par_for_each, split_ranges};
+use crate::kernels::{par_for_each, scratch, scratch_oom, split_ranges};
 use faer::{Accum, MatMut, MatRef, Par};
-use quabla_backend::Result;
+use quabla_backend::{BackendError, Result};
+use quabla_ir::alloc::{self, AllocError};
 
 /// Products of at least this many multiply-adds use more than one thread.
 const PAR_MIN_FLOPS: usize = 1 << 18;
@@ -50,14 +51,15 @@ pub(crate) fn matmul(
         &a_dims[..a_dims.len() - 2],
         &b_dims[..b_dims.len() - 2],
         batch_dims,
-    );
-    let a64 = a.as_f64();
-    let b64 = b.as_f64();
+    )
+    .map_err(|e| BackendError::out_of_memory(e.bytes, "the batch index pairs of a matmul"))?;
+    let a64 = a.as_f64().map_err(scratch_oom)?;
+    let b64 = b.as_f64().map_err(scratch_oom)?;
     let run = |c: &mut [f64]| product(&a64, &b64, &pairs, c, m, k, n, threads);
     match out {
         ViewMut::F64(c) => run(c),
         mut other => {
-            let mut c = vec![0.0; other.len()];
+            let mut c = scratch(other.len())?;
             run(&mut c);
             other.store_f64(0, &c);
         }
@@ -66,12 +68,17 @@ pub(crate) fn matmul(
 }
 
 /// For each batch index of the result (row-major), the matrix indices of `a` and `b`.
-fn batch_pairs(a_batch: &[usize], b_batch: &[usize], out_batch: &[usize]) -> Vec<(usize, usize)> {
+fn batch_pairs(
+    a_batch: &[usize],
+    b_batch: &[usize],
+    out_batch: &[usize],
+) -> std::result::Result<Vec<(usize, usize)>, AllocError> {
     let sa = broadcast_strides(a_batch, out_batch);
     let sb = broadcast_strides(b_batch, out_batch);
     let count: usize = out_batch.iter().product();
     let mut idx = vec![0usize; out_batch.len()];
-    let mut out = Vec::with_capacity(count);
+    // As many pairs as result matrices, so as large as the result when they are 1x1.
+    let mut out = alloc::try_vec_with_capacity(count)?;
     for _ in 0..count {
         let ia = idx.iter().zip(&sa).map(|(i, s)| i * s).sum();
         let ib = idx.iter().zip(&sb).map(|(i, s)| i * s).sum();
@@ -84,7 +91,7 @@ fn batch_pairs(a_batch: &[usize], b_batch: &[usize], out_batch: &[usize]) -> Vec
             idx[ax] = 0;
         }
     }
-    out
+    Ok(out)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -195,8 +202,8 @@ mod tests {
     #[test]
     fn broadcast_batch_pairs() {
         // a: [2, 1], b: [3] batch axes, result batch [2, 3].
-        let p = batch_pairs(&[2, 1], &[3], &[2, 3]);
+        let p = batch_pairs(&[2, 1], &[3], &[2, 3]).unwrap();
         assert_eq!(p, vec![(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]);
-        assert_eq!(batch_pairs(&[], &[], &[]), vec![(0, 0)]);
+        assert_eq!(batch_pairs(&[], &[], &[]).unwrap(), vec![(0, 0)]);
     }
 }

@@ -14,7 +14,8 @@ pub(crate) mod linalg;
 pub(crate) mod matmul;
 pub(crate) mod reduce;
 
-use quabla_backend::BackendError;
+use quabla_backend::{BackendError, Result};
+use quabla_ir::alloc::{self, AllocError};
 
 /// Kernels over at least this many elements use every thread of the executor.
 pub(crate) const PAR_MIN_ELEMENTS: usize = 100_000;
@@ -59,6 +60,20 @@ where
             work(item);
         }
     });
+}
+
+/// A zeroed float64 working vector of `n` elements for a kernel (an accumulator, a widened
+/// operand), allocated fallibly: its size follows the plan's shapes.
+pub(crate) fn scratch(n: usize) -> Result<Vec<f64>> {
+    alloc::try_zeroed_vec(n).map_err(scratch_oom)
+}
+
+/// The error for a kernel's float64 working vector the allocator refused.
+pub(crate) fn scratch_oom(e: AllocError) -> BackendError {
+    BackendError::OutOfMemory {
+        bytes: e.bytes,
+        what: format!("a float64 working copy of {} elements", e.bytes / 8),
+    }
 }
 
 /// An internal invariant of a verified plan did not hold.

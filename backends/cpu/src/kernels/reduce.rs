@@ -8,7 +8,7 @@
 //! does not change a value.
 
 use crate::buffer::{Elem, View, ViewMut};
-use crate::kernels::{internal, par_for_each, split_ranges, PAR_MIN_ELEMENTS};
+use crate::kernels::{internal, par_for_each, scratch, split_ranges, PAR_MIN_ELEMENTS};
 use quabla_backend::Result;
 use quabla_ir::eval::{maximum_ieee, minimum_ieee, SUM_START};
 use quabla_ir::Reducer;
@@ -83,7 +83,7 @@ pub(crate) fn reduce_axes(
     match out {
         ViewMut::F64(o) => run(o),
         mut other => {
-            let mut acc = vec![0.0; other.len()];
+            let mut acc = scratch(other.len())?;
             run(&mut acc);
             other.store_f64(0, &acc);
         }
@@ -242,9 +242,8 @@ pub(crate) fn cumsum(
     match (x, out) {
         (View::F32(x), ViewMut::F32(o)) => cumsum_typed(x, o, geometry, threads),
         (View::F64(x), ViewMut::F64(o)) => cumsum_typed(x, o, geometry, threads),
-        _ => return Err(internal("cumsum operand and result dtypes differ")),
+        _ => Err(internal("cumsum operand and result dtypes differ")),
     }
-    Ok(())
 }
 
 #[derive(Clone, Copy)]
@@ -255,7 +254,7 @@ struct Lines {
     reverse: bool,
 }
 
-fn cumsum_typed<T: Elem>(x: &[T], out: &mut [T], g: Lines, threads: usize) {
+fn cumsum_typed<T: Elem>(x: &[T], out: &mut [T], g: Lines, threads: usize) -> Result<()> {
     let slab = g.extent * g.inner;
     let parts = if threads > 1 && x.len() >= PAR_MIN_ELEMENTS && g.outer > 1 {
         threads
@@ -267,10 +266,10 @@ fn cumsum_typed<T: Elem>(x: &[T], out: &mut [T], g: Lines, threads: usize) {
     for (start, end) in split_ranges(g.outer, parts, 1) {
         let (mine, next) = rest.split_at_mut((end - start) * slab);
         rest = next;
-        items.push((start, end, mine));
+        // Each part's running sums, allocated here where a refusal can be reported.
+        items.push((start, end, mine, scratch(g.inner)?));
     }
-    par_for_each(items, threads, |(start, end, out)| {
-        let mut acc = vec![0.0f64; g.inner];
+    par_for_each(items, threads, |(start, end, out, mut acc)| {
         for o in start..end {
             let xs = &x[o * slab..(o + 1) * slab];
             let os = &mut out[(o - start) * slab..(o - start + 1) * slab];
@@ -286,6 +285,7 @@ fn cumsum_typed<T: Elem>(x: &[T], out: &mut [T], g: Lines, threads: usize) {
             }
         }
     });
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,0 +1,90 @@
+//! Allocation failure and cancellation as the facade reports them: typed errors, and every
+//! tensor the caller holds intact afterwards.
+
+use quabla as qb;
+use quabla::prelude::*;
+
+/// 2^40 float64 elements (8 TiB): refused by the allocator on any machine this runs on.
+const HUGE: [usize; 2] = [1 << 20, 1 << 20];
+
+#[test]
+fn creating_a_tensor_larger_than_memory_is_out_of_memory() {
+    for result in [
+        qb::zeros(HUGE),
+        qb::ones(HUGE),
+        qb::full(HUGE, 2.5),
+        qb::F32.zeros(HUGE),
+        qb::F64.eye(1 << 20),
+    ] {
+        match result {
+            Err(qb::Error::OutOfMemory { bytes, what }) => {
+                assert!(bytes >= 1 << 40, "{bytes}");
+                assert!(what.contains("1099511627776"), "{what}");
+            }
+            other => panic!("expected OutOfMemory, got {other:?}"),
+        }
+    }
+    // The process goes on allocating normally.
+    assert_eq!(qb::zeros([3]).unwrap().to_vec::<f64>().unwrap(), [0.0; 3]);
+}
+
+#[test]
+fn an_element_count_that_overflows_is_a_shape_error_not_an_allocation() {
+    let err = qb::zeros([usize::MAX, 3]).unwrap_err();
+    assert!(matches!(err, qb::Error::Shape { .. }), "{err:?}");
+    let err = qb::F64.eye_rect(usize::MAX, 2).unwrap_err();
+    assert!(matches!(err, qb::Error::Shape { .. }), "{err:?}");
+}
+
+#[test]
+fn a_cancelled_token_stops_an_eager_while_loop() {
+    let token = qb::CancelToken::new();
+    let init = qb::array([1.0, 2.0]).unwrap();
+    let steps = std::cell::Cell::new(0usize);
+    let result = qb::with_token(&token, || {
+        qb::while_loop(
+            |_c: &qb::Tensor, _: &[qb::Tensor]| qb::array(true),
+            |c: qb::Tensor, _: &[qb::Tensor]| {
+                steps.set(steps.get() + 1);
+                if steps.get() == 5 {
+                    token.cancel();
+                }
+                c.add(1.0)
+            },
+            &init,
+        )
+        .eval()
+    });
+    assert!(matches!(result, Err(qb::Error::Cancelled)), "{result:?}");
+    assert_eq!(steps.get(), 5, "the loop stops at the next iteration");
+    assert_eq!(init.to_vec::<f64>().unwrap(), [1.0, 2.0]);
+    // A fresh token runs the same loop to completion.
+    let done = qb::with_token(&qb::CancelToken::new(), || {
+        qb::fori_loop(
+            0,
+            3,
+            |_i, c: qb::Tensor, _: &[qb::Tensor]| c.add(1.0),
+            &init,
+        )
+        .eval()
+    })
+    .unwrap();
+    assert_eq!(done.to_vec::<f64>().unwrap(), [4.0, 5.0]);
+}
+
+#[test]
+fn a_cancelled_token_stops_a_compiled_call() {
+    let f = qb::jit(|x: qb::Tensor| x.sin()?.mul(2.0));
+    let x = qb::array([0.5, 1.0]).unwrap();
+    let expected = f.call(&x).unwrap();
+    let token = qb::CancelToken::new();
+    token.cancel();
+    let result = qb::with_token(&token, || f.call(&x));
+    assert!(matches!(result, Err(qb::Error::Cancelled)), "{result:?}");
+    // The executable is intact and runs again under no token.
+    let again = f.call(&x).unwrap();
+    assert_eq!(
+        again.to_vec::<f64>().unwrap(),
+        expected.to_vec::<f64>().unwrap()
+    );
+}
