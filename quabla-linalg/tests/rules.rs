@@ -534,7 +534,11 @@ fn extra_columns_are_a_targeted_error() {
                 } else {
                     j >= 3
                 };
-                assert_eq!(t[i * cols + j].is_nan(), extra, "{kind:?} [{i}, {j}]: {t:?}");
+                assert_eq!(
+                    t[i * cols + j].is_nan(),
+                    extra,
+                    "{kind:?} [{i}, {j}]: {t:?}"
+                );
             }
         }
         // Not differentiating the output is fine.

@@ -125,6 +125,7 @@ fn main() -> qb::Result<()> {
     );
 
     ode_workloads()?;
+    linalg_workloads()?;
     Ok(())
 }
 
@@ -226,4 +227,40 @@ fn mlp_loss((p, x, y): (Vec<Tensor>, Tensor, Tensor)) -> qb::Result<Tensor> {
     let h = h.matmul(&p[2]).add(&p[3]).tanh()?;
     let out = h.matmul(&p[4]).add(&p[5])?;
     (out - &y).powi(2).mean()
+}
+
+/// Dense linear algebra at 256 x 256 float64, jitted: `cholesky` and `eigh` of a symmetric
+/// positive-definite matrix, `solve` with one right-hand side, `svd` (all factors), and the
+/// gradient of `slogdet(a).logabsdet`.
+fn linalg_workloads() -> qb::Result<()> {
+    let n = 256usize;
+    // A deterministic well-conditioned matrix: a smooth pattern plus a dominant diagonal.
+    let values: Vec<f64> = (0..n * n)
+        .map(|k| {
+            let (i, j) = ((k / n) as f64, (k % n) as f64);
+            (0.37 * i + 0.11 * j).sin() * 0.5 + if k / n == k % n { n as f64 } else { 0.0 }
+        })
+        .collect();
+    let a = Tensor::from_vec([n, n], values)?;
+    let spd = (a.matmul(a.t()?)?.mul(1.0 / n as f64))?;
+    let b = qb::ones([n])?;
+    let chol = qb::jit(|m: Tensor| qb::linalg::cholesky(&m));
+    let t = median_seconds(15, || chol.call(&spd))?;
+    println!("workload=linalg_cholesky_256_f64 seconds={t:e}");
+    let solve = qb::jit(|(m, r): (Tensor, Tensor)| qb::linalg::solve(&m, &r));
+    let operands = (a.clone(), b);
+    let t = median_seconds(15, || solve.call(&operands))?;
+    println!("workload=linalg_solve_256_f64 seconds={t:e}");
+    let eigh = qb::jit(|m: Tensor| qb::linalg::eigh(&m));
+    let t = median_seconds(7, || Ok(eigh.call(&spd)?.eigenvalues))?;
+    println!("workload=linalg_eigh_256_f64 seconds={t:e}");
+    let svd = qb::jit(|m: Tensor| qb::linalg::svd(&m).eval());
+    let t = median_seconds(7, || Ok(svd.call(&a)?.s))?;
+    println!("workload=linalg_svd_256_f64 seconds={t:e}");
+    let grad = qb::jit(|m: Tensor| {
+        qb::grad(|m: Tensor| Ok(qb::linalg::slogdet(&m)?.logabsdet)).call::<Tensor, Tensor>(&m)
+    });
+    let t = median_seconds(15, || grad.call(&a))?;
+    println!("workload=linalg_grad_slogdet_256_f64 seconds={t:e}");
+    Ok(())
 }

@@ -147,3 +147,54 @@ fn quickstart_prints_the_expected_values() {
         assert!(text.contains(line), "missing line {line:?} in:\n{text}");
     }
 }
+
+#[path = "../examples/linalg.rs"]
+#[allow(dead_code)]
+mod linalg;
+
+#[test]
+fn linalg_example_prints_e73_to_e82() {
+    let mut out = Vec::new();
+    linalg::run(&mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 10, "{text}");
+    for (i, line) in lines.iter().enumerate() {
+        assert!(line.starts_with(&format!("E{} ", 73 + i)), "{line}");
+    }
+    assert!(lines[1].contains(
+        "Q=[3, 2] R=[2, 2] U=[3, 2] S=[2] Vh=[2, 2] complete_Q=[3, 3] r=[2, 2] s_only=[2]"
+    ));
+    assert!(lines[3].contains("[2, 2] [2, 2, 3]"));
+    assert!(lines[6].contains("matrix is singular"));
+    assert!(lines[8].contains("not supported"), "{}", lines[8]);
+}
+
+#[test]
+fn third_order_cholesky_plans_do_not_grow_with_n() {
+    let mut out = Vec::new();
+    linalg::plan_sizes(&mut out, &[4, 16]).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let field = |l: &str, key: &str| -> usize {
+        l.split(key)
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let first: Vec<usize> = text
+        .lines()
+        .map(|l| field(l, "first_order_nodes="))
+        .collect();
+    let third: Vec<usize> = text
+        .lines()
+        .map(|l| field(l, "third_order_nodes="))
+        .collect();
+    // Each level differentiates one op (cholesky, then cholesky_ad), so the plan is a fixed
+    // number of nodes whatever n (docs/linalg.md records 180, 194, 195 for n = 4, 16, 64).
+    assert!(third[1] * 5 <= third[0] * 6, "{text}");
+    assert!(third[1] <= 6 * first[1], "{text}");
+}

@@ -275,6 +275,14 @@ fn non_finite_input_gives_nan_not_a_panic() -> qb::Result<()> {
         ),
         "{e:?}"
     );
+    let nan_b = qb::array([1.0, f64::NAN, 0.0])?;
+    let e = qb::linalg::cg(|x: &Tensor, _: &[Tensor]| Ok(x.clone()), &nan_b)
+        .eval()
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::NotConverged { solver: "cg", .. }),
+        "{e:?}"
+    );
     let e = qb::newton(|x: &Tensor, _: &[Tensor]| x.mul(f64::NAN), &qb::ones([2])?)
         .eval()
         .unwrap_err();

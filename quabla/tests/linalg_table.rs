@@ -284,7 +284,7 @@ fn values_of_the_decompositions() -> qb::Result<()> {
         assert!(s.v.windows(2).all(|p| p[0] > p[1]));
         // The squared singular values are the eigenvalues of aᵀ a.
         let ata = a.t().mul(&a);
-        let w = M::of(&qb::linalg::eigh(Tensor::from_vec(&[3, 3], ata.v.clone())?)?.eigenvalues);
+        let w = M::of(&qb::linalg::eigh(Tensor::from_vec([3, 3], ata.v.clone())?)?.eigenvalues);
         for k in 0..3 {
             assert!((s.v[k] * s.v[k] - w.v[2 - k]).abs() < 1e-13);
         }
@@ -531,7 +531,7 @@ fn derivatives_of_norms() -> qb::Result<()> {
     ] {
         third(
             |x| Ok(vec![qb::linalg::norm(&x[0]).ord(o).eval()?]),
-            &[v.clone()],
+            std::slice::from_ref(&v),
         )?;
     }
     for o in [

@@ -133,7 +133,37 @@ def main():
     print(f"workload=mlp_value_and_grad_1024x64 seconds={mlp_step_seconds(repeats):.9g}",
           flush=True)
     ode_workloads(repeats)
+    linalg_workloads(repeats)
 
+
+
+def linalg_workloads(repeats):
+    """The linear-algebra rows at 256 x 256 float64 with jax.numpy.linalg, on the matrices the
+    Rust side builds: cholesky and eigh of a symmetric positive-definite matrix, solve with one
+    right-hand side, the full svd, and the gradient of slogdet's logabsdet."""
+    n = 256
+    i = np.arange(n, dtype=np.float64)[:, None]
+    j = np.arange(n, dtype=np.float64)[None, :]
+    a = np.sin(0.37 * i + 0.11 * j) * 0.5 + np.eye(n) * n
+    a = jnp.asarray(a)
+    spd = a @ a.T / n
+    b = jnp.ones((n,))
+
+    def both(factors):
+        return jnp.concatenate([f.reshape(-1) for f in factors])
+
+    rows = (
+        ("linalg_cholesky_256_f64", jax.jit(jnp.linalg.cholesky), (spd,)),
+        ("linalg_solve_256_f64", jax.jit(jnp.linalg.solve), (a, b)),
+        # Every factor is kept live, as the Rust rows return them all.
+        ("linalg_eigh_256_f64", jax.jit(lambda m: both(jnp.linalg.eigh(m))), (spd,)),
+        ("linalg_svd_256_f64",
+         jax.jit(lambda m: both(jnp.linalg.svd(m, full_matrices=False))), (a,)),
+        ("linalg_grad_slogdet_256_f64",
+         jax.jit(jax.grad(lambda m: jnp.linalg.slogdet(m)[1])), (a,)),
+    )
+    for name, fn, args in rows:
+        print(f"workload={name} seconds={median_seconds(fn, args, repeats):.9g}", flush=True)
 
 def lotka_volterra(t, y, th):
     x, z = y[0], y[1]

@@ -332,8 +332,8 @@ fn matrix_norm(
     let out = match ord {
         Ord::Fro => return two_norm(g, x, &both, keep),
         Ord::Nuc => spectral(g, x, row, col, Spectral::Sum)?,
-        Ord::P(p) if p == 2.0 => spectral(g, x, row, col, Spectral::Largest)?,
-        Ord::P(p) if p == -2.0 => spectral(g, x, row, col, Spectral::Smallest)?,
+        Ord::P(2.0) => spectral(g, x, row, col, Spectral::Largest)?,
+        Ord::P(-2.0) => spectral(g, x, row, col, Spectral::Smallest)?,
         Ord::P(p) if p.is_infinite() || p == 1.0 || p == -1.0 => {
             // inf: max over rows of the row sums (sums along the column axis); 1: max over
             // columns of the column sums; the negative orders take the minimum.
