@@ -722,3 +722,59 @@ fn vmap_of_the_iterative_solvers_matches_a_loop() -> qb::Result<()> {
     }
     Ok(())
 }
+
+// ---------------------------------------------------------------------------------------------
+// The iterative solvers: reverse mode to second order (forward mode is TF4 by the spec)
+
+#[test]
+fn derivatives_of_the_iterative_solvers() -> qb::Result<()> {
+    let mv = |x: &Tensor, args: &[Tensor]| args[0].matmul(x);
+    // cg on an SPD matrix, differentiated in the matrix and the right-hand side.
+    check_grads(
+        |v| {
+            let m = sym(&v[0])?;
+            Ok(vec![qb::linalg::cg(mv, &v[1])
+                .args(&[&m])
+                .tol(1e-13)
+                .eval()?])
+        },
+        &[spd3(), rhs3()],
+        2,
+        Modes::REVERSE,
+    )?;
+    // gmres on a non-symmetric matrix: the adjoint solve uses the transposed operator.
+    check_grads(
+        |v| {
+            Ok(vec![qb::linalg::gmres(mv, &v[1])
+                .args(&[&v[0]])
+                .tol(1e-13)
+                .eval()?])
+        },
+        &[a3(), rhs3()],
+        2,
+        Modes::REVERSE,
+    )?;
+    // newton: x³ = p elementwise, against the closed forms of p^(1/3).
+    let root = |p: &Tensor| {
+        let cube = |x: &Tensor, args: &[Tensor]| x.powi(3)? - &args[0];
+        qb::newton(cube, &qb::ones([2])?)
+            .args(&[p])
+            .tol(1e-12)
+            .eval()
+    };
+    let p = t(&[2], &[8.0, 27.0]);
+    let second: Tensor = qb::grad(|p: Tensor| {
+        qb::grad(|q: Tensor| root(&q)?.sum())
+            .call::<Tensor, Tensor>(&p)?
+            .sum()
+    })
+    .call(&p)?;
+    let want: Vec<f64> = [8.0f64, 27.0]
+        .iter()
+        .map(|p| -2.0 / 9.0 * p.powf(-5.0 / 3.0))
+        .collect();
+    for (g, w) in second.to_vec::<f64>()?.iter().zip(&want) {
+        assert!((g - w).abs() < 1e-8 * w.abs(), "{g} vs {w}");
+    }
+    check_grads(|v| Ok(vec![root(&v[0])?]), &[p], 2, Modes::REVERSE)
+}

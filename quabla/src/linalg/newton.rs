@@ -4,7 +4,9 @@
 //!
 //! One iteration is one `while_loop` step on the carry `[x | iterations | status | ||f(x)||]`
 //! (`status`: 0 running, 1 converged, 2 singular Jacobian, 3 line search failed), with the
-//! backtracking an inner `while_loop` of at most 30 halvings. Reverse mode is the implicit
+//! backtracking an inner `while_loop` of at most 30 halvings. A full step already within the
+//! step tolerance ends the solve as converged even if the line search rejects it (near the
+//! root `||f||` is rounding noise, which no step decreases reliably). Reverse mode is the implicit
 //! function theorem at the root `x*`: `J(x*)ᵀ λ = x_bar` by a dense `solve` with `J` recomputed at
 //! `x*`, then `args_bar = -∂/∂args <λ, f(x*, args)>`. Both are differentiable ops, and the root
 //! the rule's forward pass returns is again a staged solve with this rule, so reverse-mode
@@ -317,8 +319,17 @@ impl Problem<'_> {
                 .operands(&ls_ops)
                 .eval()?;
             let alpha = seg(&ls, 0, 1)?;
-            let accepted = seg(&ls, 2, 1)?.greater(0.5)?;
+            let armijo = seg(&ls, 2, 1)?.greater(0.5)?;
             let fn_trial = seg(&ls, 3, 1)?;
+            // Near the root `f` is at rounding level and no step decreases it reliably: a full
+            // Newton step already within the step tolerance is taken as converged even when
+            // the line search rejects it (docs/linalg.md).
+            let full_bound = norm1(&(&x + &dx)?)?.add(1.0)?.mul(self.tol)?;
+            let full_small = norm1(&dx)?.less_equal(&full_bound)?;
+            let rescued = armijo.logical_not()?.logical_and(&full_small)?;
+            let accepted = armijo.logical_or(&full_small)?;
+            let alpha = select(&rescued, 1.0, &alpha)?;
+            let fn_trial = select(&rescued, &fn1, &fn_trial)?;
             let moved = accepted.logical_and(singular.logical_not()?)?;
             let step = (&alpha * &dx)?;
             let x_new = select(&moved, (&x + &step)?, &x)?;
