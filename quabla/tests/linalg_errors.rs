@@ -3,6 +3,7 @@
 //! and never a hang.
 
 use qb::linalg::Ord;
+use qb::prelude::*;
 use qb::{Error, Tensor};
 use quabla as qb;
 
@@ -411,5 +412,69 @@ fn solver_contracts() -> qb::Result<()> {
         .eval_with_info()?;
     assert_eq!(x.to_vec::<f64>()?, [0.0; 3]);
     assert_eq!(info.iterations.item()?, 0.0);
+    Ok(())
+}
+
+#[test]
+fn extra_columns_of_full_factors_follow_tf11() -> qb::Result<()> {
+    let tall = t(&[3, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.5]);
+    // Reverse mode: a cotangent on the extra column is an error, whatever its values.
+    let e = qb::grad(|m: Tensor| qb::linalg::qr(&m).mode("complete").eval()?.q.sum())
+        .call::<Tensor, Tensor>(&tall)
+        .unwrap_err();
+    assert_eq!(
+        invalid_message(e),
+        "derivatives of the extra columns of qr(mode=\"complete\") are not unique"
+    );
+    let e = qb::grad(|m: Tensor| qb::linalg::svd(&m).full_matrices(true).eval()?.u.sum())
+        .call::<Tensor, Tensor>(&tall)
+        .unwrap_err();
+    assert!(invalid_message(e).contains("svd(full_matrices=True)"));
+    // R of the complete mode, and the leading columns, differentiate like the reduced factors.
+    let lead = |m: Tensor| {
+        let f = qb::linalg::qr(&m).mode("complete").eval()?;
+        (f.q.index(qb::s![.., 0..2])?.sum()? + f.r.sum()?)?.reshape(Vec::<isize>::new())
+    };
+    let reduced = |m: Tensor| {
+        let f = qb::linalg::qr(&m).eval()?;
+        f.q.sum()? + f.r.sum()?
+    };
+    let g1: Tensor = qb::grad(lead).call(&tall)?;
+    let g2: Tensor = qb::grad(reduced).call(&tall)?;
+    for (p, q) in g1.to_vec::<f64>()?.iter().zip(g2.to_vec::<f64>()?) {
+        assert!((p - q).abs() < 1e-12);
+    }
+    // Forward mode: NaN tangents on the extra column only.
+    let dir = qb::ones([3, 2])?;
+    let (_, dq): (Tensor, Tensor) = qb::jvp(
+        |m: Tensor| Ok(qb::linalg::qr(&m).mode("complete").eval()?.q),
+        &tall,
+        &dir,
+    )?;
+    let dq = dq.to_vec::<f64>()?;
+    for (i, v) in dq.iter().enumerate() {
+        assert_eq!(v.is_nan(), i % 3 == 2, "{dq:?}");
+    }
+    Ok(())
+}
+
+#[test]
+fn degenerate_spectra() -> qb::Result<()> {
+    // Repeated eigenvalues: the eigenvalue derivatives stay finite (numerics.md §6.5).
+    let eye = qb::eye(3)?.mul(2.0)?;
+    let g: Tensor =
+        qb::grad(|m: Tensor| qb::linalg::eigh(&m)?.eigenvalues.powi(2).sum()).call(&eye)?;
+    assert_eq!(g.to_vec::<f64>()?, eye.mul(2.0)?.to_vec::<f64>()?);
+    // Coinciding singular values: F is 0 there, so the vector derivatives are finite.
+    let g: Tensor =
+        qb::grad(|m: Tensor| (qb::linalg::svd(&m).eval()?.u * qb::eye(3)?)?.sum()).call(&eye)?;
+    assert!(g.to_vec::<f64>()?.iter().all(|v| v.is_finite()));
+    // eigh reads the symmetric part of a non-symmetric matrix.
+    let a = t(&[2, 2], &[4.0, 3.0, -1.0, 3.0]);
+    let s = t(&[2, 2], &[4.0, 1.0, 1.0, 3.0]);
+    assert_eq!(
+        qb::linalg::eigh(&a)?.eigenvalues.to_vec::<f64>()?,
+        qb::linalg::eigh(&s)?.eigenvalues.to_vec::<f64>()?
+    );
     Ok(())
 }
