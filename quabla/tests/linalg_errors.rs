@@ -478,3 +478,24 @@ fn degenerate_spectra() -> qb::Result<()> {
     );
     Ok(())
 }
+
+#[test]
+fn float32_inputs_give_float32_results() -> qb::Result<()> {
+    let a = spd().astype(qb::DType::F32)?;
+    let b = qb::ones([2])?.astype(qb::DType::F32)?;
+    let x = qb::linalg::solve(&a, &b)?;
+    assert_eq!(x.dtype(), qb::DType::F32);
+    let want = [2.0f32 / 11.0, 3.0 / 11.0];
+    for (g, w) in x.to_vec::<f32>()?.iter().zip(want) {
+        assert!((g - w).abs() < 1e-6);
+    }
+    assert_eq!(qb::linalg::eigh(&a)?.eigenvectors.dtype(), qb::DType::F32);
+    assert_eq!(qb::linalg::svd(&a).eval_s()?.dtype(), qb::DType::F32);
+    assert_eq!(
+        qb::linalg::norm(&a).ord(Ord::Nuc).eval()?.dtype(),
+        qb::DType::F32
+    );
+    let p = qb::linalg::pinv(&a).eval()?;
+    assert_eq!(p.dtype(), qb::DType::F32);
+    Ok(())
+}
