@@ -29,12 +29,14 @@ mod creation;
 mod devices;
 mod dispatch;
 mod error;
+mod io;
 pub mod linalg;
 pub mod ode;
 mod operand;
 mod operators;
 mod ops;
 mod print;
+pub mod random;
 mod staging;
 mod tensor;
 pub mod testing;
@@ -50,6 +52,7 @@ pub use creation::{
 };
 pub use devices::{devices, DeviceInfo, Origin};
 pub use error::{Error, Result, TracerErrorKind};
+pub use io::{load, load_as, save, LoadSource, SaveTarget};
 pub use operand::Operand;
 // Each module of the array library is exported whole: a function is named once, where it is
 // defined (see `ops`).

@@ -192,6 +192,7 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
                 {
                     Some(entry) => entry,
                     None => {
+                        self.check_keys(&def, leaves)?;
                         let signature =
                             Signature::of(&def, leaves, Wrt::Nothing, &self.shell.target);
                         let owner = self.shell.owner(&self.arg_names);
