@@ -43,7 +43,7 @@ fn main() -> qb::Result<()> {
     let mut sink = 0.0;
     for i in 1..=calls {
         let y = f.call(&x)?;
-        if i % 1000 == 0 {
+        if i.is_multiple_of(1000) {
             sink += y.to_vec::<f64>()?[1];
         }
         if checkpoints.contains(&i) && at_checkpoint.len() < 2 {

@@ -18,7 +18,7 @@ fn f(x: Tensor) -> qb::Result<Tensor> {
 fn input(i: usize) -> Tensor {
     let n = 1 + i % 4;
     let x = qb::linspace(-1.0, 1.0 + i as f64 * 0.01, n).unwrap();
-    if i % 3 == 0 {
+    if i.is_multiple_of(3) {
         x.astype(qb::F32).unwrap()
     } else {
         x
