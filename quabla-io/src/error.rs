@@ -176,3 +176,10 @@ fn io_message(path: Option<&Path>, source: &std::io::Error) -> String {
         None => source.to_string(),
     }
 }
+
+/// An operating-system error of a caller's own stream (no path).
+impl From<std::io::Error> for IoError {
+    fn from(source: std::io::Error) -> IoError {
+        IoError::io(source)
+    }
+}

@@ -138,7 +138,7 @@ fn expand(input: DeriveInput) -> syn::Result<TokenStream2> {
     let data_names = data_fields.iter().map(|f| &f.name);
     let meta_names = meta_fields.iter().map(|f| &f.name);
     let rebuild = fields.iter().map(|f| {
-        let (member, ty) = (&f.member, &f.ty);
+        let (member, ty, name_lit) = (&f.member, &f.ty, &f.name);
         let position = if f.is_static {
             meta_fields.iter().position(|m| m.member == f.member)
         } else {
@@ -147,7 +147,7 @@ fn expand(input: DeriveInput) -> syn::Result<TokenStream2> {
         .expect("every field is a data or a static field");
         if f.is_static {
             quote_spanned! {ty.span()=>
-                #member: match ::quabla::tree::StaticBox::get::<#ty>(&meta[#position].1) {
+                #member: match ::quabla::tree::StaticBox::get_saved::<#ty>(&meta[#position].1) {
                     ::core::option::Option::Some(value) => value,
                     ::core::option::Option::None => {
                         return ::core::result::Result::Err(
@@ -158,7 +158,8 @@ fn expand(input: DeriveInput) -> syn::Result<TokenStream2> {
             }
         } else {
             quote_spanned! {ty.span()=>
-                #member: <#ty as ::quabla::tree::Tree>::unflatten(&fields[#position].1, leaves)?
+                #member: <#ty as ::quabla::tree::Tree>::unflatten(&fields[#position].1, leaves)
+                    .map_err(::quabla::tree::within(#name_lit))?
             }
         }
     });
@@ -194,7 +195,17 @@ fn expand(input: DeriveInput) -> syn::Result<TokenStream2> {
                         let _ = &leaves;
                         ::core::result::Result::Ok(Self { #(#rebuild),* })
                     }
-                    _ => ::core::result::Result::Err(::quabla::tree::structure_mismatch(#name, def)),
+                    // A struct read back from a file is a dict of its fields.
+                    other => match ::quabla::tree::node_from_dict(
+                        other, #name, DATA_FIELDS, META_FIELDS, leaves,
+                    )? {
+                        ::core::option::Option::Some((node, fields)) => {
+                            <Self as ::quabla::tree::Tree>::unflatten(&node, &mut fields.into_iter())
+                        }
+                        ::core::option::Option::None => ::core::result::Result::Err(
+                            ::quabla::tree::structure_mismatch(#name, def),
+                        ),
+                    },
                 }
             }
         }

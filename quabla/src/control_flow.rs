@@ -184,24 +184,28 @@ where
     let operands = owned(operands);
     let operands = &operands[..];
     let pred = predicate(pred)?;
+    let inputs = operand_inputs(operands);
+    let trace_branch = |f: &dyn Fn(&[Tensor]) -> Result<Tensor>| {
+        trace::trace_region_body("cond", &inputs, |params| Ok(vec![f(&params)?]))
+    };
+    // Both branches are traced also eagerly, so that `cond` accepts exactly what it accepts
+    // under `jit` (SH13: one shape and dtype); only the taken branch then runs.
+    let then_g = trace_branch(&true_fn)?;
+    let else_g = trace_branch(&false_fn)?;
+    let (then_g, else_g) = unify_branches(then_g, else_g)?;
     if !trace::active() {
         let out = if pred.item_bool()? {
             true_fn(operands)?
         } else {
             false_fn(operands)?
         };
-        if !out.dtype().is_float() {
-            return Err(branch_not_float(out.dtype()));
-        }
-        return Ok(out);
+        let unified = then_g.node(then_g.outputs()[0]).ty.dtype;
+        return if out.dtype() == unified {
+            Ok(out)
+        } else {
+            out.astype(unified)
+        };
     }
-    let inputs = operand_inputs(operands);
-    let trace_branch = |f: &dyn Fn(&[Tensor]) -> Result<Tensor>| {
-        trace::trace_region_body("cond", &inputs, |params| Ok(vec![f(&params)?]))
-    };
-    let then_g = trace_branch(&true_fn)?;
-    let else_g = trace_branch(&false_fn)?;
-    let (then_g, else_g) = unify_branches(then_g, else_g)?;
     let kind = RegionKind::Cond {
         then_branch: freeze(then_g),
         else_branch: freeze(else_g),

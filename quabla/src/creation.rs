@@ -290,6 +290,13 @@ impl DTypeExt for DType {
                 format!("empty slices are not supported: arange({start}, {stop}, {step}) selects no elements"),
             ));
         }
+        // `len as usize` would saturate: name the count the arguments ask for instead.
+        if len > quabla_ir::Shape::MAX_ELEMENTS as f64 {
+            return Err(Error::shape(
+                "arange",
+                format!("arange({start}, {stop}, {step}) would have {len:e} elements, more than this machine can address"),
+            ));
+        }
         let n = len as usize;
         host(self, vec![n], (0..n).map(|i| start + i as f64 * step))
     }

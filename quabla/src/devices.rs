@@ -3,13 +3,14 @@
 //!
 //! This module is the facade's view of the registry of `quabla-backend`
 //! ([`quabla_backend::registry`]): backends linked into the program (the CPU always; CUDA and
-//! MLX when built with their features) and plugins found in the folders of
-//! `QUABLA_PLUGIN_PATH` and beside the executable. It owns the translation of "no such
-//! backend" into the errors of `spec/errors.md` (UN1, UN5); it does not load anything itself
-//! and never probes hardware beyond what opening a backend does.
+//! MLX when built with their features), plugins found in the folders of `QUABLA_PLUGIN_PATH`
+//! (only those: never the executable's own folder), and plugins loaded by path with
+//! [`load_plugin`]. It owns the translation of "no such backend" and of plugin load failures
+//! into the errors of `spec/errors.md` (UN1, UN5, `Error::Device`); it never probes hardware
+//! beyond what opening a backend does.
 
 use crate::{Error, Result};
-use quabla_backend::registry::{plugin_file_name, Registry, ResolveError};
+use quabla_backend::registry::{Registry, ResolveError};
 use quabla_backend::Backend;
 use std::sync::Arc;
 
@@ -76,12 +77,48 @@ pub(crate) fn backend_for(device: &str) -> Result<Arc<dyn Backend>> {
     }
 }
 
-/// UN1: `<target> target is unavailable in this build`, how to get it, and the details.
+/// Loads the backend plugin library at `path` into this process and returns its row of
+/// [`devices`]; its backend is then a target of `jit(f).device(<its name>)`. Loading a file
+/// already loaded returns its row again. A plugin that loads but cannot run here is
+/// registered as unavailable (the row says why). Errors: `Error::Device` naming the path and
+/// what is wrong (not a file, a truncated or foreign library, no plugin root module, another
+/// plugin interface version, a panic while opening).
+pub fn load_plugin(path: impl AsRef<std::path::Path>) -> Result<DeviceInfo> {
+    Registry::global()
+        .load_plugin(path.as_ref())
+        .map_err(|e| Error::Device {
+            device: "plugin".into(),
+            message: e.to_string(),
+        })
+}
+
+/// Whether a backend named `name` is linked in or was registered by a plugin (available or not).
+pub(crate) fn is_registered(name: &str) -> bool {
+    Registry::global().entries().iter().any(|e| e.name == name)
+}
+
+/// ` (loaded: toy, other)` naming the plugins' backends, or nothing when none is loaded.
+pub(crate) fn plugin_names_hint() -> String {
+    let mut names: Vec<String> = Registry::global()
+        .entries()
+        .into_iter()
+        .filter(|e| !matches!(e.name.as_str(), "cpu" | "cuda" | "mlx"))
+        .map(|e| e.name)
+        .collect();
+    names.dedup();
+    if names.is_empty() {
+        String::new()
+    } else {
+        format!(" (loaded: {})", names.join(", "))
+    }
+}
+
+/// UN1: `<target> target is unavailable in this build`, what makes it available (the plugin
+/// file, the folders searched, loading by path), and the details.
 fn unavailable(target: &str, device: &str, details: &[String]) -> Error {
     let mut message = format!(
-        "{target} target is unavailable in this build; install the quabla-{target} plugin ({}) \
-         into a folder of QUABLA_PLUGIN_PATH or build with --features {target}",
-        plugin_file_name(target)
+        "{target} target is unavailable in this build; {}",
+        Registry::global().availability_advice(target)
     );
     if !details.is_empty() {
         message.push_str(&format!(" ({})", details.join("; ")));
@@ -117,10 +154,13 @@ mod tests {
             } => {
                 assert_eq!(op, "target");
                 assert_eq!(device.as_deref(), Some("quabla_test_nowhere"));
-                assert!(message.starts_with(
-                    "quabla_test_nowhere target is unavailable in this build; install the \
-                     quabla-quabla_test_nowhere plugin"
-                ));
+                assert!(
+                    message.starts_with(
+                        "quabla_test_nowhere target is unavailable in this build; install the \
+                         plugin library libquabla_quabla_test_nowhere_plugin"
+                    ),
+                    "{message}"
+                );
             }
             other => panic!("{other:?}"),
         }

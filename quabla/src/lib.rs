@@ -29,12 +29,14 @@ mod creation;
 mod devices;
 mod dispatch;
 mod error;
+mod io;
 pub mod linalg;
 pub mod ode;
 mod operand;
 mod operators;
 mod ops;
 mod print;
+pub mod random;
 mod staging;
 mod tensor;
 pub mod testing;
@@ -48,8 +50,9 @@ pub use creation::{
     arange, arange_from, array, asarray, eye, eye_rect, full, full_like, linspace, ones, ones_like,
     zeros, zeros_like, ArrayLike, DTypeExt, FillValue,
 };
-pub use devices::{devices, DeviceInfo, Origin};
+pub use devices::{devices, load_plugin, DeviceInfo, Origin};
 pub use error::{Error, Result, TracerErrorKind};
+pub use io::{load, load_as, save, LoadSource, SaveTarget};
 pub use linalg::{cholesky, newton, solve};
 pub use operand::Operand;
 // Each module of the array library is exported whole: a function is named once, where it is

@@ -96,6 +96,11 @@ impl Tensor {
         Ok(&self.concrete("to_host")?.host)
     }
 
+    /// The host buffers of a concrete tensor for `operation` (TR2 naming it for a tracer).
+    pub(crate) fn host_for(&self, operation: &str) -> Result<&HostTensor> {
+        Ok(&self.concrete(operation)?.host)
+    }
+
     /// A stable identity for deduplicating captured constants within a trace.
     pub(crate) fn identity(&self) -> usize {
         Arc::as_ptr(&self.inner) as *const () as usize

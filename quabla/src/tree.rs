@@ -114,6 +114,48 @@ impl StaticBox {
     pub fn get<T: Any + Clone>(&self) -> Option<T> {
         self.0.as_any().downcast_ref::<T>().cloned()
     }
+
+    /// The value as type `T`, also when it was read back from a file: a file stores every
+    /// integer as an `i64`, so an `i64` box converts to any Rust integer type that holds its
+    /// value (what `load_as` needs to restore a `#[tree(static)] n: usize` field).
+    pub fn get_saved<T: Any + Clone>(&self) -> Option<T> {
+        if let Some(v) = self.get::<T>() {
+            return Some(v);
+        }
+        let i = self.get::<i64>()?;
+        macro_rules! convert {
+            ($($t:ty),*) => {$(
+                if let Some(v) = (&<$t>::try_from(i).ok()? as &dyn Any).downcast_ref::<T>() {
+                    return Some(v.clone());
+                }
+            )*};
+        }
+        convert!(i8, i16, i32, isize, u8, u16, u32, u64, usize, i128, u128);
+        None
+    }
+
+    /// The value as a file can hold it (a string, an integer or a bool), if it is one.
+    pub(crate) fn saved_value(&self) -> Option<Value> {
+        if let Some(s) = self.get::<String>() {
+            return Some(Value::Str(s));
+        }
+        if let Some(b) = self.get::<bool>() {
+            return Some(Value::Bool(b));
+        }
+        let any = self.0.as_any();
+        macro_rules! int {
+            ($($t:ty),*) => {$(
+                if let Some(v) = any.downcast_ref::<$t>() {
+                    return i64::try_from(*v).ok().map(Value::Int);
+                }
+            )*};
+        }
+        int!(i64, i8, i16, i32, isize, u8, u16, u32, u64, usize, i128, u128);
+        if let Some(s) = any.downcast_ref::<&'static str>() {
+            return Some(Value::Str((*s).to_string()));
+        }
+        None
+    }
 }
 
 impl PartialEq for StaticBox {
@@ -434,8 +476,116 @@ pub fn structure_mismatch(expected: &str, def: &TreeDef) -> Error {
 
 fn mismatch(expected: &str, def: &TreeDef) -> Error {
     Error::Structure {
-        message: format!("pytree structures differ: expected {expected}, got {def}"),
+        message: format!("{MISMATCH}: expected {expected}, got {def}"),
     }
+}
+
+const MISMATCH: &str = "pytree structures differ";
+
+/// Places a structure mismatch found inside a container at the container's entry, so that
+/// the message names the first path that differs: `pytree structures differ at
+/// ['params']['w']: expected a tensor leaf, got None`. Other errors pass unchanged.
+#[doc(hidden)]
+pub fn within(entry: impl Into<PathEntry>) -> impl FnOnce(Error) -> Error {
+    move |e| match e {
+        Error::Structure { message } if message.starts_with(MISMATCH) => {
+            let step = match entry.into() {
+                PathEntry::Key(k) => format!("[{}]", k.repr()),
+                PathEntry::Index(i) => format!("[{i}]"),
+            };
+            let rest = &message[MISMATCH.len()..];
+            let message = match rest.strip_prefix(" at ") {
+                Some(path) => format!("{MISMATCH} at {step}{path}"),
+                None => format!("{MISMATCH} at {step}{rest}"),
+            };
+            Error::Structure { message }
+        }
+        other => other,
+    }
+}
+
+impl From<usize> for PathEntry {
+    fn from(i: usize) -> PathEntry {
+        PathEntry::Index(i)
+    }
+}
+
+impl From<&str> for PathEntry {
+    fn from(k: &str) -> PathEntry {
+        PathEntry::Key(DictKey::from(k))
+    }
+}
+
+impl From<&DictKey> for PathEntry {
+    fn from(k: &DictKey) -> PathEntry {
+        PathEntry::Key(k.clone())
+    }
+}
+
+/// A dict structure read as the `#[derive(Tree)]` struct `name` (used by derived impls): a
+/// file stores a struct as a dict of its fields, so `load_as` meets a dict whose string keys
+/// are exactly the struct's data and static field names. Returns the struct's own structure
+/// and its leaves in field order (the dict's leaves come in sorted key order), or `None` when
+/// `def` is not such a dict.
+#[doc(hidden)]
+pub fn node_from_dict(
+    def: &TreeDef,
+    name: &'static str,
+    data_fields: &[&'static str],
+    meta_fields: &[&'static str],
+    leaves: &mut dyn Iterator<Item = Leaf>,
+) -> Result<Option<(TreeDef, Vec<Leaf>)>> {
+    let TreeDef::Dict(entries) = def else {
+        return Ok(None);
+    };
+    let named = |field: &str| {
+        entries
+            .iter()
+            .position(|(k, _)| matches!(k, DictKey::Str(s) if s == field))
+    };
+    if entries.len() != data_fields.len() + meta_fields.len()
+        || data_fields
+            .iter()
+            .chain(meta_fields)
+            .any(|f| named(f).is_none())
+    {
+        return Ok(None);
+    }
+    let mut per_entry: Vec<Vec<Leaf>> = Vec::with_capacity(entries.len());
+    for (_, d) in entries {
+        let n = d.num_leaves();
+        let taken: Vec<Leaf> = leaves.take(n).collect();
+        if taken.len() != n {
+            return Err(Error::Structure {
+                message: "unflatten ran out of leaves".into(),
+            });
+        }
+        per_entry.push(taken);
+    }
+    let mut fields = Vec::with_capacity(data_fields.len());
+    let mut ordered = Vec::new();
+    for f in data_fields {
+        let i = named(f).unwrap_or_default();
+        fields.push((*f, entries[i].1.clone()));
+        ordered.append(&mut per_entry[i]);
+    }
+    let mut meta = Vec::with_capacity(meta_fields.len());
+    for f in meta_fields {
+        let i = named(f).unwrap_or_default();
+        let value = match (&entries[i].1, per_entry[i].as_slice()) {
+            (TreeDef::Static(b), _) => b.clone(),
+            (TreeDef::Leaf, [Leaf::Int(v)]) => StaticBox::new(*v),
+            (TreeDef::Leaf, [Leaf::Bool(v)]) => StaticBox::new(*v),
+            (other, _) => {
+                return Err(within(*f)(mismatch(
+                    &format!("the static field {f} of {name} (a string, an integer or a bool)"),
+                    other,
+                )))
+            }
+        };
+        meta.push((*f, value));
+    }
+    Ok(Some((TreeDef::Node { name, fields, meta }, ordered)))
 }
 
 fn next_leaf(leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Leaf> {
@@ -595,7 +745,11 @@ impl<T: Tree> Tree for Vec<T> {
     }
     fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
         match def {
-            TreeDef::List(children) => children.iter().map(|d| T::unflatten(d, leaves)).collect(),
+            TreeDef::List(children) => children
+                .iter()
+                .enumerate()
+                .map(|(i, d)| T::unflatten(d, leaves).map_err(within(i)))
+                .collect(),
             other => Err(mismatch("a list", other)),
         }
     }
@@ -659,7 +813,7 @@ fn dict_entries<K: TreeKey, T: Tree>(
                         def,
                     )
                 })?;
-                Ok((key, T::unflatten(d, leaves)?))
+                Ok((key, T::unflatten(d, leaves).map_err(within(k))?))
             })
             .collect(),
         other => Err(mismatch("a dict", other)),
@@ -703,7 +857,9 @@ macro_rules! tuple_tree {
             fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
                 const N: usize = [$($i),+].len();
                 match def {
-                    TreeDef::Tuple(c) if c.len() == N => Ok(($($t::unflatten(&c[$i], leaves)?,)+)),
+                    TreeDef::Tuple(c) if c.len() == N => Ok((
+                        $($t::unflatten(&c[$i], leaves).map_err(within($i as usize))?,)+
+                    )),
                     other => Err(mismatch(&format!("a tuple of {N}"), other)),
                 }
             }

@@ -160,10 +160,14 @@ fn jit_to_a_target_this_build_lacks_is_unsupported() -> qb::Result<()> {
                     message.contains(&format!("{target} target is unavailable in this build")),
                     "{message}"
                 );
+                // What makes it available: the plugin file, the folders searched, loading by path.
                 assert!(
-                    message.contains(&format!("install the quabla-{target} plugin"))
-                        && message.contains("QUABLA_PLUGIN_PATH")
-                        && message.contains(&format!("--features {target}")),
+                    message.contains(&format!(
+                        "install the plugin library {}",
+                        plugin_file(target)
+                    )) && message.contains(&format!("searched: {}", plugin_folder().display()))
+                        && message.contains("load_plugin")
+                        && !message.contains("--features"),
                     "{message}"
                 );
             }

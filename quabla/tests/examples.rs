@@ -198,3 +198,35 @@ fn third_order_cholesky_plans_do_not_grow_with_n() {
     assert!(third[1] * 5 <= third[0] * 6, "{text}");
     assert!(third[1] <= 6 * first[1], "{text}");
 }
+
+#[path = "../examples/random_and_checkpoint.rs"]
+#[allow(dead_code)]
+mod random_and_checkpoint;
+
+#[test]
+fn random_and_checkpoint_prints_e64_and_an_identical_round_trip() {
+    let path = std::env::temp_dir().join(format!("quabla-example-{}.qb", std::process::id()));
+    let mut out = Vec::new();
+    random_and_checkpoint::run(&mut out, &path).unwrap();
+    std::fs::remove_file(&path).ok();
+    let text = String::from_utf8(out).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[0],
+        "split(key(0), 3) = [12141488642634205887, 11746937539006808163, 1638637292813414338]"
+    );
+    assert_eq!(
+        lines[1],
+        "uniform(key(42), (4,)) = [0.7415648787718233, 0.1599103928769201, 0.27860113025513866, 0.34419071652363753]"
+    );
+    assert!(
+        lines[2].starts_with("normal(key(0), (3,)) = [-0.45275774021745"),
+        "{}",
+        lines[2]
+    );
+    assert!(
+        lines[3].ends_with("3 layers, step=1200, activation=tanh, identical=true"),
+        "{}",
+        lines[3]
+    );
+}

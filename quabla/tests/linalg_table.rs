@@ -778,3 +778,21 @@ fn derivatives_of_the_iterative_solvers() -> qb::Result<()> {
     }
     check_grads(|v| Ok(vec![root(&v[0])?]), &[p], 2, Modes::REVERSE)
 }
+
+#[test]
+fn result_structs_save_and_load() -> qb::Result<()> {
+    let svd = qb::linalg::svd(tall()).eval()?;
+    let mut bytes = Vec::new();
+    qb::save(&mut bytes, &svd)?;
+    let back: SVDResult = qb::load_as(&mut bytes.as_slice())?;
+    for (a, b) in [(&svd.u, &back.u), (&svd.s, &back.s), (&svd.vh, &back.vh)] {
+        assert_eq!(a.shape(), b.shape());
+        assert_eq!(a.to_vec::<f64>()?, b.to_vec::<f64>()?);
+    }
+    let sd = qb::linalg::slogdet(a3())?;
+    let mut bytes = Vec::new();
+    qb::save(&mut bytes, &sd)?;
+    let back: SlogdetResult = qb::load_as(&mut bytes.as_slice())?;
+    assert_eq!(back.logabsdet.item()?, sd.logabsdet.item()?);
+    Ok(())
+}

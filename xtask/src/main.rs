@@ -5,7 +5,8 @@
 //! invocations, running a command and reporting how it failed). The
 //! subcommands themselves live in [`test`] (`cargo xtask test`), [`backends`]
 //! (`cargo xtask test-backends`), [`bench`] (`cargo xtask bench`), [`coverage`]
-//! (`cargo xtask coverage-ops`) and [`fuzz`] (`cargo xtask fuzz`).
+//! (`cargo xtask coverage-ops`), [`fuzz`] (`cargo xtask fuzz`) and [`soak`]
+//! (`cargo xtask soak`).
 //!
 //! Arguments are parsed by hand so that the tool builds from `std` alone.
 
@@ -13,6 +14,7 @@ mod backends;
 mod bench;
 mod coverage;
 mod fuzz;
+mod soak;
 mod test;
 
 use std::ffi::OsStr;
@@ -61,6 +63,11 @@ Commands:
                            print `execs= panics= max_alloc= input_max=`; fails on a
                            panic, an allocation larger than the input allows, or the two
                            readers disagreeing.
+  soak [--calls N] [--eager-ops N]
+                           Run the soak example in release
+                           (`cargo run --release -p quabla --example soak`): N cached jit
+                           calls (default 1000000) and 100000 eager operations, printing
+                           the resident memory after 10^4 and after N calls.
   help                     Print this message.
 ";
 
@@ -76,6 +83,7 @@ fn main() -> ExitCode {
         "bench" => bench::run(rest),
         "coverage-ops" => coverage::run(rest),
         "fuzz" => fuzz::run(rest),
+        "soak" => soak::run(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(())

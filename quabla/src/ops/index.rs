@@ -44,38 +44,46 @@ impl IndexItem {
     }
 }
 
+/// An index as an `isize`; one beyond `isize::MAX` saturates, which is out of range for every
+/// axis (IX1), instead of wrapping to a negative index that counts from the end.
+fn saturating_index<T: TryInto<isize> + PartialOrd + Default>(i: T) -> isize {
+    let negative = i < T::default();
+    i.try_into()
+        .unwrap_or(if negative { isize::MIN } else { isize::MAX })
+}
+
 macro_rules! int_items {
     ($($t:ty),*) => {$(
         impl From<$t> for IndexItem {
             fn from(i: $t) -> IndexItem {
-                IndexItem::Int(i as isize)
+                IndexItem::Int(saturating_index(i))
             }
         }
         impl From<Range<$t>> for IndexItem {
             fn from(r: Range<$t>) -> IndexItem {
-                IndexItem::Slice { start: Some(r.start as isize), stop: Some(r.end as isize), step: 1 }
+                IndexItem::Slice { start: Some(saturating_index(r.start)), stop: Some(saturating_index(r.end)), step: 1 }
             }
         }
         impl From<RangeFrom<$t>> for IndexItem {
             fn from(r: RangeFrom<$t>) -> IndexItem {
-                IndexItem::Slice { start: Some(r.start as isize), stop: None, step: 1 }
+                IndexItem::Slice { start: Some(saturating_index(r.start)), stop: None, step: 1 }
             }
         }
         impl From<RangeTo<$t>> for IndexItem {
             fn from(r: RangeTo<$t>) -> IndexItem {
-                IndexItem::Slice { start: None, stop: Some(r.end as isize), step: 1 }
+                IndexItem::Slice { start: None, stop: Some(saturating_index(r.end)), step: 1 }
             }
         }
         impl From<RangeInclusive<$t>> for IndexItem {
             fn from(r: RangeInclusive<$t>) -> IndexItem {
-                let end = *r.end() as isize;
-                IndexItem::Slice { start: Some(*r.start() as isize), stop: if end == -1 { None } else { Some(end + 1) }, step: 1 }
+                let end = saturating_index(*r.end());
+                IndexItem::Slice { start: Some(saturating_index(*r.start())), stop: if end == -1 { None } else { Some(end.saturating_add(1)) }, step: 1 }
             }
         }
         impl From<RangeToInclusive<$t>> for IndexItem {
             fn from(r: RangeToInclusive<$t>) -> IndexItem {
-                let end = r.end as isize;
-                IndexItem::Slice { start: None, stop: if end == -1 { None } else { Some(end + 1) }, step: 1 }
+                let end = saturating_index(r.end);
+                IndexItem::Slice { start: None, stop: if end == -1 { None } else { Some(end.saturating_add(1)) }, step: 1 }
             }
         }
     )*};

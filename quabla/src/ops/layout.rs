@@ -534,7 +534,17 @@ fn build_tile(b: &mut GraphBuilder, x: NodeId, reps: &[usize]) -> Built {
     rs.extend(reps);
     let inter: Vec<usize> = xs.iter().flat_map(|&n| [1, n]).collect();
     let spread: Vec<usize> = xs.iter().zip(&rs).flat_map(|(&n, &r)| [r, n]).collect();
-    let out: Vec<usize> = xs.iter().zip(&rs).map(|(&n, &r)| n * r).collect();
+    let out: Vec<usize> = xs
+        .iter()
+        .zip(&rs)
+        .map(|(&n, &r)| n.checked_mul(r))
+        .collect::<Option<_>>()
+        .ok_or_else(|| {
+            shape_err(
+                "tile",
+                format!("tile of shape {xd:?} by {reps:?} has more elements than this machine can address"),
+            )
+        })?;
     let r = b.reshape_to(x, Shape::new(inter)?)?;
     let r = b.broadcast_to(r, Shape::new(spread)?)?;
     b.reshape_to(r, Shape::new(out)?)

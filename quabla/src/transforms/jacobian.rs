@@ -84,6 +84,16 @@ fn stage<A: Tree, R: Tree>(
             "jacobian needs a function whose outputs are all tensors",
         ));
     }
+    // AR20: a function of only bool outputs has nothing to differentiate.
+    if graph
+        .outputs()
+        .iter()
+        .all(|o| graph.node(*o).ty.dtype == DType::Bool)
+    {
+        return Err(Error::invalid(
+            "jacobian requires a floating output, got bool",
+        ));
+    }
     let wrt = prepared.wrt_with_captures(captures.len());
     let blocks = jacobian_graph(&graph, &wrt)?;
     let (in_def, order) = prepared.gradient_def(&selection.argnums, selection.as_tuple)?;

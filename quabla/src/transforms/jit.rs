@@ -20,20 +20,25 @@ use std::sync::Arc;
 /// The validated target of a transformed function.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Device {
-    Cpu,
-    Unavailable(String),
+    /// A name the registry resolves: a known backend (`cpu`, `cuda`, `cuda:N`, `mlx`), or the
+    /// name a plugin registered (optionally with `:N`).
+    Named,
     Invalid(String),
 }
 
 fn parse_device(name: &str) -> Device {
-    let cuda_ordinal = name
-        .strip_prefix("cuda:")
-        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-    match name {
-        "cpu" => Device::Cpu,
-        "cuda" | "mlx" => Device::Unavailable(name.to_string()),
-        _ if cuda_ordinal => Device::Unavailable(name.to_string()),
-        _ => Device::Invalid(name.to_string()),
+    let (target, ordinal) = match name.split_once(':') {
+        Some((t, n)) => (t, Some(n)),
+        None => (name, None),
+    };
+    let ordinal_ok = ordinal.is_none_or(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    let known = matches!(target, "cpu" | "mlx") && ordinal.is_none()
+        || target == "cuda"
+        || crate::devices::is_registered(target);
+    if known && ordinal_ok {
+        Device::Named
+    } else {
+        Device::Invalid(name.to_string())
     }
 }
 
@@ -118,11 +123,11 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
             }
         }
         match parse_device(&self.shell.target.device) {
-            Device::Cpu | Device::Unavailable(_) => {
-                crate::devices::backend_for(&self.shell.target.device).map(|_| ())
-            }
+            Device::Named => crate::devices::backend_for(&self.shell.target.device).map(|_| ()),
             Device::Invalid(d) => Err(Error::invalid(format!(
-                "invalid device {d:?}; expected \"cpu\", \"cuda\", \"cuda:N\" or \"mlx\""
+                "invalid device {d:?}; expected \"cpu\", \"cuda\", \"cuda:N\" or \"mlx\", or the \
+                 name of a loaded backend plugin{}",
+                crate::devices::plugin_names_hint()
             ))),
         }
     }
@@ -192,6 +197,7 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
                 {
                     Some(entry) => entry,
                     None => {
+                        self.check_keys(&def, leaves)?;
                         let signature =
                             Signature::of(&def, leaves, Wrt::Nothing, &self.shell.target);
                         let owner = self.shell.owner(&self.arg_names);

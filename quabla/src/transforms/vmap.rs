@@ -200,7 +200,9 @@ impl<A: Tree, F> Vmap<F, A> {
                     mapped.push(ax);
                 }
                 InputLeaf::Static(leaf) => {
-                    if axis.is_some() && self.in_axes.is_some() {
+                    // AR22, also under the default in_axes (0 for every argument): a scalar
+                    // has no axis to map, as in JAX.
+                    if axis.is_some() {
                         return Err(Error::invalid(
                             "vmap: a Python scalar argument must have in_axes None",
                         ));
@@ -212,7 +214,15 @@ impl<A: Tree, F> Vmap<F, A> {
         let shapes: Vec<(&str, &Shape)> = sized.iter().map(|(n, s)| (n.as_str(), s)).collect();
         let axes_mapped: Vec<Option<usize>> =
             mapped.iter().filter(|a| a.is_some()).copied().collect();
-        let size = quabla_vmap::batch_size(&shapes, &axes_mapped).map_err(Error::from)?;
+        // TF6 is a structure error (ValueError) of the facade.
+        let size = quabla_vmap::batch_size(&shapes, &axes_mapped).map_err(|e| match e {
+            quabla_ir::IrError::Shape { message, .. }
+                if message.starts_with("vmap got inconsistent sizes") =>
+            {
+                Error::Structure { message }
+            }
+            other => Error::from(other),
+        })?;
         let TracedFunction {
             graph,
             captures,
