@@ -611,8 +611,24 @@ impl Prepared {
         let mut operands = Vec::new();
         let mut wrt_inputs = Vec::new();
         let mut leaf_wrt = Vec::with_capacity(leaves.len());
+        let by_argnums = matches!(wrt, Wrt::Args(_));
         for (leaf, selected) in leaves.iter().zip(wrt.leaf_flags(def)) {
             match leaf {
+                // `grad` and friends differentiate the arguments they are pointed at: an
+                // integer there is a type error in the user's terms, not a structure mismatch
+                // of the gradient (as in JAX, which asks for inexact inputs).
+                Leaf::Int(v) if selected && by_argnums => {
+                    return Err(Error::Type {
+                        message: format!(
+                            "cannot differentiate with respect to the integer {v}; pass a float ({v}.0) or a float tensor, or leave the argument out of argnums"
+                        ),
+                    })
+                }
+                Leaf::Bool(_) if selected && by_argnums => {
+                    return Err(Error::invalid(
+                        "cannot differentiate with respect to a bool input; leave the argument out of argnums",
+                    ))
+                }
                 Leaf::Tensor(t) => {
                     let ty = t.ir_type();
                     let d = selected && ty.dtype != DType::Bool;
