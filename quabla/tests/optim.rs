@@ -339,6 +339,8 @@ fn bad_options_and_inputs_are_typed_errors() -> qb::Result<()> {
 }
 
 type Data = (Tensor, Tensor);
+/// A deferred run of the functional loop.
+type Reference<'a> = Box<dyn Fn() -> qb::Result<(Params, optim::State<Params>)> + 'a>;
 
 fn data_loss(p: &Params, d: &Data) -> qb::Result<Tensor> {
     loss(p, &d.0, &d.1)
@@ -400,10 +402,7 @@ fn e69_the_trainer_is_bit_identical_to_the_functional_loop() -> qb::Result<()> {
 #[test]
 fn trainer_with_schedule_clipping_adamw_and_sgd_matches_the_functional_loop() -> qb::Result<()> {
     let schedule = optim::exponential_decay(0.1, 10, 0.5);
-    let cases: Vec<(
-        Box<dyn Fn() -> qb::Result<(Params, optim::State<Params>)>>,
-        Params,
-    )> = vec![
+    let cases: Vec<(Reference<'_>, Params)> = vec![
         (
             Box::new(|| functional(&optim::Adam::new(schedule).clip_norm(0.5), 40)),
             {

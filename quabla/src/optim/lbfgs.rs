@@ -162,6 +162,9 @@ fn max_abs(a: &[f64]) -> f64 {
     )
 }
 
+/// One call of the loss and gradient at a parameter vector.
+type Evaluate<'a> = dyn FnMut(&[f64]) -> Result<(f64, Vec<f64>)> + 'a;
+
 /// A point of the line search: step, loss, gradient, directional derivative, parameters.
 #[derive(Clone)]
 struct Point {
@@ -176,7 +179,7 @@ struct Point {
 fn cubic_min(a: f64, fa: f64, da: f64, b: f64, fb: f64, db: f64) -> Option<f64> {
     let d1 = da + db - 3.0 * (fa - fb) / (a - b);
     let disc = d1 * d1 - da * db;
-    if !(disc >= 0.0) {
+    if disc.is_nan() || disc < 0.0 {
         return None;
     }
     let d2 = (b - a).signum() * disc.sqrt();
@@ -305,7 +308,7 @@ impl Lbfgs {
             }
             let mut d = self.direction(&g, &pairs);
             let mut dphi0 = dot(&g, &d);
-            if !(dphi0 < 0.0) {
+            if dphi0.is_nan() || dphi0 >= 0.0 {
                 pairs.clear();
                 d = g.iter().map(|v| -v).collect();
                 dphi0 = dot(&g, &d);
@@ -397,7 +400,7 @@ impl Lbfgs {
 /// A strong-Wolfe line search along `d` from `x` (loss `f0`, slope `dphi0 < 0`), first trial
 /// step `t0`, at most [`MAX_SEARCH_EVALUATIONS`] evaluations. `None` when it fails.
 fn line_search(
-    evaluate: &mut dyn FnMut(&[f64]) -> Result<(f64, Vec<f64>)>,
+    evaluate: &mut Evaluate<'_>,
     layout: &Layout,
     x: &[f64],
     f0: f64,
@@ -468,7 +471,7 @@ fn line_search(
         }
         let (a, b) = (lo.t.min(hi.t), lo.t.max(hi.t));
         let width = b - a;
-        if !(width > f64::EPSILON * b.abs().max(f64::MIN_POSITIVE)) {
+        if width.is_nan() || width <= f64::EPSILON * b.abs().max(f64::MIN_POSITIVE) {
             return Ok(None);
         }
         let t = match (

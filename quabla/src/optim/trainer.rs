@@ -329,7 +329,7 @@ where
             });
         }
         if let Some(n) = self.check_every {
-            if self.step % n == 0 {
+            if self.step.is_multiple_of(n) {
                 let value = loss.item()?;
                 if !value.is_finite() {
                     let step = self.step;
