@@ -791,6 +791,31 @@ impl Entry {
             .collect())
     }
 
+    /// Runs the plan on concrete inputs (in plan input order) and returns the result's leaves
+    /// in flatten order, static leaves included, without building the result tree: what a
+    /// caller that keeps a plan's state as flat buffers between runs (the optimizer's
+    /// `Trainer`) needs.
+    pub(crate) fn run_leaves(&self, inputs: &[Tensor]) -> Result<Vec<Leaf>> {
+        let outs = self.run(inputs)?;
+        if self.outputs_in_order {
+            return Ok(outs.into_iter().map(Leaf::Tensor).collect());
+        }
+        self.out_slots
+            .iter()
+            .map(|slot| match slot {
+                OutSlot::Plan(i) => {
+                    outs.get(*i)
+                        .cloned()
+                        .map(Leaf::Tensor)
+                        .ok_or_else(|| Error::Internal {
+                            message: format!("plan output {i} is missing"),
+                        })
+                }
+                OutSlot::Static(l) => Ok(l.clone()),
+            })
+            .collect()
+    }
+
     /// Runs the plan on a call's leaves and rebuilds the result tree. The plan's inputs are
     /// the tensor leaves and the promoted `f64` leaves (see [`Wrt`]) in order, then `extra`;
     /// `outputs` is an empty vector to receive the plan outputs in, left empty again.

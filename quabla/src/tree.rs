@@ -713,7 +713,7 @@ macro_rules! int_leaf {
     )*};
 }
 
-int_leaf!(i32, i64, usize, u32);
+int_leaf!(i32, i64, usize, u32, u64);
 
 impl Tree for () {
     fn flatten(&self, _: &mut Vec<Leaf>) -> TreeDef {
