@@ -285,6 +285,10 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
         }
         Op::Solve | Op::TriangularSolve { .. } => {
             let (a, b) = (operands[0], operands[1]);
+            // DT2 before the dtype match: a bool matrix is not a dtype mix.
+            if a.dtype == DType::Bool || b.dtype == DType::Bool {
+                return Err(IrError::BoolOperand { op: name.into() });
+            }
             let dtype = same_dtype(name, a, b)?;
             let n = square(name, a)?;
             let bd = b.shape.dims();

@@ -111,6 +111,18 @@ pub enum Error {
     /// (Python `KeyboardInterrupt`); every tensor the caller holds is intact.
     #[error("cancelled: the computation was interrupted")]
     Cancelled,
+    /// A `Trainer` with a finiteness check met a non-finite loss at `step` (updates completed
+    /// before it); its parameters and optimizer state are those of `kept_step`, the last check
+    /// whose loss was finite (`None` when there was none: the update of `step` was not applied).
+    #[error("training loss is {loss} at step {step}; {}", match kept_step {
+        Some(k) => format!("the parameters of step {k}, the last finite check, were kept"),
+        None => "no check had a finite loss yet; the update was not applied".to_string(),
+    })]
+    NonFiniteLoss {
+        step: u64,
+        loss: f64,
+        kept_step: Option<u64>,
+    },
     /// A failure inside a backend.
     #[error("{device}: {message}")]
     Device { device: String, message: String },

@@ -35,6 +35,7 @@ pub mod ode;
 mod operand;
 mod operators;
 mod ops;
+pub mod optim;
 mod print;
 pub mod random;
 mod staging;

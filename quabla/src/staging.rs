@@ -611,8 +611,24 @@ impl Prepared {
         let mut operands = Vec::new();
         let mut wrt_inputs = Vec::new();
         let mut leaf_wrt = Vec::with_capacity(leaves.len());
+        let by_argnums = matches!(wrt, Wrt::Args(_));
         for (leaf, selected) in leaves.iter().zip(wrt.leaf_flags(def)) {
             match leaf {
+                // `grad` and friends differentiate the arguments they are pointed at: an
+                // integer there is a type error in the user's terms, not a structure mismatch
+                // of the gradient (as in JAX, which asks for inexact inputs).
+                Leaf::Int(v) if selected && by_argnums => {
+                    return Err(Error::Type {
+                        message: format!(
+                            "cannot differentiate with respect to the integer {v}; pass a float ({v}.0) or a float tensor, or leave the argument out of argnums"
+                        ),
+                    })
+                }
+                Leaf::Bool(_) if selected && by_argnums => {
+                    return Err(Error::invalid(
+                        "cannot differentiate with respect to a bool input; leave the argument out of argnums",
+                    ))
+                }
                 Leaf::Tensor(t) => {
                     let ty = t.ir_type();
                     let d = selected && ty.dtype != DType::Bool;
@@ -773,6 +789,31 @@ impl Entry {
             .zip(&self.out_weak)
             .map(|(h, &weak)| Tensor::from_host(h, weak))
             .collect())
+    }
+
+    /// Runs the plan on concrete inputs (in plan input order) and returns the result's leaves
+    /// in flatten order, static leaves included, without building the result tree: what a
+    /// caller that keeps a plan's state as flat buffers between runs (the optimizer's
+    /// `Trainer`) needs.
+    pub(crate) fn run_leaves(&self, inputs: &[Tensor]) -> Result<Vec<Leaf>> {
+        let outs = self.run(inputs)?;
+        if self.outputs_in_order {
+            return Ok(outs.into_iter().map(Leaf::Tensor).collect());
+        }
+        self.out_slots
+            .iter()
+            .map(|slot| match slot {
+                OutSlot::Plan(i) => {
+                    outs.get(*i)
+                        .cloned()
+                        .map(Leaf::Tensor)
+                        .ok_or_else(|| Error::Internal {
+                            message: format!("plan output {i} is missing"),
+                        })
+                }
+                OutSlot::Static(l) => Ok(l.clone()),
+            })
+            .collect()
     }
 
     /// Runs the plan on a call's leaves and rebuilds the result tree. The plan's inputs are

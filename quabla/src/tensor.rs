@@ -75,6 +75,9 @@ impl Tensor {
     fn concrete(&self, operation: &str) -> Result<&Concrete> {
         match self.inner.as_ref() {
             Repr::Concrete(c) => Ok(c),
+            // A tracer whose trace has ended is a leak (TR5), not a value unknown while
+            // tracing: say so instead of giving tracing advice.
+            Repr::Traced(t) if !crate::trace::is_live(t) => Err(crate::trace::leaked(t)),
             Repr::Traced(t) => Err(Error::Tracer {
                 kind: TracerErrorKind::Concretization,
                 message: format!(

@@ -38,7 +38,13 @@ pub(crate) fn active() -> bool {
     FRAMES.with(|f| !f.borrow().is_empty())
 }
 
-fn leaked(t: &Tracer) -> Error {
+/// Whether the trace `t` belongs to is still running on this thread.
+pub(crate) fn is_live(t: &Tracer) -> bool {
+    FRAMES.with(|f| f.borrow().iter().any(|frame| frame.id == t.trace))
+}
+
+/// TR5.
+pub(crate) fn leaked(t: &Tracer) -> Error {
     Error::Tracer {
         kind: TracerErrorKind::Leaked,
         message: format!(

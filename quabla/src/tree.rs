@@ -700,7 +700,10 @@ macro_rules! int_leaf {
                     return Err(mismatch("an integer leaf", def));
                 }
                 match next_leaf(leaves)? {
-                    Leaf::Int(v) => <$t>::try_from(v).map_err(|_| Error::invalid(format!("{v} does not fit {}", stringify!($t)))),
+                    Leaf::Int(v) => <$t>::try_from(v).map_err(|_| Error::invalid(format!(
+                        "the integer {v} is out of range for {} (from {} to {})",
+                        stringify!($t), <$t>::MIN, <$t>::MAX
+                    ))),
                     other => Err(Error::Structure {
                         message: format!("pytree structures differ: expected an integer leaf, got {other:?}"),
                     }),
@@ -710,7 +713,7 @@ macro_rules! int_leaf {
     )*};
 }
 
-int_leaf!(i32, i64, usize, u32);
+int_leaf!(i32, i64, usize, u32, u64);
 
 impl Tree for () {
     fn flatten(&self, _: &mut Vec<Leaf>) -> TreeDef {

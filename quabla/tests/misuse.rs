@@ -242,6 +242,15 @@ fn table() -> Vec<Case> {
         InvalidArgument "" => qb::ode::odeint(|y: &Tensor, _t: &Tensor, _: &[Tensor]| y.neg(), &v3(), (0.0, 1.0)).method(qb::ode::Method::Rk4).steps(0).eval();
         InvalidArgument "" => qb::ode::odeint(|y: &Tensor, _t: &Tensor, _: &[Tensor]| y.neg(), &v3(), (0.0, f64::NAN)).eval();
         Shape "" => qb::ode::odeint(|_y: &Tensor, _t: &Tensor, _: &[Tensor]| qb::ones([2]), &v3(), (0.0, 1.0)).method(qb::ode::Method::Dopri5).eval();
+        // Messages in the user's terms.
+        Tracer "was used after its trace ended" => { let leaked = std::sync::Mutex::new(None); let _ = qb::jit(|x: Tensor| { *leaked.lock().unwrap() = Some(x.clone()); Ok(x) }).call(&v3()); let t = leaked.lock().unwrap().clone().unwrap(); qb::jit(|x: Tensor| x.sin()).call(&t) };
+        Tracer "was used after its trace ended" => { let leaked = std::sync::Mutex::new(None); let _ = qb::jit(|x: Tensor| { *leaked.lock().unwrap() = Some(x.clone()); Ok(x) }).call(&v3()); let t = leaked.lock().unwrap().clone().unwrap(); t.add(1.0) };
+        BoolOperand "bool" => qb::linalg::solve(qb::array([[true, false], [false, true]]).unwrap(), qb::ones([2]).unwrap());
+        Shape "logsumexp" => m23().logsumexp_axes([1, 1]);
+        Type "cannot differentiate with respect to the integer 3" => qb::grad(|x: Tensor| x.sum()).call(&3i64).map(|g: Tensor| g);
+        InvalidArgument "cannot differentiate with respect to a bool input" => qb::grad(|(x, _b): (Tensor, bool)| x.sum()).argnums(&[0, 1]).call(&(v3(), true)).map(|g: (Tensor, Tensor)| g.0);
+        InvalidArgument "out of range for usize" => Value::Int(-1).into_typed::<usize>();
+        InvalidArgument "lower" => qb::jit(|v: Value| Ok(v)).call(&Value::Abstract(qb::ShapeDtype::new([2], qb::F64)));
         // IEEE results, not errors (numerics.md).
         Ok "inf" => qb::ones([2]).div(0.0);
         Ok "nan" => qb::zeros([2]).div(0.0);

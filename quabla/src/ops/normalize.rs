@@ -46,6 +46,8 @@ fn finish_keep(
 fn build_norm(b: &mut GraphBuilder, x: NodeId, axes: Option<&[isize]>, keep: bool) -> Built {
     float_only(b, x, "norm")?;
     let shape = b.ty(x).shape.clone();
+    // Axis errors name the function called, not the `max` inside it.
+    reduced_dims(&shape, axes, "norm")?;
     let a = build_abs(b, x)?;
     let m = b.max(a, axes, true)?;
     let m = b.stop_gradient(m)?;
@@ -71,6 +73,7 @@ fn build_norm(b: &mut GraphBuilder, x: NodeId, axes: Option<&[isize]>, keep: boo
 fn build_logsumexp(b: &mut GraphBuilder, x: NodeId, axes: Option<&[isize]>, keep: bool) -> Built {
     float_only(b, x, "logsumexp")?;
     let shape = b.ty(x).shape.clone();
+    reduced_dims(&shape, axes, "logsumexp")?;
     let m = b.max(x, axes, true)?;
     let m = b.stop_gradient(m)?;
     let fin = build_isfinite(b, m)?;
@@ -88,6 +91,7 @@ fn build_logsumexp(b: &mut GraphBuilder, x: NodeId, axes: Option<&[isize]>, keep
 fn build_softmax(b: &mut GraphBuilder, x: NodeId, axis: isize) -> Built {
     float_only(b, x, "softmax")?;
     let axes = [axis];
+    reduced_dims(&b.ty(x).shape.clone(), Some(&axes), "softmax")?;
     let m = b.max(x, Some(&axes), true)?;
     let m = b.stop_gradient(m)?;
     let d = b.sub(x, m)?;
@@ -100,6 +104,7 @@ fn build_softmax(b: &mut GraphBuilder, x: NodeId, axis: isize) -> Built {
 fn build_log_softmax(b: &mut GraphBuilder, x: NodeId, axis: isize) -> Built {
     float_only(b, x, "log_softmax")?;
     let axes = [axis];
+    reduced_dims(&b.ty(x).shape.clone(), Some(&axes), "log_softmax")?;
     let m = b.max(x, Some(&axes), true)?;
     let s = b.stop_gradient(m)?;
     let d = b.sub(x, s)?;

@@ -284,6 +284,13 @@ impl<A, R> fmt::Debug for Compiled<A, R> {
     }
 }
 
+impl<A, R> Compiled<A, R> {
+    /// The compiled trace, for callers that run it on flat inputs (`Trainer`).
+    pub(crate) fn entry(&self) -> &Arc<Entry> {
+        &self.entry
+    }
+}
+
 impl<A: Tree, R: Tree> Compiled<A, R> {
     /// Runs the plan; arguments of another signature are TF10.
     pub fn call(&self, args: &A) -> Result<R> {

@@ -1,0 +1,497 @@
+//! L-BFGS (numerics.md §8.6): a full-batch quasi-Newton minimizer run on the host over one
+//! float64 vector that concatenates the parameter leaves in flatten order. The loss and its
+//! gradient come from one jitted `value_and_grad`, traced once per signature; float32 leaves are
+//! stored rounded to float32 and evaluated at float32.
+//!
+//! The direction is the two-loop recursion over the newest `history` curvature pairs; the step
+//! comes from a strong-Wolfe line search (bracketing, then zoom with safeguarded cubic
+//! interpolation and a bisection fallback). The line-search details are our choice; the
+//! stopping rules and their order are the spec's.
+
+use super::float_leaves;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+use crate::tree::{Tree, TreeDef};
+use crate::DType;
+use std::collections::VecDeque;
+use std::fmt;
+
+const C1: f64 = 1e-4;
+const C2: f64 = 0.9;
+const MAX_SEARCH_EVALUATIONS: usize = 25;
+const CURVATURE_SKIP: f64 = 1e-10;
+
+/// Why [`Lbfgs::minimize`] stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// `max(abs(g)) <= tolerance_grad`.
+    GradientTolerance,
+    /// `abs(f_k - f_k+1) <= tolerance_change * max(abs(f_k), abs(f_k+1))`.
+    ChangeTolerance,
+    MaxIterations,
+    MaxEvaluations,
+    /// Two consecutive line searches failed (normal for a float32 problem at its resolution).
+    LineSearchFailed,
+}
+
+impl StopReason {
+    /// The spec's name: `gradient_tolerance`, `change_tolerance`, `max_iterations`,
+    /// `max_evaluations` or `line_search_failed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::GradientTolerance => "gradient_tolerance",
+            StopReason::ChangeTolerance => "change_tolerance",
+            StopReason::MaxIterations => "max_iterations",
+            StopReason::MaxEvaluations => "max_evaluations",
+            StopReason::LineSearchFailed => "line_search_failed",
+        }
+    }
+}
+
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What [`Lbfgs::minimize`] reports next to the solution.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LbfgsInfo {
+    /// Accepted steps.
+    pub iterations: usize,
+    /// Calls of `value_and_grad`.
+    pub evaluations: usize,
+    /// The loss at the solution.
+    pub loss: f64,
+    /// `max(abs(g))` at the solution (the infinity norm).
+    pub grad_norm: f64,
+    pub reason: StopReason,
+    /// True for the two tolerance reasons.
+    pub converged: bool,
+}
+
+/// The L-BFGS minimizer: `qb::optim::Lbfgs::new().history(10).max_iterations(500)`.
+#[derive(Clone, Debug)]
+pub struct Lbfgs {
+    history: usize,
+    max_iterations: usize,
+    max_evaluations: Option<usize>,
+    tolerance_grad: f64,
+    tolerance_change: f64,
+    line_search: String,
+}
+
+impl Default for Lbfgs {
+    fn default() -> Lbfgs {
+        Lbfgs::new()
+    }
+}
+
+/// The layout of the parameter vector: each leaf's shape, dtype and length.
+struct Layout {
+    def: TreeDef,
+    leaves: Vec<(Vec<usize>, DType, usize)>,
+}
+
+impl Layout {
+    fn of<P: Tree>(params: &P) -> Result<(Layout, Vec<f64>)> {
+        let (tensors, def) = float_leaves("LBFGS", params)?;
+        let mut x = Vec::new();
+        let mut leaves = Vec::with_capacity(tensors.len());
+        for t in &tensors {
+            x.extend(t.astype(DType::F64)?.to_vec::<f64>()?);
+            leaves.push((t.shape().to_vec(), t.dtype(), t.size()));
+        }
+        Ok((Layout { def, leaves }, x))
+    }
+
+    /// Rounds the float32 positions of `x` to float32.
+    fn round(&self, x: &mut [f64]) {
+        let mut at = 0;
+        for (_, dtype, n) in &self.leaves {
+            if *dtype == DType::F32 {
+                for v in &mut x[at..at + n] {
+                    *v = *v as f32 as f64;
+                }
+            }
+            at += n;
+        }
+    }
+
+    fn tree<P: Tree>(&self, x: &[f64]) -> Result<P> {
+        let mut at = 0;
+        let mut tensors = Vec::with_capacity(self.leaves.len());
+        for (shape, dtype, n) in &self.leaves {
+            let part = &x[at..at + n];
+            at += n;
+            tensors.push(match dtype {
+                DType::F32 => Tensor::from_vec(shape, part.iter().map(|&v| v as f32).collect())?,
+                _ => Tensor::from_vec(shape, part.to_vec())?,
+            });
+        }
+        super::rebuild(&self.def, tensors)
+    }
+
+    fn flat<P: Tree>(&self, grads: &P) -> Result<Vec<f64>> {
+        let (tensors, def) = float_leaves("LBFGS", grads)?;
+        if def != self.def {
+            return Err(Error::Internal {
+                message: "the gradient tree differs from the parameters".into(),
+            });
+        }
+        let mut g = Vec::new();
+        for t in &tensors {
+            g.extend(t.astype(DType::F64)?.to_vec::<f64>()?);
+        }
+        Ok(g)
+    }
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+fn norm2(a: &[f64]) -> f64 {
+    dot(a, a).sqrt()
+}
+
+fn max_abs(a: &[f64]) -> f64 {
+    a.iter().fold(
+        0.0f64,
+        |m, v| if v.is_nan() { f64::NAN } else { m.max(v.abs()) },
+    )
+}
+
+/// One call of the loss and gradient at a parameter vector.
+type Evaluate<'a> = dyn FnMut(&[f64]) -> Result<(f64, Vec<f64>)> + 'a;
+
+/// A point of the line search: step, loss, gradient, directional derivative, parameters.
+#[derive(Clone)]
+struct Point {
+    t: f64,
+    f: f64,
+    g: Vec<f64>,
+    dphi: f64,
+    x: Vec<f64>,
+}
+
+/// The minimizer of the cubic through `(a, fa, da)` and `(b, fb, db)`, if it exists.
+fn cubic_min(a: f64, fa: f64, da: f64, b: f64, fb: f64, db: f64) -> Option<f64> {
+    let d1 = da + db - 3.0 * (fa - fb) / (a - b);
+    let disc = d1 * d1 - da * db;
+    if disc.is_nan() || disc < 0.0 {
+        return None;
+    }
+    let d2 = (b - a).signum() * disc.sqrt();
+    let t = b - (b - a) * (db + d2 - d1) / (db - da + 2.0 * d2);
+    t.is_finite().then_some(t)
+}
+
+impl Lbfgs {
+    /// History 10, at most 500 iterations, `tolerance_grad` 1e-7, `tolerance_change` 1e-9.
+    pub fn new() -> Lbfgs {
+        Lbfgs {
+            history: 10,
+            max_iterations: 500,
+            max_evaluations: None,
+            tolerance_grad: 1e-7,
+            tolerance_change: 1e-9,
+            line_search: "strong_wolfe".into(),
+        }
+    }
+
+    /// Curvature pairs kept (at least 1).
+    pub fn history(mut self, n: usize) -> Self {
+        self.history = n;
+        self
+    }
+
+    /// Accepted steps at most (at least 1).
+    pub fn max_iterations(mut self, n: usize) -> Self {
+        self.max_iterations = n;
+        self
+    }
+
+    /// Calls of `value_and_grad` after which no new iteration starts.
+    pub fn max_evaluations(mut self, n: usize) -> Self {
+        self.max_evaluations = Some(n);
+        self
+    }
+
+    pub fn tolerance_grad(mut self, tol: f64) -> Self {
+        self.tolerance_grad = tol;
+        self
+    }
+
+    pub fn tolerance_change(mut self, tol: f64) -> Self {
+        self.tolerance_change = tol;
+        self
+    }
+
+    /// Only `"strong_wolfe"` (AR9 otherwise).
+    pub fn line_search(mut self, name: &str) -> Self {
+        self.line_search = name.to_string();
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.line_search != "strong_wolfe" {
+            return Err(Error::invalid("line_search must be \"strong_wolfe\""));
+        }
+        if self.history == 0 {
+            return Err(Error::invalid("LBFGS history must be at least 1"));
+        }
+        if self.max_iterations == 0 {
+            return Err(Error::invalid("LBFGS max_iterations must be at least 1"));
+        }
+        if self.max_evaluations == Some(0) {
+            return Err(Error::invalid("LBFGS max_evaluations must be at least 1"));
+        }
+        for (name, tol) in [
+            ("tolerance_grad", self.tolerance_grad),
+            ("tolerance_change", self.tolerance_change),
+        ] {
+            if !(tol.is_finite() && tol >= 0.0) {
+                return Err(Error::invalid(format!(
+                    "LBFGS {name} must be a finite non-negative number"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Minimizes the scalar `f(params, args)` from `params`; returns the solution (each leaf in
+    /// its dtype) and the [`LbfgsInfo`]. The loss and gradient are one jitted `value_and_grad`
+    /// of `f` with respect to `params`, traced once per signature.
+    ///
+    /// ```
+    /// use quabla as qb;
+    /// use qb::prelude::*;
+    /// let f = |p: &qb::Tensor, _: &()| (p - 3.0).powi(2).sum();
+    /// let (x, info) = qb::optim::Lbfgs::new().minimize(f, &qb::array([0.0, 1.0])?, &())?;
+    /// assert!(info.converged && (x.to_vec::<f64>()?[0] - 3.0).abs() < 1e-8);
+    /// # Ok::<(), qb::Error>(())
+    /// ```
+    pub fn minimize<P, A, F>(&self, f: F, params: &P, args: &A) -> Result<(P, LbfgsInfo)>
+    where
+        P: Tree,
+        A: Tree + Clone,
+        F: Fn(&P, &A) -> Result<Tensor>,
+    {
+        self.validate()?;
+        let (layout, mut x) = Layout::of(params)?;
+        layout.round(&mut x);
+        let value_and_grad = crate::jit(|(p, a): (P, A)| {
+            crate::value_and_grad(|(p, a): (P, A)| f(&p, &a)).call::<Tensor, (Tensor, P)>(&(p, a))
+        })
+        .name("LBFGS.minimize");
+        let evaluations = std::cell::Cell::new(0usize);
+        let mut evaluate = |x: &[f64]| -> Result<(f64, Vec<f64>)> {
+            evaluations.set(evaluations.get() + 1);
+            let p: P = layout.tree(x)?;
+            let (value, grads) = value_and_grad.call(&(p, args.clone()))?;
+            Ok((value.item()?, layout.flat(&grads)?))
+        };
+        let (mut fx, mut g) = evaluate(&x)?;
+        if !fx.is_finite() {
+            return Err(Error::invalid(format!(
+                "LBFGS: the loss at the initial parameters is {fx}; it must be finite"
+            )));
+        }
+        let mut pairs: VecDeque<(Vec<f64>, Vec<f64>, f64)> = VecDeque::new();
+        let mut iterations = 0usize;
+        let mut failures = 0usize;
+        let reason = loop {
+            // Checked before the first iteration too.
+            if max_abs(&g) <= self.tolerance_grad {
+                break StopReason::GradientTolerance;
+            }
+            let mut d = self.direction(&g, &pairs);
+            let mut dphi0 = dot(&g, &d);
+            if dphi0.is_nan() || dphi0 >= 0.0 {
+                pairs.clear();
+                d = g.iter().map(|v| -v).collect();
+                dphi0 = dot(&g, &d);
+            }
+            let t0 = if pairs.is_empty() {
+                (1.0 / norm2(&g)).min(1.0)
+            } else {
+                1.0
+            };
+            let accepted = line_search(&mut evaluate, &layout, &x, fx, &d, dphi0, t0)?;
+            let Some(next) = accepted else {
+                failures += 1;
+                pairs.clear();
+                if failures >= 2 {
+                    break StopReason::LineSearchFailed;
+                }
+                continue;
+            };
+            failures = 0;
+            let s: Vec<f64> = next.x.iter().zip(&x).map(|(a, b)| a - b).collect();
+            let y: Vec<f64> = next.g.iter().zip(&g).map(|(a, b)| a - b).collect();
+            let sy = dot(&s, &y);
+            if sy > CURVATURE_SKIP * norm2(&s) * norm2(&y) {
+                pairs.push_back((s, y, 1.0 / sy));
+                if pairs.len() > self.history {
+                    pairs.pop_front();
+                }
+            }
+            iterations += 1;
+            let previous = fx;
+            x = next.x;
+            fx = next.f;
+            g = next.g;
+            if max_abs(&g) <= self.tolerance_grad {
+                break StopReason::GradientTolerance;
+            }
+            if (previous - fx).abs() <= self.tolerance_change * previous.abs().max(fx.abs()) {
+                break StopReason::ChangeTolerance;
+            }
+            if iterations >= self.max_iterations {
+                break StopReason::MaxIterations;
+            }
+            if self.max_evaluations.is_some_and(|m| evaluations.get() >= m) {
+                break StopReason::MaxEvaluations;
+            }
+        };
+        let info = LbfgsInfo {
+            iterations,
+            evaluations: evaluations.get(),
+            loss: fx,
+            grad_norm: max_abs(&g),
+            reason,
+            converged: matches!(
+                reason,
+                StopReason::GradientTolerance | StopReason::ChangeTolerance
+            ),
+        };
+        Ok((layout.tree(&x)?, info))
+    }
+
+    /// The two-loop recursion: `-H g` with `H0 = (s^T y / y^T y) I` from the newest pair.
+    fn direction(&self, g: &[f64], pairs: &VecDeque<(Vec<f64>, Vec<f64>, f64)>) -> Vec<f64> {
+        let mut q = g.to_vec();
+        let Some((s_new, y_new, _)) = pairs.back() else {
+            return q.iter().map(|v| -v).collect();
+        };
+        let mut alphas = Vec::with_capacity(pairs.len());
+        for (s, y, rho) in pairs.iter().rev() {
+            let a = rho * dot(s, &q);
+            for (qi, yi) in q.iter_mut().zip(y) {
+                *qi -= a * yi;
+            }
+            alphas.push(a);
+        }
+        let gamma = dot(s_new, y_new) / dot(y_new, y_new);
+        for qi in &mut q {
+            *qi *= gamma;
+        }
+        for ((s, y, rho), a) in pairs.iter().zip(alphas.iter().rev()) {
+            let b = rho * dot(y, &q);
+            for (qi, si) in q.iter_mut().zip(s) {
+                *qi += si * (a - b);
+            }
+        }
+        q.iter().map(|v| -v).collect()
+    }
+}
+
+/// A strong-Wolfe line search along `d` from `x` (loss `f0`, slope `dphi0 < 0`), first trial
+/// step `t0`, at most [`MAX_SEARCH_EVALUATIONS`] evaluations. `None` when it fails.
+fn line_search(
+    evaluate: &mut Evaluate<'_>,
+    layout: &Layout,
+    x: &[f64],
+    f0: f64,
+    d: &[f64],
+    dphi0: f64,
+    t0: f64,
+) -> Result<Option<Point>> {
+    let mut used = 0usize;
+    let mut at = |t: f64, used: &mut usize| -> Result<Point> {
+        *used += 1;
+        let mut xt: Vec<f64> = x.iter().zip(d).map(|(xi, di)| xi + t * di).collect();
+        layout.round(&mut xt);
+        let (f, g) = evaluate(&xt)?;
+        let dphi = dot(&g, d);
+        Ok(Point {
+            t,
+            f,
+            g,
+            dphi,
+            x: xt,
+        })
+    };
+    let armijo = |p: &Point| p.f <= f0 + C1 * p.t * dphi0;
+    let curvature = |p: &Point| p.dphi.abs() <= -C2 * dphi0;
+    let mut prev = Point {
+        t: 0.0,
+        f: f0,
+        g: Vec::new(),
+        dphi: dphi0,
+        x: x.to_vec(),
+    };
+    let mut t = t0;
+    let mut first = true;
+    // Bracketing.
+    let (mut lo, mut hi) = loop {
+        if used >= MAX_SEARCH_EVALUATIONS {
+            return Ok(None);
+        }
+        let p = at(t, &mut used)?;
+        if !p.f.is_finite() || !p.dphi.is_finite() {
+            // A non-finite trial loss halves the step.
+            t = prev.t + 0.5 * (t - prev.t);
+            continue;
+        }
+        if !armijo(&p) || (!first && p.f >= prev.f) {
+            break (prev, p);
+        }
+        if curvature(&p) {
+            return Ok(Some(p));
+        }
+        if p.dphi >= 0.0 {
+            break (p, prev);
+        }
+        // Extrapolate: the cubic's minimizer, kept within [1.1 t, 4 t].
+        let next = cubic_min(prev.t, prev.f, prev.dphi, p.t, p.f, p.dphi)
+            .filter(|&c| c > p.t)
+            .unwrap_or(2.0 * p.t)
+            .clamp(1.1 * p.t, 4.0 * p.t);
+        first = false;
+        prev = p;
+        t = next;
+    };
+    // Zoom: `lo` satisfies the sufficient decrease with the lowest loss so far; the interval
+    // between `lo` and `hi` contains a point of the strong Wolfe conditions.
+    loop {
+        if used >= MAX_SEARCH_EVALUATIONS {
+            return Ok(None);
+        }
+        let (a, b) = (lo.t.min(hi.t), lo.t.max(hi.t));
+        let width = b - a;
+        if width.is_nan() || width <= f64::EPSILON * b.abs().max(f64::MIN_POSITIVE) {
+            return Ok(None);
+        }
+        let t = match (
+            hi.f.is_finite(),
+            cubic_min(lo.t, lo.f, lo.dphi, hi.t, hi.f, hi.dphi),
+        ) {
+            (true, Some(c)) if c > a + 0.1 * width && c < b - 0.1 * width => c,
+            _ => 0.5 * (a + b),
+        };
+        let p = at(t, &mut used)?;
+        if !p.f.is_finite() || !p.dphi.is_finite() || !armijo(&p) || p.f >= lo.f {
+            hi = p;
+            continue;
+        }
+        if curvature(&p) {
+            return Ok(Some(p));
+        }
+        if p.dphi * (hi.t - lo.t) >= 0.0 {
+            hi = lo;
+        }
+        lo = p;
+    }
+}
