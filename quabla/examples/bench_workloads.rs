@@ -5,7 +5,12 @@
 use qb::prelude::*;
 use qb::Tensor;
 use quabla as qb;
+use std::collections::BTreeMap;
 use std::time::Instant;
+
+#[path = "pinn.rs"]
+#[allow(dead_code)]
+mod pinn;
 
 /// Median wall time of `runs` calls after one warm-up call.
 fn median_seconds(runs: usize, mut f: impl FnMut() -> qb::Result<qb::Tensor>) -> qb::Result<f64> {
@@ -126,6 +131,7 @@ fn main() -> qb::Result<()> {
 
     ode_workloads()?;
     linalg_workloads()?;
+    optim_workloads()?;
     Ok(())
 }
 
@@ -262,5 +268,61 @@ fn linalg_workloads() -> qb::Result<()> {
     });
     let t = median_seconds(15, || grad.call(&a))?;
     println!("workload=linalg_grad_slogdet_256_f64 seconds={t:e}");
+    Ok(())
+}
+
+/// The PINN of acceptance §13 through the `Trainer`, and E72's L-BFGS solve.
+fn optim_workloads() -> qb::Result<()> {
+    use qb::optim::{self, Lbfgs, Trainer};
+    let data = pinn::collocation()?;
+    let params = pinn::init(&qb::random::key(0))?;
+    let adam = || optim::Adam::new(optim::exponential_decay(1e-2, 1000, 0.5));
+    // From building the trainer (trace and compile of loss, gradient and update) to the end
+    // of its first step; each repeat builds a new trainer, so each one traces afresh.
+    let mut first = Vec::new();
+    for _ in 0..5 {
+        let start = Instant::now();
+        let mut trainer = Trainer::new(pinn::loss, params.clone(), adam(), data.clone()).build()?;
+        trainer.step()?;
+        std::hint::black_box(trainer.last_loss());
+        first.push(start.elapsed().as_secs_f64());
+    }
+    first.sort_by(f64::total_cmp);
+    println!(
+        "workload=pinn_first_call seconds={:e}",
+        first[first.len() / 2]
+    );
+    let mut trainer = Trainer::new(pinn::loss, params, adam(), data).build()?;
+    trainer.step()?;
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        let start = Instant::now();
+        for _ in 0..2000 {
+            trainer.step()?;
+        }
+        std::hint::black_box(trainer.last_loss());
+        runs.push(start.elapsed().as_secs_f64());
+    }
+    runs.sort_by(f64::total_cmp);
+    println!("workload=pinn_adam_2000 seconds={:e}", runs[1]);
+
+    type Point = BTreeMap<String, Tensor>;
+    let rosen = |p: &Point, _: &()| {
+        let (x, y) = (&p["x"], &p["y"]);
+        (1.0 - x)?.powi(2) + (y - x.powi(2)?)?.powi(2)?.mul(100.0)?
+    };
+    let start: Point = [("x", -1.2), ("y", 1.0)]
+        .into_iter()
+        .map(|(k, v)| Ok((k.to_string(), qb::array(v)?)))
+        .collect::<qb::Result<_>>()?;
+    let solver = Lbfgs::new();
+    let mut iterations = 0;
+    let t = median_seconds(15, || {
+        let (sol, info) = solver.minimize(rosen, &start, &())?;
+        iterations = info.iterations;
+        Ok(sol["x"].clone())
+    })?;
+    println!("workload=lbfgs_rosenbrock seconds={t:e}");
+    println!("note: lbfgs_rosenbrock takes {iterations} L-BFGS iterations (strong Wolfe); JAX's row is jax.scipy.optimize.minimize(method=\"BFGS\") on the same problem, jitted whole (JAX has no L-BFGS outside optax)");
     Ok(())
 }

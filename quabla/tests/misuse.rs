@@ -102,6 +102,10 @@ fn table() -> Vec<Case> {
         Shape "than this machine can address" => qb::ones([2]).tile([usize::MAX]);
         Shape "more than this machine can address" => qb::pad(v3(), (usize::MAX, 1)).eval();
         Shape "would have 1e300 elements" => qb::arange(1e300);
+        OutOfMemory "source positions of a pad" => qb::pad(v3(), (HUGE, 1)).mode(qb::PadMode::Edge).eval();
+        OutOfMemory "source positions of a pad" => qb::pad(v3(), (1, HUGE)).mode(qb::PadMode::Wrap).eval();
+        Shape "more than this machine can address" => qb::pad(v3(), (usize::MAX, 1)).mode(qb::PadMode::Symmetric).eval();
+        InvalidArgument "must be smaller than the extent" => qb::pad(v3(), (3, 0)).mode(qb::PadMode::Reflect).eval();
         Shape "" => Tensor::from_vec([1 << 32, 1 << 32], vec![1.0f64]);
         Shape "zero extent" => qb::zeros([2, 0]);
         Shape "zero extent" => qb::ones([0]);

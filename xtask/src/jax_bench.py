@@ -134,6 +134,7 @@ def main():
           flush=True)
     ode_workloads(repeats)
     linalg_workloads(repeats)
+    optim_workloads()
 
 
 
@@ -279,6 +280,91 @@ def mlp_step_seconds(repeats):
         jax.block_until_ready(step(params, xs, ys))
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def pinn_init(key):
+    """A 1-16-16-1 network, glorot-normal weights (JAX's own generator), zero biases."""
+    sizes = (1, 16, 16, 1)
+    keys = jax.random.split(key, len(sizes) - 1)
+    init = jax.nn.initializers.glorot_normal()
+    return [{"w": init(k, (m, n), jnp.float64), "b": jnp.zeros((n,))}
+            for k, m, n in zip(keys, sizes[:-1], sizes[1:])]
+
+
+def pinn_u(params, x):
+    h = x.reshape(1, 1)
+    for i, layer in enumerate(params):
+        h = h @ layer["w"] + layer["b"]
+        if i + 1 < len(params):
+            h = jnp.tanh(h)
+    return h.reshape(())
+
+
+def pinn_loss(params, xi, xb):
+    u_xx = jax.vmap(jax.grad(jax.grad(lambda x: pinn_u(params, x))))(xi)
+    residual = u_xx + jnp.pi ** 2 * jnp.sin(jnp.pi * xi)
+    boundary = jax.vmap(lambda x: pinn_u(params, x))(xb)
+    return jnp.mean(residual ** 2) + jnp.mean(boundary ** 2)
+
+
+def make_pinn_step():
+    """Loss, gradient and an Adam update (numerics.md §8.1, as optax writes it with
+    jax.tree_util) in one jitted step; the scheduled rate comes in as an argument."""
+    b1, b2, eps = 0.9, 0.999, 1e-8
+
+    def step(params, m, v, t, lr, xi, xb):
+        value, grads = jax.value_and_grad(pinn_loss)(params, xi, xb)
+        m = jax.tree_util.tree_map(lambda m, g: b1 * m + (1 - b1) * g, m, grads)
+        v = jax.tree_util.tree_map(lambda v, g: b2 * v + (1 - b2) * g * g, v, grads)
+        def update(p, m, v):
+            m_hat = m / (1 - b1 ** t)
+            v_hat = v / (1 - b2 ** t)
+            return p - lr * m_hat / (jnp.sqrt(v_hat) + eps)
+        params = jax.tree_util.tree_map(update, params, m, v)
+        return params, m, v, value
+
+    return jax.jit(step)
+
+
+def optim_workloads():
+    xi = jnp.linspace(0.0, 1.0, 34)[1:33]
+    xb = jnp.array([0.0, 1.0])
+    params = pinn_init(jax.random.PRNGKey(0))
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+
+    def lr(step):
+        return 1e-2 * 0.5 ** (step / 1000)
+
+    first = []
+    for _ in range(5):
+        start = time.perf_counter()
+        step = make_pinn_step()  # a new function object: traced and compiled afresh
+        out = step(params, zeros, zeros, 1.0, lr(0), xi, xb)
+        jax.block_until_ready(out)
+        first.append(time.perf_counter() - start)
+    print(f"workload=pinn_first_call seconds={statistics.median(first):.9g}", flush=True)
+
+    step = make_pinn_step()
+    jax.block_until_ready(step(params, zeros, zeros, 1.0, lr(0), xi, xb))
+    runs = []
+    for _ in range(3):
+        p, m, v = params, zeros, zeros
+        start = time.perf_counter()
+        for i in range(2000):
+            p, m, v, value = step(p, m, v, float(i + 1), lr(i), xi, xb)
+        jax.block_until_ready(p)
+        runs.append(time.perf_counter() - start)
+    print(f"workload=pinn_adam_2000 seconds={statistics.median(runs):.9g}", flush=True)
+
+    from jax.scipy.optimize import minimize
+
+    def rosen(z):
+        return (1 - z[0]) ** 2 + 100 * (z[1] - z[0] ** 2) ** 2
+
+    solve = jax.jit(lambda z0: minimize(rosen, z0, method="BFGS").x)
+    z0 = jnp.array([-1.2, 1.0])
+    print(f"workload=lbfgs_rosenbrock seconds={median_seconds(solve, (z0,), DEFAULT_REPEATS):.9g}",
+          flush=True)
 
 
 if __name__ == "__main__":

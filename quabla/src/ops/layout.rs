@@ -507,9 +507,23 @@ impl Pad {
                         "pad: reflect padding ({before}, {after}) must be smaller than the extent {n} of axis {axis}"
                     )));
                 }
-                let idx: Vec<usize> = (0..n + before + after)
-                    .map(|j| pad_source(mode, j, before, n))
-                    .collect();
+                // The padded extent is checked (a shape error when it overflows) and its
+                // index list allocated fallibly before anything is computed.
+                let total = n
+                    .checked_add(before)
+                    .and_then(|t| t.checked_add(after))
+                    .unwrap_or(usize::MAX);
+                let mut padded = dims(b, cur);
+                padded[axis] = total;
+                Shape::new(padded)?;
+                let mut idx: Vec<usize> =
+                    quabla_ir::alloc::try_vec_with_capacity(total).map_err(|e| {
+                        IrError::out_of_memory(
+                            e.bytes,
+                            format!("the {total} source positions of a pad"),
+                        )
+                    })?;
+                idx.extend((0..total).map(|j| pad_source(mode, j, before, n)));
                 cur = gather_positions(b, cur, axis, &idx)?;
             }
             Ok(cur)
