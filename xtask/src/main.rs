@@ -63,11 +63,12 @@ Commands:
                            print `execs= panics= max_alloc= input_max=`; fails on a
                            panic, an allocation larger than the input allows, or the two
                            readers disagreeing.
-  soak [--calls N] [--eager-ops N]
+  soak [--calls N] [--eager-ops N] [--steps N]
                            Run the soak example in release
                            (`cargo run --release -p quabla --example soak`): N cached jit
-                           calls (default 1000000) and 100000 eager operations, printing
-                           the resident memory after 10^4 and after N calls.
+                           calls (default 1000000), 100000 eager operations and 1000000
+                           Trainer steps of a small model, printing the resident memory
+                           after 10^4 and after N calls or steps.
   help                     Print this message.
 ";
 
