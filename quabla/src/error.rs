@@ -21,8 +21,9 @@ pub enum TracerErrorKind {
     RandomTraced,
 }
 
-/// Every error Quabla reports.
-#[derive(Debug, Error)]
+/// Every error Quabla reports. Cloning is cheap (strings, and a shared source for
+/// [`Error::User`]).
+#[derive(Clone, Debug, Error)]
 #[non_exhaustive]
 pub enum Error {
     /// TR1..TR6.
@@ -130,9 +131,50 @@ pub enum Error {
     /// carries four signatures, and every `Result` of the facade would pay for them).
     #[error("{0}")]
     Warning(Box<crate::warnings::Warning>),
+    /// An error of the caller's own code inside a transformed function (a loss that checks its
+    /// data, a callback that reads a file), carried out of every transform unchanged. Build it
+    /// with [`Error::user`], or with `?` on a `Box<dyn std::error::Error + Send + Sync>`; the
+    /// original error is kept as the `source`.
+    #[error("{message}")]
+    User {
+        message: String,
+        source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync>>,
+    },
     /// A broken internal invariant: a bug in Quabla, never the caller's fault.
     #[error("internal error (please report): {message}")]
     Internal { message: String },
+}
+
+impl Error {
+    /// An error of the caller's own code (see [`Error::User`]).
+    ///
+    /// ```
+    /// use quabla as qb;
+    /// let f = qb::jit(|x: qb::Tensor| {
+    ///     if x.shape() != [3] {
+    ///         return Err(qb::Error::user("expected three coordinates"));
+    ///     }
+    ///     Ok(x)
+    /// });
+    /// let err = f.call(&qb::zeros([2])?).unwrap_err();
+    /// assert_eq!(err.to_string(), "expected three coordinates");
+    /// # Ok::<(), qb::Error>(())
+    /// ```
+    pub fn user(message: impl Into<String>) -> Error {
+        Error::User {
+            message: message.into(),
+            source: None,
+        }
+    }
+}
+
+impl From<Box<dyn std::error::Error + Send + Sync>> for Error {
+    fn from(e: Box<dyn std::error::Error + Send + Sync>) -> Error {
+        Error::User {
+            message: e.to_string(),
+            source: Some(std::sync::Arc::from(e)),
+        }
+    }
 }
 
 impl From<IrError> for Error {

@@ -37,6 +37,7 @@ mod operators;
 mod ops;
 pub mod optim;
 mod print;
+mod program;
 pub mod random;
 mod staging;
 mod tensor;
@@ -68,6 +69,7 @@ pub use ops::normalize::*;
 pub use ops::products::*;
 pub use ops::reduce::*;
 pub use ops::shape::*;
+pub use program::{CompileProgram, Executable, Program};
 pub use quabla_backend::cancel::{interrupt, with_token, CancelToken};
 pub use quabla_ir::DType;
 /// `#[derive(Tree)]`: a struct as a pytree node; `#[tree(static)]` marks meta fields.

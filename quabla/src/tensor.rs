@@ -130,6 +130,47 @@ impl Tensor {
         self.tracer().map(|t| t.node.0)
     }
 
+    /// The values as nested lists with the tensor's rank (Python's `tolist`): a rank-0 tensor
+    /// is a scalar value, a rank-1 tensor a list of scalars, and so on. Floats come back as
+    /// `Value::Float` (float32 values widened exactly), bools as `Value::Bool`. TR2 for a
+    /// tracer.
+    ///
+    /// ```
+    /// use quabla as qb;
+    /// use qb::tree::Value;
+    /// let v = qb::array([[1.0, 2.0], [3.0, 4.0]])?.to_nested()?;
+    /// let Value::List(rows) = &v else { unreachable!() };
+    /// assert_eq!(rows.len(), 2);
+    /// assert!(matches!(&rows[1], Value::List(r) if matches!(r[0], Value::Float(x) if x == 3.0)));
+    /// # Ok::<(), qb::Error>(())
+    /// ```
+    pub fn to_nested(&self) -> Result<crate::tree::Value> {
+        use crate::tree::Value;
+        let host = self.host_for("to_nested")?;
+        let scalar = |i: usize| match &host.data {
+            HostData::Bool(v) => Value::Bool(v[i]),
+            other => Value::Float(other.get_f64(i)),
+        };
+        fn nest(
+            dims: &[usize],
+            offset: usize,
+            scalar: &dyn Fn(usize) -> crate::tree::Value,
+        ) -> crate::tree::Value {
+            match dims.split_first() {
+                None => scalar(offset),
+                Some((&n, rest)) => {
+                    let stride: usize = rest.iter().product();
+                    crate::tree::Value::List(
+                        (0..n)
+                            .map(|i| nest(rest, offset + i * stride, scalar))
+                            .collect(),
+                    )
+                }
+            }
+        }
+        Ok(nest(host.shape.dims(), 0, &scalar))
+    }
+
     /// Builds a float64 tensor (or bool, for `bool` data) from a shape and row-major data;
     /// `data.len()` must equal the product of the shape.
     pub fn from_vec<T: Element>(shape: impl AsRef<[usize]>, data: Vec<T>) -> Result<Tensor> {

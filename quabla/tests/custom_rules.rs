@@ -870,8 +870,8 @@ fn checkpoint_recomputes_in_the_backward_pass_and_stores_fewer_intermediates() -
         Ok(exe.stats().peak_live_buffers)
     };
     let (p_plain, p_remat) = (
-        peak(lowered_plain.program())?,
-        peak(lowered_remat.program())?,
+        peak(lowered_plain.program().plan())?,
+        peak(lowered_remat.program().plan())?,
     );
     assert!(
         p_remat < p_plain,

@@ -12,7 +12,6 @@ use crate::staging::{
 };
 use crate::trace;
 use crate::tree::{self, Leaf, Tree, TreeDef};
-use quabla_ir::Plan;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -223,6 +222,7 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
         let prepared = Prepared::new(&def, &leaves, Wrt::Nothing, &self.arg_names, true)?;
         let entry = self.trace_and_compile(signature, &prepared)?;
         Ok(Lowered {
+            program: crate::Program::new(entry.plan.clone()),
             entry: Arc::new(entry),
             _types: PhantomData,
         })
@@ -233,6 +233,7 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
 /// signature.
 pub struct Lowered<A, R> {
     entry: Arc<Entry>,
+    program: crate::Program,
     _types: PhantomData<fn(A) -> R>,
 }
 
@@ -253,9 +254,10 @@ impl<A: Tree, R: Tree> Lowered<A, R> {
         self.entry.plan.graph().len()
     }
 
-    /// The plan with named inputs and ordered outputs.
-    pub fn program(&self) -> &Plan {
-        &self.entry.plan
+    /// The plan as a [`crate::Program`] with named inputs and ordered outputs, which compiles
+    /// for any target and runs with inputs by name.
+    pub fn program(&self) -> &crate::Program {
+        &self.program
     }
 
     /// The signature this was lowered for.
