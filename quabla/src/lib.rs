@@ -45,6 +45,7 @@ pub mod testing;
 mod trace;
 mod transforms;
 pub mod tree;
+mod view;
 pub mod warnings;
 
 pub use control_flow::{cond, fori_loop, scan, while_loop, ForiLoop, LoopIndex, Scan, WhileLoop};
@@ -87,6 +88,7 @@ pub use transforms::jvp::{jvp, jvp_fn, Jvp};
 pub use transforms::vjp::{vjp, vjp_fn, Vjp, VjpAux, VjpFn};
 pub use transforms::vmap::{vmap, InAxes, Vmap};
 pub use tree::{ShapeDtype, Static, Tree};
+pub use view::{Slice, TensorView};
 pub use warnings::Warning;
 
 /// float64, the default dtype.
