@@ -11,7 +11,6 @@
 //! ```
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use plotters::coord::Shift;
 use plotters::prelude::*;
 use qb::ode::{odeint, Method};
 use qb::prelude::*;
@@ -19,6 +18,10 @@ use qb::Tensor;
 use quabla as qb;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+
+#[path = "support/pixel_text.rs"]
+mod pixel_text;
+use pixel_text::{pixel_text, text_width};
 
 /// The parameters the observations are made with: `[a, b, c, d]` of
 /// `x' = a x - b x y`, `y' = c x y - d y`.
@@ -261,40 +264,5 @@ pub fn plot(
         x += 22 + text_width(label, scale) + 32;
     }
     root.present()?;
-    Ok(())
-}
-
-fn text_width(text: &str, scale: i32) -> i32 {
-    8 * scale * text.chars().count() as i32
-}
-
-/// Draws `text` with the 8x8 bitmap font of the MIT-licensed `font8x8` crate, `scale` pixels per font
-/// pixel, its top left corner at `at`.
-fn pixel_text(
-    area: &DrawingArea<BitMapBackend<'_>, Shift>,
-    text: &str,
-    at: (i32, i32),
-    scale: i32,
-    color: RGBColor,
-) -> Result<(), Box<dyn std::error::Error>> {
-    use font8x8::UnicodeFonts;
-    for (i, c) in text.chars().enumerate() {
-        let Some(glyph) = font8x8::BASIC_FONTS.get(c) else {
-            continue;
-        };
-        let x0 = at.0 + 8 * scale * i as i32;
-        for (row, bits) in glyph.iter().enumerate() {
-            for col in 0..8 {
-                if bits & (1 << col) != 0 {
-                    let x = x0 + col * scale;
-                    let y = at.1 + row as i32 * scale;
-                    area.draw(&Rectangle::new(
-                        [(x, y), (x + scale - 1, y + scale - 1)],
-                        color.filled(),
-                    ))?;
-                }
-            }
-        }
-    }
     Ok(())
 }
