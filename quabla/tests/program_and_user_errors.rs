@@ -63,19 +63,22 @@ fn a_program_runs_by_name_and_matches_the_jitted_function() -> qb::Result<()> {
     Ok(())
 }
 
+/// A program compiled by name for a loaded plugin's device: the example `toy` plugin (the CPU
+/// plugin registers as `cpu`, where the linked CPU backend comes first).
 #[test]
-fn a_program_runs_through_the_cpu_plugin() -> qb::Result<()> {
+fn a_program_runs_through_a_loaded_plugin_by_its_name() -> qb::Result<()> {
     let path = quabla_conformance::plugins::build()
         .unwrap_or_else(|e| panic!("{e}"))
-        .cpu_plugin();
-    qb::load_plugin(&path)?;
+        .toy_plugin();
+    assert_eq!(qb::load_plugin(&path)?.name, "toy");
     let f = qb::jit(|x: Tensor| x.sin().mul(&x));
     let x = qb::array([0.5, -1.0, 2.0])?;
     let lowered = f.lower(&x)?;
-    let exe = lowered.program().compile("cpu").eval()?;
+    let exe = lowered.program().compile("toy").eval()?;
+    assert_eq!(exe.device(), "toy");
     let name = lowered.program().input_names()[0].clone();
-    let linked = exe.call([(name.as_str(), &x)])?;
-    assert_eq!(linked[0].to_vec::<f64>()?, f.call(&x)?.to_vec::<f64>()?);
+    let on_toy = exe.call([(name.as_str(), &x)])?;
+    assert_eq!(on_toy[0].to_vec::<f64>()?, f.call(&x)?.to_vec::<f64>()?);
     Ok(())
 }
 
