@@ -427,9 +427,9 @@ where
         if !trace::active() || self.unroll {
             let mut carry = self.init;
             let mut ys: Vec<Tensor> = quabla_ir::alloc::try_vec_with_capacity(self.length)
-                .map_err(|_| {
+                .map_err(|e| {
                     Error::out_of_memory(
-                        (self.length as u128) * std::mem::size_of::<Tensor>() as u128,
+                        e.bytes,
                         format!("the per-step outputs of a scan of length {}", self.length),
                     )
                 })?;

@@ -125,7 +125,7 @@ fn from_data<A: ArrayLike>(data: &A, dtype: DType) -> Result<Tensor> {
     let dims = data.shape_hint();
     let shape = Shape::new(dims.clone())?;
     let mut values = quabla_ir::alloc::try_vec_with_capacity(shape.size())
-        .map_err(|_| Error::out_of_memory(shape.size() as u128 * 8, "the values of an array"))?;
+        .map_err(|e| Error::out_of_memory(e.bytes, "the values of an array"))?;
     data.flatten_into(&dims, &mut values)?;
     // Convert from the data's own dtype: f32 data stays exact, bool data reads as 0/1.
     host(dtype, dims, values)

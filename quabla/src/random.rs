@@ -166,7 +166,7 @@ impl Bernoulli {
     }
 }
 
-/// Which normal-family sampler a [`Normal`] draws.
+/// Which sampler a [`Sampler`] draws.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Family {
     Normal,
@@ -179,14 +179,14 @@ enum Family {
 /// [`normal`], [`glorot_normal`], [`glorot_uniform`], [`he_normal`].
 #[derive(Clone, Debug)]
 #[must_use = "a sampler draws nothing until eval()"]
-pub struct Normal {
+pub struct Sampler {
     key: Key,
     shape: Vec<usize>,
     dtype: DType,
     family: Family,
 }
 
-impl Normal {
+impl Sampler {
     /// float32 or float64 (TY11 otherwise).
     pub fn dtype(mut self, dtype: DType) -> Self {
         self.dtype = dtype;
@@ -204,8 +204,8 @@ impl Normal {
     }
 }
 
-fn sampler(key: &Key, shape: impl AsRef<[usize]>, family: Family) -> Normal {
-    Normal {
+fn sampler(key: &Key, shape: impl AsRef<[usize]>, family: Family) -> Sampler {
+    Sampler {
         key: *key,
         shape: shape.as_ref().to_vec(),
         dtype: DType::F64,
@@ -214,22 +214,22 @@ fn sampler(key: &Key, shape: impl AsRef<[usize]>, family: Family) -> Normal {
 }
 
 /// Standard normal samples by Box–Muller (magnitudes at most about 8.57).
-pub fn normal(key: &Key, shape: impl AsRef<[usize]>) -> Normal {
+pub fn normal(key: &Key, shape: impl AsRef<[usize]>) -> Sampler {
     sampler(key, shape, Family::Normal)
 }
 
 /// Glorot (Xavier) normal: standard deviation `sqrt(2 / (fan_in + fan_out))`, untruncated;
 /// rank >= 2 (AR12), fans as numerics.md §9.3 defines them.
-pub fn glorot_normal(key: &Key, shape: impl AsRef<[usize]>) -> Normal {
+pub fn glorot_normal(key: &Key, shape: impl AsRef<[usize]>) -> Sampler {
     sampler(key, shape, Family::GlorotNormal)
 }
 
 /// Glorot (Xavier) uniform on `[-l, l)`, `l = sqrt(6 / (fan_in + fan_out))`; rank >= 2.
-pub fn glorot_uniform(key: &Key, shape: impl AsRef<[usize]>) -> Normal {
+pub fn glorot_uniform(key: &Key, shape: impl AsRef<[usize]>) -> Sampler {
     sampler(key, shape, Family::GlorotUniform)
 }
 
 /// He (Kaiming) normal: standard deviation `sqrt(2 / fan_in)`, untruncated; rank >= 2.
-pub fn he_normal(key: &Key, shape: impl AsRef<[usize]>) -> Normal {
+pub fn he_normal(key: &Key, shape: impl AsRef<[usize]>) -> Sampler {
     sampler(key, shape, Family::HeNormal)
 }

@@ -321,11 +321,8 @@ impl fmt::Debug for Tensor {
 
 /// `values` in fresh shared storage, or `Error::OutOfMemory`.
 fn shared_copy<T: Copy>(values: &[T]) -> Result<std::sync::Arc<[T]>> {
-    quabla_ir::alloc::try_shared_from_slice(values).map_err(|_| {
-        Error::out_of_memory(
-            std::mem::size_of_val(values) as u128,
-            format!("a tensor of {} elements", values.len()),
-        )
+    quabla_ir::alloc::try_shared_from_slice(values).map_err(|e| {
+        Error::out_of_memory(e.bytes, format!("a tensor of {} elements", values.len()))
     })
 }
 

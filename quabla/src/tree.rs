@@ -123,10 +123,13 @@ impl StaticBox {
             return Some(v);
         }
         let i = self.get::<i64>()?;
+        // Dispatch on the requested type first, then convert: a value that does not fit one
+        // integer type must not stop the search for the one `T` is.
         macro_rules! convert {
             ($($t:ty),*) => {$(
-                if let Some(v) = (&<$t>::try_from(i).ok()? as &dyn Any).downcast_ref::<T>() {
-                    return Some(v.clone());
+                if std::any::TypeId::of::<T>() == std::any::TypeId::of::<$t>() {
+                    let v = <$t>::try_from(i).ok()?;
+                    return (&v as &dyn Any).downcast_ref::<T>().cloned();
                 }
             )*};
         }

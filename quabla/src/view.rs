@@ -113,24 +113,11 @@ impl TensorView {
                 strides,
             } => {
                 let host = base.host_for("to_tensor")?;
-                let n: usize = shape.iter().product();
-                let positions = StridedPositions::new(*offset, shape, strides);
+                let positions = || StridedPositions::new(*offset, shape, strides);
                 let data = match &host.data {
-                    HostData::F64(v) => HostData::F64(
-                        quabla_ir::alloc::try_shared_from_iter(positions.map(|p| v[p]), n)
-                            .map_err(|e| oom(e.bytes, shape))?
-                            .ok_or_else(count_mismatch)?,
-                    ),
-                    HostData::F32(v) => HostData::F32(
-                        quabla_ir::alloc::try_shared_from_iter(positions.map(|p| v[p]), n)
-                            .map_err(|e| oom(e.bytes, shape))?
-                            .ok_or_else(count_mismatch)?,
-                    ),
-                    HostData::Bool(v) => HostData::Bool(
-                        quabla_ir::alloc::try_shared_from_iter(positions.map(|p| v[p]), n)
-                            .map_err(|e| oom(e.bytes, shape))?
-                            .ok_or_else(count_mismatch)?,
-                    ),
+                    HostData::F64(v) => HostData::F64(gather(v, positions(), shape)?),
+                    HostData::F32(v) => HostData::F32(gather(v, positions(), shape)?),
+                    HostData::Bool(v) => HostData::Bool(gather(v, positions(), shape)?),
                 };
                 Ok(Tensor::from_parts(
                     Shape::new(shape.clone())?,
@@ -147,17 +134,21 @@ impl TensorView {
     }
 }
 
-fn oom(bytes: u128, shape: &[usize]) -> Error {
-    Error::OutOfMemory {
-        bytes,
-        what: format!("a contiguous copy of a view of shape {shape:?}"),
-    }
-}
-
-fn count_mismatch() -> Error {
-    Error::Internal {
-        message: "a view yielded another number of elements than its shape holds".into(),
-    }
+/// The elements of `storage` at `positions`, in fresh shared storage of the view's size.
+fn gather<T: Copy>(
+    storage: &[T],
+    positions: StridedPositions<'_>,
+    shape: &[usize],
+) -> Result<std::sync::Arc<[T]>> {
+    let n: usize = shape.iter().product();
+    quabla_ir::alloc::try_shared_from_iter(positions.map(|p| storage[p]), n)
+        .map_err(|e| Error::OutOfMemory {
+            bytes: e.bytes,
+            what: format!("a contiguous copy of a view of shape {shape:?}"),
+        })?
+        .ok_or_else(|| Error::Internal {
+            message: "a view yielded another number of elements than its shape holds".into(),
+        })
 }
 
 /// The storage positions of a strided view in row-major order.

@@ -509,3 +509,27 @@ fn saving_refuses_what_a_file_cannot_hold_and_keeps_the_old_file() -> qb::Result
     std::fs::remove_dir_all(dir).ok();
     Ok(())
 }
+
+#[derive(Tree, Clone, Debug)]
+struct Sized3 {
+    x: Tensor,
+    #[tree(static)]
+    wide: usize,
+    #[tree(static)]
+    small: u8,
+}
+
+#[test]
+fn static_integers_of_any_width_are_restored() -> qb::Result<()> {
+    // 300 does not fit the narrower integer types tried before `usize`.
+    let v = Sized3 {
+        x: qb::ones([1])?,
+        wide: 300,
+        small: 7,
+    };
+    let mut bytes = Vec::new();
+    qb::save(&mut bytes, &v)?;
+    let back: Sized3 = qb::load_as(&mut bytes.as_slice())?;
+    assert_eq!((back.wide, back.small), (300, 7));
+    Ok(())
+}
