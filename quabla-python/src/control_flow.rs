@@ -1,0 +1,173 @@
+//! `cond`, `fori_loop`, `scan` and `while_loop` (api.md §11) with Python bodies. The facade
+//! runs them as loops eagerly and records one region per call under a transform; the bodies
+//! are called back with `Tensor`s (tracers inside a region) and the loop index as a Python
+//! `int` whenever it is static.
+
+use crate::convert::{to_tensor, type_name};
+use crate::errors::{to_qb, type_error, OrRaise};
+use crate::tensor::{wrap, PyTensor};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+use quabla as qb;
+
+/// A body's result as one tensor.
+fn tensor_result(out: &Bound<'_, PyAny>, what: &str) -> qb::Result<qb::Tensor> {
+    if let Ok(t) = out.cast::<PyTensor>() {
+        return Ok(t.get().t.clone());
+    }
+    to_tensor(out).map_err(|_| {
+        qb::Error::user(format!(
+            "{what} must return one array (the carry), got {}",
+            type_name(out)
+        ))
+    })
+}
+
+fn tensors_tuple<'py>(py: Python<'py>, head: Vec<Bound<'py, PyAny>>, ops: &[qb::Tensor]) -> PyResult<Bound<'py, PyTuple>> {
+    let mut items = head;
+    for t in ops {
+        items.push(wrap(py, t.clone())?);
+    }
+    PyTuple::new(py, items)
+}
+
+fn index_object<'py>(py: Python<'py>, i: &qb::LoopIndex) -> PyResult<Bound<'py, PyAny>> {
+    match i.static_value() {
+        Some(v) => Ok(v.into_pyobject(py)?.into_any()),
+        None => wrap(py, i.tensor().clone()),
+    }
+}
+
+fn operand_tensors(operands: &Bound<'_, PyAny>) -> PyResult<Vec<qb::Tensor>> {
+    operands.try_iter()?.map(|o| to_tensor(&o?)).collect()
+}
+
+fn callable_arg(f: &Bound<'_, PyAny>, name: &str) -> PyResult<Py<PyAny>> {
+    if !f.is_callable() {
+        return Err(type_error(format!("{name} must be callable, got {}", type_name(f))));
+    }
+    Ok(f.clone().unbind())
+}
+
+/// A `cond` branch calling the Python function `fun(*operands)`.
+fn branch(fun: &Py<PyAny>) -> impl Fn(&[qb::Tensor]) -> qb::Result<qb::Tensor> + '_ {
+    move |o: &[qb::Tensor]| {
+        Python::attach(|py| {
+            let args = tensors_tuple(py, Vec::new(), o).map_err(to_qb)?;
+            let out = fun.bind(py).call1(args).map_err(to_qb)?;
+            tensor_result(&out, "a cond branch")
+        })
+    }
+}
+
+/// `cond(pred, true_fun, false_fun, *operands)`.
+#[pyfunction]
+#[pyo3(signature = (pred, true_fun, false_fun, *operands))]
+fn cond<'py>(
+    py: Python<'py>,
+    pred: &Bound<'py, PyAny>,
+    true_fun: &Bound<'py, PyAny>,
+    false_fun: &Bound<'py, PyAny>,
+    operands: &Bound<'py, PyTuple>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let pred = to_tensor(pred)?;
+    let ops = operand_tensors(operands.as_any())?;
+    let (t, f) = (callable_arg(true_fun, "true_fun")?, callable_arg(false_fun, "false_fun")?);
+    let out = qb::cond(&pred, branch(&t), branch(&f), &ops);
+    crate::tensor::ret(py, out)
+}
+
+/// `fori_loop(lower, upper, body, init, *, operands=(), unroll=False)`.
+#[pyfunction]
+#[pyo3(signature = (lower, upper, body, init, *, operands=None, unroll=false))]
+fn fori_loop<'py>(
+    py: Python<'py>,
+    lower: usize,
+    upper: usize,
+    body: &Bound<'py, PyAny>,
+    init: &Bound<'py, PyAny>,
+    operands: Option<&Bound<'py, PyAny>>,
+    unroll: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let body = callable_arg(body, "body")?;
+    let init = to_tensor(init)?;
+    let ops = operands.map(operand_tensors).transpose()?.unwrap_or_default();
+    let run_body = |i: qb::LoopIndex, c: qb::Tensor, o: &[qb::Tensor]| -> qb::Result<qb::Tensor> {
+        Python::attach(|py| {
+            let head = vec![index_object(py, &i).map_err(to_qb)?, wrap(py, c).map_err(to_qb)?];
+            let args = tensors_tuple(py, head, o).map_err(to_qb)?;
+            let out = body.bind(py).call1(args).map_err(to_qb)?;
+            tensor_result(&out, "the fori_loop body")
+        })
+    };
+    let out = qb::fori_loop(lower, upper, run_body, &init).operands(&ops).unroll(unroll).eval();
+    crate::tensor::ret(py, out)
+}
+
+/// `scan(f, init, *, length, operands=(), unroll=False) -> (carry, ys)`.
+#[pyfunction]
+#[pyo3(signature = (f, init, *, length, operands=None, unroll=false))]
+fn scan<'py>(
+    py: Python<'py>,
+    f: &Bound<'py, PyAny>,
+    init: &Bound<'py, PyAny>,
+    length: usize,
+    operands: Option<&Bound<'py, PyAny>>,
+    unroll: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let f = callable_arg(f, "f")?;
+    let init = to_tensor(init)?;
+    let ops = operands.map(operand_tensors).transpose()?.unwrap_or_default();
+    let step = |c: qb::Tensor, i: qb::LoopIndex, o: &[qb::Tensor]| -> qb::Result<(qb::Tensor, qb::Tensor)> {
+        Python::attach(|py| {
+            let head = vec![wrap(py, c).map_err(to_qb)?, index_object(py, &i).map_err(to_qb)?];
+            let args = tensors_tuple(py, head, o).map_err(to_qb)?;
+            let out = f.bind(py).call1(args).map_err(to_qb)?;
+            let pair: (Bound<'_, PyAny>, Bound<'_, PyAny>) = out.extract().map_err(|_| {
+                qb::Error::user("the scan function must return a pair (carry, y)")
+            })?;
+            Ok((tensor_result(&pair.0, "the scan function")?, tensor_result(&pair.1, "the scan function")?))
+        })
+    };
+    let (carry, ys) = qb::scan(step, &init, length).operands(&ops).unroll(unroll).eval().or_raise()?;
+    Ok(PyTuple::new(py, [wrap(py, carry)?, wrap(py, ys)?])?.into_any())
+}
+
+/// `while_loop(cond_fun, body_fun, init, *, operands=())`.
+#[pyfunction]
+#[pyo3(signature = (cond_fun, body_fun, init, *, operands=None))]
+fn while_loop<'py>(
+    py: Python<'py>,
+    cond_fun: &Bound<'py, PyAny>,
+    body_fun: &Bound<'py, PyAny>,
+    init: &Bound<'py, PyAny>,
+    operands: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let cf = callable_arg(cond_fun, "cond_fun")?;
+    let bf = callable_arg(body_fun, "body_fun")?;
+    let init = to_tensor(init)?;
+    let ops = operands.map(operand_tensors).transpose()?.unwrap_or_default();
+    let test = |c: &qb::Tensor, o: &[qb::Tensor]| -> qb::Result<qb::Tensor> {
+        Python::attach(|py| {
+            let args = tensors_tuple(py, vec![wrap(py, c.clone()).map_err(to_qb)?], o).map_err(to_qb)?;
+            let out = cf.bind(py).call1(args).map_err(to_qb)?;
+            tensor_result(&out, "cond_fun")
+        })
+    };
+    let body = |c: qb::Tensor, o: &[qb::Tensor]| -> qb::Result<qb::Tensor> {
+        Python::attach(|py| {
+            let args = tensors_tuple(py, vec![wrap(py, c).map_err(to_qb)?], o).map_err(to_qb)?;
+            let out = bf.bind(py).call1(args).map_err(to_qb)?;
+            tensor_result(&out, "body_fun")
+        })
+    };
+    crate::tensor::ret(py, qb::while_loop(test, body, &init).operands(&ops).eval())
+}
+
+/// Registers the control-flow functions on `m`.
+pub fn add_to(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(cond, m)?)?;
+    m.add_function(wrap_pyfunction!(fori_loop, m)?)?;
+    m.add_function(wrap_pyfunction!(scan, m)?)?;
+    m.add_function(wrap_pyfunction!(while_loop, m)?)
+}

@@ -1,0 +1,711 @@
+//! The transforms of api.md §10 over Python callables: `grad`, `value_and_grad`, `jvp`,
+//! `vjp`, `jacobian`, `hessian`, `vmap`, `jit` (with `lower`, `compile` and programs), and
+//! `ShapeDtype`.
+//!
+//! A Python function becomes a facade closure over [`Value`] trees that calls back into
+//! Python with tracer `Tensor`s; the facade traces, transforms, caches and runs it. Arguments
+//! are read as pytrees ([`value_from_py`]); the GIL is released while the facade works and
+//! taken again only to trace. A Python exception raised while tracing comes back unchanged
+//! (see `errors.rs`), and a warning the facade emits goes through Python's `warnings`.
+
+use crate::convert::{type_name, value_from_py, value_to_py, Leaves};
+use crate::errors::{to_qb, type_error, value_error, OrRaise};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+use quabla as qb;
+use quabla::tree::{DictKey, Value};
+use std::cell::RefCell;
+
+/// A Python function as a facade closure over its positional-argument tuple.
+pub type PyCallable = Box<dyn Fn(Value) -> qb::Result<Value> + Send + Sync>;
+
+/// Calls `f(*args)` with the tree `args` (a tuple of positional arguments).
+pub fn call_python(f: &Py<PyAny>, args: Value) -> qb::Result<Value> {
+    Python::attach(|py| {
+        let args = positional(py, args).map_err(to_qb)?;
+        let out = f.bind(py).call1(args).map_err(to_qb)?;
+        value_from_py(&out, Leaves::Transform).map_err(to_qb)
+    })
+}
+
+/// The positional arguments of a call as a Python tuple.
+pub fn positional(py: Python<'_>, args: Value) -> PyResult<Bound<'_, PyTuple>> {
+    match args {
+        Value::Tuple(items) => {
+            let items = items
+                .into_iter()
+                .map(|v| value_to_py(py, v))
+                .collect::<PyResult<Vec<_>>>()?;
+            PyTuple::new(py, items)
+        }
+        other => PyTuple::new(py, [value_to_py(py, other)?]),
+    }
+}
+
+/// A Python callable as a [`PyCallable`].
+pub fn callable(f: &Bound<'_, PyAny>) -> PyResult<PyCallable> {
+    if !f.is_callable() {
+        return Err(type_error(format!(
+            "expected a callable, got {}",
+            type_name(f)
+        )));
+    }
+    let f = f.clone().unbind();
+    Ok(Box::new(move |args| call_python(&f, args)))
+}
+
+/// The name a transform reports for `f` (in signatures and RetraceWarning).
+pub fn function_name(f: &Bound<'_, PyAny>) -> String {
+    f.getattr("__qualname__")
+        .or_else(|_| f.getattr("__name__"))
+        .and_then(|n| n.extract::<String>())
+        .unwrap_or_else(|_| type_name(f))
+}
+
+/// The argument tuple of a call.
+pub fn args_value(args: &Bound<'_, PyTuple>, statics: &[usize]) -> PyResult<Value> {
+    let items = args
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let mode = if statics.contains(&i) {
+                Leaves::Static
+            } else {
+                Leaves::Transform
+            };
+            value_from_py(&a, mode).map_err(|e| match mode {
+                Leaves::Static => type_error(format!(
+                    "static argument {i} is not hashable ({}); static values must support hash()",
+                    type_name(&a)
+                )),
+                Leaves::Transform => e,
+            })
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok(Value::Tuple(items))
+}
+
+thread_local! {
+    /// An exception a warning became (`warnings.simplefilter("error", ...)`), raised once the
+    /// facade call that emitted the warning returns.
+    static PENDING_WARNING: RefCell<Option<PyErr>> = const { RefCell::new(None) };
+}
+
+/// Sends the facade's warnings through Python's `warnings` module.
+pub fn install_warning_handler() {
+    qb::warnings::set_handler(|w| {
+        Python::attach(|py| {
+            let category = match w.kind() {
+                qb::warnings::WarningKind::Retrace => {
+                    crate::errors::quabla_class(py, "RetraceWarning").map(|c| c.into_any())
+                }
+                qb::warnings::WarningKind::Float64AsFloat32 => Ok(py
+                    .get_type::<pyo3::exceptions::PyUserWarning>()
+                    .into_any()),
+            };
+            let result = category.and_then(|c| {
+                py.import("warnings")?
+                    .call_method1("warn", (w.to_string(), c, 2))
+                    .map(|_| ())
+            });
+            if let Err(e) = result {
+                PENDING_WARNING.with(|p| *p.borrow_mut() = Some(e));
+            }
+        })
+    });
+}
+
+/// Runs a facade call with the GIL released, then raises a warning that became an error.
+pub fn run<T: Send>(py: Python<'_>, f: impl FnOnce() -> qb::Result<T> + Send) -> PyResult<T> {
+    let out = py.detach(f);
+    if let Some(e) = PENDING_WARNING.with(|p| p.borrow_mut().take()) {
+        return Err(e);
+    }
+    out.or_raise()
+}
+
+fn positional_only(transform: &str, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
+    if kwargs.is_some_and(|k| !k.is_empty()) {
+        return Err(type_error(format!(
+            "{transform}() takes positional arguments only"
+        )));
+    }
+    Ok(())
+}
+
+/// `argnums`: an int (one gradient) or a tuple of ints (a tuple of gradients).
+#[derive(Clone, Debug)]
+enum Argnums {
+    One(usize),
+    Many(Vec<usize>),
+}
+
+impl Argnums {
+    fn read(obj: &Bound<'_, PyAny>) -> PyResult<Argnums> {
+        if let Ok(i) = obj.extract::<usize>() {
+            return Ok(Argnums::One(i));
+        }
+        obj.extract::<Vec<usize>>().map(Argnums::Many).map_err(|_| {
+            type_error("argnums must be a non-negative int or a tuple of non-negative ints")
+        })
+    }
+}
+
+macro_rules! select {
+    ($t:expr, $argnums:expr) => {
+        match $argnums {
+            Argnums::One(i) => $t.argnum(*i),
+            Argnums::Many(v) => $t.argnums(v),
+        }
+    };
+}
+
+/// `grad(fun)` and `value_and_grad(fun)`.
+#[pyclass(name = "GradFunction", module = "quabla", frozen)]
+pub struct PyGrad {
+    g: qb::Grad<PyCallable, Value>,
+    name: &'static str,
+}
+
+#[pymethods]
+impl PyGrad {
+    #[pyo3(signature = (*args, **kwargs))]
+    fn __call__<'py>(
+        &self,
+        py: Python<'py>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        positional_only(self.name, kwargs)?;
+        let args = args_value(args, &[])?;
+        let out = run(py, || self.g.call::<Value, Value>(&args))?;
+        value_to_py(py, out)
+    }
+}
+
+fn make_grad(
+    fun: &Bound<'_, PyAny>,
+    argnums: &Bound<'_, PyAny>,
+    has_aux: bool,
+    with_value: bool,
+) -> PyResult<PyGrad> {
+    let f = callable(fun)?;
+    let g = if with_value {
+        qb::value_and_grad(f)
+    } else {
+        qb::grad(f)
+    };
+    let g = select!(g, &Argnums::read(argnums)?).name(function_name(fun));
+    let g = if has_aux { g.has_aux() } else { g };
+    Ok(PyGrad {
+        g,
+        name: if with_value { "value_and_grad" } else { "grad" },
+    })
+}
+
+#[pyfunction]
+#[pyo3(signature = (fun, argnums=None, has_aux=false))]
+pub fn _grad(
+    py: Python<'_>,
+    fun: &Bound<'_, PyAny>,
+    argnums: Option<&Bound<'_, PyAny>>,
+    has_aux: bool,
+) -> PyResult<PyGrad> {
+    let zero = 0i64.into_pyobject(py)?.into_any();
+    make_grad(fun, argnums.unwrap_or(&zero), has_aux, false)
+}
+
+#[pyfunction]
+#[pyo3(signature = (fun, argnums=None, has_aux=false))]
+pub fn _value_and_grad(
+    py: Python<'_>,
+    fun: &Bound<'_, PyAny>,
+    argnums: Option<&Bound<'_, PyAny>>,
+    has_aux: bool,
+) -> PyResult<PyGrad> {
+    let zero = 0i64.into_pyobject(py)?.into_any();
+    make_grad(fun, argnums.unwrap_or(&zero), has_aux, true)
+}
+
+/// `jacobian(fun)` and `hessian(fun)`.
+#[pyclass(name = "JacobianFunction", module = "quabla", frozen)]
+pub struct PyJacobian {
+    j: Option<qb::Jacobian<PyCallable, Value>>,
+    h: Option<qb::Hessian<PyCallable, Value>>,
+}
+
+#[pymethods]
+impl PyJacobian {
+    #[pyo3(signature = (*args, **kwargs))]
+    fn __call__<'py>(
+        &self,
+        py: Python<'py>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let args = args_value(args, &[])?;
+        let out = match (&self.j, &self.h) {
+            (Some(j), _) => {
+                positional_only("jacobian", kwargs)?;
+                run(py, || j.call::<Value, Value>(&args))?
+            }
+            (_, Some(h)) => {
+                positional_only("hessian", kwargs)?;
+                run(py, || h.call::<Value, Value>(&args))?
+            }
+            _ => return Err(value_error("empty jacobian")),
+        };
+        value_to_py(py, out)
+    }
+}
+
+#[pyfunction]
+#[pyo3(signature = (fun, argnums=None))]
+pub fn jacobian(fun: &Bound<'_, PyAny>, argnums: Option<&Bound<'_, PyAny>>) -> PyResult<PyJacobian> {
+    let mut j = qb::jacobian(callable(fun)?).name(function_name(fun));
+    if let Some(a) = argnums {
+        j = select!(j, &Argnums::read(a)?);
+    }
+    Ok(PyJacobian { j: Some(j), h: None })
+}
+
+#[pyfunction]
+#[pyo3(signature = (fun, argnums=None))]
+pub fn hessian(fun: &Bound<'_, PyAny>, argnums: Option<&Bound<'_, PyAny>>) -> PyResult<PyJacobian> {
+    let mut h = qb::hessian(callable(fun)?).name(function_name(fun));
+    if let Some(a) = argnums {
+        h = select!(h, &Argnums::read(a)?);
+    }
+    Ok(PyJacobian { j: None, h: Some(h) })
+}
+
+/// `jvp(fun, primals, tangents) -> (out, tangent_out)`.
+#[pyfunction]
+pub fn jvp<'py>(
+    py: Python<'py>,
+    fun: &Bound<'py, PyAny>,
+    primals: &Bound<'py, PyAny>,
+    tangents: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let as_tuple = |o: &Bound<'py, PyAny>, what: &str| -> PyResult<Value> {
+        let t = o.cast::<PyTuple>().map_err(|_| {
+            type_error(format!(
+                "jvp: {what} must be a tuple with one entry per positional argument, got {}",
+                type_name(o)
+            ))
+        })?;
+        args_value(t, &[])
+    };
+    let primals = as_tuple(primals, "primals")?;
+    let tangents = as_tuple(tangents, "tangents")?;
+    let f = qb::jvp_fn(callable(fun)?).name(function_name(fun));
+    let (out, tangent) = run(py, || f.call::<Value>(&primals, &tangents))?;
+    Ok(PyTuple::new(py, [value_to_py(py, out)?, value_to_py(py, tangent)?])?.into_any())
+}
+
+/// The `vjp_fun` of `vjp`: maps a cotangent of the output to a tuple of cotangents.
+#[pyclass(name = "VjpFunction", module = "quabla", frozen)]
+pub struct PyVjpFn {
+    f: qb::VjpFn<Value, Value>,
+}
+
+#[pymethods]
+impl PyVjpFn {
+    fn __call__<'py>(
+        &self,
+        py: Python<'py>,
+        cotangent: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let ct = value_from_py(cotangent, Leaves::Transform)?;
+        let out = run(py, || self.f.call::<Value>(&ct))?;
+        let out = match out {
+            t @ Value::Tuple(_) => t,
+            other => Value::Tuple(vec![other]),
+        };
+        value_to_py(py, out)
+    }
+}
+
+/// `vjp(fun, *primals, has_aux=False)`.
+#[pyfunction]
+#[pyo3(signature = (fun, *primals, has_aux=false))]
+pub fn vjp<'py>(
+    py: Python<'py>,
+    fun: &Bound<'py, PyAny>,
+    primals: &Bound<'py, PyTuple>,
+    has_aux: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let primals = args_value(primals, &[])?;
+    let name = function_name(fun);
+    if has_aux {
+        let f = fun.clone().unbind();
+        let split = move |args: Value| -> qb::Result<(Value, Value)> {
+            match call_python(&f, args)? {
+                Value::Tuple(mut items) if items.len() == 2 => {
+                    let aux = items.pop().unwrap_or(Value::None);
+                    let out = items.pop().unwrap_or(Value::None);
+                    Ok((out, aux))
+                }
+                _ => Err(qb::Error::user(
+                    "vjp with has_aux=True needs fun to return a pair (out, aux)",
+                )),
+            }
+        };
+        let v = qb::vjp_fn(split).name(name).has_aux();
+        let (out, f, aux) = run(py, || v.call::<Value, Value>(&primals))?;
+        let vjp_fun = Bound::new(py, PyVjpFn { f })?.into_any();
+        Ok(PyTuple::new(py, [value_to_py(py, out)?, vjp_fun, value_to_py(py, aux)?])?.into_any())
+    } else {
+        let v = qb::vjp_fn(callable(fun)?).name(name);
+        let (out, f) = run(py, || v.call::<Value>(&primals))?;
+        let vjp_fun = Bound::new(py, PyVjpFn { f })?.into_any();
+        Ok(PyTuple::new(py, [value_to_py(py, out)?, vjp_fun])?.into_any())
+    }
+}
+
+/// An `in_axes`/`out_axes` value: an int, `None`, or a pytree prefix of them.
+fn axes_spec(obj: &Bound<'_, PyAny>, top: bool) -> PyResult<qb::InAxes> {
+    if obj.is_none() {
+        return Ok(qb::InAxes::Axis(None));
+    }
+    if let Ok(i) = obj.extract::<isize>() {
+        return Ok(qb::InAxes::Axis(Some(i)));
+    }
+    if obj.is_exact_instance_of::<PyTuple>() || (top && obj.is_exact_instance_of::<PyList>()) {
+        let items = obj
+            .try_iter()?
+            .map(|o| axes_spec(&o?, false))
+            .collect::<PyResult<Vec<_>>>()?;
+        return Ok(qb::InAxes::Tuple(items));
+    }
+    if obj.is_exact_instance_of::<PyList>() {
+        let items = obj
+            .try_iter()?
+            .map(|o| axes_spec(&o?, false))
+            .collect::<PyResult<Vec<_>>>()?;
+        return Ok(qb::InAxes::List(items));
+    }
+    if let Ok(d) = obj.cast::<PyDict>() {
+        let mut entries = Vec::new();
+        for (k, v) in d.iter() {
+            let key = if let Ok(s) = k.extract::<String>() {
+                DictKey::Str(s)
+            } else {
+                DictKey::Int(k.extract()?)
+            };
+            entries.push((key, axes_spec(&v, false)?));
+        }
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        return Ok(qb::InAxes::Dict(entries));
+    }
+    Err(type_error(format!(
+        "in_axes and out_axes take ints, None, or tuples, lists and dicts of them; got {}",
+        type_name(obj)
+    )))
+}
+
+/// `vmap(fun, in_axes=0, out_axes=0)`.
+#[pyclass(name = "VmapFunction", module = "quabla", frozen)]
+pub struct PyVmap {
+    v: qb::Vmap<PyCallable, Value>,
+}
+
+#[pymethods]
+impl PyVmap {
+    #[pyo3(signature = (*args, **kwargs))]
+    fn __call__<'py>(
+        &self,
+        py: Python<'py>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        positional_only("vmap", kwargs)?;
+        let args = args_value(args, &[])?;
+        let out = run(py, || self.v.call::<Value>(&args))?;
+        value_to_py(py, out)
+    }
+}
+
+#[pyfunction]
+#[pyo3(signature = (fun, in_axes=None, out_axes=None))]
+pub fn _vmap(
+    fun: &Bound<'_, PyAny>,
+    in_axes: Option<&Bound<'_, PyAny>>,
+    out_axes: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyVmap> {
+    let mut v = qb::vmap(callable(fun)?).name(function_name(fun));
+    if let Some(a) = in_axes {
+        v = v.in_axes_tree(axes_spec(a, true)?);
+    }
+    if let Some(a) = out_axes {
+        v = v.out_axes_tree(axes_spec(a, false)?);
+    }
+    Ok(PyVmap { v })
+}
+
+/// `qb.ShapeDtype(shape, dtype=float64)`: an abstract argument of `jit(f).lower(...)`.
+#[pyclass(name = "ShapeDtype", module = "quabla", frozen)]
+pub struct PyShapeDtype {
+    pub sd: qb::ShapeDtype,
+}
+
+#[pymethods]
+impl PyShapeDtype {
+    #[new]
+    #[pyo3(signature = (shape, dtype=None))]
+    fn new(shape: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let shape = crate::convert::shape_arg(shape)?;
+        let dtype = crate::convert::opt_dtype(dtype)?.unwrap_or(qb::F64);
+        Ok(PyShapeDtype {
+            sd: qb::ShapeDtype::new(shape, dtype),
+        })
+    }
+
+    #[getter]
+    fn shape(&self) -> Vec<usize> {
+        self.sd.shape.clone()
+    }
+
+    #[getter]
+    fn dtype<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, crate::tensor::PyDType>> {
+        crate::tensor::dtype_object(py, self.sd.dtype)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "ShapeDtype(shape={:?}, dtype={})",
+            self.sd.shape,
+            crate::tensor::py_name(self.sd.dtype)
+        )
+    }
+}
+
+/// `jit(fun, ...)`.
+#[pyclass(name = "JitFunction", module = "quabla", frozen)]
+pub struct PyJit {
+    j: qb::Jit<PyCallable, Value, Value>,
+    static_argnums: Vec<usize>,
+    /// `inspect.Signature` of the function, to bind keyword arguments.
+    signature: Option<Py<PyAny>>,
+    static_argnames: Vec<String>,
+}
+
+impl PyJit {
+    /// The positional arguments of a call, with keyword arguments bound by the function's
+    /// signature (transforms.md §6): a keyword argument must be static (TY5).
+    fn bind<'py>(
+        &self,
+        py: Python<'py>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<(Bound<'py, PyTuple>, Vec<usize>)> {
+        let Some(kwargs) = kwargs.filter(|k| !k.is_empty()) else {
+            return Ok((args.clone(), self.static_argnums.clone()));
+        };
+        let Some(sig) = &self.signature else {
+            return Err(type_error(
+                "jit: keyword arguments need a function with an inspectable signature",
+            ));
+        };
+        let names: Vec<String> = sig
+            .bind(py)
+            .getattr("parameters")?
+            .call_method0("keys")?
+            .try_iter()?
+            .map(|k| k?.extract::<String>())
+            .collect::<PyResult<_>>()?;
+        let mut statics = self.static_argnums.clone();
+        for (k, _) in kwargs.iter() {
+            let k: String = k.extract()?;
+            let pos = names.iter().position(|n| *n == k);
+            let is_static = self.static_argnames.contains(&k)
+                || pos.is_some_and(|p| self.static_argnums.contains(&p));
+            if !is_static {
+                return Err(type_error(format!(
+                    "keyword argument {k} must be static; declare it in static_argnames or pass \
+                     it positionally"
+                )));
+            }
+        }
+        let bound = sig.bind(py).call_method("bind", args.clone(), Some(kwargs))?;
+        bound.call_method0("apply_defaults")?;
+        let positional: Bound<'py, PyTuple> = bound.getattr("args")?.cast_into()?;
+        for name in &self.static_argnames {
+            if let Some(p) = names.iter().position(|n| n == name) {
+                if !statics.contains(&p) {
+                    statics.push(p);
+                }
+            }
+        }
+        Ok((positional, statics))
+    }
+}
+
+#[pymethods]
+impl PyJit {
+    #[pyo3(signature = (*args, **kwargs))]
+    fn __call__<'py>(
+        &self,
+        py: Python<'py>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (args, statics) = self.bind(py, args, kwargs)?;
+        let args = args_value(&args, &statics)?;
+        let out = run(py, || self.j.call(&args))?;
+        value_to_py(py, out)
+    }
+
+    /// Traces and transforms without executing (`ShapeDtype` placeholders allowed).
+    #[pyo3(signature = (*args, **kwargs))]
+    fn lower<'py>(
+        &self,
+        py: Python<'py>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<PyLowered> {
+        let (args, statics) = self.bind(py, args, kwargs)?;
+        let args = args_value(&args, &statics)?;
+        let l = run(py, || self.j.lower(&args))?;
+        Ok(PyLowered { l })
+    }
+}
+
+#[pyfunction]
+#[pyo3(signature = (fun, device=None, static_argnums=None, max_traces=8, static_argnames=None, precision=None))]
+pub fn _jit(
+    py: Python<'_>,
+    fun: &Bound<'_, PyAny>,
+    device: Option<String>,
+    static_argnums: Option<&Bound<'_, PyAny>>,
+    max_traces: usize,
+    static_argnames: Option<&Bound<'_, PyAny>>,
+    precision: Option<String>,
+) -> PyResult<PyJit> {
+    let static_argnums: Vec<usize> = match static_argnums {
+        None => Vec::new(),
+        Some(a) if a.is_none() => Vec::new(),
+        Some(a) => match a.extract::<usize>() {
+            Ok(i) => vec![i],
+            Err(_) => a.extract::<Vec<usize>>().map_err(|_| {
+                type_error("static_argnums must be an int or a tuple of ints")
+            })?,
+        },
+    };
+    let static_argnames: Vec<String> = match static_argnames {
+        None => Vec::new(),
+        Some(a) if a.is_none() => Vec::new(),
+        Some(a) => match a.extract::<String>() {
+            Ok(s) => vec![s],
+            Err(_) => a.extract::<Vec<String>>().map_err(|_| {
+                type_error("static_argnames must be a str or a tuple of str")
+            })?,
+        },
+    };
+    let signature = py
+        .import("inspect")?
+        .call_method1("signature", (fun,))
+        .ok()
+        .map(|s| s.unbind());
+    // Names given in static_argnames that are positional parameters are static positions.
+    let mut statics = static_argnums.clone();
+    if let Some(sig) = &signature {
+        let names: Vec<String> = sig
+            .bind(py)
+            .getattr("parameters")?
+            .call_method0("keys")?
+            .try_iter()?
+            .map(|k| k?.extract::<String>())
+            .collect::<PyResult<_>>()?;
+        for n in &static_argnames {
+            if let Some(p) = names.iter().position(|m| m == n) {
+                if !statics.contains(&p) {
+                    statics.push(p);
+                }
+            }
+        }
+    }
+    let mut j = qb::jit(callable(fun)?)
+        .name(function_name(fun))
+        .max_traces(max_traces)
+        .static_argnums(&statics);
+    if let Some(d) = device {
+        j = j.device(d);
+    }
+    if precision.is_some() {
+        j = j.precision(precision.as_deref());
+    }
+    Ok(PyJit {
+        j,
+        static_argnums: statics,
+        signature,
+        static_argnames,
+    })
+}
+
+/// `jit(f).lower(...)`: the frozen plan.
+#[pyclass(name = "Lowered", module = "quabla", frozen)]
+pub struct PyLowered {
+    l: qb::Lowered<Value, Value>,
+}
+
+#[pymethods]
+impl PyLowered {
+    /// The plan as text, one node per line.
+    fn as_text(&self) -> String {
+        self.l.as_text()
+    }
+
+    /// A positional callable bound to the lowered signature.
+    fn compile(&self) -> PyCompiled {
+        PyCompiled { c: self.l.compile() }
+    }
+
+    /// The plan as a `Program` with named inputs and ordered outputs.
+    #[getter]
+    fn program(&self) -> crate::program::PyProgram {
+        crate::program::PyProgram::new(self.l.program().clone())
+    }
+}
+
+/// `lowered.compile()`.
+#[pyclass(name = "Compiled", module = "quabla", frozen)]
+pub struct PyCompiled {
+    c: qb::Compiled<Value, Value>,
+}
+
+#[pymethods]
+impl PyCompiled {
+    #[pyo3(signature = (*args))]
+    fn __call__<'py>(&self, py: Python<'py>, args: &Bound<'py, PyTuple>) -> PyResult<Bound<'py, PyAny>> {
+        let args = args_value(args, &[])?;
+        let out = run(py, || self.c.call(&args))?;
+        value_to_py(py, out)
+    }
+}
+
+/// Registers the transforms on `m`.
+pub fn add_to(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyGrad>()?;
+    m.add_class::<PyJacobian>()?;
+    m.add_class::<PyVjpFn>()?;
+    m.add_class::<PyVmap>()?;
+    m.add_class::<PyJit>()?;
+    m.add_class::<PyLowered>()?;
+    m.add_class::<PyCompiled>()?;
+    m.add_class::<PyShapeDtype>()?;
+    for f in [
+        wrap_pyfunction!(_grad, m)?,
+        wrap_pyfunction!(_value_and_grad, m)?,
+        wrap_pyfunction!(jacobian, m)?,
+        wrap_pyfunction!(hessian, m)?,
+        wrap_pyfunction!(jvp, m)?,
+        wrap_pyfunction!(vjp, m)?,
+        wrap_pyfunction!(_vmap, m)?,
+        wrap_pyfunction!(_jit, m)?,
+    ] {
+        m.add_function(f)?;
+    }
+    install_warning_handler();
+    Ok(())
+}
