@@ -315,7 +315,7 @@ pub fn operand(obj: &Bound<'_, PyAny>) -> PyResult<qb::Operand> {
 /// The right operand of an operator whose left operand is `lhs`: as [`operand`], but a NumPy
 /// array next to a tracer is refused (TY3).
 pub fn operand_beside(lhs: &qb::Tensor, obj: &Bound<'_, PyAny>) -> PyResult<qb::Operand> {
-    if lhs.is_traced() && obj.hasattr("__array_interface__")? && obj.cast::<PyTensor>().is_err()
+    if lhs.is_traced() && obj.cast::<PyTensor>().is_err() && obj.hasattr("__array_interface__")?
     {
         return Err(type_error(
             "NumPy arrays are not captured automatically; wrap the array with quabla.asarray",

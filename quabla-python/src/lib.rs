@@ -14,8 +14,10 @@ mod convert;
 mod errors;
 mod functions;
 mod io;
+mod optim;
 mod program;
 mod random;
+mod solvers;
 mod tensor;
 mod transforms;
 mod tree;
@@ -33,12 +35,20 @@ fn _quabla(m: &Bound<'_, PyModule>) -> PyResult<()> {
     io::add_to(m)?;
     program::add_to(m)?;
     let py = m.py();
-    let tree_mod = PyModule::new(py, "tree")?;
+    let tree_mod = PyModule::new(py, "_tree")?;
     tree::add_to(&tree_mod)?;
     m.add_submodule(&tree_mod)?;
-    let random_mod = PyModule::new(py, "random")?;
+    let random_mod = PyModule::new(py, "_random")?;
     random::add_to(&random_mod)?;
     m.add_submodule(&random_mod)?;
+    let optim_mod = PyModule::new(py, "_optim")?;
+    optim::add_to(&optim_mod)?;
+    m.add_submodule(&optim_mod)?;
+    let linalg_mod = PyModule::new(py, "_linalg")?;
+    let ode_mod = PyModule::new(py, "_ode")?;
+    solvers::add_to(m, &linalg_mod, &ode_mod)?;
+    m.add_submodule(&linalg_mod)?;
+    m.add_submodule(&ode_mod)?;
     m.add_function(wrap_pyfunction!(devices, m)?)?;
     Ok(())
 }

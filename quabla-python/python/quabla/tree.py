@@ -3,17 +3,17 @@ registered classes, traversed in the library's order (dicts by sorted key)."""
 
 import dataclasses as _dataclasses
 
-from ._quabla.tree import (  # noqa: F401
-    TreeDef,
-    flatten,
-    flatten_with_path,
-    leaves,
-    map,
-    register,
-    structure,
-    unflatten,
-    _register_dataclass,
-)
+from ._quabla import _tree as _native
+
+TreeDef = _native.TreeDef
+flatten = _native.flatten
+flatten_with_path = _native.flatten_with_path
+leaves = _native.leaves
+map = _native.map
+register = _native.register
+structure = _native.structure
+unflatten = _native.unflatten
+_register_dataclass = _native._register_dataclass
 
 __all__ = [
     "TreeDef",

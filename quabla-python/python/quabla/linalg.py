@@ -1,0 +1,81 @@
+"""Linear algebra and solvers (api.md §17). Dense functions act on the last two axes and
+broadcast leading batch axes; every one has derivatives of every order. Results with named
+fields are NamedTuples, so they are pytrees."""
+
+from typing import NamedTuple as _NamedTuple
+
+from ._quabla import _linalg as _native
+
+
+class SlogdetResult(_NamedTuple):
+    sign: object
+    logabsdet: object
+
+
+class EighResult(_NamedTuple):
+    eigenvalues: object
+    eigenvectors: object
+
+
+class QRResult(_NamedTuple):
+    Q: object
+    R: object
+
+
+class SVDResult(_NamedTuple):
+    U: object
+    S: object
+    Vh: object
+
+
+class LstsqResult(_NamedTuple):
+    solution: object
+    residuals: object
+
+
+solve = _native.solve
+solve_triangular = _native.solve_triangular
+cholesky = _native.cholesky
+cho_solve = _native.cho_solve
+det = _native.det
+inv = _native.inv
+norm = _native.norm
+matrix_power = _native.matrix_power
+pinv = _native.pinv
+cg = _native.cg
+gmres = _native.gmres
+
+
+def slogdet(a):
+    """``SlogdetResult(sign, logabsdet)`` from LU."""
+    return SlogdetResult(*_native.slogdet(a))
+
+
+def eigh(a):
+    """``EighResult(eigenvalues, eigenvectors)`` of the symmetric part of ``a``."""
+    return EighResult(*_native.eigh(a))
+
+
+def qr(a, mode="reduced"):
+    """Householder QR: ``QRResult(Q, R)``, or the ``R`` array alone with ``mode="r"``."""
+    out = _native.qr(a, mode)
+    return out if mode == "r" else QRResult(*out)
+
+
+def svd(a, full_matrices=False, compute_uv=True):
+    """``SVDResult(U, S, Vh)`` with descending ``S``, or ``S`` alone with ``compute_uv=False``."""
+    out = _native.svd(a, full_matrices, compute_uv)
+    return SVDResult(*out) if compute_uv else out
+
+
+def lstsq(a, b, return_residuals=False):
+    """Least squares (tall ``a``) or minimum norm (wide ``a``) via QR."""
+    out = _native.lstsq(a, b, return_residuals)
+    return LstsqResult(*out) if return_residuals else out
+
+
+__all__ = [
+    "solve", "solve_triangular", "cholesky", "cho_solve", "slogdet", "det", "inv", "eigh",
+    "qr", "svd", "lstsq", "norm", "matrix_power", "pinv", "cg", "gmres", "SlogdetResult",
+    "EighResult", "QRResult", "SVDResult", "LstsqResult",
+]
