@@ -10,6 +10,7 @@
 
 mod control_flow;
 mod convert;
+mod custom;
 
 mod errors;
 mod functions;
@@ -31,6 +32,7 @@ fn _quabla(m: &Bound<'_, PyModule>) -> PyResult<()> {
     functions::add_to(m)?;
     transforms::add_to(m)?;
     control_flow::add_to(m)?;
+    custom::add_to(m)?;
 
     io::add_to(m)?;
     program::add_to(m)?;

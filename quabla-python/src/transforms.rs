@@ -56,8 +56,7 @@ pub fn callable(f: &Bound<'_, PyAny>) -> PyResult<PyCallable> {
 
 /// The name a transform reports for `f` (in signatures and RetraceWarning).
 pub fn function_name(f: &Bound<'_, PyAny>) -> String {
-    f.getattr("__qualname__")
-        .or_else(|_| f.getattr("__name__"))
+    f.getattr("__name__")
         .and_then(|n| n.extract::<String>())
         .unwrap_or_else(|_| type_name(f))
 }
@@ -625,8 +624,29 @@ pub fn _jit(
             }
         }
     }
+    // Plan inputs are named by the function's positional parameters (`params/w`).
+    let arg_names: Vec<String> = match &signature {
+        Some(sig) => sig
+            .bind(py)
+            .getattr("parameters")?
+            .call_method0("values")?
+            .try_iter()?
+            .map(|p| -> PyResult<Option<String>> {
+                let p = p?;
+                let kind: i64 = p.getattr("kind")?.extract()?;
+                // POSITIONAL_ONLY (0) and POSITIONAL_OR_KEYWORD (1).
+                Ok((kind <= 1).then(|| p.getattr("name").and_then(|n| n.extract()).ok()).flatten())
+            })
+            .collect::<PyResult<Vec<_>>>()?
+            .into_iter()
+            .flatten()
+            .collect(),
+        None => Vec::new(),
+    };
+    let names: Vec<&str> = arg_names.iter().map(String::as_str).collect();
     let mut j = qb::jit(callable(fun)?)
         .name(function_name(fun))
+        .arg_names(&names)
         .max_traces(max_traces)
         .static_argnums(&statics);
     if let Some(d) = device {

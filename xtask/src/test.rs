@@ -5,8 +5,9 @@
 //! plugin tests load, and the whole test suite. The suite runs
 //! under cargo-nextest when it is installed (followed by `cargo test --doc`,
 //! since nextest does not run doctests) and under plain `cargo test`
-//! otherwise, and last the backend conformance matrix (`cargo xtask
-//! test-backends`, see [`crate::backends`]). Steps run from the workspace root;
+//! otherwise, then the backend conformance matrix (`cargo xtask
+//! test-backends`, see [`crate::backends`]), and last the Python package's pytest suite
+//! (see [`crate::python`]). Steps run from the workspace root;
 //! the first failing step stops the run with an error naming it. Missing rustfmt or clippy components are
 //! installed with `rustup` once before giving up.
 
@@ -56,7 +57,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     }
 
     let started = Instant::now();
-    let total = steps.len() + 1;
+    let total = steps.len() + 2;
     for (index, mut step) in steps.into_iter().enumerate() {
         let shown = display_command(&step);
         println!("== xtask: {shown} ==");
@@ -64,7 +65,8 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
             .map_err(|e| format!("step {} of {total} failed: {e}", index + 1))?;
     }
     println!("== xtask: test-backends ==");
-    crate::backends::run(&[]).map_err(|e| format!("step {total} of {total} failed: {e}"))?;
+    crate::backends::run(&[]).map_err(|e| format!("step {} of {total} failed: {e}", total - 1))?;
+    crate::python::run().map_err(|e| format!("step {total} of {total} failed: {e}"))?;
     println!(
         "== xtask: all {total} steps passed in {:.1}s ==",
         started.elapsed().as_secs_f64()
