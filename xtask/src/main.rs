@@ -14,6 +14,7 @@ mod backends;
 mod bench;
 mod coverage;
 mod fuzz;
+mod python;
 mod soak;
 mod test;
 
