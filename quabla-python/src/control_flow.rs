@@ -23,7 +23,11 @@ fn tensor_result(out: &Bound<'_, PyAny>, what: &str) -> qb::Result<qb::Tensor> {
     })
 }
 
-fn tensors_tuple<'py>(py: Python<'py>, head: Vec<Bound<'py, PyAny>>, ops: &[qb::Tensor]) -> PyResult<Bound<'py, PyTuple>> {
+fn tensors_tuple<'py>(
+    py: Python<'py>,
+    head: Vec<Bound<'py, PyAny>>,
+    ops: &[qb::Tensor],
+) -> PyResult<Bound<'py, PyTuple>> {
     let mut items = head;
     for t in ops {
         items.push(wrap(py, t.clone())?);
@@ -44,7 +48,10 @@ fn operand_tensors(operands: &Bound<'_, PyAny>) -> PyResult<Vec<qb::Tensor>> {
 
 fn callable_arg(f: &Bound<'_, PyAny>, name: &str) -> PyResult<Py<PyAny>> {
     if !f.is_callable() {
-        return Err(type_error(format!("{name} must be callable, got {}", type_name(f))));
+        return Err(type_error(format!(
+            "{name} must be callable, got {}",
+            type_name(f)
+        )));
     }
     Ok(f.clone().unbind())
 }
@@ -72,7 +79,10 @@ fn cond<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let pred = to_tensor(pred)?;
     let ops = operand_tensors(operands.as_any())?;
-    let (t, f) = (callable_arg(true_fun, "true_fun")?, callable_arg(false_fun, "false_fun")?);
+    let (t, f) = (
+        callable_arg(true_fun, "true_fun")?,
+        callable_arg(false_fun, "false_fun")?,
+    );
     let out = qb::cond(&pred, branch(&t), branch(&f), &ops);
     crate::tensor::ret(py, out)
 }
@@ -91,16 +101,25 @@ fn fori_loop<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let body = callable_arg(body, "body")?;
     let init = to_tensor(init)?;
-    let ops = operands.map(operand_tensors).transpose()?.unwrap_or_default();
+    let ops = operands
+        .map(operand_tensors)
+        .transpose()?
+        .unwrap_or_default();
     let run_body = |i: qb::LoopIndex, c: qb::Tensor, o: &[qb::Tensor]| -> qb::Result<qb::Tensor> {
         Python::attach(|py| {
-            let head = vec![index_object(py, &i).map_err(to_qb)?, wrap(py, c).map_err(to_qb)?];
+            let head = vec![
+                index_object(py, &i).map_err(to_qb)?,
+                wrap(py, c).map_err(to_qb)?,
+            ];
             let args = tensors_tuple(py, head, o).map_err(to_qb)?;
             let out = body.bind(py).call1(args).map_err(to_qb)?;
             tensor_result(&out, "the fori_loop body")
         })
     };
-    let out = qb::fori_loop(lower, upper, run_body, &init).operands(&ops).unroll(unroll).eval();
+    let out = qb::fori_loop(lower, upper, run_body, &init)
+        .operands(&ops)
+        .unroll(unroll)
+        .eval();
     crate::tensor::ret(py, out)
 }
 
@@ -117,19 +136,35 @@ fn scan<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let f = callable_arg(f, "f")?;
     let init = to_tensor(init)?;
-    let ops = operands.map(operand_tensors).transpose()?.unwrap_or_default();
-    let step = |c: qb::Tensor, i: qb::LoopIndex, o: &[qb::Tensor]| -> qb::Result<(qb::Tensor, qb::Tensor)> {
+    let ops = operands
+        .map(operand_tensors)
+        .transpose()?
+        .unwrap_or_default();
+    let step = |c: qb::Tensor,
+                i: qb::LoopIndex,
+                o: &[qb::Tensor]|
+     -> qb::Result<(qb::Tensor, qb::Tensor)> {
         Python::attach(|py| {
-            let head = vec![wrap(py, c).map_err(to_qb)?, index_object(py, &i).map_err(to_qb)?];
+            let head = vec![
+                wrap(py, c).map_err(to_qb)?,
+                index_object(py, &i).map_err(to_qb)?,
+            ];
             let args = tensors_tuple(py, head, o).map_err(to_qb)?;
             let out = f.bind(py).call1(args).map_err(to_qb)?;
-            let pair: (Bound<'_, PyAny>, Bound<'_, PyAny>) = out.extract().map_err(|_| {
-                qb::Error::user("the scan function must return a pair (carry, y)")
-            })?;
-            Ok((tensor_result(&pair.0, "the scan function")?, tensor_result(&pair.1, "the scan function")?))
+            let pair: (Bound<'_, PyAny>, Bound<'_, PyAny>) = out
+                .extract()
+                .map_err(|_| qb::Error::user("the scan function must return a pair (carry, y)"))?;
+            Ok((
+                tensor_result(&pair.0, "the scan function")?,
+                tensor_result(&pair.1, "the scan function")?,
+            ))
         })
     };
-    let (carry, ys) = qb::scan(step, &init, length).operands(&ops).unroll(unroll).eval().or_raise()?;
+    let (carry, ys) = qb::scan(step, &init, length)
+        .operands(&ops)
+        .unroll(unroll)
+        .eval()
+        .or_raise()?;
     Ok(PyTuple::new(py, [wrap(py, carry)?, wrap(py, ys)?])?.into_any())
 }
 
@@ -146,10 +181,14 @@ fn while_loop<'py>(
     let cf = callable_arg(cond_fun, "cond_fun")?;
     let bf = callable_arg(body_fun, "body_fun")?;
     let init = to_tensor(init)?;
-    let ops = operands.map(operand_tensors).transpose()?.unwrap_or_default();
+    let ops = operands
+        .map(operand_tensors)
+        .transpose()?
+        .unwrap_or_default();
     let test = |c: &qb::Tensor, o: &[qb::Tensor]| -> qb::Result<qb::Tensor> {
         Python::attach(|py| {
-            let args = tensors_tuple(py, vec![wrap(py, c.clone()).map_err(to_qb)?], o).map_err(to_qb)?;
+            let args =
+                tensors_tuple(py, vec![wrap(py, c.clone()).map_err(to_qb)?], o).map_err(to_qb)?;
             let out = cf.bind(py).call1(args).map_err(to_qb)?;
             tensor_result(&out, "cond_fun")
         })

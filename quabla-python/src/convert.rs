@@ -114,7 +114,14 @@ fn from_nested(obj: &Bound<'_, PyAny>) -> PyResult<qb::Tensor> {
     let mut values = Vec::new();
     let mut all_bool = true;
     let mut has_tensor = false;
-    collect_nested(obj, 0, &mut shape, &mut values, &mut all_bool, &mut has_tensor)?;
+    collect_nested(
+        obj,
+        0,
+        &mut shape,
+        &mut values,
+        &mut all_bool,
+        &mut has_tensor,
+    )?;
     if has_tensor {
         // Arrays inside the nesting (possibly tracers): stacked by the facade.
         let items: Vec<qb::Tensor> = obj
@@ -315,8 +322,7 @@ pub fn operand(obj: &Bound<'_, PyAny>) -> PyResult<qb::Operand> {
 /// The right operand of an operator whose left operand is `lhs`: as [`operand`], but a NumPy
 /// array next to a tracer is refused (TY3).
 pub fn operand_beside(lhs: &qb::Tensor, obj: &Bound<'_, PyAny>) -> PyResult<qb::Operand> {
-    if lhs.is_traced() && obj.cast::<PyTensor>().is_err() && obj.hasattr("__array_interface__")?
-    {
+    if lhs.is_traced() && obj.cast::<PyTensor>().is_err() && obj.hasattr("__array_interface__")? {
         return Err(type_error(
             "NumPy arrays are not captured automatically; wrap the array with quabla.asarray",
         ));
@@ -338,8 +344,12 @@ pub fn ints(obj: &Bound<'_, PyAny>) -> PyResult<Vec<isize>> {
     if let Ok(i) = obj.extract::<isize>() {
         return Ok(vec![i]);
     }
-    obj.extract::<Vec<isize>>()
-        .map_err(|_| type_error(format!("expected an int or a sequence of ints, got {}", type_name(obj))))
+    obj.extract::<Vec<isize>>().map_err(|_| {
+        type_error(format!(
+            "expected an int or a sequence of ints, got {}",
+            type_name(obj)
+        ))
+    })
 }
 
 /// A shape: a sequence of ints, or one int.
@@ -426,12 +436,16 @@ pub fn value_from_py(obj: &Bound<'_, PyAny>, mode: Leaves) -> PyResult<Value> {
                 kinds.1 = true;
                 DictKey::Str(k.extract()?)
             } else {
-                return Err(type_error("dict keys in a pytree must all be str or all be int"));
+                return Err(type_error(
+                    "dict keys in a pytree must all be str or all be int",
+                ));
             };
             entries.push((key, value_from_py(&v, mode)?));
         }
         if kinds.0 && kinds.1 {
-            return Err(type_error("dict keys in a pytree must all be str or all be int"));
+            return Err(type_error(
+                "dict keys in a pytree must all be str or all be int",
+            ));
         }
         return Ok(Value::Dict(entries));
     }

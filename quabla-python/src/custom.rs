@@ -131,7 +131,11 @@ impl PyCustomVjp {
     }
 
     #[pyo3(signature = (*args, **kwargs))]
-    fn __call__<'py>(slf: &Bound<'py, Self>, args: &Bound<'py, PyTuple>, kwargs: Option<&Bound<'py, PyDict>>) -> PyResult<Bound<'py, PyAny>> {
+    fn __call__<'py>(
+        slf: &Bound<'py, Self>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         if kwargs.is_some_and(|k| !k.is_empty()) {
             return Err(type_error("custom_vjp() takes positional arguments only"));
         }
@@ -145,11 +149,18 @@ impl PyCustomVjp {
 }
 
 impl PyCustomVjp {
-    fn call<'py>(&self, py: Python<'py>, args: &Bound<'py, PyTuple>) -> PyResult<Bound<'py, PyAny>> {
+    fn call<'py>(
+        &self,
+        py: Python<'py>,
+        args: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let (fwd, bwd) = {
             let rules = self.rules.lock().unwrap_or_else(|e| e.into_inner());
             let r = rules.as_ref().ok_or_else(|| {
-                value_error(format!("custom_vjp({}) has no rules; call defvjp(fwd, bwd) first", self.name))
+                value_error(format!(
+                    "custom_vjp({}) has no rules; call defvjp(fwd, bwd) first",
+                    self.name
+                ))
             })?;
             (r.fwd.clone_ref(py), r.bwd.clone_ref(py))
         };
@@ -159,17 +170,21 @@ impl PyCustomVjp {
         let fwd_f = move |a: Value| pair(call_python(&fwd, a)?, "the fwd rule of custom_vjp");
         let out = if self.nondiff.is_empty() {
             let bwd_f = move |(res, g): (Value, Value)| call_spread(&bwd, None, vec![res, g]);
-            let rule = qb::custom_vjp(f).name(self.name.clone()).defvjp(fwd_f, bwd_f);
+            let rule = qb::custom_vjp(f)
+                .name(self.name.clone())
+                .defvjp(fwd_f, bwd_f);
             rule.call(&args).or_raise()?
         } else {
             // Python's bwd returns a tuple with one cotangent per differentiable argument; the
             // facade takes a single differentiable argument's cotangent bare.
             let n_diff = args_count(&args).saturating_sub(self.nondiff.len());
-            let bwd_f = move |(n, res, g): (Value, Value, Value)| {
-                match call_spread(&bwd, Some(n), vec![res, g])? {
-                    Value::Tuple(mut items) if n_diff == 1 && items.len() == 1 => Ok(items.remove(0)),
-                    other => Ok(other),
-                }
+            let bwd_f = move |(n, res, g): (Value, Value, Value)| match call_spread(
+                &bwd,
+                Some(n),
+                vec![res, g],
+            )? {
+                Value::Tuple(mut items) if n_diff == 1 && items.len() == 1 => Ok(items.remove(0)),
+                other => Ok(other),
             };
             let rule = qb::custom_vjp(f)
                 .name(self.name.clone())
@@ -214,7 +229,11 @@ impl PyCustomJvp {
     }
 
     #[pyo3(signature = (*args, **kwargs))]
-    fn __call__<'py>(slf: &Bound<'py, Self>, args: &Bound<'py, PyTuple>, kwargs: Option<&Bound<'py, PyDict>>) -> PyResult<Bound<'py, PyAny>> {
+    fn __call__<'py>(
+        slf: &Bound<'py, Self>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         if kwargs.is_some_and(|k| !k.is_empty()) {
             return Err(type_error("custom_jvp() takes positional arguments only"));
         }
@@ -228,24 +247,40 @@ impl PyCustomJvp {
 }
 
 impl PyCustomJvp {
-    fn call<'py>(&self, py: Python<'py>, args: &Bound<'py, PyTuple>) -> PyResult<Bound<'py, PyAny>> {
+    fn call<'py>(
+        &self,
+        py: Python<'py>,
+        args: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let rule = self
             .rule
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
             .map(|r| r.clone_ref(py))
-            .ok_or_else(|| value_error(format!("custom_jvp({}) has no rule; call defjvp(rule) first", self.name)))?;
+            .ok_or_else(|| {
+                value_error(format!(
+                    "custom_jvp({}) has no rule; call defjvp(rule) first",
+                    self.name
+                ))
+            })?;
         let args = args_value(args, &[])?;
         let fun = self.fun.clone_ref(py);
         let f = move |a: Value| call_python(&fun, a);
         let out = if self.nondiff.is_empty() {
-            let r = move |(p, t): (Value, Value)| pair(call_spread(&rule, None, vec![p, t])?, "the jvp rule");
+            let r = move |(p, t): (Value, Value)| {
+                pair(call_spread(&rule, None, vec![p, t])?, "the jvp rule")
+            };
             let c = qb::custom_jvp(f).name(self.name.clone()).defjvp(r);
             c.call(&args).or_raise()?
         } else {
-            let r = move |(n, p, t): (Value, Value, Value)| pair(call_spread(&rule, Some(n), vec![p, t])?, "the jvp rule");
-            let c = qb::custom_jvp(f).name(self.name.clone()).nondiff_argnums(&self.nondiff).defjvp(r);
+            let r = move |(n, p, t): (Value, Value, Value)| {
+                pair(call_spread(&rule, Some(n), vec![p, t])?, "the jvp rule")
+            };
+            let c = qb::custom_jvp(f)
+                .name(self.name.clone())
+                .nondiff_argnums(&self.nondiff)
+                .defjvp(r);
             c.call(&args).or_raise()?
         };
         value_to_py(py, out)
@@ -274,7 +309,11 @@ impl PyCheckpoint {
     }
 
     #[pyo3(signature = (*args))]
-    fn __call__<'py>(&self, py: Python<'py>, args: &Bound<'py, PyTuple>) -> PyResult<Bound<'py, PyAny>> {
+    fn __call__<'py>(
+        &self,
+        py: Python<'py>,
+        args: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let args = args_value(args, &self.static_argnums)?;
         let fun = self.fun.clone_ref(py);
         let c = qb::checkpoint(move |a: Value| call_python(&fun, a)).name(self.name.clone());

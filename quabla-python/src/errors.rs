@@ -41,9 +41,7 @@ pub fn to_qb(err: PyErr) -> qb::Error {
 /// One of the classes of `quabla._errors`, by name.
 pub fn quabla_class<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyType>> {
     static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
-    let module = MODULE.get_or_try_init(py, || {
-        py.import("quabla._errors").map(|m| m.unbind())
-    })?;
+    let module = MODULE.get_or_try_init(py, || py.import("quabla._errors").map(|m| m.unbind()))?;
     Ok(module.bind(py).getattr(name)?.cast_into::<PyType>()?)
 }
 
@@ -92,9 +90,9 @@ fn to_py_in(py: Python<'_>, err: qb::Error) -> PyErr {
         }
         qb::Error::Type { .. } => PyTypeError::new_err(message),
         qb::Error::Index { .. } => PyIndexError::new_err(message),
-        qb::Error::NotConverged { .. } | qb::Error::OdeMaxSteps { .. } | qb::Error::Device { .. } => {
-            PyRuntimeError::new_err(message)
-        }
+        qb::Error::NotConverged { .. }
+        | qb::Error::OdeMaxSteps { .. }
+        | qb::Error::Device { .. } => PyRuntimeError::new_err(message),
         qb::Error::Io { .. } => PyOSError::new_err(message),
         qb::Error::OutOfMemory { .. } => PyMemoryError::new_err(message),
         qb::Error::Cancelled => PyKeyboardInterrupt::new_err(message),

@@ -2,7 +2,9 @@
 //! each family on `Tensor`. Each function converts its arguments (operands, axes, keyword
 //! options) and calls the facade function of the same name; none computes anything itself.
 
-use crate::convert::{asarray, axes_arg, dtype_arg, ints, opt_dtype, operand, shape_arg, to_tensor};
+use crate::convert::{
+    asarray, axes_arg, dtype_arg, ints, operand, opt_dtype, shape_arg, to_tensor,
+};
 use crate::errors::{type_error, value_error, OrRaise};
 use crate::tensor::{exponent, ret, ret_list, PyTensor};
 use pyo3::prelude::*;
@@ -38,10 +40,47 @@ macro_rules! unary_family {
 }
 
 unary_family!(
-    sin, cos, tanh, exp, expm1, log, log1p, sqrt, tan, arcsin, arccos, arctan, sinh, cosh,
-    arcsinh, arccosh, arctanh, log2, log10, cbrt, floor, ceil, round, erf, erfc, abs, relu,
-    sigmoid, square, reciprocal, stop_gradient, isnan, isfinite, sign, exp2, isinf, softplus,
-    silu, ravel, tril, triu,
+    sin,
+    cos,
+    tanh,
+    exp,
+    expm1,
+    log,
+    log1p,
+    sqrt,
+    tan,
+    arcsin,
+    arccos,
+    arctan,
+    sinh,
+    cosh,
+    arcsinh,
+    arccosh,
+    arctanh,
+    log2,
+    log10,
+    cbrt,
+    floor,
+    ceil,
+    round,
+    erf,
+    erfc,
+    abs,
+    relu,
+    sigmoid,
+    square,
+    reciprocal,
+    stop_gradient,
+    isnan,
+    isfinite,
+    sign,
+    exp2,
+    isinf,
+    softplus,
+    silu,
+    ravel,
+    tril,
+    triu,
 );
 
 /// Binary functions `f(a, b)` with the method twin `a.f(b)`.
@@ -146,13 +185,21 @@ mod shapes {
     use super::*;
 
     #[pyfunction]
-    pub fn reshape<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, shape: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn reshape<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        shape: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, to_tensor(x)?.reshape(ints(shape)?))
     }
 
     #[pyfunction]
     #[pyo3(signature = (x, axes=None))]
-    pub fn transpose<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, axes: Option<Vec<isize>>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn transpose<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        axes: Option<Vec<isize>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let x = to_tensor(x)?;
         match axes {
             None => ret(py, x.transpose()),
@@ -161,22 +208,38 @@ mod shapes {
     }
 
     #[pyfunction]
-    pub fn broadcast_to<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, shape: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn broadcast_to<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        shape: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, to_tensor(x)?.broadcast_to(shape_arg(shape)?))
     }
 
     #[pyfunction]
-    pub fn astype<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, dtype: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn astype<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        dtype: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, to_tensor(x)?.astype(dtype_arg(dtype)?))
     }
 
     #[pyfunction]
     #[pyo3(signature = (x, axis=None))]
-    pub fn squeeze<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, axis: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn squeeze<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        axis: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         squeeze_tensor(py, &to_tensor(x)?, axis)
     }
 
-    pub fn squeeze_tensor<'py>(py: Python<'py>, x: &qb::Tensor, axis: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn squeeze_tensor<'py>(
+        py: Python<'py>,
+        x: &qb::Tensor,
+        axis: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         match axis {
             Some(a) if !a.is_none() => ret(py, x.squeeze_axes(ints(a)?)),
             _ => ret(py, x.squeeze()),
@@ -184,17 +247,31 @@ mod shapes {
     }
 
     #[pyfunction]
-    pub fn expand_dims<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, axis: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn expand_dims<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        axis: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, to_tensor(x)?.expand_dims(ints(axis)?))
     }
 
     #[pyfunction]
     #[pyo3(signature = (x, indices_or_sections, axis=0))]
-    pub fn split<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, indices_or_sections: &Bound<'py, PyAny>, axis: isize) -> PyResult<Bound<'py, PyAny>> {
+    pub fn split<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        indices_or_sections: &Bound<'py, PyAny>,
+        axis: isize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         split_tensor(py, &to_tensor(x)?, indices_or_sections, axis)
     }
 
-    pub fn split_tensor<'py>(py: Python<'py>, x: &qb::Tensor, spec: &Bound<'py, PyAny>, axis: isize) -> PyResult<Bound<'py, PyAny>> {
+    pub fn split_tensor<'py>(
+        py: Python<'py>,
+        x: &qb::Tensor,
+        spec: &Bound<'py, PyAny>,
+        axis: isize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         if let Ok(n) = spec.extract::<usize>() {
             ret_list(py, x.split(n, axis))
         } else {
@@ -207,37 +284,62 @@ mod shapes {
     }
 
     #[pyfunction]
-    pub fn concat<'py>(py: Python<'py>, tensors_: &Bound<'py, PyAny>, axis: isize) -> PyResult<Bound<'py, PyAny>> {
+    pub fn concat<'py>(
+        py: Python<'py>,
+        tensors_: &Bound<'py, PyAny>,
+        axis: isize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::concat(&tensors(tensors_)?, axis))
     }
 
     #[pyfunction]
     #[pyo3(signature = (tensors_, axis=0))]
-    pub fn stack<'py>(py: Python<'py>, tensors_: &Bound<'py, PyAny>, axis: isize) -> PyResult<Bound<'py, PyAny>> {
+    pub fn stack<'py>(
+        py: Python<'py>,
+        tensors_: &Bound<'py, PyAny>,
+        axis: isize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::stack(&tensors(tensors_)?, axis))
     }
 
     #[pyfunction]
     #[pyo3(signature = (*xs, indexing="xy"))]
-    pub fn meshgrid<'py>(py: Python<'py>, xs: &Bound<'py, PyTuple>, indexing: &str) -> PyResult<Bound<'py, PyAny>> {
+    pub fn meshgrid<'py>(
+        py: Python<'py>,
+        xs: &Bound<'py, PyTuple>,
+        indexing: &str,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let xs: Vec<qb::Tensor> = xs.iter().map(|x| to_tensor(&x)).collect::<PyResult<_>>()?;
         let indexing = match indexing {
             "xy" => qb::Indexing::Xy,
             "ij" => qb::Indexing::Ij,
-            other => return Err(value_error(format!("meshgrid: indexing must be \"xy\" or \"ij\", got {other:?}"))),
+            other => {
+                return Err(value_error(format!(
+                    "meshgrid: indexing must be \"xy\" or \"ij\", got {other:?}"
+                )))
+            }
         };
         ret_list(py, qb::meshgrid(&xs).indexing(indexing).eval())
     }
 
     #[pyfunction]
     #[pyo3(signature = (x, axis=None))]
-    pub fn flip<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, axis: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn flip<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        axis: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::flip(to_tensor(x)?, axes_arg(axis)?))
     }
 
     #[pyfunction]
     #[pyo3(signature = (x, shift, axis=None))]
-    pub fn roll<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, shift: &Bound<'py, PyAny>, axis: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn roll<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        shift: &Bound<'py, PyAny>,
+        axis: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let call = qb::roll(to_tensor(x)?, ints(shift)?);
         match axis {
             Some(a) if !a.is_none() => ret(py, call.axis(ints(a)?).eval()),
@@ -247,7 +349,13 @@ mod shapes {
 
     #[pyfunction]
     #[pyo3(signature = (x, pad_width, mode="constant", constant_values=0.0))]
-    pub fn pad<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, pad_width: &Bound<'py, PyAny>, mode: &str, constant_values: f64) -> PyResult<Bound<'py, PyAny>> {
+    pub fn pad<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        pad_width: &Bound<'py, PyAny>,
+        mode: &str,
+        constant_values: f64,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let x = to_tensor(x)?;
         let width: qb::PadWidth = if let Ok(n) = pad_width.extract::<usize>() {
             n.into()
@@ -256,7 +364,9 @@ mod shapes {
         } else if let Ok(ps) = pad_width.extract::<Vec<(usize, usize)>>() {
             ps.into()
         } else {
-            return Err(type_error("pad_width must be an int, a (before, after) pair or one pair per axis"));
+            return Err(type_error(
+                "pad_width must be an int, a (before, after) pair or one pair per axis",
+            ));
         };
         let mode = match mode {
             "constant" => qb::PadMode::Constant,
@@ -268,17 +378,32 @@ mod shapes {
                 "pad: mode must be \"constant\", \"edge\", \"reflect\", \"symmetric\" or \"wrap\", got {other:?}"
             ))),
         };
-        ret(py, qb::pad(&x, width).mode(mode).constant_values(constant_values).eval())
+        ret(
+            py,
+            qb::pad(&x, width)
+                .mode(mode)
+                .constant_values(constant_values)
+                .eval(),
+        )
     }
 
     #[pyfunction]
-    pub fn tile<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, reps: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn tile<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        reps: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::tile(to_tensor(x)?, shape_arg(reps)?))
     }
 
     #[pyfunction]
     #[pyo3(signature = (x, repeats, axis=None))]
-    pub fn repeat<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, repeats: &Bound<'py, PyAny>, axis: Option<isize>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn repeat<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        repeats: &Bound<'py, PyAny>,
+        axis: Option<isize>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let call = qb::repeat(to_tensor(x)?, ints(repeats)?);
         match axis {
             Some(a) => ret(py, call.axis(a).eval()),
@@ -287,36 +412,84 @@ mod shapes {
     }
 
     #[pyfunction]
-    pub fn moveaxis<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, source: &Bound<'py, PyAny>, destination: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-        ret(py, qb::moveaxis(&to_tensor(x)?, ints(source)?, ints(destination)?))
+    pub fn moveaxis<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        source: &Bound<'py, PyAny>,
+        destination: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        ret(
+            py,
+            qb::moveaxis(&to_tensor(x)?, ints(source)?, ints(destination)?),
+        )
     }
 
     #[pyfunction]
-    pub fn swapaxes<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, axis1: isize, axis2: isize) -> PyResult<Bound<'py, PyAny>> {
+    pub fn swapaxes<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        axis1: isize,
+        axis2: isize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::swapaxes(&to_tensor(x)?, axis1, axis2))
     }
 
     #[pyfunction]
     #[pyo3(signature = (v, k=0))]
-    pub fn diag<'py>(py: Python<'py>, v: &Bound<'py, PyAny>, k: isize) -> PyResult<Bound<'py, PyAny>> {
+    pub fn diag<'py>(
+        py: Python<'py>,
+        v: &Bound<'py, PyAny>,
+        k: isize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::diag(to_tensor(v)?).k(k).eval())
     }
 
     #[pyfunction]
     #[pyo3(signature = (x, offset=0, axis1=0, axis2=1))]
-    pub fn diagonal<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, offset: isize, axis1: isize, axis2: isize) -> PyResult<Bound<'py, PyAny>> {
-        ret(py, qb::diagonal(to_tensor(x)?).offset(offset).axis1(axis1).axis2(axis2).eval())
+    pub fn diagonal<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        offset: isize,
+        axis1: isize,
+        axis2: isize,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        ret(
+            py,
+            qb::diagonal(to_tensor(x)?)
+                .offset(offset)
+                .axis1(axis1)
+                .axis2(axis2)
+                .eval(),
+        )
     }
 
     #[pyfunction]
     #[pyo3(signature = (a, offset=0, axis1=0, axis2=1))]
-    pub fn trace<'py>(py: Python<'py>, a: &Bound<'py, PyAny>, offset: isize, axis1: isize, axis2: isize) -> PyResult<Bound<'py, PyAny>> {
-        ret(py, qb::trace(to_tensor(a)?).offset(offset).axis1(axis1).axis2(axis2).eval())
+    pub fn trace<'py>(
+        py: Python<'py>,
+        a: &Bound<'py, PyAny>,
+        offset: isize,
+        axis1: isize,
+        axis2: isize,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        ret(
+            py,
+            qb::trace(to_tensor(a)?)
+                .offset(offset)
+                .axis1(axis1)
+                .axis2(axis2)
+                .eval(),
+        )
     }
 
     #[pyfunction]
     #[pyo3(signature = (x, axis=None, reverse=false))]
-    pub fn cumsum<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, axis: Option<isize>, reverse: bool) -> PyResult<Bound<'py, PyAny>> {
+    pub fn cumsum<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        axis: Option<isize>,
+        reverse: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let x = to_tensor(x)?;
         let call = match axis {
             Some(a) => qb::cumsum(&x).axis(a),
@@ -325,44 +498,79 @@ mod shapes {
         ret(py, call.reverse(reverse).eval())
     }
 
-    fn variance<'py>(py: Python<'py>, call: qb::Variance, axis: Option<&Bound<'py, PyAny>>, keepdims: bool, ddof: usize) -> PyResult<Bound<'py, PyAny>> {
+    fn variance<'py>(
+        py: Python<'py>,
+        call: qb::Variance,
+        axis: Option<&Bound<'py, PyAny>>,
+        keepdims: bool,
+        ddof: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let call = call.axes(axes_arg(axis)?).keepdims(keepdims).ddof(ddof);
         ret(py, call.eval())
     }
 
     #[pyfunction]
     #[pyo3(signature = (x, axis=None, keepdims=false, ddof=0))]
-    pub fn var<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, axis: Option<&Bound<'py, PyAny>>, keepdims: bool, ddof: usize) -> PyResult<Bound<'py, PyAny>> {
+    pub fn var<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        axis: Option<&Bound<'py, PyAny>>,
+        keepdims: bool,
+        ddof: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         variance(py, qb::var(to_tensor(x)?), axis, keepdims, ddof)
     }
 
     #[pyfunction]
     #[pyo3(name = "std", signature = (x, axis=None, keepdims=false, ddof=0))]
-    pub fn std_<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, axis: Option<&Bound<'py, PyAny>>, keepdims: bool, ddof: usize) -> PyResult<Bound<'py, PyAny>> {
+    pub fn std_<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        axis: Option<&Bound<'py, PyAny>>,
+        keepdims: bool,
+        ddof: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         variance(py, qb::std(to_tensor(x)?), axis, keepdims, ddof)
     }
 
     #[pyfunction]
     #[pyo3(signature = (x, axis=-1))]
-    pub fn softmax<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, axis: isize) -> PyResult<Bound<'py, PyAny>> {
+    pub fn softmax<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        axis: isize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::softmax(to_tensor(x)?, axis))
     }
 
     #[pyfunction]
     #[pyo3(signature = (x, axis=-1))]
-    pub fn log_softmax<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, axis: isize) -> PyResult<Bound<'py, PyAny>> {
+    pub fn log_softmax<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        axis: isize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::log_softmax(to_tensor(x)?, axis))
     }
 
     #[pyfunction]
     #[pyo3(signature = (x, approximate=true))]
-    pub fn gelu<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, approximate: bool) -> PyResult<Bound<'py, PyAny>> {
+    pub fn gelu<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        approximate: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::gelu(operand(x)?).approximate(approximate).eval())
     }
 
     #[pyfunction]
     #[pyo3(signature = (x, lo=None, hi=None))]
-    pub fn clip<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, lo: Option<&Bound<'py, PyAny>>, hi: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn clip<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        lo: Option<&Bound<'py, PyAny>>,
+        hi: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let mut call = qb::clip(operand(x)?);
         if let Some(lo) = lo.filter(|v| !v.is_none()) {
             call = call.lo(operand(lo)?);
@@ -375,7 +583,14 @@ mod shapes {
 
     #[pyfunction]
     #[pyo3(signature = (x, copy=true, nan=0.0, posinf=None, neginf=None))]
-    pub fn nan_to_num<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, copy: bool, nan: f64, posinf: Option<f64>, neginf: Option<f64>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn nan_to_num<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        copy: bool,
+        nan: f64,
+        posinf: Option<f64>,
+        neginf: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let _ = copy; // Arrays are immutable: `copy` is accepted and has no effect.
         let mut call = qb::nan_to_num(operand(x)?).nan(nan);
         if let Some(v) = posinf {
@@ -389,8 +604,16 @@ mod shapes {
 
     #[pyfunction]
     #[pyo3(name = "where")]
-    pub fn where_<'py>(py: Python<'py>, mask: &Bound<'py, PyAny>, on_true: &Bound<'py, PyAny>, on_false: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-        ret(py, qb::where_(operand(mask)?, operand(on_true)?, operand(on_false)?))
+    pub fn where_<'py>(
+        py: Python<'py>,
+        mask: &Bound<'py, PyAny>,
+        on_true: &Bound<'py, PyAny>,
+        on_false: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        ret(
+            py,
+            qb::where_(operand(mask)?, operand(on_true)?, operand(on_false)?),
+        )
     }
 
     #[pyfunction]
@@ -399,18 +622,31 @@ mod shapes {
     }
 
     #[pyfunction]
-    pub fn power<'py>(py: Python<'py>, x1: &Bound<'py, PyAny>, x2: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn power<'py>(
+        py: Python<'py>,
+        x1: &Bound<'py, PyAny>,
+        x2: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::power(operand(x1)?, exponent(x2)?))
     }
 
     #[pyfunction]
-    pub fn powi<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, exponent: i32) -> PyResult<Bound<'py, PyAny>> {
+    pub fn powi<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        exponent: i32,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::powi(operand(x)?, exponent))
     }
 
     #[pyfunction]
     #[pyo3(signature = (a, b, axes=None))]
-    pub fn tensordot<'py>(py: Python<'py>, a: &Bound<'py, PyAny>, b: &Bound<'py, PyAny>, axes: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn tensordot<'py>(
+        py: Python<'py>,
+        a: &Bound<'py, PyAny>,
+        b: &Bound<'py, PyAny>,
+        axes: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let call = qb::tensordot(to_tensor(a)?, to_tensor(b)?);
         let call = match axes {
             None => call.axes(2usize),
@@ -428,8 +664,19 @@ mod shapes {
 
     #[pyfunction]
     #[pyo3(signature = (a, b, axisa=-1, axisb=-1, axisc=-1, axis=None))]
-    pub fn cross<'py>(py: Python<'py>, a: &Bound<'py, PyAny>, b: &Bound<'py, PyAny>, axisa: isize, axisb: isize, axisc: isize, axis: Option<isize>) -> PyResult<Bound<'py, PyAny>> {
-        let call = qb::cross(to_tensor(a)?, to_tensor(b)?).axisa(axisa).axisb(axisb).axisc(axisc);
+    pub fn cross<'py>(
+        py: Python<'py>,
+        a: &Bound<'py, PyAny>,
+        b: &Bound<'py, PyAny>,
+        axisa: isize,
+        axisb: isize,
+        axisc: isize,
+        axis: Option<isize>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let call = qb::cross(to_tensor(a)?, to_tensor(b)?)
+            .axisa(axisa)
+            .axisb(axisb)
+            .axisc(axisc);
         match axis {
             Some(ax) => ret(py, call.axis(ax).eval()),
             None => ret(py, call.eval()),
@@ -438,13 +685,24 @@ mod shapes {
 
     #[pyfunction]
     #[pyo3(signature = (equation, *operands))]
-    pub fn einsum<'py>(py: Python<'py>, equation: &str, operands: &Bound<'py, PyTuple>) -> PyResult<Bound<'py, PyAny>> {
-        let ops: Vec<qb::Tensor> = operands.iter().map(|o| to_tensor(&o)).collect::<PyResult<_>>()?;
+    pub fn einsum<'py>(
+        py: Python<'py>,
+        equation: &str,
+        operands: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let ops: Vec<qb::Tensor> = operands
+            .iter()
+            .map(|o| to_tensor(&o))
+            .collect::<PyResult<_>>()?;
         ret(py, qb::einsum(equation, &ops))
     }
 
     #[pyfunction]
-    pub fn solve<'py>(py: Python<'py>, a: &Bound<'py, PyAny>, b: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn solve<'py>(
+        py: Python<'py>,
+        a: &Bound<'py, PyAny>,
+        b: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::solve(&to_tensor(a)?, &to_tensor(b)?))
     }
 
@@ -455,7 +713,14 @@ mod shapes {
 
     #[pyfunction]
     #[pyo3(signature = (x, n=1, axis=-1, prepend=None, append=None))]
-    pub fn diff<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, n: usize, axis: isize, prepend: Option<&Bound<'py, PyAny>>, append: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn diff<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        n: usize,
+        axis: isize,
+        prepend: Option<&Bound<'py, PyAny>>,
+        append: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let mut call = qb::diff(to_tensor(x)?).n(n).axis(axis);
         if let Some(p) = prepend.filter(|v| !v.is_none()) {
             call = call.prepend(operand(p)?);
@@ -468,7 +733,13 @@ mod shapes {
 
     #[pyfunction]
     #[pyo3(signature = (y, x=None, dx=1.0, axis=-1))]
-    pub fn trapezoid<'py>(py: Python<'py>, y: &Bound<'py, PyAny>, x: Option<&Bound<'py, PyAny>>, dx: f64, axis: isize) -> PyResult<Bound<'py, PyAny>> {
+    pub fn trapezoid<'py>(
+        py: Python<'py>,
+        y: &Bound<'py, PyAny>,
+        x: Option<&Bound<'py, PyAny>>,
+        dx: f64,
+        axis: isize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let mut call = qb::trapezoid(to_tensor(y)?).dx(dx).axis(axis);
         if let Some(x) = x.filter(|v| !v.is_none()) {
             call = call.x(operand(x)?);
@@ -478,7 +749,14 @@ mod shapes {
 
     #[pyfunction]
     #[pyo3(signature = (x, xp, fp, left=None, right=None))]
-    pub fn interp<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, xp: &Bound<'py, PyAny>, fp: &Bound<'py, PyAny>, left: Option<&Bound<'py, PyAny>>, right: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn interp<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        xp: &Bound<'py, PyAny>,
+        fp: &Bound<'py, PyAny>,
+        left: Option<&Bound<'py, PyAny>>,
+        right: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let mut call = qb::interp(operand(x)?, operand(xp)?, operand(fp)?);
         if let Some(l) = left.filter(|v| !v.is_none()) {
             call = call.left(operand(l)?);
@@ -491,38 +769,74 @@ mod shapes {
 
     #[pyfunction]
     #[pyo3(signature = (x, indices, axis=0))]
-    pub fn gather<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, indices: Vec<isize>, axis: isize) -> PyResult<Bound<'py, PyAny>> {
+    pub fn gather<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        indices: Vec<isize>,
+        axis: isize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, to_tensor(x)?.gather(indices, axis))
     }
 
     #[pyfunction]
     #[pyo3(signature = (x, indices, updates, axis=0))]
-    pub fn scatter_add<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, indices: Vec<isize>, updates: &Bound<'py, PyAny>, axis: isize) -> PyResult<Bound<'py, PyAny>> {
-        ret(py, to_tensor(x)?.scatter_add(indices, operand(updates)?, axis))
+    pub fn scatter_add<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        indices: Vec<isize>,
+        updates: &Bound<'py, PyAny>,
+        axis: isize,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        ret(
+            py,
+            to_tensor(x)?.scatter_add(indices, operand(updates)?, axis),
+        )
     }
 
     pub fn add_to(m: &Bound<'_, PyModule>) -> PyResult<()> {
         for f in [
-            wrap_pyfunction!(reshape, m)?, wrap_pyfunction!(transpose, m)?,
-            wrap_pyfunction!(broadcast_to, m)?, wrap_pyfunction!(astype, m)?,
-            wrap_pyfunction!(squeeze, m)?, wrap_pyfunction!(expand_dims, m)?,
-            wrap_pyfunction!(split, m)?, wrap_pyfunction!(concat, m)?,
-            wrap_pyfunction!(stack, m)?, wrap_pyfunction!(meshgrid, m)?,
-            wrap_pyfunction!(flip, m)?, wrap_pyfunction!(roll, m)?, wrap_pyfunction!(pad, m)?,
-            wrap_pyfunction!(tile, m)?, wrap_pyfunction!(repeat, m)?,
-            wrap_pyfunction!(moveaxis, m)?, wrap_pyfunction!(swapaxes, m)?,
-            wrap_pyfunction!(diag, m)?, wrap_pyfunction!(diagonal, m)?,
-            wrap_pyfunction!(trace, m)?, wrap_pyfunction!(cumsum, m)?, wrap_pyfunction!(var, m)?,
-            wrap_pyfunction!(std_, m)?, wrap_pyfunction!(softmax, m)?,
-            wrap_pyfunction!(log_softmax, m)?, wrap_pyfunction!(gelu, m)?,
-            wrap_pyfunction!(clip, m)?, wrap_pyfunction!(nan_to_num, m)?,
-            wrap_pyfunction!(where_, m)?, wrap_pyfunction!(logical_not, m)?,
-            wrap_pyfunction!(power, m)?, wrap_pyfunction!(powi, m)?,
-            wrap_pyfunction!(tensordot, m)?, wrap_pyfunction!(cross, m)?,
-            wrap_pyfunction!(einsum, m)?, wrap_pyfunction!(solve, m)?,
-            wrap_pyfunction!(cholesky, m)?, wrap_pyfunction!(diff, m)?,
-            wrap_pyfunction!(trapezoid, m)?, wrap_pyfunction!(interp, m)?,
-            wrap_pyfunction!(gather, m)?, wrap_pyfunction!(scatter_add, m)?,
+            wrap_pyfunction!(reshape, m)?,
+            wrap_pyfunction!(transpose, m)?,
+            wrap_pyfunction!(broadcast_to, m)?,
+            wrap_pyfunction!(astype, m)?,
+            wrap_pyfunction!(squeeze, m)?,
+            wrap_pyfunction!(expand_dims, m)?,
+            wrap_pyfunction!(split, m)?,
+            wrap_pyfunction!(concat, m)?,
+            wrap_pyfunction!(stack, m)?,
+            wrap_pyfunction!(meshgrid, m)?,
+            wrap_pyfunction!(flip, m)?,
+            wrap_pyfunction!(roll, m)?,
+            wrap_pyfunction!(pad, m)?,
+            wrap_pyfunction!(tile, m)?,
+            wrap_pyfunction!(repeat, m)?,
+            wrap_pyfunction!(moveaxis, m)?,
+            wrap_pyfunction!(swapaxes, m)?,
+            wrap_pyfunction!(diag, m)?,
+            wrap_pyfunction!(diagonal, m)?,
+            wrap_pyfunction!(trace, m)?,
+            wrap_pyfunction!(cumsum, m)?,
+            wrap_pyfunction!(var, m)?,
+            wrap_pyfunction!(std_, m)?,
+            wrap_pyfunction!(softmax, m)?,
+            wrap_pyfunction!(log_softmax, m)?,
+            wrap_pyfunction!(gelu, m)?,
+            wrap_pyfunction!(clip, m)?,
+            wrap_pyfunction!(nan_to_num, m)?,
+            wrap_pyfunction!(where_, m)?,
+            wrap_pyfunction!(logical_not, m)?,
+            wrap_pyfunction!(power, m)?,
+            wrap_pyfunction!(powi, m)?,
+            wrap_pyfunction!(tensordot, m)?,
+            wrap_pyfunction!(cross, m)?,
+            wrap_pyfunction!(einsum, m)?,
+            wrap_pyfunction!(solve, m)?,
+            wrap_pyfunction!(cholesky, m)?,
+            wrap_pyfunction!(diff, m)?,
+            wrap_pyfunction!(trapezoid, m)?,
+            wrap_pyfunction!(interp, m)?,
+            wrap_pyfunction!(gather, m)?,
+            wrap_pyfunction!(scatter_add, m)?,
         ] {
             m.add_function(f)?;
         }
@@ -533,26 +847,47 @@ mod shapes {
 /// The method twins of the shape functions and of the methods with options.
 #[pymethods]
 impl PyTensor {
-    fn broadcast_to<'py>(&self, py: Python<'py>, shape: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn broadcast_to<'py>(
+        &self,
+        py: Python<'py>,
+        shape: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, self.t.broadcast_to(shape_arg(shape)?))
     }
 
     #[pyo3(signature = (axis=None))]
-    fn squeeze<'py>(&self, py: Python<'py>, axis: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    fn squeeze<'py>(
+        &self,
+        py: Python<'py>,
+        axis: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         shapes::squeeze_tensor(py, &self.t, axis)
     }
 
-    fn expand_dims<'py>(&self, py: Python<'py>, axis: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn expand_dims<'py>(
+        &self,
+        py: Python<'py>,
+        axis: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, self.t.expand_dims(ints(axis)?))
     }
 
     #[pyo3(signature = (indices_or_sections, axis=0))]
-    fn split<'py>(&self, py: Python<'py>, indices_or_sections: &Bound<'py, PyAny>, axis: isize) -> PyResult<Bound<'py, PyAny>> {
+    fn split<'py>(
+        &self,
+        py: Python<'py>,
+        indices_or_sections: &Bound<'py, PyAny>,
+        axis: isize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         shapes::split_tensor(py, &self.t, indices_or_sections, axis)
     }
 
     #[pyo3(signature = (axis=None))]
-    fn flip<'py>(&self, py: Python<'py>, axis: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    fn flip<'py>(
+        &self,
+        py: Python<'py>,
+        axis: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::flip(&self.t, axes_arg(axis)?))
     }
 
@@ -560,11 +895,21 @@ impl PyTensor {
         ret(py, self.t.tile(shape_arg(reps)?))
     }
 
-    fn swapaxes<'py>(&self, py: Python<'py>, axis1: isize, axis2: isize) -> PyResult<Bound<'py, PyAny>> {
+    fn swapaxes<'py>(
+        &self,
+        py: Python<'py>,
+        axis1: isize,
+        axis2: isize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, self.t.swapaxes(axis1, axis2))
     }
 
-    fn moveaxis<'py>(&self, py: Python<'py>, source: &Bound<'py, PyAny>, destination: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn moveaxis<'py>(
+        &self,
+        py: Python<'py>,
+        source: &Bound<'py, PyAny>,
+        destination: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, self.t.moveaxis(ints(source)?, ints(destination)?))
     }
 
@@ -579,17 +924,31 @@ impl PyTensor {
     }
 
     #[pyo3(signature = (axis=None, keepdims=false, ddof=0))]
-    fn var<'py>(slf: &Bound<'py, Self>, axis: Option<&Bound<'py, PyAny>>, keepdims: bool, ddof: usize) -> PyResult<Bound<'py, PyAny>> {
+    fn var<'py>(
+        slf: &Bound<'py, Self>,
+        axis: Option<&Bound<'py, PyAny>>,
+        keepdims: bool,
+        ddof: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         shapes::var(slf.py(), slf.as_any(), axis, keepdims, ddof)
     }
 
     #[pyo3(signature = (axis=None, keepdims=false, ddof=0))]
-    fn std<'py>(slf: &Bound<'py, Self>, axis: Option<&Bound<'py, PyAny>>, keepdims: bool, ddof: usize) -> PyResult<Bound<'py, PyAny>> {
+    fn std<'py>(
+        slf: &Bound<'py, Self>,
+        axis: Option<&Bound<'py, PyAny>>,
+        keepdims: bool,
+        ddof: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         shapes::std_(slf.py(), slf.as_any(), axis, keepdims, ddof)
     }
 
     #[pyo3(signature = (axis=None, reverse=false))]
-    fn cumsum<'py>(slf: &Bound<'py, Self>, axis: Option<isize>, reverse: bool) -> PyResult<Bound<'py, PyAny>> {
+    fn cumsum<'py>(
+        slf: &Bound<'py, Self>,
+        axis: Option<isize>,
+        reverse: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
         shapes::cumsum(slf.py(), slf.as_any(), axis, reverse)
     }
 
@@ -599,12 +958,22 @@ impl PyTensor {
     }
 
     #[pyo3(signature = (lo=None, hi=None))]
-    fn clip<'py>(slf: &Bound<'py, Self>, lo: Option<&Bound<'py, PyAny>>, hi: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    fn clip<'py>(
+        slf: &Bound<'py, Self>,
+        lo: Option<&Bound<'py, PyAny>>,
+        hi: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         shapes::clip(slf.py(), slf.as_any(), lo, hi)
     }
 
     #[pyo3(signature = (copy=true, nan=0.0, posinf=None, neginf=None))]
-    fn nan_to_num<'py>(slf: &Bound<'py, Self>, copy: bool, nan: f64, posinf: Option<f64>, neginf: Option<f64>) -> PyResult<Bound<'py, PyAny>> {
+    fn nan_to_num<'py>(
+        slf: &Bound<'py, Self>,
+        copy: bool,
+        nan: f64,
+        posinf: Option<f64>,
+        neginf: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         shapes::nan_to_num(slf.py(), slf.as_any(), copy, nan, posinf, neginf)
     }
 
@@ -617,12 +986,23 @@ impl PyTensor {
     }
 
     #[pyo3(signature = (indices, axis=0))]
-    fn gather<'py>(&self, py: Python<'py>, indices: Vec<isize>, axis: isize) -> PyResult<Bound<'py, PyAny>> {
+    fn gather<'py>(
+        &self,
+        py: Python<'py>,
+        indices: Vec<isize>,
+        axis: isize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, self.t.gather(indices, axis))
     }
 
     #[pyo3(signature = (indices, updates, axis=0))]
-    fn scatter_add<'py>(&self, py: Python<'py>, indices: Vec<isize>, updates: &Bound<'py, PyAny>, axis: isize) -> PyResult<Bound<'py, PyAny>> {
+    fn scatter_add<'py>(
+        &self,
+        py: Python<'py>,
+        indices: Vec<isize>,
+        updates: &Bound<'py, PyAny>,
+        axis: isize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, self.t.scatter_add(indices, operand(updates)?, axis))
     }
 
@@ -640,22 +1020,56 @@ impl PyTensor {
     }
 
     #[pyo3(signature = (offset=0, axis1=0, axis2=1))]
-    fn diagonal<'py>(&self, py: Python<'py>, offset: isize, axis1: isize, axis2: isize) -> PyResult<Bound<'py, PyAny>> {
-        ret(py, qb::diagonal(&self.t).offset(offset).axis1(axis1).axis2(axis2).eval())
+    fn diagonal<'py>(
+        &self,
+        py: Python<'py>,
+        offset: isize,
+        axis1: isize,
+        axis2: isize,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        ret(
+            py,
+            qb::diagonal(&self.t)
+                .offset(offset)
+                .axis1(axis1)
+                .axis2(axis2)
+                .eval(),
+        )
     }
 
     #[pyo3(signature = (offset=0, axis1=0, axis2=1))]
-    fn trace<'py>(&self, py: Python<'py>, offset: isize, axis1: isize, axis2: isize) -> PyResult<Bound<'py, PyAny>> {
-        ret(py, qb::trace(&self.t).offset(offset).axis1(axis1).axis2(axis2).eval())
+    fn trace<'py>(
+        &self,
+        py: Python<'py>,
+        offset: isize,
+        axis1: isize,
+        axis2: isize,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        ret(
+            py,
+            qb::trace(&self.t)
+                .offset(offset)
+                .axis1(axis1)
+                .axis2(axis2)
+                .eval(),
+        )
     }
 
     #[pyo3(signature = (shift, axis=None))]
-    fn roll<'py>(slf: &Bound<'py, Self>, shift: &Bound<'py, PyAny>, axis: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    fn roll<'py>(
+        slf: &Bound<'py, Self>,
+        shift: &Bound<'py, PyAny>,
+        axis: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         shapes::roll(slf.py(), slf.as_any(), shift, axis)
     }
 
     #[pyo3(signature = (repeats, axis=None))]
-    fn repeat<'py>(slf: &Bound<'py, Self>, repeats: &Bound<'py, PyAny>, axis: Option<isize>) -> PyResult<Bound<'py, PyAny>> {
+    fn repeat<'py>(
+        slf: &Bound<'py, Self>,
+        repeats: &Bound<'py, PyAny>,
+        axis: Option<isize>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         shapes::repeat(slf.py(), slf.as_any(), repeats, axis)
     }
 
@@ -678,13 +1092,21 @@ mod creation {
 
     #[pyfunction]
     #[pyo3(signature = (obj, dtype=None))]
-    pub fn array<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>, dtype: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn array<'py>(
+        py: Python<'py>,
+        obj: &Bound<'py, PyAny>,
+        dtype: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         crate::tensor::wrap(py, asarray(obj, opt_dtype(dtype)?)?)
     }
 
     #[pyfunction]
     #[pyo3(name = "asarray", signature = (obj, dtype=None))]
-    pub fn asarray_<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>, dtype: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn asarray_<'py>(
+        py: Python<'py>,
+        obj: &Bound<'py, PyAny>,
+        dtype: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let dtype = opt_dtype(dtype)?;
         if let Ok(t) = obj.cast::<PyTensor>() {
             if dtype.is_none_or(|d| d == t.get().t.dtype()) {
@@ -700,19 +1122,32 @@ mod creation {
 
     #[pyfunction]
     #[pyo3(signature = (shape, dtype=None))]
-    pub fn zeros<'py>(py: Python<'py>, shape: &Bound<'py, PyAny>, dtype: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn zeros<'py>(
+        py: Python<'py>,
+        shape: &Bound<'py, PyAny>,
+        dtype: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, of_dtype(dtype)?.zeros(shape_arg(shape)?))
     }
 
     #[pyfunction]
     #[pyo3(signature = (shape, dtype=None))]
-    pub fn ones<'py>(py: Python<'py>, shape: &Bound<'py, PyAny>, dtype: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn ones<'py>(
+        py: Python<'py>,
+        shape: &Bound<'py, PyAny>,
+        dtype: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, of_dtype(dtype)?.ones(shape_arg(shape)?))
     }
 
     #[pyfunction]
     #[pyo3(signature = (shape, fill_value, dtype=None))]
-    pub fn full<'py>(py: Python<'py>, shape: &Bound<'py, PyAny>, fill_value: &Bound<'py, PyAny>, dtype: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn full<'py>(
+        py: Python<'py>,
+        shape: &Bound<'py, PyAny>,
+        fill_value: &Bound<'py, PyAny>,
+        dtype: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let v = fill(fill_value)?;
         let t = qb::full(shape_arg(shape)?, &v).or_raise()?;
         match opt_dtype(dtype)? {
@@ -723,7 +1158,13 @@ mod creation {
 
     #[pyfunction]
     #[pyo3(signature = (start, stop=None, step=1.0, dtype=None))]
-    pub fn arange<'py>(py: Python<'py>, start: f64, stop: Option<f64>, step: f64, dtype: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn arange<'py>(
+        py: Python<'py>,
+        start: f64,
+        stop: Option<f64>,
+        step: f64,
+        dtype: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let (start, stop) = match stop {
             Some(s) => (start, s),
             None => (0.0, start),
@@ -733,17 +1174,33 @@ mod creation {
 
     #[pyfunction]
     #[pyo3(signature = (start, stop, num, dtype=None))]
-    pub fn linspace<'py>(py: Python<'py>, start: f64, stop: f64, num: usize, dtype: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn linspace<'py>(
+        py: Python<'py>,
+        start: f64,
+        stop: f64,
+        num: usize,
+        dtype: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, of_dtype(dtype)?.linspace(start, stop, num))
     }
 
     #[pyfunction]
     #[pyo3(signature = (n, m=None, dtype=None))]
-    pub fn eye<'py>(py: Python<'py>, n: usize, m: Option<usize>, dtype: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn eye<'py>(
+        py: Python<'py>,
+        n: usize,
+        m: Option<usize>,
+        dtype: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, of_dtype(dtype)?.eye_rect(n, m.unwrap_or(n)))
     }
 
-    fn like<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, dtype: Option<&Bound<'py, PyAny>>, t: qb::Result<qb::Tensor>) -> PyResult<Bound<'py, PyAny>> {
+    fn like<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        dtype: Option<&Bound<'py, PyAny>>,
+        t: qb::Result<qb::Tensor>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let _ = x;
         let t = t.or_raise()?;
         match opt_dtype(dtype)? {
@@ -754,29 +1211,48 @@ mod creation {
 
     #[pyfunction]
     #[pyo3(signature = (x, dtype=None))]
-    pub fn zeros_like<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, dtype: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn zeros_like<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        dtype: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         like(py, x, dtype, qb::zeros_like(&to_tensor(x)?))
     }
 
     #[pyfunction]
     #[pyo3(signature = (x, dtype=None))]
-    pub fn ones_like<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, dtype: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn ones_like<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        dtype: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         like(py, x, dtype, qb::ones_like(&to_tensor(x)?))
     }
 
     #[pyfunction]
     #[pyo3(signature = (x, fill_value, dtype=None))]
-    pub fn full_like<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, fill_value: f64, dtype: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn full_like<'py>(
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        fill_value: f64,
+        dtype: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         like(py, x, dtype, qb::full_like(&to_tensor(x)?, fill_value))
     }
 
     pub fn add_to(m: &Bound<'_, PyModule>) -> PyResult<()> {
         for f in [
-            wrap_pyfunction!(array, m)?, wrap_pyfunction!(asarray_, m)?,
-            wrap_pyfunction!(zeros, m)?, wrap_pyfunction!(ones, m)?, wrap_pyfunction!(full, m)?,
-            wrap_pyfunction!(arange, m)?, wrap_pyfunction!(linspace, m)?,
-            wrap_pyfunction!(eye, m)?, wrap_pyfunction!(zeros_like, m)?,
-            wrap_pyfunction!(ones_like, m)?, wrap_pyfunction!(full_like, m)?,
+            wrap_pyfunction!(array, m)?,
+            wrap_pyfunction!(asarray_, m)?,
+            wrap_pyfunction!(zeros, m)?,
+            wrap_pyfunction!(ones, m)?,
+            wrap_pyfunction!(full, m)?,
+            wrap_pyfunction!(arange, m)?,
+            wrap_pyfunction!(linspace, m)?,
+            wrap_pyfunction!(eye, m)?,
+            wrap_pyfunction!(zeros_like, m)?,
+            wrap_pyfunction!(ones_like, m)?,
+            wrap_pyfunction!(full_like, m)?,
         ] {
             m.add_function(f)?;
         }

@@ -37,11 +37,17 @@ fn saveable(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
         return Ok(Value::Str(obj.extract()?));
     }
     if obj.is_exact_instance_of::<PyList>() {
-        let items = obj.try_iter()?.map(|o| saveable(&o?)).collect::<PyResult<_>>()?;
+        let items = obj
+            .try_iter()?
+            .map(|o| saveable(&o?))
+            .collect::<PyResult<_>>()?;
         return Ok(Value::List(items));
     }
     if obj.is_exact_instance_of::<PyTuple>() {
-        let items = obj.try_iter()?.map(|o| saveable(&o?)).collect::<PyResult<_>>()?;
+        let items = obj
+            .try_iter()?
+            .map(|o| saveable(&o?))
+            .collect::<PyResult<_>>()?;
         return Ok(Value::Tuple(items));
     }
     if obj.is_exact_instance_of::<PyDict>() {
@@ -52,7 +58,9 @@ fn saveable(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
             } else if k.is_instance_of::<PyInt>() && !k.is_instance_of::<PyBool>() {
                 DictKey::Int(k.extract()?)
             } else {
-                return Err(type_error("dict keys in a pytree must all be str or all be int"));
+                return Err(type_error(
+                    "dict keys in a pytree must all be str or all be int",
+                ));
             };
             entries.push((key, saveable(&v)?));
         }

@@ -76,7 +76,10 @@ fn exponential_decay(
     if let Some(e) = end_value {
         s = s.end_value(e);
     }
-    schedule(s, format!("exponential_decay({init_value}, {transition_steps}, {decay_rate})"))
+    schedule(
+        s,
+        format!("exponential_decay({init_value}, {transition_steps}, {decay_rate})"),
+    )
 }
 
 #[pyfunction]
@@ -98,7 +101,8 @@ fn warmup_cosine_decay(
     end_value: f64,
 ) -> PyBuiltinSchedule {
     schedule(
-        opt::warmup_cosine_decay(init_value, peak_value, warmup_steps, decay_steps).end_value(end_value),
+        opt::warmup_cosine_decay(init_value, peak_value, warmup_steps, decay_steps)
+            .end_value(end_value),
         format!("warmup_cosine_decay({init_value}, {peak_value}, {warmup_steps}, {decay_steps})"),
     )
 }
@@ -120,7 +124,9 @@ fn learning_rate(obj: &Bound<'_, PyAny>) -> PyResult<opt::LearningRate> {
         return Ok(opt::LearningRate::Schedule(s.get().inner.clone()));
     }
     if obj.is_callable() {
-        return Ok(opt::LearningRate::schedule(PySchedule(obj.clone().unbind())));
+        return Ok(opt::LearningRate::schedule(PySchedule(
+            obj.clone().unbind(),
+        )));
     }
     Err(type_error(format!(
         "learning_rate must be a float or a schedule (a callable step -> float), got {}",
@@ -153,7 +159,12 @@ pub struct PyOptimizer {
     repr: String,
 }
 
-fn state_to_py<'py>(py: Python<'py>, s: opt::State<Value>, sgd: bool, schedule: bool) -> PyResult<Bound<'py, PyAny>> {
+fn state_to_py<'py>(
+    py: Python<'py>,
+    s: opt::State<Value>,
+    sgd: bool,
+    schedule: bool,
+) -> PyResult<Bound<'py, PyAny>> {
     if sgd && !schedule {
         return Ok(py.None().into_bound(py));
     }
@@ -168,17 +179,29 @@ fn state_to_py<'py>(py: Python<'py>, s: opt::State<Value>, sgd: bool, schedule: 
 
 fn state_from_py(obj: &Bound<'_, PyAny>, sgd: bool, schedule: bool) -> PyResult<opt::State<Value>> {
     if sgd && !schedule && obj.is_none() {
-        return Ok(opt::State { step: 0, m: None, v: None });
+        return Ok(opt::State {
+            step: 0,
+            m: None,
+            v: None,
+        });
     }
     let d = obj.cast::<PyDict>().map_err(|_| {
-        value_error(format!("optimizer state must be the dict that init returned, got {}", type_name(obj)))
+        value_error(format!(
+            "optimizer state must be the dict that init returned, got {}",
+            type_name(obj)
+        ))
     })?;
     let get = |k: &str| -> PyResult<Bound<'_, PyAny>> {
-        d.get_item(k)?.ok_or_else(|| value_error(format!("optimizer state is missing {k:?}")))
+        d.get_item(k)?
+            .ok_or_else(|| value_error(format!("optimizer state is missing {k:?}")))
     };
     let step: u64 = get("step")?.extract()?;
     if sgd {
-        return Ok(opt::State { step, m: None, v: None });
+        return Ok(opt::State {
+            step,
+            m: None,
+            v: None,
+        });
     }
     Ok(opt::State {
         step,
@@ -189,7 +212,11 @@ fn state_from_py(obj: &Bound<'_, PyAny>, sgd: bool, schedule: bool) -> PyResult<
 
 #[pymethods]
 impl PyOptimizer {
-    fn init<'py>(&self, py: Python<'py>, params: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn init<'py>(
+        &self,
+        py: Python<'py>,
+        params: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let p = value_from_py(params, Leaves::Transform)?;
         let s = with_rule!(&self.rule, o => o.init(&p)).or_raise()?;
         state_to_py(py, s, matches!(self.rule, Rule::Sgd(_)), self.is_schedule)
@@ -207,7 +234,14 @@ impl PyOptimizer {
         let g = value_from_py(grads, Leaves::Transform)?;
         let s = state_from_py(state, sgd, self.is_schedule)?;
         let (np, ns) = with_rule!(&self.rule, o => o.update(&p, &g, &s)).or_raise()?;
-        Ok(PyTuple::new(py, [value_to_py(py, np)?, state_to_py(py, ns, sgd, self.is_schedule)?])?.into_any())
+        Ok(PyTuple::new(
+            py,
+            [
+                value_to_py(py, np)?,
+                state_to_py(py, ns, sgd, self.is_schedule)?,
+            ],
+        )?
+        .into_any())
     }
 
     fn __repr__(&self) -> String {
@@ -225,35 +259,73 @@ fn optimizer(rule: Rule, lr: &opt::LearningRate, repr: String) -> PyOptimizer {
 
 #[pyfunction]
 #[pyo3(name = "Adam", signature = (learning_rate=None, b1=0.9, b2=0.999, eps=1e-8, *, clip_norm=None))]
-fn adam(learning_rate: Option<&Bound<'_, PyAny>>, b1: f64, b2: f64, eps: f64, clip_norm: Option<f64>) -> PyResult<PyOptimizer> {
-    let lr = learning_rate.map(learning_rate_arg).transpose()?.unwrap_or(opt::LearningRate::Constant(1e-3));
+fn adam(
+    learning_rate: Option<&Bound<'_, PyAny>>,
+    b1: f64,
+    b2: f64,
+    eps: f64,
+    clip_norm: Option<f64>,
+) -> PyResult<PyOptimizer> {
+    let lr = learning_rate
+        .map(learning_rate_arg)
+        .transpose()?
+        .unwrap_or(opt::LearningRate::Constant(1e-3));
     let mut o = opt::Adam::new(lr.clone()).b1(b1).b2(b2).eps(eps);
     if let Some(c) = clip_norm {
         o = o.clip_norm(c);
     }
-    Ok(optimizer(Rule::Adam(o), &lr, format!("Adam(learning_rate={lr:?}, b1={b1}, b2={b2}, eps={eps})")))
+    Ok(optimizer(
+        Rule::Adam(o),
+        &lr,
+        format!("Adam(learning_rate={lr:?}, b1={b1}, b2={b2}, eps={eps})"),
+    ))
 }
 
 #[pyfunction]
 #[pyo3(name = "AdamW", signature = (learning_rate=None, b1=0.9, b2=0.999, eps=1e-8, weight_decay=1e-4, *, clip_norm=None))]
-fn adamw(learning_rate: Option<&Bound<'_, PyAny>>, b1: f64, b2: f64, eps: f64, weight_decay: f64, clip_norm: Option<f64>) -> PyResult<PyOptimizer> {
-    let lr = learning_rate.map(learning_rate_arg).transpose()?.unwrap_or(opt::LearningRate::Constant(1e-3));
-    let mut o = opt::AdamW::new(lr.clone()).b1(b1).b2(b2).eps(eps).weight_decay(weight_decay);
+fn adamw(
+    learning_rate: Option<&Bound<'_, PyAny>>,
+    b1: f64,
+    b2: f64,
+    eps: f64,
+    weight_decay: f64,
+    clip_norm: Option<f64>,
+) -> PyResult<PyOptimizer> {
+    let lr = learning_rate
+        .map(learning_rate_arg)
+        .transpose()?
+        .unwrap_or(opt::LearningRate::Constant(1e-3));
+    let mut o = opt::AdamW::new(lr.clone())
+        .b1(b1)
+        .b2(b2)
+        .eps(eps)
+        .weight_decay(weight_decay);
     if let Some(c) = clip_norm {
         o = o.clip_norm(c);
     }
-    Ok(optimizer(Rule::AdamW(o), &lr, format!("AdamW(learning_rate={lr:?}, weight_decay={weight_decay})")))
+    Ok(optimizer(
+        Rule::AdamW(o),
+        &lr,
+        format!("AdamW(learning_rate={lr:?}, weight_decay={weight_decay})"),
+    ))
 }
 
 #[pyfunction]
 #[pyo3(name = "SGD", signature = (learning_rate=None, *, clip_norm=None))]
 fn sgd(learning_rate: Option<&Bound<'_, PyAny>>, clip_norm: Option<f64>) -> PyResult<PyOptimizer> {
-    let lr = learning_rate.map(learning_rate_arg).transpose()?.unwrap_or(opt::LearningRate::Constant(1e-2));
+    let lr = learning_rate
+        .map(learning_rate_arg)
+        .transpose()?
+        .unwrap_or(opt::LearningRate::Constant(1e-2));
     let mut o = opt::Sgd::new(lr.clone());
     if let Some(c) = clip_norm {
         o = o.clip_norm(c);
     }
-    Ok(optimizer(Rule::Sgd(o), &lr, format!("SGD(learning_rate={lr:?})")))
+    Ok(optimizer(
+        Rule::Sgd(o),
+        &lr,
+        format!("SGD(learning_rate={lr:?})"),
+    ))
 }
 
 fn learning_rate_arg(obj: &Bound<'_, PyAny>) -> PyResult<opt::LearningRate> {
@@ -262,10 +334,21 @@ fn learning_rate_arg(obj: &Bound<'_, PyAny>) -> PyResult<opt::LearningRate> {
 
 /// `clip_by_global_norm(grads, max_norm) -> (clipped, norm)`.
 #[pyfunction]
-fn clip_by_global_norm<'py>(py: Python<'py>, grads: &Bound<'py, PyAny>, max_norm: f64) -> PyResult<Bound<'py, PyAny>> {
+fn clip_by_global_norm<'py>(
+    py: Python<'py>,
+    grads: &Bound<'py, PyAny>,
+    max_norm: f64,
+) -> PyResult<Bound<'py, PyAny>> {
     let g = value_from_py(grads, Leaves::Transform)?;
     let (clipped, norm) = opt::clip_by_global_norm(&g, max_norm).or_raise()?;
-    Ok(PyTuple::new(py, [value_to_py(py, clipped)?, norm.into_pyobject(py)?.into_any()])?.into_any())
+    Ok(PyTuple::new(
+        py,
+        [
+            value_to_py(py, clipped)?,
+            norm.into_pyobject(py)?.into_any(),
+        ],
+    )?
+    .into_any())
 }
 
 /// `LBFGS(...)`: a full-batch quasi-Newton minimizer.
@@ -278,9 +361,18 @@ pub struct PyLbfgs {
 impl PyLbfgs {
     #[new]
     #[pyo3(signature = (history=10, max_iterations=500, max_evaluations=None, tolerance_grad=1e-7, tolerance_change=1e-9, line_search="strong_wolfe"))]
-    fn new(history: usize, max_iterations: usize, max_evaluations: Option<usize>, tolerance_grad: f64, tolerance_change: f64, line_search: &str) -> PyResult<Self> {
+    fn new(
+        history: usize,
+        max_iterations: usize,
+        max_evaluations: Option<usize>,
+        tolerance_grad: f64,
+        tolerance_change: f64,
+        line_search: &str,
+    ) -> PyResult<Self> {
         if line_search != "strong_wolfe" {
-            return Err(value_error(format!("LBFGS: line_search must be \"strong_wolfe\", got {line_search:?}")));
+            return Err(value_error(format!(
+                "LBFGS: line_search must be \"strong_wolfe\", got {line_search:?}"
+            )));
         }
         let mut l = opt::Lbfgs::new()
             .history(history)
@@ -296,7 +388,13 @@ impl PyLbfgs {
 
     /// `minimize(fun, params, *args) -> (solution, info)`.
     #[pyo3(signature = (fun, params, *args))]
-    fn minimize<'py>(&self, py: Python<'py>, fun: &Bound<'py, PyAny>, params: &Bound<'py, PyAny>, args: &Bound<'py, PyTuple>) -> PyResult<Bound<'py, PyAny>> {
+    fn minimize<'py>(
+        &self,
+        py: Python<'py>,
+        fun: &Bound<'py, PyAny>,
+        params: &Bound<'py, PyAny>,
+        args: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let f = fun.clone().unbind();
         let p = value_from_py(params, Leaves::Transform)?;
         let a = crate::transforms::args_value(args, &[])?;
@@ -319,10 +417,16 @@ fn call_loss(f: &Py<PyAny>, params: &Value, data: &Value) -> qb::Result<qb::Tens
         let p = value_to_py(py, params.clone()).map_err(to_qb)?;
         let mut items = vec![p];
         items.extend(positional(py, data.clone()).map_err(to_qb)?.iter());
-        let out = f.bind(py).call1(PyTuple::new(py, items).map_err(to_qb)?).map_err(to_qb)?;
+        let out = f
+            .bind(py)
+            .call1(PyTuple::new(py, items).map_err(to_qb)?)
+            .map_err(to_qb)?;
         match out.cast::<PyTensor>() {
             Ok(t) => Ok(t.get().t.clone()),
-            Err(_) => Err(qb::Error::user(format!("the loss must return a rank-0 array, got {}", type_name(&out)))),
+            Err(_) => Err(qb::Error::user(format!(
+                "the loss must return a rank-0 array, got {}",
+                type_name(&out)
+            ))),
         }
     })
 }
@@ -338,11 +442,23 @@ pub struct PyTrainer {
 #[pymethods]
 impl PyTrainer {
     #[new]
+    #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (loss, params, optimizer, *data, device="cpu", batch_argnums=None, precision=None))]
-    fn new(py: Python<'_>, loss: &Bound<'_, PyAny>, params: &Bound<'_, PyAny>, optimizer: &Bound<'_, PyOptimizer>, data: &Bound<'_, PyTuple>, device: &str, batch_argnums: Option<Vec<usize>>, precision: Option<String>) -> PyResult<Self> {
+    fn new(
+        py: Python<'_>,
+        loss: &Bound<'_, PyAny>,
+        params: &Bound<'_, PyAny>,
+        optimizer: &Bound<'_, PyOptimizer>,
+        data: &Bound<'_, PyTuple>,
+        device: &str,
+        batch_argnums: Option<Vec<usize>>,
+        precision: Option<String>,
+    ) -> PyResult<Self> {
         if let Some(p) = precision {
             if p != "float64" {
-                return Err(value_error(format!("precision must be None or \"float64\", got {p:?}")));
+                return Err(value_error(format!(
+                    "precision must be None or \"float64\", got {p:?}"
+                )));
             }
         }
         let f = loss.clone().unbind();

@@ -37,7 +37,12 @@ impl PyProgram {
     }
 
     #[pyo3(signature = (target, device_ordinal=0))]
-    fn compile(&self, py: Python<'_>, target: &str, device_ordinal: usize) -> PyResult<PyExecutable> {
+    fn compile(
+        &self,
+        py: Python<'_>,
+        target: &str,
+        device_ordinal: usize,
+    ) -> PyResult<PyExecutable> {
         let e = crate::transforms::run(py, || {
             self.p.compile(target).device_ordinal(device_ordinal).eval()
         })?;
@@ -58,7 +63,11 @@ impl PyExecutable {
         self.e.input_names()
     }
 
-    fn __call__<'py>(&self, py: Python<'py>, inputs: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyList>> {
+    fn __call__<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: &Bound<'py, PyDict>,
+    ) -> PyResult<Bound<'py, PyList>> {
         let mut bound: Vec<(String, qb::Tensor)> = Vec::with_capacity(inputs.len());
         for (k, v) in inputs.iter() {
             bound.push((k.extract()?, to_tensor(&v)?));
@@ -66,7 +75,10 @@ impl PyExecutable {
         let outs = crate::transforms::run(py, || {
             self.e.call(bound.iter().map(|(k, t)| (k.as_str(), t)))
         })?;
-        let items = outs.into_iter().map(|t| wrap(py, t)).collect::<PyResult<Vec<_>>>()?;
+        let items = outs
+            .into_iter()
+            .map(|t| wrap(py, t))
+            .collect::<PyResult<Vec<_>>>()?;
         PyList::new(py, items)
     }
 }

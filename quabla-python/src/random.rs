@@ -30,15 +30,21 @@ impl PyKey {
 /// An int reduced modulo 2**64.
 fn modulo_64(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
     if !obj.is_instance_of::<PyInt>() {
-        return Err(type_error(format!("expected an int, got {}", type_name(obj))));
+        return Err(type_error(format!(
+            "expected an int, got {}",
+            type_name(obj)
+        )));
     }
     obj.call_method1("__and__", (u64::MAX,))?.extract()
 }
 
 fn key_arg(obj: &Bound<'_, PyAny>) -> PyResult<qb::random::Key> {
-    obj.cast::<PyKey>()
-        .map(|k| k.get().key)
-        .map_err(|_| type_error(format!("key must be a quabla.random.Key, got {}", type_name(obj))))
+    obj.cast::<PyKey>().map(|k| k.get().key).map_err(|_| {
+        type_error(format!(
+            "key must be a quabla.random.Key, got {}",
+            type_name(obj)
+        ))
+    })
 }
 
 /// A bound (`minval`, `maxval`, `p`): a number or a concrete rank-0 array.
@@ -58,7 +64,11 @@ fn key(seed: &Bound<'_, PyAny>) -> PyResult<PyKey> {
 
 #[pyfunction]
 #[pyo3(signature = (key, num=2))]
-fn split<'py>(py: Python<'py>, key: &Bound<'py, PyAny>, num: usize) -> PyResult<Bound<'py, PyTuple>> {
+fn split<'py>(
+    py: Python<'py>,
+    key: &Bound<'py, PyAny>,
+    num: usize,
+) -> PyResult<Bound<'py, PyTuple>> {
     let keys = qb::random::split(&key_arg(key)?, num).or_raise()?;
     PyTuple::new(py, keys.into_iter().map(|key| PyKey { key }))
 }
@@ -81,8 +91,8 @@ fn uniform<'py>(
     maxval: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let shape = shape.map(shape_arg).transpose()?.unwrap_or_default();
-    let mut call = qb::random::uniform(&key_arg(key)?, shape)
-        .dtype(opt_dtype(dtype)?.unwrap_or(qb::F64));
+    let mut call =
+        qb::random::uniform(&key_arg(key)?, shape).dtype(opt_dtype(dtype)?.unwrap_or(qb::F64));
     if let Some(v) = minval {
         call = call.minval(param(v)?);
     }
@@ -101,7 +111,8 @@ fn normal<'py>(
     dtype: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let shape = shape.map(shape_arg).transpose()?.unwrap_or_default();
-    let call = qb::random::normal(&key_arg(key)?, shape).dtype(opt_dtype(dtype)?.unwrap_or(qb::F64));
+    let call =
+        qb::random::normal(&key_arg(key)?, shape).dtype(opt_dtype(dtype)?.unwrap_or(qb::F64));
     ret(py, call.eval())
 }
 

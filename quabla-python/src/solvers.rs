@@ -11,11 +11,18 @@ use quabla as qb;
 use quabla::linalg as la;
 
 /// A Python function `f(x, *args)` (or `f(y, t, *args)`) as a facade callback.
-fn tensor_fn<'a>(f: &'a Py<PyAny>, what: &'a str) -> impl Fn(&[&qb::Tensor], &[qb::Tensor]) -> qb::Result<qb::Tensor> + 'a {
+fn tensor_fn<'a>(
+    f: &'a Py<PyAny>,
+    what: &'a str,
+) -> impl Fn(&[&qb::Tensor], &[qb::Tensor]) -> qb::Result<qb::Tensor> + 'a {
     move |head: &[&qb::Tensor], args: &[qb::Tensor]| {
         Python::attach(|py| {
             let mut items = Vec::with_capacity(head.len() + args.len());
-            for t in head.iter().map(|t| (*t).clone()).chain(args.iter().cloned()) {
+            for t in head
+                .iter()
+                .map(|t| (*t).clone())
+                .chain(args.iter().cloned())
+            {
                 items.push(wrap(py, t).map_err(to_qb)?);
             }
             let out = f
@@ -26,7 +33,10 @@ fn tensor_fn<'a>(f: &'a Py<PyAny>, what: &'a str) -> impl Fn(&[&qb::Tensor], &[q
                 return Ok(t.get().t.clone());
             }
             to_tensor(&out).map_err(|_| {
-                qb::Error::user(format!("{what} must return an array, got {}", type_name(&out)))
+                qb::Error::user(format!(
+                    "{what} must return an array, got {}",
+                    type_name(&out)
+                ))
             })
         })
     }
@@ -47,7 +57,10 @@ fn tensors(seq: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<qb::Tensor>> {
     }
 }
 
-fn info_dict<'py>(py: Python<'py>, entries: Vec<(&str, qb::Tensor)>) -> PyResult<Bound<'py, PyAny>> {
+fn info_dict<'py>(
+    py: Python<'py>,
+    entries: Vec<(&str, qb::Tensor)>,
+) -> PyResult<Bound<'py, PyAny>> {
     let d = PyDict::new(py);
     for (k, v) in entries {
         d.set_item(k, wrap(py, v)?)?;
@@ -55,32 +68,53 @@ fn info_dict<'py>(py: Python<'py>, entries: Vec<(&str, qb::Tensor)>) -> PyResult
     Ok(d.into_any())
 }
 
-fn pair<'py>(py: Python<'py>, a: Bound<'py, PyAny>, b: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+fn pair<'py>(
+    py: Python<'py>,
+    a: Bound<'py, PyAny>,
+    b: Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
     Ok(PyTuple::new(py, [a, b])?.into_any())
 }
 
 fn solver_info<'py>(py: Python<'py>, i: la::SolverInfo) -> PyResult<Bound<'py, PyAny>> {
     info_dict(
         py,
-        vec![("iterations", i.iterations), ("residual_norm", i.residual_norm), ("success", i.success)],
+        vec![
+            ("iterations", i.iterations),
+            ("residual_norm", i.residual_norm),
+            ("success", i.success),
+        ],
     )
 }
 
 #[pyfunction]
-fn solve<'py>(py: Python<'py>, a: &Bound<'py, PyAny>, b: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+fn solve<'py>(
+    py: Python<'py>,
+    a: &Bound<'py, PyAny>,
+    b: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
     let (a, b) = (to_tensor(a)?, to_tensor(b)?);
     wrap(py, crate::transforms::run(py, || la::solve(&a, &b))?)
 }
 
 #[pyfunction]
 #[pyo3(signature = (a, b, trans=None, lower=false))]
-fn solve_triangular<'py>(py: Python<'py>, a: &Bound<'py, PyAny>, b: &Bound<'py, PyAny>, trans: Option<&Bound<'py, PyAny>>, lower: bool) -> PyResult<Bound<'py, PyAny>> {
+fn solve_triangular<'py>(
+    py: Python<'py>,
+    a: &Bound<'py, PyAny>,
+    b: &Bound<'py, PyAny>,
+    trans: Option<&Bound<'py, PyAny>>,
+    lower: bool,
+) -> PyResult<Bound<'py, PyAny>> {
     let call = la::solve_triangular(to_tensor(a)?, to_tensor(b)?).lower(lower);
     let call = match trans {
         None => call,
         Some(t) if t.is_instance_of::<PyString>() => call.trans(t.extract::<String>()?.as_str()),
         Some(t) => call.trans(t.extract::<i64>().map_err(|_| {
-            value_error(format!("solve_triangular: trans must be 0, 1, \"N\" or \"T\", got {}", t.repr().map(|r| r.to_string()).unwrap_or_default()))
+            value_error(format!(
+                "solve_triangular: trans must be 0, 1, \"N\" or \"T\", got {}",
+                t.repr().map(|r| r.to_string()).unwrap_or_default()
+            ))
         })?),
     };
     ret(py, call.eval())
@@ -93,8 +127,18 @@ fn cholesky<'py>(py: Python<'py>, a: &Bound<'py, PyAny>) -> PyResult<Bound<'py, 
 
 #[pyfunction]
 #[pyo3(signature = (c, b, lower=true))]
-fn cho_solve<'py>(py: Python<'py>, c: &Bound<'py, PyAny>, b: &Bound<'py, PyAny>, lower: bool) -> PyResult<Bound<'py, PyAny>> {
-    ret(py, la::cho_solve(to_tensor(c)?, to_tensor(b)?).lower(lower).eval())
+fn cho_solve<'py>(
+    py: Python<'py>,
+    c: &Bound<'py, PyAny>,
+    b: &Bound<'py, PyAny>,
+    lower: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    ret(
+        py,
+        la::cho_solve(to_tensor(c)?, to_tensor(b)?)
+            .lower(lower)
+            .eval(),
+    )
 }
 
 #[pyfunction]
@@ -132,7 +176,12 @@ fn qr<'py>(py: Python<'py>, a: &Bound<'py, PyAny>, mode: &str) -> PyResult<Bound
 
 #[pyfunction]
 #[pyo3(signature = (a, full_matrices=false, compute_uv=true))]
-fn svd<'py>(py: Python<'py>, a: &Bound<'py, PyAny>, full_matrices: bool, compute_uv: bool) -> PyResult<Bound<'py, PyAny>> {
+fn svd<'py>(
+    py: Python<'py>,
+    a: &Bound<'py, PyAny>,
+    full_matrices: bool,
+    compute_uv: bool,
+) -> PyResult<Bound<'py, PyAny>> {
     let call = la::svd(to_tensor(a)?).full_matrices(full_matrices);
     if !compute_uv {
         return ret(py, call.eval_s());
@@ -143,7 +192,12 @@ fn svd<'py>(py: Python<'py>, a: &Bound<'py, PyAny>, full_matrices: bool, compute
 
 #[pyfunction]
 #[pyo3(signature = (a, b, return_residuals=false))]
-fn lstsq<'py>(py: Python<'py>, a: &Bound<'py, PyAny>, b: &Bound<'py, PyAny>, return_residuals: bool) -> PyResult<Bound<'py, PyAny>> {
+fn lstsq<'py>(
+    py: Python<'py>,
+    a: &Bound<'py, PyAny>,
+    b: &Bound<'py, PyAny>,
+    return_residuals: bool,
+) -> PyResult<Bound<'py, PyAny>> {
     let call = la::lstsq(to_tensor(a)?, to_tensor(b)?);
     if !return_residuals {
         return ret(py, call.eval());
@@ -154,36 +208,61 @@ fn lstsq<'py>(py: Python<'py>, a: &Bound<'py, PyAny>, b: &Bound<'py, PyAny>, ret
 
 #[pyfunction]
 #[pyo3(signature = (x, ord=None, axis=None, keepdims=false))]
-fn norm<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, ord: Option<&Bound<'py, PyAny>>, axis: Option<&Bound<'py, PyAny>>, keepdims: bool) -> PyResult<Bound<'py, PyAny>> {
+fn norm<'py>(
+    py: Python<'py>,
+    x: &Bound<'py, PyAny>,
+    ord: Option<&Bound<'py, PyAny>>,
+    axis: Option<&Bound<'py, PyAny>>,
+    keepdims: bool,
+) -> PyResult<Bound<'py, PyAny>> {
     let mut call = la::norm(to_tensor(x)?).keepdims(keepdims);
     match ord {
         None => {}
         Some(o) if o.is_none() => {}
-        Some(o) if o.is_instance_of::<PyString>() => call = call.ord(o.extract::<String>()?.as_str()),
-        Some(o) if o.is_instance_of::<PyInt>() || o.is_instance_of::<PyFloat>() => call = call.ord(o.extract::<f64>()?),
-        Some(o) => return Err(value_error(format!("norm: invalid ord {}", o.repr().map(|r| r.to_string()).unwrap_or_default()))),
+        Some(o) if o.is_instance_of::<PyString>() => {
+            call = call.ord(o.extract::<String>()?.as_str())
+        }
+        Some(o) if o.is_instance_of::<PyInt>() || o.is_instance_of::<PyFloat>() => {
+            call = call.ord(o.extract::<f64>()?)
+        }
+        Some(o) => {
+            return Err(value_error(format!(
+                "norm: invalid ord {}",
+                o.repr().map(|r| r.to_string()).unwrap_or_default()
+            )))
+        }
     }
     match axis {
         None => {}
         Some(a) if a.is_none() => {}
         Some(a) => match a.extract::<isize>() {
             Ok(i) => call = call.axis(i),
-            Err(_) => call = call.axis(a.extract::<(isize, isize)>().map_err(|_| {
-                value_error("norm: axis must be None, an int or a pair of ints")
-            })?),
+            Err(_) => {
+                call = call.axis(a.extract::<(isize, isize)>().map_err(|_| {
+                    value_error("norm: axis must be None, an int or a pair of ints")
+                })?)
+            }
         },
     }
     ret(py, call.eval())
 }
 
 #[pyfunction]
-fn matrix_power<'py>(py: Python<'py>, a: &Bound<'py, PyAny>, n: i64) -> PyResult<Bound<'py, PyAny>> {
+fn matrix_power<'py>(
+    py: Python<'py>,
+    a: &Bound<'py, PyAny>,
+    n: i64,
+) -> PyResult<Bound<'py, PyAny>> {
     ret(py, la::matrix_power(to_tensor(a)?, n))
 }
 
 #[pyfunction]
 #[pyo3(signature = (a, rtol=None))]
-fn pinv<'py>(py: Python<'py>, a: &Bound<'py, PyAny>, rtol: Option<f64>) -> PyResult<Bound<'py, PyAny>> {
+fn pinv<'py>(
+    py: Python<'py>,
+    a: &Bound<'py, PyAny>,
+    rtol: Option<f64>,
+) -> PyResult<Bound<'py, PyAny>> {
     let mut call = la::pinv(to_tensor(a)?);
     if let Some(r) = rtol {
         call = call.rtol(r);
@@ -208,7 +287,10 @@ fn krylov<'py>(
     restart: Option<usize>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let mv = callable(matvec, solver, "matvec")?;
-    let pre = m.filter(|m| !m.is_none()).map(|m| callable(m, solver, "M")).transpose()?;
+    let pre = m
+        .filter(|m| !m.is_none())
+        .map(|m| callable(m, solver, "M"))
+        .transpose()?;
     let b = to_tensor(b)?;
     let args = tensors(args)?;
     let x0 = x0.filter(|x| !x.is_none()).map(to_tensor).transpose()?;
@@ -245,26 +327,74 @@ fn krylov<'py>(
 #[pyfunction]
 #[pyo3(signature = (matvec, b, *, args=None, x0=None, tol=1e-5, atol=0.0, maxiter=None, M=None, info=false))]
 #[allow(non_snake_case, clippy::too_many_arguments)]
-fn cg<'py>(py: Python<'py>, matvec: &Bound<'py, PyAny>, b: &Bound<'py, PyAny>, args: Option<&Bound<'py, PyAny>>, x0: Option<&Bound<'py, PyAny>>, tol: f64, atol: f64, maxiter: Option<usize>, M: Option<&Bound<'py, PyAny>>, info: bool) -> PyResult<Bound<'py, PyAny>> {
-    krylov(py, "cg", matvec, b, args, x0, tol, atol, maxiter, M, info, None)
+fn cg<'py>(
+    py: Python<'py>,
+    matvec: &Bound<'py, PyAny>,
+    b: &Bound<'py, PyAny>,
+    args: Option<&Bound<'py, PyAny>>,
+    x0: Option<&Bound<'py, PyAny>>,
+    tol: f64,
+    atol: f64,
+    maxiter: Option<usize>,
+    M: Option<&Bound<'py, PyAny>>,
+    info: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    krylov(
+        py, "cg", matvec, b, args, x0, tol, atol, maxiter, M, info, None,
+    )
 }
 
 #[pyfunction]
 #[pyo3(signature = (matvec, b, *, args=None, x0=None, tol=1e-5, atol=0.0, restart=20, maxiter=None, M=None, info=false))]
 #[allow(non_snake_case, clippy::too_many_arguments)]
-fn gmres<'py>(py: Python<'py>, matvec: &Bound<'py, PyAny>, b: &Bound<'py, PyAny>, args: Option<&Bound<'py, PyAny>>, x0: Option<&Bound<'py, PyAny>>, tol: f64, atol: f64, restart: usize, maxiter: Option<usize>, M: Option<&Bound<'py, PyAny>>, info: bool) -> PyResult<Bound<'py, PyAny>> {
-    krylov(py, "gmres", matvec, b, args, x0, tol, atol, maxiter, M, info, Some(restart))
+fn gmres<'py>(
+    py: Python<'py>,
+    matvec: &Bound<'py, PyAny>,
+    b: &Bound<'py, PyAny>,
+    args: Option<&Bound<'py, PyAny>>,
+    x0: Option<&Bound<'py, PyAny>>,
+    tol: f64,
+    atol: f64,
+    restart: usize,
+    maxiter: Option<usize>,
+    M: Option<&Bound<'py, PyAny>>,
+    info: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    krylov(
+        py,
+        "gmres",
+        matvec,
+        b,
+        args,
+        x0,
+        tol,
+        atol,
+        maxiter,
+        M,
+        info,
+        Some(restart),
+    )
 }
 
 /// `qb.newton(f, x0, *, args=(), tol=None, maxiter=50, info=False)`.
 #[pyfunction]
 #[pyo3(signature = (f, x0, *, args=None, tol=None, maxiter=50, info=false))]
-pub fn newton<'py>(py: Python<'py>, f: &Bound<'py, PyAny>, x0: &Bound<'py, PyAny>, args: Option<&Bound<'py, PyAny>>, tol: Option<f64>, maxiter: usize, info: bool) -> PyResult<Bound<'py, PyAny>> {
+pub fn newton<'py>(
+    py: Python<'py>,
+    f: &Bound<'py, PyAny>,
+    x0: &Bound<'py, PyAny>,
+    args: Option<&Bound<'py, PyAny>>,
+    tol: Option<f64>,
+    maxiter: usize,
+    info: bool,
+) -> PyResult<Bound<'py, PyAny>> {
     let fun = callable(f, "newton", "f")?;
     let ff = tensor_fn(&fun, "f");
     let x0 = to_tensor(x0)?;
     let args = tensors(args)?;
-    let mut call = qb::newton(move |x: &qb::Tensor, a: &[qb::Tensor]| ff(&[x], a), &x0).args(&args).maxiter(maxiter);
+    let mut call = qb::newton(move |x: &qb::Tensor, a: &[qb::Tensor]| ff(&[x], a), &x0)
+        .args(&args)
+        .maxiter(maxiter);
     if let Some(t) = tol {
         call = call.tol(t);
     }
@@ -280,7 +410,21 @@ pub fn newton<'py>(py: Python<'py>, f: &Bound<'py, PyAny>, x0: &Bound<'py, PyAny
 #[pyfunction]
 #[pyo3(signature = (f, y0, t_span, *, steps=None, method="rk4", args=None, save=false, saveat=None, rtol=1e-6, atol=1e-9, max_steps=512, info=false))]
 #[allow(clippy::too_many_arguments)]
-fn odeint<'py>(py: Python<'py>, f: &Bound<'py, PyAny>, y0: &Bound<'py, PyAny>, t_span: &Bound<'py, PyAny>, steps: Option<usize>, method: &str, args: Option<&Bound<'py, PyAny>>, save: bool, saveat: Option<&Bound<'py, PyAny>>, rtol: f64, atol: f64, max_steps: usize, info: bool) -> PyResult<Bound<'py, PyAny>> {
+fn odeint<'py>(
+    py: Python<'py>,
+    f: &Bound<'py, PyAny>,
+    y0: &Bound<'py, PyAny>,
+    t_span: &Bound<'py, PyAny>,
+    steps: Option<usize>,
+    method: &str,
+    args: Option<&Bound<'py, PyAny>>,
+    save: bool,
+    saveat: Option<&Bound<'py, PyAny>>,
+    rtol: f64,
+    atol: f64,
+    max_steps: usize,
+    info: bool,
+) -> PyResult<Bound<'py, PyAny>> {
     let fun = callable(f, "odeint", "f")?;
     let ff = tensor_fn(&fun, "f");
     let y0 = to_tensor(y0)?;
@@ -296,13 +440,17 @@ fn odeint<'py>(py: Python<'py>, f: &Bound<'py, PyAny>, y0: &Bound<'py, PyAny>, t
     };
     let method: qb::ode::Method = method.parse().or_raise()?;
     let args = tensors(args)?;
-    let mut call = qb::ode::odeint(move |y: &qb::Tensor, t: &qb::Tensor, a: &[qb::Tensor]| ff(&[y, t], a), &y0, (time(&t0)?, time(&t1)?))
-        .method(method)
-        .args(&args)
-        .save(save)
-        .rtol(rtol)
-        .atol(atol)
-        .max_steps(max_steps);
+    let mut call = qb::ode::odeint(
+        move |y: &qb::Tensor, t: &qb::Tensor, a: &[qb::Tensor]| ff(&[y, t], a),
+        &y0,
+        (time(&t0)?, time(&t1)?),
+    )
+    .method(method)
+    .args(&args)
+    .save(save)
+    .rtol(rtol)
+    .atol(atol)
+    .max_steps(max_steps);
     if let Some(n) = steps {
         call = call.steps(n);
     }
@@ -315,7 +463,12 @@ fn odeint<'py>(py: Python<'py>, f: &Bound<'py, PyAny>, y0: &Bound<'py, PyAny>, t
         let (y, i) = call.eval_with_info().or_raise()?;
         let d = info_dict(
             py,
-            vec![("t", i.t), ("accepted_steps", i.accepted_steps), ("rejected_steps", i.rejected_steps), ("success", i.success)],
+            vec![
+                ("t", i.t),
+                ("accepted_steps", i.accepted_steps),
+                ("rejected_steps", i.rejected_steps),
+                ("success", i.success),
+            ],
         )?;
         pair(py, wrap(py, y)?, d)
     } else {
@@ -324,16 +477,28 @@ fn odeint<'py>(py: Python<'py>, f: &Bound<'py, PyAny>, y0: &Bound<'py, PyAny>, t
 }
 
 /// Registers `qb.linalg` on `linalg`, `odeint` on `ode` and `newton` on the top module.
-pub fn add_to(top: &Bound<'_, PyModule>, linalg: &Bound<'_, PyModule>, ode: &Bound<'_, PyModule>) -> PyResult<()> {
+pub fn add_to(
+    top: &Bound<'_, PyModule>,
+    linalg: &Bound<'_, PyModule>,
+    ode: &Bound<'_, PyModule>,
+) -> PyResult<()> {
     for f in [
-        wrap_pyfunction!(solve, linalg)?, wrap_pyfunction!(solve_triangular, linalg)?,
-        wrap_pyfunction!(cholesky, linalg)?, wrap_pyfunction!(cho_solve, linalg)?,
-        wrap_pyfunction!(slogdet, linalg)?, wrap_pyfunction!(det, linalg)?,
-        wrap_pyfunction!(inv, linalg)?, wrap_pyfunction!(eigh, linalg)?,
-        wrap_pyfunction!(qr, linalg)?, wrap_pyfunction!(svd, linalg)?,
-        wrap_pyfunction!(lstsq, linalg)?, wrap_pyfunction!(norm, linalg)?,
-        wrap_pyfunction!(matrix_power, linalg)?, wrap_pyfunction!(pinv, linalg)?,
-        wrap_pyfunction!(cg, linalg)?, wrap_pyfunction!(gmres, linalg)?,
+        wrap_pyfunction!(solve, linalg)?,
+        wrap_pyfunction!(solve_triangular, linalg)?,
+        wrap_pyfunction!(cholesky, linalg)?,
+        wrap_pyfunction!(cho_solve, linalg)?,
+        wrap_pyfunction!(slogdet, linalg)?,
+        wrap_pyfunction!(det, linalg)?,
+        wrap_pyfunction!(inv, linalg)?,
+        wrap_pyfunction!(eigh, linalg)?,
+        wrap_pyfunction!(qr, linalg)?,
+        wrap_pyfunction!(svd, linalg)?,
+        wrap_pyfunction!(lstsq, linalg)?,
+        wrap_pyfunction!(norm, linalg)?,
+        wrap_pyfunction!(matrix_power, linalg)?,
+        wrap_pyfunction!(pinv, linalg)?,
+        wrap_pyfunction!(cg, linalg)?,
+        wrap_pyfunction!(gmres, linalg)?,
     ] {
         linalg.add_function(f)?;
     }

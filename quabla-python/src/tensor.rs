@@ -287,7 +287,10 @@ impl PyTensor {
         let (ptr, typestr) = match self.t.dtype() {
             qb::DType::F64 => (self.t.as_slice::<f64>().or_raise()?.as_ptr() as usize, "f8"),
             qb::DType::F32 => (self.t.as_slice::<f32>().or_raise()?.as_ptr() as usize, "f4"),
-            _ => (self.t.as_slice::<bool>().or_raise()?.as_ptr() as usize, "b1"),
+            _ => (
+                self.t.as_slice::<bool>().or_raise()?.as_ptr() as usize,
+                "b1",
+            ),
         };
         let order = if typestr == "b1" {
             "|"
@@ -367,24 +370,38 @@ impl PyTensor {
         index: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let items = if let Ok(t) = index.cast::<PyTuple>() {
-            t.iter().map(|i| index_item(&i)).collect::<PyResult<Vec<_>>>()?
+            t.iter()
+                .map(|i| index_item(&i))
+                .collect::<PyResult<Vec<_>>>()?
         } else {
             vec![index_item(index)?]
         };
         ret(py, self.t.index(items))
     }
 
-    fn astype<'py>(&self, py: Python<'py>, dtype: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn astype<'py>(
+        &self,
+        py: Python<'py>,
+        dtype: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, self.t.astype(dtype_arg(dtype)?))
     }
 
     #[pyo3(signature = (*shape))]
-    fn reshape<'py>(&self, py: Python<'py>, shape: &Bound<'py, PyTuple>) -> PyResult<Bound<'py, PyAny>> {
+    fn reshape<'py>(
+        &self,
+        py: Python<'py>,
+        shape: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, self.t.reshape(shape_varargs(shape)?))
     }
 
     #[pyo3(signature = (axes=None))]
-    fn transpose<'py>(&self, py: Python<'py>, axes: Option<Vec<isize>>) -> PyResult<Bound<'py, PyAny>> {
+    fn transpose<'py>(
+        &self,
+        py: Python<'py>,
+        axes: Option<Vec<isize>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         match axes {
             None => ret(py, self.t.transpose()),
             Some(a) => ret(py, self.t.permute(a)),
@@ -400,7 +417,12 @@ impl PyTensor {
         length: usize,
         step: isize,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let v = self.t.slice(axis, start, length).step(step).eval().or_raise()?;
+        let v = self
+            .t
+            .slice(axis, start, length)
+            .step(step)
+            .eval()
+            .or_raise()?;
         if self.t.is_traced() {
             // Under a trace the selection is a traced value, not a view.
             return ret(py, v.to_tensor());
@@ -424,35 +446,67 @@ impl PyTensor {
         self.__truediv__(py, other)
     }
 
-    fn __add__<'py>(&self, py: Python<'py>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn __add__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::add(&self.t, operand_beside(&self.t, other)?))
     }
 
-    fn __radd__<'py>(&self, py: Python<'py>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn __radd__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::add(operand(other)?, &self.t))
     }
 
-    fn __sub__<'py>(&self, py: Python<'py>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn __sub__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::sub(&self.t, operand_beside(&self.t, other)?))
     }
 
-    fn __rsub__<'py>(&self, py: Python<'py>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn __rsub__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::sub(operand(other)?, &self.t))
     }
 
-    fn __mul__<'py>(&self, py: Python<'py>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn __mul__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::mul(&self.t, operand_beside(&self.t, other)?))
     }
 
-    fn __rmul__<'py>(&self, py: Python<'py>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn __rmul__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::mul(operand(other)?, &self.t))
     }
 
-    fn __truediv__<'py>(&self, py: Python<'py>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn __truediv__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::div(&self.t, operand_beside(&self.t, other)?))
     }
 
-    fn __rtruediv__<'py>(&self, py: Python<'py>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn __rtruediv__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::div(operand(other)?, &self.t))
     }
 
@@ -471,7 +525,9 @@ impl PyTensor {
         modulo: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         if modulo.is_some_and(|m| !m.is_none()) {
-            return Err(type_error("pow() with a modulus is not supported for tensors"));
+            return Err(type_error(
+                "pow() with a modulus is not supported for tensors",
+            ));
         }
         ret(py, qb::power(&self.t, exponent(other)?))
     }
@@ -483,56 +539,104 @@ impl PyTensor {
         modulo: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         if modulo.is_some_and(|m| !m.is_none()) {
-            return Err(type_error("pow() with a modulus is not supported for tensors"));
+            return Err(type_error(
+                "pow() with a modulus is not supported for tensors",
+            ));
         }
-        ret(py, qb::power(operand(other)?, qb::Exponent::Operand((&self.t).into())))
+        ret(
+            py,
+            qb::power(operand(other)?, qb::Exponent::Operand((&self.t).into())),
+        )
     }
 
-    fn __matmul__<'py>(&self, py: Python<'py>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn __matmul__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let rhs = to_tensor(other)?;
         check_matmul_ranks(&self.t, &rhs)?;
         ret(py, qb::matmul(&self.t, &rhs))
     }
 
-    fn __rmatmul__<'py>(&self, py: Python<'py>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn __rmatmul__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let lhs = to_tensor(other)?;
         check_matmul_ranks(&lhs, &self.t)?;
         ret(py, qb::matmul(&lhs, &self.t))
     }
 
-    fn __lt__<'py>(&self, py: Python<'py>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn __lt__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::less(&self.t, operand_beside(&self.t, other)?))
     }
 
-    fn __le__<'py>(&self, py: Python<'py>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn __le__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::less_equal(&self.t, operand_beside(&self.t, other)?))
     }
 
-    fn __gt__<'py>(&self, py: Python<'py>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn __gt__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::greater(&self.t, operand_beside(&self.t, other)?))
     }
 
-    fn __ge__<'py>(&self, py: Python<'py>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-        ret(py, qb::greater_equal(&self.t, operand_beside(&self.t, other)?))
+    fn __ge__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        ret(
+            py,
+            qb::greater_equal(&self.t, operand_beside(&self.t, other)?),
+        )
     }
 
     fn __invert__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::logical_not(&self.t))
     }
 
-    fn __and__<'py>(&self, py: Python<'py>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn __and__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::logical_and(&self.t, operand(other)?))
     }
 
-    fn __rand__<'py>(&self, py: Python<'py>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn __rand__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::logical_and(operand(other)?, &self.t))
     }
 
-    fn __or__<'py>(&self, py: Python<'py>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn __or__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::logical_or(&self.t, operand(other)?))
     }
 
-    fn __ror__<'py>(&self, py: Python<'py>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn __ror__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::logical_or(operand(other)?, &self.t))
     }
 
@@ -604,7 +708,12 @@ impl PyTensorView {
         length: usize,
         step: isize,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let v = self.v.slice(axis, start, length).step(step).eval().or_raise()?;
+        let v = self
+            .v
+            .slice(axis, start, length)
+            .step(step)
+            .eval()
+            .or_raise()?;
         Ok(Bound::new(py, PyTensorView { v })?.into_any())
     }
 
@@ -631,7 +740,12 @@ impl PyTensorView {
     }
 
     fn __array__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let t = Bound::new(py, PyTensor { t: self.v.to_tensor().or_raise()? })?;
+        let t = Bound::new(
+            py,
+            PyTensor {
+                t: self.v.to_tensor().or_raise()?,
+            },
+        )?;
         PyTensor::__array__(&t, None, None)
     }
 }

@@ -98,9 +98,9 @@ pub fn install_warning_handler() {
                 qb::warnings::WarningKind::Retrace => {
                     crate::errors::quabla_class(py, "RetraceWarning").map(|c| c.into_any())
                 }
-                qb::warnings::WarningKind::Float64AsFloat32 => Ok(py
-                    .get_type::<pyo3::exceptions::PyUserWarning>()
-                    .into_any()),
+                qb::warnings::WarningKind::Float64AsFloat32 => {
+                    Ok(py.get_type::<pyo3::exceptions::PyUserWarning>().into_any())
+                }
             };
             let result = category.and_then(|c| {
                 py.import("warnings")?
@@ -260,12 +260,18 @@ impl PyJacobian {
 
 #[pyfunction]
 #[pyo3(signature = (fun, argnums=None))]
-pub fn jacobian(fun: &Bound<'_, PyAny>, argnums: Option<&Bound<'_, PyAny>>) -> PyResult<PyJacobian> {
+pub fn jacobian(
+    fun: &Bound<'_, PyAny>,
+    argnums: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyJacobian> {
     let mut j = qb::jacobian(callable(fun)?).name(function_name(fun));
     if let Some(a) = argnums {
         j = select!(j, &Argnums::read(a)?);
     }
-    Ok(PyJacobian { j: Some(j), h: None })
+    Ok(PyJacobian {
+        j: Some(j),
+        h: None,
+    })
 }
 
 #[pyfunction]
@@ -275,7 +281,10 @@ pub fn hessian(fun: &Bound<'_, PyAny>, argnums: Option<&Bound<'_, PyAny>>) -> Py
     if let Some(a) = argnums {
         h = select!(h, &Argnums::read(a)?);
     }
-    Ok(PyJacobian { j: None, h: Some(h) })
+    Ok(PyJacobian {
+        j: None,
+        h: Some(h),
+    })
 }
 
 /// `jvp(fun, primals, tangents) -> (out, tangent_out)`.
@@ -526,7 +535,9 @@ impl PyJit {
                 )));
             }
         }
-        let bound = sig.bind(py).call_method("bind", args.clone(), Some(kwargs))?;
+        let bound = sig
+            .bind(py)
+            .call_method("bind", args.clone(), Some(kwargs))?;
         bound.call_method0("apply_defaults")?;
         let positional: Bound<'py, PyTuple> = bound.getattr("args")?.cast_into()?;
         for name in &self.static_argnames {
@@ -586,9 +597,9 @@ pub fn _jit(
         Some(a) if a.is_none() => Vec::new(),
         Some(a) => match a.extract::<usize>() {
             Ok(i) => vec![i],
-            Err(_) => a.extract::<Vec<usize>>().map_err(|_| {
-                type_error("static_argnums must be an int or a tuple of ints")
-            })?,
+            Err(_) => a
+                .extract::<Vec<usize>>()
+                .map_err(|_| type_error("static_argnums must be an int or a tuple of ints"))?,
         },
     };
     let static_argnames: Vec<String> = match static_argnames {
@@ -596,9 +607,9 @@ pub fn _jit(
         Some(a) if a.is_none() => Vec::new(),
         Some(a) => match a.extract::<String>() {
             Ok(s) => vec![s],
-            Err(_) => a.extract::<Vec<String>>().map_err(|_| {
-                type_error("static_argnames must be a str or a tuple of str")
-            })?,
+            Err(_) => a
+                .extract::<Vec<String>>()
+                .map_err(|_| type_error("static_argnames must be a str or a tuple of str"))?,
         },
     };
     let signature = py
@@ -635,7 +646,9 @@ pub fn _jit(
                 let p = p?;
                 let kind: i64 = p.getattr("kind")?.extract()?;
                 // POSITIONAL_ONLY (0) and POSITIONAL_OR_KEYWORD (1).
-                Ok((kind <= 1).then(|| p.getattr("name").and_then(|n| n.extract()).ok()).flatten())
+                Ok((kind <= 1)
+                    .then(|| p.getattr("name").and_then(|n| n.extract()).ok())
+                    .flatten())
             })
             .collect::<PyResult<Vec<_>>>()?
             .into_iter()
@@ -678,7 +691,9 @@ impl PyLowered {
 
     /// A positional callable bound to the lowered signature.
     fn compile(&self) -> PyCompiled {
-        PyCompiled { c: self.l.compile() }
+        PyCompiled {
+            c: self.l.compile(),
+        }
     }
 
     /// The plan as a `Program` with named inputs and ordered outputs.
@@ -697,7 +712,11 @@ pub struct PyCompiled {
 #[pymethods]
 impl PyCompiled {
     #[pyo3(signature = (*args))]
-    fn __call__<'py>(&self, py: Python<'py>, args: &Bound<'py, PyTuple>) -> PyResult<Bound<'py, PyAny>> {
+    fn __call__<'py>(
+        &self,
+        py: Python<'py>,
+        args: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let args = args_value(args, &[])?;
         let out = run(py, || self.c.call(&args))?;
         value_to_py(py, out)

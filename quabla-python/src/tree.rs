@@ -97,9 +97,10 @@ enum Registration {
 
 /// Registered classes by the address of their type object (types live as long as their
 /// registration, which holds a reference to them).
-fn registry() -> &'static Mutex<HashMap<usize, (Py<PyType>, Registration)>> {
-    static REGISTRY: OnceLock<Mutex<HashMap<usize, (Py<PyType>, Registration)>>> =
-        OnceLock::new();
+type Registry = Mutex<HashMap<usize, (Py<PyType>, Registration)>>;
+
+fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
@@ -205,10 +206,9 @@ fn node_parts<'py>(
         }
         Some(Err(flatten)) => {
             let out = flatten.bind(obj.py()).call1((obj,))?;
-            let (children, aux): (Bound<'py, PyAny>, Bound<'py, PyAny>) =
-                out.extract().map_err(|_| {
-                    type_error("flatten_fn must return a pair (children, aux_data)")
-                })?;
+            let (children, aux): (Bound<'py, PyAny>, Bound<'py, PyAny>) = out
+                .extract()
+                .map_err(|_| type_error("flatten_fn must return a pair (children, aux_data)"))?;
             let children = children
                 .try_iter()?
                 .enumerate()
@@ -268,7 +268,9 @@ fn rebuild<'py>(
     meta: &[(&'static str, StaticBox)],
 ) -> PyResult<Bound<'py, PyAny>> {
     let cls = meta_object(py, meta, CLASS).ok_or_else(|| {
-        type_error(format!("cannot rebuild {name}: it is not a Python pytree class"))
+        type_error(format!(
+            "cannot rebuild {name}: it is not a Python pytree class"
+        ))
     })?;
     let key = cls.as_ptr() as usize;
     let custom = {
@@ -390,9 +392,14 @@ fn value_from_py_keys<'py>(
         };
         entries.push((key, v));
     }
-    let ints = entries.iter().filter(|(k, _)| matches!(k, DictKey::Int(_))).count();
+    let ints = entries
+        .iter()
+        .filter(|(k, _)| matches!(k, DictKey::Int(_)))
+        .count();
     if ints != 0 && ints != entries.len() {
-        return Err(type_error("dict keys in a pytree must all be str or all be int"));
+        return Err(type_error(
+            "dict keys in a pytree must all be str or all be int",
+        ));
     }
     entries.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(entries)
@@ -563,7 +570,10 @@ pub fn flatten_with_path<'py>(
                 })
             })
             .collect::<PyResult<Vec<_>>>()?;
-        items.push(PyTuple::new(py, [PyTuple::new(py, entries)?.into_any(), leaf])?);
+        items.push(PyTuple::new(
+            py,
+            [PyTuple::new(py, entries)?.into_any(), leaf],
+        )?);
     }
     Ok((PyList::new(py, items)?, PyTreeDef { def }))
 }

@@ -31,7 +31,9 @@ pub(crate) fn run() -> Result<()> {
         let python = std::env::var("QUABLA_PYTHON").unwrap_or_else(|_| "python3".into());
         println!("== xtask: {python} -m venv target/py-venv ==");
         let mut c = Command::new(&python);
-        c.args(["-m", "venv"]).arg(venv()).current_dir(workspace_root());
+        c.args(["-m", "venv"])
+            .arg(venv())
+            .current_dir(workspace_root());
         run_inherited(&mut c).map_err(|e| {
             format!("{e}; the Python tests need Python 3.9 or newer with the venv module (set QUABLA_PYTHON to choose an interpreter)")
         })?;

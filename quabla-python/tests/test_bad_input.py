@@ -1,0 +1,172 @@
+"""Bad input from Python: each case raises the spec's exception class with a message that
+names the fix, and never crashes the interpreter. Odd NumPy layouts convert correctly."""
+
+import collections
+import dataclasses
+import threading
+
+import numpy as np
+import pytest
+
+import quabla as qb
+
+
+def test_unconvertible_objects_are_type_errors():
+    with pytest.raises(TypeError, match="cannot convert str to a quabla Tensor"):
+        qb.array("abc")
+    with pytest.raises(TypeError, match="cannot convert object"):
+        qb.sin(object())
+    with pytest.raises(TypeError, match="cannot convert"):
+        qb.ones((2,)) + "x"
+    with pytest.raises(ValueError, match="ragged"):
+        qb.array([[1.0, 2.0], [3.0]])
+
+
+def test_rejected_pytree_containers():
+    @dataclasses.dataclass
+    class Unregistered:
+        w: object
+
+    f = qb.grad(lambda p: qb.sum(p["w"]))
+    with pytest.raises(TypeError, match="OrderedDict is not a supported pytree container; register it"):
+        f(collections.OrderedDict(w=qb.ones((2,))))
+    with pytest.raises(TypeError, match="Unregistered is not a supported pytree container"):
+        qb.jit(lambda p: p.w)(Unregistered(qb.ones((2,))))
+
+    class MyList(list):
+        pass
+    with pytest.raises(TypeError, match="MyList is not a supported pytree container"):
+        qb.tree.flatten(MyList([1.0]))
+    with pytest.raises(TypeError, match="must all be str or all be int"):
+        qb.jit(lambda d: d)({"a": qb.ones((1,)), 1: qb.ones((1,))})
+
+
+def test_registration_errors():
+    @dataclasses.dataclass
+    class Twice:
+        w: object
+    qb.tree.register_dataclass(Twice)
+    with pytest.raises(ValueError, match="already registered"):
+        qb.tree.register_dataclass(Twice)
+
+    @dataclasses.dataclass
+    class Bad:
+        w: object
+        n: int
+    with pytest.raises(ValueError, match="exactly once"):
+        qb.tree.register_dataclass(Bad, data_fields=["w"], meta_fields=())
+    with pytest.raises(TypeError, match="needs a dataclass"):
+        qb.tree.register_dataclass(int)
+
+
+def test_wrong_keyword_names_and_values():
+    with pytest.raises(TypeError):
+        qb.sum(qb.ones((2,)), axes=0)
+    with pytest.raises(TypeError):
+        qb.jit(lambda x: x, static_argnumz=1)
+    with pytest.raises(ValueError, match="indexing"):
+        qb.meshgrid(qb.ones((2,)), indexing="zz")
+    with pytest.raises(ValueError, match="mode"):
+        qb.pad(qb.ones((2,)), 1, mode="nope")
+    with pytest.raises(TypeError, match="dtype must be"):
+        qb.zeros((2,), dtype="int32")
+    with pytest.raises(TypeError, match="static argument 1 is not hashable"):
+        qb.jit(lambda x, n: x, static_argnums=1)(qb.ones((1,)), [1, 2])
+    with pytest.raises(TypeError, match="key must be a quabla.random.Key"):
+        qb.random.normal(3, (2,))
+
+
+def test_numpy_dtypes():
+    # Integer arrays import as float64 (numerics.md §1.3); complex and float16 are refused.
+    t = qb.asarray(np.arange(3, dtype=np.int32))
+    assert str(t.dtype) == "f64" and t.tolist() == [0.0, 1.0, 2.0]
+    with pytest.raises(TypeError, match="cannot convert ndarray"):
+        qb.asarray(np.ones(2, dtype=np.complex128))
+    with pytest.raises(TypeError, match="float16 is not supported"):
+        qb.asarray(np.ones(2, dtype=np.float16))
+    assert str(qb.asarray(np.array([True, False])).dtype) == "bool"
+    assert str(qb.asarray(np.ones(2, dtype=np.float32)).dtype) == "f32"
+
+
+def test_non_contiguous_and_big_endian_numpy_arrays():
+    a = np.arange(12.0).reshape(3, 4)
+    assert qb.asarray(a[:, ::2]).tolist() == a[:, ::2].tolist()
+    assert qb.asarray(a.T).tolist() == a.T.tolist()
+    assert qb.asarray(a[::-1, 1:3]).tolist() == a[::-1, 1:3].tolist()
+    be = np.array([1.5, -2.25, 3.0], dtype=">f8")
+    assert qb.asarray(be).tolist() == [1.5, -2.25, 3.0]
+    be32 = np.array([1.5, -2.25], dtype=">f4")
+    assert qb.asarray(be32).tolist() == [1.5, -2.25]
+    # Buffer-protocol objects without NumPy's help.
+    import array
+    assert qb.asarray(memoryview(array.array("d", [1.0, 2.0]))).tolist() == [1.0, 2.0]
+
+
+def test_numpy_array_meeting_a_tracer():
+    with pytest.raises(TypeError, match="NumPy arrays are not captured automatically"):
+        qb.jit(lambda x: x + np.ones(2))(qb.ones((2,)))
+
+
+def test_concrete_values_of_tracers():
+    for op in (lambda x: float(x), lambda x: x.item(), lambda x: x.tolist(), lambda x: np.asarray(x)):
+        with pytest.raises(qb.TracerError, match="needs a concrete value"):
+            qb.jit(lambda x, op=op: op(x) and x)(qb.array(1.0))
+    with pytest.raises(qb.TracerError, match="cannot drive Python control flow"):
+        qb.jit(lambda x: bool(x))(qb.array(1.0))
+
+
+def test_bool_and_item_rules():
+    assert bool(qb.array([1.0, 2.0])) is True
+    assert bool(qb.array(False)) is False
+    with pytest.raises(ValueError, match="ambiguous"):
+        bool(qb.array([True, False]))
+    with pytest.raises(ValueError, match="exactly one element"):
+        qb.ones((2,)).item()
+    assert int(qb.array(-2.7)) == -2
+    with pytest.raises(ValueError, match="rank >= 2"):
+        qb.ones((2,)) @ qb.ones((2,))
+
+
+def test_python_exceptions_pass_through_transforms_unchanged():
+    class Mine(Exception):
+        pass
+
+    def f(x):
+        raise Mine("from the loss")
+    for transform in (qb.jit, qb.grad, qb.vmap, qb.hessian, qb.jacobian):
+        with pytest.raises(Mine, match="from the loss") as e:
+            transform(f)(qb.ones((2,)) if transform is not qb.grad else 1.0)
+        assert e.traceback[-1].name == "f"
+    with pytest.raises(Mine):
+        qb.fori_loop(0, 3, lambda i, c: f(c), qb.ones((1,)))
+    with pytest.raises(Mine):
+        qb.optim.Adam(lambda step: f(step)).update({"w": qb.ones((1,))}, {"w": qb.ones((1,))},
+                                                    qb.optim.Adam(0.1).init({"w": qb.ones((1,))}))
+
+
+def test_wrong_structures_and_states():
+    opt = qb.optim.Adam(0.1)
+    with pytest.raises(ValueError, match='missing "m"'):
+        opt.update({"w": qb.ones((1,))}, {"w": qb.ones((1,))}, {"step": 0, "v": {}})
+    with pytest.raises(ValueError):
+        qb.tree.unflatten(qb.tree.structure([1.0, 2.0]), [1.0])
+    with pytest.raises(TypeError, match="parameters and gradients must be floating"):
+        opt.init({"w": qb.array([True])})
+
+
+def test_the_gil_is_released_while_a_plan_runs():
+    f = qb.jit(lambda x: qb.sum(qb.sin(x) ** 2))
+    x = qb.linspace(0.0, 1.0, 200000)
+    ticks = []
+    done = threading.Event()
+
+    def other():
+        while not done.is_set():
+            ticks.append(1)
+    t = threading.Thread(target=other)
+    t.start()
+    for _ in range(20):
+        f(x)
+    done.set()
+    t.join()
+    assert ticks
