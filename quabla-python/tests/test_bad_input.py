@@ -170,3 +170,17 @@ def test_the_gil_is_released_while_a_plan_runs():
     done.set()
     t.join()
     assert ticks
+
+
+def test_type_stubs_name_every_public_name():
+    import pathlib
+    import re
+    package = pathlib.Path(qb.__file__).parent
+    assert (package / "py.typed").exists()
+    for module, stub in [(qb, "__init__.pyi"), (qb.tree, "tree.pyi"), (qb.random, "random.pyi"),
+                         (qb.optim, "optim.pyi"), (qb.linalg, "linalg.pyi"), (qb.ode, "ode.pyi")]:
+        text = (package / stub).read_text()
+        declared = set(re.findall(r"^(?:def|class) (\w+)", text, re.M)) | set(re.findall(r"^(\w+):", text, re.M))
+        declared |= set(re.findall(r"(\w+) as \1", text))
+        missing = [n for n in module.__all__ if n not in declared]
+        assert not missing, (stub, missing)
