@@ -91,6 +91,11 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
                 display_command(&ours_command)
             ));
         }
+        let mut ours = ours;
+        // The same workloads timed from Python through the package (a release install into
+        // target/py-venv).
+        let mut py_command = crate::python::bench_command()?;
+        ours.extend(parse_timings(&run_tee(&mut py_command)?)?);
         ours_rounds.push(ours);
 
         if let Some(python) = &python {

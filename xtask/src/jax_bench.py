@@ -109,6 +109,8 @@ def main():
     for name, fn, args in workloads():
         seconds = median_seconds(fn, args, repeats)
         print(f"workload={name} seconds={seconds:.9g}", flush=True)
+        if name == "chain_f32_1e6":
+            print(f"workload=py_chain_f32_1e6 seconds={seconds:.9g}", flush=True)
 
     tiny = jax.jit(lambda x: x * 2 + 1)
     x8 = jnp.ones((8,), dtype=jnp.float32)
@@ -119,6 +121,8 @@ def main():
         batch()
         times.append((time.perf_counter() - start) / calls)
     print(f"workload=jit_call_tiny seconds={statistics.median(times):.9g}", flush=True)
+    # The peer of the same call made from Python through the quabla package.
+    print(f"workload=py_jit_call_tiny seconds={statistics.median(times):.9g}", flush=True)
     # Our `grad` caches its compiled plan like `jit`, so the peer is jit(grad(f)).
     tiny_grad = jax.jit(jax.grad(lambda x: jnp.sum(x * x)))
     batch, calls = many_calls(tiny_grad, (x8,))
@@ -355,6 +359,7 @@ def optim_workloads():
         jax.block_until_ready(p)
         runs.append(time.perf_counter() - start)
     print(f"workload=pinn_adam_2000 seconds={statistics.median(runs):.9g}", flush=True)
+    print(f"workload=py_pinn_adam_2000 seconds={statistics.median(runs):.9g}", flush=True)
 
     from jax.scipy.optimize import minimize
 

@@ -25,8 +25,7 @@ fn python_command(args: &[&str]) -> Command {
     c
 }
 
-/// Creates the virtualenv, installs the test requirements and the package, runs pytest.
-pub(crate) fn run() -> Result<()> {
+fn ensure_venv() -> Result<()> {
     if !venv_python().is_file() {
         let python = std::env::var("QUABLA_PYTHON").unwrap_or_else(|_| "python3".into());
         println!("== xtask: {python} -m venv target/py-venv ==");
@@ -38,6 +37,29 @@ pub(crate) fn run() -> Result<()> {
             format!("{e}; the Python tests need Python 3.9 or newer with the venv module (set QUABLA_PYTHON to choose an interpreter)")
         })?;
     }
+    Ok(())
+}
+
+/// The Python rows of `cargo xtask bench`: the package installed as a user installs it
+/// (release profile), then `quabla-python/bench/bench_python.py`.
+pub(crate) fn bench_command() -> Result<Command> {
+    ensure_venv()?;
+    println!("== xtask: pip install ./quabla-python (release) ==");
+    run_inherited(&mut python_command(&[
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--force-reinstall",
+        "--no-deps",
+        "./quabla-python",
+    ]))?;
+    Ok(python_command(&["quabla-python/bench/bench_python.py"]))
+}
+
+/// Creates the virtualenv, installs the test requirements and the package, runs pytest.
+pub(crate) fn run() -> Result<()> {
+    ensure_venv()?;
     let has = |module: &str| succeeds_quietly(python_command(&["-c", &format!("import {module}")]));
     if !has("pytest") || !has("numpy") {
         println!("== xtask: pip install pytest numpy ==");
