@@ -31,8 +31,7 @@ use std::collections::BTreeSet;
 
 use crate::items::Index;
 use crate::source::{
-    backticked, calls, is_ident_byte, mentions, read, rust_files, sanitize, spec_file,
-    test_texts,
+    backticked, calls, is_ident_byte, mentions, read, rust_files, sanitize, spec_file, test_texts,
 };
 use crate::{workspace_root, Result};
 
@@ -192,7 +191,8 @@ impl Row {
     }
 }
 
-fn rust_spelling(name: &str) -> &str {
+/// The Rust spelling of a Python function name (`where` is `where_`).
+pub(crate) fn rust_spelling(name: &str) -> &str {
     RUST_SPELLINGS
         .iter()
         .find(|(python, _)| *python == name)
@@ -404,5 +404,4 @@ fn values() { assert_eq!(qb::where_(&m, &a, 0.0).unwrap().shape(), [2]); }
         assert_eq!(row("floor"), "floor value=no grad=n/a vmap=no");
         assert_eq!(row("tanh"), "tanh value=no grad=no vmap=no");
     }
-
 }

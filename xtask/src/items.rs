@@ -92,6 +92,8 @@ pub(crate) struct Index {
     pub(crate) test_modules: Vec<TestModule>,
     /// Every module path that has a file or an inline `mod` (the root is `""`).
     modules: BTreeSet<String>,
+    /// The names of the structs, enums, unions and traits that are not public.
+    private_types: BTreeSet<String>,
 }
 
 /// A `macro_rules!` definition or an invocation, kept until every file is read.
@@ -212,12 +214,22 @@ impl Index {
             .any(|i| i.owner.as_deref() == Some(owner) && i.name == name)
     }
 
-    /// Whether a function named `name` is defined anywhere (a method of any type, a trait's
-    /// function, a free function).
+    /// Whether a function named `name` is defined anywhere: a free function, a trait's
+    /// function, or a method of a type that is not private to the crate.
     pub(crate) fn has_fn(&self, name: &str) -> bool {
+        self.items.iter().any(|i| {
+            i.kind == Kind::Fn
+                && i.name == name
+                && i.owner.as_ref().is_none_or(|owner| {
+                    !self.private_types.contains(owner) || self.is_public_type(owner)
+                })
+        })
+    }
+
+    fn is_public_type(&self, name: &str) -> bool {
         self.items
             .iter()
-            .any(|i| i.kind == Kind::Fn && i.name == name)
+            .any(|i| i.kind == Kind::Type && i.owner.is_none() && i.name == name)
     }
 
     /// Whether any item (or re-export) anywhere has the name `name`.
@@ -240,8 +252,7 @@ impl Index {
     /// implementation whose type is unknown matches every type).
     pub(crate) fn implements(&self, trait_name: &str, ty: Option<&str>) -> bool {
         self.trait_impls.iter().any(|t| {
-            t.trait_name == trait_name
-                && (ty.is_none() || t.ty.is_none() || t.ty.as_deref() == ty)
+            t.trait_name == trait_name && (ty.is_none() || t.ty.is_none() || t.ty.as_deref() == ty)
         })
     }
 
@@ -427,7 +438,7 @@ fn macro_call(text: &str) -> Option<String> {
     let text = text.trim_start();
     let b = text.as_bytes();
     let mut i = 0;
-    let mut last = "";
+    let mut last;
     loop {
         let start = i;
         while i < b.len() && is_ident_byte(b[i]) {
@@ -443,7 +454,10 @@ fn macro_call(text: &str) -> Option<String> {
             break;
         }
     }
-    text[i..].trim_start().starts_with('!').then(|| last.to_string())
+    text[i..]
+        .trim_start()
+        .starts_with('!')
+        .then(|| last.to_string())
 }
 
 /// The trait and type of `impl<..> Trait<..> for Type<..>` (the text after `impl`).
@@ -637,7 +651,10 @@ impl Scan {
                     opens.pop();
                 }
                 b'{' => {
-                    let top = stack.last().cloned().unwrap_or(Scope::Body { in_macro: false });
+                    let top = stack
+                        .last()
+                        .cloned()
+                        .unwrap_or(Scope::Body { in_macro: false });
                     let header = Header::parse(&text[start..i]);
                     let close = bracket_end(b, i);
                     let scope = if nest > 0 {
@@ -660,7 +677,11 @@ impl Scan {
                         start = i;
                         continue;
                     } else {
-                        self.open(&top, header, &text[i + 1..close.saturating_sub(1).max(i + 1)])
+                        self.open(
+                            &top,
+                            header,
+                            &text[i + 1..close.saturating_sub(1).max(i + 1)],
+                        )
                     };
                     stack.push(scope);
                     saved_opens.push(std::mem::take(&mut opens));
@@ -674,7 +695,10 @@ impl Scan {
                     start = i + 1;
                 }
                 b';' if nest == 0 => {
-                    let top = stack.last().cloned().unwrap_or(Scope::Body { in_macro: false });
+                    let top = stack
+                        .last()
+                        .cloned()
+                        .unwrap_or(Scope::Body { in_macro: false });
                     if item_level(&top) {
                         let header = Header::parse(&text[start..i]);
                         self.declaration(&top, header, &text[start..i]);
@@ -711,6 +735,8 @@ impl Scan {
                 self.derives(&header.derives, &name);
                 if header.public && owner.is_none() {
                     self.add(&name, Kind::Type, None, &module);
+                } else {
+                    self.index.private_types.insert(name);
                 }
                 Scope::Body {
                     in_macro: macro_scope,
@@ -723,6 +749,8 @@ impl Scan {
                     for variant in variants(body) {
                         self.add(&variant, Kind::Variant, Some(name.clone()), &module);
                     }
+                } else {
+                    self.index.private_types.insert(name);
                 }
                 Scope::Body {
                     in_macro: macro_scope,
@@ -731,6 +759,8 @@ impl Scan {
             Keyword::Trait(name) => {
                 if header.public {
                     self.add(&name, Kind::Type, None, &module);
+                } else {
+                    self.index.private_types.insert(name.clone());
                 }
                 Scope::Trait {
                     module,
@@ -820,9 +850,13 @@ impl Scan {
             Keyword::Fn(name) if public && !name.is_empty() => {
                 self.add(name, Kind::Fn, owner, &module)
             }
-            Keyword::Type(name) | Keyword::Trait(name) if header.public && owner.is_none() => {
+            Keyword::Type(name) | Keyword::Trait(name) if owner.is_none() => {
                 self.derives(&header.derives, name);
-                self.add(name, Kind::Type, None, &module);
+                if header.public {
+                    self.add(name, Kind::Type, None, &module);
+                } else {
+                    self.index.private_types.insert(name.clone());
+                }
             }
             Keyword::Value(name) if public => self.add(name, Kind::Value, owner, &module),
             Keyword::Mod(name) => {
@@ -884,12 +918,6 @@ impl Scan {
 
     /// Expands what the macros generate, once every definition is known.
     fn finish(mut self) -> Index {
-        let body_of = |name: &str| {
-            self.definitions
-                .iter()
-                .filter(move |d| d.name == name)
-                .map(|d| d.body.as_str())
-        };
         let fn_macros: BTreeSet<&str> = self
             .definitions
             .iter()
@@ -908,11 +936,7 @@ impl Scan {
                 .definitions
                 .iter()
                 .filter(|d| !impl_macros.contains(d.name.as_str()))
-                .filter(|d| {
-                    impl_macros
-                        .iter()
-                        .any(|m| body_of(&d.name).any(|b| invokes(b, m)))
-                })
+                .filter(|d| impl_macros.iter().any(|m| invokes(&d.body, m)))
                 .map(|d| d.name.as_str())
                 .collect();
             if more.is_empty() {
@@ -981,10 +1005,11 @@ fn scope_owner(scope: &Scope) -> Option<String> {
 fn member_is_public(scope: &Scope) -> bool {
     matches!(
         scope,
-        Scope::Trait { public: true, .. } | Scope::Impl {
-            trait_impl: true,
-            ..
-        }
+        Scope::Trait { public: true, .. }
+            | Scope::Impl {
+                trait_impl: true,
+                ..
+            }
     )
 }
 
@@ -1141,6 +1166,8 @@ pub enum Error { Tracer { kind: Kind }, #[doc = "x"] Unsupported(String, u8), Ot
 pub struct Unit;
 pub trait Ext { fn relu(self) -> Self; fn gelu(self) -> Self { self } }
 impl fmt::Display for Tensor { fn fmt(&self) {} }
+pub(super) struct Flat;
+impl Flat { pub fn hidden_method(&self) {} }
 mod ops {
     pub mod reduce { pub fn sum() {} }
     pub fn log() {}
@@ -1179,6 +1206,7 @@ mod tests { pub fn hidden_helper() {} #[test] fn t() { qb::sin(&x); } }
         assert!(has("sin", Kind::Fn, None, ""));
         assert!(has("cos", Kind::Fn, Some("Tensor"), ""));
         assert!(!index.has_fn("tan") && !index.has_fn("internal"));
+        assert!(!index.has_fn("hidden_method"), "a method of a private type");
         assert!(has("ZERO", Kind::Value, Some("Tensor"), ""));
         assert!(has("Error", Kind::Type, None, ""));
         for variant in ["Tracer", "Unsupported", "Other"] {

@@ -5,17 +5,21 @@
 //! invocations, running a command and reporting how it failed). The
 //! subcommands themselves live in [`test`] (`cargo xtask test`), [`backends`]
 //! (`cargo xtask test-backends`), [`bench`] (`cargo xtask bench`), [`coverage`]
-//! (`cargo xtask coverage-ops`), [`fuzz`] (`cargo xtask fuzz`) and [`soak`]
-//! (`cargo xtask soak`).
+//! (`cargo xtask coverage-ops`), [`coverage_api`] (`cargo xtask coverage-api`), [`fuzz`]
+//! (`cargo xtask fuzz`) and [`soak`] (`cargo xtask soak`); [`source`] and [`items`] read
+//! the spec and the Rust sources for both coverage reports.
 //!
 //! Arguments are parsed by hand so that the tool builds from `std` alone.
 
 mod backends;
 mod bench;
 mod coverage;
+mod coverage_api;
 mod fuzz;
+mod items;
 mod python;
 mod soak;
+mod source;
 mod test;
 
 use std::ffi::OsStr;
@@ -56,6 +60,13 @@ Commands:
                            then `missing=<count of functions with any no>`. The spec is
                            read from $QUABLA_SPEC_DIR/api.md, else from
                            shared/spec/api.md beside the workspace.
+  coverage-api             For each row of every table of the spec's api.md (sections
+                           1-22), print `§<section> <python names>  implemented=<yes|
+                           partial> tested=<yes|no>`, `binding-only python=<yes|no>` (rows
+                           for the Python package) or `missing (<reason>: <items>)`, with
+                           `device` and `distributed` as the expected reasons; then
+                           `§N <title>: rows= implemented= tested= missing=` per section
+                           and a total. The spec is found as for coverage-ops.
   fuzz load [--execs N] [--seed S]
                            Fuzz the file reader
                            (`cargo run --release -p quabla-io --bin fuzz_load`): load N
@@ -84,6 +95,7 @@ fn main() -> ExitCode {
         "test-backends" => backends::run(rest),
         "bench" => bench::run(rest),
         "coverage-ops" => coverage::run(rest),
+        "coverage-api" => coverage_api::run(rest),
         "fuzz" => fuzz::run(rest),
         "soak" => soak::run(rest),
         "help" | "--help" | "-h" => {

@@ -185,15 +185,6 @@ pub(crate) fn leading_ident(text: &str) -> Option<&str> {
     (len > 0).then(|| &text[..len])
 }
 
-/// Whether `text` ends with the identifier `word` (after trailing blanks).
-pub(crate) fn ends_with_word(text: &str, word: &str) -> bool {
-    let text = text.trim_end();
-    text.ends_with(word) && {
-        let before = text.len() - word.len();
-        before == 0 || !is_ident_byte(text.as_bytes()[before - 1])
-    }
-}
-
 /// A function of a file: its name, its signature, its body and whether it is a `#[test]`.
 struct Function<'a> {
     name: &'a str,
@@ -311,7 +302,6 @@ pub(crate) fn is_closure(args: &str) -> bool {
             .strip_prefix("move")
             .is_some_and(|rest| rest.trim_start().starts_with('|'))
 }
-
 
 #[cfg(test)]
 mod tests {
