@@ -45,6 +45,27 @@ impl Drop for Active {
     }
 }
 
+/// The call of a custom-rule object: positional arguments only; a call from inside the
+/// object's own rules is a plain call of `fun`, any other is `rule_call`.
+fn guarded_call<'py>(
+    wrapper: &str,
+    obj: &Bound<'py, PyAny>,
+    fun: &Py<PyAny>,
+    args: &Bound<'py, PyTuple>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+    rule_call: impl FnOnce() -> PyResult<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    if kwargs.is_some_and(|k| !k.is_empty()) {
+        return Err(type_error(format!(
+            "{wrapper}() takes positional arguments only"
+        )));
+    }
+    let Some(_active) = Active::enter(obj.as_ptr() as usize) else {
+        return fun.bind(obj.py()).call1(args.clone());
+    };
+    rule_call()
+}
+
 /// The number of positional arguments in an argument tuple.
 fn args_count(args: &Value) -> usize {
     match args {
@@ -136,15 +157,10 @@ impl PyCustomVjp {
         args: &Bound<'py, PyTuple>,
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        if kwargs.is_some_and(|k| !k.is_empty()) {
-            return Err(type_error("custom_vjp() takes positional arguments only"));
-        }
-        let py = slf.py();
         let this = slf.get();
-        let Some(_active) = Active::enter(slf.as_ptr() as usize) else {
-            return this.fun.bind(py).call1(args.clone());
-        };
-        this.call(py, args)
+        guarded_call("custom_vjp", slf.as_any(), &this.fun, args, kwargs, || {
+            this.call(slf.py(), args)
+        })
     }
 }
 
@@ -234,15 +250,10 @@ impl PyCustomJvp {
         args: &Bound<'py, PyTuple>,
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        if kwargs.is_some_and(|k| !k.is_empty()) {
-            return Err(type_error("custom_jvp() takes positional arguments only"));
-        }
-        let py = slf.py();
         let this = slf.get();
-        let Some(_active) = Active::enter(slf.as_ptr() as usize) else {
-            return this.fun.bind(py).call1(args.clone());
-        };
-        this.call(py, args)
+        guarded_call("custom_jvp", slf.as_any(), &this.fun, args, kwargs, || {
+            this.call(slf.py(), args)
+        })
     }
 }
 

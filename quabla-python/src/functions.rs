@@ -1149,11 +1149,7 @@ mod creation {
         dtype: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let v = fill(fill_value)?;
-        let t = qb::full(shape_arg(shape)?, &v).or_raise()?;
-        match opt_dtype(dtype)? {
-            Some(d) if d != t.dtype() => ret(py, t.astype(d)),
-            _ => crate::tensor::wrap(py, t),
-        }
+        with_dtype(py, qb::full(shape_arg(shape)?, &v), dtype)
     }
 
     #[pyfunction]
@@ -1195,13 +1191,12 @@ mod creation {
         ret(py, of_dtype(dtype)?.eye_rect(n, m.unwrap_or(n)))
     }
 
-    fn like<'py>(
+    /// `t`, converted to `dtype` when one is given.
+    fn with_dtype<'py>(
         py: Python<'py>,
-        x: &Bound<'py, PyAny>,
-        dtype: Option<&Bound<'py, PyAny>>,
         t: qb::Result<qb::Tensor>,
+        dtype: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let _ = x;
         let t = t.or_raise()?;
         match opt_dtype(dtype)? {
             Some(d) if d != t.dtype() => ret(py, t.astype(d)),
@@ -1216,7 +1211,7 @@ mod creation {
         x: &Bound<'py, PyAny>,
         dtype: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        like(py, x, dtype, qb::zeros_like(&to_tensor(x)?))
+        with_dtype(py, qb::zeros_like(&to_tensor(x)?), dtype)
     }
 
     #[pyfunction]
@@ -1226,7 +1221,7 @@ mod creation {
         x: &Bound<'py, PyAny>,
         dtype: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        like(py, x, dtype, qb::ones_like(&to_tensor(x)?))
+        with_dtype(py, qb::ones_like(&to_tensor(x)?), dtype)
     }
 
     #[pyfunction]
@@ -1237,7 +1232,7 @@ mod creation {
         fill_value: f64,
         dtype: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        like(py, x, dtype, qb::full_like(&to_tensor(x)?, fill_value))
+        with_dtype(py, qb::full_like(&to_tensor(x)?, fill_value), dtype)
     }
 
     pub fn add_to(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -116,7 +116,7 @@ fn piecewise_constant(boundaries: Vec<u64>, values: Vec<f64>) -> PyBuiltinSchedu
 }
 
 /// A `learning_rate` argument: a float, a built-in schedule or any callable.
-fn learning_rate(obj: &Bound<'_, PyAny>) -> PyResult<opt::LearningRate> {
+fn read_learning_rate(obj: &Bound<'_, PyAny>) -> PyResult<opt::LearningRate> {
     if obj.is_instance_of::<PyFloat>() || obj.is_instance_of::<PyInt>() {
         return Ok(opt::LearningRate::Constant(obj.extract()?));
     }
@@ -267,7 +267,7 @@ fn adam(
     clip_norm: Option<f64>,
 ) -> PyResult<PyOptimizer> {
     let lr = learning_rate
-        .map(learning_rate_arg)
+        .map(read_learning_rate)
         .transpose()?
         .unwrap_or(opt::LearningRate::Constant(1e-3));
     let mut o = opt::Adam::new(lr.clone()).b1(b1).b2(b2).eps(eps);
@@ -292,7 +292,7 @@ fn adamw(
     clip_norm: Option<f64>,
 ) -> PyResult<PyOptimizer> {
     let lr = learning_rate
-        .map(learning_rate_arg)
+        .map(read_learning_rate)
         .transpose()?
         .unwrap_or(opt::LearningRate::Constant(1e-3));
     let mut o = opt::AdamW::new(lr.clone())
@@ -314,7 +314,7 @@ fn adamw(
 #[pyo3(name = "SGD", signature = (learning_rate=None, *, clip_norm=None))]
 fn sgd(learning_rate: Option<&Bound<'_, PyAny>>, clip_norm: Option<f64>) -> PyResult<PyOptimizer> {
     let lr = learning_rate
-        .map(learning_rate_arg)
+        .map(read_learning_rate)
         .transpose()?
         .unwrap_or(opt::LearningRate::Constant(1e-2));
     let mut o = opt::Sgd::new(lr.clone());
@@ -326,10 +326,6 @@ fn sgd(learning_rate: Option<&Bound<'_, PyAny>>, clip_norm: Option<f64>) -> PyRe
         &lr,
         format!("SGD(learning_rate={lr:?})"),
     ))
-}
-
-fn learning_rate_arg(obj: &Bound<'_, PyAny>) -> PyResult<opt::LearningRate> {
-    learning_rate(obj)
 }
 
 /// `clip_by_global_norm(grads, max_norm) -> (clipped, norm)`.

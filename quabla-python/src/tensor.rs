@@ -120,11 +120,6 @@ fn concrete_needed(t: &qb::Tensor, op: &str) -> PyResult<()> {
     Ok(())
 }
 
-/// Nested Python lists of a tensor's values (`tolist`).
-pub fn nested_to_py<'py>(py: Python<'py>, v: qb::tree::Value) -> PyResult<Bound<'py, PyAny>> {
-    crate::convert::value_to_py(py, v)
-}
-
 /// Builds a tensor from `shape` and flat `data` (`qb.Tensor(shape, data, dtype=None)`).
 fn tensor_from_flat(
     shape: &Bound<'_, PyAny>,
@@ -267,7 +262,7 @@ impl PyTensor {
 
     fn tolist<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         concrete_needed(&self.t, "tolist")?;
-        nested_to_py(py, self.t.to_nested().or_raise()?)
+        crate::convert::value_to_py(py, self.t.to_nested().or_raise()?)
     }
 
     fn to_flat_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -657,13 +652,6 @@ fn check_matmul_ranks(a: &qb::Tensor, b: &qb::Tensor) -> PyResult<()> {
         )));
     }
     Ok(())
-}
-
-#[pymethods]
-impl PyTraceTensor {
-    fn __repr__(slf: &Bound<'_, Self>) -> String {
-        slf.as_super().get().t.to_string()
-    }
 }
 
 /// `qb.TensorView`: a zero-copy, read-only strided view of a tensor.

@@ -184,7 +184,7 @@ impl PyGrad {
 
 fn make_grad(
     fun: &Bound<'_, PyAny>,
-    argnums: &Bound<'_, PyAny>,
+    argnums: Option<&Bound<'_, PyAny>>,
     has_aux: bool,
     with_value: bool,
 ) -> PyResult<PyGrad> {
@@ -194,7 +194,12 @@ fn make_grad(
     } else {
         qb::grad(f)
     };
-    let g = select!(g, &Argnums::read(argnums)?).name(function_name(fun));
+    // Without `argnums` the facade differentiates the first argument, as `argnums=0` does.
+    let g = match argnums {
+        Some(a) => select!(g, &Argnums::read(a)?),
+        None => g,
+    };
+    let g = g.name(function_name(fun));
     let g = if has_aux { g.has_aux() } else { g };
     Ok(PyGrad {
         g,
@@ -205,25 +210,21 @@ fn make_grad(
 #[pyfunction]
 #[pyo3(signature = (fun, argnums=None, has_aux=false))]
 pub fn _grad(
-    py: Python<'_>,
     fun: &Bound<'_, PyAny>,
     argnums: Option<&Bound<'_, PyAny>>,
     has_aux: bool,
 ) -> PyResult<PyGrad> {
-    let zero = 0i64.into_pyobject(py)?.into_any();
-    make_grad(fun, argnums.unwrap_or(&zero), has_aux, false)
+    make_grad(fun, argnums, has_aux, false)
 }
 
 #[pyfunction]
 #[pyo3(signature = (fun, argnums=None, has_aux=false))]
 pub fn _value_and_grad(
-    py: Python<'_>,
     fun: &Bound<'_, PyAny>,
     argnums: Option<&Bound<'_, PyAny>>,
     has_aux: bool,
 ) -> PyResult<PyGrad> {
-    let zero = 0i64.into_pyobject(py)?.into_any();
-    make_grad(fun, argnums.unwrap_or(&zero), has_aux, true)
+    make_grad(fun, argnums, has_aux, true)
 }
 
 /// `jacobian(fun)` and `hessian(fun)`.
@@ -492,9 +493,12 @@ impl PyShapeDtype {
 #[pyclass(name = "JitFunction", module = "quabla", frozen)]
 pub struct PyJit {
     j: qb::Jit<PyCallable, Value, Value>,
+    /// Static positions: `static_argnums` and the positions of `static_argnames`.
     static_argnums: Vec<usize>,
     /// `inspect.Signature` of the function, to bind keyword arguments.
     signature: Option<Py<PyAny>>,
+    /// The names of the function's parameters, in order.
+    param_names: Vec<String>,
     static_argnames: Vec<String>,
 }
 
@@ -515,17 +519,9 @@ impl PyJit {
                 "jit: keyword arguments need a function with an inspectable signature",
             ));
         };
-        let names: Vec<String> = sig
-            .bind(py)
-            .getattr("parameters")?
-            .call_method0("keys")?
-            .try_iter()?
-            .map(|k| k?.extract::<String>())
-            .collect::<PyResult<_>>()?;
-        let mut statics = self.static_argnums.clone();
         for (k, _) in kwargs.iter() {
             let k: String = k.extract()?;
-            let pos = names.iter().position(|n| *n == k);
+            let pos = self.param_names.iter().position(|n| *n == k);
             let is_static = self.static_argnames.contains(&k)
                 || pos.is_some_and(|p| self.static_argnums.contains(&p));
             if !is_static {
@@ -540,14 +536,7 @@ impl PyJit {
             .call_method("bind", args.clone(), Some(kwargs))?;
         bound.call_method0("apply_defaults")?;
         let positional: Bound<'py, PyTuple> = bound.getattr("args")?.cast_into()?;
-        for name in &self.static_argnames {
-            if let Some(p) = names.iter().position(|n| n == name) {
-                if !statics.contains(&p) {
-                    statics.push(p);
-                }
-            }
-        }
-        Ok((positional, statics))
+        Ok((positional, self.static_argnums.clone()))
     }
 }
 
@@ -617,46 +606,37 @@ pub fn _jit(
         .call_method1("signature", (fun,))
         .ok()
         .map(|s| s.unbind());
-    // Names given in static_argnames that are positional parameters are static positions.
-    let mut statics = static_argnums.clone();
-    if let Some(sig) = &signature {
-        let names: Vec<String> = sig
-            .bind(py)
-            .getattr("parameters")?
-            .call_method0("keys")?
-            .try_iter()?
-            .map(|k| k?.extract::<String>())
-            .collect::<PyResult<_>>()?;
-        for n in &static_argnames {
-            if let Some(p) = names.iter().position(|m| m == n) {
-                if !statics.contains(&p) {
-                    statics.push(p);
-                }
-            }
-        }
-    }
-    // Plan inputs are named by the function's positional parameters (`params/w`).
-    let arg_names: Vec<String> = match &signature {
+    // The parameters (name, kind), read once.
+    let params: Vec<(String, i64)> = match &signature {
         Some(sig) => sig
             .bind(py)
             .getattr("parameters")?
             .call_method0("values")?
             .try_iter()?
-            .map(|p| -> PyResult<Option<String>> {
+            .map(|p| {
                 let p = p?;
-                let kind: i64 = p.getattr("kind")?.extract()?;
-                // POSITIONAL_ONLY (0) and POSITIONAL_OR_KEYWORD (1).
-                Ok((kind <= 1)
-                    .then(|| p.getattr("name").and_then(|n| n.extract()).ok())
-                    .flatten())
+                Ok((p.getattr("name")?.extract()?, p.getattr("kind")?.extract()?))
             })
-            .collect::<PyResult<Vec<_>>>()?
-            .into_iter()
-            .flatten()
-            .collect(),
+            .collect::<PyResult<_>>()?,
         None => Vec::new(),
     };
-    let names: Vec<&str> = arg_names.iter().map(String::as_str).collect();
+    let param_names: Vec<String> = params.iter().map(|(n, _)| n.clone()).collect();
+    // Names given in static_argnames that are positional parameters are static positions.
+    let mut statics = static_argnums.clone();
+    for n in &static_argnames {
+        if let Some(p) = param_names.iter().position(|m| m == n) {
+            if !statics.contains(&p) {
+                statics.push(p);
+            }
+        }
+    }
+    // Plan inputs are named by the positional parameters (kinds POSITIONAL_ONLY = 0 and
+    // POSITIONAL_OR_KEYWORD = 1), so `lower` prints `params/w`.
+    let names: Vec<&str> = params
+        .iter()
+        .filter(|(_, kind)| *kind <= 1)
+        .map(|(n, _)| n.as_str())
+        .collect();
     let mut j = qb::jit(callable(fun)?)
         .name(function_name(fun))
         .arg_names(&names)
@@ -672,6 +652,7 @@ pub fn _jit(
         j,
         static_argnums: statics,
         signature,
+        param_names,
         static_argnames,
     })
 }

@@ -321,11 +321,9 @@ pub fn node_to_py(py: Python<'_>, node: Value) -> PyResult<Bound<'_, PyAny>> {
 /// TY7 for a container kind pytrees refuse (`OrderedDict`, list or dict subclasses,
 /// unregistered dataclasses).
 fn refused_container(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
-    let py = obj.py();
     let is_sub = (obj.is_instance_of::<PyList>() && !obj.is_exact_instance_of::<PyList>())
         || (obj.is_instance_of::<PyDict>() && !obj.is_exact_instance_of::<PyDict>());
     let is_dataclass = obj.get_type().hasattr("__dataclass_fields__")?;
-    let _ = py;
     Ok(is_sub || is_dataclass)
 }
 
