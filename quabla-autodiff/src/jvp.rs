@@ -237,7 +237,7 @@ fn tangent_rule(
             add_opt(b, a, c)?
         }
         // The linear-algebra rules live in `quabla-linalg` (numerics.md §6.5).
-        Op::Solve => rules::solve_jvp(b, x[0], out, t[0], t[1])?,
+        Op::Solve { transpose_a } => rules::solve_jvp(b, x[0], out, t[0], t[1], *transpose_a)?,
         Op::TriangularSolve {
             lower,
             transpose_a,

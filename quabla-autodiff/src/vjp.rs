@@ -386,8 +386,8 @@ fn cotangent_rule(
             vec![Some(to_operand(b, ca, 0)?), Some(to_operand(b, cb, 1)?)]
         }
         // The linear-algebra rules live in `quabla-linalg` (numerics.md §6.5).
-        Op::Solve => {
-            let (ca, cb) = rules::solve_vjp(b, x[0], out, ct)?;
+        Op::Solve { transpose_a } => {
+            let (ca, cb) = rules::solve_vjp(b, x[0], out, ct, *transpose_a)?;
             vec![Some(ca), Some(cb)]
         }
         Op::TriangularSolve {

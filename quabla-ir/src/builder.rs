@@ -387,7 +387,7 @@ impl GraphBuilder {
     /// `[..., n, k]`; the batch axes of `a` and `b` broadcast (`a [2, 2, 2]` with `b [2]` gives
     /// `[2, 2]`, with `b [2, 2, 3]` gives `[2, 2, 3]`).
     pub fn solve(&mut self, a: NodeId, rhs: NodeId) -> Result<NodeId> {
-        self.batched_solve(Op::Solve, a, rhs)
+        self.batched_solve(Op::Solve { transpose_a: false }, a, rhs)
     }
 
     /// `triangular_solve(a, b)` (solving `op(a) x = b` reading one triangle of `a`) with the

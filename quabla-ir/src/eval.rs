@@ -135,7 +135,7 @@ pub fn evaluate(op: &Op, operands: &[HostValue<'_>], out: &TensorType) -> Option
         Op::Input { .. }
         | Op::Constant { .. }
         | Op::Matmul
-        | Op::Solve
+        | Op::Solve { .. }
         | Op::Cholesky
         | Op::CholeskyAd
         | Op::TriangularSolve { .. }
@@ -161,14 +161,14 @@ pub fn evaluate(op: &Op, operands: &[HostValue<'_>], out: &TensorType) -> Option
         }
         Op::Reduce { kind, axes } => {
             let x = operands[0];
-            // Reducing every axis is one sequential pass in row-major order, the same order
-            // as the per-axis loop below.
+            // Sums follow the blocked order of numerics.md §1.5 over each position's reduced
+            // elements in row-major order; `max`/`min` are exact in any order.
             let whole = axes.len() == x.shape.rank();
             let sum = |x: HostValue<'_>| {
                 if whole {
-                    vec![sum_f64(&x.data.to_f64_vec())]
+                    vec![blocked_sum(x.data.to_f64_vec())]
                 } else {
-                    reduce(x, axes, SUM_START, |acc, x| acc + x)
+                    sum_axes(x, axes)
                 }
             };
             match kind.reducer() {
@@ -237,14 +237,69 @@ pub fn evaluate(op: &Op, operands: &[HostValue<'_>], out: &TensorType) -> Option
     Some(HostData::from_f64(out.dtype, values))
 }
 
-/// The start of every float64 accumulation (`sum`, `mean`, axis sums, `cumsum`): `-0.0`, the
-/// additive identity that keeps signed zeros, so a sum of only `-0.0` is `-0.0` like the
-/// elementwise `-0.0 + -0.0` (our choice; any other element makes the sign irrelevant).
+/// The start of `cumsum`'s sequential float64 accumulation: `-0.0`, the additive identity that
+/// keeps signed zeros, so a running sum of only `-0.0` is `-0.0` like the elementwise
+/// `-0.0 + -0.0` (our choice; any other element makes the sign irrelevant). Sums and means
+/// start their accumulators at `+0.0`, as the blocked order of numerics.md §1.5 says.
 pub const SUM_START: f64 = -0.0;
 
-/// Sequential row-major float64 sum from [`SUM_START`].
-pub fn sum_f64(values: &[f64]) -> f64 {
-    values.iter().fold(SUM_START, |acc, &x| acc + x)
+/// Elements per block of the blocked summation order (numerics.md §1.5).
+pub const SUM_BLOCK: usize = 1024;
+
+/// Accumulators of a block: element `k` of a block goes to accumulator `k % SUM_LANES`.
+pub const SUM_LANES: usize = 8;
+
+/// The sum of one block's accumulators: `((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))`.
+#[inline]
+pub fn combine_lanes(a: &[f64; SUM_LANES]) -> f64 {
+    ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
+}
+
+/// The pairwise tree of numerics.md §4.4 with addition, over `values` in place: add neighbours
+/// `(0, 1), (2, 3), ...`, carry an odd last value unchanged, repeat until one value remains.
+/// `+0.0` for no values.
+pub fn pairwise_sum(values: &mut [f64]) -> f64 {
+    let mut n = values.len();
+    while n > 1 {
+        let half = n / 2;
+        for i in 0..half {
+            values[i] = values[2 * i] + values[2 * i + 1];
+        }
+        if n % 2 == 1 {
+            values[half] = values[n - 1];
+            n = half + 1;
+        } else {
+            n = half;
+        }
+    }
+    values.first().copied().unwrap_or(0.0)
+}
+
+/// The float64 sum of `values`, taken in order, in the blocked order of numerics.md §1.5:
+/// consecutive blocks of [`SUM_BLOCK`] elements (the last may be shorter); inside a block,
+/// element `k` is added to accumulator `k % SUM_LANES` (each starting at `+0.0` and adding its
+/// elements in order) and the accumulators are combined by [`combine_lanes`]; the block sums
+/// are combined by [`pairwise_sum`].
+///
+/// This is the definition, written for clarity; backends' faster kernels are tested against
+/// it bit for bit.
+pub fn blocked_sum(values: impl IntoIterator<Item = f64>) -> f64 {
+    let mut blocks = Vec::new();
+    let mut acc = [0.0; SUM_LANES];
+    let mut k = 0;
+    for v in values {
+        acc[k % SUM_LANES] += v;
+        k += 1;
+        if k == SUM_BLOCK {
+            blocks.push(combine_lanes(&acc));
+            acc = [0.0; SUM_LANES];
+            k = 0;
+        }
+    }
+    if k > 0 || blocks.is_empty() {
+        blocks.push(combine_lanes(&acc));
+    }
+    pairwise_sum(&mut blocks)
 }
 
 fn map1(x: HostValue<'_>, f: impl Fn(f64) -> f64) -> Vec<f64> {
@@ -289,7 +344,29 @@ fn dot(idx: &[usize], strides: &[usize]) -> usize {
     idx.iter().zip(strides).map(|(i, s)| i * s).sum()
 }
 
-/// Sequential row-major accumulation of the reduced elements for each kept position.
+/// The blocked sum ([`blocked_sum`]) of the reduced elements of each kept position, taken in
+/// row-major order.
+fn sum_axes(x: HostValue<'_>, axes: &[usize]) -> Vec<f64> {
+    let data = x.data.to_f64_vec();
+    let dims = x.shape.dims();
+    let kept: Vec<usize> = (0..dims.len()).filter(|a| !axes.contains(a)).collect();
+    let kept_shape = Shape::new(kept.iter().map(|&a| dims[a]).collect::<Vec<_>>())
+        .expect("extents of a valid shape are nonzero");
+    let kept_strides = kept_shape.strides();
+    let mut elements: Vec<Vec<f64>> = vec![Vec::new(); kept_shape.size()];
+    for (i, idx) in MultiIndex::new(x.shape).enumerate() {
+        let pos: usize = kept
+            .iter()
+            .zip(&kept_strides)
+            .map(|(&a, s)| idx[a] * s)
+            .sum();
+        elements[pos].push(data[i]);
+    }
+    elements.into_iter().map(blocked_sum).collect()
+}
+
+/// Row-major accumulation of the reduced elements for each kept position (for `max`/`min`,
+/// which are exact in any order).
 fn reduce(x: HostValue<'_>, axes: &[usize], init: f64, f: impl Fn(f64, f64) -> f64) -> Vec<f64> {
     let data = x.data.to_f64_vec();
     let dims = x.shape.dims();
@@ -415,7 +492,7 @@ mod tests {
     }
 
     #[test]
-    fn sums_of_negative_zeros_stay_negative() {
+    fn sums_of_negative_zeros_are_positive_and_running_sums_negative() {
         let data = HostData::F64(vec![-0.0, -0.0].into());
         let shape = Shape::new(vec![2, 1]).unwrap();
         let x = HostValue {
@@ -430,8 +507,9 @@ mod tests {
             (Op::reduce(Reducer::Sum, vec![0], 2), &per_row),
             (Op::reduce(Reducer::Mean, vec![0], 2), &per_row),
         ] {
+            // The blocked order's accumulators start at +0.0 (numerics.md §1.5).
             let r = evaluate(&op, &[x], ty).unwrap().get_f64(0);
-            assert!(r == 0.0 && r.is_sign_negative(), "{op:?}");
+            assert!(r == 0.0 && r.is_sign_positive(), "{op:?}");
         }
         let c = evaluate(
             &Op::Cumsum {

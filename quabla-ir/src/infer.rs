@@ -283,7 +283,7 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
             dims.extend([m, n]);
             Ok(TensorType::new(dtype, Shape::new(dims)?))
         }
-        Op::Solve | Op::TriangularSolve { .. } => {
+        Op::Solve { .. } | Op::TriangularSolve { .. } => {
             let (a, b) = (operands[0], operands[1]);
             // DT2 before the dtype match: a bool matrix is not a dtype mix.
             if a.dtype == DType::Bool || b.dtype == DType::Bool {

@@ -316,8 +316,13 @@ pub enum Op {
     },
     /// Batched matrix product `[..., m, k] x [..., k, n]` with broadcast batch axes.
     Matmul,
-    /// `solve(a, b)`: `a [..., n, n]`, `b [..., n, k]` by LU.
-    Solve,
+    /// `solve(a, b)`: `a [..., n, n]`, `b [..., n, k]` by the LU factorization (partial
+    /// pivoting) of `a`; with `transpose_a` it solves `aᵀ x = b` with the factors of `a` itself
+    /// (never of `aᵀ`), so every solve with one matrix, either way round, and its `slogdet` can
+    /// share one factorization and give the bits each would alone.
+    Solve {
+        transpose_a: bool,
+    },
     /// Lower Cholesky factor.
     Cholesky,
     /// `cholesky_ad(l, da)`: the tangent of the Cholesky factor `l` along `da`.
@@ -440,6 +445,7 @@ impl OpKind {
             OpKind::Slice => &["starts", "sizes"],
             OpKind::PadSlice => &["starts", "shape"],
             OpKind::Gather | OpKind::ScatterAdd => &["axis", "indices"],
+            OpKind::Solve => &["transpose_a"],
             OpKind::TriangularSolve => &["lower", "transpose_a", "unit_diagonal"],
             OpKind::Linalg => &["kind"],
             OpKind::Custom => &["name", "output"],
@@ -455,7 +461,6 @@ impl OpKind {
             | OpKind::Sum
             | OpKind::Mean
             | OpKind::Matmul
-            | OpKind::Solve
             | OpKind::Cholesky
             | OpKind::CholeskyAd => &[],
         }
@@ -530,7 +535,7 @@ impl Op {
             Op::Gather { .. } => OpKind::Gather,
             Op::ScatterAdd { .. } => OpKind::ScatterAdd,
             Op::Matmul => OpKind::Matmul,
-            Op::Solve => OpKind::Solve,
+            Op::Solve { .. } => OpKind::Solve,
             Op::Cholesky => OpKind::Cholesky,
             Op::CholeskyAd => OpKind::CholeskyAd,
             Op::TriangularSolve { .. } => OpKind::TriangularSolve,

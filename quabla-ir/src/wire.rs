@@ -11,7 +11,7 @@
 //! any other graph. A successful decode is canonical: re-encoding the decoded plan gives back
 //! exactly the same bytes.
 //!
-//! # Layout (version 2)
+//! # Layout (version 3)
 //!
 //! All integers are little-endian. Names used below:
 //!
@@ -32,7 +32,7 @@
 //!
 //! ```text
 //! magic     8 bytes "QBLAPLAN" (51 42 4C 41 50 4C 41 4E)
-//! version   u32, the value of WIRE_VERSION (2)
+//! version   u32, the value of WIRE_VERSION (3)
 //! graph     the plan's graph
 //! ```
 //!
@@ -79,7 +79,7 @@
 //! | 22 | `gather` | `index` axis, `list` indices | 1 |
 //! | 23 | `scatter_add` | `index` axis, `list` indices | 2 |
 //! | 24 | `matmul` | none | 2 |
-//! | 25 | `solve` | none | 2 |
+//! | 25 | `solve` | `bool` transpose_a | 2 |
 //! | 26 | `cholesky` | none | 1 |
 //! | 27 | `cholesky_ad` | none | 2 |
 //! | 28 | `triangular_solve` | `bool` lower, `bool` transpose_a, `bool` unit_diagonal | 2 |
@@ -127,9 +127,9 @@
 //! # Versions
 //!
 //! Any change to this layout or to the code tables above increments [`WIRE_VERSION`]. A reader
-//! accepts the versions it knows and rejects every other one (this one reads version 2 only).
-//! Version 2 added region nodes (tag 30) and the `graph` item; a plan without regions encodes
-//! as in version 1 but for the version number.
+//! accepts the versions it knows and rejects every other one (this one reads version 3 only).
+//! Version 3 gave `solve` its `transpose_a` flag. Version 2 added region nodes (tag 30) and the
+//! `graph` item.
 //!
 //! # Limits
 //!
@@ -166,7 +166,7 @@ use thiserror::Error;
 pub const WIRE_MAGIC: [u8; 8] = *b"QBLAPLAN";
 
 /// The version of the layout this module writes, and the only one it reads.
-pub const WIRE_VERSION: u32 = 2;
+pub const WIRE_VERSION: u32 = 3;
 
 /// The largest rank a shape may have in the wire format.
 pub const MAX_RANK: usize = 1024;
@@ -559,7 +559,7 @@ impl Writer {
                 self.list(indices)?;
             }
             Op::Matmul => {}
-            Op::Solve => {}
+            Op::Solve { transpose_a } => self.bool(*transpose_a),
             Op::Cholesky => {}
             Op::CholeskyAd => {}
             Op::TriangularSolve {
@@ -1101,7 +1101,9 @@ impl<'a> Reader<'a> {
                 indices: self.list("an index")?,
             },
             OpKind::Matmul => Op::Matmul,
-            OpKind::Solve => Op::Solve,
+            OpKind::Solve => Op::Solve {
+                transpose_a: self.bool("a transpose_a flag")?,
+            },
             OpKind::Cholesky => Op::Cholesky,
             OpKind::CholeskyAd => Op::CholeskyAd,
             OpKind::TriangularSolve => Op::TriangularSolve {

@@ -161,7 +161,9 @@ fn sh7_sh8_sh9_linear_algebra_shapes() {
         err.to_string(),
         "cholesky expects square matrices of shape [..., n, n], got [2, 3]"
     );
-    let err = b.push(Op::Solve, &[sq, rhs]).unwrap_err();
+    let err = b
+        .push(Op::Solve { transpose_a: false }, &[sq, rhs])
+        .unwrap_err();
     assert_eq!(
         err.to_string(),
         "solve: matrix has 3 rows but the right-hand side has 2"

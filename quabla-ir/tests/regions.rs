@@ -8,7 +8,7 @@ mod common;
 use common::{body, call, random_region, region, region_of, run, same_structure, ty, Golden};
 use proptest::prelude::*;
 use quabla_ir::text::{parse_graph, print_graph, OutputStyle};
-use quabla_ir::wire::{decode_graph, encode_graph, MAX_REGION_DEPTH};
+use quabla_ir::wire::{decode_graph, encode_graph, MAX_REGION_DEPTH, WIRE_VERSION};
 use quabla_ir::{
     passes, region_groups, BinaryOp, Comparison, DType, Graph, GraphBuilder, HostData, NodeId, Op,
     RegionForm, RegionKind, ScanBody, Shape, TensorType, UnaryOp, WireError,
@@ -672,7 +672,7 @@ fn wrapped_in_one_more_fori(inner: usize) -> Vec<u8> {
     });
     let u32le = |w: &mut Vec<u8>, v: u32| w.extend_from_slice(&v.to_le_bytes());
     let mut w = b"QBLAPLAN".to_vec();
-    u32le(&mut w, 2);
+    u32le(&mut w, WIRE_VERSION);
     u32le(&mut w, 2); // nodes
     w.extend([
         0, 1, 0, 0, 0, b'x', 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0,
@@ -787,7 +787,7 @@ fn region_golden_bytes() {
         w.extend([dtype, 0]);
         u32le(w, 0);
     };
-    u32le(&mut want, 2); // version
+    u32le(&mut want, WIRE_VERSION); // version
     u32le(&mut want, 4); // nodes
     input(&mut want, b'p', 2);
     want.extend([2, 0, 0]); // cast to f32, strong

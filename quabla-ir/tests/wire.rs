@@ -241,7 +241,9 @@ fn every_op_graph() -> Graph {
     );
     outs.push(b.push(Op::Matmul, &[a, m]).unwrap());
     outs.push(b.push(Op::Matmul, &[batch, batch]).unwrap());
-    outs.push(b.push(Op::Solve, &[m, at]).unwrap());
+    for transpose_a in [false, true] {
+        outs.push(b.push(Op::Solve { transpose_a }, &[m, at]).unwrap());
+    }
     let l = b.push(Op::Cholesky, &[m]).unwrap();
     outs.push(l);
     outs.push(b.push(Op::CholeskyAd, &[l, m]).unwrap());
@@ -316,7 +318,17 @@ fn every_op_round_trips() {
     }
     let bytes = assert_round_trip(&g);
     assert_eq!(&bytes[..8], b"QBLAPLAN");
-    assert_eq!(&bytes[8..12], &2u32.to_le_bytes());
+    assert_eq!(&bytes[8..12], &3u32.to_le_bytes());
+}
+
+#[test]
+fn every_op_round_trips_through_text() {
+    let g = every_op_graph();
+    let text = print_graph(&g, OutputStyle::Refs);
+    // The plain solve keeps its plain spelling; the transposed one names its flag.
+    assert!(text.contains("transpose_a=true"), "{text}");
+    let back = quabla_ir::text::parse_graph(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(print_graph(&back, OutputStyle::Refs), text);
 }
 
 #[test]
@@ -386,7 +398,7 @@ fn golden_bytes_follow_the_documented_layout() {
     let u32le = |w: &mut Vec<u8>, v: u32| w.extend_from_slice(&v.to_le_bytes());
     let u64le = |w: &mut Vec<u8>, v: u64| w.extend_from_slice(&v.to_le_bytes());
     want.extend_from_slice(b"QBLAPLAN");
-    u32le(&mut want, 2); // version
+    u32le(&mut want, WIRE_VERSION); // version
     u32le(&mut want, 3); // node count
                          // %0 = input[name=x, weak] : tensor<2xf32>
     want.push(0); // tag
@@ -516,7 +528,7 @@ enum Step {
     PadSlice(usize, u8),
     Broadcast(usize, u8),
     Matmul(usize, usize),
-    Solve(usize, usize),
+    Solve(usize, usize, bool),
     Cholesky(usize, usize),
     TriangularSolve(usize, usize, u8),
     Linalg(usize, u8),
@@ -552,7 +564,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (i.clone(), k).prop_map(|(a, k)| Step::PadSlice(a, k)),
         1 => (i.clone(), k).prop_map(|(a, k)| Step::Broadcast(a, k)),
         1 => (i.clone(), i.clone()).prop_map(|(a, b)| Step::Matmul(a, b)),
-        1 => (i.clone(), i.clone()).prop_map(|(a, b)| Step::Solve(a, b)),
+        1 => (i.clone(), i.clone(), any::<bool>()).prop_map(|(a, b, t)| Step::Solve(a, b, t)),
         1 => (i.clone(), i.clone()).prop_map(|(a, b)| Step::Cholesky(a, b)),
         1 => (i.clone(), i.clone(), k).prop_map(|(a, b, k)| Step::TriangularSolve(a, b, k)),
         1 => (i.clone(), k).prop_map(|(a, k)| Step::Linalg(a, k)),
@@ -740,7 +752,10 @@ fn build_random(steps: &[Step], outputs: &[usize]) -> Graph {
                 )
             }
             Step::Matmul(a, c) => b.matmul(pick(&nodes, a), pick(&nodes, c)),
-            Step::Solve(a, c) => b.push(Op::Solve, &[pick(&nodes, a), pick(&nodes, c)]),
+            Step::Solve(a, c, t) => b.push(
+                Op::Solve { transpose_a: t },
+                &[pick(&nodes, a), pick(&nodes, c)],
+            ),
             Step::Cholesky(a, c) => match b.push(Op::Cholesky, &[pick(&nodes, a)]) {
                 Ok(l) => b.push(Op::CholeskyAd, &[l, pick(&nodes, c)]).or(Ok(l)),
                 Err(e) => Err(e),
@@ -926,7 +941,7 @@ impl Wire {
     fn header() -> Wire {
         let mut w = Wire::default();
         w.0.extend_from_slice(b"QBLAPLAN");
-        w.u32(2)
+        w.u32(WIRE_VERSION)
     }
 
     fn u8(mut self, v: u8) -> Wire {
@@ -1003,7 +1018,7 @@ fn wrong_version() {
     );
     assert_eq!(
         decode_err(&bytes),
-        "plan wire data: unsupported wire version 7 (this build reads version 2)"
+        "plan wire data: unsupported wire version 7 (this build reads version 3)"
     );
     bytes[8..12].copy_from_slice(&0u32.to_le_bytes());
     assert!(decode_err(&bytes).contains("unsupported wire version 0"));

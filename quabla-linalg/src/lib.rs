@@ -63,7 +63,7 @@ mod triangular;
 pub use batch::batch_size;
 pub use cholesky::cholesky;
 pub use eigh::eigh;
-pub use lu::{slogdet, solve};
+pub use lu::{lu_factor, slogdet, solve, LuFactors};
 pub use qr::qr;
 pub use sign::{largest_magnitude_sign, SIGN_RULE};
 pub use svd::{svd, SvdFactors};

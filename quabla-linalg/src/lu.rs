@@ -1,4 +1,9 @@
-//! LU with partial pivoting: [`solve`] and [`slogdet`] (numerics.md §6.2, §6.4).
+//! LU with partial pivoting: [`LuFactors`], and [`solve`] and [`slogdet`] on them
+//! (numerics.md §6.2, §6.4).
+//!
+//! A caller that solves with one matrix several times (both ways round) and takes its
+//! determinant factors it once with [`lu_factor`] and reuses the factors: every result is the
+//! same bits as the one-shot [`solve`] and [`slogdet`], which are those factors used once.
 
 use faer::linalg::lu::partial_pivoting::{factor, solve as lu_solve};
 use faer::perm::PermRef;
@@ -50,11 +55,136 @@ impl Lu {
     }
 }
 
+/// The LU factorizations (partial pivoting) of a batch of row-major `n x n` matrices, from
+/// [`lu_factor`]. A matrix with a non-finite entry has no factors: it solves to NaN and its
+/// `slogdet` is `(NaN, NaN)` (numerics.md §6.4).
+#[derive(Debug)]
+pub struct LuFactors {
+    n: usize,
+    /// One entry per matrix of the batch; `None` for a matrix with a non-finite entry.
+    mats: Vec<Option<Lu>>,
+}
+
+impl std::fmt::Debug for Lu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lu")
+            .field("n", &self.packed.nrows())
+            .field("transpositions", &self.transpositions)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Factors each of `batch` row-major `n x n` matrices held back to back in `a`.
+///
+/// # Errors
+///
+/// [`LinalgError::Shape`] if `a.len() != batch * n * n`.
+pub fn lu_factor(a: &[f64], batch: usize, n: usize) -> Result<LuFactors, LinalgError> {
+    let a_len = matrix_len("lu", "a", a.len(), batch, n, n)?;
+    let mats = (0..batch)
+        .map(|index| {
+            let a = matrix(a, index, a_len);
+            all_finite(a).then(|| Lu::new(a, n))
+        })
+        .collect();
+    Ok(LuFactors { n, mats })
+}
+
+impl LuFactors {
+    /// The number of matrices factored.
+    pub fn batch(&self) -> usize {
+        self.mats.len()
+    }
+
+    /// The order `n` of each matrix.
+    pub fn order(&self) -> usize {
+        self.n
+    }
+
+    /// Solves `A X = B` (or `Aᵀ X = B` when `transpose`) for each matrix: `b` holds one
+    /// row-major `n x k` right-hand side per matrix, and so does the result.
+    ///
+    /// # Errors
+    ///
+    /// - [`LinalgError::Singular`] with `op: "solve"` at the first finite matrix with an exactly
+    ///   zero pivot (numerics.md §6.4), checked even when `k == 0`.
+    /// - [`LinalgError::Shape`] if `b.len() != batch * n * k`.
+    pub fn solve(&self, b: &[f64], k: usize, transpose: bool) -> Result<Vec<f64>, LinalgError> {
+        let n = self.n;
+        let b_len = matrix_len("solve", "b", b.len(), self.batch(), n, k)?;
+        let mut out = Vec::with_capacity(b.len());
+        for (index, lu) in self.mats.iter().enumerate() {
+            let b = matrix(b, index, b_len);
+            let Some(lu) = lu else {
+                push_nan(&mut out, b_len);
+                continue;
+            };
+            if lu.has_zero_pivot() {
+                return Err(LinalgError::Singular { op: "solve" });
+            }
+            let mut x = to_mat(b, n, k);
+            if n > 0 && k > 0 {
+                let perm = PermRef::new_checked(&lu.forward, &lu.inverse, n);
+                let packed = lu.packed.as_ref();
+                if transpose {
+                    let req =
+                        lu_solve::solve_transpose_in_place_scratch::<usize, f64>(n, k, Par::Seq);
+                    with_stack(req, |stack| {
+                        lu_solve::solve_transpose_in_place(
+                            packed,
+                            packed,
+                            perm,
+                            x.as_mut(),
+                            Par::Seq,
+                            stack,
+                        );
+                    });
+                } else {
+                    let req = lu_solve::solve_in_place_scratch::<usize, f64>(n, k, Par::Seq);
+                    with_stack(req, |stack| {
+                        lu_solve::solve_in_place(packed, packed, perm, x.as_mut(), Par::Seq, stack);
+                    });
+                }
+            }
+            push_row_major(x.as_ref(), &mut out);
+        }
+        Ok(out)
+    }
+
+    /// Sign and natural log of the absolute determinant of each matrix (see [`slogdet`]).
+    pub fn slogdet(&self) -> (Vec<f64>, Vec<f64>) {
+        self.mats
+            .iter()
+            .map(|lu| match lu {
+                None => (f64::NAN, f64::NAN),
+                Some(lu) if lu.has_zero_pivot() => (0.0, f64::NEG_INFINITY),
+                Some(lu) => {
+                    let mut sign = if lu.transpositions.is_multiple_of(2) {
+                        1.0
+                    } else {
+                        -1.0
+                    };
+                    let mut log = 0.0;
+                    for i in 0..self.n {
+                        let u = lu.packed[(i, i)];
+                        if u < 0.0 {
+                            sign = -sign;
+                        }
+                        log += u.abs().ln();
+                    }
+                    (sign, log)
+                }
+            })
+            .unzip()
+    }
+}
+
 /// Solves `A X = B` for each of `batch` pairs: `a` holds `batch` row-major `n x n` matrices,
 /// `b` holds `batch` row-major `n x k` right-hand sides, and the result is `batch` row-major
 /// `n x k` solutions (a rank-1 `b` of the facade is `k = 1`).
 ///
-/// Method: LU with partial pivoting (numerics.md §6.2).
+/// Method: LU with partial pivoting (numerics.md §6.2), [`lu_factor`] then
+/// [`LuFactors::solve`].
 ///
 /// # Errors
 ///
@@ -73,38 +203,9 @@ pub fn solve(
     n: usize,
     k: usize,
 ) -> Result<Vec<f64>, LinalgError> {
-    let a_len = matrix_len("solve", "a", a.len(), batch, n, n)?;
-    let b_len = matrix_len("solve", "b", b.len(), batch, n, k)?;
-    let mut out = Vec::with_capacity(b.len());
-    for index in 0..batch {
-        let a = matrix(a, index, a_len);
-        let b = matrix(b, index, b_len);
-        if !all_finite(a) {
-            push_nan(&mut out, b_len);
-            continue;
-        }
-        let lu = Lu::new(a, n);
-        if lu.has_zero_pivot() {
-            return Err(LinalgError::Singular { op: "solve" });
-        }
-        let mut x = to_mat(b, n, k);
-        if n > 0 && k > 0 {
-            let perm = PermRef::new_checked(&lu.forward, &lu.inverse, n);
-            let req = lu_solve::solve_in_place_scratch::<usize, f64>(n, k, Par::Seq);
-            with_stack(req, |stack| {
-                lu_solve::solve_in_place(
-                    lu.packed.as_ref(),
-                    lu.packed.as_ref(),
-                    perm,
-                    x.as_mut(),
-                    Par::Seq,
-                    stack,
-                );
-            });
-        }
-        push_row_major(x.as_ref(), &mut out);
-    }
-    Ok(out)
+    matrix_len("solve", "a", a.len(), batch, n, n)?;
+    matrix_len("solve", "b", b.len(), batch, n, k)?;
+    lu_factor(a, batch, n)?.solve(b, k, false)
 }
 
 /// Sign and natural log of the absolute determinant of each of `batch` row-major `n x n`
@@ -121,36 +222,6 @@ pub fn solve(
 ///
 /// [`LinalgError::Shape`] if `a.len() != batch * n * n`.
 pub fn slogdet(a: &[f64], batch: usize, n: usize) -> Result<(Vec<f64>, Vec<f64>), LinalgError> {
-    let a_len = matrix_len("slogdet", "a", a.len(), batch, n, n)?;
-    let mut signs = Vec::with_capacity(batch);
-    let mut logs = Vec::with_capacity(batch);
-    for index in 0..batch {
-        let a = matrix(a, index, a_len);
-        let (sign, log) = if !all_finite(a) {
-            (f64::NAN, f64::NAN)
-        } else {
-            let lu = Lu::new(a, n);
-            if lu.has_zero_pivot() {
-                (0.0, f64::NEG_INFINITY)
-            } else {
-                let mut sign = if lu.transpositions.is_multiple_of(2) {
-                    1.0
-                } else {
-                    -1.0
-                };
-                let mut log = 0.0;
-                for i in 0..n {
-                    let u = lu.packed[(i, i)];
-                    if u < 0.0 {
-                        sign = -sign;
-                    }
-                    log += u.abs().ln();
-                }
-                (sign, log)
-            }
-        };
-        signs.push(sign);
-        logs.push(log);
-    }
-    Ok((signs, logs))
+    matrix_len("slogdet", "a", a.len(), batch, n, n)?;
+    Ok(lu_factor(a, batch, n)?.slogdet())
 }

@@ -125,32 +125,53 @@ fn sub_opt(b: &mut GraphBuilder, x: Option<NodeId>, y: Option<NodeId>) -> Result
     })
 }
 
-/// Tangent of `x = solve(a, rhs)`.
+/// `op(a)⁻¹ rhs` by the LU factors of `a` (`op` transposes when `transpose_a`). Every solve
+/// a rule adds reads the factors of the same `a` as the primal, so a backend that shares
+/// factorizations (the CPU backend does) factors `a` once for all of them.
+pub fn lu_solve(b: &mut GraphBuilder, a: NodeId, rhs: NodeId, transpose_a: bool) -> Result<NodeId> {
+    b.push(Op::Solve { transpose_a }, &[a, rhs])
+}
+
+/// Tangent of `x = solve(op(a), rhs)`: `solve(op(a), drhs - op(da) x)`.
 pub fn solve_jvp(
     b: &mut GraphBuilder,
     a: NodeId,
     x: NodeId,
     da: Option<NodeId>,
     drhs: Option<NodeId>,
+    transpose_a: bool,
 ) -> Result<Option<NodeId>> {
-    let dax = da.map(|d| matmul(b, d, x)).transpose()?;
+    let dax = match da {
+        None => None,
+        Some(d) => {
+            let d = if transpose_a { mt(b, d)? } else { d };
+            Some(matmul(b, d, x)?)
+        }
+    };
     match sub_opt(b, drhs, dax)? {
         None => Ok(None),
-        Some(r) => Ok(Some(b.push(Op::Solve, &[a, r])?)),
+        Some(r) => Ok(Some(lu_solve(b, a, r, transpose_a)?)),
     }
 }
 
-/// Cotangents `(a_bar, rhs_bar)` of `x = solve(a, rhs)`.
+/// Cotangents `(a_bar, rhs_bar)` of `x = solve(op(a), rhs)`: `rhs_bar = solve(op(a)ᵀ, x_bar)`
+/// (the other orientation, with the same factors), and `a_bar = -rhs_bar xᵀ`, transposed when
+/// `op` is.
 pub fn solve_vjp(
     b: &mut GraphBuilder,
     a: NodeId,
     x: NodeId,
     x_bar: NodeId,
+    transpose_a: bool,
 ) -> Result<(NodeId, NodeId)> {
-    let at = mt(b, a)?;
-    let rhs_bar = b.push(Op::Solve, &[at, x_bar])?;
-    let xt = mt(b, x)?;
-    let p = matmul(b, rhs_bar, xt)?;
+    let rhs_bar = lu_solve(b, a, x_bar, !transpose_a)?;
+    let p = if transpose_a {
+        let rt = mt(b, rhs_bar)?;
+        matmul(b, x, rt)?
+    } else {
+        let xt = mt(b, x)?;
+        matmul(b, rhs_bar, xt)?
+    };
     let a_bar = b.unary(UnaryOp::Neg, p)?;
     Ok((a_bar, rhs_bar))
 }

@@ -281,6 +281,57 @@ fn log_abs_det_and_det_match_finite_differences() {
     }
 }
 
+/// `solve(op(a), b)` in both orientations, differentiated in `a` and `b` to third order.
+#[test]
+fn solve_in_both_orientations_matches_finite_differences() {
+    for transpose_a in [false, true] {
+        let (ad, bd) = ([2usize, 3, 3], [2usize, 3, 2]);
+        let f = Fun::new(&[&ad, &bd], |b, xs| {
+            let x = b.push(Op::Solve { transpose_a }, &[xs[0], xs[1]]).unwrap();
+            wsum_sq(b, x, 0.4)
+        });
+        let mut rng = Rng::new(17);
+        let x = vec![separated(&mut rng, &ad), rng.vec(size(&bd))];
+        check_orders(&f, &x, 3, 23, &format!("solve transpose_a={transpose_a}"));
+    }
+}
+
+/// The gradient of a loss of `solve(a, b)` factors `a` once: the reverse pass solves with the
+/// forward pass's factors, and gets the bits of a transposed solve with factors of its own.
+#[test]
+fn grad_of_solve_factors_the_matrix_once() {
+    let (n, k) = (3usize, 2usize);
+    let f = Fun::new(&[&[n, n], &[n, k]], |b, xs| {
+        let x = b
+            .push(Op::Solve { transpose_a: false }, &[xs[0], xs[1]])
+            .unwrap();
+        wsum(b, x, 0.2)
+    });
+    let g = vjp_graph(&f.graph, &[true, true], &[Seed::Ones]).unwrap();
+    let exe = quabla_cpu::CpuBackend::default()
+        .compile_plan(&Plan::compile(&g))
+        .unwrap();
+    assert_eq!(exe.stats().shared_factorizations, 1, "{:?}", exe.stats());
+    let mut rng = Rng::new(19);
+    let x = vec![separated(&mut rng, &[n, n]), rng.vec(n * k)];
+    let got = run(&g, &x);
+    // The cotangent of `solve(a, b)` for the loss `sum(W ∘ x)` is `W` exactly.
+    let lu = quabla_linalg::lu_factor(&x[0], 1, n).unwrap();
+    let b_bar = lu.solve(&weights(&[n, k], 0.2), k, true).unwrap();
+    assert_eq!(got[2].data.to_f64_vec(), b_bar);
+    // a_bar = -b_bar xᵀ.
+    let solved = lu.solve(&x[1], k, false).unwrap();
+    let a_bar = got[1].data.to_f64_vec();
+    for i in 0..n {
+        for j in 0..n {
+            let want: f64 = -(0..k)
+                .map(|c| b_bar[i * k + c] * solved[j * k + c])
+                .sum::<f64>();
+            assert!((a_bar[i * n + j] - want).abs() < 1e-14, "{i} {j}");
+        }
+    }
+}
+
 #[test]
 fn det_sign_has_a_structural_zero_derivative() {
     let dims = [2usize, 3, 3];
@@ -306,7 +357,7 @@ fn det_sign_has_a_structural_zero_derivative() {
     assert!(!j
         .nodes()
         .iter()
-        .any(|n| matches!(n.op, Op::Solve | Op::Linalg(LinalgKind::LogAbsDet))));
+        .any(|n| matches!(n.op, Op::Solve { .. } | Op::Linalg(LinalgKind::LogAbsDet))));
 }
 
 #[test]
@@ -323,6 +374,11 @@ fn grad_of_log_abs_det_is_the_inverse_transpose() {
         .flat_map(|_| (0..9).map(|i| if i % 4 == 0 { 1.0 } else { 0.0 }))
         .collect();
     let inv = quabla_linalg::solve(&a, &eye, 2, 3, 3).unwrap();
+    // The reverse pass solves with the factors of the forward slogdet: one LU, not two.
+    let exe = quabla_cpu::CpuBackend::default()
+        .compile_plan(&Plan::compile(&g))
+        .unwrap();
+    assert_eq!(exe.stats().shared_factorizations, 1, "{:?}", exe.stats());
     for bi in 0..2 {
         for i in 0..3 {
             for j in 0..3 {

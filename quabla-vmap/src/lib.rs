@@ -372,7 +372,7 @@ fn batch_rule(b: &mut GraphBuilder, node: &Node, args: &[Value], size: usize) ->
             b.push(Op::Matmul, &ids)
         }
         // Leading batch axes of these ops must agree exactly: batch both operands.
-        Op::Solve | Op::CholeskyAd | Op::TriangularSolve { .. } => {
+        Op::Solve { .. } | Op::CholeskyAd | Op::TriangularSolve { .. } => {
             let ids = materialize_all(b, args, size)?;
             b.push(node.op.clone(), &ids)
         }

@@ -412,7 +412,7 @@ fn cases() -> Vec<Case> {
             let x = input(b, "a", dt, &da);
             let y = input(b, "b", dt, &db);
             let a = shift_diagonal(b, x, n);
-            b.push(Op::Solve, &[a, y]).unwrap()
+            b.push(Op::Solve { transpose_a: false }, &[a, y]).unwrap()
         })
     }));
     cases.push(case("cholesky", FLOATS, SIGNED, |rng, dt| {

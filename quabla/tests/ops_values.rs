@@ -218,21 +218,29 @@ fn division_by_zero_and_logs_are_ieee() -> qb::Result<()> {
 }
 
 #[test]
-fn reductions_match_sequential_sums_and_nan_propagates() -> qb::Result<()> {
+fn reductions_follow_the_blocked_order_and_nan_propagates() -> qb::Result<()> {
     let data: Vec<f64> = (0..24).map(|i| ((i * 7 % 11) as f64) * 0.1 - 0.4).collect();
     let x = Tensor::from_vec([2, 3, 4], data.clone())?;
     let at = |i: usize, j: usize, k: usize| data[i * 12 + j * 4 + k];
+    // Eight or fewer elements: one block whose element k sits alone in accumulator k, so the
+    // sum is ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)) (numerics.md §1.5).
     let s = x.sum_axes([0, 2])?.to_vec::<f64>()?;
     for (j, &got) in s.iter().enumerate() {
-        let mut want = 0.0;
-        for i in 0..2 {
-            for k in 0..4 {
-                want += at(i, j, k);
-            }
-        }
+        let a: Vec<f64> = (0..2)
+            .flat_map(|i| (0..4).map(move |k| (i, k)))
+            .map(|(i, k)| at(i, j, k))
+            .collect();
+        let want = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
         assert_eq!(got, want);
     }
-    assert_eq!(x.mean()?.item()?, data.iter().sum::<f64>() / 24.0);
+    // 24 elements: accumulator k adds elements k, k + 8, k + 16 in order.
+    let lanes: Vec<f64> = (0..8)
+        .map(|k| ((0.0 + data[k]) + data[k + 8]) + data[k + 16])
+        .collect();
+    let total = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3]))
+        + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+    assert_eq!(x.sum()?.item()?, total);
+    assert_eq!(x.mean()?.item()?, total / 24.0);
     assert_eq!(
         x.max()?.item()?,
         data.iter().cloned().fold(f64::MIN, f64::max)

@@ -529,9 +529,27 @@ fn solve() -> Vec<Program> {
                 tensor(dtype, &[2, 4, 4], &well_conditioned(42, 2, 4)),
                 tensor(dtype, &[2, 4, 3], &finite(43, 24)),
             ],
-            |b, x| Ok(vec![b.push(Op::Solve, &[x[0], x[1]])?]),
+            |b, x| {
+                Ok(vec![
+                    b.push(Op::Solve { transpose_a: false }, &[x[0], x[1]])?
+                ])
+            },
         ));
     }
+    // Both orientations and the determinant of one matrix: a backend may share the factors.
+    out.push(program(
+        "transposed, with slogdet of the same matrix",
+        vec![
+            tensor(DType::F64, &[2, 4, 4], &well_conditioned(44, 2, 4)),
+            tensor(DType::F64, &[2, 4, 3], &finite(45, 24)),
+        ],
+        |b, x| {
+            let back = b.push(Op::Solve { transpose_a: true }, &[x[0], x[1]])?;
+            let there = b.push(Op::Solve { transpose_a: false }, &[x[0], back])?;
+            let log = b.push(Op::Linalg(LinalgKind::LogAbsDet), &[x[0]])?;
+            Ok(vec![back, there, log])
+        },
+    ));
     // An exactly singular matrix: the reference reports LA1, and so must the backend.
     out.push(program(
         "singular",
@@ -539,7 +557,11 @@ fn solve() -> Vec<Program> {
             tensor(DType::F64, &[2, 2], &[1.0, 2.0, 2.0, 4.0]),
             tensor(DType::F64, &[2, 1], &[1.0, 1.0]),
         ],
-        |b, x| Ok(vec![b.push(Op::Solve, &[x[0], x[1]])?]),
+        |b, x| {
+            Ok(vec![
+                b.push(Op::Solve { transpose_a: false }, &[x[0], x[1]])?
+            ])
+        },
     ));
     out
 }

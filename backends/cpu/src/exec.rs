@@ -23,12 +23,14 @@
 
 use crate::buffer::{self, Buffer, Pool, Storage, View, ViewMut};
 use crate::kernels::elementwise::{Program, Scratch};
+use crate::kernels::linalg::Lu;
 use crate::kernels::{internal, layout, linalg, matmul, reduce};
 use crate::schedule::{NodeStep, Schedule, StepKind};
 use quabla_backend::cancel::Watch;
 use quabla_backend::{BackendError, Result};
 use quabla_ir::alloc::AllocError;
 use quabla_ir::{DType, Op};
+use quabla_linalg::LuFactors;
 
 /// What every run of an executable shares, kept between runs.
 #[derive(Debug, Default)]
@@ -280,6 +282,8 @@ fn run_steps(
     threads: usize,
     mode: Mode,
 ) -> Result<()> {
+    // LU factors shared between steps (empty, and never allocated, for most schedules).
+    let mut factors: Vec<Option<LuFactors>> = Vec::new();
     for step in &sched.steps {
         ws.cancel.check()?;
         match &step.kind {
@@ -329,7 +333,22 @@ fn run_steps(
                         }
                     }
                 }
-                if let Err(e) = run_node(node, slots, &mut buf, &mut extra, threads) {
+                let lu = match node.lu {
+                    None => Lu::Own,
+                    Some(share) => {
+                        if factors.is_empty() {
+                            factors.resize_with(sched.lu_shares, || None);
+                        }
+                        match factors.get_mut(share.id) {
+                            Some(cell) => Lu::Shared {
+                                cell,
+                                last: share.last,
+                            },
+                            None => return Err(internal("a shared factorization out of range")),
+                        }
+                    }
+                };
+                if let Err(e) = run_node(node, slots, &mut buf, &mut extra, lu, threads) {
                     pool.recycle(Storage::Owned(buf));
                     for b in extra {
                         pool.recycle(Storage::Owned(b));
@@ -452,6 +471,7 @@ fn run_node(
     slots: &[Option<Storage<'_>>],
     buf: &mut buffer::Buffer,
     extra: &mut [buffer::Buffer],
+    lu: Lu<'_>,
     threads: usize,
 ) -> Result<()> {
     // The kernels index their operands by the extents they are given; a value whose length
@@ -485,7 +505,7 @@ fn run_node(
         Op::Reduce { kind, axes } => {
             let (x, dims) = arg(0)?;
             if kind.is_whole() {
-                reduce::reduce_all(kind.reducer(), x, out)
+                reduce::reduce_all(kind.reducer(), x, out, threads)
             } else {
                 reduce::reduce_axes(kind.reducer(), x, dims, axes, out, threads)
             }
@@ -527,9 +547,9 @@ fn run_node(
             let ((a, ad), (b, bd)) = (arg(0)?, arg(1)?);
             matmul::matmul(a, ad, b, bd, out_dims, out, threads)
         }
-        Op::Solve => {
+        Op::Solve { transpose_a } => {
             let ((a, ad), (b, bd)) = (arg(0)?, arg(1)?);
-            let r = linalg::solve(a, ad, b, bd, out);
+            let r = linalg::solve(a, ad, b, bd, *transpose_a, lu, out);
             // faer's AVX kernels leave the upper vector state dirty (see matmul.rs).
             matmul::clear_upper_vector_state();
             r
@@ -568,7 +588,7 @@ fn run_node(
             let outs = std::iter::once(out)
                 .chain(extra.iter_mut().map(|b| b.view_mut()))
                 .collect();
-            let r = linalg::linalg(&kinds, a, ad, outs);
+            let r = linalg::linalg(&kinds, a, ad, lu, outs);
             // faer's AVX kernels leave the upper vector state dirty (see matmul.rs).
             matmul::clear_upper_vector_state();
             r

@@ -18,7 +18,11 @@
 //!    `broadcast` whose consumers are all elementwise is never materialized: its consumers read
 //!    its operand with broadcast strides.
 //! 4. **Shared factorizations**: `linalg` nodes of one decomposition (`svd_u`, `svd_s`,
-//!    `svd_vh`, ...) on the same operand run as one step that factorizes once.
+//!    `svd_vh`, ...) on the same operand run as one step that factorizes once. Steps that use
+//!    the LU factors of one matrix (every `solve` with it as the matrix, either way round, and
+//!    its `slogdet`) share them across steps: the first factors it, the last drops the factors
+//!    (a gradient of `slogdet` or of `solve` factors once, not twice). The factors are those
+//!    each step would compute alone, so sharing never changes a bit.
 //! 5. **Regions**: the sibling nodes of one control-flow region call (same region, same
 //!    operands) run as one step at the first of them, which fills every sibling's slot; the
 //!    region's bodies are compiled into schedules of their own here, once (see `region.rs`).
@@ -48,6 +52,16 @@ pub struct ScheduleStats {
     pub buffers: usize,
     /// The most step-produced values alive at once (the schedule's peak of live buffers).
     pub peak_live_buffers: usize,
+    /// Steps that reuse the LU factors an earlier step computed instead of factoring again.
+    pub shared_factorizations: usize,
+}
+
+/// A step's part in LU factors shared between steps: which of the run's shared factors it
+/// uses (the first user computes them), and whether it is their last user (it drops them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LuShare {
+    pub id: usize,
+    pub last: bool,
 }
 
 /// One kernel invocation on single-node operands.
@@ -61,6 +75,8 @@ pub(crate) struct NodeStep {
     /// Further `linalg` nodes on the same operand and factorization, computed by this step
     /// from the same decomposition: their kind, slot and type.
     pub also: Vec<(LinalgKind, usize, TensorType)>,
+    /// LU factors of the matrix operand shared with other steps (`solve`, `slogdet`).
+    pub lu: Option<LuShare>,
 }
 
 #[derive(Clone, Debug)]
@@ -118,6 +134,8 @@ pub(crate) struct Schedule {
     pub result_slots: Vec<usize>,
     /// Bytes of all step-written slots together: what a run holds when it keeps every buffer.
     pub produced_bytes: usize,
+    /// How many LU factorizations the steps share ([`LuShare::id`] is below it).
+    pub lu_shares: usize,
     /// Elements of the value each slot holds.
     pub slot_len: Vec<usize>,
     pub stats: ScheduleStats,
@@ -276,6 +294,35 @@ impl Schedule {
             }
         }
 
+        // Steps that read the LU factors of one matrix node share them. `first_of` holds one
+        // `slogdet` step per operand, so a matrix contributes each of its steps once.
+        let lu_user = |i: usize| -> bool {
+            matches!(nodes[i].op, Op::Solve { .. })
+                || matches!(nodes[i].op, Op::Linalg(k) if Family::of(k) == Family::Slogdet)
+        };
+        let mut lu_users: HashMap<usize, Vec<usize>> = HashMap::new();
+        for i in (0..n).filter(|&i| needed[i] && !absorbed[i] && lu_user(i)) {
+            lu_users
+                .entry(nodes[i].operands[0].index())
+                .or_default()
+                .push(i);
+        }
+        let mut lu_share: Vec<Option<LuShare>> = vec![None; n];
+        let mut shared_users: Vec<Vec<usize>> = lu_users
+            .into_values()
+            .filter(|users| users.len() > 1)
+            .collect();
+        shared_users.sort_unstable();
+        let lu_shares = shared_users.len();
+        for (id, users) in shared_users.iter().enumerate() {
+            for (k, &i) in users.iter().enumerate() {
+                lu_share[i] = Some(LuShare {
+                    id,
+                    last: k + 1 == users.len(),
+                });
+            }
+        }
+
         // The needed siblings of a region call run as one step, at the first of them: they
         // share their operands, so all of them are available there, and every consumer of a
         // sibling comes after it.
@@ -350,6 +397,7 @@ impl Schedule {
                             )),
                         })
                         .collect::<Result<Vec<_>>>()?,
+                    lu: lu_share[i],
                 }),
                 free: Vec::new(),
             });
@@ -425,6 +473,7 @@ impl Schedule {
         // Statistics.
         let mut stats = ScheduleStats {
             steps: steps.len(),
+            shared_factorizations: shared_users.iter().map(|u| u.len() - 1).sum(),
             ..ScheduleStats::default()
         };
         let mut live = 0usize;
@@ -455,6 +504,7 @@ impl Schedule {
             produced,
             result_slots,
             produced_bytes,
+            lu_shares,
             slot_len,
             stats,
         })

@@ -5,7 +5,7 @@ mod common;
 
 use common::{data, shape, Rng};
 use quabla_backend::{BackendError, HostTensor};
-use quabla_cpu::run_plan;
+use quabla_cpu::{run_plan, CpuBackend};
 use quabla_ir::{DType, GraphBuilder, HostData, LinalgKind, NodeId, Op, Plan, TensorType};
 
 fn run1(
@@ -204,7 +204,10 @@ fn solve_and_triangular_solve_match_quabla_linalg() {
                 (dt, &[batch, n, n], a.clone()),
                 (dt, &[batch, n, k], b.clone()),
             ],
-            |g, x| g.push(Op::Solve, &[x[0], x[1]]).unwrap(),
+            |g, x| {
+                g.push(Op::Solve { transpose_a: false }, &[x[0], x[1]])
+                    .unwrap()
+            },
         )
         .unwrap();
         let want = quabla_linalg::solve(&a_dt, &b_dt, batch, n, k).unwrap();
@@ -253,7 +256,10 @@ fn singular_solve_is_a_typed_error() {
     let b = vec![1.0, 1.0];
     let err = run1(
         &[(DType::F64, &[2, 2], a), (DType::F64, &[2, 1], b)],
-        |g, x| g.push(Op::Solve, &[x[0], x[1]]).unwrap(),
+        |g, x| {
+            g.push(Op::Solve { transpose_a: false }, &[x[0], x[1]])
+                .unwrap()
+        },
     )
     .unwrap_err();
     assert_eq!(err, BackendError::Singular { op: "solve".into() });
@@ -394,7 +400,10 @@ fn non_finite_matrices_give_values_not_panics() {
     let b = vec![1.0, 1.0];
     let x = run1(
         &[(DType::F64, &[2, 2], a.clone()), (DType::F64, &[2, 1], b)],
-        |g, x| g.push(Op::Solve, &[x[0], x[1]]).unwrap(),
+        |g, x| {
+            g.push(Op::Solve { transpose_a: false }, &[x[0], x[1]])
+                .unwrap()
+        },
     )
     .unwrap();
     assert!(x.data.to_f64_vec().iter().all(|v| v.is_nan()));
@@ -409,7 +418,7 @@ fn non_finite_matrices_give_values_not_panics() {
 #[test]
 fn matmul_bits_do_not_depend_on_threads() {
     use quabla_backend::Backend;
-    use quabla_cpu::{CpuBackend, CpuOptions};
+    use quabla_cpu::CpuOptions;
     let mut rng = Rng::new(61);
     let cases: [(&[usize], &[usize]); 3] = [
         (&[130, 70], &[70, 90]),
@@ -451,7 +460,6 @@ fn matmul_bits_do_not_depend_on_threads() {
 /// `linalg` nodes of one factorization on one operand share a single decomposition step.
 #[test]
 fn outputs_of_one_factorization_share_a_step() {
-    use quabla_cpu::CpuBackend;
     let mut rng = Rng::new(71);
     let (m, c) = (5, 3);
     let a = values(&mut rng, m * c);
@@ -493,4 +501,93 @@ fn outputs_of_one_factorization_share_a_step() {
     }
     assert_eq!(got[0].shape.dims(), &[5, 3]);
     assert_eq!(got[3].shape.dims(), &[3, 3]);
+}
+
+/// Steps that solve with one matrix (either way round) and take its `slogdet` share one LU
+/// factorization, and each result is the bits it has alone.
+#[test]
+fn solves_and_slogdet_of_one_matrix_share_its_lu_factors() {
+    let mut rng = Rng::new(83);
+    let (batch, n, k) = (2, 5, 3);
+    let a = well_conditioned(&mut rng, batch, n);
+    let rhs = values(&mut rng, batch * n * k);
+    let mut b = GraphBuilder::new();
+    let x = b.input("a", TensorType::new(DType::F64, shape(&[batch, n, n])));
+    let y = b.input("b", TensorType::new(DType::F64, shape(&[batch, n, k])));
+    let log = b.push(Op::Linalg(LinalgKind::LogAbsDet), &[x]).unwrap();
+    let sign = b.push(Op::Linalg(LinalgKind::DetSign), &[x]).unwrap();
+    let solved = b.push(Op::Solve { transpose_a: false }, &[x, y]).unwrap();
+    // Depends on the first solve, so it is a later step reading the same factors.
+    let back = b
+        .push(Op::Solve { transpose_a: true }, &[x, solved])
+        .unwrap();
+    let plan = Plan::from_graph_unoptimized(b.finish(vec![log, sign, solved, back]).unwrap());
+    let exe = CpuBackend::default().compile_plan(&plan).unwrap();
+    // slogdet (sign and log in one step), then two solves on its factors.
+    assert_eq!(exe.stats().steps, 3, "{:?}", exe.stats());
+    assert_eq!(exe.stats().shared_factorizations, 2, "{:?}", exe.stats());
+    let inputs = [
+        HostTensor::new(shape(&[batch, n, n]), data(DType::F64, &a)),
+        HostTensor::new(shape(&[batch, n, k]), data(DType::F64, &rhs)),
+    ];
+    // Twice: the factors of one run never leak into the next.
+    for _ in 0..2 {
+        let got = quabla_backend::Executable::run(&exe, &inputs).unwrap();
+        let (sg, lg) = quabla_linalg::slogdet(&a, batch, n).unwrap();
+        let x1 = quabla_linalg::solve(&a, &rhs, batch, n, k).unwrap();
+        let x2 = quabla_linalg::lu_factor(&a, batch, n)
+            .unwrap()
+            .solve(&x1, k, true)
+            .unwrap();
+        assert_eq!(got[0].data, data(DType::F64, &lg));
+        assert_eq!(got[1].data, data(DType::F64, &sg));
+        assert_eq!(got[2].data, data(DType::F64, &x1));
+        assert_eq!(got[3].data, data(DType::F64, &x2));
+        // The transposed solve solves aᵀ x2 = x1.
+        for bi in 0..batch {
+            for i in 0..n {
+                for j in 0..k {
+                    let lhs: f64 = (0..n)
+                        .map(|r| a[bi * n * n + r * n + i] * x2[bi * n * k + r * k + j])
+                        .sum();
+                    let want = x1[bi * n * k + i * k + j];
+                    assert!(
+                        (lhs - want).abs() < 1e-12 * (1.0 + want.abs()),
+                        "{lhs} {want}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// A transposed solve of a singular matrix is the same typed error, shared factors or not; a
+/// non-finite matrix solves to NaN.
+#[test]
+fn transposed_solve_of_singular_and_non_finite_matrices() {
+    let singular = vec![1.0, 2.0, 2.0, 4.0];
+    let err = run1(
+        &[
+            (DType::F64, &[2, 2], singular),
+            (DType::F64, &[2, 1], vec![1.0, 1.0]),
+        ],
+        |g, x| {
+            g.push(Op::Solve { transpose_a: true }, &[x[0], x[1]])
+                .unwrap()
+        },
+    )
+    .unwrap_err();
+    assert_eq!(err, BackendError::Singular { op: "solve".into() });
+    let got = run1(
+        &[
+            (DType::F64, &[2, 2], vec![1.0, f64::NAN, 0.0, 1.0]),
+            (DType::F64, &[2, 1], vec![1.0, 1.0]),
+        ],
+        |g, x| {
+            g.push(Op::Solve { transpose_a: true }, &[x[0], x[1]])
+                .unwrap()
+        },
+    )
+    .unwrap();
+    assert!(got.data.to_f64_vec().iter().all(|v| v.is_nan()));
 }

@@ -274,7 +274,11 @@ fn cond_runs_the_selected_branch_with_every_output() {
 #[test]
 fn cond_does_not_run_the_other_branch() {
     let ins = [tt(DType::F64, &[2, 2]), tt(DType::F64, &[2, 1])];
-    let solve = graph(&ins, |b, p| vec![b.push(Op::Solve, &[p[0], p[1]]).unwrap()]);
+    let solve = graph(&ins, |b, p| {
+        vec![b
+            .push(Op::Solve { transpose_a: false }, &[p[0], p[1]])
+            .unwrap()]
+    });
     let pass = graph(&ins, |b, p| {
         let two = b.scalar(2.0, DType::F64, false);
         vec![b.mul(p[1], two).unwrap()]
@@ -962,7 +966,11 @@ fn errors_inside_bodies_are_returned() {
         tt(DType::F64, &[2, 1]),
         tt(DType::F64, &[2, 2]),
     ];
-    let body = graph(&ins, |b, p| vec![b.push(Op::Solve, &[p[2], p[1]]).unwrap()]);
+    let body = graph(&ins, |b, p| {
+        vec![b
+            .push(Op::Solve { transpose_a: false }, &[p[2], p[1]])
+            .unwrap()]
+    });
     let scan = ScanBody {
         length: 3,
         start: 0,

@@ -480,6 +480,14 @@ impl Attrs {
         parse_bool(self.line, self.get(key)?)
     }
 
+    /// A flag printed only when set: `false` when absent.
+    fn flag(&self, key: &str) -> Result<bool> {
+        match self.map.get(key) {
+            Some(v) => parse_bool(self.line, v),
+            None => Ok(false),
+        }
+    }
+
     fn shape(&self, key: &str) -> Result<Shape> {
         Shape::new(self.list(key)?).map_err(|e| err(self.line, &e.to_string()))
     }
@@ -760,7 +768,6 @@ impl Parser {
             OpKind::Where => Op::Where,
             OpKind::StopGradient => Op::StopGradient,
             OpKind::Matmul => Op::Matmul,
-            OpKind::Solve => Op::Solve,
             OpKind::Cholesky => Op::Cholesky,
             OpKind::CholeskyAd => Op::CholeskyAd,
             OpKind::Sum
@@ -850,6 +857,9 @@ impl Parser {
             OpKind::ScatterAdd => Op::ScatterAdd {
                 axis: a.usize("axis")?,
                 indices: a.list("indices")?,
+            },
+            OpKind::Solve => Op::Solve {
+                transpose_a: a.flag("transpose_a")?,
             },
             OpKind::TriangularSolve => Op::TriangularSolve {
                 lower: a.bool("lower")?,

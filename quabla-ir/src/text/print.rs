@@ -128,7 +128,6 @@ fn node_body(node: &Node) -> String {
         | Op::Where
         | Op::StopGradient
         | Op::Matmul
-        | Op::Solve
         | Op::Cholesky
         | Op::CholeskyAd => {}
         Op::Reduce { kind, axes } => {
@@ -156,6 +155,12 @@ fn node_body(node: &Node) -> String {
         Op::Gather { axis, indices } | Op::ScatterAdd { axis, indices } => {
             args.push(format!("axis={axis}"));
             args.push(format!("indices={}", list(indices)));
+        }
+        // The common form keeps its plain spelling: the flag prints only when set.
+        Op::Solve { transpose_a } => {
+            if *transpose_a {
+                args.push("transpose_a=true".into());
+            }
         }
         Op::TriangularSolve {
             lower,

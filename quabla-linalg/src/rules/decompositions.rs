@@ -10,7 +10,8 @@
 //! Conventions (numerics.md §6.5, errors.md TF11):
 //!
 //! - `det_sign`: zero derivative (a structural zero). `log_abs_det`: tangent
-//!   `trace(solve(a, da))`, cotangent `solve(aᵀ, g I)`.
+//!   `trace(solve(a, da))`, cotangent `solve(aᵀ, g I)`, both solved with the LU factors of `a`
+//!   (`solve` with `transpose_a`), which the CPU backend shares with the forward `slogdet`.
 //! - `eigh` (of `sym(a) = (a + aᵀ)/2`): `dw_i = v_iᵀ sym(da) v_i`;
 //!   `dV = V (F ∘ (Vᵀ sym(da) V))` with `F_ij = 1/(w_j - w_i)` off the diagonal and 0 on it.
 //!   Repeated eigenvalues give infinite or NaN vector derivatives (no masking); the eigenvalue
@@ -37,7 +38,7 @@
 //!   factor derived from them (`Vh = S⁻¹ Uᵀ a`, `U = a Vhᵀ S⁻¹`) unless the matrix is square, so
 //!   that no rule differentiates the extra columns of a sibling.
 
-use super::{matmul, mt, size, sym, tri_solve, triangle};
+use super::{lu_solve, matmul, mt, size, sym, tri_solve, triangle};
 use quabla_ir::{Comparison, GraphBuilder, IrError, LinalgKind, NodeId, Op, Result, Shape};
 
 /// Tangent of `out = linalg[kind](a)` along `da`; `None` when it is zero by construction.
@@ -52,7 +53,7 @@ pub fn linalg_jvp(
     Ok(Some(match kind {
         LinalgKind::DetSign => return Ok(None),
         LinalgKind::LogAbsDet => {
-            let x = b.push(Op::Solve, &[a, da])?;
+            let x = lu_solve(b, a, da, false)?;
             trace(b, x)?
         }
         LinalgKind::EighValues => {
@@ -135,13 +136,13 @@ pub fn linalg_vjp(
     Ok(Some(match kind {
         LinalgKind::DetSign => return Ok(None),
         LinalgKind::LogAbsDet => {
-            // solve(aᵀ, g I): g (one scalar per matrix) on the diagonal.
+            // solve(aᵀ, g I), g (one scalar per matrix) on the diagonal, with the factors of
+            // `a` that the forward pass computed.
             let g = trailing_unit_axes(b, ct, 2)?;
             let eye = triangle(b, n, Comparison::Equal)?;
             let zero = b.weak_scalar(0.0);
             let gi = b.select(eye, g, zero)?;
-            let at = mt(b, a)?;
-            b.push(Op::Solve, &[at, gi])?
+            lu_solve(b, a, gi, true)?
         }
         LinalgKind::EighValues => {
             // V diag(w_bar) Vᵀ, already symmetric.

@@ -11,7 +11,7 @@ use crate::kernels::matmul::gemm;
 use crate::kernels::{internal, scratch, scratch_oom};
 use quabla_backend::{BackendError, Result};
 use quabla_ir::LinalgKind;
-use quabla_linalg::LinalgError;
+use quabla_linalg::{LinalgError, LuFactors};
 
 fn map_err(e: LinalgError) -> BackendError {
     match e {
@@ -39,21 +39,61 @@ fn store(mut out: ViewMut<'_>, values: &[f64]) -> Result<()> {
     Ok(())
 }
 
-/// `solve(a, b)`: `a [..., n, n]`, `b [..., n, k]`.
+/// Where a step finds the LU factors of its matrix operand: it factors the matrix itself, or
+/// it takes part in factors shared between the steps of one run (`cell` holds them between
+/// those steps; the first user fills it and the `last` empties it).
+pub(crate) enum Lu<'c> {
+    Own,
+    Shared {
+        cell: &'c mut Option<LuFactors>,
+        last: bool,
+    },
+}
+
+impl Lu<'_> {
+    /// Runs `f` on the factors of `a` (`[..., n, n]`), factoring it unless a shared cell
+    /// already holds them.
+    fn with<R>(
+        self,
+        a: View<'_>,
+        dims: &[usize],
+        f: impl FnOnce(&LuFactors) -> Result<R>,
+    ) -> Result<R> {
+        let factor = || -> Result<LuFactors> {
+            let (batch, n, _) = matrices(dims);
+            let a = a.as_f64().map_err(scratch_oom)?;
+            quabla_linalg::lu_factor(&a, batch, n).map_err(map_err)
+        };
+        match self {
+            Lu::Own => f(&factor()?),
+            Lu::Shared { cell, last } => {
+                let result = match cell {
+                    Some(lu) => f(lu),
+                    None => f(cell.insert(factor()?)),
+                };
+                if last {
+                    *cell = None;
+                }
+                result
+            }
+        }
+    }
+}
+
+/// `solve(a, b)`, or `solve(aᵀ, b)` when `transpose_a`, with the LU factors of `a`:
+/// `a [..., n, n]`, `b [..., n, k]`.
 pub(crate) fn solve(
     a: View<'_>,
     a_dims: &[usize],
     b: View<'_>,
     b_dims: &[usize],
+    transpose_a: bool,
+    lu: Lu<'_>,
     out: ViewMut<'_>,
 ) -> Result<()> {
-    let (batch, n, _) = matrices(a_dims);
     let k = b_dims[b_dims.len() - 1];
-    let (a, b) = (
-        a.as_f64().map_err(scratch_oom)?,
-        b.as_f64().map_err(scratch_oom)?,
-    );
-    let x = quabla_linalg::solve(&a, &b, batch, n, k).map_err(map_err)?;
+    let b = b.as_f64().map_err(scratch_oom)?;
+    let x = lu.with(a, a_dims, |f| f.solve(&b, k, transpose_a).map_err(map_err))?;
     store(out, &x)
 }
 
@@ -170,24 +210,27 @@ impl Family {
 }
 
 /// Outputs of `linalg[kind]` for several kinds of one [`Family`] on the same `[..., m, n]`
-/// matrices, from one factorization: `outs[i]` receives `kinds[i]`.
+/// matrices, from one factorization: `outs[i]` receives `kinds[i]`. `lu` is where the
+/// `slogdet` family finds its LU factors.
 pub(crate) fn linalg(
     kinds: &[LinalgKind],
     a: View<'_>,
     dims: &[usize],
+    lu: Lu<'_>,
     outs: Vec<ViewMut<'_>>,
 ) -> Result<()> {
     let Some(&first) = kinds.first() else {
         return Ok(());
     };
+    if Family::of(first) == Family::Slogdet {
+        let (sign, log) = lu.with(a, dims, |f| Ok(f.slogdet()))?;
+        return store_parts(kinds, first, &[sign, log], outs);
+    }
     let (batch, m, n) = matrices(dims);
     let a = a.as_f64().map_err(scratch_oom)?;
     // The factorization's outputs, and which one each kind reads.
     let parts: Vec<Vec<f64>> = match Family::of(first) {
-        Family::Slogdet => {
-            let (sign, log) = quabla_linalg::slogdet(&a, batch, n).map_err(map_err)?;
-            vec![sign, log]
-        }
+        Family::Slogdet => return Err(internal("slogdet is factored by LU above")),
         Family::Eigh => {
             let (w, v) = quabla_linalg::eigh(&a, batch, n).map_err(map_err)?;
             vec![w, v]
@@ -201,6 +244,16 @@ pub(crate) fn linalg(
             vec![u, s, vh]
         }
     };
+    store_parts(kinds, first, &parts, outs)
+}
+
+/// Writes the part of a factorization each kind reads into its output.
+fn store_parts(
+    kinds: &[LinalgKind],
+    first: LinalgKind,
+    parts: &[Vec<f64>],
+    outs: Vec<ViewMut<'_>>,
+) -> Result<()> {
     for (&kind, out) in kinds.iter().zip(outs) {
         if Family::of(kind) != Family::of(first) {
             return Err(internal(

@@ -1,17 +1,26 @@
 //! Reductions (`sum`, `mean`, `sum_axis`, `mean_axis`, `max_axis`, `min_axis`) and `cumsum`.
 //!
-//! Every reduction accumulates in float64, sequentially in row-major order of the reduced
-//! elements of each output position, starting from the same initial value as the reference
-//! evaluator, and rounds once at the end (numerics.md §1.5). `cumsum` accumulates each line in
-//! float64 and rounds every output once. Large reductions split over independent output
-//! positions (outer indices or trailing columns), never inside one accumulation, so the split
-//! does not change a value.
+//! Sums and means accumulate in float64 in the blocked order of numerics.md §1.5 over the
+//! reduced elements of each output position in row-major order (blocks of
+//! [`SUM_BLOCK`] elements, eight accumulators per block, block sums combined by the pairwise
+//! tree), exactly as `quabla_ir::eval::blocked_sum` defines it, and round once at the end.
+//! Inside a block the eight accumulators are independent, so they fill vector lanes; the blocks
+//! of one sum are independent too and split over threads, and only their combination is
+//! sequential, so neither the instruction set nor the thread count changes a bit. `max`/`min`
+//! are exact in any order. `cumsum` accumulates each line sequentially in float64 and rounds
+//! every output once.
 
 use crate::buffer::{Elem, View, ViewMut};
-use crate::kernels::{internal, par_for_each, scratch, split_ranges, PAR_MIN_ELEMENTS};
+use crate::kernels::{
+    internal, par_for_each, scratch, scratch_oom, split_ranges, PAR_MIN_ELEMENTS,
+};
 use quabla_backend::Result;
-use quabla_ir::eval::{maximum_ieee, minimum_ieee, SUM_START};
+use quabla_ir::alloc::AllocError;
+use quabla_ir::eval::{
+    combine_lanes, maximum_ieee, minimum_ieee, pairwise_sum, SUM_BLOCK, SUM_LANES, SUM_START,
+};
 use quabla_ir::Reducer;
+use std::sync::Mutex;
 
 /// Expands `$body` with `$v` bound to the typed slice of a view.
 macro_rules! with_elems {
@@ -24,10 +33,14 @@ macro_rules! with_elems {
     };
 }
 
-/// A reduction over all elements (`sum`, `mean`): one sequential float64 accumulation that
-/// starts from `quabla_ir::eval::SUM_START` (`-0.0`), as the reference does.
-pub(crate) fn reduce_all(kind: Reducer, x: View<'_>, mut out: ViewMut<'_>) -> Result<()> {
-    let s = with_elems!(x, v => sum_seq(v));
+/// A reduction over all elements (`sum`, `mean`): one blocked sum.
+pub(crate) fn reduce_all(
+    kind: Reducer,
+    x: View<'_>,
+    mut out: ViewMut<'_>,
+    threads: usize,
+) -> Result<()> {
+    let s = with_elems!(x, v => contiguous_sum(v, threads))?;
     let value = match kind {
         Reducer::Sum => s,
         Reducer::Mean => s / x.len() as f64,
@@ -37,17 +50,50 @@ pub(crate) fn reduce_all(kind: Reducer, x: View<'_>, mut out: ViewMut<'_>) -> Re
     Ok(())
 }
 
-fn sum_seq<T: Elem>(x: &[T]) -> f64 {
-    let mut acc = SUM_START;
-    for &v in x {
-        acc += v.to_f64();
+/// The accumulators of one block of at most [`SUM_BLOCK`] contiguous elements, combined.
+/// Lane `l` adds elements `l, l + 8, ...` in order; the lanes are independent, which lets the
+/// compiler keep them in vector registers.
+#[inline]
+fn block_sum<T: Elem>(block: &[T]) -> f64 {
+    let mut acc = [0.0f64; SUM_LANES];
+    let mut chunks = block.chunks_exact(SUM_LANES);
+    for c in &mut chunks {
+        for (a, v) in acc.iter_mut().zip(c) {
+            *a += v.to_f64();
+        }
     }
-    acc
+    for (a, v) in acc.iter_mut().zip(chunks.remainder()) {
+        *a += v.to_f64();
+    }
+    combine_lanes(&acc)
 }
 
-#[inline(always)]
-fn add(a: f64, b: f64) -> f64 {
-    a + b
+/// The blocked sum of a contiguous run, its blocks split over up to `threads` threads.
+fn contiguous_sum<T: Elem>(x: &[T], threads: usize) -> Result<f64> {
+    let nblocks = x.len().div_ceil(SUM_BLOCK);
+    if nblocks <= 1 {
+        return Ok(block_sum(x));
+    }
+    let mut sums = scratch(nblocks)?;
+    let parts = if threads > 1 && x.len() >= PAR_MIN_ELEMENTS {
+        threads
+    } else {
+        1
+    };
+    let mut items = Vec::new();
+    let mut rest = &mut sums[..];
+    for (start, end) in split_ranges(nblocks, parts, 1) {
+        let (mine, next) = rest.split_at_mut(end - start);
+        rest = next;
+        items.push((start, mine));
+    }
+    par_for_each(items, threads, |(start, mine)| {
+        for (b, s) in (start..).zip(mine.iter_mut()) {
+            let end = ((b + 1) * SUM_BLOCK).min(x.len());
+            *s = block_sum(&x[b * SUM_BLOCK..end]);
+        }
+    });
+    Ok(pairwise_sum(&mut sums))
 }
 
 /// A reduction over `axes` (sorted, distinct) of an operand of shape `dims`.
@@ -61,10 +107,10 @@ pub(crate) fn reduce_axes(
 ) -> Result<()> {
     let blocks = blocks(dims, axes);
     let count: usize = axes.iter().map(|&a| dims[a]).product();
-    let run = |acc: &mut [f64]| {
+    let run = |acc: &mut [f64]| -> Result<()> {
         match kind {
             Reducer::Sum | Reducer::Mean => {
-                with_elems!(x, v => reduce_blocks(v, &blocks, SUM_START, add, acc, threads))
+                with_elems!(x, v => sum_blocks(v, &blocks, acc, threads))?
             }
             Reducer::Max => with_elems!(x, v => {
                 reduce_blocks(v, &blocks, f64::NEG_INFINITY, maximum_ieee, acc, threads)
@@ -79,16 +125,214 @@ pub(crate) fn reduce_axes(
                 *a /= n;
             }
         }
+        Ok(())
     };
     match out {
         ViewMut::F64(o) => run(o),
         mut other => {
             let mut acc = scratch(other.len())?;
-            run(&mut acc);
+            run(&mut acc)?;
             other.store_f64(0, &acc);
+            Ok(())
         }
     }
+}
+
+/// Blocked sums of `x` (laid out as `blocks`) into `acc` (the kept positions, row-major).
+fn sum_blocks<T: Elem>(
+    x: &[T],
+    blocks: &[(usize, bool)],
+    acc: &mut [f64],
+    threads: usize,
+) -> Result<()> {
+    let parallel = threads > 1 && x.len() >= PAR_MIN_ELEMENTS;
+    match blocks {
+        // A leading kept block: independent slabs, one per outer index.
+        [(outer, false), rest @ ..] => {
+            let outer = *outer;
+            let slab_in = x.len() / outer;
+            let slab_out = acc.len() / outer;
+            let parts = if parallel { threads } else { 1 };
+            let mut items = Vec::new();
+            let mut acc_rest = acc;
+            for (start, end) in split_ranges(outer, parts, 1) {
+                let (mine, next) = acc_rest.split_at_mut((end - start) * slab_out);
+                acc_rest = next;
+                items.push((start, end, mine));
+            }
+            let failed = Mutex::new(None);
+            par_for_each(items, threads, |(start, end, acc)| {
+                for o in start..end {
+                    let xs = &x[o * slab_in..(o + 1) * slab_in];
+                    let acc = &mut acc[(o - start) * slab_out..(o - start + 1) * slab_out];
+                    if let Err(e) = slab_sums(xs, rest, acc, 1) {
+                        if let Ok(mut f) = failed.lock() {
+                            f.get_or_insert(e);
+                        }
+                        return;
+                    }
+                }
+            });
+            match failed.into_inner() {
+                Ok(None) => Ok(()),
+                Ok(Some(e)) => Err(e),
+                Err(_) => Err(internal("a reduction thread panicked")),
+            }
+        }
+        _ => slab_sums(x, blocks, acc, threads),
+    }
+}
+
+/// Blocked sums of one slab whose blocks start with a reduced block (or are empty).
+fn slab_sums<T: Elem>(
+    x: &[T],
+    blocks: &[(usize, bool)],
+    acc: &mut [f64],
+    threads: usize,
+) -> Result<()> {
+    match blocks {
+        // Every axis has extent 1, or one contiguous run per position.
+        [] | [(_, true)] => {
+            acc[0] = contiguous_sum(x, threads)?;
+            Ok(())
+        }
+        // Reduced rows of kept columns: the columns split over threads.
+        [(rows, true), (cols, false)] => {
+            let (rows, cols) = (*rows, *cols);
+            let parts = if threads > 1 && x.len() >= PAR_MIN_ELEMENTS {
+                threads
+            } else {
+                1
+            };
+            let mut items = Vec::new();
+            let mut acc_rest = acc;
+            for (start, end) in split_ranges(cols, parts, 8) {
+                let (mine, next) = acc_rest.split_at_mut(end - start);
+                acc_rest = next;
+                // Each part's lanes and block sums, allocated here where a refusal is reported.
+                let lanes = scratch(SUM_LANES * (end - start))?;
+                let sums = scratch(rows.div_ceil(SUM_BLOCK) * (end - start))?;
+                items.push((start, mine, lanes, sums));
+            }
+            par_for_each(items, threads, |(start, acc, mut lanes, mut sums)| {
+                column_sums(x, cols, start, acc, &mut lanes, &mut sums);
+            });
+            Ok(())
+        }
+        _ => strided_sums(x, blocks, acc),
+    }
+}
+
+/// Blocked sums down the `rows` of a row-major matrix with `cols` columns, for the columns
+/// `start..start + acc.len()`: row `r` of a block goes to lane `r % 8` of every column, so a
+/// row is added to one contiguous lane of accumulators at a time. `lanes` holds
+/// `SUM_LANES * width` accumulators and `sums` the `nblocks * width` block sums.
+fn column_sums<T: Elem>(
+    x: &[T],
+    cols: usize,
+    start: usize,
+    acc: &mut [f64],
+    lanes: &mut [f64],
+    sums: &mut [f64],
+) {
+    let width = acc.len();
+    let rows = x.len() / cols;
+    let nblocks = rows.div_ceil(SUM_BLOCK);
+    for b in 0..nblocks {
+        lanes.fill(0.0);
+        let first = b * SUM_BLOCK;
+        for r in first..((b + 1) * SUM_BLOCK).min(rows) {
+            let l = (r - first) % SUM_LANES;
+            let lane = &mut lanes[l * width..(l + 1) * width];
+            let row = &x[r * cols + start..r * cols + start + width];
+            for (a, v) in lane.iter_mut().zip(row) {
+                *a += v.to_f64();
+            }
+        }
+        for c in 0..width {
+            let a: [f64; SUM_LANES] = std::array::from_fn(|l| lanes[l * width + c]);
+            sums[b * width + c] = combine_lanes(&a);
+        }
+    }
+    // The pairwise tree of each column's block sums, all columns at once (row `b` of `sums`
+    // holds block `b` of every column): the same additions as `pairwise_sum` per column.
+    let mut n = nblocks;
+    while n > 1 {
+        let half = n / 2;
+        for i in 0..half {
+            // Row `i` is written after rows `2i` and `2i + 1` are read (`i <= 2i`).
+            for c in 0..width {
+                sums[i * width + c] = sums[2 * i * width + c] + sums[(2 * i + 1) * width + c];
+            }
+        }
+        if n % 2 == 1 {
+            sums.copy_within((n - 1) * width..n * width, half * width);
+            n = half + 1;
+        } else {
+            n = half;
+        }
+    }
+    acc.copy_from_slice(&sums[..width]);
+}
+
+/// Blocked sums for any other layout: the offsets of one position's reduced elements, in
+/// row-major order, are listed once and read from each position's base offset.
+fn strided_sums<T: Elem>(x: &[T], blocks: &[(usize, bool)], acc: &mut [f64]) -> Result<()> {
+    // Row-major strides of the blocks.
+    let mut strides = vec![0usize; blocks.len()];
+    let mut s = 1;
+    for (b, &(extent, _)) in blocks.iter().enumerate().rev() {
+        strides[b] = s;
+        s *= extent;
+    }
+    let parts = |reduced: bool| -> Vec<(usize, usize)> {
+        blocks
+            .iter()
+            .zip(&strides)
+            .filter(|((_, r), _)| *r == reduced)
+            .map(|(&(e, _), &st)| (e, st))
+            .collect()
+    };
+    let reduced = row_major_offsets(&parts(true)).map_err(scratch_oom)?;
+    let kept = row_major_offsets(&parts(false)).map_err(scratch_oom)?;
+    let mut sums = scratch(reduced.len().div_ceil(SUM_BLOCK))?;
+    for (a, &base) in acc.iter_mut().zip(&kept) {
+        for (s, chunk) in sums.iter_mut().zip(reduced.chunks(SUM_BLOCK)) {
+            let mut lanes = [0.0f64; SUM_LANES];
+            for (k, &o) in chunk.iter().enumerate() {
+                lanes[k % SUM_LANES] += x[base + o].to_f64();
+            }
+            *s = combine_lanes(&lanes);
+        }
+        *a = pairwise_sum(&mut sums);
+    }
     Ok(())
+}
+
+/// The offsets `Σ index_b * stride_b` of every multi-index over `(extent, stride)` parts,
+/// outermost first, in row-major order (one offset, 0, for no parts).
+fn row_major_offsets(parts: &[(usize, usize)]) -> std::result::Result<Vec<usize>, AllocError> {
+    let count: usize = parts.iter().map(|p| p.0).product();
+    let mut out = quabla_ir::alloc::try_vec_with_capacity(count)?;
+    let mut idx = vec![0usize; parts.len()];
+    let mut offset = 0;
+    loop {
+        out.push(offset);
+        let mut b = parts.len();
+        loop {
+            if b == 0 {
+                return Ok(out);
+            }
+            b -= 1;
+            idx[b] += 1;
+            offset += parts[b].1;
+            if idx[b] < parts[b].0 {
+                break;
+            }
+            offset -= parts[b].1 * parts[b].0;
+            idx[b] = 0;
+        }
+    }
 }
 
 /// Merges adjacent axes of the same kind (kept or reduced) and drops unit axes: `(extent,
@@ -291,6 +535,10 @@ fn cumsum_typed<T: Elem>(x: &[T], out: &mut [T], g: Lines, threads: usize) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn add(a: f64, b: f64) -> f64 {
+        a + b
+    }
 
     #[test]
     fn blocks_merge_and_drop_unit_axes() {
