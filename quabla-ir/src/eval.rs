@@ -344,23 +344,30 @@ fn dot(idx: &[usize], strides: &[usize]) -> usize {
     idx.iter().zip(strides).map(|(i, s)| i * s).sum()
 }
 
-/// The blocked sum ([`blocked_sum`]) of the reduced elements of each kept position, taken in
-/// row-major order.
-fn sum_axes(x: HostValue<'_>, axes: &[usize]) -> Vec<f64> {
-    let data = x.data.to_f64_vec();
-    let dims = x.shape.dims();
+/// The kept position (row-major over the axes not in `axes`) of every element of `shape`, in
+/// row-major order, and the number of positions.
+fn kept_positions(shape: &Shape, axes: &[usize]) -> (usize, impl Iterator<Item = usize>) {
+    let dims = shape.dims();
     let kept: Vec<usize> = (0..dims.len()).filter(|a| !axes.contains(a)).collect();
     let kept_shape = Shape::new(kept.iter().map(|&a| dims[a]).collect::<Vec<_>>())
         .expect("extents of a valid shape are nonzero");
     let kept_strides = kept_shape.strides();
-    let mut elements: Vec<Vec<f64>> = vec![Vec::new(); kept_shape.size()];
-    for (i, idx) in MultiIndex::new(x.shape).enumerate() {
-        let pos: usize = kept
-            .iter()
+    let positions = MultiIndex::new(shape).map(move |idx| {
+        kept.iter()
             .zip(&kept_strides)
             .map(|(&a, s)| idx[a] * s)
-            .sum();
-        elements[pos].push(data[i]);
+            .sum()
+    });
+    (kept_shape.size(), positions)
+}
+
+/// The blocked sum ([`blocked_sum`]) of the reduced elements of each kept position, taken in
+/// row-major order.
+fn sum_axes(x: HostValue<'_>, axes: &[usize]) -> Vec<f64> {
+    let (count, positions) = kept_positions(x.shape, axes);
+    let mut elements: Vec<Vec<f64>> = vec![Vec::new(); count];
+    for (pos, v) in positions.zip(x.data.to_f64_vec()) {
+        elements[pos].push(v);
     }
     elements.into_iter().map(blocked_sum).collect()
 }
@@ -368,20 +375,10 @@ fn sum_axes(x: HostValue<'_>, axes: &[usize]) -> Vec<f64> {
 /// Row-major accumulation of the reduced elements for each kept position (for `max`/`min`,
 /// which are exact in any order).
 fn reduce(x: HostValue<'_>, axes: &[usize], init: f64, f: impl Fn(f64, f64) -> f64) -> Vec<f64> {
-    let data = x.data.to_f64_vec();
-    let dims = x.shape.dims();
-    let kept: Vec<usize> = (0..dims.len()).filter(|a| !axes.contains(a)).collect();
-    let kept_shape = Shape::new(kept.iter().map(|&a| dims[a]).collect::<Vec<_>>())
-        .expect("extents of a valid shape are nonzero");
-    let kept_strides = kept_shape.strides();
-    let mut acc = vec![init; kept_shape.size()];
-    for (i, idx) in MultiIndex::new(x.shape).enumerate() {
-        let pos: usize = kept
-            .iter()
-            .zip(&kept_strides)
-            .map(|(&a, s)| idx[a] * s)
-            .sum();
-        acc[pos] = f(acc[pos], data[i]);
+    let (count, positions) = kept_positions(x.shape, axes);
+    let mut acc = vec![init; count];
+    for (pos, v) in positions.zip(x.data.to_f64_vec()) {
+        acc[pos] = f(acc[pos], v);
     }
     acc
 }

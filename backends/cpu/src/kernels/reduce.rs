@@ -149,37 +149,51 @@ fn sum_blocks<T: Elem>(
     match blocks {
         // A leading kept block: independent slabs, one per outer index.
         [(outer, false), rest @ ..] => {
-            let outer = *outer;
-            let slab_in = x.len() / outer;
-            let slab_out = acc.len() / outer;
             let parts = if parallel { threads } else { 1 };
-            let mut items = Vec::new();
-            let mut acc_rest = acc;
-            for (start, end) in split_ranges(outer, parts, 1) {
-                let (mine, next) = acc_rest.split_at_mut((end - start) * slab_out);
-                acc_rest = next;
-                items.push((start, end, mine));
-            }
-            let failed = Mutex::new(None);
-            par_for_each(items, threads, |(start, end, acc)| {
-                for o in start..end {
-                    let xs = &x[o * slab_in..(o + 1) * slab_in];
-                    let acc = &mut acc[(o - start) * slab_out..(o - start + 1) * slab_out];
-                    if let Err(e) = slab_sums(xs, rest, acc, 1) {
-                        if let Ok(mut f) = failed.lock() {
-                            f.get_or_insert(e);
-                        }
-                        return;
-                    }
-                }
-            });
-            match failed.into_inner() {
-                Ok(None) => Ok(()),
-                Ok(Some(e)) => Err(e),
-                Err(_) => Err(internal("a reduction thread panicked")),
-            }
+            per_slab(x, *outer, acc, parts, threads, |xs, acc| {
+                slab_sums(xs, rest, acc, 1)
+            })
         }
         _ => slab_sums(x, blocks, acc, threads),
+    }
+}
+
+/// Runs `work` on each of the `outer` equal slabs of `x` with its part of `acc`, the slabs
+/// split over `parts` threads; the first error any slab returns is the result.
+fn per_slab<T: Elem>(
+    x: &[T],
+    outer: usize,
+    acc: &mut [f64],
+    parts: usize,
+    threads: usize,
+    work: impl Fn(&[T], &mut [f64]) -> Result<()> + Sync,
+) -> Result<()> {
+    let slab_in = x.len() / outer;
+    let slab_out = acc.len() / outer;
+    let mut items = Vec::new();
+    let mut acc_rest = acc;
+    for (start, end) in split_ranges(outer, parts, 1) {
+        let (mine, next) = acc_rest.split_at_mut((end - start) * slab_out);
+        acc_rest = next;
+        items.push((start, end, mine));
+    }
+    let failed = Mutex::new(None);
+    par_for_each(items, threads, |(start, end, acc)| {
+        for o in start..end {
+            let xs = &x[o * slab_in..(o + 1) * slab_in];
+            let acc = &mut acc[(o - start) * slab_out..(o - start + 1) * slab_out];
+            if let Err(e) = work(xs, acc) {
+                if let Ok(mut f) = failed.lock() {
+                    f.get_or_insert(e);
+                }
+                return;
+            }
+        }
+    });
+    match failed.into_inner() {
+        Ok(None) => Ok(()),
+        Ok(Some(e)) => Err(e),
+        Err(_) => Err(internal("a reduction thread panicked")),
     }
 }
 
@@ -366,23 +380,11 @@ fn reduce_blocks<T: Elem, F: Fn(f64, f64) -> f64 + Sync>(
     match blocks {
         // A leading kept block: independent slabs, one per outer index.
         [(outer, false), rest @ ..] => {
-            let outer = *outer;
-            let slab_in = x.len() / outer;
-            let slab_out = acc.len() / outer;
             let parts = if parallel { threads } else { 1 };
-            let mut items = Vec::new();
-            let mut acc_rest = acc;
-            for (start, end) in split_ranges(outer, parts, 1) {
-                let (mine, next) = acc_rest.split_at_mut((end - start) * slab_out);
-                acc_rest = next;
-                items.push((start, end, mine));
-            }
-            par_for_each(items, threads, |(start, end, acc)| {
-                for o in start..end {
-                    let xs = &x[o * slab_in..(o + 1) * slab_in];
-                    let acc = &mut acc[(o - start) * slab_out..(o - start + 1) * slab_out];
-                    reduce_slab(xs, rest, &f, acc, 0, 0);
-                }
+            // Infallible per slab, so the splitter has no error to report.
+            let _ = per_slab(x, *outer, acc, parts, threads, |xs, acc| {
+                reduce_slab(xs, rest, &f, acc, 0, 0);
+                Ok(())
             });
         }
         // Reduced rows of kept columns: split the columns.
