@@ -96,9 +96,12 @@ pub fn svd(
         // faer returns nonincreasing values; reorder defensively in case a version does not.
         let mut order: Vec<usize> = (0..k).collect();
         order.sort_by(|&i, &j| s[j].total_cmp(&s[i]));
-        let pick = |j: usize| if j < k { order[j] } else { j };
-        let mut u = Mat::from_fn(m, u_cols, |i, j| u[(i, pick(j))]);
-        let mut v = Mat::from_fn(n, v_cols, |i, j| v[(i, pick(j))]);
+        // Copy the factors only when the order changes (never, with the faer of today).
+        if order.iter().enumerate().any(|(i, &o)| i != o) {
+            let pick = |j: usize| if j < k { order[j] } else { j };
+            u = Mat::from_fn(m, u_cols, |i, j| u[(i, pick(j))]);
+            v = Mat::from_fn(n, v_cols, |i, j| v[(i, pick(j))]);
+        }
         s_out.extend(order.iter().map(|&i| s[i]));
         apply_to_columns(u.as_mut(), Some(v.as_mut()), 0..k);
         apply_to_columns(u.as_mut(), None, k..u_cols);
