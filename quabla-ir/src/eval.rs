@@ -249,16 +249,17 @@ pub const SUM_BLOCK: usize = 1024;
 /// Accumulators of a block: element `k` of a block goes to accumulator `k % SUM_LANES`.
 pub const SUM_LANES: usize = 8;
 
-/// The sum of one block's accumulators: `((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))`.
+/// The sum of one block's accumulators: `((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))`
+/// (float64 accumulators, or float32 ones at `precision("float32")`).
 #[inline]
-pub fn combine_lanes(a: &[f64; SUM_LANES]) -> f64 {
+pub fn combine_lanes<A: Copy + std::ops::Add<Output = A>>(a: &[A; SUM_LANES]) -> A {
     ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
 }
 
 /// The pairwise tree of numerics.md §4.4 with addition, over `values` in place: add neighbours
 /// `(0, 1), (2, 3), ...`, carry an odd last value unchanged, repeat until one value remains.
-/// `+0.0` for no values.
-pub fn pairwise_sum(values: &mut [f64]) -> f64 {
+/// `+0.0` (the type's default) for no values.
+pub fn pairwise_sum<A: Copy + Default + std::ops::Add<Output = A>>(values: &mut [A]) -> A {
     let mut n = values.len();
     while n > 1 {
         let half = n / 2;
@@ -272,7 +273,7 @@ pub fn pairwise_sum(values: &mut [f64]) -> f64 {
             n = half;
         }
     }
-    values.first().copied().unwrap_or(0.0)
+    values.first().copied().unwrap_or_default()
 }
 
 /// The float64 sum of `values`, taken in order, in the blocked order of numerics.md §1.5:

@@ -74,6 +74,18 @@ def test_wrong_keyword_names_and_values():
         qb.jit(lambda x, n: x, static_argnums=1)(qb.ones((1,)), [1, 2])
     with pytest.raises(TypeError, match="key must be a quabla.random.Key"):
         qb.random.normal(3, (2,))
+    with pytest.raises(ValueError, match='precision must be None, "float32" or "float64"'):
+        qb.jit(lambda x: x, precision="float16")(qb.ones((1,)))
+
+
+def test_precision_float32_contracts_natively_within_tolerance():
+    a = np.sin(np.linspace(-1.0, 1.0, 64 * 200, dtype=np.float32)).reshape(64, 200)
+    b = np.cos(np.linspace(-2.0, 3.0, 200 * 32, dtype=np.float32)).reshape(200, 32)
+    f = lambda a, b: a @ b  # noqa: E731
+    reference = np.asarray(qb.jit(f)(a, b))
+    native = np.asarray(qb.jit(f, precision="float32")(a, b))
+    assert native.dtype == np.float32
+    np.testing.assert_allclose(native, reference, rtol=1e-5, atol=1e-4)
 
 
 def test_numpy_dtypes():

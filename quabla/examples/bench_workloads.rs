@@ -41,6 +41,13 @@ fn main() -> qb::Result<()> {
     println!(
         "note: matmul_f32_512 multiplies in float64 and rounds once (numerics.md §1.5), so it runs at float64 GEMM speed, half the float32 rate JAX uses"
     );
+    // The same product jitted at precision("float32"): native float32 GEMM.
+    let a = qb::F32.linspace(-1.0, 1.0, 512 * 512)?.reshape([512, 512])?;
+    let b = a.t()?.sin()?;
+    let native = qb::jit(|(a, b): (Tensor, Tensor)| a.matmul(&b)).precision(Some("float32"));
+    let args = (a, b);
+    let t = median_seconds(15, || native.call(&args))?;
+    println!("workload=matmul_f32_512_precision_f32 seconds={t:e}");
 
     let big = qb::linspace(0.0, 1.0, 10_000_000)?;
     let t = median_seconds(15, || big.sum())?;

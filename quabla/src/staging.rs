@@ -756,7 +756,11 @@ impl Entry {
             });
         }
         let plan = Plan::compile(&staged.graph);
-        let exe = crate::devices::backend_for(&signature.device)?.compile(&plan)?;
+        let precision = match signature.precision.as_deref() {
+            Some("float32") => quabla_backend::Precision::Float32,
+            _ => quabla_backend::Precision::Reference,
+        };
+        let exe = crate::devices::backend_for(&signature.device)?.compile_with(&plan, precision)?;
         let out_weak: Vec<bool> = plan.output_types().iter().map(|ty| ty.weak).collect();
         let out_slots = staged.out_slots;
         let out_def = staged.out_def;

@@ -487,3 +487,48 @@ fn cached_calls_reject_escaped_tracers() -> qb::Result<()> {
     assert!(matches!(err, Error::Tracer { .. }), "{err}");
     Ok(())
 }
+
+/// `precision("float32")` (numerics.md §1.5): float32 contractions and sums run natively, within
+/// the conformance tolerance of the reference; float64 work keeps the reference bits; the two
+/// precisions are separate plans.
+#[test]
+fn precision_float32_runs_native_float32_contractions() -> qb::Result<()> {
+    let f = |(a, b): (Tensor, Tensor)| a.matmul(&b)?.sum_axes(1);
+    let a = qb::F32
+        .linspace(-1.0, 1.0, 64 * 200)?
+        .reshape([64, 200])?
+        .sin()?;
+    let b = qb::F32
+        .linspace(-2.0, 3.0, 200 * 32)?
+        .reshape([200, 32])?
+        .cos()?;
+    let reference = qb::jit(f).call(&(a.clone(), b.clone()))?.to_vec::<f32>()?;
+    let native_jit = qb::jit(f).precision(Some("float32"));
+    let native = native_jit.call(&(a.clone(), b.clone()))?.to_vec::<f32>()?;
+    assert_eq!(native.len(), reference.len());
+    let mut differs = false;
+    for (n, r) in native.iter().zip(&reference) {
+        // Each output sums 32 dot products of 200 terms of magnitude <= 1.
+        assert!(
+            (n - r).abs() <= 1e-5 + 1e-5 * r.abs() + 32.0 * 200.0 * 1e-7,
+            "{n} vs {r}"
+        );
+        differs |= n.to_bits() != r.to_bits();
+    }
+    assert!(differs, "float32 accumulation rounds differently somewhere");
+    // float64 arguments: the same bits as the reference.
+    let (a64, b64) = (a.astype(qb::F64)?, b.astype(qb::F64)?);
+    assert_eq!(
+        native_jit
+            .call(&(a64.clone(), b64.clone()))?
+            .to_vec::<f64>()?,
+        qb::jit(f).call(&(a64, b64))?.to_vec::<f64>()?
+    );
+    assert!(qb::jit(f)
+        .precision(Some("float16"))
+        .call(&(a, b))
+        .unwrap_err()
+        .to_string()
+        .contains("precision must be None, \"float32\" or \"float64\""));
+    Ok(())
+}

@@ -177,7 +177,7 @@ fn table() -> Vec<Case> {
         InvalidArgument "" => qb::grad(|x: Tensor| x.sum()).argnum(3).call(&v3()).map(|g: Tensor| g);
         InvalidArgument "" => qb::grad(|(x, _y): (Tensor, Tensor)| x.sum()).argnums(&[0, 0]).call(&(v3(), v3())).map(|g: Tensor| g);
         InvalidArgument "max_traces must be at least 1" => qb::jit(|x: Tensor| Ok(x)).max_traces(0).call(&v3());
-        InvalidArgument "precision must be None or \"float64\"" => qb::jit(|x: Tensor| Ok(x)).precision(Some("float16")).call(&v3());
+        InvalidArgument "precision must be None, \"float32\" or \"float64\"" => qb::jit(|x: Tensor| Ok(x)).precision(Some("float16")).call(&v3());
         InvalidArgument "invalid device \"gpu\"" => qb::jit(|x: Tensor| Ok(x)).device("gpu").call(&v3());
         InvalidArgument "invalid device" => qb::jit(|x: Tensor| Ok(x)).device("cuda:x").call(&v3());
         InvalidArgument "invalid device" => qb::jit(|x: Tensor| Ok(x)).device("").call(&v3());

@@ -164,6 +164,18 @@ impl HostTensor {
     }
 }
 
+/// How a plan's float32 work may be computed (numerics.md §1.5).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Precision {
+    /// The reference rules: every float32 node is evaluated in float64 and rounded once.
+    #[default]
+    Reference,
+    /// `jit(f).precision("float32")`: float32 contractions (`matmul`) run as native float32
+    /// GEMM with float32 accumulation, and float32 `sum`/`mean` reductions accumulate in
+    /// float32 in the same blocked order; every other node keeps the reference rule.
+    Float32,
+}
+
 /// An execution target.
 pub trait Backend: Send + Sync + fmt::Debug {
     /// The target name used by `jit(f).device(..)`: `"cpu"`, `"cuda"`, `"mlx"`.
@@ -173,6 +185,14 @@ pub trait Backend: Send + Sync + fmt::Debug {
 
     /// Compiles a frozen plan once; the result is run many times.
     fn compile(&self, plan: &Plan) -> Result<Arc<dyn Executable>>;
+
+    /// Compiles a plan at a [`Precision`]. The default compiles it as [`Backend::compile`]
+    /// does: a backend whose float32 is native already (CUDA, MLX, plugins) accepts
+    /// [`Precision::Float32`] and changes nothing.
+    fn compile_with(&self, plan: &Plan, precision: Precision) -> Result<Arc<dyn Executable>> {
+        let _ = precision;
+        self.compile(plan)
+    }
 }
 
 /// A compiled plan, ready to run on buffers.

@@ -504,10 +504,11 @@ fn run_node(
     match &node.op {
         Op::Reduce { kind, axes } => {
             let (x, dims) = arg(0)?;
+            let native = node.native_f32;
             if kind.is_whole() {
-                reduce::reduce_all(kind.reducer(), x, out, threads)
+                reduce::reduce_all(kind.reducer(), x, out, threads, native)
             } else {
-                reduce::reduce_axes(kind.reducer(), x, dims, axes, out, threads)
+                reduce::reduce_axes(kind.reducer(), x, dims, axes, out, threads, native)
             }
         }
         Op::Cumsum { axis, reverse } => {
@@ -545,7 +546,11 @@ fn run_node(
         }
         Op::Matmul => {
             let ((a, ad), (b, bd)) = (arg(0)?, arg(1)?);
-            matmul::matmul(a, ad, b, bd, out_dims, out, threads)
+            if node.native_f32 {
+                matmul::matmul_native_f32(a, ad, b, bd, out_dims, out, threads)
+            } else {
+                matmul::matmul(a, ad, b, bd, out_dims, out, threads)
+            }
         }
         Op::Solve { transpose_a } => {
             let ((a, ad), (b, bd)) = (arg(0)?, arg(1)?);

@@ -71,10 +71,11 @@ use buffer::Storage;
 use exec::{Frame, Mode, Workspace};
 use kernels::internal;
 use quabla_backend::{
-    check_input_refs, check_inputs, Backend, Capabilities, Executable, HostTensor, Result,
+    check_input_refs, check_inputs, Backend, Capabilities, Executable, HostTensor, Precision,
+    Result,
 };
 use quabla_ir::{DType, Plan, Shape};
-use schedule::Schedule;
+use schedule::{Build, Schedule};
 use std::borrow::Borrow;
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
@@ -119,7 +120,16 @@ impl CpuBackend {
 
     /// Compiles a plan into the concrete executable type (what [`Backend::compile`] wraps).
     pub fn compile_plan(&self, plan: &Plan) -> Result<CpuExecutable> {
-        let schedule = Schedule::build(plan.graph(), self.options.fuse_elementwise)?;
+        self.compile_plan_with(plan, Precision::Reference)
+    }
+
+    /// [`CpuBackend::compile_plan`] at a [`Precision`] (what [`Backend::compile_with`] wraps).
+    pub fn compile_plan_with(&self, plan: &Plan, precision: Precision) -> Result<CpuExecutable> {
+        let build = Build {
+            fuse: self.options.fuse_elementwise,
+            precision,
+        };
+        let schedule = Schedule::build(plan.graph(), build)?;
         let inputs = plan
             .graph()
             .inputs()
@@ -149,6 +159,10 @@ impl Backend for CpuBackend {
 
     fn compile(&self, plan: &Plan) -> Result<Arc<dyn Executable>> {
         Ok(Arc::new(self.compile_plan(plan)?))
+    }
+
+    fn compile_with(&self, plan: &Plan, precision: Precision) -> Result<Arc<dyn Executable>> {
+        Ok(Arc::new(self.compile_plan_with(plan, precision)?))
     }
 }
 

@@ -38,7 +38,7 @@ use crate::buffer::{Buffer, Storage, View};
 use crate::exec::{out_of_memory, Frame, Mode, Workspace};
 use crate::kernels::internal;
 use crate::scalar::ScalarBody;
-use crate::schedule::Schedule;
+use crate::schedule::{Build, Schedule};
 use quabla_backend::Result;
 use quabla_ir::{DType, Graph, NodeId, Plan, Region, RegionKind, TensorType};
 
@@ -143,7 +143,7 @@ impl Body {
         outputs: &[usize],
         collected: usize,
         rebound: &[bool],
-        fuse: bool,
+        build: Build,
     ) -> Result<Body> {
         let selected = outputs
             .iter()
@@ -162,7 +162,7 @@ impl Body {
                 .map_err(|e| internal(format!("a region body: {e}")))?;
             Plan::compile(&pruned)
         };
-        let schedule = Schedule::build(plan.graph(), fuse)?;
+        let schedule = Schedule::build(plan.graph(), build)?;
         let take = take_plan(&schedule, collected, rebound);
         let output_types: Vec<TensorType> = plan.output_types().into_iter().cloned().collect();
         let scalar = ScalarBody::new(&schedule, &output_types);
@@ -237,7 +237,7 @@ impl RegionStep {
         region: &Region,
         args: Vec<usize>,
         outs: Vec<(usize, usize)>,
-        fuse: bool,
+        build: Build,
     ) -> Result<RegionStep> {
         let n_out = region.output_types().len();
         if let Some(&(o, _)) = outs.iter().find(|o| o.0 >= n_out) {
@@ -261,8 +261,8 @@ impl RegionStep {
                 let used: Vec<usize> = outs.iter().map(|o| o.0).collect();
                 let rebound = vec![false; args.len().saturating_sub(1)];
                 Exec::Cond {
-                    then_branch: Body::compile(then_branch, &used, used.len(), &rebound, fuse)?,
-                    else_branch: Body::compile(else_branch, &used, used.len(), &rebound, fuse)?,
+                    then_branch: Body::compile(then_branch, &used, used.len(), &rebound, build)?,
+                    else_branch: Body::compile(else_branch, &used, used.len(), &rebound, build)?,
                 }
             }
             RegionKind::Scan(s) => {
@@ -297,7 +297,7 @@ impl RegionStep {
                     .iter()
                     .map(|t| t.shape.dims().iter().skip(1).product())
                     .collect();
-                let body = Body::compile(&s.body, &selected, s.n_carry, &rebound, fuse)?;
+                let body = Body::compile(&s.body, &selected, s.n_carry, &rebound, build)?;
                 let swaps = body.swaps(1, s.n_carry);
                 Exec::Scan(Box::new(Scan {
                     body,
@@ -319,10 +319,10 @@ impl RegionStep {
             } => {
                 let rebound: Vec<bool> = (0..args.len()).map(|j| j < *n_carry).collect();
                 let carries: Vec<usize> = (0..*n_carry).collect();
-                let body = Body::compile(body, &carries, *n_carry, &rebound, fuse)?;
+                let body = Body::compile(body, &carries, *n_carry, &rebound, build)?;
                 Exec::While {
                     n_carry: *n_carry,
-                    cond: Body::compile(cond, &[0], 0, &rebound, fuse)?,
+                    cond: Body::compile(cond, &[0], 0, &rebound, build)?,
                     swaps: body.swaps(0, *n_carry),
                     body,
                 }

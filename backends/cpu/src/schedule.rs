@@ -35,8 +35,10 @@ use crate::kernels::elementwise::{Access, EwOp, ExtSpec, Member, Operand, Progra
 use crate::kernels::layout::{broadcast_strides, strides};
 use crate::kernels::linalg::Family;
 use crate::region::RegionStep;
-use quabla_backend::{BackendError, Result};
-use quabla_ir::{region_groups, Graph, HostData, LinalgKind, Op, Shape, TensorType};
+use quabla_backend::{BackendError, Precision, Result};
+use quabla_ir::{
+    region_groups, DType, Graph, HostData, LinalgKind, Op, Reducer, Shape, TensorType,
+};
 use std::collections::HashMap;
 
 /// Figures of a compiled schedule, for tests and diagnostics.
@@ -64,6 +66,16 @@ pub(crate) struct LuShare {
     pub last: bool,
 }
 
+/// How a schedule, and the schedules of its region bodies, are built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Build {
+    /// Elementwise fusion and virtual broadcasts (values are identical either way).
+    pub fuse: bool,
+    /// The plan's [`Precision`]: under `Float32`, float32 `matmul`, `sum` and `mean` nodes run
+    /// natively in float32 ([`NodeStep::native_f32`]).
+    pub precision: Precision,
+}
+
 /// One kernel invocation on single-node operands.
 #[derive(Clone, Debug)]
 pub(crate) struct NodeStep {
@@ -77,6 +89,9 @@ pub(crate) struct NodeStep {
     pub also: Vec<(LinalgKind, usize, TensorType)>,
     /// LU factors of the matrix operand shared with other steps (`solve`, `slogdet`).
     pub lu: Option<LuShare>,
+    /// A float32 `matmul`, `sum` or `mean` compiled at `Precision::Float32`: computed with
+    /// float32 arithmetic and accumulators instead of the float64 reference rule.
+    pub native_f32: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -148,9 +163,10 @@ struct GroupBuild {
 }
 
 impl Schedule {
-    /// Compiles a verified graph. `fuse` enables elementwise fusion and virtual broadcasts
+    /// Compiles a verified graph. `build.fuse` enables elementwise fusion and virtual broadcasts
     /// (without it every node is its own step); it applies to region bodies too.
-    pub(crate) fn build(graph: &Graph, fuse: bool) -> Result<Schedule> {
+    pub(crate) fn build(graph: &Graph, build: Build) -> Result<Schedule> {
+        let fuse = build.fuse;
         let nodes = graph.nodes();
         let n = nodes.len();
         let mut needed = vec![false; n];
@@ -370,7 +386,7 @@ impl Schedule {
                         )),
                     })
                     .collect::<Result<Vec<_>>>()?;
-                let step = RegionStep::compile(&call.region, args, outs, fuse)?;
+                let step = RegionStep::compile(&call.region, args, outs, build)?;
                 steps.push(Step {
                     kind: StepKind::Region(Box::new(step)),
                     free: Vec::new(),
@@ -398,6 +414,15 @@ impl Schedule {
                         })
                         .collect::<Result<Vec<_>>>()?,
                     lu: lu_share[i],
+                    native_f32: build.precision == Precision::Float32
+                        && node.ty.dtype == DType::F32
+                        && match &node.op {
+                            Op::Matmul => true,
+                            Op::Reduce { kind, .. } => {
+                                matches!(kind.reducer(), Reducer::Sum | Reducer::Mean)
+                            }
+                            _ => false,
+                        },
                 }),
                 free: Vec::new(),
             });

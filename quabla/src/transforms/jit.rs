@@ -97,7 +97,10 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
         self
     }
 
-    /// `None` or `"float64"` (CUDA only; ignored on the CPU; part of the signature).
+    /// `None` (the reference rules of numerics.md §1.5), `"float32"` (native float32
+    /// contractions and float32 `sum`/`mean` accumulators on the CPU; a no-op on devices) or
+    /// `"float64"` (CUDA only; ignored on the CPU). Part of the signature, so one function
+    /// jitted at two precisions keeps two plans.
     pub fn precision(mut self, precision: Option<&str>) -> Self {
         self.shell.target.precision = precision.map(Arc::from);
         self
@@ -115,9 +118,9 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
     fn validate_config(&self) -> Result<()> {
         self.shell.config.validate()?;
         if let Some(p) = &self.shell.target.precision {
-            if &**p != "float64" {
+            if !matches!(&**p, "float32" | "float64") {
                 return Err(Error::invalid(format!(
-                    "precision must be None or \"float64\", got {p:?}"
+                    "precision must be None, \"float32\" or \"float64\", got {p:?}"
                 )));
             }
         }

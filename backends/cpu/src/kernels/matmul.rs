@@ -2,14 +2,15 @@
 //! faer's GEMM in float64.
 //!
 //! float32 operands are widened to float64, multiplied, and the result rounded to float32 once
-//! (numerics.md §1.5). Batches are independent faer calls; large batched products split over
+//! (numerics.md §1.5); a plan compiled at `Precision::Float32` multiplies them natively in
+//! float32 instead ([`matmul_native_f32`]). Batches are independent faer calls; large batched products split over
 //! threads by batch, and a single large product runs faer's parallel GEMM, whose threads share
 //! the packed operands. Neither changes the order in which an element accumulates, so a
 //! product has the same bits whatever the thread count (tested against the sequential GEMM).
 
 use crate::buffer::{View, ViewMut};
 use crate::kernels::layout::broadcast_strides;
-use crate::kernels::{par_for_each, scratch, scratch_oom, split_ranges};
+use crate::kernels::{internal, par_for_each, scratch, scratch_oom, split_ranges};
 use faer::{Accum, MatMut, MatRef, Par};
 use quabla_backend::{BackendError, Result};
 use quabla_ir::alloc::{self, AllocError};
@@ -17,20 +18,51 @@ use quabla_ir::alloc::{self, AllocError};
 /// Products of at least this many multiply-adds use more than one thread.
 const PAR_MIN_FLOPS: usize = 1 << 18;
 
+/// The element types faer multiplies for us: float64 (the reference) and float32 (native, at
+/// `Precision::Float32`).
+pub(crate) trait GemmElem: faer::traits::ComplexField + Copy + Send + Sync {
+    const ONE: Self;
+}
+
+impl GemmElem for f64 {
+    const ONE: f64 = 1.0;
+}
+
+impl GemmElem for f32 {
+    const ONE: f32 = 1.0;
+}
+
 /// One row-major `m x k` times `k x n` product into `c` (`m x n`), sequential.
-pub(crate) fn gemm(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
+pub(crate) fn gemm<T: GemmElem>(a: &[T], b: &[T], c: &mut [T], m: usize, k: usize, n: usize) {
     gemm_on(a, b, c, m, k, n, Par::Seq);
 }
 
 /// [`gemm`] with faer's parallelism `par`: faer splits blocks of the result over its threads
 /// and shares the packed operands between them; every element accumulates in the order of
 /// the sequential product.
-fn gemm_on(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize, par: Par) {
+fn gemm_on<T: GemmElem>(a: &[T], b: &[T], c: &mut [T], m: usize, k: usize, n: usize, par: Par) {
     let a = MatRef::from_row_major_slice(a, m, k);
     let b = MatRef::from_row_major_slice(b, k, n);
     let c = MatMut::from_row_major_slice_mut(c, m, n);
-    faer::linalg::matmul::matmul(c, Accum::Replace, a, b, 1.0, par);
+    faer::linalg::matmul::matmul(c, Accum::Replace, a, b, T::ONE, par);
     clear_upper_vector_state();
+}
+
+/// `(m, k, n)` and the batch index pairs of a `matmul` of operands of shapes `a_dims` and
+/// `b_dims` into a result of shape `out_dims`.
+type Geometry = (usize, usize, usize, Vec<(usize, usize)>);
+
+fn geometry(a_dims: &[usize], b_dims: &[usize], out_dims: &[usize]) -> Result<Geometry> {
+    let r = out_dims.len();
+    let (m, n) = (out_dims[r - 2], out_dims[r - 1]);
+    let k = a_dims[a_dims.len() - 1];
+    let pairs = batch_pairs(
+        &a_dims[..a_dims.len() - 2],
+        &b_dims[..b_dims.len() - 2],
+        &out_dims[..r - 2],
+    )
+    .map_err(|e| BackendError::out_of_memory(e.bytes, "the batch index pairs of a matmul"))?;
+    Ok((m, k, n, pairs))
 }
 
 /// `matmul` of operands of shapes `a_dims` and `b_dims` into a result of shape `out_dims`.
@@ -43,16 +75,7 @@ pub(crate) fn matmul(
     out: ViewMut<'_>,
     threads: usize,
 ) -> Result<()> {
-    let r = out_dims.len();
-    let (m, n) = (out_dims[r - 2], out_dims[r - 1]);
-    let k = a_dims[a_dims.len() - 1];
-    let batch_dims = &out_dims[..r - 2];
-    let pairs = batch_pairs(
-        &a_dims[..a_dims.len() - 2],
-        &b_dims[..b_dims.len() - 2],
-        batch_dims,
-    )
-    .map_err(|e| BackendError::out_of_memory(e.bytes, "the batch index pairs of a matmul"))?;
+    let (m, k, n, pairs) = geometry(a_dims, b_dims, out_dims)?;
     let a64 = a.as_f64().map_err(scratch_oom)?;
     let b64 = b.as_f64().map_err(scratch_oom)?;
     let run = |c: &mut [f64]| product(&a64, &b64, &pairs, c, m, k, n, threads);
@@ -64,6 +87,28 @@ pub(crate) fn matmul(
             other.store_f64(0, &c);
         }
     }
+    Ok(())
+}
+
+/// `matmul` of float32 operands as native float32 GEMM with float32 accumulation: what a plan
+/// compiled at `Precision::Float32` runs (numerics.md §1.5). The batching and the split over
+/// threads are those of [`matmul`], so its bits do not depend on the thread count either.
+pub(crate) fn matmul_native_f32(
+    a: View<'_>,
+    a_dims: &[usize],
+    b: View<'_>,
+    b_dims: &[usize],
+    out_dims: &[usize],
+    out: ViewMut<'_>,
+    threads: usize,
+) -> Result<()> {
+    let (View::F32(a), View::F32(b), ViewMut::F32(c)) = (a, b, out) else {
+        return Err(internal(
+            "a native float32 matmul of values that are not float32",
+        ));
+    };
+    let (m, k, n, pairs) = geometry(a_dims, b_dims, out_dims)?;
+    product(a, b, &pairs, c, m, k, n, threads);
     Ok(())
 }
 
@@ -95,11 +140,11 @@ fn batch_pairs(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn product(
-    a: &[f64],
-    b: &[f64],
+fn product<T: GemmElem>(
+    a: &[T],
+    b: &[T],
     pairs: &[(usize, usize)],
-    c: &mut [f64],
+    c: &mut [T],
     m: usize,
     k: usize,
     n: usize,

@@ -15,7 +15,7 @@ use crate::kernels::{
     internal, par_for_each, scratch, scratch_oom, split_ranges, PAR_MIN_ELEMENTS,
 };
 use quabla_backend::Result;
-use quabla_ir::alloc::AllocError;
+use quabla_ir::alloc::{self, AllocError, Zeroable};
 use quabla_ir::eval::{
     combine_lanes, maximum_ieee, minimum_ieee, pairwise_sum, SUM_BLOCK, SUM_LANES, SUM_START,
 };
@@ -33,20 +33,64 @@ macro_rules! with_elems {
     };
 }
 
-/// A reduction over all elements (`sum`, `mean`): one blocked sum.
+/// A float accumulator of the blocked order: float64, the reference, or float32, what a
+/// float32 `sum`/`mean` compiled at `Precision::Float32` accumulates in (numerics.md §1.5).
+trait Acc: Copy + Default + Send + Sync + std::ops::Add<Output = Self> + Zeroable {
+    fn of<T: Elem>(v: T) -> Self;
+    fn div_count(self, n: usize) -> Self;
+}
+
+impl Acc for f64 {
+    #[inline(always)]
+    fn of<T: Elem>(v: T) -> f64 {
+        v.to_f64()
+    }
+    fn div_count(self, n: usize) -> f64 {
+        self / n as f64
+    }
+}
+
+impl Acc for f32 {
+    /// Exact for float32 elements, the only ones a native float32 sum reads.
+    #[inline(always)]
+    fn of<T: Elem>(v: T) -> f32 {
+        v.to_f64() as f32
+    }
+    fn div_count(self, n: usize) -> f32 {
+        self / n as f32
+    }
+}
+
+/// A working vector of `n` accumulators, allocated fallibly.
+fn accumulators<A: Acc>(n: usize) -> Result<Vec<A>> {
+    alloc::try_zeroed_vec(n).map_err(scratch_oom)
+}
+
+/// A reduction over all elements (`sum`, `mean`): one blocked sum, in float32 accumulators
+/// when `native_f32`.
 pub(crate) fn reduce_all(
     kind: Reducer,
     x: View<'_>,
     mut out: ViewMut<'_>,
     threads: usize,
+    native_f32: bool,
 ) -> Result<()> {
-    let s = with_elems!(x, v => contiguous_sum(v, threads))?;
-    let value = match kind {
-        Reducer::Sum => s,
-        Reducer::Mean => s / x.len() as f64,
-        _ => return Err(internal("a full reduction of max/min")),
-    };
-    out.store_f64(0, &[value]);
+    if !matches!(kind, Reducer::Sum | Reducer::Mean) {
+        return Err(internal("a full reduction of max/min"));
+    }
+    let mean = kind == Reducer::Mean;
+    if native_f32 {
+        let (View::F32(v), ViewMut::F32(o)) = (x, &mut out) else {
+            return Err(internal(
+                "a native float32 sum of values that are not float32",
+            ));
+        };
+        let s: f32 = contiguous_sum(v, threads)?;
+        o[0] = if mean { s.div_count(v.len()) } else { s };
+        return Ok(());
+    }
+    let s: f64 = with_elems!(x, v => contiguous_sum(v, threads))?;
+    out.store_f64(0, &[if mean { s.div_count(x.len()) } else { s }]);
     Ok(())
 }
 
@@ -54,27 +98,27 @@ pub(crate) fn reduce_all(
 /// Lane `l` adds elements `l, l + 8, ...` in order; the lanes are independent, which lets the
 /// compiler keep them in vector registers.
 #[inline]
-fn block_sum<T: Elem>(block: &[T]) -> f64 {
-    let mut acc = [0.0f64; SUM_LANES];
+fn block_sum<T: Elem, A: Acc>(block: &[T]) -> A {
+    let mut acc = [A::default(); SUM_LANES];
     let mut chunks = block.chunks_exact(SUM_LANES);
     for c in &mut chunks {
-        for (a, v) in acc.iter_mut().zip(c) {
-            *a += v.to_f64();
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a = *a + A::of(v);
         }
     }
-    for (a, v) in acc.iter_mut().zip(chunks.remainder()) {
-        *a += v.to_f64();
+    for (a, &v) in acc.iter_mut().zip(chunks.remainder()) {
+        *a = *a + A::of(v);
     }
     combine_lanes(&acc)
 }
 
 /// The blocked sum of a contiguous run, its blocks split over up to `threads` threads.
-fn contiguous_sum<T: Elem>(x: &[T], threads: usize) -> Result<f64> {
+fn contiguous_sum<T: Elem, A: Acc>(x: &[T], threads: usize) -> Result<A> {
     let nblocks = x.len().div_ceil(SUM_BLOCK);
     if nblocks <= 1 {
         return Ok(block_sum(x));
     }
-    let mut sums = scratch(nblocks)?;
+    let mut sums = accumulators::<A>(nblocks)?;
     let parts = if threads > 1 && x.len() >= PAR_MIN_ELEMENTS {
         threads
     } else {
@@ -96,17 +140,33 @@ fn contiguous_sum<T: Elem>(x: &[T], threads: usize) -> Result<f64> {
     Ok(pairwise_sum(&mut sums))
 }
 
-/// A reduction over `axes` (sorted, distinct) of an operand of shape `dims`.
+/// A reduction over `axes` (sorted, distinct) of an operand of shape `dims`; sums and means
+/// in float32 accumulators when `native_f32`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn reduce_axes(
     kind: Reducer,
     x: View<'_>,
     dims: &[usize],
     axes: &[usize],
-    out: ViewMut<'_>,
+    mut out: ViewMut<'_>,
     threads: usize,
+    native_f32: bool,
 ) -> Result<()> {
     let blocks = blocks(dims, axes);
     let count: usize = axes.iter().map(|&a| dims[a]).product();
+    let mean = kind == Reducer::Mean;
+    if native_f32 {
+        let (View::F32(v), ViewMut::F32(o)) = (x, &mut out) else {
+            return Err(internal(
+                "a native float32 sum of values that are not float32",
+            ));
+        };
+        sum_blocks(v, &blocks, o, threads)?;
+        if mean {
+            o.iter_mut().for_each(|a| *a = a.div_count(count));
+        }
+        return Ok(());
+    }
     let run = |acc: &mut [f64]| -> Result<()> {
         match kind {
             Reducer::Sum | Reducer::Mean => {
@@ -119,11 +179,8 @@ pub(crate) fn reduce_axes(
                 reduce_blocks(v, &blocks, f64::INFINITY, minimum_ieee, acc, threads)
             }),
         }
-        if kind == Reducer::Mean {
-            let n = count as f64;
-            for a in acc.iter_mut() {
-                *a /= n;
-            }
+        if mean {
+            acc.iter_mut().for_each(|a| *a = a.div_count(count));
         }
         Ok(())
     };
@@ -139,10 +196,10 @@ pub(crate) fn reduce_axes(
 }
 
 /// Blocked sums of `x` (laid out as `blocks`) into `acc` (the kept positions, row-major).
-fn sum_blocks<T: Elem>(
+fn sum_blocks<T: Elem, A: Acc>(
     x: &[T],
     blocks: &[(usize, bool)],
-    acc: &mut [f64],
+    acc: &mut [A],
     threads: usize,
 ) -> Result<()> {
     let parallel = threads > 1 && x.len() >= PAR_MIN_ELEMENTS;
@@ -160,13 +217,13 @@ fn sum_blocks<T: Elem>(
 
 /// Runs `work` on each of the `outer` equal slabs of `x` with its part of `acc`, the slabs
 /// split over `parts` threads; the first error any slab returns is the result.
-fn per_slab<T: Elem>(
+fn per_slab<T: Elem, A: Acc>(
     x: &[T],
     outer: usize,
-    acc: &mut [f64],
+    acc: &mut [A],
     parts: usize,
     threads: usize,
-    work: impl Fn(&[T], &mut [f64]) -> Result<()> + Sync,
+    work: impl Fn(&[T], &mut [A]) -> Result<()> + Sync,
 ) -> Result<()> {
     let slab_in = x.len() / outer;
     let slab_out = acc.len() / outer;
@@ -198,10 +255,10 @@ fn per_slab<T: Elem>(
 }
 
 /// Blocked sums of one slab whose blocks start with a reduced block (or are empty).
-fn slab_sums<T: Elem>(
+fn slab_sums<T: Elem, A: Acc>(
     x: &[T],
     blocks: &[(usize, bool)],
-    acc: &mut [f64],
+    acc: &mut [A],
     threads: usize,
 ) -> Result<()> {
     match blocks {
@@ -224,8 +281,8 @@ fn slab_sums<T: Elem>(
                 let (mine, next) = acc_rest.split_at_mut(end - start);
                 acc_rest = next;
                 // Each part's lanes and block sums, allocated here where a refusal is reported.
-                let lanes = scratch(SUM_LANES * (end - start))?;
-                let sums = scratch(rows.div_ceil(SUM_BLOCK) * (end - start))?;
+                let lanes = accumulators::<A>(SUM_LANES * (end - start))?;
+                let sums = accumulators::<A>(rows.div_ceil(SUM_BLOCK) * (end - start))?;
                 items.push((start, mine, lanes, sums));
             }
             par_for_each(items, threads, |(start, acc, mut lanes, mut sums)| {
@@ -241,30 +298,30 @@ fn slab_sums<T: Elem>(
 /// `start..start + acc.len()`: row `r` of a block goes to lane `r % 8` of every column, so a
 /// row is added to one contiguous lane of accumulators at a time. `lanes` holds
 /// `SUM_LANES * width` accumulators and `sums` the `nblocks * width` block sums.
-fn column_sums<T: Elem>(
+fn column_sums<T: Elem, A: Acc>(
     x: &[T],
     cols: usize,
     start: usize,
-    acc: &mut [f64],
-    lanes: &mut [f64],
-    sums: &mut [f64],
+    acc: &mut [A],
+    lanes: &mut [A],
+    sums: &mut [A],
 ) {
     let width = acc.len();
     let rows = x.len() / cols;
     let nblocks = rows.div_ceil(SUM_BLOCK);
     for b in 0..nblocks {
-        lanes.fill(0.0);
+        lanes.fill(A::default());
         let first = b * SUM_BLOCK;
         for r in first..((b + 1) * SUM_BLOCK).min(rows) {
             let l = (r - first) % SUM_LANES;
             let lane = &mut lanes[l * width..(l + 1) * width];
             let row = &x[r * cols + start..r * cols + start + width];
-            for (a, v) in lane.iter_mut().zip(row) {
-                *a += v.to_f64();
+            for (a, &v) in lane.iter_mut().zip(row) {
+                *a = *a + A::of(v);
             }
         }
         for c in 0..width {
-            let a: [f64; SUM_LANES] = std::array::from_fn(|l| lanes[l * width + c]);
+            let a: [A; SUM_LANES] = std::array::from_fn(|l| lanes[l * width + c]);
             sums[b * width + c] = combine_lanes(&a);
         }
     }
@@ -291,7 +348,7 @@ fn column_sums<T: Elem>(
 
 /// Blocked sums for any other layout: the offsets of one position's reduced elements, in
 /// row-major order, are listed once and read from each position's base offset.
-fn strided_sums<T: Elem>(x: &[T], blocks: &[(usize, bool)], acc: &mut [f64]) -> Result<()> {
+fn strided_sums<T: Elem, A: Acc>(x: &[T], blocks: &[(usize, bool)], acc: &mut [A]) -> Result<()> {
     // Row-major strides of the blocks.
     let mut strides = vec![0usize; blocks.len()];
     let mut s = 1;
@@ -309,12 +366,12 @@ fn strided_sums<T: Elem>(x: &[T], blocks: &[(usize, bool)], acc: &mut [f64]) -> 
     };
     let reduced = row_major_offsets(&parts(true)).map_err(scratch_oom)?;
     let kept = row_major_offsets(&parts(false)).map_err(scratch_oom)?;
-    let mut sums = scratch(reduced.len().div_ceil(SUM_BLOCK))?;
+    let mut sums = accumulators::<A>(reduced.len().div_ceil(SUM_BLOCK))?;
     for (a, &base) in acc.iter_mut().zip(&kept) {
         for (s, chunk) in sums.iter_mut().zip(reduced.chunks(SUM_BLOCK)) {
-            let mut lanes = [0.0f64; SUM_LANES];
+            let mut lanes = [A::default(); SUM_LANES];
             for (k, &o) in chunk.iter().enumerate() {
-                lanes[k % SUM_LANES] += x[base + o].to_f64();
+                lanes[k % SUM_LANES] = lanes[k % SUM_LANES] + A::of(x[base + o]);
             }
             *s = combine_lanes(&lanes);
         }
