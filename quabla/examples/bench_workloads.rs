@@ -42,7 +42,9 @@ fn main() -> qb::Result<()> {
         "note: matmul_f32_512 multiplies in float64 and rounds once (numerics.md §1.5), so it runs at float64 GEMM speed, half the float32 rate JAX uses"
     );
     // The same product jitted at precision("float32"): native float32 GEMM.
-    let a = qb::F32.linspace(-1.0, 1.0, 512 * 512)?.reshape([512, 512])?;
+    let a = qb::F32
+        .linspace(-1.0, 1.0, 512 * 512)?
+        .reshape([512, 512])?;
     let b = a.t()?.sin()?;
     let native = qb::jit(|(a, b): (Tensor, Tensor)| a.matmul(&b)).precision(Some("float32"));
     let args = (a, b);
@@ -122,6 +124,20 @@ fn main() -> qb::Result<()> {
     });
     let t = median_seconds(15, || Ok(step.call(&args)?.0))?;
     println!("workload=mlp_value_and_grad_1024x64 seconds={t:e}");
+
+    // The same step with float32 parameters and data, jitted at precision("float32").
+    let (p, x, y) = &args;
+    let p32 = p
+        .iter()
+        .map(|t| t.astype(qb::F32))
+        .collect::<qb::Result<Vec<_>>>()?;
+    let args32 = (p32, x.astype(qb::F32)?, y.astype(qb::F32)?);
+    let step32 = qb::jit(|(p, x, y): (Vec<Tensor>, Tensor, Tensor)| {
+        qb::value_and_grad(mlp_loss).call::<Tensor, (Tensor, Vec<Tensor>)>(&(p, x, y))
+    })
+    .precision(Some("float32"));
+    let t = median_seconds(15, || Ok(step32.call(&args32)?.0))?;
+    println!("workload=mlp_value_and_grad_1024x64_f32_precision_f32 seconds={t:e}");
 
     // A jitted fori_loop of 1e5 iterations of a scalar body: the per-iteration cost of the
     // interpreter's native loop.

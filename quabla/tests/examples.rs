@@ -230,3 +230,27 @@ fn random_and_checkpoint_prints_e64_and_an_identical_round_trip() {
         lines[3]
     );
 }
+
+#[path = "../examples/profile_step.rs"]
+#[allow(dead_code)]
+mod profile_step;
+
+#[test]
+fn profile_step_breaks_a_training_step_down_by_step_kind() {
+    let mut out = Vec::new();
+    profile_step::run(&mut out, 2).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let tables: Vec<&str> = text.split("step ").filter(|t| !t.is_empty()).collect();
+    assert_eq!(tables.len(), 2, "{text}");
+    for table in tables {
+        // Three value-and-gradient layers: matmuls and fused tanh groups in both precisions.
+        for kind in ["GEMM (matmul)", "fused elementwise", "outside the steps"] {
+            assert!(table.contains(kind), "{table}");
+        }
+    }
+    assert!(text.starts_with("step float64: "), "{text}");
+    assert!(
+        text.contains("step float32 at precision(\"float32\"): "),
+        "{text}"
+    );
+}

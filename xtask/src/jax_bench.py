@@ -139,6 +139,10 @@ def main():
     print(f"workload=first_call_mlp_value_and_grad seconds={first_call_mlp(3):.9g}", flush=True)
     print(f"workload=mlp_value_and_grad_1024x64 seconds={mlp_step_seconds(repeats):.9g}",
           flush=True)
+    # The peer of our float32 step at precision("float32"): JAX's float32 is native.
+    seconds = mlp_step_seconds(repeats, jnp.float32)
+    print(f"workload=mlp_value_and_grad_1024x64_f32_precision_f32 seconds={seconds:.9g}",
+          flush=True)
     ode_workloads(repeats)
     linalg_workloads(repeats)
     optim_workloads()
@@ -273,12 +277,12 @@ def first_call_mlp(repeats):
     return statistics.median(times)
 
 
-def mlp_step_seconds(repeats):
+def mlp_step_seconds(repeats, dtype=jnp.float64):
     """A cached call of jit(value_and_grad(loss)) of a 1-64-64-1 tanh MLP on 1024 points in
-    float64: the steady state of a small training loop."""
-    xs = jnp.linspace(-1.0, 1.0, 1024).reshape(1024, 1)
+    `dtype`: the steady state of a small training loop."""
+    xs = jnp.linspace(-1.0, 1.0, 1024).reshape(1024, 1).astype(dtype)
     ys = jnp.sin(xs)
-    params = mlp_params(64, 0.125)
+    params = [p.astype(dtype) for p in mlp_params(64, 0.125)]
     step = jax.jit(jax.value_and_grad(mlp_loss))
     jax.block_until_ready(step(params, xs, ys))
     times = []

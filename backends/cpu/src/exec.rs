@@ -47,6 +47,10 @@ pub(crate) struct Workspace {
     /// The cancellation flags the current run watches (set when a run starts, reset when it
     /// ends so that no token outlives its run).
     pub cancel: Watch,
+    /// Seconds spent in each step of the plan's schedule, added up over the runs made while
+    /// it is `Some` ([`crate::CpuExecutable::profile`]); `None`, and never looked at beyond
+    /// one test per step, on every other run.
+    pub step_seconds: Option<Vec<f64>>,
 }
 
 /// Externals a fused step binds without allocating; more use a heap vector.
@@ -284,8 +288,10 @@ fn run_steps(
 ) -> Result<()> {
     // LU factors shared between steps (empty, and never allocated, for most schedules).
     let mut factors: Vec<Option<LuFactors>> = Vec::new();
-    for step in &sched.steps {
+    let profiling = mode == Mode::Plan && ws.step_seconds.is_some();
+    for (k, step) in sched.steps.iter().enumerate() {
         ws.cancel.check()?;
+        let started = profiling.then(std::time::Instant::now);
         match &step.kind {
             StepKind::Fused(program) if program.size == 1 => {
                 run_one_element(sched, program, slots, ws, mode)?;
@@ -387,6 +393,11 @@ fn run_steps(
                 if let Some(st) = slots[s].take() {
                     ws.pool.recycle(st);
                 }
+            }
+        }
+        if let (Some(started), Some(times)) = (started, ws.step_seconds.as_mut()) {
+            if let Some(t) = times.get_mut(k) {
+                *t += started.elapsed().as_secs_f64();
             }
         }
     }

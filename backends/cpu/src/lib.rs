@@ -211,6 +211,40 @@ impl CpuExecutable {
             .sum()
     }
 
+    /// Runs the plan `runs` times on `inputs` and returns, for each step of the schedule in
+    /// order, what it runs (`matmul`, `fused[k]` for an elementwise group of `k` nodes, a
+    /// region's form, ...) and its mean seconds per run, with the mean seconds of a whole
+    /// run (binding, steps, outputs) last under `"run"`: the executor's per-node timing, for
+    /// profiles (the difference between the run and its steps is dispatch and binding).
+    pub fn profile(&self, inputs: &[HostTensor], runs: usize) -> Result<Vec<(String, f64)>> {
+        let runs = runs.max(1);
+        let mut total = 0.0;
+        let times = self.with_workspace(|ws| -> Result<Vec<f64>> {
+            ws.step_seconds = Some(vec![0.0; self.schedule.steps.len()]);
+            let mut outputs = Vec::new();
+            for _ in 0..runs {
+                outputs.clear();
+                let started = std::time::Instant::now();
+                let ran = self.execute(inputs, ws, &mut outputs);
+                total += started.elapsed().as_secs_f64();
+                if let Err(e) = ran {
+                    ws.step_seconds = None;
+                    return Err(e);
+                }
+            }
+            Ok(ws.step_seconds.take().unwrap_or_default())
+        })?;
+        let mut out: Vec<(String, f64)> = self
+            .schedule
+            .steps
+            .iter()
+            .zip(times)
+            .map(|(step, t)| (step.label(), t / runs as f64))
+            .collect();
+        out.push(("run".into(), total / runs as f64));
+        Ok(out)
+    }
+
     /// Runs `f` in the first free workspace. A workspace left poisoned by a panicking run is
     /// replaced, since that run may have stopped halfway through its bookkeeping.
     fn with_workspace<R>(&self, f: impl FnOnce(&mut Workspace) -> R) -> R {

@@ -232,6 +232,11 @@ fn take_plan(schedule: &Schedule, collected: usize, rebound: &[bool]) -> Vec<boo
 }
 
 impl RegionStep {
+    /// The region's text name (`fori`, `scan_vjp`, `while`, ...).
+    pub(crate) fn form_name(&self) -> &'static str {
+        self.form
+    }
+
     /// Compiles a region call whose sibling nodes are `outs` (region output, slot).
     pub(crate) fn compile(
         region: &Region,

@@ -110,6 +110,16 @@ pub(crate) struct Step {
 }
 
 impl Step {
+    /// What the step runs, for profiles: the op's name, `fused[k]` for an elementwise group of
+    /// `k` nodes, or the region's form.
+    pub(crate) fn label(&self) -> String {
+        match &self.kind {
+            StepKind::Fused(p) => format!("fused[{}]", p.nodes),
+            StepKind::Node(n) => n.op.name().to_string(),
+            StepKind::Region(r) => r.form_name().to_string(),
+        }
+    }
+
     fn reads(&self) -> Vec<usize> {
         match &self.kind {
             StepKind::Fused(p) => p.exts.iter().map(|e| e.slot).collect(),

@@ -442,3 +442,27 @@ fn ieee_values_without_panics() {
     assert_eq!(r[1], f32::INFINITY);
     assert_eq!(r[2], f32::NEG_INFINITY);
 }
+
+/// The executor's per-step timing covers every step of the schedule, then the whole run.
+#[test]
+fn profile_times_every_step_and_the_run() {
+    let mut g = GraphBuilder::new();
+    let x = g.input("x", TensorType::new(DType::F64, shape(&[64, 64])));
+    let p = g.matmul(x, x).unwrap();
+    let t = g.unary(UnaryOp::Tanh, p).unwrap();
+    let s = g.sum(t, None, false).unwrap();
+    let graph = g.finish(vec![s]).unwrap();
+    let exe = CpuBackend::default()
+        .compile_plan(&Plan::from_graph_unoptimized(graph))
+        .unwrap();
+    let x: Vec<f64> = (0..64 * 64).map(|i| (i as f64 * 0.01).sin()).collect();
+    let inputs = [HostTensor::new(shape(&[64, 64]), data(DType::F64, &x))];
+    let profile = exe.profile(&inputs, 3).unwrap();
+    let labels: Vec<&str> = profile.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(labels, ["matmul", "fused[1]", "sum", "run"]);
+    assert_eq!(profile.len(), exe.stats().steps + 1);
+    let steps: f64 = profile[..3].iter().map(|p| p.1).sum();
+    assert!(profile.iter().all(|p| p.1 >= 0.0) && steps <= profile[3].1);
+    // Profiling leaves the executable as it was: a plain run gives the same value.
+    assert_eq!(exe.run(&inputs).unwrap()[0], exe.run(&inputs).unwrap()[0]);
+}

@@ -39,8 +39,9 @@ pub(crate) fn split_ranges(total: usize, parts: usize, align: usize) -> Vec<(usi
     out
 }
 
-/// Runs `work(part, item)` for every item, the items split over up to `threads` threads
-/// (the current thread takes the last part).
+/// Runs `work(item)` for every item, the items handed to the threads of rayon's pool (the
+/// current thread takes the last one and waits for the others). Which thread runs an item
+/// never changes its result: the items are fixed parts of the work.
 pub(crate) fn par_for_each<T: Send, F>(items: Vec<T>, threads: usize, work: F)
 where
     F: Fn(T) + Sync,
@@ -50,11 +51,11 @@ where
         return;
     }
     let work = &work;
-    std::thread::scope(|s| {
+    rayon::in_place_scope(|s| {
         let mut items = items;
         let last = items.pop();
         for item in items {
-            s.spawn(move || work(item));
+            s.spawn(move |_| work(item));
         }
         if let Some(item) = last {
             work(item);

@@ -1,0 +1,151 @@
+//! Where the time of a training step goes on the CPU: the cached `jit(value_and_grad(loss))`
+//! step of the 1-64-64-1 tanh MLP of the `mlp_value_and_grad_1024x64` bench row, in float64
+//! and in float32 at `precision("float32")`, lowered to its plan and run through the CPU
+//! executor's per-step timing (`CpuExecutable::profile`). It prints the time per step kind
+//! (GEMM, fused elementwise, reductions, layout copies, ...), the run's total, and what is left
+//! outside the steps (binding, dispatch, outputs). docs/performance.md reads its output.
+//! Run with `cargo run --release --example profile_step`.
+
+use qb::prelude::*;
+use qb::Tensor;
+use quabla as qb;
+use quabla_backend::{HostTensor, Precision};
+use quabla_cpu::CpuBackend;
+use std::collections::BTreeMap;
+use std::io::Write;
+
+fn main() -> qb::Result<()> {
+    run(&mut std::io::stdout().lock(), 500)
+}
+
+/// Profiles both steps over `runs` runs each and writes one table per step.
+pub fn run(out: &mut impl Write, runs: usize) -> qb::Result<()> {
+    let xs = qb::linspace(-1.0, 1.0, 1024)?.reshape([1024, 1])?;
+    let ys = xs.sin()?;
+    let params = mlp_params(64, 0.125)?;
+    let cast = |ts: &[Tensor]| {
+        ts.iter()
+            .map(|t| t.astype(qb::F32))
+            .collect::<qb::Result<Vec<_>>>()
+    };
+    let f64_args = (params.clone(), xs.clone(), ys.clone());
+    let f32_args = (cast(&params)?, xs.astype(qb::F32)?, ys.astype(qb::F32)?);
+    for (name, args, precision) in [
+        ("float64", f64_args, Precision::Reference),
+        (
+            "float32 at precision(\"float32\")",
+            f32_args,
+            Precision::Float32,
+        ),
+    ] {
+        let step = qb::jit(|(p, x, y): (Vec<Tensor>, Tensor, Tensor)| {
+            qb::value_and_grad(mlp_loss).call::<Tensor, (Tensor, Vec<Tensor>)>(&(p, x, y))
+        });
+        let lowered = step.lower(&args)?;
+        let plan = lowered.program().plan().clone();
+        let exe = CpuBackend::default()
+            .compile_plan_with(&plan, precision)
+            .map_err(qb::Error::from)?;
+        let (p, x, y) = &args;
+        let inputs: Vec<HostTensor> = p
+            .iter()
+            .chain([x, y])
+            .map(host)
+            .collect::<qb::Result<_>>()?;
+        // Warm the workspace (buffer pool, scratch) as a cached call finds it.
+        exe.profile(&inputs, 10).map_err(qb::Error::from)?;
+        let profile = exe.profile(&inputs, runs).map_err(qb::Error::from)?;
+        write_table(out, name, exe.stats().steps, &profile)?;
+    }
+    Ok(())
+}
+
+/// A tensor's values as the executor's input buffer.
+fn host(t: &Tensor) -> qb::Result<HostTensor> {
+    let shape = quabla_ir::Shape::new(t.shape().to_vec()).map_err(qb::Error::from)?;
+    let data = quabla_ir::HostData::from_f64(t.dtype(), t.to_vec::<f64>()?);
+    Ok(HostTensor::new(shape, data))
+}
+
+/// The kind of step a label names, for the breakdown.
+fn kind(label: &str) -> &'static str {
+    match label {
+        "matmul" => "GEMM (matmul)",
+        l if l.starts_with("fused") => "fused elementwise",
+        "sum" | "sum_axis" | "mean" | "mean_axis" | "max_axis" | "min_axis" | "cumsum" => {
+            "reductions"
+        }
+        "transpose" | "broadcast" | "reshape" | "concat" | "slice" | "pad_slice" | "gather"
+        | "scatter_add" | "stop_gradient" => "layout copies",
+        _ => "other",
+    }
+}
+
+fn write_table(
+    out: &mut impl Write,
+    name: &str,
+    steps: usize,
+    profile: &[(String, f64)],
+) -> qb::Result<()> {
+    let io = |e: std::io::Error| qb::Error::user(e.to_string());
+    let (run_label, run) = profile.last().cloned().unwrap_or(("run".into(), 0.0));
+    debug_assert_eq!(run_label, "run");
+    let mut by_kind: BTreeMap<&str, (usize, f64)> = BTreeMap::new();
+    for (label, seconds) in &profile[..profile.len().saturating_sub(1)] {
+        let e = by_kind.entry(kind(label)).or_default();
+        e.0 += 1;
+        e.1 += seconds;
+    }
+    let in_steps: f64 = by_kind.values().map(|v| v.1).sum();
+    writeln!(
+        out,
+        "step {name}: {steps} steps, {:.1} us per run",
+        run * 1e6
+    )
+    .map_err(io)?;
+    for (k, (count, seconds)) in &by_kind {
+        writeln!(
+            out,
+            "  {k:<18} {count:>3} steps {:>8.1} us {:>5.1}%",
+            seconds * 1e6,
+            100.0 * seconds / run
+        )
+        .map_err(io)?;
+    }
+    let rest = run - in_steps;
+    writeln!(
+        out,
+        "  {:<18} {:>9} {:>8.1} us {:>5.1}%",
+        "outside the steps",
+        "",
+        rest * 1e6,
+        100.0 * rest / run
+    )
+    .map_err(io)?;
+    Ok(())
+}
+
+/// The parameters of the bench row's network: weights of a 1-`width`-`width`-1 MLP.
+fn mlp_params(width: usize, scale: f64) -> qb::Result<Vec<Tensor>> {
+    let init = |rows: usize, cols: usize, seed: f64| -> qb::Result<Tensor> {
+        qb::linspace(-1.0, 1.0, rows * cols)?
+            .mul(seed)?
+            .sin()?
+            .reshape([rows as isize, cols as isize])
+    };
+    Ok(vec![
+        init(1, width, 1.3)?,
+        qb::zeros([width])?,
+        init(width, width, 2.1)?.mul(scale)?,
+        qb::zeros([width])?,
+        init(width, 1, 0.7)?.mul(scale)?,
+        qb::zeros([1])?,
+    ])
+}
+
+fn mlp_loss((p, x, y): (Vec<Tensor>, Tensor, Tensor)) -> qb::Result<Tensor> {
+    let h = x.matmul(&p[0]).add(&p[1]).tanh()?;
+    let h = h.matmul(&p[2]).add(&p[3]).tanh()?;
+    let out = h.matmul(&p[4]).add(&p[5])?;
+    (out - &y).powi(2).mean()
+}
