@@ -166,17 +166,19 @@ fn tanh_lane(x: f64) -> (f64, bool) {
     let upper = w > TANH_UPPER;
     let middle = w > TANH_MIDDLE;
     let (em, em_flagged) = expm1_lane(choose(middle, 2.0 * a, -2.0 * a));
+    // musl's `1 - 0/|x|` is 1 for every |x| above the threshold, and NaN (the operand's,
+    // quieted) for a NaN, as `a + a` gives it: no division needed. Its `-t/(t + 2)` is the
+    // exact negation of `t/(t + 2)`, so the two middle branches share one quotient: two
+    // divisions per lane instead of four (every branch is computed in every lane).
+    let d = em + 2.0;
+    let q = em / d;
     let t = choose(
         one,
-        1.0 - 0.0 / a,
+        choose(a.is_nan(), a + a, 1.0),
         choose(
             upper,
-            1.0 - 2.0 / (em + 2.0),
-            choose(
-                middle,
-                em / (em + 2.0),
-                choose(w >= TANH_SUBNORMAL, -em / (em + 2.0), a),
-            ),
+            1.0 - 2.0 / d,
+            choose(middle, q, choose(w >= TANH_SUBNORMAL, -q, a)),
         ),
     );
     // Only the lanes that use `expm1` can need its scalar routine.
