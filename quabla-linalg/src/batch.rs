@@ -1,6 +1,6 @@
 //! Leading batch axes: length checks, per-matrix slicing and faer conversions.
 
-use faer::{Mat, MatRef};
+use faer::{Mat, MatMut, MatRef};
 
 use crate::LinalgError;
 
@@ -52,13 +52,12 @@ pub(crate) fn to_mat(data: &[f64], rows: usize, cols: usize) -> Mat<f64> {
     MatRef::from_row_major_slice(data, rows, cols).to_owned()
 }
 
-/// Appends `m` to `out` in row-major order.
+/// Appends `m` to `out` in row-major order (faer's strided copy: faer's factors are
+/// column-major, and an element-by-element walk along their rows misses the cache).
 pub(crate) fn push_row_major(m: MatRef<'_, f64>, out: &mut Vec<f64>) {
-    for i in 0..m.nrows() {
-        for j in 0..m.ncols() {
-            out.push(m[(i, j)]);
-        }
-    }
+    let start = out.len();
+    out.resize(start + m.nrows() * m.ncols(), 0.0);
+    MatMut::from_row_major_slice_mut(&mut out[start..], m.nrows(), m.ncols()).copy_from(m);
 }
 
 /// Appends `count` NaNs to `out`.
