@@ -12,6 +12,10 @@ use std::time::Instant;
 #[allow(dead_code)]
 mod pinn;
 
+#[path = "support/mlp.rs"]
+mod mlp;
+use mlp::{mlp_loss, mlp_params};
+
 /// Median wall time of `runs` calls after one warm-up call.
 fn median_seconds(runs: usize, mut f: impl FnMut() -> qb::Result<qb::Tensor>) -> qb::Result<f64> {
     f()?;
@@ -229,33 +233,6 @@ fn ode_workloads() -> qb::Result<()> {
         info.rejected_steps.item()?
     );
     Ok(())
-}
-
-/// Weights and biases of a 1-`width`-`width`-1 network, deterministic; the hidden and output
-/// weights are scaled by `scale`.
-fn mlp_params(width: usize, scale: f64) -> qb::Result<Vec<Tensor>> {
-    let init = |rows: usize, cols: usize, seed: f64| -> qb::Result<Tensor> {
-        qb::linspace(-1.0, 1.0, rows * cols)?
-            .mul(seed)?
-            .sin()?
-            .reshape([rows as isize, cols as isize])
-    };
-    Ok(vec![
-        init(1, width, 1.3)?,
-        qb::zeros([width])?,
-        init(width, width, 2.1)?.mul(scale)?,
-        qb::zeros([width])?,
-        init(width, 1, 0.7)?.mul(scale)?,
-        qb::zeros([1])?,
-    ])
-}
-
-/// Mean squared error of the MLP.
-fn mlp_loss((p, x, y): (Vec<Tensor>, Tensor, Tensor)) -> qb::Result<Tensor> {
-    let h = x.matmul(&p[0]).add(&p[1]).tanh()?;
-    let h = h.matmul(&p[2]).add(&p[3]).tanh()?;
-    let out = h.matmul(&p[4]).add(&p[5])?;
-    (out - &y).powi(2).mean()
 }
 
 /// Dense linear algebra at 256 x 256 float64, jitted: `cholesky` and `eigh` of a symmetric

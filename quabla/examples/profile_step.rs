@@ -6,13 +6,16 @@
 //! outside the steps (binding, dispatch, outputs). docs/performance.md reads its output.
 //! Run with `cargo run --release --example profile_step`.
 
-use qb::prelude::*;
 use qb::Tensor;
 use quabla as qb;
 use quabla_backend::{HostTensor, Precision};
 use quabla_cpu::CpuBackend;
 use std::collections::BTreeMap;
 use std::io::Write;
+
+#[path = "support/mlp.rs"]
+mod mlp;
+use mlp::{mlp_loss, mlp_params};
 
 fn main() -> qb::Result<()> {
     run(&mut std::io::stdout().lock(), 500)
@@ -123,29 +126,4 @@ fn write_table(
     )
     .map_err(io)?;
     Ok(())
-}
-
-/// The parameters of the bench row's network: weights of a 1-`width`-`width`-1 MLP.
-fn mlp_params(width: usize, scale: f64) -> qb::Result<Vec<Tensor>> {
-    let init = |rows: usize, cols: usize, seed: f64| -> qb::Result<Tensor> {
-        qb::linspace(-1.0, 1.0, rows * cols)?
-            .mul(seed)?
-            .sin()?
-            .reshape([rows as isize, cols as isize])
-    };
-    Ok(vec![
-        init(1, width, 1.3)?,
-        qb::zeros([width])?,
-        init(width, width, 2.1)?.mul(scale)?,
-        qb::zeros([width])?,
-        init(width, 1, 0.7)?.mul(scale)?,
-        qb::zeros([1])?,
-    ])
-}
-
-fn mlp_loss((p, x, y): (Vec<Tensor>, Tensor, Tensor)) -> qb::Result<Tensor> {
-    let h = x.matmul(&p[0]).add(&p[1]).tanh()?;
-    let h = h.matmul(&p[2]).add(&p[3]).tanh()?;
-    let out = h.matmul(&p[4]).add(&p[5])?;
-    (out - &y).powi(2).mean()
 }
