@@ -557,11 +557,7 @@ fn run_node(
         }
         Op::Matmul => {
             let ((a, ad), (b, bd)) = (arg(0)?, arg(1)?);
-            if node.native_f32 {
-                matmul::matmul_native_f32(a, ad, b, bd, out_dims, out, threads)
-            } else {
-                matmul::matmul(a, ad, b, bd, out_dims, out, threads)
-            }
+            matmul::matmul(a, ad, b, bd, out_dims, out, threads, node.native_f32)
         }
         Op::Solve { transpose_a } => {
             let ((a, ad), (b, bd)) = (arg(0)?, arg(1)?);

@@ -3,7 +3,7 @@
 //!
 //! float32 operands are widened to float64, multiplied, and the result rounded to float32 once
 //! (numerics.md §1.5); a plan compiled at `Precision::Float32` multiplies them natively in
-//! float32 instead ([`matmul_native_f32`]). Batches are independent faer calls; large batched products split over
+//! float32 instead. Batches are independent faer calls; large batched products split over
 //! threads by batch, and a single large product runs faer's parallel GEMM, whose threads share
 //! the packed operands. Neither changes the order in which an element accumulates, so a
 //! product has the same bits whatever the thread count (tested against the sequential GEMM).
@@ -66,6 +66,11 @@ fn geometry(a_dims: &[usize], b_dims: &[usize], out_dims: &[usize]) -> Result<Ge
 }
 
 /// `matmul` of operands of shapes `a_dims` and `b_dims` into a result of shape `out_dims`.
+/// With `native_f32` (float32 operands in a plan compiled at `Precision::Float32`, numerics.md
+/// §1.5) the product is faer's float32 GEMM with float32 accumulation; otherwise it is the
+/// float64 product rounded once. The batching and the split over threads are the same either
+/// way, so neither result depends on the thread count.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn matmul(
     a: View<'_>,
     a_dims: &[usize],
@@ -74,8 +79,18 @@ pub(crate) fn matmul(
     out_dims: &[usize],
     out: ViewMut<'_>,
     threads: usize,
+    native_f32: bool,
 ) -> Result<()> {
     let (m, k, n, pairs) = geometry(a_dims, b_dims, out_dims)?;
+    if native_f32 {
+        let (View::F32(a), View::F32(b), ViewMut::F32(c)) = (a, b, out) else {
+            return Err(internal(
+                "a native float32 matmul of values that are not float32",
+            ));
+        };
+        product(a, b, &pairs, c, m, k, n, threads);
+        return Ok(());
+    }
     let a64 = a.as_f64().map_err(scratch_oom)?;
     let b64 = b.as_f64().map_err(scratch_oom)?;
     let run = |c: &mut [f64]| product(&a64, &b64, &pairs, c, m, k, n, threads);
@@ -87,28 +102,6 @@ pub(crate) fn matmul(
             other.store_f64(0, &c);
         }
     }
-    Ok(())
-}
-
-/// `matmul` of float32 operands as native float32 GEMM with float32 accumulation: what a plan
-/// compiled at `Precision::Float32` runs (numerics.md §1.5). The batching and the split over
-/// threads are those of [`matmul`], so its bits do not depend on the thread count either.
-pub(crate) fn matmul_native_f32(
-    a: View<'_>,
-    a_dims: &[usize],
-    b: View<'_>,
-    b_dims: &[usize],
-    out_dims: &[usize],
-    out: ViewMut<'_>,
-    threads: usize,
-) -> Result<()> {
-    let (View::F32(a), View::F32(b), ViewMut::F32(c)) = (a, b, out) else {
-        return Err(internal(
-            "a native float32 matmul of values that are not float32",
-        ));
-    };
-    let (m, k, n, pairs) = geometry(a_dims, b_dims, out_dims)?;
-    product(a, b, &pairs, c, m, k, n, threads);
     Ok(())
 }
 
