@@ -22,12 +22,14 @@ use std::process::{Command, Stdio};
 use crate::{cargo, display_command, succeeds_quietly, workspace_root, Result};
 
 /// The JAX side of the comparison, written to `target/` at run time.
-const JAX_BENCH_SCRIPT: &str = include_str!("jax_bench.py");
+pub(crate) const JAX_BENCH_SCRIPT: &str = include_str!("jax_bench.py");
 
 /// Options of `cargo xtask bench`.
 #[derive(Debug, Default, PartialEq)]
 struct Options {
     vs_jax: bool,
+    /// `--scaling`: the scaling families of `crate::scaling` instead of the workloads.
+    scaling: bool,
     json: Option<PathBuf>,
     /// Rounds of both sides; `None` for the default.
     rounds: Option<usize>,
@@ -60,6 +62,12 @@ impl Row {
 /// Entry point of `cargo xtask bench`.
 pub(crate) fn run(args: &[String]) -> Result<()> {
     let options = parse_args(args)?;
+    if options.scaling {
+        if options.vs_jax || options.json.is_some() || options.rounds.is_some() {
+            return Err("`--scaling` runs alone: it always times both sides once".into());
+        }
+        return crate::scaling::run();
+    }
 
     // Prepare the JAX environment first, so that a broken Python set-up
     // fails before the (long) Quabla run rather than after it.
@@ -135,6 +143,7 @@ fn parse_args(args: &[String]) -> Result<Options> {
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--vs-jax" => options.vs_jax = true,
+            "--scaling" => options.scaling = true,
             "--rounds" => {
                 let n = args
                     .next()
@@ -157,7 +166,8 @@ fn parse_args(args: &[String]) -> Result<Options> {
                     _ => {
                         return Err(format!(
                             "unknown option `{other}` for `cargo xtask bench`; \
-                             usage: cargo xtask bench [--vs-jax] [--rounds N] [--json FILE]"
+                             usage: cargo xtask bench [--vs-jax] [--rounds N] [--json FILE] \
+                             or cargo xtask bench --scaling"
                         ))
                     }
                 }
@@ -208,12 +218,12 @@ fn median_over_rounds(rounds: &[Vec<(String, f64)>]) -> Vec<(String, f64)> {
 }
 
 /// `<workspace>/target`, which holds the JAX virtualenv and script.
-fn target_dir() -> PathBuf {
+pub(crate) fn target_dir() -> PathBuf {
     workspace_root().join("target")
 }
 
 /// Ensures `target/jax-venv` exists and can `import jax`; returns its Python.
-fn prepare_jax_venv() -> Result<PathBuf> {
+pub(crate) fn prepare_jax_venv() -> Result<PathBuf> {
     let venv = target_dir().join("jax-venv");
     let python = venv_python(&venv);
     if !python.exists() {
@@ -258,7 +268,7 @@ fn venv_python(venv: &Path) -> PathBuf {
 
 /// Runs `command`, echoing its stdout line by line as it comes and returning
 /// all of it; stderr passes straight through.
-fn run_tee(command: &mut Command) -> Result<String> {
+pub(crate) fn run_tee(command: &mut Command) -> Result<String> {
     let shown = display_command(command);
     println!("== xtask: {shown} ==");
     let mut child = command
@@ -475,10 +485,12 @@ mod tests {
             parse_args(&strings(&["--vs-jax", "--json", "target/bench.json"])).unwrap(),
             Options {
                 vs_jax: true,
+                scaling: false,
                 json: Some(PathBuf::from("target/bench.json")),
                 rounds: None,
             }
         );
+        assert!(parse_args(&strings(&["--scaling"])).unwrap().scaling);
         assert_eq!(
             parse_args(&strings(&["--json=out.json"])).unwrap().json,
             Some(PathBuf::from("out.json"))

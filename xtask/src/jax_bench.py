@@ -379,5 +379,68 @@ def optim_workloads():
           flush=True)
 
 
+def scaling_seconds(fn, args, runs, inner):
+    """Median seconds of one call, each timing averaging `inner` calls, after a warm-up."""
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        for _ in range(inner):
+            out = fn(*args)
+        jax.block_until_ready(out)
+        times.append((time.perf_counter() - start) / inner)
+    return statistics.median(times)
+
+
+def scaling():
+    """The families of `cargo xtask bench --scaling`, the same sizes and functions as our
+    `scaling_workloads` example: `scaling=<family> n=<size> seconds=<s>` lines."""
+
+    def report(family, n, seconds):
+        print(f"scaling={family} n={n} seconds={seconds:.9g}", flush=True)
+
+    chain_fn = jax.jit(chain)
+    for n in (1_000, 10_000, 100_000, 1_000_000, 10_000_000):
+        x = jnp.linspace(-3.0, 3.0, n, dtype=jnp.float32)
+        report("elementwise", n, scaling_seconds(chain_fn, (x,), 7, max(1, 1_000_000 // n)))
+
+    matmul = jax.jit(jnp.matmul)
+    for n in (32, 64, 128, 256, 512, 1024):
+        a = jnp.linspace(-1.0, 1.0, n * n).reshape(n, n)
+        args = (a, jnp.sin(a.T))
+        report("matmul", n, scaling_seconds(matmul, args, 7, (1 << 27) // (n * n * n) + 1))
+
+    x = jnp.ones((64,), dtype=jnp.float64)
+    for n in (100, 1_000, 10_000):
+        times = []
+        for r in range(3):
+            def f(x, r=r):
+                for i in range(n // 2):
+                    x = jnp.sin(x) * (1.0 + i * 1e-6 + r * 1e-9)
+                return x
+
+            start = time.perf_counter()
+            jax.jit(f)(x).block_until_ready()
+            times.append(time.perf_counter() - start)
+        report("first_call", n, statistics.median(times))
+
+    def loss(w, x):
+        return jnp.sum(jnp.tanh(w * x))
+
+    per_example = jax.jit(jax.vmap(jax.grad(loss), in_axes=(None, 0)))
+    w = jnp.linspace(-1.0, 1.0, 64)
+    for n in (1, 16, 256, 4_096):
+        xs = jnp.linspace(-2.0, 2.0, n)
+        report("vmap_grad", n, scaling_seconds(per_example, (w, xs), 7, max(1, 20_000 // n)))
+
+    for n in (100, 1_000, 10_000, 100_000, 1_000_000):
+        fori = jax.jit(lambda c, n=n: jax.lax.fori_loop(0, n, lambda i, c: c * 0.999999 + 1e-6, c))
+        c = jnp.asarray(1.0, dtype=jnp.float64)
+        report("fori", n, scaling_seconds(fori, (c,), 5, max(1, 100_000 // n)))
+
+
 if __name__ == "__main__":
-    main()
+    if "--scaling" in sys.argv[1:]:
+        scaling()
+    else:
+        main()

@@ -4,7 +4,8 @@
 //! shared by the subcommands (locating the workspace root, building `cargo`
 //! invocations, running a command and reporting how it failed). The
 //! subcommands themselves live in [`test`] (`cargo xtask test`), [`backends`]
-//! (`cargo xtask test-backends`), [`bench`] (`cargo xtask bench`), [`coverage`]
+//! (`cargo xtask test-backends`), [`bench`] (`cargo xtask bench`, with [`scaling`] for
+//! `--scaling`), [`coverage`]
 //! (`cargo xtask coverage-ops`), [`coverage_api`] (`cargo xtask coverage-api`), [`fuzz`]
 //! (`cargo xtask fuzz`) and [`soak`] (`cargo xtask soak`); [`source`] and [`items`] read
 //! the spec and the Rust sources for both coverage reports.
@@ -18,6 +19,7 @@ mod coverage_api;
 mod fuzz;
 mod items;
 mod python;
+mod scaling;
 mod soak;
 mod source;
 mod test;
@@ -53,6 +55,10 @@ Commands:
                                         (uses a virtualenv in target/jax-venv, created
                                         and populated on first use) and print the ratio
                            --json FILE  write the results as a JSON array to FILE
+  bench --scaling          Time each workload family over a range of sizes, ours
+                           (`cargo run --release -p quabla --example scaling_workloads`)
+                           and JAX's, print one table per family, write them into
+                           docs/performance.md, and draw target/scaling.png (log-log)
   coverage-ops             For each function of the spec's array sections (api.md
                            sections 3-9), print `<name> value=<yes|no> grad=<yes|no|n/a>
                            vmap=<yes|no>`: whether it is implemented and called by a

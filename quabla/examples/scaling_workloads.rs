@@ -1,0 +1,229 @@
+//! How the cost of each workload family grows with its size, for `cargo xtask bench --scaling`
+//! (which times the same families in JAX and writes docs/performance.md's tables).
+//!
+//! `cargo run --release --example scaling_workloads` prints one
+//! `scaling=<family> n=<size> seconds=<median seconds>` line per point:
+//!
+//! - `elementwise`: the jitted chain `sin(x)^2 + cos(x)` over `n` float32 values;
+//! - `matmul`: a jitted `n x n` float64 product;
+//! - `first_call`: trace, compile and run a fresh function of `n` nodes;
+//! - `vmap_grad`: per-example gradients of `sum(tanh(w * x))` with respect to `w` (64 values),
+//!   `vmap(grad)` over a batch of `n` examples, jitted;
+//! - `fori`: a jitted `fori_loop` of `n` iterations of a scalar body.
+//!
+//! `cargo run --release --example scaling_workloads -- --plot <tsv> <png>` draws the table
+//! xtask wrote (`family`, `n`, ours, JAX per line) as log-log curves, one panel per family.
+
+use qb::prelude::*;
+use qb::Tensor;
+use quabla as qb;
+use std::time::Instant;
+
+#[path = "support/pixel_text.rs"]
+mod pixel_text;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [flag, tsv, png] = args.as_slice() {
+        if flag == "--plot" {
+            return plot::draw(std::path::Path::new(tsv), std::path::Path::new(png));
+        }
+    }
+    measure()?;
+    Ok(())
+}
+
+/// Median seconds of one call of `f`, each timing averaging `inner` calls (so that a point
+/// lasts at least about a millisecond), over `runs` timings after a warm-up call.
+fn median_seconds(
+    runs: usize,
+    inner: usize,
+    mut f: impl FnMut() -> qb::Result<Tensor>,
+) -> qb::Result<f64> {
+    std::hint::black_box(f()?);
+    let mut times = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let start = Instant::now();
+        for _ in 0..inner {
+            std::hint::black_box(f()?);
+        }
+        times.push(start.elapsed().as_secs_f64() / inner as f64);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[runs / 2])
+}
+
+fn report(family: &str, n: usize, seconds: f64) {
+    println!("scaling={family} n={n} seconds={seconds:e}");
+}
+
+fn measure() -> qb::Result<()> {
+    let chain = qb::jit(|x: Tensor| x.sin().powi(2).add(x.cos()));
+    for n in [1_000usize, 10_000, 100_000, 1_000_000, 10_000_000] {
+        let x = qb::F32.linspace(-3.0, 3.0, n)?;
+        let t = median_seconds(7, (1_000_000 / n).max(1), || chain.call(&x))?;
+        report("elementwise", n, t);
+    }
+
+    let matmul = qb::jit(|(a, b): (Tensor, Tensor)| a.matmul(&b));
+    for n in [32usize, 64, 128, 256, 512, 1024] {
+        let a = qb::linspace(-1.0, 1.0, n * n)?.reshape([n as isize, n as isize])?;
+        let args = (a.clone(), a.t()?.sin()?);
+        let inner = (1 << 27) / (n * n * n) + 1;
+        let t = median_seconds(7, inner, || matmul.call(&args))?;
+        report("matmul", n, t);
+    }
+
+    // Each call builds a new function, so each one traces and compiles afresh.
+    let x = qb::ones([64])?;
+    for n in [100usize, 1_000, 10_000] {
+        let t = median_seconds(3, 1, || {
+            let f = qb::jit(move |x: Tensor| {
+                let mut x = x;
+                for i in 0..n / 2 {
+                    x = (x.sin()? * (1.0 + i as f64 * 1e-6))?;
+                }
+                Ok(x)
+            });
+            f.call(&x)
+        })?;
+        report("first_call", n, t);
+    }
+
+    let per_example = qb::jit(|(w, xs): (Tensor, Tensor)| {
+        qb::vmap(|(w, x): (Tensor, Tensor)| {
+            qb::grad(|w: Tensor| (&w * &x).tanh()?.sum()).call::<Tensor, Tensor>(&w)
+        })
+        .in_axes(&[None, Some(0)])
+        .call::<Tensor>(&(w, xs))
+    });
+    let w = qb::linspace(-1.0, 1.0, 64)?;
+    for n in [1usize, 16, 256, 4_096] {
+        let args = (w.clone(), qb::linspace(-2.0, 2.0, n)?);
+        let t = median_seconds(7, (20_000 / n).max(1), || per_example.call(&args))?;
+        report("vmap_grad", n, t);
+    }
+
+    for n in [100usize, 1_000, 10_000, 100_000, 1_000_000] {
+        let fori = qb::jit(move |c: Tensor| {
+            qb::fori_loop(0, n, |_, c, _| (&c * 0.999999).add(1e-6), &c).eval()
+        });
+        let c = qb::array(1.0)?;
+        let t = median_seconds(5, (100_000 / n).max(1), || fori.call(&c))?;
+        report("fori", n, t);
+    }
+    Ok(())
+}
+
+mod plot {
+    //! The log-log picture of `cargo xtask bench --scaling`.
+
+    use super::pixel_text::{pixel_text, text_width};
+    use plotters::prelude::*;
+    use std::collections::BTreeMap;
+    use std::path::Path;
+
+    const OURS: RGBColor = RGBColor(214, 39, 40);
+    const JAX: RGBColor = RGBColor(31, 119, 180);
+
+    /// `family -> [(n, ours, jax)]` from the lines `family<TAB>n<TAB>ours<TAB>jax`.
+    type Table = BTreeMap<String, Vec<(f64, f64, f64)>>;
+
+    fn read(tsv: &Path) -> Result<Table, Box<dyn std::error::Error>> {
+        let mut table = Table::new();
+        for line in std::fs::read_to_string(tsv)?.lines() {
+            let parts: Vec<&str> = line.split('\t').collect();
+            if let [family, n, ours, jax] = parts.as_slice() {
+                table.entry(family.to_string()).or_default().push((
+                    n.parse()?,
+                    ours.parse()?,
+                    jax.parse()?,
+                ));
+            }
+        }
+        Ok(table)
+    }
+
+    /// One panel per family: seconds against size, both axes log10, ours red, JAX blue.
+    pub fn draw(tsv: &Path, png: &Path) -> Result<(), Box<dyn std::error::Error>> {
+        let table = read(tsv)?;
+        if let Some(dir) = png.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let root = BitMapBackend::new(png, (1500, 900)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let panels = root.split_evenly((2, 3));
+        let scale = 2;
+        for ((family, points), area) in table.iter().zip(panels.iter()) {
+            let logs: Vec<(f64, f64, f64)> = points
+                .iter()
+                .filter(|p| p.0 > 0.0 && p.1 > 0.0 && p.2 > 0.0)
+                .map(|&(n, o, j)| (n.log10(), o.log10(), j.log10()))
+                .collect();
+            if logs.is_empty() {
+                continue;
+            }
+            let x_lo = logs.iter().map(|p| p.0).fold(f64::INFINITY, f64::min);
+            let x_hi = logs.iter().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
+            let ys = logs.iter().flat_map(|p| [p.1, p.2]);
+            let y_lo = ys.clone().fold(f64::INFINITY, f64::min).floor();
+            let y_hi = ys.fold(f64::NEG_INFINITY, f64::max).ceil().max(y_lo + 1.0);
+            let mut chart = ChartBuilder::on(area)
+                .margin_top(50)
+                .margin_right(20)
+                .x_label_area_size(40)
+                .y_label_area_size(120)
+                .build_cartesian_2d(x_lo - 0.1..x_hi + 0.1, y_lo..y_hi)?;
+            chart
+                .configure_mesh()
+                .x_labels(0)
+                .y_labels(0)
+                .axis_style(BLACK)
+                .draw()?;
+            for (color, pick) in [(OURS, 1usize), (JAX, 2usize)] {
+                let series = logs
+                    .iter()
+                    .map(|p| (p.0, if pick == 1 { p.1 } else { p.2 }));
+                chart.draw_series(LineSeries::new(series.clone(), color.stroke_width(2)))?;
+                chart.draw_series(series.map(|p| Circle::new(p, 4, color.filled())))?;
+            }
+            for &(x, _, _) in &logs {
+                let (px, py) = chart.backend_coord(&(x, y_lo));
+                let label = format!("1e{}", x.round() as i64);
+                let label = if (x - x.round()).abs() < 1e-9 {
+                    label
+                } else {
+                    format!("{}", 10f64.powf(x).round())
+                };
+                // Chart coordinates are the picture's, so ticks are drawn on the root area.
+                pixel_text(
+                    &root,
+                    &label,
+                    (px - text_width(&label, scale) / 2, py + 10),
+                    scale,
+                    BLACK,
+                )?;
+            }
+            for e in y_lo as i64..=y_hi as i64 {
+                let (px, py) = chart.backend_coord(&(x_lo - 0.1, e as f64));
+                let label = format!("1e{e} s");
+                pixel_text(
+                    &root,
+                    &label,
+                    (px - 10 - text_width(&label, scale), py - 8),
+                    scale,
+                    BLACK,
+                )?;
+            }
+            pixel_text(area, family, (20, 12), scale, BLACK)?;
+        }
+        if let Some(legend) = panels.last() {
+            pixel_text(legend, "red: quabla", (40, 60), scale, OURS)?;
+            pixel_text(legend, "blue: JAX", (40, 90), scale, JAX)?;
+            pixel_text(legend, "seconds against size,", (40, 130), scale, BLACK)?;
+            pixel_text(legend, "both axes log10", (40, 155), scale, BLACK)?;
+        }
+        root.present()?;
+        Ok(())
+    }
+}
