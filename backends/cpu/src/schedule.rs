@@ -607,6 +607,9 @@ fn build_group(
         .map(|(k, &m)| (m, k))
         .collect();
     let mut exts: Vec<ExtSpec> = Vec::new();
+    // The index of each distinct (slot, access) in `exts`: a group may read thousands of
+    // externals (one scalar constant per node of a long chain), so no linear search.
+    let mut ext_index: HashMap<(usize, Access), usize> = HashMap::new();
     let mut outs = Vec::new();
     let mut members = Vec::with_capacity(group.members.len());
     for &m in &group.members {
@@ -652,20 +655,14 @@ fn build_group(
                     Access::Strided(strides_in_group)
                 }
             };
-            let e = match exts
-                .iter()
-                .position(|x| x.slot == slot && x.access == access)
-            {
-                Some(e) => e,
-                None => {
-                    exts.push(ExtSpec {
-                        slot,
-                        dtype: nodes[src].ty.dtype,
-                        access,
-                    });
-                    exts.len() - 1
-                }
-            };
+            let e = *ext_index.entry((slot, access.clone())).or_insert_with(|| {
+                exts.push(ExtSpec {
+                    slot,
+                    dtype: nodes[src].ty.dtype,
+                    access,
+                });
+                exts.len() - 1
+            });
             args.push(Operand::Ext(e));
         }
         let output = if group_output(m) {

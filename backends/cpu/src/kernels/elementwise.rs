@@ -20,6 +20,7 @@ use crate::buffer::{Elem, View, ViewMut};
 use crate::kernels::{lanes, par_for_each, split_ranges, PAR_MIN_ELEMENTS};
 use quabla_ir::eval::{binary_f64, compare_f64, powi_f64, unary_f64};
 use quabla_ir::{BinaryOp, Comparison, DType, Op, UnaryOp};
+use std::collections::{HashMap, VecDeque};
 
 /// Elements per tile: 16 KiB per float64 register, so a program's registers stay in L1/L2.
 pub(crate) const TILE: usize = 2048;
@@ -105,7 +106,7 @@ pub(crate) enum Src {
 }
 
 /// How an external operand maps onto the group's elements.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Access {
     /// Same elements in the same order as the group (row-major of the group's shape).
     Full,
@@ -225,26 +226,32 @@ enum Partner {
 /// Pairs each `sin` member with the first later `cos` member of the same operand and dtype (or
 /// the reverse), so the two run as one [`Instr::SinCos`].
 fn sin_cos_partners(members: &[Member]) -> Vec<Option<Partner>> {
+    // Each `sin` (`cos`) pairs with the first later unpaired `cos` (`sin`) of the same operand
+    // and dtype. Walking the members once, a member takes the earliest unpaired opposite one
+    // waiting under its key, which is the same pairing without a scan per member (a long
+    // chain of `sin`s with no `cos` made the scan quadratic in the group's size).
     let mut partner = vec![None; members.len()];
-    for (i, m) in members.iter().enumerate() {
-        let other = match m.op {
-            EwOp::Unary(UnaryOp::Sin) => EwOp::Unary(UnaryOp::Cos),
-            EwOp::Unary(UnaryOp::Cos) => EwOp::Unary(UnaryOp::Sin),
+    let mut waiting: HashMap<(bool, usize, DType, bool), VecDeque<usize>> = HashMap::new();
+    for (j, m) in members.iter().enumerate() {
+        let is_sin = match m.op {
+            EwOp::Unary(UnaryOp::Sin) => true,
+            EwOp::Unary(UnaryOp::Cos) => false,
             _ => continue,
         };
-        if partner[i].is_some() {
-            continue;
-        }
-        let same_operand = |n: &Member| match (n.args[0], m.args[0]) {
-            (Operand::Member(a), Operand::Member(b)) | (Operand::Ext(a), Operand::Ext(b)) => a == b,
-            _ => false,
+        let (ext, operand) = match m.args[0] {
+            Operand::Member(a) => (false, a),
+            Operand::Ext(e) => (true, e),
         };
-        if let Some(j) = (i + 1..members.len()).find(|&j| {
-            let n = &members[j];
-            partner[j].is_none() && n.op == other && n.dtype == m.dtype && same_operand(n)
-        }) {
-            partner[i] = Some(Partner::Later(j));
-            partner[j] = Some(Partner::Earlier);
+        let opposite = (ext, operand, m.dtype, !is_sin);
+        match waiting.get_mut(&opposite).and_then(VecDeque::pop_front) {
+            Some(i) => {
+                partner[i] = Some(Partner::Later(j));
+                partner[j] = Some(Partner::Earlier);
+            }
+            None => waiting
+                .entry((ext, operand, m.dtype, is_sin))
+                .or_default()
+                .push_back(j),
         }
     }
     partner
@@ -1006,6 +1013,66 @@ fn compute<'a>(op: EwOp, r32: bool, args: &[Src; 3], arg: impl Fn(Src) -> Arg<'a
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The pairing rule as written: each unpaired `sin`/`cos` takes the first later unpaired
+    /// member of the other function on the same operand and dtype.
+    fn partners_by_scan(members: &[Member]) -> Vec<Option<Partner>> {
+        let mut partner = vec![None; members.len()];
+        let key = |m: &Member| match m.args[0] {
+            Operand::Member(a) => (false, a, m.dtype),
+            Operand::Ext(e) => (true, e, m.dtype),
+        };
+        for i in 0..members.len() {
+            let other = match members[i].op {
+                EwOp::Unary(UnaryOp::Sin) => EwOp::Unary(UnaryOp::Cos),
+                EwOp::Unary(UnaryOp::Cos) => EwOp::Unary(UnaryOp::Sin),
+                _ => continue,
+            };
+            if partner[i].is_some() {
+                continue;
+            }
+            if let Some(j) = (i + 1..members.len()).find(|&j| {
+                partner[j].is_none()
+                    && members[j].op == other
+                    && key(&members[j]) == key(&members[i])
+            }) {
+                partner[i] = Some(Partner::Later(j));
+                partner[j] = Some(Partner::Earlier);
+            }
+        }
+        partner
+    }
+
+    #[test]
+    fn sin_cos_pairing_matches_the_scan_on_random_sequences() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n) as usize
+        };
+        for _ in 0..300 {
+            let len = 1 + next(24);
+            let members: Vec<Member> = (0..len)
+                .map(|_| Member {
+                    op: match next(3) {
+                        0 => EwOp::Unary(UnaryOp::Sin),
+                        1 => EwOp::Unary(UnaryOp::Cos),
+                        _ => EwOp::Unary(UnaryOp::Exp),
+                    },
+                    args: vec![if next(2) == 0 {
+                        Operand::Ext(next(3))
+                    } else {
+                        Operand::Member(next(3))
+                    }],
+                    dtype: if next(4) == 0 { DType::F32 } else { DType::F64 },
+                    output: None,
+                })
+                .collect();
+            assert_eq!(sin_cos_partners(&members), partners_by_scan(&members));
+        }
+    }
 
     #[test]
     fn strided_gather_walks_rows_and_carries() {
