@@ -15,8 +15,10 @@ use faer::{Accum, MatMut, MatRef, Par};
 use quabla_backend::{BackendError, Result};
 use quabla_ir::alloc::{self, AllocError};
 
-/// Products of at least this many multiply-adds use more than one thread.
-const PAR_MIN_FLOPS: usize = 1 << 18;
+/// Products of at least this many multiply-adds use more than one thread. Measured with
+/// `cargo xtask bench --scaling` on two cores: a 64x64 product (2^18) takes 10 us on one thread
+/// and 18-30 us split, a 128x128 one (2^21) 76 us on one and 63 us split.
+const PAR_MIN_FLOPS: usize = 1 << 21;
 
 /// The element types faer multiplies for us: float64 (the reference) and float32 (native, at
 /// `Precision::Float32`).
