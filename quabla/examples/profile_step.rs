@@ -2,8 +2,10 @@
 //! step of the 1-64-64-1 tanh MLP of the `mlp_value_and_grad_1024x64` bench row, in float64
 //! and in float32 at `precision("float32")`, lowered to its plan and run through the CPU
 //! executor's per-step timing (`CpuExecutable::profile`). It prints the time per step kind
-//! (GEMM, fused elementwise, reductions, layout copies, ...), the run's total, and what is left
-//! outside the steps (binding, dispatch, outputs). docs/performance.md reads its output.
+//! (GEMM, fused elementwise, reductions, layout copies, ...), the run's total, what is left
+//! outside the steps (binding, dispatch, outputs), and the step's memory: the schedule's largest
+//! live set, what the executor keeps pooled between runs, and what keeping every value would
+//! take. docs/performance.md reads its output.
 //! Run with `cargo run --release --example profile_step`.
 
 use qb::Tensor;
@@ -59,8 +61,27 @@ pub fn run(out: &mut impl Write, runs: usize) -> qb::Result<()> {
         exe.profile(&inputs, 10).map_err(qb::Error::from)?;
         let profile = exe.profile(&inputs, runs).map_err(qb::Error::from)?;
         write_table(out, name, exe.stats().steps, &profile)?;
+        let stats = exe.stats();
+        writeln!(
+            out,
+            "  memory: largest live set {} KiB (outputs included), pooled between runs {} KiB, every value kept {} KiB",
+            stats.peak_live_bytes / 1024,
+            exe.pooled_bytes() / 1024,
+            plan_bytes(&plan) / 1024
+        )
+        .map_err(|e| qb::Error::user(e.to_string()))?;
     }
     Ok(())
+}
+
+/// Bytes of every value the plan computes, if none were freed or reused.
+fn plan_bytes(plan: &quabla_ir::Plan) -> usize {
+    plan.graph()
+        .nodes()
+        .iter()
+        .filter(|n| !n.op.is_leaf())
+        .map(|n| n.ty.shape.nbytes(n.ty.dtype))
+        .sum()
 }
 
 /// A tensor's values as the executor's input buffer.

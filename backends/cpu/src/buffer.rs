@@ -435,6 +435,15 @@ impl Pool {
         Ok(Buffer { data, len })
     }
 
+    /// Bytes of the free buffers the pool holds (after a run: every buffer its steps used
+    /// besides the outputs, which the caller took).
+    pub(crate) fn free_bytes(&self) -> usize {
+        self.free
+            .iter()
+            .map(|v| v.capacity() * v.dtype().itemsize())
+            .sum()
+    }
+
     /// A pooled buffer holding a copy of `v`.
     pub(crate) fn alloc_copy(&mut self, v: View<'_>) -> Result<Buffer, AllocError> {
         let mut b = self.alloc(v.dtype(), v.len())?;

@@ -211,6 +211,16 @@ impl CpuExecutable {
             .sum()
     }
 
+    /// Bytes of the buffers the executable's workspaces keep between runs (freed at their last
+    /// use during a run, reused by the next): its footprint beyond inputs, constants and the
+    /// outputs handed to the caller. Compare with [`ScheduleStats::peak_live_bytes`].
+    pub fn pooled_bytes(&self) -> usize {
+        self.workspaces
+            .iter()
+            .map(|w| lock(w).pool.free_bytes())
+            .sum()
+    }
+
     /// Runs the plan `runs` times on `inputs` and returns, for each step of the schedule in
     /// order, what it runs (`matmul`, `fused[k]` for an elementwise group of `k` nodes, a
     /// region's form, ...) and its mean seconds per run, with the mean seconds of a whole

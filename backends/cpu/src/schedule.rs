@@ -54,6 +54,9 @@ pub struct ScheduleStats {
     pub buffers: usize,
     /// The most step-produced values alive at once (the schedule's peak of live buffers).
     pub peak_live_buffers: usize,
+    /// Bytes of step-produced values alive at once, at the schedule's peak: what a run of
+    /// the plan holds beyond its inputs and constants (region bodies' own buffers aside).
+    pub peak_live_bytes: usize,
     /// Steps that reuse the LU factors an earlier step computed instead of factoring again.
     pub shared_factorizations: usize,
 }
@@ -485,17 +488,19 @@ impl Schedule {
         validate(&steps, nslots, &input_slots, &constants, &keep)?;
         let produced: Vec<bool> = produced_by.iter().map(Option::is_some).collect();
         let mut slot_len = vec![0usize; nslots];
+        let mut slot_bytes = vec![0usize; nslots];
         let mut produced_bytes: usize = 0;
         for i in 0..n {
             if let Some(s) = slot_of[i] {
                 // A reshape shares its operand's slot (and element count): count a slot once.
                 // Each term fits (a checked shape); their sum saturates, since many large
                 // values of a traced graph may together exceed any address space.
+                let bytes = nodes[i].ty.shape.nbytes(nodes[i].ty.dtype);
                 if slot_len[s] == 0 && produced[s] {
-                    let bytes = nodes[i].ty.shape.nbytes(nodes[i].ty.dtype);
                     produced_bytes = produced_bytes.saturating_add(bytes);
                 }
                 slot_len[s] = nodes[i].ty.shape.size();
+                slot_bytes[s] = bytes;
             }
         }
         let mut result_slots: Vec<usize> = Vec::new();
@@ -512,16 +517,20 @@ impl Schedule {
             ..ScheduleStats::default()
         };
         let mut live = 0usize;
+        let mut live_bytes = 0usize;
         for step in &steps {
             let writes = step.writes();
             stats.buffers += writes.len();
             live += writes.len();
-            stats.peak_live_buffers = stats.peak_live_buffers.max(live);
-            live -= step
-                .free
+            live_bytes = writes
                 .iter()
-                .filter(|&&s| produced_by[s].is_some())
-                .count();
+                .fold(live_bytes, |b, &s| b.saturating_add(slot_bytes[s]));
+            stats.peak_live_buffers = stats.peak_live_buffers.max(live);
+            stats.peak_live_bytes = stats.peak_live_bytes.max(live_bytes);
+            for &s in step.free.iter().filter(|&&s| produced_by[s].is_some()) {
+                live -= 1;
+                live_bytes = live_bytes.saturating_sub(slot_bytes[s]);
+            }
             if let StepKind::Fused(p) = &step.kind {
                 if p.nodes > 1 {
                     stats.fused_groups += 1;

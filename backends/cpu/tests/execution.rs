@@ -466,3 +466,35 @@ fn profile_times_every_step_and_the_run() {
     // Profiling leaves the executable as it was: a plain run gives the same value.
     assert_eq!(exe.run(&inputs).unwrap()[0], exe.run(&inputs).unwrap()[0]);
 }
+
+/// The buffers a plan keeps between runs stop growing after the first run, and the schedule's
+/// largest live set is below the bytes of all its values together.
+#[test]
+fn pooled_memory_does_not_grow_with_runs() {
+    let mut g = GraphBuilder::new();
+    let x = g.input("x", TensorType::new(DType::F64, shape(&[128, 64])));
+    let mut h = x;
+    for _ in 0..6 {
+        let t = g.unary(UnaryOp::Tanh, h).unwrap();
+        let s = g.sum(t, Some(&[1]), true).unwrap();
+        h = g.sub(t, s).unwrap();
+    }
+    let out = g.sum(h, None, false).unwrap();
+    let graph = g.finish(vec![out]).unwrap();
+    let exe = CpuBackend::default()
+        .compile_plan(&Plan::compile(&graph))
+        .unwrap();
+    let x: Vec<f64> = (0..128 * 64).map(|i| (i as f64 * 0.01).sin()).collect();
+    let inputs = [HostTensor::new(shape(&[128, 64]), data(DType::F64, &x))];
+    exe.run(&inputs).unwrap();
+    let after_one = exe.pooled_bytes();
+    for _ in 0..50 {
+        exe.run(&inputs).unwrap();
+    }
+    assert_eq!(exe.pooled_bytes(), after_one);
+    let stats = exe.stats();
+    assert!(
+        stats.peak_live_bytes > 0 && stats.peak_live_bytes < 6 * 128 * 64 * 8,
+        "{stats:?}"
+    );
+}
