@@ -16,11 +16,13 @@
 //!   `T mod B` remaining iterations form a tail handled with a tape of their own. The
 //!   arithmetic is the same for every `B`, so the gradient is bit-identical to the full tape
 //!   (`B = T`, see [`full_tape_loops`]).
-//! - Reverse mode of `while` is impossible (data-dependent trip count): TF2.
+//! - Reverse mode of a `while` with a trip bound (`max_trips`) is the reverse mode of the
+//!   counted loop it equals (see [`bounded_scan`]): blocks of trips that stop working once the
+//!   predicate fails. Without a bound the trip count is unknown: TF2.
 //!
-//! Every derived loop region records its [`RegionForm`] and one more derivative level; the
-//! "✗" entries of the support matrix (forward-over-forward through `fori_loop`, a third
-//! derivative through any loop) raise TF3 here, when the derivative is built.
+//! Every derivative of a loop is a loop region of the kinds above whose bodies are derivatives
+//! of the original bodies, so the rules apply to their own results and every order and mode
+//! composes. A derived region records its [`RegionForm`] and one more derivative level.
 
 use crate::vjp::Seed;
 use quabla_ir::{
@@ -72,70 +74,141 @@ pub fn block_length(t: usize) -> usize {
 fn tf2() -> IrError {
     IrError::Unsupported {
         op: "while_loop".into(),
-        message: "reverse-mode differentiation through while_loop is not supported: the trip count depends on the data; differentiate in forward mode (jvp) or use a bounded fori_loop that freezes finished iterations".into(),
+        message: "reverse-mode differentiation through while_loop is not supported: the trip count depends on the data; bound it with while_loop(..).max_trips(n), or differentiate in forward mode (jvp)".into(),
     }
 }
 
-fn third_order(form: RegionForm) -> IrError {
-    IrError::Unsupported {
-        op: form.primitive().into(),
-        message: format!(
-            "third-order differentiation through {} is not supported; loops support derivatives up to second order",
-            form.primitive()
-        ),
-    }
-}
-
-/// The form of the forward-mode derivative of a loop region, or TF3.
-fn jvp_form(region: &Region) -> Result<RegionForm> {
-    let form = region.form();
-    if form == RegionForm::Cond {
-        return Ok(form);
-    }
-    if form == RegionForm::ForiJvp {
-        return Err(IrError::Unsupported {
-            op: "fori_loop".into(),
-            message: "forward-over-forward differentiation through fori_loop is not supported; use forward-over-reverse (jvp of grad, hessian) or reverse-over-reverse instead".into(),
-        });
-    }
-    if region.level() >= 2 {
-        return Err(third_order(form));
-    }
-    Ok(match form {
-        RegionForm::Fori => RegionForm::ForiJvp,
-        RegionForm::ForiVjp => RegionForm::ForiVjpJvp,
-        RegionForm::ScanVjp => RegionForm::ScanVjpJvp,
+/// The form of the forward-mode derivative of a region. Forms name the primitive and the
+/// kinds of its first two derivatives; deeper derivatives keep the form and count in the
+/// region's level. Every order composes: a derivative of a loop is a loop.
+fn jvp_form(region: &Region) -> RegionForm {
+    match region.form() {
+        RegionForm::Fori if region.level() == 0 => RegionForm::ForiJvp,
+        RegionForm::ForiVjp if region.level() == 1 => RegionForm::ForiVjpJvp,
+        RegionForm::ScanVjp if region.level() == 1 => RegionForm::ScanVjpJvp,
         other => other,
-    })
+    }
 }
 
-/// The form of the reverse-mode derivative of a loop region, or TF2/TF3.
-fn vjp_form(region: &Region) -> Result<RegionForm> {
+/// The form of the reverse-mode derivative of a region; see [`jvp_form`].
+fn vjp_form(region: &Region) -> RegionForm {
     let form = region.form();
     match form {
-        RegionForm::Cond => return Ok(form),
-        RegionForm::While => return Err(tf2()),
-        _ => {}
-    }
-    if region.level() >= 2 {
-        return Err(third_order(form));
-    }
-    Ok(match form {
-        RegionForm::Fori | RegionForm::ForiJvp => RegionForm::ForiVjp,
-        RegionForm::ForiVjp | RegionForm::ForiVjpJvp | RegionForm::ForiVjpVjp => {
+        RegionForm::Cond | RegionForm::While => form,
+        RegionForm::Fori | RegionForm::ForiJvp if region.level() <= 1 => RegionForm::ForiVjp,
+        RegionForm::ForiVjp | RegionForm::ForiJvp if region.level() == 1 => {
             RegionForm::ForiVjpVjp
         }
-        _ if region.level() == 0 => RegionForm::ScanVjp,
-        _ => RegionForm::ScanVjpVjp,
-    })
+        RegionForm::Scan if region.level() == 0 => RegionForm::ScanVjp,
+        RegionForm::Scan | RegionForm::ScanVjp if region.level() == 1 => RegionForm::ScanVjpVjp,
+        other => other,
+    }
 }
 
 fn level_up(region: &Region) -> u8 {
     if region.form() == RegionForm::Cond {
         region.level()
     } else {
-        region.level() + 1
+        region.level().saturating_add(1)
     }
+}
+
+/// A `while` region with a trip bound `m` as the counted loop it equals, for reverse mode: an
+/// outer scan over `ceil(m / B)` blocks (`B = block_length(m)`), each a `cond` on the
+/// predicate that runs an inner scan of `B` trips only while the loop is still going, and the
+/// inner trips a `cond` on the predicate (and on the trip index being below `m`) that runs the
+/// body or keeps the carries. A finished loop leaves its carries unchanged, so the carries are
+/// the loop's, bit for bit; the work after the predicate fails is a cheap test per remaining
+/// block and per remaining trip of the last block, in the forward pass and in the backward
+/// pass that the scan rules build from this (√ checkpointing of both levels). `None` for an
+/// unbounded `while`.
+fn bounded_scan(region: &Region) -> Result<Option<Region>> {
+    let RegionKind::While {
+        n_carry,
+        cond,
+        body,
+        max_trips: Some(m),
+    } = region.kind()
+    else {
+        return Ok(None);
+    };
+    let (n, m) = (*n_carry, *m);
+    let block = block_length(m);
+    let blocks = m.div_ceil(block);
+    let types = input_types(body);
+    let index_ty = TensorType::new(quabla_ir::DType::F64, Shape::scalar());
+    let identity = |types: &[TensorType]| -> Result<Arc<Graph>> {
+        let mut g = GraphBuilder::new();
+        let ins = params(&mut g, "in", types.to_vec());
+        Ok(Arc::new(g.finish(ins[..n].to_vec())?))
+    };
+    let branch = |then_branch: Arc<Graph>, types: &[TensorType]| -> Result<Region> {
+        let kind = RegionKind::Cond {
+            then_branch,
+            else_branch: identity(types)?,
+        };
+        Region::new(kind, RegionForm::Cond, region.level())
+    };
+
+    // Inner trips: (i, carries.., consts.., base) -> carries.
+    let mut with_base = types.clone();
+    with_base.push(index_ty.clone());
+    let trip = branch(body.clone(), &types)?;
+    let mut ib = GraphBuilder::new();
+    let i = ib.input("i", index_ty.clone());
+    let ins = params(&mut ib, "in", with_base.clone());
+    let (state, base) = (&ins[..types.len()], ins[types.len()]);
+    let index = ib.binary(quabla_ir::BinaryOp::Add, base, i)?;
+    let bound = ib.scalar(m as f64, quabla_ir::DType::F64, false);
+    let in_range = ib.compare(quabla_ir::Comparison::Less, index, bound)?;
+    let going = ib.inline_graph(cond, state)?[0];
+    let no = ib.constant(
+        quabla_ir::HostData::Bool([false].into()),
+        Shape::scalar(),
+        false,
+    )?;
+    let go = ib.select(in_range, going, no)?;
+    let mut operands = vec![go];
+    operands.extend_from_slice(state);
+    let next = call(&mut ib, trip, &operands)?;
+    let inner = ScanBody {
+        length: block,
+        start: 0,
+        reverse: false,
+        n_carry: n,
+        n_const: types.len() - n + 1,
+        n_xs: 0,
+        body: Arc::new(ib.finish(next)?),
+    };
+    let inner = Region::new(RegionKind::Scan(inner), region.form(), region.level())?;
+
+    // A block: (carries.., consts.., base) -> carries, run when the loop is still going.
+    let mut kb = GraphBuilder::new();
+    let ins = params(&mut kb, "in", with_base.clone());
+    let outs = call(&mut kb, inner, &ins)?;
+    let run_block = branch(Arc::new(kb.finish(outs)?), &with_base)?;
+
+    // Blocks: (j, carries.., consts..) -> carries.
+    let mut ob = GraphBuilder::new();
+    let j = ob.input("j", index_ty);
+    let state = params(&mut ob, "in", types.clone());
+    let going = ob.inline_graph(cond, &state)?[0];
+    let size = ob.scalar(block as f64, quabla_ir::DType::F64, false);
+    let base = ob.binary(quabla_ir::BinaryOp::Mul, j, size)?;
+    let mut operands = vec![going];
+    operands.extend_from_slice(&state);
+    operands.push(base);
+    let next = call(&mut ob, run_block, &operands)?;
+    let outer = ScanBody {
+        length: blocks,
+        start: 0,
+        reverse: false,
+        n_carry: n,
+        n_const: types.len() - n,
+        n_xs: 0,
+        body: Arc::new(ob.finish(next)?),
+    };
+    Region::new(RegionKind::Scan(outer), region.form(), region.level()).map(Some)
 }
 
 /// Pushes one node per output of `region` applied to `operands`, next to each other.
@@ -231,7 +304,7 @@ pub(crate) fn jvp_region(
     x: &[NodeId],
     t: &[Option<NodeId>],
 ) -> Result<Vec<(NodeId, Option<NodeId>)>> {
-    let form = jvp_form(region)?;
+    let form = jvp_form(region);
     let level = level_up(region);
     let is_float = |b: &GraphBuilder, n: NodeId| b.ty(n).dtype.is_float();
     match region.kind() {
@@ -290,6 +363,7 @@ pub(crate) fn jvp_region(
             n_carry,
             cond,
             body,
+            max_trips,
         } => {
             let n = *n_carry;
             let np = x.len() - n;
@@ -352,6 +426,7 @@ pub(crate) fn jvp_region(
                 n_carry: n + n_tc,
                 cond: Arc::new(new_cond),
                 body: Arc::new(new_body),
+                max_trips: *max_trips,
             };
             let outs = call(b, Region::new(kind, form, level)?, &operands)?;
             let mut pos = n;
@@ -468,7 +543,7 @@ pub(crate) fn vjp_region(
     cts: &[Option<NodeId>],
     saved: Option<ScanTape>,
 ) -> Result<Vec<Option<NodeId>>> {
-    let form = vjp_form(region)?;
+    let form = vjp_form(region);
     let level = level_up(region);
     match region.kind() {
         RegionKind::Cond {
@@ -523,7 +598,10 @@ pub(crate) fn vjp_region(
             }
             Ok(result)
         }
-        RegionKind::While { .. } => Err(tf2()),
+        RegionKind::While { .. } => match bounded_scan(region)? {
+            Some(scan) => vjp_region(b, &scan, x, wrt, cts, saved),
+            None => Err(tf2()),
+        },
         RegionKind::Scan(s) => {
             let vjp = ScanVjp::new(s, form, level, x, wrt, cts)?;
             let saved = match saved {
@@ -1191,19 +1269,22 @@ pub(crate) struct ScanTape {
 /// The forward pass of a loop that reverse mode will differentiate: the region's outputs
 /// computed by the checkpointing block loops, plus the checkpoints, so that the primal values
 /// and the checkpoints come from one forward evaluation. `None` for regions whose reverse
-/// mode is another rule (`cond`) or an error (`while`, a third derivative): those keep their
-/// primal node and raise when a cotangent reaches them.
+/// mode is another rule (`cond`, `while`): those keep their primal node.
 pub(crate) fn scan_forward(
     b: &mut GraphBuilder,
     region: &Region,
     x: &[NodeId],
 ) -> Result<Option<(Vec<NodeId>, ScanTape)>> {
+    if let RegionKind::While { .. } = region.kind() {
+        return match bounded_scan(region)? {
+            Some(scan) => scan_forward(b, &scan, x),
+            None => Ok(None),
+        };
+    }
     let RegionKind::Scan(s) = region.kind() else {
         return Ok(None);
     };
-    let Ok(form) = vjp_form(region) else {
-        return Ok(None);
-    };
+    let form = vjp_form(region);
     let wrt = vec![false; x.len()];
     let cts = vec![None; region.output_types().len()];
     let fwd = ScanVjp::new(s, form, level_up(region), x, &wrt, &cts)?;

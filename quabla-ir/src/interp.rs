@@ -210,9 +210,13 @@ impl<'f> Interpreter<'f> {
                 n_carry,
                 cond,
                 body,
+                max_trips,
             } => {
                 let mut carries = operands[..*n_carry].to_vec();
-                for _ in 0..=self.max_while_trips {
+                for trip in 0..=self.max_while_trips {
+                    if Some(trip) == *max_trips {
+                        return Ok(carries);
+                    }
                     let mut ins = carries.clone();
                     ins.extend(operands[*n_carry..].iter().cloned());
                     if self.run(cond, &ins)?[0].get_f64(0) == 0.0 {

@@ -14,7 +14,9 @@
 //!   executor and one set of rules serve every loop form.
 //! - [`RegionKind::While`]: operands `[carries.., consts..]`; `cond(carries.., consts..)`
 //!   returns a rank-0 `i1`, `body(carries.., consts..)` returns the carries. Outputs: the final
-//!   carries.
+//!   carries. With `max_trips: Some(n)` the loop also stops after `n` trips while `cond` still
+//!   holds (the bound that gives it a reverse mode); the facade reads whether it did from a
+//!   trip counter among the carries.
 //!
 //! Nodes have one result each, so a region with several outputs appears as several `region`
 //! nodes (one per output) that share the [`Region`] and the operands, pushed next to each
@@ -79,6 +81,8 @@ pub enum RegionKind {
         n_carry: usize,
         cond: Arc<Graph>,
         body: Arc<Graph>,
+        /// At most this many trips (at least 1), or unbounded.
+        max_trips: Option<usize>,
     },
 }
 
@@ -215,7 +219,11 @@ impl Region {
                 n_carry,
                 cond,
                 body,
+                max_trips,
             } => {
+                if *max_trips == Some(0) {
+                    return Err(mismatch(form, "max_trips is 0".into()));
+                }
                 let ins = input_types(body);
                 if input_types(cond) != ins {
                     return Err(mismatch(form, "cond and body take different inputs".into()));

@@ -11,7 +11,7 @@
 //! any other graph. A successful decode is canonical: re-encoding the decoded plan gives back
 //! exactly the same bytes.
 //!
-//! # Layout (version 3)
+//! # Layout (version 4)
 //!
 //! All integers are little-endian. Names used below:
 //!
@@ -32,7 +32,7 @@
 //!
 //! ```text
 //! magic     8 bytes "QBLAPLAN" (51 42 4C 41 50 4C 41 4E)
-//! version   u32, the value of WIRE_VERSION (3)
+//! version   u32, the value of WIRE_VERSION (4)
 //! graph     the plan's graph
 //! ```
 //!
@@ -117,7 +117,7 @@
 //!   0 cond  graph then-branch, graph else-branch
 //!   1 scan  index length, index start, bool reverse, u32 carries, u32 constants, u32 xs,
 //!           graph body
-//!   2 while u32 carries, graph cond, graph body
+//!   2 while u32 carries, index max_trips (0: unbounded), graph cond, graph body
 //! ```
 //!
 //! Ids inside a body number that body's nodes. Definitions nest at most [`MAX_REGION_DEPTH`]
@@ -127,8 +127,8 @@
 //! # Versions
 //!
 //! Any change to this layout or to the code tables above increments [`WIRE_VERSION`]. A reader
-//! accepts the versions it knows and rejects every other one (this one reads version 3 only).
-//! Version 3 gave `solve` its `transpose_a` flag. Version 2 added region nodes (tag 30) and the
+//! accepts the versions it knows and rejects every other one (this one reads version 4 only).
+//! Version 4 gave `while` regions their `max_trips` bound. Version 3 gave `solve` its `transpose_a` flag. Version 2 added region nodes (tag 30) and the
 //! `graph` item.
 //!
 //! # Limits
@@ -166,7 +166,7 @@ use thiserror::Error;
 pub const WIRE_MAGIC: [u8; 8] = *b"QBLAPLAN";
 
 /// The version of the layout this module writes, and the only one it reads.
-pub const WIRE_VERSION: u32 = 3;
+pub const WIRE_VERSION: u32 = 4;
 
 /// The largest rank a shape may have in the wire format.
 pub const MAX_RANK: usize = 1024;
@@ -387,9 +387,12 @@ impl Writer {
                 n_carry,
                 cond,
                 body,
+                max_trips,
             } => {
                 self.u8(kind::WHILE);
                 self.count(*n_carry, "a carry count")?;
+                // 0 encodes "unbounded": a bound is at least 1.
+                self.index(max_trips.unwrap_or(0))?;
                 self.graph(cond, depth + 1)?;
                 self.graph(body, depth + 1)?;
             }
@@ -785,6 +788,7 @@ impl<'a> Reader<'a> {
             }
             kind::WHILE => RegionKind::While {
                 n_carry: self.u32("a carry count")? as usize,
+                max_trips: Some(self.index("a trip bound")?).filter(|&n| n != 0),
                 cond: self.body(id, "cond")?,
                 body: self.body(id, "body")?,
             },

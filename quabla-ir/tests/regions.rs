@@ -169,6 +169,7 @@ fn while_graph() -> Graph {
             n_carry: 2,
             cond,
             body,
+            max_trips: None,
         },
         RegionForm::While,
         0,

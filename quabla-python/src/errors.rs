@@ -92,6 +92,7 @@ fn to_py_in(py: Python<'_>, err: qb::Error) -> PyErr {
         qb::Error::Index { .. } => PyIndexError::new_err(message),
         qb::Error::NotConverged { .. }
         | qb::Error::OdeMaxSteps { .. }
+        | qb::Error::LoopMaxTrips { .. }
         | qb::Error::Device { .. } => PyRuntimeError::new_err(message),
         qb::Error::Io { .. } => PyOSError::new_err(message),
         qb::Error::OutOfMemory { .. } => PyMemoryError::new_err(message),

@@ -60,7 +60,8 @@ pub(crate) fn batch_region(
             n_carry,
             cond,
             body,
-        } => while_loop(b, &call, *n_carry, cond, body),
+            max_trips,
+        } => while_loop(b, &call, (*n_carry, *max_trips), cond, body),
     }
 }
 
@@ -305,10 +306,11 @@ fn scan(b: &mut GraphBuilder, c: &Call<'_>, s: &ScanBody) -> Result<Vec<Value>> 
 fn while_loop(
     b: &mut GraphBuilder,
     c: &Call<'_>,
-    n_carry: usize,
+    (n_carry, max_trips): (usize, Option<usize>),
     cond: &Graph,
     body: &Graph,
 ) -> Result<Vec<Value>> {
+    // The batched loop takes as many trips as its longest example, so the same bound holds.
     let size = c.size;
     let consts = flags(&c.args[n_carry..]);
     let layout =
@@ -322,6 +324,7 @@ fn while_loop(
             n_carry,
             cond: finish(batched_cond, &[false], size)?,
             body: finish(batched_body, &carries, size)?,
+            max_trips,
         }
     } else {
         // Examples stop at different iterations, so every carry differs per example.
@@ -353,6 +356,7 @@ fn while_loop(
             n_carry,
             cond: new_cond,
             body: Arc::new(bb.finish(next)?),
+            max_trips,
         }
     };
     let new = Region::new(kind, c.region.form(), c.region.level())?;

@@ -33,6 +33,7 @@ fn while_region(n_carry: usize, cond: Arc<Graph>, body: Arc<Graph>) -> Region {
         n_carry,
         cond,
         body,
+        max_trips: None,
     };
     Region::new(kind, RegionForm::While, 0).unwrap()
 }
@@ -701,6 +702,7 @@ fn loops_inside_the_branches_of_a_cond_with_an_unmapped_predicate() {
             n_carry: 1,
             cond: w_cond,
             body: w_body,
+            max_trips: None,
         },
         RegionForm::While,
         0,

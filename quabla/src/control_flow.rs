@@ -494,8 +494,9 @@ where
 // while_loop
 
 /// `while_loop(cond_fn, body_fn, init)`: `carry = body_fn(carry, operands)` while
-/// `cond_fn(carry, operands)` (a rank-0 bool) holds. Forward-mode differentiable only.
-/// Finish with [`WhileLoop::eval`].
+/// `cond_fn(carry, operands)` (a rank-0 bool) holds. Forward-mode differentiable; with
+/// [`WhileLoop::max_trips`] reverse-mode differentiable too. Finish with [`WhileLoop::eval`]
+/// or [`WhileLoop::eval_with_info`].
 pub fn while_loop<C, B>(cond_fn: C, body_fn: B, init: &Tensor) -> WhileLoop<C, B>
 where
     C: Fn(&Tensor, &[Tensor]) -> Result<Tensor>,
@@ -506,6 +507,7 @@ where
         body_fn,
         init: init.clone(),
         operands: Vec::new(),
+        max_trips: None,
     }
 }
 
@@ -515,6 +517,16 @@ pub struct WhileLoop<C, B> {
     body_fn: B,
     init: Tensor,
     operands: Vec<Tensor>,
+    max_trips: Option<usize>,
+}
+
+/// What a bounded `while_loop` did: the trips it took (a rank-0 float64, like the solvers' iteration counts) and whether its
+/// predicate failed within `max_trips` (a rank-0 bool). Tensors, so they can be read under a
+/// trace, like the solvers' `info`.
+#[derive(Clone, Debug)]
+pub struct WhileInfo {
+    pub trips: Tensor,
+    pub success: Tensor,
 }
 
 impl<C, B> std::fmt::Debug for WhileLoop<C, B> {
@@ -546,45 +558,122 @@ where
         self
     }
 
+    /// Bounds the loop to at most `n` trips (`n >= 1`). Its forward pass still stops as soon
+    /// as the predicate fails; the bound is what gives the loop a reverse mode (transforms.md
+    /// §12 as amended in docs/loops.md), which walks back over the trips taken. Eagerly, a
+    /// predicate that still holds after `n` trips is [`Error::LoopMaxTrips`]; under a trace the
+    /// loop stops there and [`WhileInfo::success`] is false.
+    pub fn max_trips(mut self, n: usize) -> Self {
+        self.max_trips = Some(n);
+        self
+    }
+
     /// Runs or records the loop and returns the final carry.
     pub fn eval(self) -> Result<Tensor> {
+        let max_trips = self.max_trips;
+        let (carry, info) = self.run()?;
+        if let (Some(n), Some(info)) = (max_trips, info) {
+            if !trace::active() && !info.success.item_bool()? {
+                return Err(Error::LoopMaxTrips { max_trips: n as u64 });
+            }
+        }
+        Ok(carry)
+    }
+
+    /// Runs or records the loop and returns the final carry with its [`WhileInfo`]; a loop
+    /// stopped by its bound is not an error here. Needs [`WhileLoop::max_trips`].
+    pub fn eval_with_info(self) -> Result<(Tensor, WhileInfo)> {
+        if self.max_trips.is_none() {
+            return Err(Error::invalid(
+                "while_loop: eval_with_info needs a trip bound; set it with max_trips(n)",
+            ));
+        }
+        let (carry, info) = self.run()?;
+        Ok((carry, info.expect("a bounded loop reports its trips")))
+    }
+
+    fn run(self) -> Result<(Tensor, Option<WhileInfo>)> {
         check_carry("while_loop", &self.init)?;
+        if self.max_trips == Some(0) {
+            return Err(Error::invalid(
+                "while_loop: max_trips must be at least 1",
+            ));
+        }
         let carry_ty = strong(&self.init);
         if !trace::active() {
             let mut carry = self.init;
-            loop {
+            let mut trips = 0usize;
+            let success = loop {
                 quabla_backend::cancel::check()?;
                 let p = (self.cond_fn)(&carry, &self.operands)?;
                 check_predicate(&p)?;
                 if !p.item_bool()? {
-                    return Ok(carry);
+                    break true;
+                }
+                if Some(trips) == self.max_trips {
+                    break false;
                 }
                 let out = (self.body_fn)(carry, &self.operands)?;
                 carry = conform_carry("while_loop", &carry_ty, out)?;
-            }
+                trips += 1;
+            };
+            let info = match self.max_trips {
+                Some(_) => Some(WhileInfo {
+                    trips: crate::creation::array(trips as f64)?,
+                    success: crate::creation::array(success)?,
+                }),
+                None => None,
+            };
+            return Ok((carry, info));
         }
+        // A bounded loop counts its trips in a second carry.
+        let counted = self.max_trips.is_some();
+        let counter_ty = TensorType::new(DType::F64, quabla_ir::Shape::scalar());
         let mut inputs = vec![("carry".to_string(), carry_ty.clone())];
+        if counted {
+            inputs.push(("trips".to_string(), counter_ty));
+        }
+        let n_carry = inputs.len();
         inputs.extend(operand_inputs(&self.operands));
         let cond = trace::trace_region_body("while_loop", &inputs, |mut params| {
-            let rest = params.split_off(1);
+            let rest = params.split_off(n_carry);
             let p = (self.cond_fn)(&params[0], &rest)?;
             check_predicate(&p)?;
             Ok(vec![p])
         })?;
         let body = trace::trace_region_body("while_loop", &inputs, |mut params| {
-            let rest = params.split_off(1);
-            let carry = params.pop().expect("one parameter");
+            let rest = params.split_off(n_carry);
+            let mut carries = params.into_iter();
+            let carry = carries.next().expect("the carry");
             let out = (self.body_fn)(carry, &rest)?;
-            Ok(vec![conform_carry("while_loop", &carry_ty, out)?])
+            let mut outs = vec![conform_carry("while_loop", &carry_ty, out)?];
+            if let Some(trips) = carries.next() {
+                outs.push(trips.add(&crate::creation::array(1.0)?)?);
+            }
+            Ok(outs)
         })?;
         let kind = RegionKind::While {
-            n_carry: 1,
+            n_carry,
             cond: freeze(cond),
             body: freeze(body),
+            max_trips: self.max_trips,
         };
         let region = Region::new(kind, RegionForm::While, 0)?;
         let mut ops = vec![self.init];
-        ops.extend(self.operands);
-        Ok(record(region, ops)?.remove(0))
+        if counted {
+            ops.push(crate::creation::array(0.0)?);
+        }
+        ops.extend(self.operands.iter().cloned());
+        let mut outs = record(region, ops)?.into_iter();
+        let carry = outs.next().expect("the carry");
+        let Some(trips) = outs.next() else {
+            return Ok((carry, None));
+        };
+        // Stopped by the bound: the predicate still holds after `max_trips` trips.
+        let n = self.max_trips.expect("a counted loop is bounded") as f64;
+        let at_bound = trips.equal(&crate::creation::array(n)?)?;
+        let still = (self.cond_fn)(&carry, &self.operands)?;
+        let success = at_bound.logical_and(&still)?.logical_not()?;
+        Ok((carry, Some(WhileInfo { trips, success })))
     }
 }

@@ -80,6 +80,10 @@ pub enum Error {
         t: f64,
         max_steps: u64,
     },
+    /// An eager `while_loop(..).max_trips(n)` whose predicate still held after `n` trips
+    /// (never under a transform, where `WhileInfo::success` reports it).
+    #[error("while_loop: the predicate still holds after max_trips={max_trips} trips; raise max_trips or check the loop's stopping condition")]
+    LoopMaxTrips { max_trips: u64 },
     /// RT2..RT4: an eager `cg`, `gmres` or `newton` did not converge (never under a
     /// transform, where `info.success` reports it). `iterations` counts iterations (Arnoldi
     /// steps for `gmres`); `tolerance` is the residual bound the test used (for `newton`, its

@@ -48,7 +48,9 @@ pub mod tree;
 mod view;
 pub mod warnings;
 
-pub use control_flow::{cond, fori_loop, scan, while_loop, ForiLoop, LoopIndex, Scan, WhileLoop};
+pub use control_flow::{
+    cond, fori_loop, scan, while_loop, ForiLoop, LoopIndex, Scan, WhileInfo, WhileLoop,
+};
 pub use creation::{
     arange, arange_from, array, asarray, eye, eye_rect, full, full_like, linspace, ones, ones_like,
     zeros, zeros_like, ArrayLike, DTypeExt, FillValue,

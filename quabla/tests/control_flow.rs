@@ -167,6 +167,8 @@ fn e47_while_loop_value_forward_mode_and_reverse_rejected() -> qb::Result<()> {
         ),
         "{err:?}"
     );
+    // The message names the fix.
+    assert!(err.to_string().contains("max_trips(n)"), "{err}");
     Ok(())
 }
 
@@ -239,7 +241,7 @@ fn e51_regions_must_not_capture_outer_tracers() {
 }
 
 #[test]
-fn e52_second_order_loop_derivatives_and_unsupported_compositions() -> qb::Result<()> {
+fn e52_loop_derivatives_of_second_and_third_order_in_every_mode() -> qb::Result<()> {
     let x0 = qb::array([1.0, 2.0])?;
     let s = |a: Tensor| decay(&x0, &a)?.sum();
     let expected = 3.0 * 100.0 * 99.0 * 1e-4 * 0.995f64.powi(98);
@@ -262,35 +264,20 @@ fn e52_second_order_loop_derivatives_and_unsupported_compositions() -> qb::Resul
     })
     .call(&0.5)?;
     assert!(close(rf.item()?, expected, 1e-10));
-    // forward-over-forward through fori_loop: TF3
-    let err = qb::jvp(
+    // forward-over-forward through fori_loop (TF3 in the reference system): a loop of loops.
+    let (_, ff) = qb::jvp(
         |a: Tensor| Ok(qb::jvp(s, &a, &qb::array(1.0)?)?.1),
         &qb::array(0.5)?,
         &qb::array(1.0)?,
-    )
-    .unwrap_err();
-    assert!(
-        is_unsupported(
-            &err,
-            "fori_loop",
-            "forward-over-forward differentiation through fori_loop is not supported"
-        ),
-        "{err:?}"
-    );
-    // third order: TF3
-    let err = qb::grad(|a: Tensor| {
+    )?;
+    assert!(close(ff.item()?, expected, 1e-10), "{}", ff.item()?);
+    // third order (TF3 in the reference system): d³/da³ of 3 (1 - 0.01 a)^100.
+    let ggg: Tensor = qb::grad(|a: Tensor| {
         qb::grad(|a: Tensor| qb::grad(s).call::<Tensor, Tensor>(&a)).call::<Tensor, Tensor>(&a)
     })
-    .call::<Tensor, Tensor>(&0.5)
-    .unwrap_err();
-    assert!(
-        is_unsupported(
-            &err,
-            "fori_loop",
-            "third-order differentiation through fori_loop is not supported"
-        ),
-        "{err:?}"
-    );
+    .call(&0.5)?;
+    let third = -3.0 * 100.0 * 99.0 * 98.0 * 1e-6 * 0.995f64.powi(97);
+    assert!(close(ggg.item()?, third, 1e-10), "{}", ggg.item()?);
     Ok(())
 }
 
@@ -657,5 +644,97 @@ fn while_loop_forward_over_forward_and_vmap_of_loop_gradients() -> qb::Result<()
             g(qb::array(a)?)?.item()?.to_bits()
         );
     }
+    Ok(())
+}
+
+fn bounded_sqrt(a: &Tensor, max_trips: usize) -> qb::Result<(Tensor, qb::WhileInfo)> {
+    qb::while_loop(
+        |x, ops| (x * x - &ops[0]).abs().greater(1e-12 * &ops[0]),
+        |x, ops| (&x + &ops[0] / &x).mul(0.5),
+        a,
+    )
+    .operands(&[&a])
+    .max_trips(max_trips)
+    .eval_with_info()
+}
+
+#[test]
+fn while_loop_with_max_trips_has_a_reverse_mode() -> qb::Result<()> {
+    let f = |a: Tensor| Ok(bounded_sqrt(&a, 100)?.0);
+    for a in [2.0, 9.0, 0.3] {
+        let g: Tensor = qb::grad(f).call(&a)?;
+        assert!(close(g.item()?, 0.5 / a.sqrt(), 1e-10), "{a}: {}", g.item()?);
+        // Reverse over reverse: d²/da² sqrt(a) = -1 / (4 a^1.5).
+        let h: Tensor = qb::grad(|a: Tensor| qb::grad(f).call::<Tensor, Tensor>(&a)).call(&a)?;
+        assert!(close(h.item()?, -0.25 / a.powf(1.5), 1e-8), "{a}: {}", h.item()?);
+        // Jitted, the gradient is the eager one bit for bit, and so is value_and_grad's value.
+        let jg: Tensor = qb::jit(|a: Tensor| qb::grad(f).call::<Tensor, Tensor>(&a)).call(&qb::array(a)?)?;
+        assert_eq!(jg.item()?.to_bits(), g.item()?.to_bits());
+        let (v, _): (Tensor, Tensor) = qb::jit(|a: Tensor| {
+            qb::value_and_grad(f).call::<Tensor, (Tensor, Tensor)>(&a)
+        })
+        .call(&qb::array(a)?)?;
+        assert_eq!(v.item()?.to_bits(), f(qb::array(a)?)?.item()?.to_bits());
+    }
+    // The text records the bound.
+    let text = qb::jit(f).lower(&qb::array(2.0)?)?.as_text();
+    assert!(text.contains("max_trips=100"), "{text}");
+    Ok(())
+}
+
+#[test]
+fn while_loop_trips_and_its_bound_eagerly_and_traced() -> qb::Result<()> {
+    let a = qb::array(2.0)?;
+    let (x, info) = bounded_sqrt(&a, 100)?;
+    let trips = info.trips.item()?;
+    assert!(info.success.item_bool()?);
+    assert!((3.0..10.0).contains(&trips), "{trips}");
+    // Traced: the same trips and values; the forward pass stopped when the predicate failed.
+    let (jx, jtrips, jok): (Tensor, Tensor, Tensor) = qb::jit(|a: Tensor| {
+        let (x, info) = bounded_sqrt(&a, 100)?;
+        Ok((x, info.trips, info.success))
+    })
+    .call(&a)?;
+    assert_eq!(jx.item()?.to_bits(), x.item()?.to_bits());
+    assert_eq!(jtrips.item()?, trips);
+    assert!(jok.item_bool()?);
+    // Too few trips: eagerly a typed error naming the bound; traced, success is false.
+    let err = qb::while_loop(
+        |x, ops| (x * x - &ops[0]).abs().greater(1e-12 * &ops[0]),
+        |x, ops| (&x + &ops[0] / &x).mul(0.5),
+        &a,
+    )
+    .operands(&[&a])
+    .max_trips(2)
+    .eval()
+    .unwrap_err();
+    assert!(matches!(err, qb::Error::LoopMaxTrips { max_trips: 2 }), "{err:?}");
+    assert!(err.to_string().contains("raise max_trips"), "{err}");
+    let (t2, ok2): (Tensor, Tensor) = qb::jit(|a: Tensor| {
+        let (_, info) = bounded_sqrt(&a, 2)?;
+        Ok((info.trips, info.success))
+    })
+    .call(&a)?;
+    assert_eq!(t2.item()?, 2.0);
+    assert!(!ok2.item_bool()?);
+    // Exactly enough trips is a success.
+    let (_, exact) = bounded_sqrt(&a, trips as usize)?;
+    assert!(exact.success.item_bool()?);
+    // Under vmap each example reports its own trips, and gradients are per example.
+    let batch = qb::array([2.0, 1e6, 0.25])?;
+    let ts: Tensor = qb::vmap(|a: Tensor| Ok(bounded_sqrt(&a, 100)?.1.trips)).call(&batch)?;
+    let per: Vec<f64> = [2.0, 1e6, 0.25]
+        .iter()
+        .map(|&a| bounded_sqrt(&qb::array(a)?, 100)?.1.trips.item())
+        .collect::<qb::Result<_>>()?;
+    assert_eq!(ts.to_vec::<f64>()?, per);
+    let gs: Tensor = qb::vmap(|a: Tensor| {
+        qb::grad(|a: Tensor| Ok(bounded_sqrt(&a, 100)?.0)).call::<Tensor, Tensor>(&a)
+    })
+    .call(&batch)?;
+    assert_vec(&gs, &[0.5 / 2f64.sqrt(), 0.5e-3, 1.0], 1e-9);
+    // A zero bound is rejected.
+    let err = bounded_sqrt(&a, 0).unwrap_err();
+    assert!(err.to_string().contains("max_trips must be at least 1"), "{err}");
     Ok(())
 }

@@ -49,6 +49,7 @@ fn the_hosts_interrupt_stops_a_loop_inside_the_plugin_and_is_consumed_there() {
                 n_carry: 1,
                 cond: Arc::new(cond),
                 body: Arc::new(body),
+                max_trips: None,
             },
             RegionForm::While,
             0,

@@ -56,6 +56,7 @@ fn counting_while() -> Plan {
                 n_carry: 1,
                 cond: Arc::new(cond),
                 body: Arc::new(body),
+                max_trips: None,
             },
             RegionForm::While,
             0,

@@ -77,6 +77,8 @@ enum Exec {
     Scan(Box<Scan>),
     While {
         n_carry: usize,
+        /// Stop after this many trips even while the predicate holds.
+        max_trips: Option<usize>,
         /// Takes `(carries.., consts..)`; its one output is the predicate.
         cond: Body,
         body: Body,
@@ -321,12 +323,14 @@ impl RegionStep {
                 n_carry,
                 cond,
                 body,
+                max_trips,
             } => {
                 let rebound: Vec<bool> = (0..args.len()).map(|j| j < *n_carry).collect();
                 let carries: Vec<usize> = (0..*n_carry).collect();
                 let body = Body::compile(body, &carries, *n_carry, &rebound, build)?;
                 Exec::While {
                     n_carry: *n_carry,
+                    max_trips: *max_trips,
                     cond: Body::compile(cond, &[0], 0, &rebound, build)?,
                     swaps: body.swaps(0, *n_carry),
                     body,
@@ -362,11 +366,12 @@ impl RegionStep {
             Exec::Scan(scan) => self.run_scan(scan, operands, shared, ws, threads),
             Exec::While {
                 n_carry,
+                max_trips,
                 cond,
                 body,
                 swaps,
             } => self.run_while(
-                *n_carry,
+                (*n_carry, *max_trips),
                 cond,
                 body,
                 swaps.as_deref(),
@@ -690,7 +695,7 @@ impl RegionStep {
     #[allow(clippy::too_many_arguments)]
     fn run_while(
         &self,
-        n_carry: usize,
+        (n_carry, max_trips): (usize, Option<usize>),
         cond: &Body,
         body: &Body,
         swaps: Option<&[Swap]>,
@@ -699,7 +704,7 @@ impl RegionStep {
         threads: usize,
     ) -> Result<Vec<Storage<'static>>> {
         if let (Some(c), Some(b)) = (&cond.scalar, &body.scalar) {
-            return self.run_scalar_while(n_carry, c, b, operands, ws);
+            return self.run_scalar_while((n_carry, max_trips), c, b, operands, ws);
         }
         let mut cond_frame = Frame::new(&cond.schedule);
         let mut body_frame = Frame::new(&body.schedule);
@@ -714,7 +719,7 @@ impl RegionStep {
         let looped = self.while_loop(
             (cond, &mut cond_frame),
             (body, &mut body_frame),
-            swaps,
+            (swaps, max_trips),
             &mut carries,
             ws,
             threads,
@@ -734,7 +739,7 @@ impl RegionStep {
     /// A while loop whose predicate and body have scalar forms.
     fn run_scalar_while(
         &self,
-        n_carry: usize,
+        (n_carry, max_trips): (usize, Option<usize>),
         cond: &ScalarBody,
         body: &ScalarBody,
         operands: &[View<'_>],
@@ -755,6 +760,9 @@ impl RegionStep {
             .collect::<Result<Vec<f64>>>()?;
         let mut trips: usize = 0;
         loop {
+            if Some(trips) == max_trips {
+                break;
+            }
             if trips.is_multiple_of(SCALAR_CHECK_EVERY) {
                 ws.cancel.check()?;
             }
@@ -798,13 +806,16 @@ impl RegionStep {
         &self,
         (cond, cond_frame): (&Body, &mut Frame<'_, 'a>),
         (body, body_frame): (&Body, &mut Frame<'_, 'a>),
-        swaps: Option<&[Swap]>,
+        (swaps, max_trips): (Option<&[Swap]>, Option<usize>),
         carries: &mut [Option<Storage<'a>>],
         ws: &mut Workspace,
         threads: usize,
     ) -> Result<()> {
         let (cond_mode, body_mode) = (cond.mode(), body.mode());
-        loop {
+        for trip in 0usize.. {
+            if Some(trip) == max_trips {
+                return Ok(());
+            }
             ws.cancel.check()?;
             for (j, carry) in carries.iter_mut().enumerate() {
                 if cond_frame.reads_input(j) {
@@ -845,6 +856,7 @@ impl RegionStep {
                 None => collect_carries(body_frame, 0, &body.take, carries, ws)?,
             }
         }
+        Ok(())
     }
 
     /// The value of every sibling from the region's results: `values[i]` is region output

@@ -92,6 +92,7 @@ fn counting_while(dims: &[usize]) -> Plan {
                 n_carry: 2,
                 cond: Arc::new(cond),
                 body: Arc::new(body),
+                max_trips: None,
             },
             RegionForm::While,
             0,

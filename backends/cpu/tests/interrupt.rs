@@ -48,6 +48,7 @@ fn counting_while(wide: bool) -> Plan {
                 n_carry: 2,
                 cond: Arc::new(cond),
                 body: Arc::new(body),
+                max_trips: None,
             },
             RegionForm::While,
             0,

@@ -637,6 +637,7 @@ fn large_loop_bodies() {
             n_carry: 2,
             cond: Arc::new(cond),
             body: Arc::new(body),
+            max_trips: None,
         };
         let region = Arc::new(Region::new(kind, RegionForm::While, 0).unwrap());
         let g = calling(&region);
@@ -676,6 +677,7 @@ fn scalar_while_with_a_bool_carry() {
             n_carry: 3,
             cond: Arc::new(cond),
             body: Arc::new(body),
+            max_trips: None,
         };
         let region = Arc::new(Region::new(kind, RegionForm::While, 0).unwrap());
         let g = calling(&region);
@@ -695,6 +697,10 @@ fn scalar_while_with_a_bool_carry() {
 
 /// `while i < limit: (i + 1, acc * 0.5 + v * i)` with constants `(limit, v)`.
 fn while_region(dt: DType) -> Arc<Region> {
+    while_region_bounded(dt, None)
+}
+
+fn while_region_bounded(dt: DType, max_trips: Option<usize>) -> Arc<Region> {
     let ins = [tt(dt, &[]), tt(dt, &[4]), tt(dt, &[]), tt(dt, &[4])];
     let cond = graph(&ins, |b, p| {
         vec![b.compare(Comparison::Less, p[0], p[2]).unwrap()]
@@ -712,6 +718,7 @@ fn while_region(dt: DType) -> Arc<Region> {
         n_carry: 2,
         cond: Arc::new(cond),
         body: Arc::new(body),
+        max_trips,
     };
     Arc::new(Region::new(kind, RegionForm::While, 0).unwrap())
 }
@@ -723,6 +730,7 @@ fn while_reference(region: &Region, inputs: &[HostTensor]) -> (Vec<HostTensor>, 
         n_carry,
         cond,
         body,
+        max_trips,
     } = region.kind()
     else {
         panic!("not a while region");
@@ -735,7 +743,7 @@ fn while_reference(region: &Region, inputs: &[HostTensor]) -> (Vec<HostTensor>, 
         let mut args = carries.clone();
         args.extend_from_slice(&inputs[*n_carry..]);
         let p = run_with(&cond, &args, fused());
-        if p[0].data == HostData::Bool(vec![false].into()) {
+        if p[0].data == HostData::Bool(vec![false].into()) || Some(trips) == *max_trips {
             return (carries, trips);
         }
         carries = run_with(&body, &args, fused());
@@ -759,6 +767,28 @@ fn while_loops_until_the_predicate_fails() {
             let (want, n) = while_reference(&region, &inputs);
             assert_eq!(n, trips);
             check_against(&format!("while {dt:?} {i0} < {limit}"), &g, &inputs, &want);
+        }
+    }
+}
+
+#[test]
+fn a_bounded_while_stops_at_its_bound_or_earlier() {
+    let mut rng = Rng::new(37);
+    for dt in [DType::F32, DType::F64] {
+        let region = while_region_bounded(dt, Some(4));
+        let g = calling(&region);
+        // 7 trips wanted: stopped after 4. 1 trip wanted: the predicate stops it.
+        for (i0, limit, trips) in [(0.0, 7.0, 4), (2.5, 3.0, 1), (5.0, 1.0, 0)] {
+            let inputs = vec![
+                scalar(dt, i0),
+                random_finite(&mut rng, dt, &[4]),
+                scalar(dt, limit),
+                random_finite(&mut rng, dt, &[4]),
+            ];
+            let (want, n) = while_reference(&region, &inputs);
+            assert_eq!(n, trips);
+            assert_eq!(want[0].data.get_f64(0), i0 + trips as f64);
+            check_against(&format!("bounded while {dt:?} {i0} < {limit}"), &g, &inputs, &want);
         }
     }
 }
@@ -871,6 +901,7 @@ fn cond_inside_a_while_body() {
                     n_carry: 2,
                     cond: Arc::new(cond),
                     body: Arc::new(body),
+                    max_trips: None,
                 },
                 RegionForm::While,
                 0,

@@ -182,6 +182,7 @@ impl Bodies {
                 n_carry: carries,
                 cond: Arc::new(cond),
                 body: Arc::new(body),
+                max_trips: params.max_trips,
             },
         })
     }
@@ -189,7 +190,7 @@ impl Bodies {
 
 /// The attributes of a region node line, read for the region's kind (see the printer):
 /// `lower=, upper=` for `fori` forms, else `length=` and `start=`; `reverse`, `carries=`, `xs=`
-/// for scans; `carries=` for while; `level=` for all. `output=` and `same=` belong to the node.
+/// for scans; `carries=` and `max_trips=` for while; `level=` for all. `output=` and `same=` belong to the node.
 #[derive(Debug, PartialEq)]
 struct RegionParams {
     /// `(start, length, reverse)` of a scan.
@@ -197,24 +198,30 @@ struct RegionParams {
     /// The carries of a scan or a while.
     carries: Option<usize>,
     xs: usize,
+    /// The trip bound of a while.
+    max_trips: Option<usize>,
     level: u8,
 }
 
 impl RegionParams {
     fn of(region: &Region) -> RegionParams {
-        let (scan, carries, xs) = match region.kind() {
-            RegionKind::Cond { .. } => (None, None, 0),
+        let (scan, carries, xs, max_trips) = match region.kind() {
+            RegionKind::Cond { .. } => (None, None, 0, None),
             RegionKind::Scan(s) => (
                 Some((s.start, s.length, s.reverse)),
                 Some(s.n_carry),
                 s.n_xs,
+                None,
             ),
-            RegionKind::While { n_carry, .. } => (None, Some(*n_carry), 0),
+            RegionKind::While {
+                n_carry, max_trips, ..
+            } => (None, Some(*n_carry), 0, *max_trips),
         };
         RegionParams {
             scan,
             carries,
             xs,
+            max_trips,
             level: region.level(),
         }
     }
@@ -227,7 +234,7 @@ impl RegionParams {
             BodyKind::Cond => {}
             BodyKind::Scan if fori => keys.extend(["lower", "upper", "carries", "xs"]),
             BodyKind::Scan => keys.extend(["length", "start", "carries", "xs"]),
-            BodyKind::While => keys.push("carries"),
+            BodyKind::While => keys.extend(["carries", "max_trips"]),
         }
         if kind == BodyKind::Scan {
             flags.push("reverse");
@@ -283,10 +290,15 @@ impl RegionParams {
             })?,
             None => 0,
         };
+        let max_trips = match a.map.get("max_trips") {
+            Some(_) => Some(a.usize("max_trips")?),
+            None => None,
+        };
         Ok(RegionParams {
             scan,
             carries,
             xs: optional("xs")?,
+            max_trips,
             level,
         })
     }

@@ -201,7 +201,14 @@ fn node_body(node: &Node) -> String {
                         args.push(format!("xs={}", s.n_xs));
                     }
                 }
-                RegionKind::While { n_carry, .. } => args.push(format!("carries={n_carry}")),
+                RegionKind::While {
+                    n_carry, max_trips, ..
+                } => {
+                    args.push(format!("carries={n_carry}"));
+                    if let Some(n) = max_trips {
+                        args.push(format!("max_trips={n}"));
+                    }
+                }
             }
             if region.level() > 0 {
                 args.push(format!("level={}", region.level()));

@@ -169,13 +169,15 @@ pub fn same_region(a: &Region, b: &Region) -> bool {
                 n_carry: n1,
                 cond: c1,
                 body: b1,
+                max_trips: m1,
             },
             RegionKind::While {
                 n_carry: n2,
                 cond: c2,
                 body: b2,
+                max_trips: m2,
             },
-        ) => n1 == n2 && same_structure(c1, c2) && same_structure(b1, b2),
+        ) => (n1, m1) == (n2, m2) && same_structure(c1, c2) && same_structure(b1, b2),
         _ => false,
     }
 }
@@ -333,6 +335,8 @@ pub fn random_region(
                 n_carry: 2,
                 cond,
                 body,
+                // Bounded at odd levels, so the bound round-trips through text and wire.
+                max_trips: (level % 2 == 1).then_some(3),
             };
             (
                 region(kind, RegionForm::While, level),
