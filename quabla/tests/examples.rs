@@ -254,3 +254,21 @@ fn profile_step_breaks_a_training_step_down_by_step_kind() {
         "{text}"
     );
 }
+
+#[path = "../examples/loop_memory.rs"]
+#[allow(dead_code)]
+mod loop_memory;
+
+#[test]
+fn loop_derivative_memory_grows_sublinearly_to_third_order() {
+    let mut out = Vec::new();
+    let table = loop_memory::run(&mut out, &[100, 10_000]).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let tape = 10_000 * loop_memory::WIDTH * 8;
+    for (order, row) in table.iter().enumerate().skip(1) {
+        // 100 times the trips: √ checkpointing gives about 10 times the memory, a tape 100.
+        let growth = row[1] as f64 / row[0] as f64;
+        assert!(growth < 20.0, "order {order} grew {growth}x:\n{text}");
+        assert!(row[1] < tape / 2, "order {order} holds a tape:\n{text}");
+    }
+}
