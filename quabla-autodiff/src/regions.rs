@@ -171,6 +171,7 @@ fn bounded_scan(region: &Region) -> Result<Option<Region>> {
     let mut operands = vec![go];
     operands.extend_from_slice(state);
     let next = call(&mut ib, trip, &operands)?;
+    let inner_body = Arc::new(ib.finish(next)?);
     let inner = ScanBody {
         length: block,
         start: 0,
@@ -178,7 +179,7 @@ fn bounded_scan(region: &Region) -> Result<Option<Region>> {
         n_carry: n,
         n_const: types.len() - n + 1,
         n_xs: 0,
-        body: Arc::new(ib.finish(next)?),
+        body: inner_body,
     };
     let inner = Region::new(RegionKind::Scan(inner), region.form(), region.level())?;
 
@@ -199,6 +200,7 @@ fn bounded_scan(region: &Region) -> Result<Option<Region>> {
     operands.extend_from_slice(&state);
     operands.push(base);
     let next = call(&mut ob, run_block, &operands)?;
+    let outer_body = Arc::new(ob.finish(next)?);
     let outer = ScanBody {
         length: blocks,
         start: 0,
@@ -206,7 +208,7 @@ fn bounded_scan(region: &Region) -> Result<Option<Region>> {
         n_carry: n,
         n_const: types.len() - n,
         n_xs: 0,
-        body: Arc::new(ob.finish(next)?),
+        body: outer_body,
     };
     Region::new(RegionKind::Scan(outer), region.form(), region.level()).map(Some)
 }

@@ -11,9 +11,10 @@
 //! - Eagerly (no input traced and no trace active), a Rust loop calls `attempt` on concrete
 //!   tensors until `t1` is reached and raises `OdeMaxSteps` after `max_steps` attempts.
 //! - Traced, the state is packed into one flat vector (a loop carry is one array) and the solve
-//!   is one `fori_loop` of exactly `max_steps` iterations whose body is a `cond` that leaves a
-//!   finished state unchanged and otherwise unpacks, attempts and repacks. Packing and slicing
-//!   move values exactly, so both drivers give the same bits.
+//!   is one `while_loop` bounded to `max_steps` trips that stops when the state is done; its
+//!   body unpacks, attempts and repacks. Packing and slicing move values exactly, so both
+//!   drivers give the same bits. The bound gives the loop its reverse mode (docs/loops.md);
+//!   a solve that runs out of trips stops there with `info.success` false.
 
 use super::{dopri5, name_args, rms, rosenbrock, scalar, scaled, select, Method, OdeInfo, Problem};
 use crate::prelude::*;
@@ -493,34 +494,25 @@ fn eager(
     })
 }
 
-/// The traced driver: one `fori_loop` of `max_steps` iterations over the packed state; a
-/// finished state passes through a `cond` unchanged.
+/// The traced driver: one `while_loop` over the packed state that stops when the state is
+/// done, bounded to `max_steps` trips (the bound gives it its reverse mode).
 fn traced(s: &Solver<'_, '_>, state: State, inp: &Inputs<'_>, max_steps: usize) -> Result<State> {
     let layout = s.layout;
     let saveat = inp.saveat.is_some();
     let init = layout.pack(&state)?;
     debug_assert_eq!(init.size(), layout.len());
-    let carry = crate::fori_loop(
-        0,
-        max_steps,
-        |_, c, ops| {
-            let done = c.index(crate::s![layout.done()])?;
-            let mut operands = vec![c];
-            operands.extend(ops.iter().cloned());
-            crate::cond(
-                &done,
-                |o| Ok(o[0].clone()),
-                |o| {
-                    let state = layout.unpack(&o[0])?;
-                    let next = s.attempt(&state, &Inputs::from_operands(&o[1..], saveat))?;
-                    layout.pack(&next)
-                },
-                &operands,
-            )
+    let carry = crate::while_loop(
+        |c, _| c.index(crate::s![layout.done()])?.less(0.5),
+        |c, ops| {
+            let state = layout.unpack(&c)?;
+            let next = s.attempt(&state, &Inputs::from_operands(ops, saveat))?;
+            layout.pack(&next)
         },
         &init,
     )
     .operands(&inp.operands())
-    .eval()?;
+    .max_trips(max_steps)
+    .eval_with_info()?
+    .0;
     layout.unpack(&carry)
 }
