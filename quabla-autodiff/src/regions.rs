@@ -96,9 +96,7 @@ fn vjp_form(region: &Region) -> RegionForm {
     match form {
         RegionForm::Cond | RegionForm::While => form,
         RegionForm::Fori | RegionForm::ForiJvp if region.level() <= 1 => RegionForm::ForiVjp,
-        RegionForm::ForiVjp | RegionForm::ForiJvp if region.level() == 1 => {
-            RegionForm::ForiVjpVjp
-        }
+        RegionForm::ForiVjp | RegionForm::ForiJvp if region.level() == 1 => RegionForm::ForiVjpVjp,
         RegionForm::Scan if region.level() == 0 => RegionForm::ScanVjp,
         RegionForm::Scan | RegionForm::ScanVjp if region.level() == 1 => RegionForm::ScanVjpVjp,
         other => other,

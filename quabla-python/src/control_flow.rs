@@ -168,15 +168,17 @@ fn scan<'py>(
     Ok(PyTuple::new(py, [wrap(py, carry)?, wrap(py, ys)?])?.into_any())
 }
 
-/// `while_loop(cond_fun, body_fun, init, *, operands=())`.
+/// `while_loop(cond_fun, body_fun, init, *, operands=(), max_trips=None)`; `max_trips` bounds
+/// the loop and gives it a reverse mode (docs/loops.md).
 #[pyfunction]
-#[pyo3(signature = (cond_fun, body_fun, init, *, operands=None))]
+#[pyo3(signature = (cond_fun, body_fun, init, *, operands=None, max_trips=None))]
 fn while_loop<'py>(
     py: Python<'py>,
     cond_fun: &Bound<'py, PyAny>,
     body_fun: &Bound<'py, PyAny>,
     init: &Bound<'py, PyAny>,
     operands: Option<&Bound<'py, PyAny>>,
+    max_trips: Option<usize>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let cf = callable_arg(cond_fun, "cond_fun")?;
     let bf = callable_arg(body_fun, "body_fun")?;
@@ -200,7 +202,11 @@ fn while_loop<'py>(
             tensor_result(&out, "body_fun")
         })
     };
-    crate::tensor::ret(py, qb::while_loop(test, body, &init).operands(&ops).eval())
+    let mut looped = qb::while_loop(test, body, &init).operands(&ops);
+    if let Some(n) = max_trips {
+        looped = looped.max_trips(n);
+    }
+    crate::tensor::ret(py, looped.eval())
 }
 
 /// Registers the control-flow functions on `m`.

@@ -120,3 +120,23 @@ def test_common_errors_table():
     with pytest.raises(RuntimeError, match=r"stopped at t=.* before t1 after max_steps=512"):
         qb.ode.odeint(lambda y, t, lam: -lam * (y - qb.cos(t)), qb.array([0.0]), (0.0, 1.0),
                       method="rosenbrock23", args=(1e4,), max_steps=512)
+
+
+def test_bounded_while_loop_has_a_reverse_mode_and_third_derivatives_go_through_loops():
+    def newton_sqrt(a):
+        return qb.while_loop(lambda x, a: abs(x * x - a) > 1e-12 * a,
+                             lambda x, a: 0.5 * (x + a / x), a, operands=(a,), max_trips=100)
+
+    assert abs(float(qb.grad(newton_sqrt)(4.0)) - 0.25) < 1e-10
+    assert abs(float(qb.jit(qb.grad(newton_sqrt))(qb.array(9.0))) - 1.0 / 6.0) < 1e-10
+    with pytest.raises(RuntimeError, match="max_trips=2"):
+        qb.while_loop(lambda x, a: abs(x * x - a) > 1e-12 * a,
+                      lambda x, a: 0.5 * (x + a / x), qb.array(2.0), operands=(qb.array(2.0),),
+                      max_trips=2)
+
+    def cube_loop(a):
+        return qb.fori_loop(0, 5, lambda i, x, a: x * a, qb.array(1.0), operands=(a,))
+
+    # d^3/da^3 a^5 = 60 a^2, through reverse, reverse, reverse.
+    third = qb.grad(qb.grad(qb.grad(cube_loop)))(2.0)
+    assert abs(float(third) - 240.0) < 1e-9

@@ -206,7 +206,7 @@ fn ode_workloads() -> qb::Result<()> {
     println!("workload=ode_dopri5_lotka_volterra seconds={t:e}");
     let (_, info): (Tensor, OdeInfo) = solve.call(&theta)?;
     println!(
-        "note: ode_dopri5_lotka_volterra takes {} accepted and {} rejected steps; the traced solve is a loop of max_steps = 512 iterations, whose iterations after t1 only test a flag",
+        "note: ode_dopri5_lotka_volterra takes {} accepted and {} rejected steps; the traced solve is a while_loop bounded to max_steps = 512 trips that stops at t1",
         info.accepted_steps.item()?,
         info.rejected_steps.item()?
     );

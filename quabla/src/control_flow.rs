@@ -574,7 +574,9 @@ where
         let (carry, info) = self.run()?;
         if let (Some(n), Some(info)) = (max_trips, info) {
             if !trace::active() && !info.success.item_bool()? {
-                return Err(Error::LoopMaxTrips { max_trips: n as u64 });
+                return Err(Error::LoopMaxTrips {
+                    max_trips: n as u64,
+                });
             }
         }
         Ok(carry)
@@ -595,9 +597,7 @@ where
     fn run(self) -> Result<(Tensor, Option<WhileInfo>)> {
         check_carry("while_loop", &self.init)?;
         if self.max_trips == Some(0) {
-            return Err(Error::invalid(
-                "while_loop: max_trips must be at least 1",
-            ));
+            return Err(Error::invalid("while_loop: max_trips must be at least 1"));
         }
         let carry_ty = strong(&self.init);
         if !trace::active() {

@@ -663,17 +663,25 @@ fn while_loop_with_max_trips_has_a_reverse_mode() -> qb::Result<()> {
     let f = |a: Tensor| Ok(bounded_sqrt(&a, 100)?.0);
     for a in [2.0, 9.0, 0.3] {
         let g: Tensor = qb::grad(f).call(&a)?;
-        assert!(close(g.item()?, 0.5 / a.sqrt(), 1e-10), "{a}: {}", g.item()?);
+        assert!(
+            close(g.item()?, 0.5 / a.sqrt(), 1e-10),
+            "{a}: {}",
+            g.item()?
+        );
         // Reverse over reverse: d²/da² sqrt(a) = -1 / (4 a^1.5).
         let h: Tensor = qb::grad(|a: Tensor| qb::grad(f).call::<Tensor, Tensor>(&a)).call(&a)?;
-        assert!(close(h.item()?, -0.25 / a.powf(1.5), 1e-8), "{a}: {}", h.item()?);
+        assert!(
+            close(h.item()?, -0.25 / a.powf(1.5), 1e-8),
+            "{a}: {}",
+            h.item()?
+        );
         // Jitted, the gradient is the eager one bit for bit, and so is value_and_grad's value.
-        let jg: Tensor = qb::jit(|a: Tensor| qb::grad(f).call::<Tensor, Tensor>(&a)).call(&qb::array(a)?)?;
+        let jg: Tensor =
+            qb::jit(|a: Tensor| qb::grad(f).call::<Tensor, Tensor>(&a)).call(&qb::array(a)?)?;
         assert_eq!(jg.item()?.to_bits(), g.item()?.to_bits());
-        let (v, _): (Tensor, Tensor) = qb::jit(|a: Tensor| {
-            qb::value_and_grad(f).call::<Tensor, (Tensor, Tensor)>(&a)
-        })
-        .call(&qb::array(a)?)?;
+        let (v, _): (Tensor, Tensor) =
+            qb::jit(|a: Tensor| qb::value_and_grad(f).call::<Tensor, (Tensor, Tensor)>(&a))
+                .call(&qb::array(a)?)?;
         assert_eq!(v.item()?.to_bits(), f(qb::array(a)?)?.item()?.to_bits());
     }
     // The text records the bound.
@@ -708,7 +716,10 @@ fn while_loop_trips_and_its_bound_eagerly_and_traced() -> qb::Result<()> {
     .max_trips(2)
     .eval()
     .unwrap_err();
-    assert!(matches!(err, qb::Error::LoopMaxTrips { max_trips: 2 }), "{err:?}");
+    assert!(
+        matches!(err, qb::Error::LoopMaxTrips { max_trips: 2 }),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("raise max_trips"), "{err}");
     let (t2, ok2): (Tensor, Tensor) = qb::jit(|a: Tensor| {
         let (_, info) = bounded_sqrt(&a, 2)?;
@@ -735,6 +746,9 @@ fn while_loop_trips_and_its_bound_eagerly_and_traced() -> qb::Result<()> {
     assert_vec(&gs, &[0.5 / 2f64.sqrt(), 0.5e-3, 1.0], 1e-9);
     // A zero bound is rejected.
     let err = bounded_sqrt(&a, 0).unwrap_err();
-    assert!(err.to_string().contains("max_trips must be at least 1"), "{err}");
+    assert!(
+        err.to_string().contains("max_trips must be at least 1"),
+        "{err}"
+    );
     Ok(())
 }

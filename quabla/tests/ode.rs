@@ -888,10 +888,9 @@ fn fixed_step_regions_and_their_derivative_compositions() -> qb::Result<()> {
             &qb::array(1.0)?,
         );
         let (_, second) = ff?;
-        let gg: Tensor = qb::grad(|k: Tensor| {
-            qb::grad(|k: Tensor| solve(&k, mode)).call::<Tensor, Tensor>(&k)
-        })
-        .call(&qb::array(0.5)?)?;
+        let gg: Tensor =
+            qb::grad(|k: Tensor| qb::grad(|k: Tensor| solve(&k, mode)).call::<Tensor, Tensor>(&k))
+                .call(&qb::array(0.5)?)?;
         assert!(
             (second.item()? - gg.item()?).abs() < 1e-12 * gg.item()?.abs(),
             "mode {mode}"

@@ -788,7 +788,12 @@ fn a_bounded_while_stops_at_its_bound_or_earlier() {
             let (want, n) = while_reference(&region, &inputs);
             assert_eq!(n, trips);
             assert_eq!(want[0].data.get_f64(0), i0 + trips as f64);
-            check_against(&format!("bounded while {dt:?} {i0} < {limit}"), &g, &inputs, &want);
+            check_against(
+                &format!("bounded while {dt:?} {i0} < {limit}"),
+                &g,
+                &inputs,
+                &want,
+            );
         }
     }
 }
