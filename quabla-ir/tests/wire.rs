@@ -318,7 +318,7 @@ fn every_op_round_trips() {
     }
     let bytes = assert_round_trip(&g);
     assert_eq!(&bytes[..8], b"QBLAPLAN");
-    assert_eq!(&bytes[8..12], &3u32.to_le_bytes());
+    assert_eq!(&bytes[8..12], &4u32.to_le_bytes());
 }
 
 #[test]
@@ -1018,7 +1018,7 @@ fn wrong_version() {
     );
     assert_eq!(
         decode_err(&bytes),
-        "plan wire data: unsupported wire version 7 (this build reads version 3)"
+        "plan wire data: unsupported wire version 7 (this build reads version 4)"
     );
     bytes[8..12].copy_from_slice(&0u32.to_le_bytes());
     assert!(decode_err(&bytes).contains("unsupported wire version 0"));
