@@ -124,13 +124,13 @@ def test_common_errors_table():
 
 def test_bounded_while_loop_has_a_reverse_mode_and_third_derivatives_go_through_loops():
     def newton_sqrt(a):
-        return qb.while_loop(lambda x, a: abs(x * x - a) > 1e-12 * a,
+        return qb.while_loop(lambda x, a: qb.abs(x * x - a) > 1e-12 * a,
                              lambda x, a: 0.5 * (x + a / x), a, operands=(a,), max_trips=100)
 
     assert abs(float(qb.grad(newton_sqrt)(4.0)) - 0.25) < 1e-10
     assert abs(float(qb.jit(qb.grad(newton_sqrt))(qb.array(9.0))) - 1.0 / 6.0) < 1e-10
     with pytest.raises(RuntimeError, match="max_trips=2"):
-        qb.while_loop(lambda x, a: abs(x * x - a) > 1e-12 * a,
+        qb.while_loop(lambda x, a: qb.abs(x * x - a) > 1e-12 * a,
                       lambda x, a: 0.5 * (x + a / x), qb.array(2.0), operands=(qb.array(2.0),),
                       max_trips=2)
 
