@@ -40,6 +40,9 @@ pub fn jvp_graph(g: &Graph, wrt: &[bool]) -> Result<Graph> {
     for (i, node) in g.nodes().iter().enumerate().skip(inputs.len()) {
         // A recomputed node's tangent is recomputation too.
         b.set_remat(node.remat);
+        // Its primal keeps its origin; its tangent nodes point at it through the rule.
+        b.set_origin(node.origin);
+        let derived = node.origin.derived("jvp", node.op.name());
         if let Some((out, t)) = done.remove(&i) {
             remap.push(out);
             tangents[i] = t;
@@ -49,6 +52,7 @@ pub fn jvp_graph(g: &Graph, wrt: &[bool]) -> Result<Graph> {
         let ts: Vec<Option<NodeId>> = node.operands.iter().map(|o| tangents[o.index()]).collect();
         if let (Op::Region(call), false) = (&node.op, ts.iter().all(Option::is_none)) {
             // The whole group becomes one derived region (regions.rs).
+            b.set_origin(derived);
             let results = crate::regions::jvp_region(&mut b, &call.region, &operands, &ts)?;
             for &m in &groups[&i] {
                 let Op::Region(member) = &g.nodes()[m].op else {
@@ -66,9 +70,11 @@ pub fn jvp_graph(g: &Graph, wrt: &[bool]) -> Result<Graph> {
         if ts.iter().all(Option::is_none) {
             continue;
         }
+        b.set_origin(derived);
         tangents[i] = tangent_rule(&mut b, node, &operands, out, &ts)?;
     }
     b.set_remat(0);
+    b.set_origin(Default::default());
     let mut outputs: Vec<NodeId> = g.outputs().iter().map(|o| remap[o.index()]).collect();
     for o in g.outputs() {
         let t = match tangents[o.index()] {

@@ -69,6 +69,7 @@ pub fn vjp_graph(g: &Graph, wrt: &[bool], seeds: &[Seed]) -> Result<Graph> {
         }
         let operands: Vec<NodeId> = node.operands.iter().map(|o| remap[o.index()]).collect();
         b.set_remat(node.remat);
+        b.set_origin(node.origin);
         if let (Op::Region(call), true) = (&node.op, active[i]) {
             if let Some((outs, tape)) =
                 crate::regions::scan_forward(&mut b, &call.region, &operands)?
@@ -90,6 +91,7 @@ pub fn vjp_graph(g: &Graph, wrt: &[bool], seeds: &[Seed]) -> Result<Graph> {
         remap.push(b.push(node.op.clone(), &operands)?);
     }
     b.set_remat(0);
+    b.set_origin(Default::default());
     let mut cts: Vec<Option<NodeId>> = vec![None; g.len()];
     for (k, o) in g.outputs().iter().enumerate() {
         if !active[o.index()] || g.node(*o).ty.dtype == DType::Bool {
@@ -110,6 +112,8 @@ pub fn vjp_graph(g: &Graph, wrt: &[bool], seeds: &[Seed]) -> Result<Graph> {
         let node = g.node(NodeId(i as u32));
         // The cotangent of a recomputed node is part of the recomputation.
         b.set_remat(node.remat);
+        // Cotangent nodes point at the primal line through the rule that made them.
+        b.set_origin(node.origin.derived("vjp", node.op.name()));
         if let Op::Region(call) = &node.op {
             // A region group is differentiated once, at its first node, when the cotangents
             // of all its nodes are complete (every consumer of the group comes later).
@@ -157,6 +161,7 @@ pub fn vjp_graph(g: &Graph, wrt: &[bool], seeds: &[Seed]) -> Result<Graph> {
         }
     }
     b.set_remat(0);
+    b.set_origin(Default::default());
     let mut outputs: Vec<NodeId> = g.outputs().iter().map(|o| remap[o.index()]).collect();
     for (k, (id, _, _)) in inputs.iter().enumerate() {
         if !wrt.get(k).copied().unwrap_or(false) {

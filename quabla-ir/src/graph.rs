@@ -66,6 +66,57 @@ impl fmt::Display for TensorType {
     }
 }
 
+/// Where a node came from: the line of user code that created it (or created the primal node
+/// it differentiates), and for a node made by a derivative rule, which rule. Metadata only: it
+/// never takes part in equality, hashing or CSE, so it cannot change a plan, its cache key or
+/// its results. Printed by [`crate::text::print_graph_with_origins`] and named by the CPU
+/// backend's non-finite check.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Origin {
+    pub loc: Option<&'static std::panic::Location<'static>>,
+    /// `Some(("vjp", "sqrt"))` for a node that the reverse-mode rule of a `sqrt` node made.
+    pub rule: Option<(&'static str, &'static str)>,
+}
+
+impl Origin {
+    /// The origin of a node that `mode`'s rule (`"jvp"`, `"vjp"`) makes for a node of this
+    /// origin whose op is `of`: the same source line.
+    pub fn derived(self, mode: &'static str, of: &'static str) -> Origin {
+        Origin {
+            loc: self.loc,
+            rule: Some((mode, of)),
+        }
+    }
+
+    /// `vjp of sqrt at src/main.rs:12:5`, `src/main.rs:12:5`, or `None` when nothing is known.
+    pub fn describe(&self) -> Option<String> {
+        let loc = self
+            .loc
+            .map(|l| format!("{}:{}:{}", l.file(), l.line(), l.column()));
+        match (self.rule, loc) {
+            (Some((mode, of)), Some(loc)) => Some(format!("{mode} of {of} at {loc}")),
+            (Some((mode, of)), None) => Some(format!("{mode} of {of}")),
+            (None, loc) => loc,
+        }
+    }
+
+    fn is_known(&self) -> bool {
+        self.loc.is_some() || self.rule.is_some()
+    }
+}
+
+impl PartialEq for Origin {
+    fn eq(&self, _: &Origin) -> bool {
+        true
+    }
+}
+
+impl Eq for Origin {}
+
+impl std::hash::Hash for Origin {
+    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
+}
+
 /// One node: an op applied to earlier nodes, with its inferred type.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Node {
@@ -78,6 +129,8 @@ pub struct Node {
     /// `rematerialized`. Backends ignore it; the wire format does not carry it (plans are
     /// encoded after CSE, when it has done its work).
     pub remat: u32,
+    /// Where the node came from (metadata; not carried by the text or wire formats).
+    pub origin: Origin,
 }
 
 /// An immutable dataflow graph.
@@ -228,6 +281,8 @@ pub struct GraphBuilder {
     nodes: Vec<Node>,
     /// The rematerialization tag given to every node appended from now on.
     remat: u32,
+    /// The origin given to every node appended from now on.
+    origin: Origin,
 }
 
 impl GraphBuilder {
@@ -270,12 +325,13 @@ impl GraphBuilder {
 
     /// Appends a node whose type is already known to satisfy its rule.
     pub(crate) fn push_typed(&mut self, op: Op, operands: Vec<NodeId>, ty: TensorType) -> NodeId {
-        let remat = self.remat;
+        let (remat, origin) = (self.remat, self.origin);
         self.push_node(Node {
             op,
             operands,
             ty,
             remat,
+            origin,
         })
     }
 
@@ -291,6 +347,13 @@ impl GraphBuilder {
     /// derivatives and batched forms of a recomputation stay apart from the forward values.
     pub fn set_remat(&mut self, tag: u32) -> u32 {
         std::mem::replace(&mut self.remat, tag)
+    }
+
+    /// Sets the [`Origin`] of the nodes appended from now on and returns the previous one.
+    /// Tracers set it to the user's call site; rewrites set it to the origin of the node they
+    /// are rewriting (derived, for the nodes of a derivative rule).
+    pub fn set_origin(&mut self, origin: Origin) -> Origin {
+        std::mem::replace(&mut self.origin, origin)
     }
 
     pub fn ty(&self, id: NodeId) -> &TensorType {
@@ -325,8 +388,16 @@ impl GraphBuilder {
                 // Inlined nodes keep their own rematerialization tag (on top of the
                 // builder's current one, for graphs inlined into a recomputation).
                 let previous = self.set_remat(node.remat.max(self.remat));
+                // Inlined nodes keep their own origin when they know it.
+                let origin = if node.origin.is_known() {
+                    node.origin
+                } else {
+                    self.origin
+                };
+                let previous_origin = self.set_origin(origin);
                 let pushed = self.push(node.op.clone(), &ops);
                 self.set_remat(previous);
+                self.set_origin(previous_origin);
                 pushed?
             };
             remap.push(id);

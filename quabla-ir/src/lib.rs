@@ -48,7 +48,7 @@ pub mod wire;
 pub use builder::resolve_indices;
 pub use dtype::DType;
 pub use error::{IrError, Result};
-pub use graph::{Graph, GraphBuilder, Node, NodeId, TensorType};
+pub use graph::{Graph, GraphBuilder, Node, NodeId, Origin, TensorType};
 pub use host::HostData;
 pub use infer::infer_type;
 pub use op::{

@@ -53,4 +53,10 @@ impl Plan {
     pub fn as_text(&self) -> String {
         print_graph(&self.graph, OutputStyle::Shapes)
     }
+
+    /// [`Plan::as_text`] with each node's origin (source line, derivative rule) as a trailing
+    /// comment.
+    pub fn as_text_with_origins(&self) -> String {
+        crate::text::print_graph_with_origins(&self.graph, OutputStyle::Shapes)
+    }
 }

@@ -690,6 +690,7 @@ impl<'a> Reader<'a> {
                 operands,
                 ty,
                 remat: 0,
+                origin: Default::default(),
             });
             defines.push(definition);
         }

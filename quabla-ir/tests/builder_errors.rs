@@ -254,6 +254,7 @@ fn verify_errors_for_broken_graphs() {
         operands: vec![NodeId(0)],
         ty: ty.clone(),
         remat: 0,
+        origin: Default::default(),
     }];
     let err = Graph::from_parts(nodes, vec![NodeId(0)]).unwrap_err();
     assert!(err.to_string().contains("not an earlier node"), "{err}");
@@ -265,6 +266,7 @@ fn verify_errors_for_broken_graphs() {
         operands: vec![],
         ty: TensorType::new(DType::F32, Shape::scalar()),
         remat: 0,
+        origin: Default::default(),
     }];
     let err = Graph::from_parts(nodes, vec![]).unwrap_err();
     assert!(err.to_string().contains("its rule infers"), "{err}");

@@ -191,8 +191,9 @@ fn sweep(b: &mut GraphBuilder, g: &Graph, values: &mut Vec<Value>, size: usize) 
             continue;
         }
         let args: Vec<Value> = node.operands.iter().map(|o| values[o.index()]).collect();
-        // The batched form of a recomputed node is recomputation too.
+        // The batched form of a recomputed node is recomputation too, from the same line.
         let previous = b.set_remat(node.remat);
+        let previous_origin = b.set_origin(node.origin);
         let value = if !args.iter().any(|a| a.batched) {
             let ids: Vec<NodeId> = args.iter().map(|a| a.id).collect();
             Value::unbatched(b.push(node.op.clone(), &ids)?)
@@ -219,6 +220,7 @@ fn sweep(b: &mut GraphBuilder, g: &Graph, values: &mut Vec<Value>, size: usize) 
             Value::batched(batch_rule(b, node, &args, size)?)
         };
         b.set_remat(previous);
+        b.set_origin(previous_origin);
         values.push(value);
     }
     Ok(())

@@ -130,6 +130,7 @@ fn freeze(g: Graph) -> Arc<Graph> {
     Arc::new(quabla_ir::passes::run_all(&g))
 }
 
+#[track_caller]
 fn record(region: Region, operands: Vec<Tensor>) -> Result<Vec<Tensor>> {
     trace::record_region(
         Arc::new(region),
@@ -175,6 +176,7 @@ fn predicate(pred: &Tensor) -> Result<Tensor> {
 /// # Ok(())
 /// # }
 /// ```
+#[track_caller]
 pub fn cond<T, F, O>(pred: &Tensor, true_fn: T, false_fn: F, operands: &[O]) -> Result<Tensor>
 where
     T: Fn(&[Tensor]) -> Result<Tensor>,
@@ -319,6 +321,7 @@ where
     }
 
     /// Runs (eagerly) or records (traced) the loop and returns the final carry.
+    #[track_caller]
     pub fn eval(self) -> Result<Tensor> {
         check_carry("fori_loop", &self.init)?;
         let carry_ty = strong(&self.init);
@@ -418,6 +421,7 @@ where
     }
 
     /// Runs or records the scan: `(final carry, ys)` with `ys` of shape `[length, *y.shape]`.
+    #[track_caller]
     pub fn eval(self) -> Result<(Tensor, Tensor)> {
         check_carry("scan", &self.init)?;
         if self.length == 0 {
@@ -569,6 +573,7 @@ where
     }
 
     /// Runs or records the loop and returns the final carry.
+    #[track_caller]
     pub fn eval(self) -> Result<Tensor> {
         let max_trips = self.max_trips;
         let (carry, info) = self.run()?;
@@ -584,6 +589,7 @@ where
 
     /// Runs or records the loop and returns the final carry with its [`WhileInfo`]; a loop
     /// stopped by its bound is not an error here. Needs [`WhileLoop::max_trips`].
+    #[track_caller]
     pub fn eval_with_info(self) -> Result<(Tensor, WhileInfo)> {
         if self.max_trips.is_none() {
             return Err(Error::invalid(
@@ -594,6 +600,7 @@ where
         Ok((carry, info.expect("a bounded loop reports its trips")))
     }
 
+    #[track_caller]
     fn run(self) -> Result<(Tensor, Option<WhileInfo>)> {
         check_carry("while_loop", &self.init)?;
         if self.max_trips == Some(0) {

@@ -27,6 +27,7 @@ thread_local! {
 }
 
 /// The backend eager operations run on: the registry's `cpu`, which is always available.
+#[track_caller]
 fn eager_backend() -> Result<&'static Arc<dyn Backend>> {
     static CPU: OnceLock<Arc<dyn Backend>> = OnceLock::new();
     if let Some(backend) = CPU.get() {
@@ -37,6 +38,7 @@ fn eager_backend() -> Result<&'static Arc<dyn Backend>> {
 }
 
 /// Resolves operands to tensors; a Rust `f64` becomes a weak float64 scalar.
+#[track_caller]
 fn resolve(operands: Vec<Operand>) -> Result<Vec<Tensor>> {
     operands
         .into_iter()
@@ -54,6 +56,7 @@ fn resolve(operands: Vec<Operand>) -> Result<Vec<Tensor>> {
 
 /// Applies one operation built by `build` to `operands` and returns its single result: recorded
 /// into the innermost trace when an operand is a tracer, executed eagerly otherwise.
+#[track_caller]
 pub(crate) fn apply(
     operands: Vec<Operand>,
     build: impl FnOnce(&mut GraphBuilder, &[NodeId]) -> quabla_ir::Result<NodeId>,
@@ -94,6 +97,7 @@ pub(crate) fn apply(
     Ok(Tensor::from_host(result, weak))
 }
 
+#[track_caller]
 fn compiled(graph: Graph) -> Result<Arc<dyn Executable>> {
     if let Some(exe) = EAGER_CACHE.with(|c| c.borrow().get(&graph).cloned()) {
         return Ok(exe);
@@ -110,6 +114,7 @@ fn compiled(graph: Graph) -> Result<Arc<dyn Executable>> {
 }
 
 /// A constant tensor filled with one value, built on the host.
+#[track_caller]
 pub(crate) fn filled(shape: &[usize], value: f64, dtype: DType) -> Result<Tensor> {
     let shape = Shape::new(shape.to_vec())?;
     let n = shape.size();

@@ -15,6 +15,7 @@ macro_rules! arith {
     ($trait:ident, $method:ident, $func:path; $(($lhs:ty, $rhs:ty)),*) => {$(
         impl $trait<$rhs> for $lhs {
             type Output = Result<Tensor>;
+            #[track_caller]
             fn $method(self, rhs: $rhs) -> Result<Tensor> {
                 $func(self, rhs)
             }
@@ -44,6 +45,7 @@ macro_rules! logic {
     ($trait:ident, $method:ident, $func:path; $(($lhs:ty, $rhs:ty)),*) => {$(
         impl $trait<$rhs> for $lhs {
             type Output = Result<Tensor>;
+            #[track_caller]
             fn $method(self, rhs: $rhs) -> Result<Tensor> {
                 $func(self, rhs)
             }
@@ -60,6 +62,7 @@ logic!(BitOr, bitor, compare::logical_or;
 
 impl Neg for Tensor {
     type Output = Result<Tensor>;
+    #[track_caller]
     fn neg(self) -> Result<Tensor> {
         elementwise::neg(self)
     }
@@ -67,6 +70,7 @@ impl Neg for Tensor {
 
 impl Neg for &Tensor {
     type Output = Result<Tensor>;
+    #[track_caller]
     fn neg(self) -> Result<Tensor> {
         elementwise::neg(self)
     }
@@ -74,6 +78,7 @@ impl Neg for &Tensor {
 
 impl Not for Tensor {
     type Output = Result<Tensor>;
+    #[track_caller]
     fn not(self) -> Result<Tensor> {
         compare::logical_not(self)
     }
@@ -81,6 +86,7 @@ impl Not for Tensor {
 
 impl Not for &Tensor {
     type Output = Result<Tensor>;
+    #[track_caller]
     fn not(self) -> Result<Tensor> {
         compare::logical_not(self)
     }

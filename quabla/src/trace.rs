@@ -107,10 +107,31 @@ fn resolve(frames: &mut [Frame], operand: &Operand) -> Result<NodeId> {
 /// Resolves `operands` into the innermost frame, lets `emit` append nodes there, and returns
 /// tracers for the nodes it names: the one path by which operations, custom calls and inlined
 /// graphs enter a trace. A tracer whose trace has ended is TR5.
+/// The source directory of this crate, as `Location::file` spells its files.
+fn library_dir() -> &'static str {
+    let here = file!();
+    here.strip_suffix("trace.rs").unwrap_or(here)
+}
+
+/// `site` when it is the user's code; `None` when it is inside this library (a call chain
+/// that lost the caller, e.g. through a closure), which would point at the wrong line.
+fn user_site(
+    site: &'static std::panic::Location<'static>,
+) -> Option<&'static std::panic::Location<'static>> {
+    (!site.file().starts_with(library_dir())).then_some(site)
+}
+
+/// Records into the innermost trace: `emit` appends nodes to its builder, each given the
+/// origin of the caller of the `#[track_caller]` chain that reached here.
+#[track_caller]
 fn emit_into_top(
     operands: &[Operand],
     emit: impl FnOnce(&mut GraphBuilder, &[NodeId]) -> Result<Vec<NodeId>>,
 ) -> Result<Vec<Tensor>> {
+    let origin = quabla_ir::Origin {
+        loc: user_site(std::panic::Location::caller()),
+        rule: None,
+    };
     FRAMES.with(|frames| {
         let mut frames = frames.borrow_mut();
         if frames.is_empty() {
@@ -131,7 +152,10 @@ fn emit_into_top(
             .map(|o| resolve(&mut frames, o))
             .collect::<Result<Vec<_>>>()?;
         let top = frames.last_mut().expect("checked non-empty above");
-        let outputs = emit(&mut top.builder, &nodes)?;
+        let previous = top.builder.set_origin(origin);
+        let outputs = emit(&mut top.builder, &nodes);
+        top.builder.set_origin(previous);
+        let outputs = outputs?;
         Ok(outputs
             .into_iter()
             .map(|node| {
@@ -146,6 +170,7 @@ fn emit_into_top(
 }
 
 /// Records an operation into the innermost trace. `operands` contains at least one tracer.
+#[track_caller]
 pub(crate) fn record(
     operands: Vec<Operand>,
     build: impl FnOnce(&mut GraphBuilder, &[NodeId]) -> quabla_ir::Result<NodeId>,
@@ -157,6 +182,7 @@ pub(crate) fn record(
 /// Records the `custom` nodes of one call of a custom rule into the innermost trace (one node
 /// per output of its primal graph, sharing the rule and the operands) and returns their
 /// tracers.
+#[track_caller]
 pub(crate) fn record_custom(
     rule: std::sync::Arc<quabla_ir::CustomRule>,
     operands: Vec<Operand>,
@@ -190,6 +216,7 @@ pub(crate) fn record_custom(
 
 /// Records the nodes of one region call into the innermost trace (one node per output,
 /// sharing the region and the operands) and returns their tracers.
+#[track_caller]
 pub(crate) fn record_region(
     region: std::sync::Arc<quabla_ir::Region>,
     operands: Vec<Operand>,
@@ -250,6 +277,7 @@ pub(crate) fn trace_region_body(
 
 /// Inlines `graph` into the innermost trace with its inputs bound to `operands` (in input
 /// order) and returns tracers for its outputs.
+#[track_caller]
 pub(crate) fn inline(graph: &Graph, operands: Vec<Operand>) -> Result<Vec<Tensor>> {
     emit_into_top(&operands, |b, nodes| Ok(b.inline_graph(graph, nodes)?))
 }

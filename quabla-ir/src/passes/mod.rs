@@ -62,14 +62,17 @@ pub(crate) fn rewrite(
             operands: node.operands.iter().map(|o| remap[o.index()]).collect(),
             ty: node.ty.clone(),
             remat: node.remat,
+            origin: node.origin,
         };
-        // Replacement nodes a rule appends inherit the tag of the node they replace.
+        // Replacement nodes a rule appends inherit the tag and origin of the node they replace.
         let previous = b.set_remat(node.remat);
+        let previous_origin = b.set_origin(node.origin);
         let id = match decide(&mut b, &node) {
             Rewrite::Alias(id) => id,
             Rewrite::Keep => b.push_node(node),
         };
         b.set_remat(previous);
+        b.set_origin(previous_origin);
         remap.push(id);
     }
     let outputs = graph.outputs().iter().map(|o| remap[o.index()]).collect();

@@ -25,4 +25,4 @@ mod print;
 
 pub use number::{format_f64, parse_f64};
 pub use parse::parse_graph;
-pub use print::{print_graph, OutputStyle};
+pub use print::{node_line, print_graph, print_graph_with_origins, OutputStyle};

@@ -21,8 +21,26 @@ pub enum OutputStyle {
 
 /// Prints a graph in the text format.
 pub fn print_graph(graph: &Graph, style: OutputStyle) -> String {
+    print_with(graph, style, false)
+}
+
+/// [`print_graph`] with each node's [`crate::Origin`] as a trailing `# ...` comment (the user's
+/// source line, and the derivative rule that made the node): a form for reading, which the
+/// parser does not take back.
+pub fn print_graph_with_origins(graph: &Graph, style: OutputStyle) -> String {
+    print_with(graph, style, true)
+}
+
+/// One node's line without indentation or origin: `%7 = div(%5, %6) : f64[3]` (a region
+/// node prints its head only).
+pub fn node_line(graph: &Graph, id: NodeId) -> String {
+    let node = graph.node(id);
+    format!("{id} = {} : {}", node_body(node), node.ty)
+}
+
+fn print_with(graph: &Graph, style: OutputStyle, origins: bool) -> String {
     let mut out = String::new();
-    print_nodes(graph, 0, &mut out);
+    print_nodes(graph, 0, origins, &mut out);
     let outs: Vec<String> = graph
         .outputs()
         .iter()
@@ -38,26 +56,30 @@ pub fn print_graph(graph: &Graph, style: OutputStyle) -> String {
 /// The node lines of `graph` at `indent` levels (two spaces each). A region's first node
 /// prints the bodies (transforms.md §15.3); its sibling nodes (further outputs of the same
 /// call) print `same=%k` instead of repeating them.
-fn print_nodes(graph: &Graph, indent: usize, out: &mut String) {
+fn print_nodes(graph: &Graph, indent: usize, origins: bool, out: &mut String) {
     let pad = "  ".repeat(indent);
     let mut first_of: HashMap<(usize, Vec<NodeId>), usize> = HashMap::new();
     for (i, node) in graph.nodes().iter().enumerate() {
         let body = node_body(node);
+        let origin = match node.origin.describe() {
+            Some(o) if origins => format!("  # {o}"),
+            _ => String::new(),
+        };
         let Op::Region(call) = &node.op else {
-            let _ = writeln!(out, "{pad}%{i} = {body} : {}", node.ty);
+            let _ = writeln!(out, "{pad}%{i} = {body} : {}{origin}", node.ty);
             continue;
         };
         let key = (Arc::as_ptr(&call.region) as usize, node.operands.clone());
         if let Some(first) = first_of.get(&key) {
             let body = splice_attr(&body, &format!("same=%{first}"));
-            let _ = writeln!(out, "{pad}%{i} = {body} : {}", node.ty);
+            let _ = writeln!(out, "{pad}%{i} = {body} : {}{origin}", node.ty);
             continue;
         }
         first_of.insert(key, i);
-        let _ = writeln!(out, "{pad}%{i} = {body} : {} {{", node.ty);
+        let _ = writeln!(out, "{pad}%{i} = {body} : {} {{{origin}", node.ty);
         for (label, g) in call.region.bodies() {
             let _ = writeln!(out, "{pad}  ^{label}:");
-            print_nodes(g, indent + 2, out);
+            print_nodes(g, indent + 2, origins, out);
             let results: Vec<String> = g.outputs().iter().map(|o| o.to_string()).collect();
             let _ = writeln!(out, "{pad}    yield {}", results.join(", "));
         }

@@ -19,10 +19,12 @@ pub(super) type Built = quabla_ir::Result<NodeId>;
 // ---------------------------------------------------------------------------------------------
 // Checks and small graph helpers
 
+#[track_caller]
 pub(super) fn dims(b: &GraphBuilder, x: NodeId) -> Vec<usize> {
     b.ty(x).shape.dims().to_vec()
 }
 
+#[track_caller]
 pub(super) fn shape_error(name: &str, message: String) -> IrError {
     IrError::Shape {
         op: name.into(),
@@ -31,6 +33,7 @@ pub(super) fn shape_error(name: &str, message: String) -> IrError {
 }
 
 /// DT2: linear algebra needs floating arrays.
+#[track_caller]
 pub(super) fn floating(b: &GraphBuilder, x: NodeId, name: &str) -> quabla_ir::Result<()> {
     if b.ty(x).dtype == DType::Bool {
         return Err(IrError::BoolOperand { op: name.into() });
@@ -39,6 +42,7 @@ pub(super) fn floating(b: &GraphBuilder, x: NodeId, name: &str) -> quabla_ir::Re
 }
 
 /// `(m, n)` of an `[..., m, n]` floating operand.
+#[track_caller]
 pub(super) fn matrix_dims(
     b: &GraphBuilder,
     x: NodeId,
@@ -57,6 +61,7 @@ pub(super) fn matrix_dims(
 }
 
 /// SH7: the size `n` of an `[..., n, n]` floating operand.
+#[track_caller]
 pub(super) fn square(b: &GraphBuilder, x: NodeId, name: &str) -> quabla_ir::Result<usize> {
     floating(b, x, name)?;
     let shape = &b.ty(x).shape;
@@ -72,6 +77,7 @@ pub(super) fn square(b: &GraphBuilder, x: NodeId, name: &str) -> quabla_ir::Resu
 
 /// A right-hand side for a matrix with `rows` rows: a vector `[rows]` or a stack `[..., rows,
 /// k]` of the matrix's dtype (SH8, DT1).
+#[track_caller]
 fn check_rhs(
     b: &GraphBuilder,
     a: NodeId,
@@ -109,6 +115,7 @@ fn check_rhs(
 }
 
 /// Swaps the last two axes.
+#[track_caller]
 pub(super) fn mt(b: &mut GraphBuilder, x: NodeId) -> Built {
     let r = b.ty(x).shape.rank() as isize;
     let mut perm: Vec<isize> = (0..r).collect();
@@ -117,6 +124,7 @@ pub(super) fn mt(b: &mut GraphBuilder, x: NodeId) -> Built {
 }
 
 /// A constant of `dtype` and shape `dims` holding `values` (row-major).
+#[track_caller]
 pub(super) fn constant(
     b: &mut GraphBuilder,
     dims: Vec<usize>,
@@ -131,6 +139,7 @@ pub(super) fn constant(
 }
 
 /// The `[n, n]` identity.
+#[track_caller]
 pub(super) fn identity(b: &mut GraphBuilder, n: usize, dtype: DType) -> Built {
     let mut v = vec![0.0; n * n];
     for i in 0..n {
@@ -140,6 +149,7 @@ pub(super) fn identity(b: &mut GraphBuilder, n: usize, dtype: DType) -> Built {
 }
 
 /// `len` entries of the axis `rank - from_end` of `x`, from `start`.
+#[track_caller]
 pub(super) fn take_trailing(
     b: &mut GraphBuilder,
     x: NodeId,
@@ -156,6 +166,7 @@ pub(super) fn take_trailing(
 }
 
 /// `x` with its last axis removed (it has extent 1).
+#[track_caller]
 fn drop_last(b: &mut GraphBuilder, x: NodeId) -> Built {
     let mut d = dims(b, x);
     d.pop();
@@ -163,6 +174,7 @@ fn drop_last(b: &mut GraphBuilder, x: NodeId) -> Built {
 }
 
 /// `a` and `rhs` (a matrix right-hand side) with their batch axes broadcast together.
+#[track_caller]
 fn broadcast_batch(
     b: &mut GraphBuilder,
     a: NodeId,
@@ -181,11 +193,13 @@ fn broadcast_batch(
     Ok((full(b, a, &da)?, full(b, rhs, &dr)?))
 }
 
+#[track_caller]
 fn linalg(b: &mut GraphBuilder, kind: LinalgKind, a: NodeId) -> Built {
     b.push(Op::Linalg(kind), &[a])
 }
 
 /// One finished call of several results.
+#[track_caller]
 fn results<const N: usize>(tensors: Vec<Tensor>) -> Result<[Tensor; N]> {
     tensors
         .try_into()
@@ -253,6 +267,7 @@ macro_rules! display_fields {
     ($($ty:ident { $($field:ident),* })*) => {
         $(
             impl fmt::Display for $ty {
+                #[track_caller]
                 fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                     write!(f, "{}(", stringify!($ty))?;
                     let mut first = true;
@@ -297,6 +312,7 @@ pub trait IntoTrans {
     fn into_trans(self) -> Result<Trans>;
 }
 
+#[track_caller]
 fn bad_trans(value: impl fmt::Debug) -> Error {
     Error::invalid(format!(
         "solve_triangular trans must be 0, 1, \"N\" or \"T\", got {value:?}"
@@ -304,12 +320,14 @@ fn bad_trans(value: impl fmt::Debug) -> Error {
 }
 
 impl IntoTrans for Trans {
+    #[track_caller]
     fn into_trans(self) -> Result<Trans> {
         Ok(self)
     }
 }
 
 impl IntoTrans for i64 {
+    #[track_caller]
     fn into_trans(self) -> Result<Trans> {
         match self {
             0 => Ok(Trans::N),
@@ -320,12 +338,14 @@ impl IntoTrans for i64 {
 }
 
 impl IntoTrans for i32 {
+    #[track_caller]
     fn into_trans(self) -> Result<Trans> {
         i64::from(self).into_trans().map_err(|_| bad_trans(self))
     }
 }
 
 impl IntoTrans for &str {
+    #[track_caller]
     fn into_trans(self) -> Result<Trans> {
         match self {
             "N" => Ok(Trans::N),
@@ -352,12 +372,14 @@ pub trait IntoQrMode {
 }
 
 impl IntoQrMode for QrMode {
+    #[track_caller]
     fn into_qr_mode(self) -> Result<QrMode> {
         Ok(self)
     }
 }
 
 impl IntoQrMode for &str {
+    #[track_caller]
     fn into_qr_mode(self) -> Result<QrMode> {
         match self {
             "reduced" => Ok(QrMode::Reduced),
@@ -386,6 +408,7 @@ impl IntoQrMode for &str {
 /// # Ok(())
 /// # }
 /// ```
+#[track_caller]
 pub fn solve(a: impl Into<Operand>, b: impl Into<Operand>) -> Result<Tensor> {
     apply(vec![a.into(), b.into()], |g, x| {
         let n = square(g, x[0], "solve")?;
@@ -396,6 +419,7 @@ pub fn solve(a: impl Into<Operand>, b: impl Into<Operand>) -> Result<Tensor> {
 
 /// `solve_triangular(a, b)`: forward or back substitution reading only one triangle of `a`
 /// (the upper by default); finish with [`SolveTriangular::eval`].
+#[track_caller]
 pub fn solve_triangular(a: impl Into<Operand>, b: impl Into<Operand>) -> SolveTriangular {
     SolveTriangular {
         a: a.into(),
@@ -417,6 +441,7 @@ pub struct SolveTriangular {
 
 impl SolveTriangular {
     /// Read the lower triangle of `a` (default: the upper).
+    #[track_caller]
     pub fn lower(mut self, lower: bool) -> Self {
         self.lower = lower;
         self
@@ -424,12 +449,14 @@ impl SolveTriangular {
 
     /// Solve `aᵀ x = b` for [`Trans::T`] (`1`, `"T"`); the triangle read is still the one
     /// [`SolveTriangular::lower`] names, of `a` itself.
+    #[track_caller]
     pub fn trans(mut self, trans: impl IntoTrans) -> Self {
         self.trans = trans.into_trans();
         self
     }
 
     /// Solves; `b` follows [`solve`]'s conventions.
+    #[track_caller]
     pub fn eval(self) -> Result<Tensor> {
         let transpose = self.trans? == Trans::T;
         let lower = self.lower;
@@ -446,6 +473,7 @@ impl SolveTriangular {
 /// matrix. Only the lower triangle of `a` is read, and derivatives are those of that function
 /// (the strict upper triangle receives zero); a matrix whose lower triangle is not positive
 /// definite gives an all-NaN factor, as does a non-finite entry (docs/linalg.md).
+#[track_caller]
 pub fn cholesky(a: impl Into<Operand>) -> Result<Tensor> {
     apply(vec![a.into()], |g, x| {
         square(g, x[0], "cholesky")?;
@@ -456,6 +484,7 @@ pub fn cholesky(a: impl Into<Operand>) -> Result<Tensor> {
 /// `cho_solve(c, b)`: solves `a x = b` from the Cholesky factor `c` of `a` (lower by default,
 /// `a = c cᵀ`; upper, `a = cᵀ c`) with two triangular solves; finish with
 /// [`ChoSolve::eval`].
+#[track_caller]
 pub fn cho_solve(c: impl Into<Operand>, b: impl Into<Operand>) -> ChoSolve {
     ChoSolve {
         c: c.into(),
@@ -475,12 +504,14 @@ pub struct ChoSolve {
 
 impl ChoSolve {
     /// Whether `c` is the lower factor (default `true`); only that triangle of `c` is read.
+    #[track_caller]
     pub fn lower(mut self, lower: bool) -> Self {
         self.lower = lower;
         self
     }
 
     /// Solves; `b` follows [`solve`]'s conventions.
+    #[track_caller]
     pub fn eval(self) -> Result<Tensor> {
         let lower = self.lower;
         apply(vec![self.c, self.b], |g, x| {
@@ -499,6 +530,7 @@ impl ChoSolve {
 
 /// Sign and log absolute determinant from LU with partial pivoting: `(0, -inf)` for an exactly
 /// singular matrix (no error; its derivative raises), `(NaN, NaN)` for a non-finite one.
+#[track_caller]
 pub fn slogdet(a: impl Into<Operand>) -> Result<SlogdetResult> {
     let [sign, logabsdet] = results(apply_many(vec![a.into()], |g, x| {
         square(g, x[0], "slogdet")?;
@@ -512,6 +544,7 @@ pub fn slogdet(a: impl Into<Operand>) -> Result<SlogdetResult> {
 
 /// `sign * exp(logabsdet)` of [`slogdet`]: exactly 0 for a singular matrix. Its derivative
 /// `det * trace(solve(a, da))` raises [`Error::Singular`] at a singular matrix (LA1).
+#[track_caller]
 pub fn det(a: impl Into<Operand>) -> Result<Tensor> {
     apply(vec![a.into()], |g, x| {
         square(g, x[0], "det")?;
@@ -523,10 +556,12 @@ pub fn det(a: impl Into<Operand>) -> Result<Tensor> {
 }
 
 /// `solve(a, I)`: [`Error::Singular`] for an exactly singular matrix.
+#[track_caller]
 pub fn inv(a: impl Into<Operand>) -> Result<Tensor> {
     apply(vec![a.into()], |g, x| build_inv(g, x[0], "inv"))
 }
 
+#[track_caller]
 fn build_inv(g: &mut GraphBuilder, a: NodeId, name: &str) -> Built {
     let n = square(g, a, name)?;
     let eye = identity(g, n, g.ty(a).dtype)?;
@@ -535,6 +570,7 @@ fn build_inv(g: &mut GraphBuilder, a: NodeId, name: &str) -> Built {
 
 /// `a` to the integer power `n` by repeated squaring: the identity for `n == 0`, powers of
 /// `inv(a)` for negative `n`.
+#[track_caller]
 pub fn matrix_power(a: impl Into<Operand>, n: i64) -> Result<Tensor> {
     apply(vec![a.into()], |g, x| {
         let name = "matrix_power";
@@ -574,6 +610,7 @@ pub fn matrix_power(a: impl Into<Operand>, n: i64) -> Result<Tensor> {
 
 /// Eigenvalues (ascending) and eigenvectors (columns, sign rule of numerics.md §6.3) of the
 /// symmetric part `(a + aᵀ)/2` of each `[..., n, n]` matrix.
+#[track_caller]
 pub fn eigh(a: impl Into<Operand>) -> Result<EighResult> {
     let [eigenvalues, eigenvectors] = results(apply_many(vec![a.into()], |g, x| {
         square(g, x[0], "eigh")?;
@@ -590,6 +627,7 @@ pub fn eigh(a: impl Into<Operand>) -> Result<EighResult> {
 
 /// `qr(a)`: Householder QR of `[..., m, n]` with `diag(R) >= 0`; finish with [`Qr::eval`] (the
 /// factors) or [`Qr::eval_r`] (`R` alone, the spec's `mode="r"`).
+#[track_caller]
 pub fn qr(a: impl Into<Operand>) -> Qr {
     Qr {
         a: a.into(),
@@ -608,6 +646,7 @@ pub struct Qr {
 impl Qr {
     /// [`QrMode::Reduced`] (default, `Q [m, k]`, `R [k, n]`), [`QrMode::Complete`] (`Q [m, m]`,
     /// `R [m, n]`) or [`QrMode::R`]; also by name (`"reduced"`, `"complete"`, `"r"`).
+    #[track_caller]
     pub fn mode(mut self, mode: impl IntoQrMode) -> Self {
         self.mode = mode.into_qr_mode();
         self
@@ -616,6 +655,7 @@ impl Qr {
     /// The factors of the reduced or complete mode. A complete `Q` of a tall matrix has extra
     /// columns (any orthonormal completion of the first `k`): docs/linalg.md says what their
     /// derivatives do (TF11).
+    #[track_caller]
     pub fn eval(self) -> Result<QRResult> {
         let mode = self.mode?;
         if mode == QrMode::R {
@@ -639,6 +679,7 @@ impl Qr {
 
     /// `R` alone: `[..., k, n]` for the modes `"r"` and `"reduced"`, `[..., m, n]` for
     /// `"complete"`.
+    #[track_caller]
     pub fn eval_r(self) -> Result<Tensor> {
         let mode = self.mode?;
         apply(vec![self.a], |g, x| {
@@ -650,6 +691,7 @@ impl Qr {
 
 /// `R` of `mode`: the reduced factor, padded with zero rows to `[..., m, n]` in complete mode
 /// (rows `k..m` of a complete `R` are exactly zero, whatever the input).
+#[track_caller]
 fn build_r(g: &mut GraphBuilder, a: NodeId, mode: QrMode, m: usize, n: usize) -> Built {
     let r = linalg(g, LinalgKind::QrR, a)?;
     if mode != QrMode::Complete || m <= n {
@@ -663,6 +705,7 @@ fn build_r(g: &mut GraphBuilder, a: NodeId, mode: QrMode, m: usize, n: usize) ->
 /// `svd(a)`: `a = U diag(S) Vh` with descending `S` and the sign rule of numerics.md §6.3;
 /// finish with [`Svd::eval`] (the factors) or [`Svd::eval_s`] (`S` alone, the spec's
 /// `compute_uv=False`).
+#[track_caller]
 pub fn svd(a: impl Into<Operand>) -> Svd {
     Svd {
         a: a.into(),
@@ -682,12 +725,14 @@ impl Svd {
     /// Square `U [m, m]` and `Vh [n, n]` instead of the reduced `[m, k]`, `[k, n]` (default
     /// `false`). The extra columns (rows) are any orthonormal completion; docs/linalg.md says
     /// what their derivatives do (TF11).
+    #[track_caller]
     pub fn full_matrices(mut self, full: bool) -> Self {
         self.full_matrices = full;
         self
     }
 
     /// The factors `(U, S, Vh)`.
+    #[track_caller]
     pub fn eval(self) -> Result<SVDResult> {
         let full = self.full_matrices;
         let [u, s, vh] = results(apply_many(vec![self.a], |g, x| {
@@ -707,6 +752,7 @@ impl Svd {
     }
 
     /// The singular values alone, `[..., k]` descending.
+    #[track_caller]
     pub fn eval_s(self) -> Result<Tensor> {
         apply(vec![self.a], |g, x| {
             matrix_dims(g, x[0], "svd")?;
@@ -723,6 +769,7 @@ impl Svd {
 /// meaningless results, as the spec says). `b` is `[m]` or `[..., m, k]`; batch axes
 /// broadcast. Finish with [`Lstsq::eval`] or [`Lstsq::eval_with_residuals`] (the spec's
 /// `return_residuals=True`).
+#[track_caller]
 pub fn lstsq(a: impl Into<Operand>, b: impl Into<Operand>) -> Lstsq {
     Lstsq {
         a: a.into(),
@@ -740,6 +787,7 @@ pub struct Lstsq {
 
 impl Lstsq {
     /// The solution.
+    #[track_caller]
     pub fn eval(self) -> Result<Tensor> {
         let [x] = results(apply_many(vec![self.a, self.b], |g, x| {
             Ok(vec![build_lstsq(g, x[0], x[1], false)?.0])
@@ -748,6 +796,7 @@ impl Lstsq {
     }
 
     /// The solution with the squared residual norms.
+    #[track_caller]
     pub fn eval_with_residuals(self) -> Result<LstsqResult> {
         let [solution, residuals] = results(apply_many(vec![self.a, self.b], |g, x| {
             let (x, r) = build_lstsq(g, x[0], x[1], true)?;
@@ -760,6 +809,7 @@ impl Lstsq {
     }
 }
 
+#[track_caller]
 fn build_lstsq(
     g: &mut GraphBuilder,
     a: NodeId,
@@ -815,6 +865,7 @@ fn build_lstsq(
 
 /// `pinv(a)`: the pseudo-inverse `V diag(1/s) Uᵀ` from the reduced SVD over the singular
 /// values `s > rtol * max(s)` (the others dropped); finish with [`Pinv::eval`].
+#[track_caller]
 pub fn pinv(a: impl Into<Operand>) -> Pinv {
     Pinv {
         a: a.into(),
@@ -832,12 +883,14 @@ pub struct Pinv {
 
 impl Pinv {
     /// The relative cutoff (default `max(m, n) * eps(dtype)`).
+    #[track_caller]
     pub fn rtol(mut self, rtol: f64) -> Self {
         self.rtol = Some(rtol);
         self
     }
 
     /// The pseudo-inverse `[..., n, m]`.
+    #[track_caller]
     pub fn eval(self) -> Result<Tensor> {
         if let Some(r) = self.rtol {
             if !(r.is_finite() && r >= 0.0) {

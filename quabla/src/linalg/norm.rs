@@ -34,6 +34,7 @@ impl Ord {
 }
 
 impl fmt::Display for Ord {
+    #[track_caller]
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Ord::Fro => write!(f, "\"fro\""),
@@ -51,24 +52,28 @@ pub trait IntoOrd {
 }
 
 impl IntoOrd for Ord {
+    #[track_caller]
     fn into_ord(self) -> Result<Ord> {
         Ok(self)
     }
 }
 
 impl IntoOrd for f64 {
+    #[track_caller]
     fn into_ord(self) -> Result<Ord> {
         Ok(Ord::P(self))
     }
 }
 
 impl IntoOrd for i32 {
+    #[track_caller]
     fn into_ord(self) -> Result<Ord> {
         Ok(Ord::P(self as f64))
     }
 }
 
 impl IntoOrd for &str {
+    #[track_caller]
     fn into_ord(self) -> Result<Ord> {
         match self {
             "fro" => Ok(Ord::Fro),
@@ -89,18 +94,21 @@ pub enum NormAxis {
 }
 
 impl From<isize> for NormAxis {
+    #[track_caller]
     fn from(a: isize) -> NormAxis {
         NormAxis::One(a)
     }
 }
 
 impl From<[isize; 2]> for NormAxis {
+    #[track_caller]
     fn from(a: [isize; 2]) -> NormAxis {
         NormAxis::Two(a[0], a[1])
     }
 }
 
 impl From<(isize, isize)> for NormAxis {
+    #[track_caller]
     fn from(a: (isize, isize)) -> NormAxis {
         NormAxis::Two(a.0, a.1)
     }
@@ -120,6 +128,7 @@ impl From<(isize, isize)> for NormAxis {
 /// # Ok(())
 /// # }
 /// ```
+#[track_caller]
 pub fn norm(x: impl Into<Operand>) -> Norm {
     Norm {
         x: x.into(),
@@ -141,24 +150,28 @@ pub struct Norm {
 
 impl Norm {
     /// The order (numerics.md §6.7).
+    #[track_caller]
     pub fn ord(mut self, ord: impl IntoOrd) -> Self {
         self.ord = Some(ord.into_ord());
         self
     }
 
     /// One axis (a vector norm) or a pair of axes (a matrix norm).
+    #[track_caller]
     pub fn axis(mut self, axis: impl Into<NormAxis>) -> Self {
         self.axis = Some(axis.into());
         self
     }
 
     /// Keep the reduced axes with extent 1.
+    #[track_caller]
     pub fn keepdims(mut self, keepdims: bool) -> Self {
         self.keepdims = keepdims;
         self
     }
 
     /// Computes the norm.
+    #[track_caller]
     pub fn eval(self) -> Result<Tensor> {
         let ord = self.ord.transpose()?;
         let (axis, keep) = (self.axis, self.keepdims);
@@ -166,10 +179,12 @@ impl Norm {
     }
 }
 
+#[track_caller]
 fn invalid(message: String) -> IrError {
     IrError::InvalidArgument { message }
 }
 
+#[track_caller]
 fn build_norm(
     g: &mut GraphBuilder,
     x: NodeId,
@@ -214,12 +229,14 @@ fn build_norm(
 }
 
 /// `|x|` (the derivative convention of numerics.md §5: `-1` at `0`).
+#[track_caller]
 fn abs(g: &mut GraphBuilder, x: NodeId) -> Built {
     crate::ops::elementwise::build_abs(g, x)
 }
 
 /// A stop-gradient scale: the reduction of `|x|` over `axes` (kept), replaced by 1 where it
 /// is 0 or not finite. Returns `(scale, raw)`.
+#[track_caller]
 fn scale(
     g: &mut GraphBuilder,
     x: NodeId,
@@ -243,6 +260,7 @@ fn scale(
 }
 
 /// Drops the kept unit axes of a keepdims reduction unless `keep`.
+#[track_caller]
 fn finish(g: &mut GraphBuilder, r: NodeId, x: NodeId, axes: &[usize], keep: bool) -> Built {
     if keep {
         return Ok(r);
@@ -256,12 +274,14 @@ fn finish(g: &mut GraphBuilder, r: NodeId, x: NodeId, axes: &[usize], keep: bool
     g.reshape_to(r, Shape::new(d)?)
 }
 
+#[track_caller]
 fn normalized(g: &GraphBuilder, x: NodeId, axes: &[isize]) -> quabla_ir::Result<Vec<usize>> {
     let rank = g.ty(x).shape.rank();
     axes.iter().map(|&a| normalize_axis(a, rank)).collect()
 }
 
 /// The scaled 2-norm over `axes`: `m * sqrt(sum((x/m)^2))`, `inf` when `m` is infinite.
+#[track_caller]
 fn two_norm(g: &mut GraphBuilder, x: NodeId, axes: &[isize], keep: bool) -> Built {
     let (ms, m) = scale(g, x, axes, false)?;
     let q = g.div(x, ms)?;
@@ -276,6 +296,7 @@ fn two_norm(g: &mut GraphBuilder, x: NodeId, axes: &[isize], keep: bool) -> Buil
     finish(g, out, x, &axes, keep)
 }
 
+#[track_caller]
 fn vector_norm(g: &mut GraphBuilder, x: NodeId, ord: Ord, axis: isize, keep: bool) -> Built {
     let axes = [axis];
     let p = match ord {
@@ -319,6 +340,7 @@ fn vector_norm(g: &mut GraphBuilder, x: NodeId, ord: Ord, axis: isize, keep: boo
     finish(g, out, x, &kept, keep)
 }
 
+#[track_caller]
 fn matrix_norm(
     g: &mut GraphBuilder,
     x: NodeId,
@@ -364,6 +386,7 @@ enum Spectral {
 
 /// A norm of the singular values of the matrices on axes `(row, col)`, kept as unit axes:
 /// `m * f(svd(x / m))` with a stop-gradient scale `m`.
+#[track_caller]
 fn spectral(g: &mut GraphBuilder, x: NodeId, row: usize, col: usize, what: Spectral) -> Built {
     let rank = g.ty(x).shape.rank();
     let (ms, _) = scale(g, x, &[row as isize, col as isize], false)?;

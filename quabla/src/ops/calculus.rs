@@ -17,6 +17,7 @@ use quabla_ir::{
 type Built = quabla_ir::Result<NodeId>;
 
 /// `x[1:] - x[:-1]` along `axis`.
+#[track_caller]
 fn first_difference(b: &mut GraphBuilder, x: NodeId, axis: usize) -> Built {
     let n = dims(b, x)[axis];
     let hi = slice_axis(b, x, axis, 1, n - 1)?;
@@ -37,6 +38,7 @@ pub struct Diff {
 
 /// The `n`-th forward difference along `axis` (default 1 and -1):
 /// `qb::diff(&x).n(2).axis(0).eval()`.
+#[track_caller]
 pub fn diff(x: impl Into<Operand>) -> Diff {
     Diff {
         x: x.into(),
@@ -49,29 +51,34 @@ pub fn diff(x: impl Into<Operand>) -> Diff {
 
 impl Diff {
     /// The order (0 returns `x`).
+    #[track_caller]
     pub fn n(mut self, n: usize) -> Diff {
         self.n = n;
         self
     }
 
     /// The axis (default -1).
+    #[track_caller]
     pub fn axis(mut self, axis: isize) -> Diff {
         self.axis = axis;
         self
     }
 
     /// Values concatenated before `x` along the axis; a rank-0 value is one slice.
+    #[track_caller]
     pub fn prepend(mut self, values: impl Into<Operand>) -> Diff {
         self.prepend = Some(values.into());
         self
     }
 
     /// Values concatenated after `x` along the axis; a rank-0 value is one slice.
+    #[track_caller]
     pub fn append(mut self, values: impl Into<Operand>) -> Diff {
         self.append = Some(values.into());
         self
     }
 
+    #[track_caller]
     pub fn eval(self) -> Result<Tensor> {
         let Diff {
             x,
@@ -141,6 +148,7 @@ pub struct Trapezoid {
 /// The trapezoid rule along `axis` (default -1), `sum(d * (y[1:] + y[:-1]) / 2)`, with sample
 /// points `x` (1-D along the axis, or the shape of `y`) or uniform spacing `dx` (default 1):
 /// `qb::trapezoid(&y).x(&x).eval()`.
+#[track_caller]
 pub fn trapezoid(y: impl Into<Operand>) -> Trapezoid {
     Trapezoid {
         y: y.into(),
@@ -152,23 +160,27 @@ pub fn trapezoid(y: impl Into<Operand>) -> Trapezoid {
 
 impl Trapezoid {
     /// The sample points.
+    #[track_caller]
     pub fn x(mut self, x: impl Into<Operand>) -> Trapezoid {
         self.x = Some(x.into());
         self
     }
 
     /// The uniform spacing when no sample points are given (default 1).
+    #[track_caller]
     pub fn dx(mut self, dx: f64) -> Trapezoid {
         self.dx = dx;
         self
     }
 
     /// The axis (default -1).
+    #[track_caller]
     pub fn axis(mut self, axis: isize) -> Trapezoid {
         self.axis = axis;
         self
     }
 
+    #[track_caller]
     pub fn eval(self) -> Result<Tensor> {
         let Trapezoid { y, x, dx, axis } = self;
         let has_x = x.is_some();
@@ -222,6 +234,7 @@ impl Trapezoid {
 /// Horner evaluation of the polynomial `p` (`p[0]` the highest-degree coefficient) at `x`;
 /// at infinite `x` the polynomial's limit: the first nonzero coefficient times `x^degree`
 /// (a constant polynomial gives its value).
+#[track_caller]
 pub fn polyval(p: impl Into<Operand>, x: impl Into<Operand>) -> Result<Tensor> {
     apply(vec![p.into(), x.into()], |b, v| {
         float_only(b, v[0], "polyval")?;
@@ -280,6 +293,7 @@ pub struct Interp {
 /// increasing (checked when eager); below `xp[0]` gives `left` (default `fp[0]`), above
 /// `xp[-1]` gives `right` (default `fp[-1]`): `qb::interp(&x, &xp, &fp).left(0.0).eval()`.
 /// Evaluates every interval (cost `O(x.size * len(xp))`); differentiable in all three.
+#[track_caller]
 pub fn interp(x: impl Into<Operand>, xp: impl Into<Operand>, fp: impl Into<Operand>) -> Interp {
     Interp {
         x: x.into(),
@@ -292,17 +306,20 @@ pub fn interp(x: impl Into<Operand>, xp: impl Into<Operand>, fp: impl Into<Opera
 
 impl Interp {
     /// The value below `xp[0]`.
+    #[track_caller]
     pub fn left(mut self, v: impl Into<Operand>) -> Interp {
         self.left = Some(v.into());
         self
     }
 
     /// The value above `xp[-1]`.
+    #[track_caller]
     pub fn right(mut self, v: impl Into<Operand>) -> Interp {
         self.right = Some(v.into());
         self
     }
 
+    #[track_caller]
     pub fn eval(self) -> Result<Tensor> {
         let Interp {
             x,

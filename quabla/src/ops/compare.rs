@@ -21,6 +21,7 @@ macro_rules! comparisons {
         }
         $(
             $(#[$doc])*
+            #[track_caller]
             pub fn $name(a: impl Into<Operand>, c: impl Into<Operand>) -> Result<Tensor> {
                 apply(vec![a.into(), c.into()], |b, x| b.compare(Comparison::$c, x[0], x[1]))
             }
@@ -43,6 +44,7 @@ comparisons! {
     not_equal => NotEqual;
 }
 
+#[track_caller]
 fn require_bool(b: &GraphBuilder, x: NodeId, op: &str) -> quabla_ir::Result<()> {
     if b.ty(x).dtype != DType::Bool {
         return Err(IrError::RequiresBool { op: op.into() });
@@ -51,6 +53,7 @@ fn require_bool(b: &GraphBuilder, x: NodeId, op: &str) -> quabla_ir::Result<()> 
 }
 
 /// `a & c` on bool tensors: `where(a, c, false)`.
+#[track_caller]
 pub(crate) fn build_and(b: &mut GraphBuilder, a: NodeId, c: NodeId) -> quabla_ir::Result<NodeId> {
     require_bool(b, a, "logical_and")?;
     require_bool(b, c, "logical_and")?;
@@ -59,6 +62,7 @@ pub(crate) fn build_and(b: &mut GraphBuilder, a: NodeId, c: NodeId) -> quabla_ir
 }
 
 /// `a | c` on bool tensors: `where(a, true, c)`.
+#[track_caller]
 pub(crate) fn build_or(b: &mut GraphBuilder, a: NodeId, c: NodeId) -> quabla_ir::Result<NodeId> {
     require_bool(b, a, "logical_or")?;
     require_bool(b, c, "logical_or")?;
@@ -67,6 +71,7 @@ pub(crate) fn build_or(b: &mut GraphBuilder, a: NodeId, c: NodeId) -> quabla_ir:
 }
 
 /// `!a` on a bool tensor: `equal(a, false)`.
+#[track_caller]
 pub(crate) fn build_not(b: &mut GraphBuilder, a: NodeId) -> quabla_ir::Result<NodeId> {
     require_bool(b, a, "logical_not")?;
     let f = super::bool_const(b, false)?;
@@ -74,16 +79,19 @@ pub(crate) fn build_not(b: &mut GraphBuilder, a: NodeId) -> quabla_ir::Result<No
 }
 
 /// Elementwise logical and of bool tensors.
+#[track_caller]
 pub fn logical_and(a: impl Into<Operand>, c: impl Into<Operand>) -> Result<Tensor> {
     apply(vec![a.into(), c.into()], |b, x| build_and(b, x[0], x[1]))
 }
 
 /// Elementwise logical or of bool tensors.
+#[track_caller]
 pub fn logical_or(a: impl Into<Operand>, c: impl Into<Operand>) -> Result<Tensor> {
     apply(vec![a.into(), c.into()], |b, x| build_or(b, x[0], x[1]))
 }
 
 /// Elementwise negation of a bool tensor.
+#[track_caller]
 pub fn logical_not(a: impl Into<Operand>) -> Result<Tensor> {
     apply(vec![a.into()], |b, x| build_not(b, x[0]))
 }
@@ -110,6 +118,7 @@ super::tensor_methods! {
 /// `where(mask, on_true, on_false)` with broadcasting of all three. A float mask counts its
 /// nonzero entries, NaN included, as true. Both branches are evaluated; the unselected value
 /// is dropped, never combined arithmetically.
+#[track_caller]
 pub fn where_(
     mask: impl Into<Operand>,
     on_true: impl Into<Operand>,

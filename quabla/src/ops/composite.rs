@@ -19,6 +19,7 @@ type Built = quabla_ir::Result<NodeId>;
 
 /// `-1` for `x < 0`, `+1` for `x > 0`, `x` itself for `±0` and NaN. The pass-through branch
 /// is behind `stop_gradient`, so every derivative is a structural zero.
+#[track_caller]
 pub(crate) fn build_sign(b: &mut GraphBuilder, x: NodeId) -> Built {
     let zero = b.weak_scalar(0.0);
     let neg = b.compare(Comparison::Less, x, zero)?;
@@ -31,12 +32,14 @@ pub(crate) fn build_sign(b: &mut GraphBuilder, x: NodeId) -> Built {
 }
 
 /// `pow(2, x)`: exact for integral `x` in range.
+#[track_caller]
 fn build_exp2(b: &mut GraphBuilder, x: NodeId) -> Built {
     let two = b.weak_scalar(2.0);
     b.binary(BinaryOp::Pow, two, x)
 }
 
 /// `!isnan(x) & !isfinite(x)`.
+#[track_caller]
 pub(crate) fn build_isinf(b: &mut GraphBuilder, x: NodeId) -> Built {
     let nan = build_isnan(b, x)?;
     let fin = build_isfinite(b, x)?;
@@ -46,6 +49,7 @@ pub(crate) fn build_isinf(b: &mut GraphBuilder, x: NodeId) -> Built {
 }
 
 /// `maximum(x, 0) + log1p(exp(-abs(x)))`.
+#[track_caller]
 fn build_softplus(b: &mut GraphBuilder, x: NodeId) -> Built {
     let zero = b.weak_scalar(0.0);
     let relu = build_maximum(b, x, zero)?;
@@ -57,12 +61,14 @@ fn build_softplus(b: &mut GraphBuilder, x: NodeId) -> Built {
 }
 
 /// `x * sigmoid(x)`.
+#[track_caller]
 fn build_silu(b: &mut GraphBuilder, x: NodeId) -> Built {
     let s = build_sigmoid(b, x)?;
     b.mul(x, s)
 }
 
 /// `x * sigmoid(2u)`, `u = sqrt(2/pi) * (x + 0.044715 x^3)`.
+#[track_caller]
 fn build_gelu_tanh(b: &mut GraphBuilder, x: NodeId) -> Built {
     let x3 = b.powi(x, 3)?;
     let c = b.weak_scalar(0.044715);
@@ -77,6 +83,7 @@ fn build_gelu_tanh(b: &mut GraphBuilder, x: NodeId) -> Built {
 }
 
 /// `0.5 * x * erfc(-x / sqrt(2))`.
+#[track_caller]
 fn build_gelu_exact(b: &mut GraphBuilder, x: NodeId) -> Built {
     let nx = b.unary(UnaryOp::Neg, x)?;
     let r2 = b.weak_scalar(std::f64::consts::SQRT_2);
@@ -101,6 +108,7 @@ macro_rules! unary_composites {
         }
         $(
             $(#[$doc])*
+            #[track_caller]
             pub fn $name(x: impl Into<Operand>) -> Result<Tensor> {
                 apply(vec![x.into()], |b, x| {
                     float_only(b, x[0], stringify!($name))?;
@@ -158,6 +166,7 @@ pub struct Gelu {
 
 /// GELU: `qb::gelu(&x).eval()` is the tanh approximation (`x.gelu()`),
 /// `.approximate(false)` the exact form `0.5 * x * erfc(-x / sqrt(2))`.
+#[track_caller]
 pub fn gelu(x: impl Into<Operand>) -> Gelu {
     Gelu {
         x: x.into(),
@@ -167,11 +176,13 @@ pub fn gelu(x: impl Into<Operand>) -> Gelu {
 
 impl Gelu {
     /// `true` (the default): tanh approximation; `false`: the exact `erfc` form.
+    #[track_caller]
     pub fn approximate(mut self, approximate: bool) -> Gelu {
         self.approximate = approximate;
         self
     }
 
+    #[track_caller]
     pub fn eval(self) -> Result<Tensor> {
         let approximate = self.approximate;
         apply(vec![self.x], |b, x| {
@@ -197,6 +208,7 @@ pub struct NanToNum {
 
 /// Replaces NaN (default 0), `+inf` (default the dtype's largest finite value) and `-inf`
 /// (default its negative): `qb::nan_to_num(&x).nan(0.0).posinf(1e9).eval()`.
+#[track_caller]
 pub fn nan_to_num(x: impl Into<Operand>) -> NanToNum {
     NanToNum {
         x: x.into(),
@@ -208,23 +220,27 @@ pub fn nan_to_num(x: impl Into<Operand>) -> NanToNum {
 
 impl NanToNum {
     /// The replacement of NaN.
+    #[track_caller]
     pub fn nan(mut self, v: f64) -> NanToNum {
         self.nan = v;
         self
     }
 
     /// The replacement of `+inf`.
+    #[track_caller]
     pub fn posinf(mut self, v: f64) -> NanToNum {
         self.posinf = Some(v);
         self
     }
 
     /// The replacement of `-inf`.
+    #[track_caller]
     pub fn neginf(mut self, v: f64) -> NanToNum {
         self.neginf = Some(v);
         self
     }
 
+    #[track_caller]
     pub fn eval(self) -> Result<Tensor> {
         let NanToNum {
             x,
@@ -266,6 +282,7 @@ pub struct Clip {
 /// `minimum(maximum(x, lo), hi)` with an omitted bound skipped:
 /// `qb::clip(&x).lo(0.0).hi(1.0).eval()`. Bounds may be arrays and broadcast; at a bound the
 /// derivative goes to the bound. Both bounds omitted is an error (AR15).
+#[track_caller]
 pub fn clip(x: impl Into<Operand>) -> Clip {
     Clip {
         x: x.into(),
@@ -276,17 +293,20 @@ pub fn clip(x: impl Into<Operand>) -> Clip {
 
 impl Clip {
     /// The lower bound.
+    #[track_caller]
     pub fn lo(mut self, lo: impl Into<Operand>) -> Clip {
         self.lo = Some(lo.into());
         self
     }
 
     /// The upper bound.
+    #[track_caller]
     pub fn hi(mut self, hi: impl Into<Operand>) -> Clip {
         self.hi = Some(hi.into());
         self
     }
 
+    #[track_caller]
     pub fn eval(self) -> Result<Tensor> {
         let has_lo = self.lo.is_some();
         let has_hi = self.hi.is_some();
@@ -314,6 +334,7 @@ impl Clip {
 
 /// `hi + log1p(exp(lo - hi))` with `hi = maximum(a, c)`, `lo = where(a > c, c, a)`; `a + c`
 /// when both are the same infinity.
+#[track_caller]
 fn build_logaddexp(b: &mut GraphBuilder, a: NodeId, c: NodeId) -> Built {
     let hi = build_maximum(b, a, c)?;
     let gt = b.compare(Comparison::Greater, a, c)?;
@@ -333,6 +354,7 @@ fn build_logaddexp(b: &mut GraphBuilder, a: NodeId, c: NodeId) -> Built {
 /// `m * sqrt((a/m)^2 + (c/m)^2)` with `m = stop_gradient(maximum(abs(a), abs(c)))`, replaced
 /// by 1 where it is 0 or not finite (so the origin gives exactly 0 with zero derivatives, and
 /// NaN propagates); `+inf` where either operand is infinite.
+#[track_caller]
 fn build_hypot(b: &mut GraphBuilder, a: NodeId, c: NodeId) -> Built {
     let aa = build_abs(b, a)?;
     let ac = build_abs(b, c)?;
@@ -361,6 +383,7 @@ fn build_hypot(b: &mut GraphBuilder, a: NodeId, c: NodeId) -> Built {
 
 /// Floor remainder: `r = fmod(a, c)`; `r + c` where `r != 0` and the signs of `r` and `c`
 /// differ; a zero result takes the sign of `c` (keeping the derivative of `r`).
+#[track_caller]
 fn build_mod(b: &mut GraphBuilder, a: NodeId, c: NodeId) -> Built {
     let r = b.binary(BinaryOp::Fmod, a, c)?;
     let zero = b.weak_scalar(0.0);
@@ -396,6 +419,7 @@ macro_rules! binary_composites {
         }
         $(
             $(#[$doc])*
+            #[track_caller]
             pub fn $name(a: impl Into<Operand>, c: impl Into<Operand>) -> Result<Tensor> {
                 apply(vec![a.into(), c.into()], |b, x| {
                     let name = stringify!($name).trim_end_matches('_');

@@ -21,6 +21,7 @@ macro_rules! native_unary {
         }
         $(
             $(#[$doc])*
+            #[track_caller]
             pub fn $name(x: impl Into<Operand>) -> Result<Tensor> {
                 apply(vec![x.into()], |b, x| b.unary(UnaryOp::$op, x[0]))
             }
@@ -82,6 +83,7 @@ native_unary! {
 }
 
 /// Rejects bool operands of float-only composites under the user-facing name (DT2).
+#[track_caller]
 pub(crate) fn float_only(b: &GraphBuilder, x: NodeId, name: &str) -> quabla_ir::Result<()> {
     if b.ty(x).dtype == DType::Bool {
         return Err(IrError::BoolOperand { op: name.into() });
@@ -103,6 +105,7 @@ macro_rules! composite_unary {
         }
         $(
             $(#[$doc])*
+            #[track_caller]
             pub fn $name(x: impl Into<Operand>) -> Result<Tensor> {
                 apply(vec![x.into()], |b, x| {
                     if $float {
@@ -137,10 +140,12 @@ composite_unary! {
     neg => build_neg, float_only = true;
 }
 
+#[track_caller]
 fn build_neg(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
     b.unary(UnaryOp::Neg, x)
 }
 
+#[track_caller]
 pub(crate) fn build_abs(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
     let zero = b.weak_scalar(0.0);
     let pos = b.compare(Comparison::Greater, x, zero)?;
@@ -149,11 +154,13 @@ pub(crate) fn build_abs(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<No
     b.add(mag, zero)
 }
 
+#[track_caller]
 fn build_relu(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
     let zero = b.weak_scalar(0.0);
     build_maximum(b, x, zero)
 }
 
+#[track_caller]
 pub(crate) fn build_sigmoid(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
     let a = build_abs(b, x)?;
     let na = b.unary(UnaryOp::Neg, a)?;
@@ -167,23 +174,28 @@ pub(crate) fn build_sigmoid(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Resul
     b.select(positive, pos, neg)
 }
 
+#[track_caller]
 fn build_square(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
     b.mul(x, x)
 }
 
+#[track_caller]
 fn build_reciprocal(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
     let one = b.weak_scalar(1.0);
     b.div(one, x)
 }
 
+#[track_caller]
 fn build_stop_gradient(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
     b.stop_gradient(x)
 }
 
+#[track_caller]
 pub(crate) fn build_isnan(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
     b.compare(Comparison::NotEqual, x, x)
 }
 
+#[track_caller]
 pub(crate) fn build_isfinite(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
     let d = b.sub(x, x)?;
     let zero = b.weak_scalar(0.0);
@@ -191,6 +203,7 @@ pub(crate) fn build_isfinite(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Resu
 }
 
 /// `where(isnan(a) | (a > c), a, c)`: NaN from either side propagates; ties go to `c`.
+#[track_caller]
 pub(crate) fn build_maximum(
     b: &mut GraphBuilder,
     a: NodeId,
@@ -200,6 +213,7 @@ pub(crate) fn build_maximum(
 }
 
 /// `where(isnan(a) | (a < c), a, c)`.
+#[track_caller]
 pub(crate) fn build_minimum(
     b: &mut GraphBuilder,
     a: NodeId,
@@ -208,6 +222,7 @@ pub(crate) fn build_minimum(
     build_extremum(b, a, c, Comparison::Less)
 }
 
+#[track_caller]
 fn build_extremum(
     b: &mut GraphBuilder,
     a: NodeId,
@@ -235,6 +250,7 @@ macro_rules! binary_fns {
         }
         $(
             $(#[$doc])*
+            #[track_caller]
             pub fn $name(a: impl Into<Operand>, c: impl Into<Operand>) -> Result<Tensor> {
                 apply(vec![a.into(), c.into()], |b, x| ($build)(b, x[0], x[1]))
             }
@@ -242,6 +258,7 @@ macro_rules! binary_fns {
     };
 }
 
+#[track_caller]
 fn bin(op: BinaryOp) -> impl Fn(&mut GraphBuilder, NodeId, NodeId) -> quabla_ir::Result<NodeId> {
     move |b, x, y| b.binary(op, x, y)
 }
@@ -279,6 +296,7 @@ pub enum Exponent {
 }
 
 impl From<i32> for Exponent {
+    #[track_caller]
     fn from(n: i32) -> Exponent {
         if n >= 0 {
             Exponent::Int(n)
@@ -289,6 +307,7 @@ impl From<i32> for Exponent {
 }
 
 impl From<u32> for Exponent {
+    #[track_caller]
     fn from(n: u32) -> Exponent {
         match i32::try_from(n) {
             Ok(n) => Exponent::Int(n),
@@ -298,6 +317,7 @@ impl From<u32> for Exponent {
 }
 
 impl<T: Into<Operand>> From<T> for Exponent {
+    #[track_caller]
     fn from(o: T) -> Exponent {
         Exponent::Operand(o.into())
     }
@@ -305,6 +325,7 @@ impl<T: Into<Operand>> From<T> for Exponent {
 
 /// `power(x, y)`: `x ** y`. A non-negative integer exponent (`qb::power(&x, 3)`) is the exact
 /// `powi`; an `f64` or array exponent (`qb::power(&x, 3.0)`) is `pow`, like `x.pow(y)`.
+#[track_caller]
 pub fn power(x: impl Into<Operand>, y: impl Into<Exponent>) -> Result<Tensor> {
     match y.into() {
         Exponent::Int(n) => powi(x, n),
@@ -331,6 +352,7 @@ super::tensor_methods! {
 }
 
 /// Free-function form of [`Tensor::powi`].
+#[track_caller]
 pub fn powi(x: impl Into<Operand>, exponent: i32) -> Result<Tensor> {
     apply(vec![x.into()], |b, x| b.powi(x[0], exponent))
 }

@@ -36,6 +36,7 @@ pub const ELLIPSIS: IndexItem = IndexItem::Ellipsis;
 impl IndexItem {
     /// Sets the step of a slice item (`s![0..4;2]`); an integer item becomes the slice
     /// starting there.
+    #[track_caller]
     pub fn with_step(self, step: isize) -> IndexItem {
         match self {
             IndexItem::Slice { start, stop, .. } => IndexItem::Slice { start, stop, step },
@@ -46,6 +47,7 @@ impl IndexItem {
 
 /// An index as an `isize`; one beyond `isize::MAX` saturates, which is out of range for every
 /// axis (IX1), instead of wrapping to a negative index that counts from the end.
+#[track_caller]
 fn saturating_index<T: TryInto<isize> + PartialOrd + Default>(i: T) -> isize {
     let negative = i < T::default();
     i.try_into()
@@ -55,32 +57,38 @@ fn saturating_index<T: TryInto<isize> + PartialOrd + Default>(i: T) -> isize {
 macro_rules! int_items {
     ($($t:ty),*) => {$(
         impl From<$t> for IndexItem {
+            #[track_caller]
             fn from(i: $t) -> IndexItem {
                 IndexItem::Int(saturating_index(i))
             }
         }
         impl From<Range<$t>> for IndexItem {
+            #[track_caller]
             fn from(r: Range<$t>) -> IndexItem {
                 IndexItem::Slice { start: Some(saturating_index(r.start)), stop: Some(saturating_index(r.end)), step: 1 }
             }
         }
         impl From<RangeFrom<$t>> for IndexItem {
+            #[track_caller]
             fn from(r: RangeFrom<$t>) -> IndexItem {
                 IndexItem::Slice { start: Some(saturating_index(r.start)), stop: None, step: 1 }
             }
         }
         impl From<RangeTo<$t>> for IndexItem {
+            #[track_caller]
             fn from(r: RangeTo<$t>) -> IndexItem {
                 IndexItem::Slice { start: None, stop: Some(saturating_index(r.end)), step: 1 }
             }
         }
         impl From<RangeInclusive<$t>> for IndexItem {
+            #[track_caller]
             fn from(r: RangeInclusive<$t>) -> IndexItem {
                 let end = saturating_index(*r.end());
                 IndexItem::Slice { start: Some(saturating_index(*r.start())), stop: if end == -1 { None } else { Some(end.saturating_add(1)) }, step: 1 }
             }
         }
         impl From<RangeToInclusive<$t>> for IndexItem {
+            #[track_caller]
             fn from(r: RangeToInclusive<$t>) -> IndexItem {
                 let end = saturating_index(r.end);
                 IndexItem::Slice { start: None, stop: if end == -1 { None } else { Some(end.saturating_add(1)) }, step: 1 }
@@ -92,6 +100,7 @@ macro_rules! int_items {
 int_items!(i32, i64, isize, usize);
 
 impl From<RangeFull> for IndexItem {
+    #[track_caller]
     fn from(_: RangeFull) -> IndexItem {
         IndexItem::Slice {
             start: None,
@@ -117,6 +126,7 @@ macro_rules! s {
 }
 
 /// Python slice arithmetic: the selected positions of `start:stop:step` on an axis of `n`.
+#[track_caller]
 fn slice_positions(start: Option<isize>, stop: Option<isize>, step: isize, n: usize) -> Vec<usize> {
     let n = n as isize;
     let (lo, hi) = if step > 0 { (0, n) } else { (-1, n - 1) };
@@ -135,6 +145,7 @@ fn slice_positions(start: Option<isize>, stop: Option<isize>, step: isize, n: us
     out
 }
 
+#[track_caller]
 fn describe(items: &[IndexItem]) -> String {
     let parts: Vec<String> = items
         .iter()

@@ -25,21 +25,25 @@ pub struct Ints(pub Vec<isize>);
 macro_rules! ints_from {
     ($($t:ty),*) => {$(
         impl From<$t> for Ints {
+            #[track_caller]
             fn from(v: $t) -> Ints {
                 Ints(vec![v as isize])
             }
         }
         impl<const N: usize> From<[$t; N]> for Ints {
+            #[track_caller]
             fn from(v: [$t; N]) -> Ints {
                 Ints(v.iter().map(|&x| x as isize).collect())
             }
         }
         impl From<&[$t]> for Ints {
+            #[track_caller]
             fn from(v: &[$t]) -> Ints {
                 Ints(v.iter().map(|&x| x as isize).collect())
             }
         }
         impl From<Vec<$t>> for Ints {
+            #[track_caller]
             fn from(v: Vec<$t>) -> Ints {
                 Ints(v.iter().map(|&x| x as isize).collect())
             }
@@ -49,6 +53,7 @@ macro_rules! ints_from {
 
 ints_from!(isize, i32, usize);
 
+#[track_caller]
 fn shape_err(op: &str, message: impl Into<String>) -> IrError {
     IrError::Shape {
         op: op.into(),
@@ -56,6 +61,7 @@ fn shape_err(op: &str, message: impl Into<String>) -> IrError {
     }
 }
 
+#[track_caller]
 fn invalid(message: impl Into<String>) -> IrError {
     IrError::InvalidArgument {
         message: message.into(),
@@ -63,6 +69,7 @@ fn invalid(message: impl Into<String>) -> IrError {
 }
 
 /// Gathers `indices` along `axis` unless they are the identity.
+#[track_caller]
 fn gather_positions(b: &mut GraphBuilder, x: NodeId, axis: usize, indices: &[usize]) -> Built {
     let n = dims(b, x)[axis];
     if indices.len() == n && indices.iter().enumerate().all(|(i, &p)| i == p) {
@@ -72,6 +79,7 @@ fn gather_positions(b: &mut GraphBuilder, x: NodeId, axis: usize, indices: &[usi
     b.gather(x, &idx, axis as isize)
 }
 
+#[track_caller]
 fn ravel_node(b: &mut GraphBuilder, x: NodeId) -> Built {
     let n = b.ty(x).shape.size();
     b.reshape_to(x, Shape::new(vec![n])?)
@@ -82,17 +90,20 @@ fn ravel_node(b: &mut GraphBuilder, x: NodeId) -> Built {
 
 impl Tensor {
     /// Splits into `sections` equal pieces along `axis` (the extent must be divisible).
+    #[track_caller]
     pub fn split(&self, sections: usize, axis: isize) -> Result<Vec<Tensor>> {
         split(self, sections, axis)
     }
 
     /// Splits at the cut points `indices` along `axis` (negative counts from the end); a piece
     /// of length 0 is an error.
+    #[track_caller]
     pub fn split_at(&self, indices: impl AsRef<[isize]>, axis: isize) -> Result<Vec<Tensor>> {
         split_at(self, indices, axis)
     }
 }
 
+#[track_caller]
 fn pieces(x: &Tensor, axis: usize, bounds: &[(usize, usize)]) -> Result<Vec<Tensor>> {
     bounds
         .iter()
@@ -105,6 +116,7 @@ fn pieces(x: &Tensor, axis: usize, bounds: &[(usize, usize)]) -> Result<Vec<Tens
 }
 
 /// `sections` equal pieces of `x` along `axis`.
+#[track_caller]
 pub fn split(x: &Tensor, sections: usize, axis: isize) -> Result<Vec<Tensor>> {
     let axis = normalize_axis(axis, x.ndim())?;
     let n = x.shape()[axis];
@@ -125,6 +137,7 @@ pub fn split(x: &Tensor, sections: usize, axis: isize) -> Result<Vec<Tensor>> {
 }
 
 /// The pieces of `x` between the cut points `indices` along `axis`.
+#[track_caller]
 pub fn split_at(x: &Tensor, indices: impl AsRef<[isize]>, axis: isize) -> Result<Vec<Tensor>> {
     let axis = normalize_axis(axis, x.ndim())?;
     let n = x.shape()[axis] as isize;
@@ -165,6 +178,7 @@ impl FromStr for Indexing {
     type Err = Error;
 
     /// `"xy"` or `"ij"`; anything else is SH12.
+    #[track_caller]
     fn from_str(s: &str) -> Result<Indexing> {
         match s {
             "xy" => Ok(Indexing::Xy),
@@ -187,6 +201,7 @@ pub struct Meshgrid {
 
 /// Coordinate arrays from 1-D inputs (other inputs are flattened):
 /// `qb::meshgrid(&[&x, &y]).indexing(Indexing::Ij).eval()`.
+#[track_caller]
 pub fn meshgrid<T: Into<Operand> + Clone>(xs: &[T]) -> Meshgrid {
     Meshgrid {
         xs: xs.iter().cloned().map(Into::into).collect(),
@@ -196,11 +211,13 @@ pub fn meshgrid<T: Into<Operand> + Clone>(xs: &[T]) -> Meshgrid {
 
 impl Meshgrid {
     /// `Indexing::Xy` (default) or `Indexing::Ij`.
+    #[track_caller]
     pub fn indexing(mut self, indexing: Indexing) -> Meshgrid {
         self.indexing = indexing;
         self
     }
 
+    #[track_caller]
     pub fn eval(self) -> Result<Vec<Tensor>> {
         let xs: Vec<Tensor> = self
             .xs
@@ -237,6 +254,7 @@ impl Meshgrid {
 // ---------------------------------------------------------------------------------------------
 // flip, roll
 
+#[track_caller]
 fn build_flip(b: &mut GraphBuilder, x: NodeId, axes: &Axes) -> Built {
     let shape = b.ty(x).shape.clone();
     let list: Vec<usize> = match axes {
@@ -253,11 +271,13 @@ fn build_flip(b: &mut GraphBuilder, x: NodeId, axes: &Axes) -> Built {
 }
 
 /// Reverses the order along `axes` (`Axes::All`: every axis).
+#[track_caller]
 pub fn flip(x: impl Into<Operand>, axes: impl Into<Axes>) -> Result<Tensor> {
     let axes = axes.into();
     apply(vec![x.into()], |b, x| build_flip(b, x[0], &axes))
 }
 
+#[track_caller]
 fn roll_axis(b: &mut GraphBuilder, x: NodeId, axis: usize, shift: isize) -> Built {
     let n = dims(b, x)[axis] as isize;
     let k = shift.rem_euclid(n);
@@ -276,6 +296,7 @@ pub struct Roll {
 
 /// Cyclic shift: `qb::roll(&x, 2).axis(0).eval()`; without an axis the flattened array is
 /// rolled and the shape restored; `shift` and `axis` may be matching lists.
+#[track_caller]
 pub fn roll(x: impl Into<Operand>, shift: impl Into<Ints>) -> Roll {
     Roll {
         x: x.into(),
@@ -286,11 +307,13 @@ pub fn roll(x: impl Into<Operand>, shift: impl Into<Ints>) -> Roll {
 
 impl Roll {
     /// The axis or axes to roll along.
+    #[track_caller]
     pub fn axis(mut self, axis: impl Into<Ints>) -> Roll {
         self.axis = Some(axis.into().0);
         self
     }
 
+    #[track_caller]
     pub fn eval(self) -> Result<Tensor> {
         let Roll { x, shift, axis } = self;
         apply(vec![x], |b, x| match &axis {
@@ -346,6 +369,7 @@ impl FromStr for PadMode {
     type Err = Error;
 
     /// One of `"constant"`, `"edge"`, `"reflect"`, `"symmetric"`, `"wrap"` (else AR13).
+    #[track_caller]
     fn from_str(s: &str) -> Result<PadMode> {
         match s {
             "constant" => Ok(PadMode::Constant),
@@ -366,30 +390,35 @@ impl FromStr for PadMode {
 pub struct PadWidth(Vec<(usize, usize)>);
 
 impl From<usize> for PadWidth {
+    #[track_caller]
     fn from(p: usize) -> PadWidth {
         PadWidth(vec![(p, p)])
     }
 }
 
 impl From<(usize, usize)> for PadWidth {
+    #[track_caller]
     fn from(p: (usize, usize)) -> PadWidth {
         PadWidth(vec![p])
     }
 }
 
 impl From<&[(usize, usize)]> for PadWidth {
+    #[track_caller]
     fn from(p: &[(usize, usize)]) -> PadWidth {
         PadWidth(p.to_vec())
     }
 }
 
 impl<const N: usize> From<&[(usize, usize); N]> for PadWidth {
+    #[track_caller]
     fn from(p: &[(usize, usize); N]) -> PadWidth {
         PadWidth(p.to_vec())
     }
 }
 
 impl From<Vec<(usize, usize)>> for PadWidth {
+    #[track_caller]
     fn from(p: Vec<(usize, usize)>) -> PadWidth {
         PadWidth(p)
     }
@@ -406,6 +435,7 @@ pub struct Pad {
 }
 
 /// NumPy-style padding: `qb::pad(&x, &[(1, 2)]).mode(PadMode::Reflect).eval()`.
+#[track_caller]
 pub fn pad(x: impl Into<Operand>, pad_width: impl Into<PadWidth>) -> Pad {
     Pad {
         x: x.into(),
@@ -416,6 +446,7 @@ pub fn pad(x: impl Into<Operand>, pad_width: impl Into<PadWidth>) -> Pad {
 }
 
 /// The source position of output position `j` of an axis of extent `n` padded by `before`.
+#[track_caller]
 fn pad_source(mode: PadMode, j: usize, before: usize, n: usize) -> usize {
     let i = j as isize - before as isize;
     let n = n as isize;
@@ -449,17 +480,20 @@ fn pad_source(mode: PadMode, j: usize, before: usize, n: usize) -> usize {
 
 impl Pad {
     /// `PadMode::Constant` (default), `Edge`, `Reflect`, `Symmetric` or `Wrap`.
+    #[track_caller]
     pub fn mode(mut self, mode: PadMode) -> Pad {
         self.mode = mode;
         self
     }
 
     /// The fill value of `PadMode::Constant` (default 0).
+    #[track_caller]
     pub fn constant_values(mut self, value: f64) -> Pad {
         self.constant = value;
         self
     }
 
+    #[track_caller]
     pub fn eval(self) -> Result<Tensor> {
         let Pad {
             x,
@@ -534,6 +568,7 @@ impl Pad {
 // ---------------------------------------------------------------------------------------------
 // tile, repeat
 
+#[track_caller]
 fn build_tile(b: &mut GraphBuilder, x: NodeId, reps: &[usize]) -> Built {
     if reps.contains(&0) {
         return Err(invalid(format!(
@@ -566,6 +601,7 @@ fn build_tile(b: &mut GraphBuilder, x: NodeId, reps: &[usize]) -> Built {
 
 /// Repeats the whole array `reps` times per axis (shorter `reps` padded with leading 1s,
 /// a shorter rank padded with leading unit axes).
+#[track_caller]
 pub fn tile(x: impl Into<Operand>, reps: impl AsRef<[usize]>) -> Result<Tensor> {
     let reps = reps.as_ref().to_vec();
     apply(vec![x.into()], |b, x| build_tile(b, x[0], &reps))
@@ -582,6 +618,7 @@ pub struct Repeat {
 
 /// Repeats each element: `qb::repeat(&x, 2).axis(0).eval()`; `repeats` is one count or one
 /// count (>= 1) per entry along the axis; without an axis the input is flattened first.
+#[track_caller]
 pub fn repeat(x: impl Into<Operand>, repeats: impl Into<Ints>) -> Repeat {
     Repeat {
         x: x.into(),
@@ -592,11 +629,13 @@ pub fn repeat(x: impl Into<Operand>, repeats: impl Into<Ints>) -> Repeat {
 
 impl Repeat {
     /// The axis to repeat along.
+    #[track_caller]
     pub fn axis(mut self, axis: isize) -> Repeat {
         self.axis = Some(axis);
         self
     }
 
+    #[track_caller]
     pub fn eval(self) -> Result<Tensor> {
         let Repeat { x, repeats, axis } = self;
         if let Some(&r) = repeats.iter().find(|&&r| r < 1) {
@@ -649,6 +688,7 @@ impl Repeat {
 // ---------------------------------------------------------------------------------------------
 // moveaxis, swapaxes, ravel
 
+#[track_caller]
 fn moveaxis_perm(rank: usize, source: &[isize], destination: &[isize]) -> Result<Vec<isize>> {
     if source.len() != destination.len() {
         return Err(Error::invalid(format!(
@@ -670,6 +710,7 @@ fn moveaxis_perm(rank: usize, source: &[isize], destination: &[isize]) -> Result
 }
 
 /// Moves axes `source` to positions `destination`, keeping the order of the others.
+#[track_caller]
 pub fn moveaxis(
     x: &Tensor,
     source: impl AsRef<[isize]>,
@@ -680,6 +721,7 @@ pub fn moveaxis(
 }
 
 /// Exchanges two axes.
+#[track_caller]
 pub fn swapaxes(x: &Tensor, axis1: isize, axis2: isize) -> Result<Tensor> {
     let rank = x.ndim();
     let a = normalize_axis(axis1, rank)?;
@@ -690,6 +732,7 @@ pub fn swapaxes(x: &Tensor, axis1: isize, axis2: isize) -> Result<Tensor> {
 }
 
 /// Row-major flatten to rank 1.
+#[track_caller]
 pub fn ravel(x: impl Into<Operand>) -> Result<Tensor> {
     apply(vec![x.into()], |b, x| ravel_node(b, x[0]))
 }
@@ -698,6 +741,7 @@ pub fn ravel(x: impl Into<Operand>) -> Result<Tensor> {
 // diag, diagonal, trace, tril, triu
 
 /// The diagonal `offset` of the 2-D slices spanned by `axis1`, `axis2`, as the last axis.
+#[track_caller]
 fn build_diagonal(
     b: &mut GraphBuilder,
     x: NodeId,
@@ -751,6 +795,7 @@ fn build_diagonal(
 }
 
 /// `v` (rank 1) on diagonal `k` of a square matrix, or diagonal `k` of a matrix (rank 2).
+#[track_caller]
 fn build_diag(b: &mut GraphBuilder, v: NodeId, k: isize) -> Built {
     let d = dims(b, v);
     match d.len() {
@@ -797,17 +842,20 @@ pub struct Diag {
 
 /// Rank 1: the square matrix with `v` on diagonal `k`; rank 2: the 1-D diagonal `k`
 /// (`qb::diag(&v).k(1).eval()`).
+#[track_caller]
 pub fn diag(v: impl Into<Operand>) -> Diag {
     Diag { v: v.into(), k: 0 }
 }
 
 impl Diag {
     /// The diagonal: 0 main, positive above, negative below.
+    #[track_caller]
     pub fn k(mut self, k: isize) -> Diag {
         self.k = k;
         self
     }
 
+    #[track_caller]
     pub fn eval(self) -> Result<Tensor> {
         let k = self.k;
         apply(vec![self.v], |b, x| build_diag(b, x[0], k))
@@ -827,6 +875,7 @@ pub struct Diagonal {
 
 /// The diagonal of the 2-D slices spanned by `axis1`, `axis2` (default 0, 1), appended as the
 /// last axis: `qb::diagonal(&x).offset(1).eval()`.
+#[track_caller]
 pub fn diagonal(x: impl Into<Operand>) -> Diagonal {
     Diagonal {
         x: x.into(),
@@ -838,6 +887,7 @@ pub fn diagonal(x: impl Into<Operand>) -> Diagonal {
 }
 
 /// The sum of [`diagonal`] along its last axis: `qb::trace(&a).offset(0).eval()`.
+#[track_caller]
 pub fn trace(x: impl Into<Operand>) -> Diagonal {
     Diagonal {
         sum: true,
@@ -847,23 +897,27 @@ pub fn trace(x: impl Into<Operand>) -> Diagonal {
 
 impl Diagonal {
     /// The diagonal: 0 main, positive above, negative below.
+    #[track_caller]
     pub fn offset(mut self, offset: isize) -> Diagonal {
         self.offset = offset;
         self
     }
 
     /// The row axis (default 0).
+    #[track_caller]
     pub fn axis1(mut self, axis1: isize) -> Diagonal {
         self.axis1 = axis1;
         self
     }
 
     /// The column axis (default 1).
+    #[track_caller]
     pub fn axis2(mut self, axis2: isize) -> Diagonal {
         self.axis2 = axis2;
         self
     }
 
+    #[track_caller]
     pub fn eval(self) -> Result<Tensor> {
         let Diagonal {
             x,
@@ -883,6 +937,7 @@ impl Diagonal {
     }
 }
 
+#[track_caller]
 fn build_triangle(b: &mut GraphBuilder, x: NodeId, lower: bool) -> Built {
     let d = dims(b, x);
     let name = if lower { "tril" } else { "triu" };
@@ -908,11 +963,13 @@ fn build_triangle(b: &mut GraphBuilder, x: NodeId, lower: bool) -> Built {
 }
 
 /// Keeps the lower triangle (main diagonal included) of the last two axes, zeroing the rest.
+#[track_caller]
 pub fn tril(x: impl Into<Operand>) -> Result<Tensor> {
     apply(vec![x.into()], |b, x| build_triangle(b, x[0], true))
 }
 
 /// Keeps the upper triangle (main diagonal included) of the last two axes, zeroing the rest.
+#[track_caller]
 pub fn triu(x: impl Into<Operand>) -> Result<Tensor> {
     apply(vec![x.into()], |b, x| build_triangle(b, x[0], false))
 }

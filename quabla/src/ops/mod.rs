@@ -25,6 +25,7 @@ macro_rules! tensor_methods {
         impl Tensor {
             $(
                 $(#[$meta])*
+                #[track_caller]
                 pub fn $name(&$this $(, $arg: $ty)*) -> Result<Tensor> $body
             )*
         }
@@ -39,6 +40,7 @@ macro_rules! tensor_methods {
 
         impl $ext for Result<Tensor> {
             $(
+                #[track_caller]
                 fn $name(self $(, $arg: $ty)*) -> Result<Tensor> {
                     self?.$name($($arg),*)
                 }
@@ -66,11 +68,13 @@ use crate::tensor::Tensor;
 use quabla_ir::{GraphBuilder, HostData, NodeId, Shape};
 
 /// A rank-0 bool constant.
+#[track_caller]
 pub(crate) fn bool_const(b: &mut GraphBuilder, value: bool) -> quabla_ir::Result<NodeId> {
     b.constant(HostData::Bool([value].into()), Shape::scalar(), false)
 }
 
 /// A bool constant of shape `dims` holding `values` in row-major order.
+#[track_caller]
 pub(crate) fn bool_mask(
     b: &mut GraphBuilder,
     dims: Vec<usize>,
@@ -80,17 +84,20 @@ pub(crate) fn bool_mask(
 }
 
 /// The extents of a node.
+#[track_caller]
 pub(crate) fn dims(b: &GraphBuilder, x: NodeId) -> Vec<usize> {
     b.ty(x).shape.dims().to_vec()
 }
 
 /// A strong rank-0 constant `value` in the dtype of `like` (`false`/`true` for bool).
+#[track_caller]
 pub(crate) fn scalar_like(b: &mut GraphBuilder, value: f64, like: NodeId) -> NodeId {
     let dtype = b.ty(like).dtype;
     b.scalar(value, dtype, false)
 }
 
 /// `len` entries of `x` along `axis` starting at `start` (the axis is kept).
+#[track_caller]
 pub(crate) fn slice_axis(
     b: &mut GraphBuilder,
     x: NodeId,
@@ -106,6 +113,7 @@ pub(crate) fn slice_axis(
 }
 
 /// Entry `i` of `x` along `axis`, with that axis removed.
+#[track_caller]
 pub(crate) fn take(
     b: &mut GraphBuilder,
     x: NodeId,
@@ -120,6 +128,7 @@ pub(crate) fn take(
 
 /// The reduced axes (sorted) and the result extents without `keepdims` of a reduction of
 /// `shape` over `axes` (`None`: all).
+#[track_caller]
 pub(crate) fn reduced_dims(
     shape: &Shape,
     axes: Option<&[isize]>,
@@ -138,6 +147,7 @@ pub(crate) fn reduced_dims(
 }
 
 /// An operand as a tensor: a Rust `f64` becomes a weak rank-0 tensor, an error is returned.
+#[track_caller]
 pub(crate) fn operand_tensor(o: Operand) -> Result<Tensor> {
     match o {
         Operand::Tensor(t) => Ok(t),

@@ -18,6 +18,7 @@ use quabla_ir::{Comparison, GraphBuilder, NodeId, Shape, UnaryOp};
 
 type Built = quabla_ir::Result<NodeId>;
 
+#[track_caller]
 fn axes_option(axes: &Axes) -> Option<&[isize]> {
     match axes {
         Axes::All => None,
@@ -26,6 +27,7 @@ fn axes_option(axes: &Axes) -> Option<&[isize]> {
 }
 
 /// Drops the kept unit axes of a keepdims reduction result unless `keep`.
+#[track_caller]
 fn finish_keep(
     b: &mut GraphBuilder,
     r: NodeId,
@@ -43,6 +45,7 @@ fn finish_keep(
 
 /// `m * sqrt(sum((x/m)^2))` with `m = stop_gradient(max(abs(x)))`; `inf` when `m` is
 /// infinite; `m` replaced by 1 where it is 0 or not finite.
+#[track_caller]
 fn build_norm(b: &mut GraphBuilder, x: NodeId, axes: Option<&[isize]>, keep: bool) -> Built {
     float_only(b, x, "norm")?;
     let shape = b.ty(x).shape.clone();
@@ -70,6 +73,7 @@ fn build_norm(b: &mut GraphBuilder, x: NodeId, axes: Option<&[isize]>, keep: boo
 }
 
 /// `s + log(sum(exp(x - s)))`, `s = where(isfinite(m), m, 0)`, `m = stop_gradient(max(x))`.
+#[track_caller]
 fn build_logsumexp(b: &mut GraphBuilder, x: NodeId, axes: Option<&[isize]>, keep: bool) -> Built {
     float_only(b, x, "logsumexp")?;
     let shape = b.ty(x).shape.clone();
@@ -88,6 +92,7 @@ fn build_logsumexp(b: &mut GraphBuilder, x: NodeId, axes: Option<&[isize]>, keep
 }
 
 /// `e / sum(e)` with `e = exp(x - stop_gradient(max(x)))` along `axis`.
+#[track_caller]
 fn build_softmax(b: &mut GraphBuilder, x: NodeId, axis: isize) -> Built {
     float_only(b, x, "softmax")?;
     let axes = [axis];
@@ -101,6 +106,7 @@ fn build_softmax(b: &mut GraphBuilder, x: NodeId, axis: isize) -> Built {
 }
 
 /// `(x - s) - log(sum(exp(x - s)))`, `s = stop_gradient(max(x))` along `axis`.
+#[track_caller]
 fn build_log_softmax(b: &mut GraphBuilder, x: NodeId, axis: isize) -> Built {
     float_only(b, x, "log_softmax")?;
     let axes = [axis];
@@ -115,6 +121,7 @@ fn build_log_softmax(b: &mut GraphBuilder, x: NodeId, axis: isize) -> Built {
 }
 
 /// Two-pass variance: `sum((x - mean(x))^2) / (n - ddof)`, then `sqrt` for `std`.
+#[track_caller]
 fn build_variance(
     b: &mut GraphBuilder,
     x: NodeId,
@@ -167,6 +174,7 @@ macro_rules! axis_reductions {
         }
         $(
             $(#[$doc])*
+            #[track_caller]
             pub fn $name(x: impl Into<Operand>) -> Result<Tensor> {
                 apply(vec![x.into()], |b, x| $build(b, x[0], None, false))
             }
@@ -184,11 +192,13 @@ axis_reductions! {
 }
 
 /// Max-shifted softmax along `axis`: `softmax([1000, 0]) = [1, 0]` in float32 too.
+#[track_caller]
 pub fn softmax(x: impl Into<Operand>, axis: isize) -> Result<Tensor> {
     apply(vec![x.into()], |b, x| build_softmax(b, x[0], axis))
 }
 
 /// Max-shifted log-softmax along `axis`.
+#[track_caller]
 pub fn log_softmax(x: impl Into<Operand>, axis: isize) -> Result<Tensor> {
     apply(vec![x.into()], |b, x| build_log_softmax(b, x[0], axis))
 }
@@ -235,6 +245,7 @@ pub struct Variance {
 
 /// Two-pass variance `sum((x - mean)^2) / (n - ddof)`:
 /// `qb::var(&x).axis(0).ddof(1).eval()`. `n <= ddof` divides by zero or a negative count.
+#[track_caller]
 pub fn var(x: impl Into<Operand>) -> Variance {
     Variance {
         x: x.into(),
@@ -246,6 +257,7 @@ pub fn var(x: impl Into<Operand>) -> Variance {
 }
 
 /// `sqrt(var(...))`: `qb::std(&x).ddof(1).eval()`; its derivative is 0 at zero variance.
+#[track_caller]
 pub fn std(x: impl Into<Operand>) -> Variance {
     Variance {
         root: true,
@@ -255,29 +267,34 @@ pub fn std(x: impl Into<Operand>) -> Variance {
 
 impl Variance {
     /// Reduces over one axis.
+    #[track_caller]
     pub fn axis(mut self, axis: isize) -> Variance {
         self.axes = Axes::List(vec![axis]);
         self
     }
 
     /// Reduces over the given axes (`Axes::All`: every axis, the default).
+    #[track_caller]
     pub fn axes(mut self, axes: impl Into<Axes>) -> Variance {
         self.axes = axes.into();
         self
     }
 
     /// Keeps reduced axes with extent 1.
+    #[track_caller]
     pub fn keepdims(mut self, keepdims: bool) -> Variance {
         self.keepdims = keepdims;
         self
     }
 
     /// Delta degrees of freedom: the divisor is `n - ddof`.
+    #[track_caller]
     pub fn ddof(mut self, ddof: usize) -> Variance {
         self.ddof = ddof;
         self
     }
 
+    #[track_caller]
     pub fn eval(self) -> Result<Tensor> {
         let Variance {
             x,
@@ -303,6 +320,7 @@ pub struct Cumsum {
 
 /// Inclusive prefix sum accumulated in float64 (each output rounded once):
 /// `qb::cumsum(&x).axis(0).reverse(true).eval()`. Without an axis the input is flattened.
+#[track_caller]
 pub fn cumsum(x: impl Into<Operand>) -> Cumsum {
     Cumsum {
         x: x.into(),
@@ -313,17 +331,20 @@ pub fn cumsum(x: impl Into<Operand>) -> Cumsum {
 
 impl Cumsum {
     /// The axis to accumulate along (default: the flattened input).
+    #[track_caller]
     pub fn axis(mut self, axis: isize) -> Cumsum {
         self.axis = Some(axis);
         self
     }
 
     /// Accumulates from the last element.
+    #[track_caller]
     pub fn reverse(mut self, reverse: bool) -> Cumsum {
         self.reverse = reverse;
         self
     }
 
+    #[track_caller]
     pub fn eval(self) -> Result<Tensor> {
         let Cumsum { x, axis, reverse } = self;
         apply(vec![x], |b, x| {

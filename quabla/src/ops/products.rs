@@ -13,6 +13,7 @@ use quabla_ir::{normalize_axis, GraphBuilder, IrError, NodeId, Shape};
 type Built = quabla_ir::Result<NodeId>;
 
 /// Matrix product with NumPy rules.
+#[track_caller]
 pub fn matmul(a: impl Into<Operand>, c: impl Into<Operand>) -> Result<Tensor> {
     apply(vec![a.into(), c.into()], |b, x| b.matmul(x[0], x[1]))
 }
@@ -33,6 +34,7 @@ super::tensor_methods! {
 
 /// Contracts axes `ca` of `a` with axes `cc` of `c` (pairwise); the result has the free axes
 /// of `a`, then those of `c`.
+#[track_caller]
 fn build_tensordot(
     b: &mut GraphBuilder,
     a: NodeId,
@@ -87,6 +89,7 @@ fn build_tensordot(
 /// NumPy `dot`: a rank-0 operand multiplies; vector with vector is the inner product;
 /// otherwise the last axis of `a` is contracted with the second-to-last of `b` (the last if
 /// `b` is 1-D).
+#[track_caller]
 pub fn dot(a: impl Into<Operand>, c: impl Into<Operand>) -> Result<Tensor> {
     apply(vec![a.into(), c.into()], |b, x| {
         let (ra, rc) = (b.ty(x[0]).shape.rank(), b.ty(x[1]).shape.rank());
@@ -99,6 +102,7 @@ pub fn dot(a: impl Into<Operand>, c: impl Into<Operand>) -> Result<Tensor> {
 }
 
 /// The `[a.size, b.size]` outer product of the flattened inputs.
+#[track_caller]
 pub fn outer(a: impl Into<Operand>, c: impl Into<Operand>) -> Result<Tensor> {
     apply(vec![a.into(), c.into()], |b, x| {
         let (na, nc) = (b.ty(x[0]).shape.size(), b.ty(x[1]).shape.size());
@@ -118,30 +122,35 @@ pub enum TensordotAxes {
 }
 
 impl From<usize> for TensordotAxes {
+    #[track_caller]
     fn from(n: usize) -> TensordotAxes {
         TensordotAxes::Count(n)
     }
 }
 
 impl From<i32> for TensordotAxes {
+    #[track_caller]
     fn from(n: i32) -> TensordotAxes {
         TensordotAxes::Count(n.max(0) as usize)
     }
 }
 
 impl<const N: usize> From<([isize; N], [isize; N])> for TensordotAxes {
+    #[track_caller]
     fn from((a, c): ([isize; N], [isize; N])) -> TensordotAxes {
         TensordotAxes::Pairs(a.to_vec(), c.to_vec())
     }
 }
 
 impl From<(Vec<isize>, Vec<isize>)> for TensordotAxes {
+    #[track_caller]
     fn from((a, c): (Vec<isize>, Vec<isize>)) -> TensordotAxes {
         TensordotAxes::Pairs(a, c)
     }
 }
 
 impl From<(&[isize], &[isize])> for TensordotAxes {
+    #[track_caller]
     fn from((a, c): (&[isize], &[isize])) -> TensordotAxes {
         TensordotAxes::Pairs(a.to_vec(), c.to_vec())
     }
@@ -158,6 +167,7 @@ pub struct Tensordot {
 
 /// Tensor contraction: `qb::tensordot(&a, &b).axes(2).eval()` pairs the last two axes of `a`
 /// with the first two of `b` (the default); `.axes(([1], [0]))` names them.
+#[track_caller]
 pub fn tensordot(a: impl Into<Operand>, c: impl Into<Operand>) -> Tensordot {
     Tensordot {
         a: a.into(),
@@ -168,11 +178,13 @@ pub fn tensordot(a: impl Into<Operand>, c: impl Into<Operand>) -> Tensordot {
 
 impl Tensordot {
     /// An axis count or a pair of axis lists.
+    #[track_caller]
     pub fn axes(mut self, axes: impl Into<TensordotAxes>) -> Tensordot {
         self.axes = axes.into();
         self
     }
 
+    #[track_caller]
     pub fn eval(self) -> Result<Tensor> {
         let Tensordot { a, c, axes } = self;
         apply(vec![a, c], |b, x| {
@@ -203,6 +215,7 @@ impl Tensordot {
 }
 
 /// The Kronecker product; the lower-rank operand is padded with leading unit axes.
+#[track_caller]
 pub fn kron(a: impl Into<Operand>, c: impl Into<Operand>) -> Result<Tensor> {
     apply(vec![a.into(), c.into()], |b, x| {
         let (da, dc) = (dims(b, x[0]), dims(b, x[1]));
@@ -236,6 +249,7 @@ pub struct Cross {
 
 /// Cross product of 3-vectors (a 3-vector) and of 2-vectors (the scalar z component); a 2-vector
 /// meeting a 3-vector has z = 0. `qb::cross(&a, &b).axis(0).eval()`.
+#[track_caller]
 pub fn cross(a: impl Into<Operand>, c: impl Into<Operand>) -> Cross {
     Cross {
         a: a.into(),
@@ -246,6 +260,7 @@ pub fn cross(a: impl Into<Operand>, c: impl Into<Operand>) -> Cross {
     }
 }
 
+#[track_caller]
 fn opt_mul(
     b: &mut GraphBuilder,
     p: Option<NodeId>,
@@ -257,6 +272,7 @@ fn opt_mul(
     }
 }
 
+#[track_caller]
 fn opt_sub(b: &mut GraphBuilder, p: Option<NodeId>, q: Option<NodeId>) -> Built {
     match (p, q) {
         (Some(p), Some(q)) => b.sub(p, q),
@@ -270,28 +286,33 @@ fn opt_sub(b: &mut GraphBuilder, p: Option<NodeId>, q: Option<NodeId>) -> Built 
 
 impl Cross {
     /// The vector axis of `a` (default -1).
+    #[track_caller]
     pub fn axisa(mut self, axis: isize) -> Cross {
         self.axisa = axis;
         self
     }
 
     /// The vector axis of `b` (default -1).
+    #[track_caller]
     pub fn axisb(mut self, axis: isize) -> Cross {
         self.axisb = axis;
         self
     }
 
     /// The vector axis of the result (default -1).
+    #[track_caller]
     pub fn axisc(mut self, axis: isize) -> Cross {
         self.axisc = axis;
         self
     }
 
     /// Sets all three axes.
+    #[track_caller]
     pub fn axis(self, axis: isize) -> Cross {
         self.axisa(axis).axisb(axis).axisc(axis)
     }
 
+    #[track_caller]
     pub fn eval(self) -> Result<Tensor> {
         let Cross {
             a,
@@ -362,6 +383,7 @@ impl Cross {
 
 /// `einsum` for the matrix-product spellings `"ij,jk->ik"` and `"...ij,...jk->...ik"` (spaces
 /// ignored); any other equation is UN6.
+#[track_caller]
 pub fn einsum<T: Into<Operand> + Clone>(equation: &str, operands: &[T]) -> Result<Tensor> {
     let eq: String = equation.chars().filter(|c| !c.is_whitespace()).collect();
     let batched = match eq.as_str() {

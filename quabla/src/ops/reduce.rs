@@ -18,6 +18,7 @@ pub enum Axes {
 }
 
 impl Axes {
+    #[track_caller]
     fn as_option(&self) -> Option<&[isize]> {
         match self {
             Axes::All => None,
@@ -27,36 +28,42 @@ impl Axes {
 }
 
 impl From<isize> for Axes {
+    #[track_caller]
     fn from(a: isize) -> Axes {
         Axes::List(vec![a])
     }
 }
 
 impl From<i32> for Axes {
+    #[track_caller]
     fn from(a: i32) -> Axes {
         Axes::List(vec![a as isize])
     }
 }
 
 impl<const N: usize> From<[isize; N]> for Axes {
+    #[track_caller]
     fn from(a: [isize; N]) -> Axes {
         Axes::List(a.to_vec())
     }
 }
 
 impl<const N: usize> From<[i32; N]> for Axes {
+    #[track_caller]
     fn from(a: [i32; N]) -> Axes {
         Axes::List(a.iter().map(|&x| x as isize).collect())
     }
 }
 
 impl From<&[isize]> for Axes {
+    #[track_caller]
     fn from(a: &[isize]) -> Axes {
         Axes::List(a.to_vec())
     }
 }
 
 impl From<Vec<isize>> for Axes {
+    #[track_caller]
     fn from(a: Vec<isize>) -> Axes {
         Axes::List(a)
     }
@@ -73,6 +80,7 @@ enum Reduction {
     All,
 }
 
+#[track_caller]
 fn build(
     b: &mut GraphBuilder,
     kind: Reduction,
@@ -118,6 +126,7 @@ fn build(
 
 /// The pairwise product tree: neighbours `(0,1), (2,3), ...` multiply, an odd last element is
 /// carried unchanged, until one value remains (numerics.md §4.4).
+#[track_caller]
 fn build_prod(
     b: &mut GraphBuilder,
     x: NodeId,
@@ -189,6 +198,7 @@ fn build_prod(
     b.reshape_to(cur, Shape::new(out_dims)?)
 }
 
+#[track_caller]
 fn reduce(x: impl Into<Operand>, kind: Reduction, axes: Axes, keep: bool) -> Result<Tensor> {
     apply(vec![x.into()], |b, x| {
         build(b, kind, x[0], axes.as_option(), keep)
@@ -219,6 +229,7 @@ macro_rules! reductions {
         }
         $(
             $(#[$doc])*
+            #[track_caller]
             pub fn $name(x: impl Into<Operand>) -> Result<Tensor> {
                 reduce(x, Reduction::$kind, Axes::All, false)
             }

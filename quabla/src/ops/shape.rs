@@ -105,6 +105,7 @@ super::tensor_methods! {
 }
 
 /// Concatenates along an existing axis; other extents and dtypes must agree.
+#[track_caller]
 pub fn concat<T: Into<Operand> + Clone>(tensors: &[T], axis: isize) -> Result<Tensor> {
     if tensors.is_empty() {
         return Err(Error::invalid("concat needs at least one tensor"));
@@ -114,6 +115,7 @@ pub fn concat<T: Into<Operand> + Clone>(tensors: &[T], axis: isize) -> Result<Te
 }
 
 /// Joins equal-shaped tensors along a new axis.
+#[track_caller]
 pub fn stack<T: Into<Operand> + Clone>(tensors: &[T], axis: isize) -> Result<Tensor> {
     if tensors.is_empty() {
         return Err(Error::invalid("stack needs at least one tensor"));

@@ -252,6 +252,15 @@ impl<A: Tree, R: Tree> Lowered<A, R> {
         self.entry.plan.as_text()
     }
 
+    /// [`Lowered::as_text`] with the source line of the user code that created each node as a
+    /// trailing `# file:line:column` comment; a node made by a derivative rule names the rule
+    /// and the primal line it differentiates (`# vjp of sqrt at src/main.rs:12:17`). Nodes whose
+    /// origin is unknown (constants the passes made, nodes of the library's own composites
+    /// reached through a closure) have no comment.
+    pub fn as_text_with_locations(&self) -> String {
+        self.entry.plan.as_text_with_origins()
+    }
+
     /// Number of node lines.
     pub fn node_count(&self) -> usize {
         self.entry.plan.graph().len()
