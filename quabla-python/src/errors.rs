@@ -95,6 +95,7 @@ fn to_py_in(py: Python<'_>, err: qb::Error) -> PyErr {
         | qb::Error::LoopMaxTrips { .. }
         | qb::Error::Device { .. } => PyRuntimeError::new_err(message),
         qb::Error::Io { .. } => PyOSError::new_err(message),
+        qb::Error::NonFinite { .. } => pyo3::exceptions::PyFloatingPointError::new_err(message),
         qb::Error::OutOfMemory { .. } => PyMemoryError::new_err(message),
         qb::Error::Cancelled => PyKeyboardInterrupt::new_err(message),
         qb::Error::Warning(w) => match w.kind() {

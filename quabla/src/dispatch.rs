@@ -85,6 +85,7 @@ pub(crate) fn apply(
         return Ok(tensors[i].clone());
     }
     let weak = b.ty(out).weak;
+    let checked_op = crate::debug::nans_checked().then(|| b.node(out).op.name());
     let graph = b.finish(vec![out])?;
     let exe = compiled(graph)?;
     let mut outs = Vec::with_capacity(1);
@@ -94,7 +95,11 @@ pub(crate) fn apply(
     let result = outs.pop().ok_or_else(|| Error::Internal {
         message: "a plan returned no output".into(),
     })?;
-    Ok(Tensor::from_host(result, weak))
+    let result = Tensor::from_host(result, weak);
+    if let Some(op) = checked_op {
+        crate::debug::check_eager(op, &tensors, &result, std::panic::Location::caller())?;
+    }
+    Ok(result)
 }
 
 #[track_caller]

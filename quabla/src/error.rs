@@ -80,6 +80,12 @@ pub enum Error {
         t: f64,
         max_steps: u64,
     },
+    /// The non-finite check (`jit(f).check_nans(true)`, `qb::debug_nans(true)`) stopped a
+    /// run at the first node that made a NaN or an infinity from finite operands; the message
+    /// names the node, its operands' ranges, and the user's source line (for a derivative
+    /// node, the rule and the primal line it differentiates). Python `FloatingPointError`.
+    #[error("{message}")]
+    NonFinite { message: String },
     /// An eager `while_loop(..).max_trips(n)` whose predicate still held after `n` trips
     /// (never under a transform, where `WhileInfo::success` reports it).
     #[error("while_loop: the predicate still holds after max_trips={max_trips} trips; raise max_trips or check the loop's stopping condition")]
@@ -215,6 +221,7 @@ impl From<BackendError> for Error {
             BackendError::Device { device, message } => Error::Device { device, message },
             BackendError::OutOfMemory { bytes, what } => Error::OutOfMemory { bytes, what },
             BackendError::Cancelled => Error::Cancelled,
+            BackendError::NonFinite { message } => Error::NonFinite { message },
             other => Error::Internal {
                 message: other.to_string(),
             },

@@ -255,6 +255,8 @@ pub struct Signature {
     pub leaves: Vec<LeafSignature>,
     pub device: Arc<str>,
     pub precision: Option<Arc<str>>,
+    /// Whether the plan is compiled with the non-finite check.
+    pub check_nans: bool,
 }
 
 impl fmt::Display for Signature {
@@ -474,6 +476,8 @@ impl Hasher for FxHasher {
 pub(crate) struct Target {
     pub device: Arc<str>,
     pub precision: Option<Arc<str>>,
+    /// `jit(f).check_nans(true)`; [`crate::debug_nans`] turns it on for every target.
+    pub check_nans: bool,
 }
 
 impl Target {
@@ -485,7 +489,14 @@ impl Target {
         Target {
             device: CPU.with(Arc::clone),
             precision: None,
+            check_nans: false,
         }
+    }
+
+    /// Whether plans for this target check for non-finite values: its own flag or the
+    /// process-wide [`crate::debug_nans`].
+    pub fn checks_nans(&self) -> bool {
+        self.check_nans || crate::debug::nans_checked()
     }
 }
 
@@ -501,6 +512,7 @@ impl Signature {
                 .collect(),
             device: target.device.clone(),
             precision: target.precision.clone(),
+            check_nans: target.checks_nans(),
         }
     }
 
@@ -515,6 +527,7 @@ impl Signature {
     ) -> bool {
         (Arc::ptr_eq(&self.device, &target.device) || self.device == target.device)
             && self.precision == target.precision
+            && self.check_nans == target.checks_nans()
             && self.leaves.len() == leaves.len()
             && self
                 .leaves
@@ -570,6 +583,9 @@ impl Signature {
         }
         if self.device != new.device {
             return format!("device {} -> {}", self.device, new.device);
+        }
+        if self.check_nans != new.check_nans {
+            return format!("check_nans {} -> {}", self.check_nans, new.check_nans);
         }
         format!("precision {:?} -> {:?}", self.precision, new.precision)
     }
@@ -760,7 +776,12 @@ impl Entry {
             Some("float32") => quabla_backend::Precision::Float32,
             _ => quabla_backend::Precision::Reference,
         };
-        let exe = crate::devices::backend_for(&signature.device)?.compile_with(&plan, precision)?;
+        let backend = crate::devices::backend_for(&signature.device)?;
+        let exe = if signature.check_nans {
+            backend.compile_checking_nans(&plan, precision)?
+        } else {
+            backend.compile_with(&plan, precision)?
+        };
         let out_weak: Vec<bool> = plan.output_types().iter().map(|ty| ty.weak).collect();
         let out_slots = staged.out_slots;
         let out_def = staged.out_def;

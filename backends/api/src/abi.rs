@@ -500,6 +500,11 @@ impl PluginError {
                 what: what.as_str().into(),
             },
             BackendError::Cancelled => PluginError::Cancelled,
+            // Plugins compile no checked plans; the ABI carries the message as a device error.
+            BackendError::NonFinite { message } => PluginError::Device {
+                device: "check_nans".into(),
+                message: message.as_str().into(),
+            },
         }
     }
 

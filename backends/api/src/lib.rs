@@ -93,6 +93,10 @@ pub enum BackendError {
     /// [`cancel::interrupt`]; like [`BackendError::OutOfMemory`], it leaves everything intact.
     #[error("cancelled: the computation was interrupted")]
     Cancelled,
+    /// The non-finite check ([`Backend::compile_checking_nans`]) stopped a run; the message
+    /// names the node, its operands' ranges and the user's source line.
+    #[error("{message}")]
+    NonFinite { message: String },
 }
 
 impl BackendError {
@@ -192,6 +196,22 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn compile_with(&self, plan: &Plan, precision: Precision) -> Result<Arc<dyn Executable>> {
         let _ = precision;
         self.compile(plan)
+    }
+
+    /// Compiles a plan whose runs stop with [`BackendError::NonFinite`] at the first node that
+    /// produces a NaN or an infinity from finite operands (`jit(f).check_nans(true)`). A
+    /// debugging mode: the CPU backend has it; others answer `Unsupported`, naming the CPU.
+    fn compile_checking_nans(
+        &self,
+        plan: &Plan,
+        precision: Precision,
+    ) -> Result<Arc<dyn Executable>> {
+        let _ = (plan, precision);
+        Err(BackendError::Unsupported {
+            op: "check_nans".into(),
+            device: self.name().to_string(),
+            reason: "the non-finite check runs on the CPU; debug with device=\"cpu\"".into(),
+        })
     }
 }
 

@@ -25,7 +25,7 @@ use crate::buffer::{self, Buffer, Pool, Storage, View, ViewMut};
 use crate::kernels::elementwise::{Program, Scratch};
 use crate::kernels::linalg::Lu;
 use crate::kernels::{internal, layout, linalg, matmul, reduce};
-use crate::schedule::{NodeStep, Schedule, StepKind};
+use crate::schedule::{NanCheck, NodeStep, Schedule, StepKind};
 use quabla_backend::cancel::Watch;
 use quabla_backend::{BackendError, Result};
 use quabla_ir::alloc::AllocError;
@@ -388,6 +388,9 @@ fn run_steps(
                 }
             }
         }
+        if let Some(check) = &step.check {
+            check_finite(check, slots)?;
+        }
         if mode != Mode::Reuse {
             for &s in &step.free {
                 if let Some(st) = slots[s].take() {
@@ -402,6 +405,77 @@ fn run_steps(
         }
     }
     Ok(())
+}
+
+/// The non-finite check of one step: an error when the value it wrote holds a NaN or an
+/// infinity while every operand is finite (a non-finite operand only passes one on).
+fn check_finite(check: &NanCheck, slots: &[Option<Storage<'_>>]) -> Result<()> {
+    let out = view(slots, check.out)?;
+    let Some((index, bad)) = first_non_finite(&out) else {
+        return Ok(());
+    };
+    let mut ranges = Vec::with_capacity(check.operands.len());
+    for (name, s) in &check.operands {
+        let v = view(slots, *s)?;
+        if first_non_finite(&v).is_some() {
+            return Ok(());
+        }
+        ranges.push(format!("{name} in {}", range(&v)));
+    }
+    let mut message = format!(
+        "non-finite value {bad} at element {index} of a node whose operands are finite:\n  {}",
+        check.line
+    );
+    if !ranges.is_empty() {
+        message.push_str(&format!("\n  operands: {}", ranges.join(", ")));
+    }
+    let at = check
+        .origin
+        .loc
+        .map(|l| format!("{}:{}:{}", l.file(), l.line(), l.column()));
+    match (check.origin.rule, at) {
+        (Some((mode, of)), at) => {
+            let pass = if mode == "vjp" {
+                "the backward pass"
+            } else {
+                "a forward-mode derivative"
+            };
+            let primal = at.map_or(String::new(), |at| {
+                format!(", differentiating the {of} at {at}")
+            });
+            message.push_str(&format!(
+                "\n  in {pass}: made by the {mode} rule of {of}{primal}"
+            ));
+        }
+        (None, Some(at)) => message.push_str(&format!("\n  created at {at}")),
+        (None, None) => message.push_str("\n  (no source line recorded for this node)"),
+    }
+    Err(BackendError::NonFinite { message })
+}
+
+fn first_non_finite(v: &View<'_>) -> Option<(usize, f64)> {
+    let find = |xs: &mut dyn Iterator<Item = f64>| xs.enumerate().find(|(_, x)| !x.is_finite());
+    match v {
+        View::F32(xs) => find(&mut xs.iter().map(|&x| x as f64)),
+        View::F64(xs) => find(&mut xs.iter().copied()),
+        View::Bool(_) => None,
+    }
+}
+
+/// `[min, max]` of a finite view (`[false, true]` for bools), `[]` when empty.
+fn range(v: &View<'_>) -> String {
+    let values: Vec<f64> = match v {
+        View::F32(xs) => xs.iter().map(|&x| x as f64).collect(),
+        View::F64(xs) => xs.to_vec(),
+        View::Bool(xs) => xs.iter().map(|&b| f64::from(u8::from(b))).collect(),
+    };
+    let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if values.is_empty() {
+        "[]".into()
+    } else {
+        format!("[{lo}, {hi}]")
+    }
 }
 
 /// Runs a one-element fused program (scalar loop arithmetic) on plain values: the externals

@@ -125,10 +125,37 @@ impl CpuBackend {
 
     /// [`CpuBackend::compile_plan`] at a [`Precision`] (what [`Backend::compile_with`] wraps).
     pub fn compile_plan_with(&self, plan: &Plan, precision: Precision) -> Result<CpuExecutable> {
-        let build = Build {
-            fuse: self.options.fuse_elementwise,
-            precision,
-        };
+        self.compile_build(
+            plan,
+            Build {
+                fuse: self.options.fuse_elementwise,
+                precision,
+                check_nans: false,
+            },
+        )
+    }
+
+    /// [`CpuBackend::compile_plan_with`] with the non-finite check (what
+    /// [`Backend::compile_checking_nans`] wraps): every node runs as its own step, and a run
+    /// stops with [`quabla_backend::BackendError::NonFinite`] at the first node that produces
+    /// a NaN or an infinity from finite operands, naming the node, its operands' ranges and
+    /// its origin. The values of a run that passes are those of the unchecked plan.
+    pub fn compile_plan_checking_nans(
+        &self,
+        plan: &Plan,
+        precision: Precision,
+    ) -> Result<CpuExecutable> {
+        self.compile_build(
+            plan,
+            Build {
+                fuse: false,
+                precision,
+                check_nans: true,
+            },
+        )
+    }
+
+    fn compile_build(&self, plan: &Plan, build: Build) -> Result<CpuExecutable> {
         let schedule = Schedule::build(plan.graph(), build)?;
         let inputs = plan
             .graph()
@@ -163,6 +190,14 @@ impl Backend for CpuBackend {
 
     fn compile_with(&self, plan: &Plan, precision: Precision) -> Result<Arc<dyn Executable>> {
         Ok(Arc::new(self.compile_plan_with(plan, precision)?))
+    }
+
+    fn compile_checking_nans(
+        &self,
+        plan: &Plan,
+        precision: Precision,
+    ) -> Result<Arc<dyn Executable>> {
+        Ok(Arc::new(self.compile_plan_checking_nans(plan, precision)?))
     }
 }
 

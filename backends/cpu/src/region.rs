@@ -167,7 +167,12 @@ impl Body {
         let schedule = Schedule::build(plan.graph(), build)?;
         let take = take_plan(&schedule, collected, rebound);
         let output_types: Vec<TensorType> = plan.output_types().into_iter().cloned().collect();
-        let scalar = ScalarBody::new(&schedule, &output_types);
+        // The scalar form runs no steps, so it has no non-finite check.
+        let scalar = if build.check_nans {
+            None
+        } else {
+            ScalarBody::new(&schedule, &output_types)
+        };
         Ok(Body {
             schedule,
             take,

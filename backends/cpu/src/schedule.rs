@@ -77,6 +77,23 @@ pub(crate) struct Build {
     /// The plan's [`Precision`]: under `Float32`, float32 `matmul`, `sum` and `mean` nodes run
     /// natively in float32 ([`NodeStep::native_f32`]).
     pub precision: Precision,
+    /// The non-finite check (`jit(f).check_nans(true)`): no fusion and no scalar loop forms,
+    /// so that every node is a step, and each step checks what it wrote ([`NanCheck`]).
+    pub check_nans: bool,
+}
+
+/// What the non-finite check of a step knows of the node it computes, to stop the run at the
+/// first non-finite value made from finite operands and say where it came from.
+#[derive(Clone, Debug)]
+pub(crate) struct NanCheck {
+    /// The node's text line, `%7 = div(%5, %6) : tensor<3xf64>`.
+    pub line: String,
+    /// Where the node came from.
+    pub origin: quabla_ir::Origin,
+    /// The slot the step writes.
+    pub out: usize,
+    /// `%5` and its slot, for each operand with storage.
+    pub operands: Vec<(String, usize)>,
 }
 
 /// One kernel invocation on single-node operands.
@@ -110,6 +127,8 @@ pub(crate) struct Step {
     pub kind: StepKind,
     /// Slots whose last reader is this step.
     pub free: Vec<usize>,
+    /// The non-finite check of the step's node, under [`Build::check_nans`] only.
+    pub check: Option<Box<NanCheck>>,
 }
 
 impl Step {
@@ -175,11 +194,35 @@ struct GroupBuild {
     sealed: bool,
 }
 
+/// The check of the step computing node `i`, under [`Build::check_nans`].
+fn nan_check(
+    build: Build,
+    graph: &Graph,
+    i: usize,
+    slot_of: &[Option<usize>],
+) -> Option<Box<NanCheck>> {
+    if !build.check_nans {
+        return None;
+    }
+    let id = quabla_ir::NodeId(i as u32);
+    let node = graph.node(id);
+    Some(Box::new(NanCheck {
+        line: quabla_ir::text::node_line(graph, id),
+        origin: node.origin,
+        out: slot_of[i]?,
+        operands: node
+            .operands
+            .iter()
+            .filter_map(|o| Some((o.to_string(), slot_of[o.index()]?)))
+            .collect(),
+    }))
+}
+
 impl Schedule {
     /// Compiles a verified graph. `build.fuse` enables elementwise fusion and virtual broadcasts
     /// (without it every node is its own step); it applies to region bodies too.
     pub(crate) fn build(graph: &Graph, build: Build) -> Result<Schedule> {
-        let fuse = build.fuse;
+        let fuse = build.fuse && !build.check_nans;
         let nodes = graph.nodes();
         let n = nodes.len();
         let mut needed = vec![false; n];
@@ -377,6 +420,7 @@ impl Schedule {
                     steps.push(Step {
                         kind: StepKind::Fused(program),
                         free: Vec::new(),
+                        check: nan_check(build, graph, i, &slot_of),
                     });
                 }
                 continue;
@@ -400,9 +444,11 @@ impl Schedule {
                     })
                     .collect::<Result<Vec<_>>>()?;
                 let step = RegionStep::compile(&call.region, args, outs, build)?;
+                // A region's body steps check themselves.
                 steps.push(Step {
                     kind: StepKind::Region(Box::new(step)),
                     free: Vec::new(),
+                    check: None,
                 });
                 continue;
             }
@@ -438,6 +484,7 @@ impl Schedule {
                         },
                 }),
                 free: Vec::new(),
+                check: nan_check(build, graph, i, &slot_of),
             });
         }
 

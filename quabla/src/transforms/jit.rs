@@ -106,6 +106,18 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
         self
     }
 
+    /// Compiles the plan with the non-finite check: every node runs as its own step, and a
+    /// run stops with [`crate::Error::NonFinite`] at the first node that makes a NaN or an
+    /// infinity from finite operands, in the forward or the backward pass, naming the node's
+    /// text line, its operands' ranges and the source line of the user code it came from (for
+    /// a derivative node, the rule and the primal line). A debugging mode on the CPU: slower
+    /// (no fusion), the same values when nothing is caught; off, it costs nothing. Part of the
+    /// signature, like the precision. [`crate::debug_nans`] turns it on process-wide.
+    pub fn check_nans(mut self, check: bool) -> Self {
+        self.shell.target.check_nans = check;
+        self
+    }
+
     fn check_config(&self) -> Result<()> {
         if self.configured.get().is_some() {
             return Ok(());
@@ -315,6 +327,7 @@ impl<A: Tree, R: Tree> Compiled<A, R> {
             let target = Target {
                 device: expected.device.clone(),
                 precision: expected.precision.clone(),
+                check_nans: expected.check_nans,
             };
             if !expected.matches(&def, leaves, Wrt::Nothing, &target) {
                 let signature = Signature {
@@ -322,6 +335,7 @@ impl<A: Tree, R: Tree> Compiled<A, R> {
                     leaves: leaves.iter().map(|l| leaf_signature(l, false)).collect(),
                     device: expected.device.clone(),
                     precision: expected.precision.clone(),
+                    check_nans: expected.check_nans,
                 };
                 return Err(Error::Structure {
                     message: format!("compiled function expects {expected}, got {signature}"),

@@ -64,6 +64,7 @@ impl Pullback {
             leaves,
             device: Arc::from("cpu"),
             precision: None,
+            check_nans: crate::staging::Target::cpu().checks_nans(),
         };
         let n = self.graph.outputs().len();
         let slots = (0..n).map(OutSlot::Plan).collect();

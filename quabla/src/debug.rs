@@ -1,0 +1,59 @@
+//! Debugging aids: the process-wide non-finite check ([`debug_nans`]) and its eager form.
+//! The check of compiled plans lives in the CPU backend (`compile_checking_nans`); this module
+//! owns the switch and the check of eager operations, and nothing else.
+
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static DEBUG_NANS: AtomicBool = AtomicBool::new(false);
+
+/// Turns the non-finite check on or off for the whole process: every eager operation, and
+/// every plan compiled from now on (`jit`, `grad`, ... as if each had
+/// [`crate::Jit::check_nans`]), stops with [`Error::NonFinite`] at the first value that is NaN
+/// or infinite while its operands are finite, naming the operation and the user's source
+/// line. Plans compiled with the check are cached apart from the others, so turning it off
+/// goes back to the fast plans.
+pub fn debug_nans(on: bool) {
+    DEBUG_NANS.store(on, Ordering::Relaxed);
+}
+
+/// Whether [`debug_nans`] is on.
+pub(crate) fn nans_checked() -> bool {
+    DEBUG_NANS.load(Ordering::Relaxed)
+}
+
+/// The eager check of one operation `op` on `inputs` that gave `result`, called at `site`.
+pub(crate) fn check_eager(
+    op: &str,
+    inputs: &[Tensor],
+    result: &Tensor,
+    site: &'static std::panic::Location<'static>,
+) -> Result<()> {
+    if result.dtype() == crate::DType::Bool {
+        return Ok(());
+    }
+    let values = result.to_vec::<f64>()?;
+    let Some((index, bad)) = values.iter().enumerate().find(|(_, v)| !v.is_finite()) else {
+        return Ok(());
+    };
+    let mut ranges = Vec::with_capacity(inputs.len());
+    for (k, t) in inputs.iter().enumerate() {
+        let v = t.to_vec::<f64>()?;
+        if v.iter().any(|x| !x.is_finite()) {
+            return Ok(());
+        }
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        ranges.push(format!("arg{k} in [{lo}, {hi}]"));
+    }
+    Err(Error::NonFinite {
+        message: format!(
+            "non-finite value {bad} at element {index} of an eager {op} whose operands are finite:\n  operands: {}\n  created at {}:{}:{}",
+            ranges.join(", "),
+            site.file(),
+            site.line(),
+            site.column()
+        ),
+    })
+}
