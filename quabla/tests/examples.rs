@@ -272,3 +272,29 @@ fn loop_derivative_memory_grows_sublinearly_to_third_order() {
         assert!(row[1] < tape / 2, "order {order} holds a tape:\n{text}");
     }
 }
+
+#[path = "../examples/nan_hunt.rs"]
+#[allow(dead_code)]
+mod nan_hunt;
+
+#[test]
+fn nan_hunt_names_the_sqrt_line_and_the_fix_is_finite() {
+    let mut out = Vec::new();
+    nan_hunt::run(&mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains("gradient = NaN"), "{text}");
+    assert!(
+        text.contains("made by the vjp rule of sqrt, differentiating the sqrt at ")
+            && text.contains("examples/nan_hunt.rs:17:"),
+        "{text}"
+    );
+    let fixed = text.lines().last().unwrap();
+    let g: f64 = fixed.rsplit("gradient = ").next().unwrap().parse().unwrap();
+    // d/dw of the mean over 5 samples of sqrt(w x - 1), defined at x = 1, 1.5, 2 for w = 1.5.
+    let want = [1.0f64, 1.5, 2.0]
+        .iter()
+        .map(|x| x / (2.0 * (1.5 * x - 1.0).sqrt()))
+        .sum::<f64>()
+        / 5.0;
+    assert!((g - want).abs() < 1e-6, "{g} vs {want}");
+}
