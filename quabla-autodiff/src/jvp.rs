@@ -114,6 +114,8 @@ fn tangent_rule(
     Ok(match &node.op {
         Op::Input { .. } | Op::Constant { .. } => None,
         Op::Compare(_) | Op::StopGradient => None,
+        // The primal prints; its tangent passes through.
+        Op::DebugPrint { .. } => t[0],
         Op::Cast { to, .. } => {
             if *to == DType::Bool || b.ty(x[0]).dtype == DType::Bool {
                 None

@@ -223,6 +223,7 @@ fn cotangent_rule(
         Op::Input { .. } | Op::Constant { .. } | Op::Compare(_) | Op::StopGradient => {
             vec![None; x.len()]
         }
+        Op::DebugPrint { .. } => vec![Some(ct)],
         Op::Cast { .. } => {
             if b.ty(x[0]).dtype == DType::Bool {
                 vec![None]

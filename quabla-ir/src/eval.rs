@@ -142,7 +142,7 @@ pub fn evaluate(op: &Op, operands: &[HostValue<'_>], out: &TensorType) -> Option
         | Op::Linalg(_)
         | Op::Custom(_)
         | Op::Region(_) => return None,
-        Op::Cast { .. } | Op::StopGradient => operands[0].data.to_f64_vec(),
+        Op::Cast { .. } | Op::StopGradient | Op::DebugPrint { .. } => operands[0].data.to_f64_vec(),
         Op::Unary(u) => map1(operands[0], |x| unary_f64(*u, x)),
         Op::Powi(e) => map1(operands[0], |x| powi_f64(x, *e)),
         Op::Binary(b) => map2(operands[0], operands[1], out_shape, |x, y| {

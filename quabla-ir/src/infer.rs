@@ -35,7 +35,7 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
             shape: operands[0].shape.clone(),
             weak: *weak,
         }),
-        Op::StopGradient => Ok(operands[0].clone()),
+        Op::StopGradient | Op::DebugPrint { .. } => Ok(operands[0].clone()),
         Op::Unary(_) | Op::Powi(_) => {
             let x = operands[0];
             require_float(name, x)?;

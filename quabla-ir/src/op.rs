@@ -269,6 +269,14 @@ pub enum Op {
     Where,
     /// Identity whose derivatives are zero in every mode.
     StopGradient,
+    /// An effect: prints its operand each time the plan runs (`format` with `{}` standing for
+    /// the value; each example on its own line when `per_example`, the batched form under
+    /// `vmap`) and returns it unchanged. Passes keep it whether or not its result is used and
+    /// never merge two of them; derivatives pass through it.
+    DebugPrint {
+        format: String,
+        per_example: bool,
+    },
     /// A reduction over `axes` (sorted, distinct), which are removed from the shape. The
     /// whole-tensor kinds (`sum`, `mean`) list every axis of the operand.
     Reduce {
@@ -377,6 +385,7 @@ code_table! {
         Linalg = 29 => "linalg",
         Region = 30 => "region",
         Custom = 31 => "custom",
+        DebugPrint = 32 => "debug_print",
     }
 }
 
@@ -416,6 +425,7 @@ impl OpKind {
             | OpKind::PadSlice
             | OpKind::Gather
             | OpKind::Cholesky
+            | OpKind::DebugPrint
             | OpKind::Linalg => Exactly(1),
             OpKind::Binary
             | OpKind::Compare
@@ -449,6 +459,7 @@ impl OpKind {
             OpKind::TriangularSolve => &["lower", "transpose_a", "unit_diagonal"],
             OpKind::Linalg => &["kind"],
             OpKind::Custom => &["name", "output"],
+            OpKind::DebugPrint => &["format", "per_example"],
             OpKind::Region => &["lower", "upper", "length", "start", "carries", "xs", "same"],
             OpKind::Constant
             | OpKind::Cast
@@ -524,6 +535,7 @@ impl Op {
             Op::Compare(_) => OpKind::Compare,
             Op::Where => OpKind::Where,
             Op::StopGradient => OpKind::StopGradient,
+            Op::DebugPrint { .. } => OpKind::DebugPrint,
             Op::Reduce { kind, .. } => OpKind::from(*kind),
             Op::Cumsum { .. } => OpKind::Cumsum,
             Op::Reshape { .. } => OpKind::Reshape,
@@ -579,6 +591,12 @@ impl Op {
                 | Op::Where
                 | Op::StopGradient
         )
+    }
+
+    /// Ops with an effect ([`Op::DebugPrint`]): live whether or not their result is used, and
+    /// never merged with an equal node.
+    pub fn is_effect(&self) -> bool {
+        matches!(self, Op::DebugPrint { .. })
     }
 
     pub fn is_leaf(&self) -> bool {

@@ -523,6 +523,14 @@ impl Writer {
             }
             Op::Where => {}
             Op::StopGradient => {}
+            Op::DebugPrint {
+                format,
+                per_example,
+            } => {
+                self.count(format.len(), "a format length")?;
+                self.out.extend_from_slice(format.as_bytes());
+                self.bool(*per_example);
+            }
             Op::Reduce { kind, axes } => {
                 // The whole-tensor forms reduce every axis of the operand: nothing to write.
                 if !kind.is_whole() {
@@ -1055,6 +1063,10 @@ impl<'a> Reader<'a> {
             OpKind::Compare => Op::Compare(self.code("a comparison code", Comparison::from_code)?),
             OpKind::Where => Op::Where,
             OpKind::StopGradient => Op::StopGradient,
+            OpKind::DebugPrint => Op::DebugPrint {
+                format: self.string("a format")?,
+                per_example: self.bool("a per-example flag")?,
+            },
             OpKind::Sum
             | OpKind::SumAxis
             | OpKind::Mean

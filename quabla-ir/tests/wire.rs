@@ -113,6 +113,14 @@ fn every_op_graph() -> Graph {
     outs.push(b.push(Op::Compare(Comparison::Equal), &[p, cb]).unwrap());
     outs.push(b.push(Op::Where, &[p, a, c64]).unwrap());
     outs.push(b.push(Op::StopGradient, &[v]).unwrap());
+    for per_example in [false, true] {
+        let format = "loss, {} : (%1) [ok] = \\u{41} \"q\" ünï\n".to_string();
+        let op = Op::DebugPrint {
+            format,
+            per_example,
+        };
+        outs.push(b.push(op, &[v]).unwrap());
+    }
     outs.push(b.sum(a, None, false).unwrap());
     outs.push(b.mean(v, None, false).unwrap());
     outs.push(
@@ -288,6 +296,7 @@ fn every_op_round_trips() {
         "powi",
         "where",
         "stop_gradient",
+        "debug_print",
         "sum",
         "sum_axis",
         "mean",
@@ -329,6 +338,16 @@ fn every_op_round_trips_through_text() {
     assert!(text.contains("transpose_a=true"), "{text}");
     let back = quabla_ir::text::parse_graph(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     assert_eq!(print_graph(&back, OutputStyle::Refs), text);
+    // A debug_print format with the line syntax's own characters comes back exactly.
+    let formats = |g: &Graph| -> Vec<Op> {
+        g.nodes()
+            .iter()
+            .filter(|n| matches!(n.op, Op::DebugPrint { .. }))
+            .map(|n| n.op.clone())
+            .collect()
+    };
+    assert_eq!(formats(&back), formats(&g));
+    assert_eq!(formats(&g).len(), 2);
 }
 
 #[test]

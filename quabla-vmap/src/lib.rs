@@ -283,6 +283,14 @@ fn batch_rule(b: &mut GraphBuilder, node: &Node, args: &[Value], size: usize) ->
         Op::Input { .. } | Op::Constant { .. } => Err(IrError::Verify {
             message: format!("{} has no operands to batch", node.op.name()),
         }),
+        // A batched value prints one line per example.
+        Op::DebugPrint { format, .. } => b.push(
+            Op::DebugPrint {
+                format: format.clone(),
+                per_example: true,
+            },
+            &[args[0].id],
+        ),
         // Elementwise ops broadcast their operands: batched operands are given the op's
         // logical rank so that the batch axis lines up in front of every logical axis.
         Op::Cast { .. }

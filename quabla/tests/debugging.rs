@@ -133,7 +133,7 @@ fn check_nans_finds_a_nan_that_only_the_gradient_shows() -> qb::Result<()> {
 
 #[test]
 fn check_nans_looks_inside_loop_bodies() -> qb::Result<()> {
-    let line = line!() + 2;
+    let line = line!() + 1;
     let f = |x: Tensor| qb::fori_loop(0, 3, |_, c, _| (&c - 1.0)?.log(), &x).eval();
     let err = qb::jit(f)
         .check_nans(true)
@@ -166,4 +166,81 @@ fn debug_nans_checks_eager_operations_and_every_plan() -> qb::Result<()> {
     // Off again: no check, and the cached plan of the unchecked signature.
     assert!(qb::array([-1.0])?.sqrt()?.item()?.is_nan());
     Ok(())
+}
+
+/// The scenarios of `debug_print_prints_at_run_time_per_example_and_eagerly`, run in a child
+/// process whose standard output the parent reads (a no-op as an ordinary test).
+#[test]
+fn debug_print_child() -> qb::Result<()> {
+    if std::env::var_os("QB_DEBUG_PRINT_CHILD").is_none() {
+        return Ok(());
+    }
+    qb::debug_print("eager {}", &qb::array([1.0, 2.5])?)?;
+    let f = qb::jit(|x: Tensor| {
+        let y = x.mul(2.0)?;
+        qb::debug_print("y = {}", &y)?;
+        qb::debug_print("y = {}", &y)?;
+        // Printed although nothing else reads it.
+        qb::debug_print("unused {}", &x.sum()?)?;
+        y.sum()
+    });
+    let _: Tensor = f.call(&qb::array([1.0, 2.0])?)?;
+    let _: Tensor = f.call(&qb::array([3.0, 4.0])?)?;
+    let per_example = |x: Tensor| {
+        qb::debug_print("ex {}", &x)?;
+        Ok(x)
+    };
+    let _: Tensor = qb::vmap(per_example).call(&qb::array([[1.0, 2.0], [3.0, 4.0]])?)?;
+    let loss = |w: Tensor| {
+        let l = w.powi(2)?.sum()?;
+        qb::debug_print("loss {}", &l)?;
+        Ok(l)
+    };
+    let g: Tensor =
+        qb::jit(|w: Tensor| qb::grad(loss).call::<Tensor, Tensor>(&w)).call(&qb::array([3.0])?)?;
+    qb::debug_print("grad {}", &g)?;
+    Ok(())
+}
+
+#[test]
+fn debug_print_prints_at_run_time_per_example_and_eagerly() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "debug_print_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("QB_DEBUG_PRINT_CHILD", "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{text}");
+    // The harness writes `test debug_print_child ... ` before the first line.
+    let printed: Vec<&str> = text
+        .lines()
+        .map(|l| l.rsplit(" ... ").next().unwrap_or(l))
+        .filter(|l| {
+            ["eager", "y =", "unused", "[0]", "[1]", "loss", "grad"]
+                .iter()
+                .any(|p| l.starts_with(p))
+        })
+        .collect();
+    assert_eq!(
+        printed,
+        [
+            "eager [1, 2.5]",
+            "y = [2, 4]",
+            "y = [2, 4]",
+            "unused 3",
+            "y = [6, 8]",
+            "y = [6, 8]",
+            "unused 7",
+            "[0] ex [1, 2]",
+            "[1] ex [3, 4]",
+            "loss 9",
+            "grad [6]",
+        ],
+        "{text}"
+    );
 }

@@ -407,6 +407,47 @@ fn run_steps(
     Ok(())
 }
 
+/// Prints `format` with `{}` replaced by the value (one line per leading index when
+/// `per_example`) on standard output; a closed output is not an error of the plan.
+fn debug_print(format: &str, per_example: bool, x: &View<'_>, dims: &[usize]) {
+    use std::io::Write;
+    let values: Vec<f64> = (0..x.len()).map(|i| x.get_f64(i)).collect();
+    let is_bool = matches!(x, View::Bool(_));
+    let mut lines = Vec::new();
+    match dims.split_first() {
+        Some((&n, inner)) if per_example => {
+            let size: usize = inner.iter().product();
+            for k in 0..n {
+                let text = nested(&values[k * size..(k + 1) * size], inner, is_bool);
+                lines.push(format!("[{k}] {}", format.replace("{}", &text)));
+            }
+        }
+        _ => lines.push(format.replace("{}", &nested(&values, dims, is_bool))),
+    }
+    let mut out = std::io::stdout().lock();
+    for line in lines {
+        let _ = writeln!(out, "{line}");
+    }
+}
+
+/// `values` of shape `dims` as nested lists: `1.5`, `[1, 2]`, `[[1, 2], [3, 4]]`.
+fn nested(values: &[f64], dims: &[usize], is_bool: bool) -> String {
+    match dims.split_first() {
+        None => match values.first() {
+            Some(&v) if is_bool => (v != 0.0).to_string(),
+            Some(v) => v.to_string(),
+            None => String::new(),
+        },
+        Some((&n, inner)) => {
+            let size: usize = inner.iter().product();
+            let items: Vec<String> = (0..n)
+                .map(|k| nested(&values[k * size..(k + 1) * size], inner, is_bool))
+                .collect();
+            format!("[{}]", items.join(", "))
+        }
+    }
+}
+
 /// The non-finite check of one step: an error when the value it wrote holds a NaN or an
 /// infinity while every operand is finite (a non-finite operand only passes one on).
 fn check_finite(check: &NanCheck, slots: &[Option<Storage<'_>>]) -> Result<()> {
@@ -601,6 +642,14 @@ fn run_node(
             reduce::cumsum(x, dims, *axis, *reverse, out, threads)
         }
         Op::Reshape { .. } | Op::StopGradient => layout::copy(arg(0)?.0, out),
+        Op::DebugPrint {
+            format,
+            per_example,
+        } => {
+            let (x, dims) = arg(0)?;
+            debug_print(format, *per_example, &x, dims);
+            layout::copy(x, out)
+        }
         Op::Transpose { perm } => {
             let (x, dims) = arg(0)?;
             layout::transpose(x, dims, perm, out)

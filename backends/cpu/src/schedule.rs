@@ -231,6 +231,12 @@ impl Schedule {
             needed[o.index()] = true;
             is_output[o.index()] = true;
         }
+        // Effects run whether or not their result is used.
+        for (i, node) in nodes.iter().enumerate() {
+            if node.op.is_effect() {
+                needed[i] = true;
+            }
+        }
         for i in (0..n).rev() {
             if needed[i] {
                 for o in &nodes[i].operands {

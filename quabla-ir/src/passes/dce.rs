@@ -1,5 +1,5 @@
 //! Dead-code elimination: drops every node the outputs do not reach. Inputs always stay, since
-//! they are the plan's signature.
+//! they are the plan's signature, and so do effects (`debug_print`) with what they read.
 
 use crate::graph::{Graph, GraphBuilder, Node, NodeId};
 use crate::op::Op;
@@ -11,7 +11,7 @@ pub fn dce(graph: &Graph) -> Graph {
     }
     for i in (0..graph.len()).rev() {
         let node = graph.node(NodeId(i as u32));
-        if matches!(node.op, Op::Input { .. }) {
+        if matches!(node.op, Op::Input { .. }) || node.op.is_effect() {
             live[i] = true;
         }
         if live[i] {

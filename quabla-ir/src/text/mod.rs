@@ -25,4 +25,34 @@ mod print;
 
 pub use number::{format_f64, parse_f64};
 pub use parse::parse_graph;
+
+/// A string attribute as one text token: characters that the line syntax gives a meaning
+/// (spaces, commas, brackets, quotes, `=`, `:`, `%`, `\`) and every non-ASCII or control
+/// character become `\u{hex}`.
+pub(crate) fn escape(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "{}_.-!?'+*/^&|~@$;".contains(c) {
+                c.to_string()
+            } else {
+                format!("\\u{{{:x}}}", c as u32)
+            }
+        })
+        .collect()
+}
+
+/// The inverse of [`escape`]; `None` for a malformed escape.
+pub(crate) fn unescape(s: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(at) = rest.find('\\') {
+        out.push_str(&rest[..at]);
+        let tail = rest[at..].strip_prefix("\\u{")?;
+        let end = tail.find('}')?;
+        out.push(char::from_u32(u32::from_str_radix(&tail[..end], 16).ok()?)?);
+        rest = &tail[end + 1..];
+    }
+    out.push_str(rest);
+    Some(out)
+}
 pub use print::{node_line, print_graph, print_graph_with_origins, OutputStyle};

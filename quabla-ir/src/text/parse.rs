@@ -779,6 +779,11 @@ impl Parser {
             }
             OpKind::Where => Op::Where,
             OpKind::StopGradient => Op::StopGradient,
+            OpKind::DebugPrint => Op::DebugPrint {
+                format: super::unescape(a.get("format")?)
+                    .ok_or_else(|| err(line, "a debug_print format has a bad escape"))?,
+                per_example: a.flag("per_example")?,
+            },
             OpKind::Matmul => Op::Matmul,
             OpKind::Cholesky => Op::Cholesky,
             OpKind::CholeskyAd => Op::CholeskyAd,

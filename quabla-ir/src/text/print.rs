@@ -144,6 +144,15 @@ fn node_body(node: &Node) -> String {
             weak(&mut args, *w);
         }
         Op::Powi(e) => args.push(e.to_string()),
+        Op::DebugPrint {
+            format,
+            per_example,
+        } => {
+            args.push(format!("format={}", super::escape(format)));
+            if *per_example {
+                args.push("per_example=true".into());
+            }
+        }
         Op::Unary(_)
         | Op::Binary(_)
         | Op::Compare(_)
