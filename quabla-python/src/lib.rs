@@ -28,6 +28,8 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _quabla(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", quabla::VERSION)?;
+    // Call sites in this binding are not the user's lines.
+    quabla::hide_source_dir(file!().strip_suffix("lib.rs").unwrap_or(file!()));
     tensor::add_to(m)?;
     functions::add_to(m)?;
     transforms::add_to(m)?;
@@ -52,6 +54,8 @@ fn _quabla(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_submodule(&linalg_mod)?;
     m.add_submodule(&ode_mod)?;
     m.add_function(wrap_pyfunction!(devices, m)?)?;
+    m.add_function(wrap_pyfunction!(debug_nans, m)?)?;
+    m.add_function(wrap_pyfunction!(debug_print, m)?)?;
     Ok(())
 }
 
@@ -65,4 +69,18 @@ fn devices() -> Vec<String> {
         .collect();
     names.dedup();
     names
+}
+
+/// `debug_nans(enable)`: the process-wide non-finite check (docs/debugging.md).
+#[pyfunction]
+fn debug_nans(enable: bool) {
+    quabla::debug_nans(enable);
+}
+
+/// `debug_print(fmt, x)`: prints `fmt` with `{}` replaced by `x`'s value, at run time when
+/// traced.
+#[pyfunction]
+fn debug_print(fmt: &str, x: &Bound<'_, PyAny>) -> PyResult<()> {
+    let x = crate::convert::to_tensor(x)?;
+    quabla::debug_print(fmt, &x).map_err(crate::errors::to_py)
 }

@@ -571,7 +571,7 @@ impl PyJit {
 }
 
 #[pyfunction]
-#[pyo3(signature = (fun, device=None, static_argnums=None, max_traces=8, static_argnames=None, precision=None))]
+#[pyo3(signature = (fun, device=None, static_argnums=None, max_traces=8, static_argnames=None, precision=None, check_nans=false))]
 pub fn _jit(
     py: Python<'_>,
     fun: &Bound<'_, PyAny>,
@@ -580,6 +580,7 @@ pub fn _jit(
     max_traces: usize,
     static_argnames: Option<&Bound<'_, PyAny>>,
     precision: Option<String>,
+    check_nans: bool,
 ) -> PyResult<PyJit> {
     let static_argnums: Vec<usize> = match static_argnums {
         None => Vec::new(),
@@ -648,6 +649,9 @@ pub fn _jit(
     if precision.is_some() {
         j = j.precision(precision.as_deref());
     }
+    if check_nans {
+        j = j.check_nans(true);
+    }
     Ok(PyJit {
         j,
         static_argnums: statics,
@@ -668,6 +672,12 @@ impl PyLowered {
     /// The plan as text, one node per line.
     fn as_text(&self) -> String {
         self.l.as_text()
+    }
+
+    /// The plan as text with each node's origin as a trailing comment (the derivative rule
+    /// that made it; Rust call sites, not Python lines).
+    fn as_text_with_locations(&self) -> String {
+        self.l.as_text_with_locations()
     }
 
     /// A positional callable bound to the lowered signature.

@@ -1,6 +1,7 @@
 """Every code block of the guide chapter "Performance, Debugging, and Limitations", run as
 written (the blocks are copied verbatim; names they leave free are defined first)."""
 
+import math
 import warnings
 
 import pytest
@@ -140,3 +141,27 @@ def test_bounded_while_loop_has_a_reverse_mode_and_third_derivatives_go_through_
     # d^3/da^3 a^5 = 60 a^2, through reverse, reverse, reverse.
     third = qb.grad(qb.grad(qb.grad(cube_loop)))(2.0)
     assert abs(float(third) - 240.0) < 1e-9
+
+
+def test_check_nans_debug_nans_and_debug_print(capfd):
+    def loss(x):
+        return qb.sum(qb.where(x > 0, qb.sqrt(x), 0.0))
+
+    x = qb.array([4.0, -1.0])
+    assert math.isnan(qb.jit(qb.grad(loss))(x).tolist()[1])
+    with pytest.raises(FloatingPointError, match="made by the vjp rule of sqrt"):
+        qb.jit(qb.grad(loss), check_nans=True)(x)
+    qb.debug_nans(True)
+    try:
+        with pytest.raises(FloatingPointError, match="eager sqrt"):
+            qb.sqrt(qb.array([-1.0]))
+    finally:
+        qb.debug_nans(False)
+
+    @qb.jit
+    def f(x):
+        qb.debug_print("x = {}", x)
+        return x * 2.0
+    f(qb.array([1.0, 2.0]))
+    f(qb.array([3.0, 4.0]))
+    assert capfd.readouterr().out.splitlines()[-2:] == ["x = [1, 2]", "x = [3, 4]"]

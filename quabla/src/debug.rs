@@ -9,6 +9,25 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 static DEBUG_NANS: AtomicBool = AtomicBool::new(false);
 
+/// Source directories of libraries that wrap this one; see [`hide_source_dir`].
+static HIDDEN_DIRS: std::sync::RwLock<Vec<&'static str>> = std::sync::RwLock::new(Vec::new());
+
+/// Marks the files under `dir` (spelled as `file!()` spells them) as library code: a traced
+/// operation called from there records no source line, instead of the wrapper's own. For
+/// bindings that wrap this library (the Python package calls it when it is imported).
+pub fn hide_source_dir(dir: &'static str) {
+    let mut dirs = HIDDEN_DIRS.write().unwrap_or_else(|e| e.into_inner());
+    if !dirs.contains(&dir) {
+        dirs.push(dir);
+    }
+}
+
+/// Whether `file` is under a directory given to [`hide_source_dir`].
+pub(crate) fn hidden_source(file: &str) -> bool {
+    let dirs = HIDDEN_DIRS.read().unwrap_or_else(|e| e.into_inner());
+    dirs.iter().any(|d| file.starts_with(d))
+}
+
 /// Turns the non-finite check on or off for the whole process: every eager operation, and
 /// every plan compiled from now on (`jit`, `grad`, ... as if each had
 /// [`crate::Jit::check_nans`]), stops with [`Error::NonFinite`] at the first value that is NaN

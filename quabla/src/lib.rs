@@ -56,7 +56,7 @@ pub use creation::{
     arange, arange_from, array, asarray, eye, eye_rect, full, full_like, linspace, ones, ones_like,
     zeros, zeros_like, ArrayLike, DTypeExt, FillValue,
 };
-pub use debug::{debug_nans, debug_print};
+pub use debug::{debug_nans, debug_print, hide_source_dir};
 pub use devices::{devices, load_plugin, DeviceInfo, Origin};
 pub use error::{Error, Result, TracerErrorKind};
 pub use io::{load, load_as, save, LoadSource, SaveTarget};

@@ -118,7 +118,8 @@ fn library_dir() -> &'static str {
 fn user_site(
     site: &'static std::panic::Location<'static>,
 ) -> Option<&'static std::panic::Location<'static>> {
-    (!site.file().starts_with(library_dir())).then_some(site)
+    let file = site.file();
+    (!file.starts_with(library_dir()) && !crate::debug::hidden_source(file)).then_some(site)
 }
 
 /// Records into the innermost trace: `emit` appends nodes to its builder, each given the

@@ -60,7 +60,8 @@ def value_and_grad(fun=None, argnums=0, has_aux=False):
     return _decorator_or_call(_value_and_grad, fun, dict(argnums=argnums, has_aux=has_aux))
 
 
-def jit(fun=None, device=None, static_argnums=(), max_traces=8, static_argnames=(), precision=None):
+def jit(fun=None, device=None, static_argnums=(), max_traces=8, static_argnames=(), precision=None,
+        check_nans=False):
     """Traces ``fun`` once per signature, compiles the plan and caches ``max_traces`` plans."""
     return _decorator_or_call(
         _jit,
@@ -71,6 +72,7 @@ def jit(fun=None, device=None, static_argnums=(), max_traces=8, static_argnames=
             max_traces=max_traces,
             static_argnames=static_argnames,
             precision=precision,
+            check_nans=check_nans,
         ),
     )
 
