@@ -572,6 +572,8 @@ impl PyJit {
 
 #[pyfunction]
 #[pyo3(signature = (fun, device=None, static_argnums=None, max_traces=8, static_argnames=None, precision=None, check_nans=false))]
+// One parameter per keyword of `qb.jit` (api.md §10).
+#[allow(clippy::too_many_arguments)]
 pub fn _jit(
     py: Python<'_>,
     fun: &Bound<'_, PyAny>,
