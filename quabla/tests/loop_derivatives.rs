@@ -141,6 +141,40 @@ fn every_mode_composition_to_third_order_matches_the_unrolled_loop_and_differenc
 }
 
 #[test]
+fn an_unbounded_while_loop_has_every_forward_mode_order() -> qb::Result<()> {
+    use Mode::Forward as F;
+    // Without `max_trips` a while loop has forward mode only; to third order it is a loop.
+    let while_: Scalar = Rc::new(|a: Tensor| {
+        let init = qb::array([0.0, 0.3, 0.7])?;
+        qb::while_loop(
+            |c, _| c.index(qb::s![0])?.less(TRIPS as f64),
+            |c, ops| {
+                let k = c.index(qb::s![0..1])?.add(1.0)?;
+                let x = step(&c.index(qb::s![1..3])?, &ops[0])?;
+                qb::concat(&[&k, &x], 0)
+            },
+            &init,
+        )
+        .operands(&[&a])
+        .eval()?
+        .index(qb::s![1..3])?
+        .powi(2)?
+        .sum()
+    });
+    let unrolled = loops().remove(0).2;
+    for order in 1..=3 {
+        let modes = vec![F; order];
+        let got = value(&compose(while_.clone(), &modes), 0.8)?;
+        let want = value(&compose(unrolled.clone(), &modes), 0.8)?;
+        assert!(close(got, want, 1e-11), "order {order}: {got} vs {want}");
+    }
+    // Reverse mode still names the bound that would allow it.
+    let err = value(&compose(while_, &[Mode::Reverse]), 0.8).unwrap_err();
+    assert!(err.to_string().contains("max_trips(n)"), "{err}");
+    Ok(())
+}
+
+#[test]
 fn jitted_third_derivatives_equal_the_eager_ones() -> qb::Result<()> {
     use Mode::{Forward as F, Reverse as R};
     for (name, looped, _) in loops() {
