@@ -17,6 +17,7 @@ use quabla_backend::BackendError;
 use quabla_ir::alloc::{self, AllocError};
 use quabla_ir::{DType, HostData};
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// An element type of storage, with its conversions to and from the float64 working type.
@@ -394,10 +395,15 @@ fn copy_oom(v: View<'_>) -> impl FnOnce(AllocError) -> BackendError {
     }
 }
 
-/// Recycled buffers by dtype, plus counters for tests and diagnostics.
+/// Recycled buffers, plus counters for tests and diagnostics. The free buffers are kept in
+/// stacks keyed by dtype and capacity, so that the best fit and the smallest buffer are found
+/// in logarithmic time: a loop body allocates and recycles a few buffers per step, every
+/// iteration.
 #[derive(Debug, Default)]
 pub(crate) struct Pool {
-    free: Vec<TypedVec>,
+    free: BTreeMap<(u8, usize), Vec<TypedVec>>,
+    /// Buffers in `free`.
+    free_count: usize,
     /// Buffers allocated fresh (not reused) over the pool's lifetime.
     pub(crate) allocations: usize,
     /// Buffers handed out (fresh or reused) over the pool's lifetime.
@@ -407,20 +413,31 @@ pub(crate) struct Pool {
 /// The most free buffers a pool keeps; beyond it the smallest are dropped.
 const MAX_FREE: usize = 64;
 
+const DTYPES: [DType; 3] = [DType::F32, DType::F64, DType::Bool];
+
+/// The order of the free buffers: dtype, then capacity.
+fn pool_key(dtype: DType, capacity: usize) -> (u8, usize) {
+    let rank = match dtype {
+        DType::F32 => 0,
+        DType::F64 => 1,
+        DType::Bool => 2,
+    };
+    (rank, capacity)
+}
+
 impl Pool {
     /// A buffer of `len` elements of `dtype` with unspecified contents: the smallest free
     /// buffer that fits, else a fresh one (zeroed allocation, fallible; on a failure the pool
     /// keeps every free buffer it had).
     pub(crate) fn alloc(&mut self, dtype: DType, len: usize) -> Result<Buffer, AllocError> {
-        let best = self
+        let (rank, _) = pool_key(dtype, 0);
+        let fit = self
             .free
-            .iter()
-            .enumerate()
-            .filter(|(_, v)| v.dtype() == dtype && v.capacity() >= len)
-            .min_by_key(|(_, v)| v.capacity())
-            .map(|(i, _)| i);
-        let data = match best {
-            Some(i) => self.free.swap_remove(i),
+            .range(pool_key(dtype, len)..=(rank, usize::MAX))
+            .next()
+            .map(|(k, _)| *k);
+        let data = match fit.and_then(|k| self.take(k)) {
+            Some(data) => data,
             None => {
                 let data = match dtype {
                     DType::F32 => TypedVec::F32(alloc::try_zeroed_vec(len)?),
@@ -435,11 +452,25 @@ impl Pool {
         Ok(Buffer { data, len })
     }
 
+    /// Takes one free buffer of `key`.
+    fn take(&mut self, key: (u8, usize)) -> Option<TypedVec> {
+        let stack = self.free.get_mut(&key)?;
+        let data = stack.pop();
+        if stack.is_empty() {
+            self.free.remove(&key);
+        }
+        if data.is_some() {
+            self.free_count -= 1;
+        }
+        data
+    }
+
     /// Bytes of the free buffers the pool holds (after a run: every buffer its steps used
     /// besides the outputs, which the caller took).
     pub(crate) fn free_bytes(&self) -> usize {
         self.free
-            .iter()
+            .values()
+            .flatten()
             .map(|v| v.capacity() * v.dtype().itemsize())
             .sum()
     }
@@ -472,15 +503,17 @@ impl Pool {
             if matches!(b.data, TypedVec::Shared(_)) {
                 return;
             }
-            self.free.push(b.data);
-            if self.free.len() > MAX_FREE {
-                if let Some((i, _)) = self
-                    .free
-                    .iter()
-                    .enumerate()
-                    .min_by_key(|(_, v)| v.capacity())
-                {
-                    self.free.swap_remove(i);
+            let key = pool_key(b.data.dtype(), b.data.capacity());
+            self.free.entry(key).or_default().push(b.data);
+            self.free_count += 1;
+            if self.free_count > MAX_FREE {
+                // The smallest buffer is the first of its dtype.
+                let smallest = DTYPES
+                    .into_iter()
+                    .filter_map(|d| self.free.range(pool_key(d, 0)..).next().map(|(k, _)| *k))
+                    .min_by_key(|&(_, capacity)| capacity);
+                if let Some(k) = smallest {
+                    self.take(k);
                 }
             }
         }
