@@ -513,6 +513,11 @@ impl PyTensor {
         slf.clone()
     }
 
+    /// Python's `abs(t)`: `qb.abs(t)`.
+    fn __abs__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        ret(py, self.t.abs())
+    }
+
     fn __pow__<'py>(
         &self,
         py: Python<'py>,

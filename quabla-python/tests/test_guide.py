@@ -135,6 +135,10 @@ def test_bounded_while_loop_has_a_reverse_mode_and_third_derivatives_go_through_
                       lambda x, a: 0.5 * (x + a / x), qb.array(2.0), operands=(qb.array(2.0),),
                       max_trips=2)
 
+    # Python's abs works on tensors and tracers alike.
+    assert float(abs(qb.array(-2.0))) == 2.0
+    assert float(qb.grad(lambda x: abs(x))(-3.0)) == -1.0
+
     def cube_loop(a):
         return qb.fori_loop(0, 5, lambda i, x, a: x * a, qb.array(1.0), operands=(a,))
 
