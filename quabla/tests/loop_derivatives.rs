@@ -20,6 +20,27 @@ fn x0() -> qb::Result<Tensor> {
     qb::array([0.3, 0.7])
 }
 
+/// `sum(x^2)` after `TRIPS` steps of a `while_loop` whose carry is `[k, x0, x1]` (the trip
+/// count depends on the carry only), bounded by `max_trips` when given.
+fn counted_while(a: Tensor, max_trips: Option<usize>) -> qb::Result<Tensor> {
+    let init = qb::array([0.0, 0.3, 0.7])?;
+    let looped = qb::while_loop(
+        |c, _| c.index(qb::s![0])?.less(TRIPS as f64),
+        |c, ops| {
+            let k = c.index(qb::s![0..1])?.add(1.0)?;
+            let x = step(&c.index(qb::s![1..3])?, &ops[0])?;
+            qb::concat(&[&k, &x], 0)
+        },
+        &init,
+    )
+    .operands(&[&a]);
+    let out = match max_trips {
+        Some(n) => looped.max_trips(n).eval()?,
+        None => looped.eval()?,
+    };
+    out.index(qb::s![1..3])?.powi(2)?.sum()
+}
+
 /// The loops of the table, each a function of the scalar `a`, with its unrolled twin.
 fn loops() -> Vec<(&'static str, Scalar, Scalar)> {
     let fori: Scalar = Rc::new(|a: Tensor| {
@@ -43,23 +64,7 @@ fn loops() -> Vec<(&'static str, Scalar, Scalar)> {
         .eval()?;
         c.sum()?.add(&ys.powi(2)?.sum()?)
     });
-    let while_: Scalar = Rc::new(|a: Tensor| {
-        // carry = [k, x0, x1]; the trip count (TRIPS) depends on the carry only.
-        let init = qb::array([0.0, 0.3, 0.7])?;
-        let out = qb::while_loop(
-            |c, _| c.index(qb::s![0])?.less(TRIPS as f64),
-            |c, ops| {
-                let k = c.index(qb::s![0..1])?.add(1.0)?;
-                let x = step(&c.index(qb::s![1..3])?, &ops[0])?;
-                qb::concat(&[&k, &x], 0)
-            },
-            &init,
-        )
-        .operands(&[&a])
-        .max_trips(2 * TRIPS)
-        .eval()?;
-        out.index(qb::s![1..3])?.powi(2)?.sum()
-    });
+    let while_: Scalar = Rc::new(|a: Tensor| counted_while(a, Some(2 * TRIPS)));
     let unrolled_sq: Scalar = Rc::new(|a: Tensor| {
         let mut x = x0()?;
         for _ in 0..TRIPS {
@@ -144,23 +149,7 @@ fn every_mode_composition_to_third_order_matches_the_unrolled_loop_and_differenc
 fn an_unbounded_while_loop_has_every_forward_mode_order() -> qb::Result<()> {
     use Mode::Forward as F;
     // Without `max_trips` a while loop has forward mode only; to third order it is a loop.
-    let while_: Scalar = Rc::new(|a: Tensor| {
-        let init = qb::array([0.0, 0.3, 0.7])?;
-        qb::while_loop(
-            |c, _| c.index(qb::s![0])?.less(TRIPS as f64),
-            |c, ops| {
-                let k = c.index(qb::s![0..1])?.add(1.0)?;
-                let x = step(&c.index(qb::s![1..3])?, &ops[0])?;
-                qb::concat(&[&k, &x], 0)
-            },
-            &init,
-        )
-        .operands(&[&a])
-        .eval()?
-        .index(qb::s![1..3])?
-        .powi(2)?
-        .sum()
-    });
+    let while_: Scalar = Rc::new(|a: Tensor| counted_while(a, None));
     let unrolled = loops().remove(0).2;
     for order in 1..=3 {
         let modes = vec![F; order];

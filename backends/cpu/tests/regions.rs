@@ -696,10 +696,6 @@ fn scalar_while_with_a_bool_carry() {
 }
 
 /// `while i < limit: (i + 1, acc * 0.5 + v * i)` with constants `(limit, v)`.
-fn while_region(dt: DType) -> Arc<Region> {
-    while_region_bounded(dt, None)
-}
-
 fn while_region_bounded(dt: DType, max_trips: Option<usize>) -> Arc<Region> {
     let ins = [tt(dt, &[]), tt(dt, &[4]), tt(dt, &[]), tt(dt, &[4])];
     let cond = graph(&ins, |b, p| {
@@ -751,34 +747,14 @@ fn while_reference(region: &Region, inputs: &[HostTensor]) -> (Vec<HostTensor>, 
     }
 }
 
-#[test]
-fn while_loops_until_the_predicate_fails() {
-    let mut rng = Rng::new(31);
+/// Runs `while_region_bounded(dt, max_trips)` from counters `i0` up to `limit` and checks the
+/// trips taken and the values against the host loop.
+fn check_while(seed: u64, max_trips: Option<usize>, cases: [(f64, f64, usize); 3]) {
+    let mut rng = Rng::new(seed);
     for dt in [DType::F32, DType::F64] {
-        let region = while_region(dt);
+        let region = while_region_bounded(dt, max_trips);
         let g = calling(&region);
-        for (i0, limit, trips) in [(0.0, 7.0, 7), (2.5, 3.0, 1), (5.0, 1.0, 0)] {
-            let inputs = vec![
-                scalar(dt, i0),
-                random_finite(&mut rng, dt, &[4]),
-                scalar(dt, limit),
-                random_finite(&mut rng, dt, &[4]),
-            ];
-            let (want, n) = while_reference(&region, &inputs);
-            assert_eq!(n, trips);
-            check_against(&format!("while {dt:?} {i0} < {limit}"), &g, &inputs, &want);
-        }
-    }
-}
-
-#[test]
-fn a_bounded_while_stops_at_its_bound_or_earlier() {
-    let mut rng = Rng::new(37);
-    for dt in [DType::F32, DType::F64] {
-        let region = while_region_bounded(dt, Some(4));
-        let g = calling(&region);
-        // 7 trips wanted: stopped after 4. 1 trip wanted: the predicate stops it.
-        for (i0, limit, trips) in [(0.0, 7.0, 4), (2.5, 3.0, 1), (5.0, 1.0, 0)] {
+        for (i0, limit, trips) in cases {
             let inputs = vec![
                 scalar(dt, i0),
                 random_finite(&mut rng, dt, &[4]),
@@ -788,14 +764,21 @@ fn a_bounded_while_stops_at_its_bound_or_earlier() {
             let (want, n) = while_reference(&region, &inputs);
             assert_eq!(n, trips);
             assert_eq!(want[0].data.get_f64(0), i0 + trips as f64);
-            check_against(
-                &format!("bounded while {dt:?} {i0} < {limit}"),
-                &g,
-                &inputs,
-                &want,
-            );
+            let name = format!("while (max_trips {max_trips:?}) {dt:?} {i0} < {limit}");
+            check_against(&name, &g, &inputs, &want);
         }
     }
+}
+
+#[test]
+fn while_loops_until_the_predicate_fails() {
+    check_while(31, None, [(0.0, 7.0, 7), (2.5, 3.0, 1), (5.0, 1.0, 0)]);
+}
+
+#[test]
+fn a_bounded_while_stops_at_its_bound_or_earlier() {
+    // 7 trips wanted: stopped after 4. 1 trip wanted: the predicate stops it.
+    check_while(37, Some(4), [(0.0, 7.0, 4), (2.5, 3.0, 1), (5.0, 1.0, 0)]);
 }
 
 /// An outer scan over rows whose body runs an inner `fori` over the outer carry, reading the
