@@ -682,6 +682,12 @@ impl PyLowered {
         self.l.as_text_with_locations()
     }
 
+    /// How the backend runs the compiled plan: which loops run machine code, which are
+    /// interpreted.
+    fn compile_report(&self) -> String {
+        self.l.compile_report()
+    }
+
     /// A positional callable bound to the lowered signature.
     fn compile(&self) -> PyCompiled {
         PyCompiled {

@@ -266,6 +266,12 @@ def newton_sqrt(a):
                          lambda x, a: 0.5 * (x + a / x), a, operands=(a,))
 
 
+def test_scalar_loops_report_native_code():
+    lowered = qb.jit(newton_sqrt).lower(qb.array(2.0))
+    assert "while: native code" in lowered.compile_report()
+    assert lowered.compile()(qb.array(2.0)).item() == newton_sqrt(qb.array(2.0)).item()
+
+
 def test_e43_to_e53_control_flow():
     safe_log = lambda x: qb.cond(x > 0, qb.log, qb.zeros_like, x)  # noqa: E731
     close(safe_log(qb.array(2.0)), 0.69314718)

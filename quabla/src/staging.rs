@@ -764,6 +764,11 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
+    /// How the backend runs the compiled plan ([`quabla_backend::Executable::report`]).
+    pub(crate) fn report(&self) -> String {
+        self.exe.report()
+    }
+
     /// Compiles a traced (and possibly transformed) graph for the signature's device.
     pub(crate) fn compile(signature: Signature, staged: TracedFunction) -> Result<Entry> {
         if !staged.captures.is_empty() {

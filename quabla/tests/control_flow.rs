@@ -341,6 +341,33 @@ fn e60_checkpointed_loop_vjp_equals_the_full_tape() -> qb::Result<()> {
     Ok(())
 }
 
+/// Scalar loops under `jit` run machine code on the CPU, say so in the compile report, and give
+/// the bits of the eager loops (which run op by op).
+#[test]
+fn jitted_scalar_loops_run_native_code_with_the_eager_bits() -> qb::Result<()> {
+    let a = qb::array(0.7)?;
+    let x0 = qb::array(1.25)?;
+    let fori = qb::jit(|(x, a): (Tensor, Tensor)| decay(&x, &a)).lower(&(x0.clone(), a.clone()))?;
+    let report = fori.compile_report();
+    assert!(
+        report.contains("fori of 100 iterations: native code"),
+        "{report}"
+    );
+    let jitted = fori.compile().call(&(x0.clone(), a.clone()))?;
+    assert_eq!(jitted.item()?.to_bits(), decay(&x0, &a)?.item()?.to_bits());
+
+    let sqrt = qb::jit(|a: Tensor| newton_sqrt(&a)).lower(&qb::array(2.0)?)?;
+    let report = sqrt.compile_report();
+    assert!(report.contains("while: native code"), "{report}");
+    for v in [2.0f64, 0.3, 1e6] {
+        let a = qb::array(v)?;
+        let jitted = sqrt.compile().call(&a)?.item()?;
+        assert_eq!(jitted.to_bits(), newton_sqrt(&a)?.item()?.to_bits());
+        assert!(close(jitted, v.sqrt(), 1e-12));
+    }
+    Ok(())
+}
+
 #[test]
 fn loop_forms_record_their_derivative_level_in_text() -> qb::Result<()> {
     let x0 = qb::array([1.0, 2.0])?;

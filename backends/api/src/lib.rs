@@ -230,6 +230,13 @@ pub trait Executable: Send + Sync + fmt::Debug {
         outputs.extend(self.run(&owned)?);
         Ok(())
     }
+
+    /// How the backend runs the plan, in lines for people: which loops run machine code and
+    /// which are interpreted, say (what `Lowered::compile_report` prints). A backend with
+    /// nothing to say keeps this default.
+    fn report(&self) -> String {
+        "this backend gives no report of its compiled form\n".into()
+    }
 }
 
 /// Checks buffers against a plan's inputs (shared by backends so that every backend reports

@@ -162,11 +162,13 @@ impl Outcome {
     }
 }
 
-/// The reference: the linked CPU backend, every node its own step, on one thread.
+/// The reference: the linked CPU backend, every node its own step, on one thread, every loop
+/// interpreted (no machine code).
 pub fn reference_backend() -> CpuBackend {
     CpuBackend::with_options(CpuOptions {
         fuse_elementwise: false,
         threads: 1,
+        native_loops: false,
     })
 }
 

@@ -61,6 +61,7 @@
 mod buffer;
 mod exec;
 mod kernels;
+mod native;
 mod region;
 mod scalar;
 mod schedule;
@@ -88,6 +89,11 @@ pub struct CpuOptions {
     /// Threads a large kernel may use (default: the available parallelism). Values do not
     /// depend on it.
     pub threads: usize,
+    /// Compile scalar loops (a `fori_loop`, `scan` or `while_loop` whose every carry and
+    /// value is one number, with no scanned operands or stacked outputs) to machine code with
+    /// Cranelift (on by default). Turning it off runs them in the interpreter; values are
+    /// identical either way. [`CpuExecutable::report`] says which loops run native code.
+    pub native_loops: bool,
 }
 
 impl Default for CpuOptions {
@@ -95,6 +101,7 @@ impl Default for CpuOptions {
         CpuOptions {
             fuse_elementwise: true,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            native_loops: true,
         }
     }
 }
@@ -131,6 +138,7 @@ impl CpuBackend {
                 fuse: self.options.fuse_elementwise,
                 precision,
                 check_nans: false,
+                native: self.options.native_loops,
             },
         )
     }
@@ -151,6 +159,7 @@ impl CpuBackend {
                 fuse: false,
                 precision,
                 check_nans: true,
+                native: false,
             },
         )
     }
@@ -235,6 +244,28 @@ impl CpuExecutable {
     /// Figures of the compiled schedule (steps, fusion, buffers, peak live buffers).
     pub fn stats(&self) -> &ScheduleStats {
         &self.schedule.stats
+    }
+
+    /// How the plan runs: its steps and fused groups, then one line per control-flow region
+    /// (nested regions indented under theirs) saying whether the loop runs native code or
+    /// which interpreted form it takes, e.g.
+    ///
+    /// ```text
+    /// cpu: 3 steps, 1 fused elementwise group
+    ///   fori of 100000 iterations: native code
+    /// ```
+    pub fn report(&self) -> String {
+        let stats = &self.schedule.stats;
+        let plural = |n: usize| if n == 1 { "" } else { "s" };
+        let mut out = format!(
+            "cpu: {} step{}, {} fused elementwise group{}\n",
+            stats.steps,
+            plural(stats.steps),
+            stats.fused_groups,
+            plural(stats.fused_groups)
+        );
+        self.schedule.describe_regions(1, &mut out);
+        out
     }
 
     /// Buffers allocated fresh (not reused from a pool) by all runs so far, region bodies
@@ -376,5 +407,9 @@ impl Executable for CpuExecutable {
             check_input_refs(&self.plan, inputs)?;
         }
         self.with_workspace(|ws| self.execute(inputs, ws, outputs))
+    }
+
+    fn report(&self) -> String {
+        CpuExecutable::report(self)
     }
 }

@@ -37,6 +37,7 @@
 use crate::buffer::{Buffer, Storage, View};
 use crate::exec::{out_of_memory, Frame, Mode, Workspace};
 use crate::kernels::internal;
+use crate::native::{NativeScan, NativeWhile};
 use crate::scalar::ScalarBody;
 use crate::schedule::{Build, Schedule};
 use quabla_backend::Result;
@@ -84,6 +85,8 @@ enum Exec {
         body: Body,
         /// The swapping form's carry slots of `body`, when it qualifies.
         swaps: Option<Vec<Swap>>,
+        /// The loop in machine code, when both bodies have scalar forms.
+        native: Option<NativeWhile>,
     },
 }
 
@@ -102,6 +105,9 @@ struct Scan {
     index_dtype: DType,
     /// The swapping form's carry slots, when the body qualifies.
     swaps: Option<Vec<Swap>>,
+    /// The loop in machine code, when the body has a scalar form and the scan has no scanned
+    /// operands or stacked outputs.
+    native: Option<NativeScan>,
 }
 
 /// Where a carry lives in the swapping form: the body's input slot (`None` when the body
@@ -238,7 +244,65 @@ fn take_plan(schedule: &Schedule, collected: usize, rebound: &[bool]) -> Vec<boo
         .collect()
 }
 
+impl Body {
+    /// How the interpreter runs the body in a loop (see the module documentation).
+    fn form(&self, swapping: bool) -> &'static str {
+        if self.scalar.is_some() {
+            "interpreted, scalar form"
+        } else if swapping {
+            "interpreted, swapping form"
+        } else {
+            "interpreted, moving form"
+        }
+    }
+}
+
 impl RegionStep {
+    /// Appends how the region runs to `out` for `CpuExecutable::report`: one line at
+    /// indentation `depth`, then the regions nested in its bodies one level deeper.
+    pub(crate) fn describe(&self, depth: usize, out: &mut String) {
+        use std::fmt::Write;
+        let pad = "  ".repeat(depth);
+        let bodies: Vec<&Body> = match &self.exec {
+            Exec::Cond {
+                then_branch,
+                else_branch,
+            } => {
+                let _ = writeln!(out, "{pad}{}: the taken branch's steps", self.form);
+                vec![then_branch, else_branch]
+            }
+            Exec::Scan(scan) => {
+                let how = match scan.native {
+                    Some(_) => "native code",
+                    None => scan.body.form(scan.swaps.is_some()),
+                };
+                let _ = writeln!(
+                    out,
+                    "{pad}{} of {} iterations: {how}",
+                    self.form, scan.length
+                );
+                vec![&scan.body]
+            }
+            Exec::While {
+                cond,
+                body,
+                swaps,
+                native,
+                ..
+            } => {
+                let how = match native {
+                    Some(_) => "native code",
+                    None => body.form(swaps.is_some()),
+                };
+                let _ = writeln!(out, "{pad}{}: {how}", self.form);
+                vec![cond, body]
+            }
+        };
+        for body in bodies {
+            body.schedule.describe_regions(depth + 1, out);
+        }
+    }
+
     /// The region's text name (`fori`, `scan_vjp`, `while`, ...).
     pub(crate) fn form_name(&self) -> &'static str {
         self.form
@@ -311,9 +375,16 @@ impl RegionStep {
                     .collect();
                 let body = Body::compile(&s.body, &selected, s.n_carry, &rebound, build)?;
                 let swaps = body.swaps(1, s.n_carry);
+                let native = match &body.scalar {
+                    Some(scalar) if build.native && s.n_xs == 0 && ys.is_empty() => {
+                        NativeScan::compile(scalar, s.n_carry, s.index_dtype())
+                    }
+                    _ => None,
+                };
                 Exec::Scan(Box::new(Scan {
                     body,
                     swaps,
+                    native,
                     length: s.length,
                     start: s.start,
                     reverse: s.reverse,
@@ -333,12 +404,18 @@ impl RegionStep {
                 let rebound: Vec<bool> = (0..args.len()).map(|j| j < *n_carry).collect();
                 let carries: Vec<usize> = (0..*n_carry).collect();
                 let body = Body::compile(body, &carries, *n_carry, &rebound, build)?;
+                let cond = Body::compile(cond, &[0], 0, &rebound, build)?;
+                let native = match (&cond.scalar, &body.scalar) {
+                    (Some(c), Some(b)) if build.native => NativeWhile::compile(c, b, *n_carry),
+                    _ => None,
+                };
                 Exec::While {
                     n_carry: *n_carry,
                     max_trips: *max_trips,
-                    cond: Body::compile(cond, &[0], 0, &rebound, build)?,
+                    cond,
                     swaps: body.swaps(0, *n_carry),
                     body,
+                    native,
                 }
             }
         };
@@ -375,10 +452,10 @@ impl RegionStep {
                 cond,
                 body,
                 swaps,
+                native,
             } => self.run_while(
                 (*n_carry, *max_trips),
-                cond,
-                body,
+                (cond, body, native.as_ref()),
                 swaps.as_deref(),
                 operands,
                 ws,
@@ -588,6 +665,26 @@ impl RegionStep {
         ws: &mut Workspace,
     ) -> Result<()> {
         let (nc, nk) = (scan.n_carry, scan.n_const);
+        if let Some(native) = &scan.native {
+            // Chunks of `SCALAR_CHECK_EVERY` iterations with a cancellation check before each,
+            // the index running as in the loop below.
+            let (first, step) = if scan.reverse {
+                (scan.start + scan.length - 1, -1)
+            } else {
+                (scan.start, 1)
+            };
+            let first = i64::try_from(first).map_err(|_| internal("a scan index overflows"))?;
+            let mut done = 0;
+            while done < scan.length {
+                ws.cancel.check()?;
+                let count = (scan.length - done).min(SCALAR_CHECK_EVERY);
+                if !native.run(carries, values, first + step * done as i64, step, count) {
+                    return Err(internal("a native scan was built for other values"));
+                }
+                done += count;
+            }
+            return Ok(());
+        }
         let xs = &operands[nc + nk..];
         let first_x = 1 + nc + nk;
         for step in 0..scan.length {
@@ -697,19 +794,17 @@ impl RegionStep {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn run_while(
         &self,
         (n_carry, max_trips): (usize, Option<usize>),
-        cond: &Body,
-        body: &Body,
+        (cond, body, native): (&Body, &Body, Option<&NativeWhile>),
         swaps: Option<&[Swap]>,
         operands: &[View<'_>],
         ws: &mut Workspace,
         threads: usize,
     ) -> Result<Vec<Storage<'static>>> {
         if let (Some(c), Some(b)) = (&cond.scalar, &body.scalar) {
-            return self.run_scalar_while((n_carry, max_trips), c, b, operands, ws);
+            return self.run_scalar_while((n_carry, max_trips), (c, b, native), operands, ws);
         }
         let mut cond_frame = Frame::new(&cond.schedule);
         let mut body_frame = Frame::new(&body.schedule);
@@ -741,12 +836,12 @@ impl RegionStep {
         self.collect(carries, &positions, ws)
     }
 
-    /// A while loop whose predicate and body have scalar forms.
+    /// A while loop whose predicate and body have scalar forms, in machine code when it has
+    /// a native form.
     fn run_scalar_while(
         &self,
         (n_carry, max_trips): (usize, Option<usize>),
-        cond: &ScalarBody,
-        body: &ScalarBody,
+        (cond, body, native): (&ScalarBody, &ScalarBody, Option<&NativeWhile>),
         operands: &[View<'_>],
         ws: &mut Workspace,
     ) -> Result<Vec<Storage<'static>>> {
@@ -764,7 +859,24 @@ impl RegionStep {
             .map(first)
             .collect::<Result<Vec<f64>>>()?;
         let mut trips: usize = 0;
-        loop {
+        if let Some(native) = native {
+            // Chunks of at most `SCALAR_CHECK_EVERY` trips, each one predicate check and body
+            // run, with a cancellation check before each chunk: the same trips and checks as
+            // the loop below.
+            while Some(trips) != max_trips {
+                ws.cancel.check()?;
+                let most =
+                    max_trips.map_or(SCALAR_CHECK_EVERY, |m| (m - trips).min(SCALAR_CHECK_EVERY));
+                let chunk = native
+                    .run(&mut carries, &cond_values, &body_values, most)
+                    .ok_or_else(|| internal("a native while loop was built for other values"))?;
+                trips += chunk.runs;
+                if chunk.stopped {
+                    break;
+                }
+            }
+        }
+        while native.is_none() {
             if Some(trips) == max_trips {
                 break;
             }

@@ -69,6 +69,21 @@ impl ScalarBody {
         })
     }
 
+    /// Length of the value array.
+    pub(crate) fn nslots(&self) -> usize {
+        self.nslots
+    }
+
+    /// Constant slots and their values.
+    pub(crate) fn constants(&self) -> &[(usize, f64)] {
+        &self.constants
+    }
+
+    /// The programs, in order.
+    pub(crate) fn steps(&self) -> &[Program] {
+        &self.steps
+    }
+
     /// A value array with the constants in place.
     pub(crate) fn values(&self) -> Vec<f64> {
         let mut values = vec![0.0; self.nslots];

@@ -80,6 +80,8 @@ pub(crate) struct Build {
     /// The non-finite check (`jit(f).check_nans(true)`): no fusion and no scalar loop forms,
     /// so that every node is a step, and each step checks what it wrote ([`NanCheck`]).
     pub check_nans: bool,
+    /// Scalar loops in machine code (`CpuOptions::native_loops`).
+    pub native: bool,
 }
 
 /// What the non-finite check of a step knows of the node it computes, to stop the run at the
@@ -129,6 +131,17 @@ pub(crate) struct Step {
     pub free: Vec<usize>,
     /// The non-finite check of the step's node, under [`Build::check_nans`] only.
     pub check: Option<Box<NanCheck>>,
+}
+
+impl Schedule {
+    /// Appends how each region step runs (`RegionStep::describe`) at indentation `depth`.
+    pub(crate) fn describe_regions(&self, depth: usize, out: &mut String) {
+        for step in &self.steps {
+            if let StepKind::Region(r) = &step.kind {
+                r.describe(depth, out);
+            }
+        }
+    }
 }
 
 impl Step {

@@ -1,0 +1,700 @@
+//! Machine code for scalar loops. A `fori_loop`/`scan` or a `while_loop` whose bodies have a
+//! scalar form (`scalar.rs`) and that scans no operand and stacks no output is compiled with
+//! Cranelift into one native function that runs a chunk of iterations with its carries in
+//! machine registers: no value array, no per-op dispatch, no per-iteration call.
+//!
+//! The code computes exactly what the interpreter computes. It runs the same programs: the
+//! same IEEE operations on float64 values in the same order (Cranelift neither contracts a
+//! multiply and an add into one rounding nor reassociates float arithmetic), float32 nodes
+//! rounded after every operation, every stored value rounded to its dtype, and every
+//! function that is not one IEEE operation (`tanh`, `pow`, `powi`, ...) called by symbol:
+//! the `quabla_ir::eval` function the interpreter calls for that op. The conformance test
+//! `tests/native_loops.rs` runs every elementwise op both ways and compares bits.
+//!
+//! This module decides nothing about values and never fails a compile: a body it cannot
+//! translate, or a host Cranelift does not support, gets no native form and the interpreter
+//! runs the loop (`CpuExecutable::report` shows which). Cancellation stays with the caller,
+//! which runs the code in chunks of iterations and checks its flags between them.
+
+use crate::kernels::elementwise::{EwOp, Instr, Program, Src};
+use crate::scalar::ScalarBody;
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::{
+    types, AbiParam, FuncRef, InstBuilder, MemFlagsData, Signature, Type, Value,
+};
+use cranelift_codegen::isa::OwnedTargetIsa;
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{default_libcall_names, Linkage, Module};
+use quabla_ir::eval::{binary_f64, powi_f64, unary_f64};
+use quabla_ir::{BinaryOp, Comparison, DType, UnaryOp};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+/// A scan without scanned operands or stacked outputs, in machine code.
+#[derive(Clone, Debug)]
+pub(crate) struct NativeScan {
+    code: Arc<Code>,
+    n_carry: usize,
+    nslots: usize,
+}
+
+/// `(carries, body values, first index, index step, iterations)`.
+type ScanFn = unsafe extern "C" fn(*mut f64, *const f64, i64, i64, u64);
+
+impl NativeScan {
+    /// The native form of a scan whose body (inputs: index, carries, constants; outputs: the
+    /// carries) is `body`, or `None` when the body has something this module does not translate.
+    pub(crate) fn compile(body: &ScalarBody, n_carry: usize, index: DType) -> Option<NativeScan> {
+        if body.outputs.len() != n_carry || body.inputs.len() < 1 + n_carry {
+            return None;
+        }
+        let code = Code::build(
+            &[types::I64, types::I64, types::I64, types::I64, types::I64],
+            None,
+            |e, params| {
+                let (carries_at, values_at) = (params[0], params[1]);
+                let (first, step, count) = (params[2], params[3], params[4]);
+                let invariants = e.load_invariants(body, 1 + n_carry, values_at);
+                let carries = e.load_carries(carries_at, n_carry);
+                let trip = e.b.declare_var(types::I64);
+                let zero = e.b.ins().iconst(types::I64, 0);
+                e.b.def_var(trip, zero);
+                let (header, run, exit) =
+                    (e.b.create_block(), e.b.create_block(), e.b.create_block());
+                e.b.ins().jump(header, &[]);
+
+                e.b.switch_to_block(header);
+                let i = e.b.use_var(trip);
+                let more = e.b.ins().icmp(IntCC::UnsignedLessThan, i, count);
+                e.b.ins().brif(more, run, &[], exit, &[]);
+
+                e.b.switch_to_block(run);
+                let offset = e.b.ins().imul(i, step);
+                let k = e.b.ins().iadd(first, offset);
+                let k = e.b.ins().fcvt_from_sint(types::F64, k);
+                let k = e.round(index, k);
+                let mut inputs = vec![Some(k)];
+                inputs.extend(carries.iter().map(|&c| Some(e.b.use_var(c))));
+                inputs.extend(invariants);
+                let outs = e.body(body, &inputs)?;
+                for (&c, v) in carries.iter().zip(outs) {
+                    e.b.def_var(c, v);
+                }
+                let next = e.b.ins().iadd_imm_s(i, 1);
+                e.b.def_var(trip, next);
+                e.b.ins().jump(header, &[]);
+
+                e.b.switch_to_block(exit);
+                e.store_carries(carries_at, &carries);
+                e.b.ins().return_(&[]);
+                Some(())
+            },
+        )?;
+        Some(NativeScan {
+            code: Arc::new(code),
+            n_carry,
+            nslots: body.nslots(),
+        })
+    }
+
+    /// Runs `count` iterations with index values `first`, `first + step`, ... on the carries
+    /// in place; `values` is the body's value array with its constants set. Returns `false`
+    /// (running nothing) when the arrays do not have the lengths the code was built for.
+    pub(crate) fn run(
+        &self,
+        carries: &mut [f64],
+        values: &[f64],
+        first: i64,
+        step: i64,
+        count: usize,
+    ) -> bool {
+        if carries.len() != self.n_carry || values.len() != self.nslots {
+            return false;
+        }
+        // SAFETY: the entry was compiled with `ScanFn`'s signature; it reads `n_carry` values
+        // of `carries` and writes them back, and reads slots below `nslots` of `values`, both
+        // checked just above. It calls only the pure functions of `SYMBOLS`.
+        unsafe {
+            let f: ScanFn = std::mem::transmute(self.code.entry);
+            f(
+                carries.as_mut_ptr(),
+                values.as_ptr(),
+                first,
+                step,
+                count as u64,
+            );
+        }
+        true
+    }
+}
+
+/// A while loop in machine code: its predicate and body run alternately.
+#[derive(Clone, Debug)]
+pub(crate) struct NativeWhile {
+    code: Arc<Code>,
+    n_carry: usize,
+    cond_slots: usize,
+    body_slots: usize,
+}
+
+/// `(carries, predicate values, body values, most body runs) -> 2 * body runs + stopped`.
+type WhileFn = unsafe extern "C" fn(*mut f64, *const f64, *const f64, u64) -> u64;
+
+/// How a chunk of a native while loop ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct WhileChunk {
+    /// Bodies run.
+    pub runs: usize,
+    /// Whether the predicate came out false (after `runs` bodies).
+    pub stopped: bool,
+}
+
+impl NativeWhile {
+    /// The native form of a while loop with predicate `cond` and body `body`, both taking
+    /// `(carries.., constants..)`.
+    pub(crate) fn compile(
+        cond: &ScalarBody,
+        body: &ScalarBody,
+        n_carry: usize,
+    ) -> Option<NativeWhile> {
+        if cond.outputs.len() != 1 || body.outputs.len() != n_carry {
+            return None;
+        }
+        let code = Code::build(
+            &[types::I64, types::I64, types::I64, types::I64],
+            Some(types::I64),
+            |e, params| {
+                let (carries_at, cond_at, body_at, count) =
+                    (params[0], params[1], params[2], params[3]);
+                let cond_invariants = e.load_invariants(cond, n_carry, cond_at);
+                let body_invariants = e.load_invariants(body, n_carry, body_at);
+                let carries = e.load_carries(carries_at, n_carry);
+                let runs = e.b.declare_var(types::I64);
+                let zero = e.b.ins().iconst(types::I64, 0);
+                e.b.def_var(runs, zero);
+                let header = e.b.create_block();
+                let test = e.b.create_block();
+                let run = e.b.create_block();
+                let full = e.b.create_block();
+                let stop = e.b.create_block();
+                e.b.ins().jump(header, &[]);
+
+                e.b.switch_to_block(header);
+                let r = e.b.use_var(runs);
+                let more = e.b.ins().icmp(IntCC::UnsignedLessThan, r, count);
+                e.b.ins().brif(more, test, &[], full, &[]);
+
+                let with_carries = |e: &mut Emitter<'_, '_>, rest: &[Option<Value>]| {
+                    let mut inputs: Vec<Option<Value>> =
+                        carries.iter().map(|&c| Some(e.b.use_var(c))).collect();
+                    inputs.extend_from_slice(rest);
+                    inputs
+                };
+                e.b.switch_to_block(test);
+                let inputs = with_carries(e, &cond_invariants);
+                let p = *e.body(cond, &inputs)?.first()?;
+                let zero = e.b.ins().f64const(0.0);
+                // The interpreter stops on a predicate equal to 0.0.
+                let holds = e.b.ins().fcmp(FloatCC::NotEqual, p, zero);
+                e.b.ins().brif(holds, run, &[], stop, &[]);
+
+                e.b.switch_to_block(run);
+                let inputs = with_carries(e, &body_invariants);
+                let outs = e.body(body, &inputs)?;
+                for (&c, v) in carries.iter().zip(outs) {
+                    e.b.def_var(c, v);
+                }
+                let r = e.b.use_var(runs);
+                let next = e.b.ins().iadd_imm_s(r, 1);
+                e.b.def_var(runs, next);
+                e.b.ins().jump(header, &[]);
+
+                for (block, stopped) in [(full, 0), (stop, 1)] {
+                    e.b.switch_to_block(block);
+                    e.store_carries(carries_at, &carries);
+                    let r = e.b.use_var(runs);
+                    let twice = e.b.ins().ishl_imm_u(r, 1);
+                    let code = e.b.ins().iadd_imm_s(twice, stopped);
+                    e.b.ins().return_(&[code]);
+                }
+                Some(())
+            },
+        )?;
+        Some(NativeWhile {
+            code: Arc::new(code),
+            n_carry,
+            cond_slots: cond.nslots(),
+            body_slots: body.nslots(),
+        })
+    }
+
+    /// Runs predicate and body alternately, at most `most` bodies, on the carries in place;
+    /// `None` (running nothing) when the arrays do not have the lengths the code was built
+    /// for.
+    pub(crate) fn run(
+        &self,
+        carries: &mut [f64],
+        cond_values: &[f64],
+        body_values: &[f64],
+        most: usize,
+    ) -> Option<WhileChunk> {
+        if carries.len() != self.n_carry
+            || cond_values.len() != self.cond_slots
+            || body_values.len() != self.body_slots
+        {
+            return None;
+        }
+        // SAFETY: as for `NativeScan::run`, with the lengths checked above.
+        let code = unsafe {
+            let f: WhileFn = std::mem::transmute(self.code.entry);
+            f(
+                carries.as_mut_ptr(),
+                cond_values.as_ptr(),
+                body_values.as_ptr(),
+                most as u64,
+            )
+        };
+        Some(WhileChunk {
+            runs: (code >> 1) as usize,
+            stopped: code & 1 == 1,
+        })
+    }
+}
+
+/// A finalized function and the module that owns its memory.
+struct Code {
+    module: Option<JITModule>,
+    entry: *const u8,
+}
+
+// SAFETY: the module is written once, while it is built, and only executed afterwards; the
+// code reads and writes nothing but its arguments, so it may run on any thread, concurrently.
+unsafe impl Send for Code {}
+// SAFETY: see `Send`.
+unsafe impl Sync for Code {}
+
+impl fmt::Debug for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Code({:p})", self.entry)
+    }
+}
+
+impl Drop for Code {
+    fn drop(&mut self) {
+        if let Some(module) = self.module.take() {
+            // SAFETY: `entry`, the only pointer into the module's memory, dies with `self`.
+            unsafe { module.free_memory() };
+        }
+    }
+}
+
+/// The host's instruction set, built once (`None` where Cranelift does not support it).
+fn isa() -> Option<OwnedTargetIsa> {
+    static ISA: OnceLock<Option<OwnedTargetIsa>> = OnceLock::new();
+    ISA.get_or_init(|| {
+        let mut flags = settings::builder();
+        flags.set("opt_level", "speed").ok()?;
+        flags.set("use_colocated_libcalls", "false").ok()?;
+        flags.set("is_pic", "false").ok()?;
+        cranelift_native::builder()
+            .ok()?
+            .finish(settings::Flags::new(flags))
+            .ok()
+    })
+    .clone()
+}
+
+impl Code {
+    /// Builds one function taking `params` and returning `ret`, whose body `emit` writes
+    /// (returning `None` when it meets something it cannot translate).
+    fn build(
+        params: &[Type],
+        ret: Option<Type>,
+        emit: impl FnOnce(&mut Emitter<'_, '_>, &[Value]) -> Option<()>,
+    ) -> Option<Code> {
+        let isa = isa()?;
+        if isa.pointer_type() != types::I64 {
+            return None;
+        }
+        let mut builder = JITBuilder::with_isa(isa, default_libcall_names());
+        for &(name, ptr) in SYMBOLS.iter() {
+            builder.symbol(name, ptr);
+        }
+        let mut module = JITModule::new(builder);
+        let built = Code::define(&mut module, params, ret, emit);
+        match built {
+            Some(entry) => Some(Code {
+                module: Some(module),
+                entry,
+            }),
+            None => {
+                // SAFETY: nothing points into the module's memory.
+                unsafe { module.free_memory() };
+                None
+            }
+        }
+    }
+
+    fn define(
+        module: &mut JITModule,
+        params: &[Type],
+        ret: Option<Type>,
+        emit: impl FnOnce(&mut Emitter<'_, '_>, &[Value]) -> Option<()>,
+    ) -> Option<*const u8> {
+        let mut ctx = module.make_context();
+        let mut fctx = FunctionBuilderContext::new();
+        ctx.func.signature.params = params.iter().map(|&t| AbiParam::new(t)).collect();
+        ctx.func.signature.returns = ret.into_iter().map(AbiParam::new).collect();
+        let id = module
+            .declare_function("loop", Linkage::Local, &ctx.func.signature)
+            .ok()?;
+        {
+            let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
+            let entry = b.create_block();
+            b.append_block_params_for_function_params(entry);
+            b.switch_to_block(entry);
+            let args = b.block_params(entry).to_vec();
+            let mut e = Emitter {
+                b,
+                module: &mut *module,
+                imports: HashMap::new(),
+            };
+            emit(&mut e, &args)?;
+            e.b.seal_all_blocks();
+            let config = e.module.target_config();
+            e.b.finalize(config);
+        }
+        module.define_function(id, &mut ctx).ok()?;
+        module.clear_context(&mut ctx);
+        module.finalize_definitions().ok()?;
+        Some(module.get_finalized_function(id))
+    }
+}
+
+/// Writes the instructions of one function.
+struct Emitter<'m, 'f> {
+    b: FunctionBuilder<'f>,
+    module: &'m mut JITModule,
+    /// The functions of `SYMBOLS` this function calls, declared on first use.
+    imports: HashMap<&'static str, FuncRef>,
+}
+
+impl Emitter<'_, '_> {
+    fn flags() -> MemFlagsData {
+        MemFlagsData::trusted()
+    }
+
+    /// Loads, once before the loop, the inputs from `first` on that `body` reads (the loop's
+    /// constants) from its value array at `values`.
+    fn load_invariants(
+        &mut self,
+        body: &ScalarBody,
+        first: usize,
+        values: Value,
+    ) -> Vec<Option<Value>> {
+        body.inputs
+            .iter()
+            .skip(first)
+            .map(|slot| {
+                slot.map(|s| {
+                    self.b
+                        .ins()
+                        .load(types::F64, Self::flags(), values, offset(s))
+                })
+            })
+            .collect()
+    }
+
+    /// One variable per carry, holding its value loaded from `at`.
+    fn load_carries(&mut self, at: Value, n: usize) -> Vec<Variable> {
+        (0..n)
+            .map(|j| {
+                let var = self.b.declare_var(types::F64);
+                let v = self.b.ins().load(types::F64, Self::flags(), at, offset(j));
+                self.b.def_var(var, v);
+                var
+            })
+            .collect()
+    }
+
+    fn store_carries(&mut self, at: Value, carries: &[Variable]) {
+        for (j, &c) in carries.iter().enumerate() {
+            let v = self.b.use_var(c);
+            self.b.ins().store(Self::flags(), v, at, offset(j));
+        }
+    }
+
+    /// One run of `body` on `inputs` (one per body input; `None` where it is not given): the
+    /// value of each body output, or `None` when the body reads a value it has no source for
+    /// or runs an instruction this module does not translate.
+    fn body(&mut self, body: &ScalarBody, inputs: &[Option<Value>]) -> Option<Vec<Value>> {
+        let mut slots: Vec<Option<Value>> = vec![None; body.nslots()];
+        for &(s, v) in body.constants() {
+            *slots.get_mut(s)? = Some(self.b.ins().f64const(v));
+        }
+        for (j, slot) in body.inputs.iter().enumerate() {
+            if let Some(s) = *slot {
+                *slots.get_mut(s)? = Some((*inputs.get(j)?)?);
+            }
+        }
+        for program in body.steps() {
+            self.program(program, &mut slots)?;
+        }
+        body.outputs
+            .iter()
+            .map(|&(s, _)| slots.get(s).copied().flatten())
+            .collect()
+    }
+
+    /// The instructions of a one-element program whose externals are slot positions (see
+    /// `Program::with_externals_at`), as `Program::run_one` runs them, and its outputs
+    /// stored rounded to their dtypes as `ScalarBody::run` stores them.
+    fn program(&mut self, program: &Program, slots: &mut [Option<Value>]) -> Option<()> {
+        let mut regs: Vec<Option<Value>> = vec![None; program.nregs];
+        let mut results: Vec<Option<Value>> = vec![None; program.outs.len()];
+        let read = |regs: &[Option<Value>], slots: &[Option<Value>], s: Src| match s {
+            Src::Reg(r) => regs.get(r).copied().flatten(),
+            Src::Direct(e) | Src::Scalar(e) => slots.get(e).copied().flatten(),
+        };
+        for instr in &program.instrs {
+            match *instr {
+                Instr::Load { ext, dst } => {
+                    *regs.get_mut(dst)? = Some(slots.get(ext).copied().flatten()?);
+                }
+                Instr::Compute {
+                    op,
+                    dst,
+                    args,
+                    round_f32,
+                } => {
+                    let mut operands = [None; 3];
+                    for (k, a) in args.iter().enumerate().take(op.arity()) {
+                        operands[k] = Some(read(&regs, slots, *a)?);
+                    }
+                    let v = self.op(op, operands)?;
+                    let v = if round_f32 {
+                        self.round(DType::F32, v)
+                    } else {
+                        v
+                    };
+                    *regs.get_mut(dst)? = Some(v);
+                }
+                Instr::SinCos {
+                    arg,
+                    sin,
+                    cos,
+                    round_f32,
+                } => {
+                    let x = read(&regs, slots, arg)?;
+                    for (op, dst) in [(UnaryOp::Sin, sin), (UnaryOp::Cos, cos)] {
+                        let v = self.call(unary_symbol(op), &[x])?;
+                        let v = if round_f32 {
+                            self.round(DType::F32, v)
+                        } else {
+                            v
+                        };
+                        *regs.get_mut(dst)? = Some(v);
+                    }
+                }
+                Instr::Store { src, out } => {
+                    *results.get_mut(out)? = Some(regs.get(src).copied().flatten()?);
+                }
+            }
+        }
+        for (&(s, dtype), v) in program.outs.iter().zip(results) {
+            let v = self.round(dtype, v?);
+            *slots.get_mut(s)? = Some(v);
+        }
+        Some(())
+    }
+
+    /// One elementwise op on float64 operands, as `Program::run_one` computes it.
+    fn op(&mut self, op: EwOp, a: [Option<Value>; 3]) -> Option<Value> {
+        let x = a[0]?;
+        Some(match op {
+            EwOp::Unary(UnaryOp::Neg) => self.b.ins().fneg(x),
+            EwOp::Unary(UnaryOp::Sqrt) => self.b.ins().sqrt(x),
+            EwOp::Unary(UnaryOp::Floor) => self.b.ins().floor(x),
+            EwOp::Unary(UnaryOp::Ceil) => self.b.ins().ceil(x),
+            // Ties to even, as `f64::round_ties_even`.
+            EwOp::Unary(UnaryOp::Round) => self.b.ins().nearest(x),
+            EwOp::Unary(u) => self.call(unary_symbol(u), &[x])?,
+            EwOp::Powi(n) => {
+                let n = self.b.ins().iconst(types::I32, i64::from(n));
+                self.call(POWI, &[x, n])?
+            }
+            EwOp::Binary(op) => {
+                let y = a[1]?;
+                match op {
+                    BinaryOp::Add => self.b.ins().fadd(x, y),
+                    BinaryOp::Sub => self.b.ins().fsub(x, y),
+                    BinaryOp::Mul => self.b.ins().fmul(x, y),
+                    BinaryOp::Div => self.b.ins().fdiv(x, y),
+                    BinaryOp::Pow | BinaryOp::Atan2 | BinaryOp::Fmod => {
+                        self.call(binary_symbol(op)?, &[x, y])?
+                    }
+                }
+            }
+            EwOp::Compare(c) => {
+                let y = a[1]?;
+                let cc = match c {
+                    Comparison::Greater => FloatCC::GreaterThan,
+                    Comparison::GreaterEqual => FloatCC::GreaterThanOrEqual,
+                    Comparison::Less => FloatCC::LessThan,
+                    Comparison::LessEqual => FloatCC::LessThanOrEqual,
+                    Comparison::Equal => FloatCC::Equal,
+                    // C's `!=`: true when either operand is NaN.
+                    Comparison::NotEqual => FloatCC::NotEqual,
+                };
+                let holds = self.b.ins().fcmp(cc, x, y);
+                self.select_one_zero(holds)
+            }
+            EwOp::Where => {
+                let (t, f) = (a[1]?, a[2]?);
+                let zero = self.b.ins().f64const(0.0);
+                let holds = self.b.ins().fcmp(FloatCC::NotEqual, x, zero);
+                self.b.ins().select(holds, t, f)
+            }
+            EwOp::Cast(to) => self.round(to, x),
+            EwOp::Copy => x,
+        })
+    }
+
+    /// 1.0 where `holds`, else 0.0.
+    fn select_one_zero(&mut self, holds: Value) -> Value {
+        let one = self.b.ins().f64const(1.0);
+        let zero = self.b.ins().f64const(0.0);
+        self.b.ins().select(holds, one, zero)
+    }
+
+    /// `dtype.round(v)`: float32 through float32, bool as 0 or 1.
+    fn round(&mut self, dtype: DType, v: Value) -> Value {
+        match dtype {
+            DType::F64 => v,
+            DType::F32 => {
+                let narrow = self.b.ins().fdemote(types::F32, v);
+                self.b.ins().fpromote(types::F64, narrow)
+            }
+            DType::Bool => {
+                let zero = self.b.ins().f64const(0.0);
+                let holds = self.b.ins().fcmp(FloatCC::NotEqual, v, zero);
+                self.select_one_zero(holds)
+            }
+        }
+    }
+
+    /// Calls the symbol `name` (float64 operands, except `powi`'s int32 exponent).
+    fn call(&mut self, name: &'static str, args: &[Value]) -> Option<Value> {
+        let callee = match self.imports.get(name) {
+            Some(&f) => f,
+            None => {
+                let mut sig = Signature::new(self.module.isa().default_call_conv());
+                for &a in args {
+                    sig.params
+                        .push(AbiParam::new(self.b.func.dfg.value_type(a)));
+                }
+                sig.returns.push(AbiParam::new(types::F64));
+                let id = self
+                    .module
+                    .declare_function(name, Linkage::Import, &sig)
+                    .ok()?;
+                let f = self.module.declare_func_in_func(id, self.b.func);
+                self.imports.insert(name, f);
+                f
+            }
+        };
+        let call = self.b.ins().call(callee, args);
+        self.b.inst_results(call).first().copied()
+    }
+}
+
+/// The byte offset of element `j` of a float64 array.
+fn offset(j: usize) -> i32 {
+    i32::try_from(j * 8).unwrap_or(i32::MAX)
+}
+
+const POWI: &str = "quabla_powi";
+
+extern "C" fn powi_shim(x: f64, n: i32) -> f64 {
+    powi_f64(x, n)
+}
+
+/// The symbol of a binary op that is not one IEEE operation.
+fn binary_symbol(op: BinaryOp) -> Option<&'static str> {
+    Some(match op {
+        BinaryOp::Pow => "quabla_pow",
+        BinaryOp::Atan2 => "quabla_atan2",
+        BinaryOp::Fmod => "quabla_fmod",
+        BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div => return None,
+    })
+}
+
+macro_rules! binary_shim {
+    ($name:ident, $op:ident) => {
+        extern "C" fn $name(x: f64, y: f64) -> f64 {
+            binary_f64(BinaryOp::$op, x, y)
+        }
+    };
+}
+binary_shim!(pow_shim, Pow);
+binary_shim!(atan2_shim, Atan2);
+binary_shim!(fmod_shim, Fmod);
+
+/// For every unary op: its symbol, and a C-ABI function evaluating it with
+/// `quabla_ir::eval::unary_f64` (the match is exhaustive, so a new op must be added here).
+macro_rules! unary_shims {
+    ($($op:ident => $symbol:literal),* $(,)?) => {
+        fn unary_symbol(op: UnaryOp) -> &'static str {
+            match op {
+                $(UnaryOp::$op => $symbol,)*
+            }
+        }
+
+        fn unary_symbols() -> Vec<(&'static str, *const u8)> {
+            vec![$(($symbol, {
+                extern "C" fn shim(x: f64) -> f64 {
+                    unary_f64(UnaryOp::$op, x)
+                }
+                shim as *const u8
+            }),)*]
+        }
+    };
+}
+
+unary_shims! {
+    Neg => "quabla_neg", Tanh => "quabla_tanh", Exp => "quabla_exp", Log => "quabla_log",
+    Log1p => "quabla_log1p", Expm1 => "quabla_expm1", Sqrt => "quabla_sqrt",
+    Sin => "quabla_sin", Cos => "quabla_cos", Erf => "quabla_erf", Erfc => "quabla_erfc",
+    Tan => "quabla_tan", Arcsin => "quabla_arcsin", Arccos => "quabla_arccos",
+    Arctan => "quabla_arctan", Sinh => "quabla_sinh", Cosh => "quabla_cosh",
+    Arcsinh => "quabla_arcsinh", Arccosh => "quabla_arccosh", Arctanh => "quabla_arctanh",
+    Log2 => "quabla_log2", Log10 => "quabla_log10", Cbrt => "quabla_cbrt",
+    Floor => "quabla_floor", Ceil => "quabla_ceil", Round => "quabla_round",
+}
+
+/// Every symbol the generated code may call, with its address.
+struct Symbols(Vec<(&'static str, *const u8)>);
+
+// SAFETY: the addresses are of functions, which are immutable and callable from any thread.
+unsafe impl Send for Symbols {}
+// SAFETY: see `Send`.
+unsafe impl Sync for Symbols {}
+
+impl std::ops::Deref for Symbols {
+    type Target = [(&'static str, *const u8)];
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+static SYMBOLS: std::sync::LazyLock<Symbols> = std::sync::LazyLock::new(|| {
+    let mut all = unary_symbols();
+    all.push((POWI, powi_shim as *const u8));
+    all.push(("quabla_pow", pow_shim as *const u8));
+    all.push(("quabla_atan2", atan2_shim as *const u8));
+    all.push(("quabla_fmod", fmod_shim as *const u8));
+    Symbols(all)
+});

@@ -1,0 +1,354 @@
+//! Scalar loops in machine code: every elementwise op, run in a loop compiled to native code
+//! and in the same loop interpreted, gives the same bits (NaN payloads aside) on special and
+//! ordinary values, in float32 and float64; `fori`, reverse and offset scans, and bounded and
+//! unbounded while loops agree both ways and with host loops; the executable's report says
+//! which loops run native code.
+
+mod common;
+
+use common::{assert_bitwise, Rng};
+use quabla_backend::{Executable, HostTensor};
+use quabla_cpu::{CpuBackend, CpuExecutable, CpuOptions};
+use quabla_ir::{
+    BinaryOp, Comparison, DType, Graph, GraphBuilder, HostData, NodeId, Plan, Region, RegionForm,
+    RegionKind, ScanBody, Shape, TensorType, UnaryOp,
+};
+use std::sync::Arc;
+
+fn scalar_type(dt: DType) -> TensorType {
+    TensorType::new(dt, Shape::scalar())
+}
+
+fn scalar(dt: DType, v: f64) -> HostTensor {
+    HostTensor::new(Shape::scalar(), HostData::from_f64(dt, [v]))
+}
+
+fn graph(
+    inputs: &[TensorType],
+    f: impl FnOnce(&mut GraphBuilder, &[NodeId]) -> Vec<NodeId>,
+) -> Graph {
+    let mut b = GraphBuilder::new();
+    let ins: Vec<NodeId> = inputs
+        .iter()
+        .enumerate()
+        .map(|(k, t)| b.input(format!("in{k}"), t.clone()))
+        .collect();
+    let outs = f(&mut b, &ins);
+    b.finish(outs).unwrap()
+}
+
+/// A graph calling `region` on its inputs and returning every output.
+fn calling(region: &Arc<Region>) -> Graph {
+    graph(region.operand_types(), |b, p| {
+        let n = region.output_types().len();
+        b.push_region_calls(region.clone(), 0..n, p).unwrap()
+    })
+}
+
+fn compile(g: &Graph, native_loops: bool) -> CpuExecutable {
+    let options = CpuOptions {
+        native_loops,
+        ..CpuOptions::default()
+    };
+    CpuBackend::with_options(options)
+        .compile_plan(&Plan::from_graph_unoptimized(g.clone()))
+        .unwrap()
+}
+
+/// Compiles `g` both ways, checks that the report names native code only for the native
+/// build, and checks equal bits on every input set.
+fn check_both_ways(context: &str, g: &Graph, input_sets: &[Vec<HostTensor>]) {
+    let native = compile(g, true);
+    let interpreted = compile(g, false);
+    assert!(
+        native.report().contains("native code"),
+        "{context}: not compiled to native code:\n{}",
+        native.report()
+    );
+    assert!(
+        !interpreted.report().contains("native code"),
+        "{context}: native code although turned off:\n{}",
+        interpreted.report()
+    );
+    for inputs in input_sets {
+        let (got, want) = (
+            native.run(inputs).unwrap(),
+            interpreted.run(inputs).unwrap(),
+        );
+        let shown: Vec<f64> = inputs.iter().map(|t| t.data.get_f64(0)).collect();
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_bitwise(
+                &format!("{context} on {shown:?}, output {k}"),
+                &g.data,
+                &w.data,
+            );
+        }
+    }
+}
+
+/// Special and ordinary values: signed zeros, subnormals, huge, infinite and NaN values,
+/// values at the edges of the inverse trigonometric and hyperbolic domains, and random ones.
+fn special_values(rng: &mut Rng) -> Vec<f64> {
+    let mut v = vec![
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        0.5,
+        -0.5,
+        2.5,
+        -2.5,
+        3.0,
+        1e-310,
+        -1e-310,
+        1e-40,
+        1e300,
+        -1e300,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+        0.999,
+        1.001,
+        7.25,
+        -30.0,
+        710.0,
+        1e-8,
+    ];
+    v.extend((0..8).map(|_| rng.finite()));
+    v
+}
+
+/// A `fori_loop` of three iterations over carries `(x, y, out)`: `x` and `y` pass through and
+/// `out` becomes `op(x, y)` (the op under test, built by `apply`).
+fn op_loop(dt: DType, apply: &dyn Fn(&mut GraphBuilder, NodeId, NodeId) -> NodeId) -> Graph {
+    let s = scalar_type(dt);
+    let body = graph(
+        &[scalar_type(DType::F64), s.clone(), s.clone(), s.clone()],
+        |b, p| {
+            let out = apply(b, p[1], p[2]);
+            vec![p[1], p[2], out]
+        },
+    );
+    let scan = ScanBody {
+        length: 3,
+        start: 0,
+        reverse: false,
+        n_carry: 3,
+        n_const: 0,
+        n_xs: 0,
+        body: Arc::new(body),
+    };
+    let region = Arc::new(Region::new(RegionKind::Scan(scan), RegionForm::Fori, 0).unwrap());
+    calling(&region)
+}
+
+type Apply = Box<dyn Fn(&mut GraphBuilder, NodeId, NodeId) -> NodeId>;
+
+/// Every elementwise op of the IR, each as a loop body.
+fn every_op() -> Vec<(String, Apply)> {
+    let mut ops: Vec<(String, Apply)> = Vec::new();
+    for u in UnaryOp::ALL {
+        ops.push((
+            u.name().into(),
+            Box::new(move |b, x, _| b.unary(u, x).unwrap()),
+        ));
+    }
+    for n in [-3, -2, -1, 0, 1, 2, 3, 7] {
+        ops.push((
+            format!("powi {n}"),
+            Box::new(move |b, x, _| b.powi(x, n).unwrap()),
+        ));
+    }
+    for op in BinaryOp::ALL {
+        ops.push((
+            op.name().into(),
+            Box::new(move |b, x, y| b.binary(op, x, y).unwrap()),
+        ));
+    }
+    for c in Comparison::ALL {
+        // A comparison's bool, as the loop's carry dtype through `where`.
+        ops.push((
+            c.name().into(),
+            Box::new(move |b, x, y| {
+                let p = b.compare(c, x, y).unwrap();
+                b.select(p, x, y).unwrap()
+            }),
+        ));
+    }
+    for to in [DType::F32, DType::F64, DType::Bool] {
+        ops.push((
+            format!("cast to {to}"),
+            Box::new(move |b, x, _| {
+                let dt = b.ty(x).dtype;
+                let c = b.astype(x, to).unwrap();
+                b.astype(c, dt).unwrap()
+            }),
+        ));
+    }
+    ops.push((
+        "stop_gradient".into(),
+        Box::new(|b, x, _| b.stop_gradient(x).unwrap()),
+    ));
+    ops
+}
+
+#[test]
+fn every_elementwise_op_gives_the_same_bits_native_and_interpreted() {
+    let mut rng = Rng::new(91);
+    let values = special_values(&mut rng);
+    for dt in [DType::F32, DType::F64] {
+        for (name, apply) in every_op() {
+            let g = op_loop(dt, &*apply);
+            let sets: Vec<Vec<HostTensor>> = values
+                .iter()
+                .flat_map(|&x| {
+                    let pick = [values[0], values[4], values[8], values[14], values[16], x];
+                    pick.into_iter()
+                        .map(move |y| vec![scalar(dt, x), scalar(dt, y), scalar(dt, 0.0)])
+                })
+                .collect();
+            check_both_ways(&format!("{name} {dt}"), &g, &sets);
+        }
+    }
+}
+
+/// `sin` and `cos` of one operand pair into one instruction of the fused program.
+#[test]
+fn paired_sin_and_cos_give_the_same_bits() {
+    let mut rng = Rng::new(5);
+    let values = special_values(&mut rng);
+    for dt in [DType::F32, DType::F64] {
+        let g = op_loop(dt, &|b, x, _| {
+            let s = b.unary(UnaryOp::Sin, x).unwrap();
+            let c = b.unary(UnaryOp::Cos, x).unwrap();
+            b.binary(BinaryOp::Sub, s, c).unwrap()
+        });
+        let sets: Vec<Vec<HostTensor>> = values
+            .iter()
+            .map(|&x| vec![scalar(dt, x), scalar(dt, 0.0), scalar(dt, 0.0)])
+            .collect();
+        check_both_ways(&format!("sin - cos {dt}"), &g, &sets);
+    }
+}
+
+/// `scan(c -> c * k + i * 1e-3 + cos(c))` with a loop constant `k`, forward and reverse, with
+/// an offset first index, checked both ways and against the iterations in a host loop.
+#[test]
+fn fori_and_reverse_scans_with_constants_agree_with_a_host_loop() {
+    for dt in [DType::F32, DType::F64] {
+        for (length, start, reverse) in [(1000, 0, false), (777, 5, true), (300, 2, false)] {
+            let s = scalar_type(dt);
+            let body = graph(&[s.clone(), s.clone(), s.clone()], |b, p| {
+                let (i, c, k) = (p[0], p[1], p[2]);
+                let ck = b.binary(BinaryOp::Mul, c, k).unwrap();
+                let step = b.scalar(1e-3, dt, false);
+                let is = b.binary(BinaryOp::Mul, i, step).unwrap();
+                let cos = b.unary(UnaryOp::Cos, c).unwrap();
+                let sum = b.binary(BinaryOp::Add, ck, is).unwrap();
+                vec![b.binary(BinaryOp::Add, sum, cos).unwrap()]
+            });
+            let scan = ScanBody {
+                length,
+                start,
+                reverse,
+                n_carry: 1,
+                n_const: 1,
+                n_xs: 0,
+                body: Arc::new(body),
+            };
+            let region =
+                Arc::new(Region::new(RegionKind::Scan(scan), RegionForm::Scan, 0).unwrap());
+            let g = calling(&region);
+            let inputs = vec![scalar(dt, 0.25), scalar(dt, 0.5)];
+            let context = format!("scan {dt} length {length} start {start} reverse {reverse}");
+            check_both_ways(&context, &g, std::slice::from_ref(&inputs));
+
+            let round = |v: f64| dt.round(v);
+            let mut c = round(0.25);
+            for step in 0..length {
+                let k = if reverse { length - 1 - step } else { step };
+                let i = round((start + k) as f64);
+                let ck = round(c * 0.5);
+                let is = round(i * round(1e-3));
+                let cos = round(quabla_ir::eval::unary_f64(UnaryOp::Cos, c));
+                c = round(round(ck + is) + cos);
+            }
+            let got = compile(&g, true).run(&inputs).unwrap();
+            assert_bitwise(&context, &got[0].data, &HostData::from_f64(dt, [c]));
+        }
+    }
+}
+
+/// `while i < limit: (i + 1, x * 0.5 + 1)`, bounded and unbounded, checked both ways and
+/// against a host loop, across several chunks of iterations.
+#[test]
+fn while_loops_agree_with_a_host_loop_bounded_and_unbounded() {
+    for dt in [DType::F32, DType::F64] {
+        for max_trips in [None, Some(1), Some(2), Some(700), Some(5000)] {
+            let s = scalar_type(dt);
+            let ins = [s.clone(), s.clone(), s.clone()];
+            let cond = graph(&ins, |b, p| {
+                vec![b.compare(Comparison::Less, p[0], p[2]).unwrap()]
+            });
+            let body = graph(&ins, |b, p| {
+                let one = b.scalar(1.0, dt, false);
+                let half = b.scalar(0.5, dt, false);
+                let i = b.binary(BinaryOp::Add, p[0], one).unwrap();
+                let x = b.binary(BinaryOp::Mul, p[1], half).unwrap();
+                vec![i, b.binary(BinaryOp::Add, x, one).unwrap()]
+            });
+            let kind = RegionKind::While {
+                n_carry: 2,
+                cond: Arc::new(cond),
+                body: Arc::new(body),
+                max_trips,
+            };
+            let region = Arc::new(Region::new(kind, RegionForm::While, 0).unwrap());
+            let g = calling(&region);
+            for limit in [0.0, 1.0, 255.0, 256.0, 257.0, 1000.0, f64::NAN] {
+                let inputs = vec![scalar(dt, 0.0), scalar(dt, 3.0), scalar(dt, limit)];
+                let context = format!("while {dt} max_trips {max_trips:?} limit {limit}");
+                check_both_ways(&context, &g, std::slice::from_ref(&inputs));
+
+                let (mut i, mut x, mut trips) = (0.0, 3.0, 0);
+                while Some(trips) != max_trips && i < limit {
+                    i = dt.round(i + 1.0);
+                    x = dt.round(dt.round(x * 0.5) + 1.0);
+                    trips += 1;
+                }
+                let got = compile(&g, true).run(&inputs).unwrap();
+                assert_bitwise(&context, &got[0].data, &HostData::from_f64(dt, [i]));
+                assert_bitwise(&context, &got[1].data, &HostData::from_f64(dt, [x]));
+            }
+        }
+    }
+}
+
+/// Loops the code generator does not take (a scan with stacked outputs) stay interpreted and
+/// say so.
+#[test]
+fn scans_with_stacked_outputs_stay_interpreted_and_the_report_says_so() {
+    let s = scalar_type(DType::F64);
+    let body = graph(&[s.clone(), s.clone()], |b, p| {
+        let two = b.scalar(2.0, DType::F64, false);
+        let y = b.binary(BinaryOp::Mul, p[1], two).unwrap();
+        vec![y, y]
+    });
+    let scan = ScanBody {
+        length: 4,
+        start: 0,
+        reverse: false,
+        n_carry: 1,
+        n_const: 0,
+        n_xs: 0,
+        body: Arc::new(body),
+    };
+    let region = Arc::new(Region::new(RegionKind::Scan(scan), RegionForm::Scan, 0).unwrap());
+    let exe = compile(&calling(&region), true);
+    let report = exe.report();
+    assert!(report.contains("scan"), "{report}");
+    assert!(report.contains("interpreted, scalar form"), "{report}");
+    let out = exe.run(&[scalar(DType::F64, 1.0)]).unwrap();
+    assert_eq!(out[0].data, HostData::F64(vec![16.0].into()));
+    assert_eq!(out[1].data, HostData::F64(vec![2.0, 4.0, 8.0, 16.0].into()));
+}
