@@ -93,6 +93,15 @@ impl<'a> View<'a> {
         }
     }
 
+    /// The address of the first element (for machine code that reads the elements).
+    pub(crate) fn as_ptr(&self) -> *const u8 {
+        match self {
+            View::F32(v) => v.as_ptr().cast(),
+            View::F64(v) => v.as_ptr().cast(),
+            View::Bool(v) => v.as_ptr().cast(),
+        }
+    }
+
     /// Elements `start .. start + len` (`None` when out of range).
     pub(crate) fn slice(&self, start: usize, len: usize) -> Option<View<'a>> {
         let end = start.checked_add(len)?;
@@ -161,6 +170,23 @@ impl<'a> ViewMut<'a> {
             ViewMut::F32(v) => v.len(),
             ViewMut::F64(v) => v.len(),
             ViewMut::Bool(v) => v.len(),
+        }
+    }
+
+    pub(crate) fn dtype(&self) -> DType {
+        match self {
+            ViewMut::F32(_) => DType::F32,
+            ViewMut::F64(_) => DType::F64,
+            ViewMut::Bool(_) => DType::Bool,
+        }
+    }
+
+    /// The address of the first element (for machine code that writes the elements).
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut u8 {
+        match self {
+            ViewMut::F32(v) => v.as_mut_ptr().cast(),
+            ViewMut::F64(v) => v.as_mut_ptr().cast(),
+            ViewMut::Bool(v) => v.as_mut_ptr().cast(),
         }
     }
 

@@ -16,6 +16,7 @@
 //! runs the loop (`CpuExecutable::report` shows which). Cancellation stays with the caller,
 //! which runs the code in chunks of iterations and checks its flags between them.
 
+use crate::buffer::{View, ViewMut};
 use crate::kernels::elementwise::{EwOp, Instr, Program, Src};
 use crate::scalar::ScalarBody;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
@@ -33,98 +34,163 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
-/// A scan without scanned operands or stacked outputs, in machine code.
+/// A scan in machine code: its carries in registers, each scanned operand read and each
+/// stacked output written one element per iteration.
 #[derive(Clone, Debug)]
 pub(crate) struct NativeScan {
     code: Arc<Code>,
     n_carry: usize,
     nslots: usize,
+    /// The dtype of each scanned operand.
+    xs: Vec<DType>,
+    /// The dtype of each stacked output.
+    ys: Vec<DType>,
 }
 
-/// `(carries, body values, first index, index step, iterations)`.
-type ScanFn = unsafe extern "C" fn(*mut f64, *const f64, i64, i64, u64);
+/// `(carries, body values, first position, position step, iterations, index of position 0,
+/// scanned operands, stacked outputs)`: iteration `i` is at position `k = first + i * step`
+/// of the scanned operands and stacked outputs, and its index value is `k + index of 0`.
+type ScanFn = unsafe extern "C" fn(*mut f64, *const f64, i64, i64, u64, i64, *const u8, *mut u8);
+
+/// The scan to compile: the carry and constant counts, the dtype of the index, of each
+/// scanned operand, and, for each stacked output, the body output that fills it and its dtype.
+pub(crate) struct ScanShape<'a> {
+    pub n_carry: usize,
+    pub n_const: usize,
+    pub index: DType,
+    pub xs: &'a [DType],
+    pub ys: &'a [(usize, DType)],
+}
 
 impl NativeScan {
-    /// The native form of a scan whose body (inputs: index, carries, constants; outputs: the
-    /// carries) is `body`, or `None` when the body has something this module does not translate.
-    pub(crate) fn compile(body: &ScalarBody, n_carry: usize, index: DType) -> Option<NativeScan> {
-        if body.outputs.len() != n_carry || body.inputs.len() < 1 + n_carry {
+    /// The native form of a scan whose body (inputs: index, carries, constants, slices;
+    /// outputs: the carries, then what the stacked outputs take) is `body`, or `None` when the
+    /// body has something this module does not translate.
+    pub(crate) fn compile(body: &ScalarBody, scan: &ScanShape<'_>) -> Option<NativeScan> {
+        let n_carry = scan.n_carry;
+        let first_x = 1 + n_carry + scan.n_const;
+        if body.outputs.len() < n_carry || body.inputs.len() != first_x + scan.xs.len() {
             return None;
         }
-        let code = Code::build(
-            &[types::I64, types::I64, types::I64, types::I64, types::I64],
-            None,
-            |e, params| {
-                let (carries_at, values_at) = (params[0], params[1]);
-                let (first, step, count) = (params[2], params[3], params[4]);
-                let invariants = e.load_invariants(body, 1 + n_carry, values_at);
-                let carries = e.load_carries(carries_at, n_carry);
-                let trip = e.b.declare_var(types::I64);
-                let zero = e.b.ins().iconst(types::I64, 0);
-                e.b.def_var(trip, zero);
-                let (header, run, exit) =
-                    (e.b.create_block(), e.b.create_block(), e.b.create_block());
-                e.b.ins().jump(header, &[]);
+        let code = Code::build(&[types::I64; 8], None, |e, params| {
+            let (carries_at, values_at) = (params[0], params[1]);
+            let (first, step, count, index0) = (params[2], params[3], params[4], params[5]);
+            let (xs_at, ys_at) = (params[6], params[7]);
+            let constants = e.load_invariants(&body.inputs[1 + n_carry..first_x], values_at);
+            // The base address of each scanned operand the body reads, and of each stacked
+            // output.
+            let xs: Vec<Option<(Value, DType)>> = body.inputs[first_x..]
+                .iter()
+                .zip(scan.xs)
+                .enumerate()
+                .map(|(x, (slot, &dtype))| slot.map(|_| (e.load_pointer(xs_at, x), dtype)))
+                .collect();
+            let ys: Vec<(Value, usize, DType)> = scan
+                .ys
+                .iter()
+                .enumerate()
+                .map(|(y, &(output, dtype))| (e.load_pointer(ys_at, y), output, dtype))
+                .collect();
+            let carries = e.load_carries(carries_at, n_carry);
+            let trip = e.b.declare_var(types::I64);
+            let zero = e.b.ins().iconst(types::I64, 0);
+            e.b.def_var(trip, zero);
+            let (header, run, exit) = (e.b.create_block(), e.b.create_block(), e.b.create_block());
+            e.b.ins().jump(header, &[]);
 
-                e.b.switch_to_block(header);
-                let i = e.b.use_var(trip);
-                let more = e.b.ins().icmp(IntCC::UnsignedLessThan, i, count);
-                e.b.ins().brif(more, run, &[], exit, &[]);
+            e.b.switch_to_block(header);
+            let i = e.b.use_var(trip);
+            let more = e.b.ins().icmp(IntCC::UnsignedLessThan, i, count);
+            e.b.ins().brif(more, run, &[], exit, &[]);
 
-                e.b.switch_to_block(run);
-                let offset = e.b.ins().imul(i, step);
-                let k = e.b.ins().iadd(first, offset);
-                let k = e.b.ins().fcvt_from_sint(types::F64, k);
-                let k = e.round(index, k);
-                let mut inputs = vec![Some(k)];
-                inputs.extend(carries.iter().map(|&c| Some(e.b.use_var(c))));
-                inputs.extend(invariants);
-                let outs = e.body(body, &inputs)?;
-                for (&c, v) in carries.iter().zip(outs) {
-                    e.b.def_var(c, v);
-                }
-                let next = e.b.ins().iadd_imm_s(i, 1);
-                e.b.def_var(trip, next);
-                e.b.ins().jump(header, &[]);
+            e.b.switch_to_block(run);
+            let offset = e.b.ins().imul(i, step);
+            let k = e.b.ins().iadd(first, offset);
+            let index = e.b.ins().iadd(k, index0);
+            let index = e.b.ins().fcvt_from_sint(types::F64, index);
+            let mut inputs = vec![Some(e.round(scan.index, index))];
+            inputs.extend(carries.iter().map(|&c| Some(e.b.use_var(c))));
+            inputs.extend(constants);
+            for x in &xs {
+                inputs.push(x.map(|(base, dtype)| e.load_element(base, k, dtype)));
+            }
+            let outs = e.body(body, &inputs)?;
+            for &(base, output, dtype) in &ys {
+                e.store_element(base, k, dtype, *outs.get(output)?);
+            }
+            for (&c, &v) in carries.iter().zip(&outs) {
+                e.b.def_var(c, v);
+            }
+            let next = e.b.ins().iadd_imm_s(i, 1);
+            e.b.def_var(trip, next);
+            e.b.ins().jump(header, &[]);
 
-                e.b.switch_to_block(exit);
-                e.store_carries(carries_at, &carries);
-                e.b.ins().return_(&[]);
-                Some(())
-            },
-        )?;
+            e.b.switch_to_block(exit);
+            e.store_carries(carries_at, &carries);
+            e.b.ins().return_(&[]);
+            Some(())
+        })?;
         Some(NativeScan {
             code: Arc::new(code),
             n_carry,
             nslots: body.nslots(),
+            xs: scan.xs.to_vec(),
+            ys: scan.ys.iter().map(|y| y.1).collect(),
         })
     }
 
-    /// Runs `count` iterations with index values `first`, `first + step`, ... on the carries
-    /// in place; `values` is the body's value array with its constants set. Returns `false`
-    /// (running nothing) when the arrays do not have the lengths the code was built for.
+    /// Runs `count` iterations at positions `first`, `first + step`, ... (index values those
+    /// plus `index0`) on the carries in place, reading element `k` of each scanned operand in
+    /// `xs` and writing element `k` of each stacked output in `ys`; `values` is the body's
+    /// value array with its constants set. Returns `false`, running nothing, when an array
+    /// does not have the dtype or length the code needs.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn run(
         &self,
         carries: &mut [f64],
         values: &[f64],
-        first: i64,
-        step: i64,
-        count: usize,
+        (first, step, count): (usize, isize, usize),
+        index0: usize,
+        xs: &[View<'_>],
+        ys: &mut [ViewMut<'_>],
     ) -> bool {
-        if carries.len() != self.n_carry || values.len() != self.nslots {
+        if count == 0 {
+            return true;
+        }
+        let last = first as isize + step * (count as isize - 1);
+        let positions = first.min(last as usize)..=first.max(last as usize);
+        let holds = |len: usize| last >= 0 && *positions.end() < len;
+        let xs_fit = xs.len() == self.xs.len()
+            && xs
+                .iter()
+                .zip(&self.xs)
+                .all(|(v, &d)| v.dtype() == d && holds(v.len()));
+        let ys_fit = ys.len() == self.ys.len()
+            && ys
+                .iter()
+                .zip(&self.ys)
+                .all(|(v, &d)| v.dtype() == d && holds(v.len()));
+        if carries.len() != self.n_carry || values.len() != self.nslots || !xs_fit || !ys_fit {
             return false;
         }
-        // SAFETY: the entry was compiled with `ScanFn`'s signature; it reads `n_carry` values
-        // of `carries` and writes them back, and reads slots below `nslots` of `values`, both
-        // checked just above. It calls only the pure functions of `SYMBOLS`.
+        let xs_at: Vec<*const u8> = xs.iter().map(View::as_ptr).collect();
+        let mut ys_at: Vec<*mut u8> = ys.iter_mut().map(ViewMut::as_mut_ptr).collect();
+        // SAFETY: the entry was compiled with `ScanFn`'s signature. It reads and writes the
+        // `n_carry` values of `carries`, reads slots below `nslots` of `values`, and reads or
+        // writes element `k` of each array of `xs` and `ys` (with the dtypes it was compiled
+        // for) for the positions `k` of this call only: every length and dtype is checked
+        // above. It calls only the pure functions of `SYMBOLS`.
         unsafe {
             let f: ScanFn = std::mem::transmute(self.code.entry);
             f(
                 carries.as_mut_ptr(),
                 values.as_ptr(),
-                first,
-                step,
+                first as i64,
+                step as i64,
                 count as u64,
+                index0 as i64,
+                xs_at.as_ptr().cast(),
+                ys_at.as_mut_ptr().cast(),
             );
         }
         true
@@ -160,7 +226,11 @@ impl NativeWhile {
         body: &ScalarBody,
         n_carry: usize,
     ) -> Option<NativeWhile> {
-        if cond.outputs.len() != 1 || body.outputs.len() != n_carry {
+        if cond.outputs.len() != 1
+            || body.outputs.len() != n_carry
+            || cond.inputs.len() < n_carry
+            || body.inputs.len() < n_carry
+        {
             return None;
         }
         let code = Code::build(
@@ -169,8 +239,8 @@ impl NativeWhile {
             |e, params| {
                 let (carries_at, cond_at, body_at, count) =
                     (params[0], params[1], params[2], params[3]);
-                let cond_invariants = e.load_invariants(cond, n_carry, cond_at);
-                let body_invariants = e.load_invariants(body, n_carry, body_at);
+                let cond_invariants = e.load_invariants(&cond.inputs[n_carry..], cond_at);
+                let body_invariants = e.load_invariants(&body.inputs[n_carry..], body_at);
                 let carries = e.load_carries(carries_at, n_carry);
                 let runs = e.b.declare_var(types::I64);
                 let zero = e.b.ins().iconst(types::I64, 0);
@@ -387,17 +457,11 @@ impl Emitter<'_, '_> {
         MemFlagsData::trusted()
     }
 
-    /// Loads, once before the loop, the inputs from `first` on that `body` reads (the loop's
-    /// constants) from its value array at `values`.
-    fn load_invariants(
-        &mut self,
-        body: &ScalarBody,
-        first: usize,
-        values: Value,
-    ) -> Vec<Option<Value>> {
-        body.inputs
+    /// Loads, once before the loop, the inputs with these slots (the loop's constants; `None`
+    /// for one the body does not read) from the value array at `values`.
+    fn load_invariants(&mut self, slots: &[Option<usize>], values: Value) -> Vec<Option<Value>> {
+        slots
             .iter()
-            .skip(first)
             .map(|slot| {
                 slot.map(|s| {
                     self.b
@@ -406,6 +470,58 @@ impl Emitter<'_, '_> {
                 })
             })
             .collect()
+    }
+
+    /// Element `j` of an array of pointers at `at`.
+    fn load_pointer(&mut self, at: Value, j: usize) -> Value {
+        self.b.ins().load(types::I64, Self::flags(), at, offset(j))
+    }
+
+    /// The address of element `k` of an array of `dtype` at `base`.
+    fn element(&mut self, base: Value, k: Value, dtype: DType) -> Value {
+        let size = match dtype {
+            DType::F64 => 8,
+            DType::F32 => 4,
+            DType::Bool => 1,
+        };
+        let bytes = self.b.ins().imul_imm_s(k, size);
+        self.b.ins().iadd(base, bytes)
+    }
+
+    /// Element `k` of an array of `dtype` widened to float64, as `View::get_f64` reads it.
+    fn load_element(&mut self, base: Value, k: Value, dtype: DType) -> Value {
+        let at = self.element(base, k, dtype);
+        let flags = Self::flags();
+        match dtype {
+            DType::F64 => self.b.ins().load(types::F64, flags, at, 0),
+            DType::F32 => {
+                let v = self.b.ins().load(types::F32, flags, at, 0);
+                self.b.ins().fpromote(types::F64, v)
+            }
+            DType::Bool => {
+                let v = self.b.ins().load(types::I8, flags, at, 0);
+                let holds = self.b.ins().icmp_imm_u(IntCC::NotEqual, v, 0);
+                self.select_one_zero(holds)
+            }
+        }
+    }
+
+    /// Stores `v` as element `k` of an array of `dtype`, as `ViewMut::store_f64` stores it.
+    fn store_element(&mut self, base: Value, k: Value, dtype: DType, v: Value) {
+        let at = self.element(base, k, dtype);
+        let flags = Self::flags();
+        let stored = match dtype {
+            DType::F64 => v,
+            DType::F32 => self.b.ins().fdemote(types::F32, v),
+            DType::Bool => {
+                let zero = self.b.ins().f64const(0.0);
+                let holds = self.b.ins().fcmp(FloatCC::NotEqual, v, zero);
+                let one = self.b.ins().iconst(types::I8, 1);
+                let none = self.b.ins().iconst(types::I8, 0);
+                self.b.ins().select(holds, one, none)
+            }
+        };
+        self.b.ins().store(flags, stored, at, 0);
     }
 
     /// One variable per carry, holding its value loaded from `at`.

@@ -37,7 +37,7 @@
 use crate::buffer::{Buffer, Storage, View};
 use crate::exec::{out_of_memory, Frame, Mode, Workspace};
 use crate::kernels::internal;
-use crate::native::{NativeScan, NativeWhile};
+use crate::native::{NativeScan, NativeWhile, ScanShape};
 use crate::scalar::ScalarBody;
 use crate::schedule::{Build, Schedule};
 use quabla_backend::Result;
@@ -376,8 +376,22 @@ impl RegionStep {
                 let body = Body::compile(&s.body, &selected, s.n_carry, &rebound, build)?;
                 let swaps = body.swaps(1, s.n_carry);
                 let native = match &body.scalar {
-                    Some(scalar) if build.native && s.n_xs == 0 && ys.is_empty() => {
-                        NativeScan::compile(scalar, s.n_carry, s.index_dtype())
+                    // The scalar form has one-element slices and stacked slices.
+                    Some(scalar) if build.native => {
+                        let xs: Vec<DType> = region.operand_types()[s.n_carry + s.n_const..]
+                            .iter()
+                            .map(|t| t.dtype)
+                            .collect();
+                        let ys: Vec<(usize, DType)> =
+                            ys.iter().map(|y| (y.body_output, y.dtype)).collect();
+                        let shape = ScanShape {
+                            n_carry: s.n_carry,
+                            n_const: s.n_const,
+                            index: s.index_dtype(),
+                            xs: &xs,
+                            ys: &ys,
+                        };
+                        NativeScan::compile(scalar, &shape)
                     }
                     _ => None,
                 };
@@ -667,18 +681,24 @@ impl RegionStep {
         let (nc, nk) = (scan.n_carry, scan.n_const);
         if let Some(native) = &scan.native {
             // Chunks of `SCALAR_CHECK_EVERY` iterations with a cancellation check before each,
-            // the index running as in the loop below.
-            let (first, step) = if scan.reverse {
-                (scan.start + scan.length - 1, -1)
-            } else {
-                (scan.start, 1)
-            };
-            let first = i64::try_from(first).map_err(|_| internal("a scan index overflows"))?;
+            // the positions running as in the loop below.
+            let xs = &operands[nc + nk..];
+            let first_x = 1 + nc + nk;
+            let sliced = |x: usize| !body.reads(first_x + x) || scan.xs_len.get(x) == Some(&1);
+            if !(0..xs.len()).all(sliced) {
+                return Err(internal("a scanned operand does not match its slices"));
+            }
+            let mut ys: Vec<_> = stacked.iter_mut().map(|b| b.view_mut()).collect();
             let mut done = 0;
             while done < scan.length {
                 ws.cancel.check()?;
                 let count = (scan.length - done).min(SCALAR_CHECK_EVERY);
-                if !native.run(carries, values, first + step * done as i64, step, count) {
+                let chunk = if scan.reverse {
+                    (scan.length - 1 - done, -1, count)
+                } else {
+                    (done, 1, count)
+                };
+                if !native.run(carries, values, chunk, scan.start, xs, &mut ys) {
                     return Err(internal("a native scan was built for other values"));
                 }
                 done += count;

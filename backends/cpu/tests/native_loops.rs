@@ -324,15 +324,97 @@ fn while_loops_agree_with_a_host_loop_bounded_and_unbounded() {
     }
 }
 
-/// Loops the code generator does not take (a scan with stacked outputs) stay interpreted and
-/// say so.
+/// A scan over one-element slices of float32, float64 and bool operands, stacking float32,
+/// float64 and bool outputs, forward and reverse: native code, the interpreter and a host loop
+/// agree.
 #[test]
-fn scans_with_stacked_outputs_stay_interpreted_and_the_report_says_so() {
-    let s = scalar_type(DType::F64);
-    let body = graph(&[s.clone(), s.clone()], |b, p| {
+fn scans_over_slices_with_stacked_outputs_agree_both_ways_and_with_a_host_loop() {
+    for reverse in [false, true] {
+        let f64t = scalar_type(DType::F64);
+        let ins = [
+            f64t.clone(),
+            f64t.clone(),
+            scalar_type(DType::F32),
+            scalar_type(DType::F64),
+            scalar_type(DType::Bool),
+        ];
+        // (i, c, x32, x64, flag) -> (c', f32(c'), c' > 1, c')
+        let body = graph(&ins, |b, p| {
+            let (c, x32, x64, flag) = (p[1], p[2], p[3], p[4]);
+            let wide = b.astype(x32, DType::F64).unwrap();
+            let sum = b.binary(BinaryOp::Add, c, wide).unwrap();
+            let scaled = b.binary(BinaryOp::Mul, sum, x64).unwrap();
+            let next = b.select(flag, scaled, sum).unwrap();
+            let narrow = b.astype(next, DType::F32).unwrap();
+            let one = b.scalar(1.0, DType::F64, false);
+            let big = b.compare(Comparison::Greater, next, one).unwrap();
+            vec![next, narrow, big, next]
+        });
+        let length = 600;
+        let scan = ScanBody {
+            length,
+            start: 3,
+            reverse,
+            n_carry: 1,
+            n_const: 0,
+            n_xs: 3,
+            body: Arc::new(body),
+        };
+        let region = Arc::new(Region::new(RegionKind::Scan(scan), RegionForm::Scan, 0).unwrap());
+        let g = calling(&region);
+        let mut rng = Rng::new(17);
+        let x32: Vec<f64> = (0..length).map(|_| rng.finite() / 4.0).collect();
+        let x64: Vec<f64> = (0..length).map(|_| 0.5 + rng.finite() / 8.0).collect();
+        let flag: Vec<f64> = (0..length).map(|_| (rng.next_u64() % 2) as f64).collect();
+        let stacked = |dt: DType, v: &[f64]| {
+            HostTensor::new(
+                Shape::new(vec![length]).unwrap(),
+                HostData::from_f64(dt, v.iter().copied()),
+            )
+        };
+        let inputs = vec![
+            scalar(DType::F64, 0.5),
+            stacked(DType::F32, &x32),
+            stacked(DType::F64, &x64),
+            stacked(DType::Bool, &flag),
+        ];
+        let context = format!("scan over slices, reverse {reverse}");
+        check_both_ways(&context, &g, std::slice::from_ref(&inputs));
+
+        let mut c = 0.5;
+        let (mut narrow, mut big, mut all) =
+            (vec![0.0; length], vec![0.0; length], vec![0.0; length]);
+        for step in 0..length {
+            let k = if reverse { length - 1 - step } else { step };
+            let sum = c + DType::F32.round(x32[k]);
+            c = if flag[k] != 0.0 { sum * x64[k] } else { sum };
+            narrow[k] = c;
+            big[k] = if c > 1.0 { 1.0 } else { 0.0 };
+            all[k] = c;
+        }
+        let got = compile(&g, true).run(&inputs).unwrap();
+        assert_bitwise(&context, &got[0].data, &HostData::F64(vec![c].into()));
+        assert_bitwise(
+            &context,
+            &got[1].data,
+            &HostData::from_f64(DType::F32, narrow),
+        );
+        assert_bitwise(
+            &context,
+            &got[2].data,
+            &HostData::from_f64(DType::Bool, big),
+        );
+        assert_bitwise(&context, &got[3].data, &HostData::from_f64(DType::F64, all));
+    }
+}
+
+/// Loops over values of several elements stay interpreted, and the report says which form.
+#[test]
+fn loops_over_vectors_stay_interpreted_and_the_report_says_so() {
+    let v = TensorType::new(DType::F64, Shape::new(vec![3]).unwrap());
+    let body = graph(&[scalar_type(DType::F64), v.clone()], |b, p| {
         let two = b.scalar(2.0, DType::F64, false);
-        let y = b.binary(BinaryOp::Mul, p[1], two).unwrap();
-        vec![y, y]
+        vec![b.binary(BinaryOp::Mul, p[1], two).unwrap()]
     });
     let scan = ScanBody {
         length: 4,
@@ -343,12 +425,17 @@ fn scans_with_stacked_outputs_stay_interpreted_and_the_report_says_so() {
         n_xs: 0,
         body: Arc::new(body),
     };
-    let region = Arc::new(Region::new(RegionKind::Scan(scan), RegionForm::Scan, 0).unwrap());
+    let region = Arc::new(Region::new(RegionKind::Scan(scan), RegionForm::Fori, 0).unwrap());
     let exe = compile(&calling(&region), true);
     let report = exe.report();
-    assert!(report.contains("scan"), "{report}");
-    assert!(report.contains("interpreted, scalar form"), "{report}");
-    let out = exe.run(&[scalar(DType::F64, 1.0)]).unwrap();
-    assert_eq!(out[0].data, HostData::F64(vec![16.0].into()));
-    assert_eq!(out[1].data, HostData::F64(vec![2.0, 4.0, 8.0, 16.0].into()));
+    assert!(
+        report.contains("fori of 4 iterations: interpreted, swapping form"),
+        "{report}"
+    );
+    let x = HostTensor::new(
+        Shape::new(vec![3]).unwrap(),
+        HostData::F64(vec![1.0, -2.0, 0.5].into()),
+    );
+    let out = exe.run(&[x]).unwrap();
+    assert_eq!(out[0].data, HostData::F64(vec![16.0, -32.0, 8.0].into()));
 }
