@@ -354,7 +354,7 @@ fn run_steps(
                         }
                     }
                 };
-                if let Err(e) = run_node(node, slots, &mut buf, &mut extra, lu, threads) {
+                if let Err(e) = run_node(node, slots, (&mut buf, &mut extra), lu, threads, pool) {
                     pool.recycle(Storage::Owned(buf));
                     for b in extra {
                         pool.recycle(Storage::Owned(b));
@@ -592,13 +592,15 @@ fn run_fused(
     Ok(())
 }
 
+/// Runs one node into `buf` (and the extra outputs of a multi-output node into `extra`); a
+/// kernel that needs working memory of its own takes it from `pool` and gives it back.
 fn run_node(
     node: &NodeStep,
     slots: &[Option<Storage<'_>>],
-    buf: &mut buffer::Buffer,
-    extra: &mut [buffer::Buffer],
+    (buf, extra): (&mut buffer::Buffer, &mut [buffer::Buffer]),
     lu: Lu<'_>,
     threads: usize,
+    pool: &mut Pool,
 ) -> Result<()> {
     // The kernels index their operands by the extents they are given; a value whose length
     // disagreed would be an out-of-bounds index, so it is an error here instead.
@@ -680,7 +682,11 @@ fn run_node(
         }
         Op::Matmul => {
             let ((a, ad), (b, bd)) = (arg(0)?, arg(1)?);
-            matmul::matmul(a, ad, b, bd, out_dims, out, threads, node.native_f32)
+            let product = matmul::Product {
+                threads,
+                native_f32: node.native_f32,
+            };
+            matmul::matmul((a, ad), (b, bd), out_dims, out, product, pool)
         }
         Op::Solve { transpose_a } => {
             let ((a, ad), (b, bd)) = (arg(0)?, arg(1)?);

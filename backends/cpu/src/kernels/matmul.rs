@@ -8,12 +8,13 @@
 //! the packed operands. Neither changes the order in which an element accumulates, so a
 //! product has the same bits whatever the thread count (tested against the sequential GEMM).
 
-use crate::buffer::{View, ViewMut};
+use crate::buffer::{Buffer, Pool, Storage, View, ViewMut};
 use crate::kernels::layout::broadcast_strides;
-use crate::kernels::{internal, par_for_each, scratch, scratch_oom, split_ranges};
+use crate::kernels::{internal, par_for_each, scratch_oom, split_ranges, PAR_MIN_ELEMENTS};
 use faer::{Accum, MatMut, MatRef, Par};
 use quabla_backend::{BackendError, Result};
 use quabla_ir::alloc::{self, AllocError};
+use quabla_ir::DType;
 
 /// Products of at least this many multiply-adds use more than one thread. Measured with
 /// `cargo xtask bench --scaling` on two cores: a 64x64 product (2^18) takes 10 us on one thread
@@ -67,24 +68,32 @@ fn geometry(a_dims: &[usize], b_dims: &[usize], out_dims: &[usize]) -> Result<Ge
     Ok((m, k, n, pairs))
 }
 
-/// `matmul` of operands of shapes `a_dims` and `b_dims` into a result of shape `out_dims`.
-/// With `native_f32` (float32 operands in a plan compiled at `Precision::Float32`, numerics.md
-/// §1.5) the product is faer's float32 GEMM with float32 accumulation; otherwise it is the
-/// float64 product rounded once. The batching and the split over threads are the same either
-/// way, so neither result depends on the thread count.
-#[allow(clippy::too_many_arguments)]
+/// How a product runs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Product {
+    /// Threads it may use.
+    pub threads: usize,
+    /// float32 operands in a plan compiled at `Precision::Float32` (numerics.md §1.5).
+    pub native_f32: bool,
+}
+
+/// `matmul` of operands `a` and `b` (values and shapes) into a result of shape `out_dims`.
+/// With `native_f32` the product is faer's float32 GEMM with float32 accumulation; otherwise
+/// it is the float64 product rounded once, whose float64 copies of float32 operands and
+/// result live in buffers of `pool` (reused from one call to the next: fresh memory for them
+/// cost page faults on every call). The batching and the split over threads are the same
+/// either way, so neither result depends on the thread count.
 pub(crate) fn matmul(
-    a: View<'_>,
-    a_dims: &[usize],
-    b: View<'_>,
-    b_dims: &[usize],
+    (a, a_dims): (View<'_>, &[usize]),
+    (b, b_dims): (View<'_>, &[usize]),
     out_dims: &[usize],
     out: ViewMut<'_>,
-    threads: usize,
-    native_f32: bool,
+    how: Product,
+    pool: &mut Pool,
 ) -> Result<()> {
     let (m, k, n, pairs) = geometry(a_dims, b_dims, out_dims)?;
-    if native_f32 {
+    let threads = how.threads;
+    if how.native_f32 {
         let (View::F32(a), View::F32(b), ViewMut::F32(c)) = (a, b, out) else {
             return Err(internal(
                 "a native float32 matmul of values that are not float32",
@@ -93,18 +102,86 @@ pub(crate) fn matmul(
         product(a, b, &pairs, c, m, k, n, threads);
         return Ok(());
     }
-    let a64 = a.as_f64().map_err(scratch_oom)?;
-    let b64 = b.as_f64().map_err(scratch_oom)?;
-    let run = |c: &mut [f64]| product(&a64, &b64, &pairs, c, m, k, n, threads);
-    match out {
-        ViewMut::F64(c) => run(c),
-        mut other => {
-            let mut c = scratch(other.len())?;
-            run(&mut c);
-            other.store_f64(0, &c);
+    let mut scratch: Vec<Buffer> = Vec::with_capacity(3);
+    let ran = (|| -> Result<()> {
+        let a64 = widened(a, (pool, threads), &mut scratch)?;
+        let b64 = widened(b, (pool, threads), &mut scratch)?;
+        let a64 = f64s(&scratch, a64, &a)?;
+        let b64 = f64s(&scratch, b64, &b)?;
+        match out {
+            ViewMut::F64(c) => product(a64, b64, &pairs, c, m, k, n, threads),
+            other => {
+                let mut c = pool.alloc(DType::F64, other.len()).map_err(scratch_oom)?;
+                if let ViewMut::F64(c) = c.view_mut() {
+                    product(a64, b64, &pairs, c, m, k, n, threads);
+                    // Rounded once, in parts over the threads like the product.
+                    let parts = copy_parts(c.len(), threads);
+                    let mut items = Vec::with_capacity(parts.len());
+                    let mut rest = other;
+                    for &(start, end) in &parts {
+                        let (mine, next) = rest.split_at(end - start);
+                        rest = next;
+                        items.push((start, mine));
+                    }
+                    let c: &[f64] = c;
+                    par_for_each(items, threads, |(start, mut mine)| {
+                        mine.store_f64(0, &c[start..start + mine.len()]);
+                    });
+                }
+                pool.recycle(Storage::Owned(c));
+            }
         }
+        Ok(())
+    })();
+    for b in scratch {
+        pool.recycle(Storage::Owned(b));
     }
-    Ok(())
+    ran
+}
+
+/// A float64 operand: its own elements (`None`), or a copy widened into a buffer of `pool`
+/// pushed onto `scratch` (its index there).
+fn widened(
+    v: View<'_>,
+    (pool, threads): (&mut Pool, usize),
+    scratch: &mut Vec<Buffer>,
+) -> Result<Option<usize>> {
+    if let View::F64(_) = v {
+        return Ok(None);
+    }
+    let mut buf = pool.alloc(DType::F64, v.len()).map_err(scratch_oom)?;
+    if let ViewMut::F64(mut dst) = buf.view_mut() {
+        // In parts over the threads: one thread alone made the widening of two 512x512
+        // operands and the rounding of the result about a tenth of the product's time.
+        let mut items = Vec::new();
+        for (start, end) in copy_parts(v.len(), threads) {
+            let (mine, rest) = dst.split_at_mut(end - start);
+            dst = rest;
+            items.push((start, mine));
+        }
+        par_for_each(items, threads, |(start, mine)| v.load_f64(start, mine));
+    }
+    scratch.push(buf);
+    Ok(Some(scratch.len() - 1))
+}
+
+/// The parts a copy of `len` elements splits into over `threads` threads: one part below
+/// [`PAR_MIN_ELEMENTS`].
+fn copy_parts(len: usize, threads: usize) -> Vec<(usize, usize)> {
+    let parts = if len >= PAR_MIN_ELEMENTS { threads } else { 1 };
+    split_ranges(len, parts, 1)
+}
+
+/// The float64 elements of an operand after [`widened`].
+fn f64s<'a>(scratch: &'a [Buffer], at: Option<usize>, v: &'a View<'a>) -> Result<&'a [f64]> {
+    match (at, v) {
+        (None, View::F64(v)) => Ok(v),
+        (Some(i), _) => match scratch.get(i).map(Buffer::view) {
+            Some(View::F64(w)) => Ok(w),
+            _ => Err(internal("a widened matmul operand is not float64")),
+        },
+        _ => Err(internal("a matmul operand is neither float64 nor widened")),
+    }
 }
 
 /// For each batch index of the result (row-major), the matrix indices of `a` and `b`.
