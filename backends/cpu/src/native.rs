@@ -28,8 +28,13 @@ use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, Linkage, Module};
-use quabla_ir::eval::{binary_f64, powi_f64, unary_f64};
-use quabla_ir::{BinaryOp, Comparison, DType, UnaryOp};
+use quabla_ir::eval::{
+    binary_f64, broadcast_values, evaluate, maximum_ieee, minimum_ieee, powi_f64, unary_f64,
+    HostValue, SUM_BLOCK, SUM_LANES,
+};
+use quabla_ir::{
+    BinaryOp, Comparison, DType, Graph, HostData, Op, Reducer, Shape, TensorType, UnaryOp,
+};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, OnceLock};
@@ -91,7 +96,7 @@ impl NativeScan {
                 .enumerate()
                 .map(|(y, &(output, dtype))| (e.load_pointer(ys_at, y), output, dtype))
                 .collect();
-            let carries = e.load_carries(carries_at, n_carry);
+            let carries = e.load_carries(carries_at, 0, n_carry);
             let trip = e.b.declare_var(types::I64);
             let zero = e.b.ins().iconst(types::I64, 0);
             e.b.def_var(trip, zero);
@@ -201,13 +206,13 @@ impl NativeScan {
 #[derive(Clone, Debug)]
 pub(crate) struct NativeWhile {
     code: Arc<Code>,
-    n_carry: usize,
-    cond_slots: usize,
-    body_slots: usize,
+    /// Elements of all carries, and of all loop constants, one after the other.
+    carry_elements: usize,
+    const_elements: usize,
 }
 
-/// `(carries, predicate values, body values, most body runs) -> 2 * body runs + stopped`.
-type WhileFn = unsafe extern "C" fn(*mut f64, *const f64, *const f64, u64) -> u64;
+/// `(carries, loop constants, most body runs) -> 2 * body runs + stopped`.
+type WhileFn = unsafe extern "C" fn(*mut f64, *const f64, u64) -> u64;
 
 /// How a chunk of a native while loop ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -218,30 +223,41 @@ pub(crate) struct WhileChunk {
     pub stopped: bool,
 }
 
+/// A loop body to translate: the scalar form of its schedule, or its graph when every value
+/// is small.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum LoopBody<'a> {
+    Scalar(&'a ScalarBody),
+    Small(&'a SmallBody),
+}
+
 impl NativeWhile {
     /// The native form of a while loop with predicate `cond` and body `body`, both taking
-    /// `(carries.., constants..)`.
+    /// `(carries.., constants..)`, whose carries and constants have `carries` and `consts`
+    /// elements each.
     pub(crate) fn compile(
-        cond: &ScalarBody,
-        body: &ScalarBody,
-        n_carry: usize,
+        cond: LoopBody<'_>,
+        body: LoopBody<'_>,
+        carries: &[usize],
+        consts: &[usize],
     ) -> Option<NativeWhile> {
-        if cond.outputs.len() != 1
-            || body.outputs.len() != n_carry
-            || cond.inputs.len() < n_carry
-            || body.inputs.len() < n_carry
-        {
-            return None;
-        }
         let code = Code::build(
-            &[types::I64, types::I64, types::I64, types::I64],
+            &[types::I64, types::I64, types::I64],
             Some(types::I64),
             |e, params| {
-                let (carries_at, cond_at, body_at, count) =
-                    (params[0], params[1], params[2], params[3]);
-                let cond_invariants = e.load_invariants(&cond.inputs[n_carry..], cond_at);
-                let body_invariants = e.load_invariants(&body.inputs[n_carry..], body_at);
-                let carries = e.load_carries(carries_at, n_carry);
+                let (carries_at, consts_at, count) = (params[0], params[1], params[2]);
+                let constants = e.load_flat(consts_at, consts);
+                let vars: Vec<Vec<Variable>> = {
+                    let mut at = 0;
+                    carries
+                        .iter()
+                        .map(|&len| {
+                            let vars = e.load_carries(carries_at, at, len);
+                            at += len;
+                            vars
+                        })
+                        .collect()
+                };
                 let runs = e.b.declare_var(types::I64);
                 let zero = e.b.ins().iconst(types::I64, 0);
                 e.b.def_var(runs, zero);
@@ -257,34 +273,45 @@ impl NativeWhile {
                 let more = e.b.ins().icmp(IntCC::UnsignedLessThan, r, count);
                 e.b.ins().brif(more, test, &[], full, &[]);
 
-                let with_carries = |e: &mut Emitter<'_, '_>, rest: &[Option<Value>]| {
-                    let mut inputs: Vec<Option<Value>> =
-                        carries.iter().map(|&c| Some(e.b.use_var(c))).collect();
-                    inputs.extend_from_slice(rest);
+                let inputs = |e: &mut Emitter<'_, '_>| {
+                    let mut inputs: Vec<Vec<Value>> = vars
+                        .iter()
+                        .map(|c| c.iter().map(|&v| e.b.use_var(v)).collect())
+                        .collect();
+                    inputs.extend(constants.iter().cloned());
                     inputs
                 };
                 e.b.switch_to_block(test);
-                let inputs = with_carries(e, &cond_invariants);
-                let p = *e.body(cond, &inputs)?.first()?;
+                let given = inputs(e);
+                let p = *e.loop_body(cond, &given)?.first()?.first()?;
                 let zero = e.b.ins().f64const(0.0);
                 // The interpreter stops on a predicate equal to 0.0.
                 let holds = e.b.ins().fcmp(FloatCC::NotEqual, p, zero);
                 e.b.ins().brif(holds, run, &[], stop, &[]);
 
                 e.b.switch_to_block(run);
-                let inputs = with_carries(e, &body_invariants);
-                let outs = e.body(body, &inputs)?;
-                for (&c, v) in carries.iter().zip(outs) {
-                    e.b.def_var(c, v);
+                let given = inputs(e);
+                let outs = e.loop_body(body, &given)?;
+                if outs.len() != vars.len() {
+                    return None;
+                }
+                for (c, v) in vars.iter().zip(outs) {
+                    if c.len() != v.len() {
+                        return None;
+                    }
+                    for (&var, value) in c.iter().zip(v) {
+                        e.b.def_var(var, value);
+                    }
                 }
                 let r = e.b.use_var(runs);
                 let next = e.b.ins().iadd_imm_s(r, 1);
                 e.b.def_var(runs, next);
                 e.b.ins().jump(header, &[]);
 
+                let all: Vec<Variable> = vars.iter().flatten().copied().collect();
                 for (block, stopped) in [(full, 0), (stop, 1)] {
                     e.b.switch_to_block(block);
-                    e.store_carries(carries_at, &carries);
+                    e.store_carries(carries_at, &all);
                     let r = e.b.use_var(runs);
                     let twice = e.b.ins().ishl_imm_u(r, 1);
                     let code = e.b.ins().iadd_imm_s(twice, stopped);
@@ -295,43 +322,143 @@ impl NativeWhile {
         )?;
         Some(NativeWhile {
             code: Arc::new(code),
-            n_carry,
-            cond_slots: cond.nslots(),
-            body_slots: body.nslots(),
+            carry_elements: carries.iter().sum(),
+            const_elements: consts.iter().sum(),
         })
     }
 
-    /// Runs predicate and body alternately, at most `most` bodies, on the carries in place;
-    /// `None` (running nothing) when the arrays do not have the lengths the code was built
-    /// for.
+    /// Runs predicate and body alternately, at most `most` bodies, on the carries' elements
+    /// (one after the other, as float64) in place, with the loop constants' elements in
+    /// `consts`; `None`, running nothing, when the arrays do not have the lengths the code
+    /// was built for.
     pub(crate) fn run(
         &self,
         carries: &mut [f64],
-        cond_values: &[f64],
-        body_values: &[f64],
+        consts: &[f64],
         most: usize,
     ) -> Option<WhileChunk> {
-        if carries.len() != self.n_carry
-            || cond_values.len() != self.cond_slots
-            || body_values.len() != self.body_slots
-        {
+        if carries.len() != self.carry_elements || consts.len() != self.const_elements {
             return None;
         }
-        // SAFETY: as for `NativeScan::run`, with the lengths checked above.
+        // SAFETY: the entry was compiled with `WhileFn`'s signature; it reads and writes the
+        // `carry_elements` values of `carries` and reads the `const_elements` values of
+        // `consts`, both checked above, and calls only the pure functions of `SYMBOLS`.
         let code = unsafe {
             let f: WhileFn = std::mem::transmute(self.code.entry);
-            f(
-                carries.as_mut_ptr(),
-                cond_values.as_ptr(),
-                body_values.as_ptr(),
-                most as u64,
-            )
+            f(carries.as_mut_ptr(), consts.as_ptr(), most as u64)
         };
         Some(WhileChunk {
             runs: (code >> 1) as usize,
             stopped: code & 1 == 1,
         })
     }
+}
+
+/// The most elements a value of a [`SmallBody`] may have: every element is a machine value,
+/// so larger bodies are better served by the interpreter's kernels.
+const SMALL_ELEMENTS: usize = 64;
+
+/// A loop body over small tensors (the state of a small ODE, say): its plan graph, in which
+/// every value has at most [`SMALL_ELEMENTS`] elements and every op is one this module
+/// translates element by element (elementwise arithmetic with broadcasting, reductions,
+/// reshapes, broadcasts, transposes, slices, concatenations, gathers). Each node computes
+/// exactly what `quabla_ir::eval::evaluate` computes for it: the float64 op per element,
+/// rounded to the node's dtype, sums in the blocked order of numerics.md §1.5; the element
+/// moves of the layout ops are taken from `evaluate` itself, run on element numbers.
+#[derive(Clone, Debug)]
+pub(crate) struct SmallBody {
+    graph: Graph,
+}
+
+impl SmallBody {
+    /// The small form of a body graph with `inputs` inputs, when it has one.
+    pub(crate) fn new(graph: &Graph, inputs: usize) -> Option<SmallBody> {
+        if graph.inputs().count() != inputs {
+            return None;
+        }
+        for node in graph.nodes() {
+            let size = node.ty.shape.size();
+            let translated = match &node.op {
+                Op::Input { .. }
+                | Op::Constant { .. }
+                | Op::Reshape { .. }
+                | Op::Broadcast { .. }
+                | Op::Transpose { .. }
+                | Op::Concat { .. }
+                | Op::Slice { .. }
+                | Op::PadSlice { .. }
+                | Op::Gather { .. }
+                | Op::Reduce { .. } => true,
+                op => EwOp::from_op(op).is_some(),
+            };
+            if !translated || size > SMALL_ELEMENTS {
+                return None;
+            }
+        }
+        Some(SmallBody {
+            graph: graph.clone(),
+        })
+    }
+}
+
+/// For each element of a layout op's result, the operand and element it is (`None`: a zero
+/// of `pad_slice`), found by evaluating the op on element numbers.
+fn element_sources(
+    op: &Op,
+    operands: &[&Shape],
+    out: &Shape,
+) -> Option<Vec<Option<(usize, usize)>>> {
+    let mut starts = Vec::with_capacity(operands.len());
+    let mut numbered = Vec::with_capacity(operands.len());
+    let mut next = 1usize;
+    for shape in operands {
+        starts.push(next);
+        let n = shape.size();
+        // Numbers from 1, so that the zeros `pad_slice` fills in stand out.
+        numbered.push(HostData::F64((next..next + n).map(|i| i as f64).collect()));
+        next += n;
+    }
+    let values: Vec<HostValue<'_>> = numbered
+        .iter()
+        .zip(operands)
+        .map(|(data, shape)| HostValue { data, shape })
+        .collect();
+    let result = evaluate(op, &values, &TensorType::new(DType::F64, out.clone()))?;
+    (0..result.len())
+        .map(|i| {
+            let v = result.get_f64(i);
+            if v == 0.0 {
+                return Some(None);
+            }
+            let number = v as usize;
+            let k = starts.iter().rposition(|&s| s <= number)?;
+            Some(Some((k, number - starts[k])))
+        })
+        .collect()
+}
+
+/// For each element of the result of a reduction of `shape` over `axes`, the operand's
+/// elements it reduces, in row-major order.
+fn reduced_groups(shape: &Shape, axes: &[usize], out_size: usize) -> Option<Vec<Vec<usize>>> {
+    let dims = shape.dims();
+    let kept: Vec<usize> = (0..dims.len()).filter(|a| !axes.contains(a)).collect();
+    let mut groups = vec![Vec::new(); out_size];
+    let mut index = vec![0usize; dims.len()];
+    for flat in 0..shape.size() {
+        let mut position = 0;
+        for &a in &kept {
+            position = position * dims[a] + index[a];
+        }
+        groups.get_mut(position)?.push(flat);
+        for a in (0..dims.len()).rev() {
+            index[a] += 1;
+            if index[a] < dims[a] {
+                break;
+            }
+            index[a] = 0;
+        }
+    }
+    Some(groups)
 }
 
 /// A finalized function and the module that owns its memory.
@@ -524,9 +651,10 @@ impl Emitter<'_, '_> {
         self.b.ins().store(flags, stored, at, 0);
     }
 
-    /// One variable per carry, holding its value loaded from `at`.
-    fn load_carries(&mut self, at: Value, n: usize) -> Vec<Variable> {
-        (0..n)
+    /// One variable per element of a carry of `len` elements starting at element `first` of
+    /// the float64 array at `at`, holding its value.
+    fn load_carries(&mut self, at: Value, first: usize, len: usize) -> Vec<Variable> {
+        (first..first + len)
             .map(|j| {
                 let var = self.b.declare_var(types::F64);
                 let v = self.b.ins().load(types::F64, Self::flags(), at, offset(j));
@@ -534,6 +662,185 @@ impl Emitter<'_, '_> {
                 var
             })
             .collect()
+    }
+
+    /// The elements of values of `lens` elements stored one after the other in the float64
+    /// array at `at`.
+    fn load_flat(&mut self, at: Value, lens: &[usize]) -> Vec<Vec<Value>> {
+        let mut first = 0;
+        lens.iter()
+            .map(|&len| {
+                let values = (first..first + len)
+                    .map(|j| self.b.ins().load(types::F64, Self::flags(), at, offset(j)))
+                    .collect();
+                first += len;
+                values
+            })
+            .collect()
+    }
+
+    /// One run of a loop body on `inputs` (the elements of each input): the elements of each
+    /// output.
+    fn loop_body(&mut self, body: LoopBody<'_>, inputs: &[Vec<Value>]) -> Option<Vec<Vec<Value>>> {
+        match body {
+            LoopBody::Scalar(body) => {
+                // An input of several elements is one the scalar form does not read.
+                let inputs: Vec<Option<Value>> = inputs
+                    .iter()
+                    .map(|v| {
+                        if v.len() == 1 {
+                            v.first().copied()
+                        } else {
+                            None
+                        }
+                    })
+                    .collect();
+                Some(
+                    self.body(body, &inputs)?
+                        .into_iter()
+                        .map(|v| vec![v])
+                        .collect(),
+                )
+            }
+            LoopBody::Small(body) => self.small(body, inputs),
+        }
+    }
+
+    /// One run of a small body: each node as `quabla_ir::eval::evaluate` computes it, element
+    /// by element.
+    fn small(&mut self, body: &SmallBody, inputs: &[Vec<Value>]) -> Option<Vec<Vec<Value>>> {
+        let graph = &body.graph;
+        let mut values: Vec<Vec<Value>> = Vec::with_capacity(graph.len());
+        let mut next_input = 0;
+        for node in graph.nodes() {
+            let out = &node.ty;
+            let n = out.shape.size();
+            let shapes: Vec<&Shape> = node
+                .operands
+                .iter()
+                .map(|o| &graph.node(*o).ty.shape)
+                .collect();
+            let operand =
+                |k: usize| -> Option<&Vec<Value>> { values.get(node.operands.get(k)?.index()) };
+            let result: Vec<Value> = match &node.op {
+                Op::Input { .. } => {
+                    let given = inputs.get(next_input)?.clone();
+                    next_input += 1;
+                    given
+                }
+                Op::Constant { data, .. } => {
+                    if data.len() != n {
+                        return None;
+                    }
+                    (0..n)
+                        .map(|i| self.b.ins().f64const(data.get_f64(i)))
+                        .collect()
+                }
+                Op::Reduce { kind, axes } => {
+                    let x = operand(0)?.clone();
+                    let groups = reduced_groups(shapes.first()?, axes, n)?;
+                    let mut result = Vec::with_capacity(n);
+                    for group in groups {
+                        let elements: Vec<Value> = group
+                            .iter()
+                            .map(|&i| x.get(i).copied())
+                            .collect::<Option<_>>()?;
+                        let v = match kind.reducer() {
+                            Reducer::Sum => self.blocked_sum(&elements)?,
+                            Reducer::Mean => {
+                                let sum = self.blocked_sum(&elements)?;
+                                let count = self.b.ins().f64const(elements.len() as f64);
+                                self.b.ins().fdiv(sum, count)
+                            }
+                            Reducer::Max => self.fold(f64::NEG_INFINITY, MAXIMUM, &elements)?,
+                            Reducer::Min => self.fold(f64::INFINITY, MINIMUM, &elements)?,
+                        };
+                        result.push(self.round(out.dtype, v));
+                    }
+                    result
+                }
+                op => match EwOp::from_op(op) {
+                    Some(ew) => {
+                        // Each operand's element that each result element reads.
+                        let reads: Vec<Vec<usize>> = shapes
+                            .iter()
+                            .map(|shape| {
+                                let numbers =
+                                    HostData::F64((0..shape.size()).map(|i| i as f64).collect());
+                                broadcast_values(
+                                    HostValue {
+                                        data: &numbers,
+                                        shape,
+                                    },
+                                    &out.shape,
+                                )
+                                .into_iter()
+                                .map(|v| v as usize)
+                                .collect()
+                            })
+                            .collect();
+                        let mut result = Vec::with_capacity(n);
+                        for i in 0..n {
+                            let mut args = [None; 3];
+                            for (k, read) in reads.iter().enumerate().take(3) {
+                                args[k] = Some(*operand(k)?.get(*read.get(i)?)?);
+                            }
+                            let v = self.op(ew, args)?;
+                            result.push(self.round(out.dtype, v));
+                        }
+                        result
+                    }
+                    None => {
+                        let sources = element_sources(op, &shapes, &out.shape)?;
+                        let mut result = Vec::with_capacity(n);
+                        for source in sources {
+                            result.push(match source {
+                                Some((k, i)) => *operand(k)?.get(i)?,
+                                None => self.b.ins().f64const(0.0),
+                            });
+                        }
+                        result
+                    }
+                },
+            };
+            if result.len() != n {
+                return None;
+            }
+            values.push(result);
+        }
+        graph
+            .outputs()
+            .iter()
+            .map(|o| values.get(o.index()).cloned())
+            .collect()
+    }
+
+    /// The sum of `elements` in the blocked order of numerics.md §1.5 (one block: eight
+    /// accumulators from `+0.0`, element `k` into accumulator `k % 8`, then
+    /// `((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))`), as `quabla_ir::eval::blocked_sum`.
+    fn blocked_sum(&mut self, elements: &[Value]) -> Option<Value> {
+        if elements.len() > SUM_BLOCK {
+            return None;
+        }
+        let zero = self.b.ins().f64const(0.0);
+        let mut acc = [zero; SUM_LANES];
+        for (k, &v) in elements.iter().enumerate() {
+            acc[k % SUM_LANES] = self.b.ins().fadd(acc[k % SUM_LANES], v);
+        }
+        let mut add = |a: Value, b: Value| self.b.ins().fadd(a, b);
+        let (s01, s23) = (add(acc[0], acc[1]), add(acc[2], acc[3]));
+        let (s45, s67) = (add(acc[4], acc[5]), add(acc[6], acc[7]));
+        let (low, high) = (add(s01, s23), add(s45, s67));
+        Some(add(low, high))
+    }
+
+    /// `f(...f(f(start, e0), e1)..., en)` with the symbol `f`.
+    fn fold(&mut self, start: f64, f: &'static str, elements: &[Value]) -> Option<Value> {
+        let mut acc = self.b.ins().f64const(start);
+        for &v in elements {
+            acc = self.call(f, &[acc, v])?;
+        }
+        Some(acc)
     }
 
     fn store_carries(&mut self, at: Value, carries: &[Variable]) {
@@ -733,6 +1040,16 @@ fn offset(j: usize) -> i32 {
 }
 
 const POWI: &str = "quabla_powi";
+const MAXIMUM: &str = "quabla_maximum";
+const MINIMUM: &str = "quabla_minimum";
+
+extern "C" fn maximum_shim(a: f64, b: f64) -> f64 {
+    maximum_ieee(a, b)
+}
+
+extern "C" fn minimum_shim(a: f64, b: f64) -> f64 {
+    minimum_ieee(a, b)
+}
 
 extern "C" fn powi_shim(x: f64, n: i32) -> f64 {
     powi_f64(x, n)
@@ -812,5 +1129,7 @@ static SYMBOLS: std::sync::LazyLock<Symbols> = std::sync::LazyLock::new(|| {
     all.push(("quabla_pow", pow_shim as *const u8));
     all.push(("quabla_atan2", atan2_shim as *const u8));
     all.push(("quabla_fmod", fmod_shim as *const u8));
+    all.push((MAXIMUM, maximum_shim as *const u8));
+    all.push((MINIMUM, minimum_shim as *const u8));
     Symbols(all)
 });

@@ -37,7 +37,7 @@
 use crate::buffer::{Buffer, Storage, View};
 use crate::exec::{out_of_memory, Frame, Mode, Workspace};
 use crate::kernels::internal;
-use crate::native::{NativeScan, NativeWhile, ScanShape};
+use crate::native::{LoopBody, NativeScan, NativeWhile, ScanShape, SmallBody};
 use crate::scalar::ScalarBody;
 use crate::schedule::{Build, Schedule};
 use quabla_backend::Result;
@@ -139,6 +139,9 @@ struct Body {
     schedule: Schedule,
     take: Vec<bool>,
     scalar: Option<ScalarBody>,
+    /// The plan graph of a body without a scalar form whose values are all small, for the
+    /// machine code of a loop (`native.rs`).
+    small: Option<SmallBody>,
 }
 
 impl Body {
@@ -179,11 +182,26 @@ impl Body {
         } else {
             ScalarBody::new(&schedule, &output_types)
         };
+        let small = if build.native && scalar.is_none() {
+            SmallBody::new(plan.graph(), graph.inputs().count())
+        } else {
+            None
+        };
         Ok(Body {
             schedule,
             take,
             scalar,
+            small,
         })
+    }
+
+    /// The form of the body the machine code of a loop is made from, if any.
+    fn translatable(&self) -> Option<LoopBody<'_>> {
+        match (&self.scalar, &self.small) {
+            (Some(scalar), _) => Some(LoopBody::Scalar(scalar)),
+            (None, Some(small)) => Some(LoopBody::Small(small)),
+            (None, None) => None,
+        }
     }
 
     /// Whether the body is small enough to keep all its buffers between iterations.
@@ -419,8 +437,16 @@ impl RegionStep {
                 let carries: Vec<usize> = (0..*n_carry).collect();
                 let body = Body::compile(body, &carries, *n_carry, &rebound, build)?;
                 let cond = Body::compile(cond, &[0], 0, &rebound, build)?;
-                let native = match (&cond.scalar, &body.scalar) {
-                    (Some(c), Some(b)) if build.native => NativeWhile::compile(c, b, *n_carry),
+                let native = match (cond.translatable(), body.translatable()) {
+                    (Some(c), Some(b)) if build.native => {
+                        let lens: Vec<usize> = region
+                            .operand_types()
+                            .iter()
+                            .map(|t| t.shape.size())
+                            .collect();
+                        let (carries, consts) = lens.split_at((*n_carry).min(lens.len()));
+                        NativeWhile::compile(c, b, carries, consts)
+                    }
                     _ => None,
                 };
                 Exec::While {
@@ -823,8 +849,11 @@ impl RegionStep {
         ws: &mut Workspace,
         threads: usize,
     ) -> Result<Vec<Storage<'static>>> {
+        if let Some(native) = native {
+            return self.run_native_while((n_carry, max_trips), native, operands, ws);
+        }
         if let (Some(c), Some(b)) = (&cond.scalar, &body.scalar) {
-            return self.run_scalar_while((n_carry, max_trips), (c, b, native), operands, ws);
+            return self.run_scalar_while((n_carry, max_trips), (c, b), operands, ws);
         }
         let mut cond_frame = Frame::new(&cond.schedule);
         let mut body_frame = Frame::new(&body.schedule);
@@ -856,12 +885,65 @@ impl RegionStep {
         self.collect(carries, &positions, ws)
     }
 
-    /// A while loop whose predicate and body have scalar forms, in machine code when it has
-    /// a native form.
+    /// A while loop in machine code: the carries' and constants' elements as float64 arrays,
+    /// run in chunks of at most `SCALAR_CHECK_EVERY` trips (each one predicate check and body
+    /// run) with a cancellation check before each chunk, as the scalar form checks.
+    fn run_native_while(
+        &self,
+        (n_carry, max_trips): (usize, Option<usize>),
+        native: &NativeWhile,
+        operands: &[View<'_>],
+        ws: &mut Workspace,
+    ) -> Result<Vec<Storage<'static>>> {
+        let flat = |views: &[View<'_>]| -> Vec<f64> {
+            views
+                .iter()
+                .flat_map(|v| (0..v.len()).map(|i| v.get_f64(i)))
+                .collect()
+        };
+        let mut carries = flat(&operands[..n_carry]);
+        let consts = flat(&operands[n_carry..]);
+        let mut trips: usize = 0;
+        while Some(trips) != max_trips {
+            ws.cancel.check()?;
+            let most =
+                max_trips.map_or(SCALAR_CHECK_EVERY, |m| (m - trips).min(SCALAR_CHECK_EVERY));
+            let chunk = native
+                .run(&mut carries, &consts, most)
+                .ok_or_else(|| internal("a native while loop was built for other values"))?;
+            trips += chunk.runs;
+            if chunk.stopped {
+                break;
+            }
+        }
+        let mut values: Vec<Option<Storage<'_>>> = Vec::with_capacity(n_carry);
+        let mut at = 0;
+        for v in &operands[..n_carry] {
+            let (dtype, len) = (v.dtype(), v.len());
+            let stored = ws.pool.alloc(dtype, len).map(|mut b| {
+                b.view_mut().store_f64(0, &carries[at..at + len]);
+                Storage::Owned(b)
+            });
+            at += len;
+            match stored {
+                Ok(s) => values.push(Some(s)),
+                Err(e) => {
+                    for v in values.into_iter().flatten() {
+                        ws.pool.recycle(v);
+                    }
+                    return Err(out_of_memory(dtype, &[len], e));
+                }
+            }
+        }
+        let positions: Vec<usize> = (0..n_carry).collect();
+        self.collect(values, &positions, ws)
+    }
+
+    /// A while loop whose predicate and body have scalar forms.
     fn run_scalar_while(
         &self,
         (n_carry, max_trips): (usize, Option<usize>),
-        (cond, body, native): (&ScalarBody, &ScalarBody, Option<&NativeWhile>),
+        (cond, body): (&ScalarBody, &ScalarBody),
         operands: &[View<'_>],
         ws: &mut Workspace,
     ) -> Result<Vec<Storage<'static>>> {
@@ -879,24 +961,7 @@ impl RegionStep {
             .map(first)
             .collect::<Result<Vec<f64>>>()?;
         let mut trips: usize = 0;
-        if let Some(native) = native {
-            // Chunks of at most `SCALAR_CHECK_EVERY` trips, each one predicate check and body
-            // run, with a cancellation check before each chunk: the same trips and checks as
-            // the loop below.
-            while Some(trips) != max_trips {
-                ws.cancel.check()?;
-                let most =
-                    max_trips.map_or(SCALAR_CHECK_EVERY, |m| (m - trips).min(SCALAR_CHECK_EVERY));
-                let chunk = native
-                    .run(&mut carries, &cond_values, &body_values, most)
-                    .ok_or_else(|| internal("a native while loop was built for other values"))?;
-                trips += chunk.runs;
-                if chunk.stopped {
-                    break;
-                }
-            }
-        }
-        while native.is_none() {
+        loop {
             if Some(trips) == max_trips {
                 break;
             }

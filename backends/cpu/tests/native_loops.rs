@@ -439,3 +439,124 @@ fn loops_over_vectors_stay_interpreted_and_the_report_says_so() {
     let out = exe.run(&[x]).unwrap();
     assert_eq!(out[0].data, HostData::F64(vec![16.0, -32.0, 8.0].into()));
 }
+
+/// A while loop over small vectors and matrices, an explicit integrator of a 2-state system
+/// with an error estimate, which exercises every layout op and reduction the machine code
+/// covers (slices, concatenation, reshape, transpose, broadcast, gather, sums and means over
+/// all or some axes, max and min, `pow`, `where`): native code and the interpreter give the
+/// same bits, with special values in the state.
+#[test]
+fn while_loops_over_small_vectors_give_the_same_bits_native_and_interpreted() {
+    for dt in [DType::F32, DType::F64] {
+        let vec2 = TensorType::new(dt, Shape::new(vec![2]).unwrap());
+        let mat = TensorType::new(dt, Shape::new(vec![2, 3]).unwrap());
+        // carries (t, y[2]), constants (limit, m[2, 3])
+        let ins = [scalar_type(dt), vec2.clone(), scalar_type(dt), mat.clone()];
+        let cond = graph(&ins, |b, p| {
+            vec![b.compare(Comparison::Less, p[0], p[2]).unwrap()]
+        });
+        let body = graph(&ins, |b, p| {
+            let (t, y, m) = (p[0], p[1], p[3]);
+            let u = b.slice(y, vec![0], vec![1]).unwrap();
+            let v = b.slice(y, vec![1], vec![1]).unwrap();
+            let uv = b.binary(BinaryOp::Mul, u, v).unwrap();
+            let du = b.binary(BinaryOp::Sub, u, uv).unwrap();
+            let dv = b.binary(BinaryOp::Sub, uv, v).unwrap();
+            let dy = b.concat(&[du, dv], 0).unwrap();
+            // Terms from the matrix: column sums, row means, max and min, a transpose and a
+            // gather, broadcast against the state.
+            let col = b.sum(m, Some(&[0]), false).unwrap();
+            let col2 = b.slice(col, vec![0], vec![2]).unwrap();
+            let row = b.mean(m, Some(&[1]), false).unwrap();
+            let mt = b.transpose(m, None).unwrap();
+            let g = b.gather(mt, &[2, 0], 0).unwrap();
+            let gsum = b.sum(g, Some(&[1]), false).unwrap();
+            let big = b.max(m, None, false).unwrap();
+            let small = b.min(m, Some(&[0, 1]), false).unwrap();
+            let spread = b.binary(BinaryOp::Sub, big, small).unwrap();
+            let h = b.scalar(0.01, dt, false);
+            let hs = b.binary(BinaryOp::Mul, h, spread).unwrap();
+            let step = b.binary(BinaryOp::Mul, dy, hs).unwrap();
+            let extra = b.binary(BinaryOp::Add, col2, row).unwrap();
+            let extra = b.binary(BinaryOp::Sub, extra, gsum).unwrap();
+            let small_h = b.scalar(1e-3, dt, false);
+            let extra = b.binary(BinaryOp::Mul, extra, small_h).unwrap();
+            let y1 = b.binary(BinaryOp::Add, y, step).unwrap();
+            let y1 = b.binary(BinaryOp::Add, y1, extra).unwrap();
+            // An error norm and a controller: sqrt(mean(e^2)), pow, where.
+            let sq = b.binary(BinaryOp::Mul, step, step).unwrap();
+            let norm = b.mean(sq, None, false).unwrap();
+            let norm = b.unary(UnaryOp::Sqrt, norm).unwrap();
+            let fifth = b.scalar(-0.2, dt, false);
+            let factor = b.binary(BinaryOp::Pow, norm, fifth).unwrap();
+            let cap = b.scalar(5.0, dt, false);
+            let over = b.compare(Comparison::Greater, factor, cap).unwrap();
+            let factor = b.select(over, cap, factor).unwrap();
+            let r = b.reshape_to(y1, Shape::new(vec![1, 2]).unwrap()).unwrap();
+            let r = b.broadcast_to(r, Shape::new(vec![3, 2]).unwrap()).unwrap();
+            let total = b.sum(r, None, false).unwrap();
+            let tiny = b.scalar(1e-6, dt, false);
+            let nudge = b.binary(BinaryOp::Mul, total, tiny).unwrap();
+            let y1 = b.binary(BinaryOp::Add, y1, nudge).unwrap();
+            // A sum of six inexact values, whose rounding depends on the summation order.
+            let parts: Vec<NodeId> = [0.1, 0.3, 0.7]
+                .iter()
+                .map(|&c| {
+                    let c = b.scalar(c, dt, false);
+                    b.binary(BinaryOp::Mul, y1, c).unwrap()
+                })
+                .collect();
+            let mix = b.concat(&parts, 0).unwrap();
+            let mixed = b.sum(mix, None, false).unwrap();
+            let mixed = b.binary(BinaryOp::Mul, mixed, small_h).unwrap();
+            let y1 = b.binary(BinaryOp::Sub, y1, mixed).unwrap();
+            let dt_step = b.binary(BinaryOp::Mul, h, factor).unwrap();
+            let one = b.scalar(1.0, dt, false);
+            let t1 = b.binary(BinaryOp::Add, t, one).unwrap();
+            let t1 = b.binary(BinaryOp::Add, t1, dt_step).unwrap();
+            let t1 = b.binary(BinaryOp::Sub, t1, dt_step).unwrap();
+            vec![t1, y1]
+        });
+        let kind = RegionKind::While {
+            n_carry: 2,
+            cond: Arc::new(cond),
+            body: Arc::new(body),
+            max_trips: Some(400),
+        };
+        let region = Arc::new(Region::new(kind, RegionForm::While, 0).unwrap());
+        let g = calling(&region);
+        let vector = |a: f64, b: f64| {
+            HostTensor::new(Shape::new(vec![2]).unwrap(), HostData::from_f64(dt, [a, b]))
+        };
+        let matrix = |v: [f64; 6]| {
+            HostTensor::new(Shape::new(vec![2, 3]).unwrap(), HostData::from_f64(dt, v))
+        };
+        let sets = vec![
+            vec![
+                scalar(dt, 0.0),
+                vector(1.0, 0.5),
+                scalar(dt, 300.0),
+                matrix([1.0, -2.0, 0.5, 3.0, 0.25, -1.0]),
+            ],
+            vec![
+                scalar(dt, 0.0),
+                vector(-0.0, 0.0),
+                scalar(dt, 50.0),
+                matrix([-0.0, 0.0, 0.0, -0.0, 0.0, 0.0]),
+            ],
+            vec![
+                scalar(dt, 0.0),
+                vector(f64::NAN, 1.0),
+                scalar(dt, 10.0),
+                matrix([1.0, f64::INFINITY, 0.5, 3.0, 0.25, -1.0]),
+            ],
+            vec![
+                scalar(dt, 0.0),
+                vector(0.3, 0.7),
+                scalar(dt, 1000.0),
+                matrix([1e-3, 2e-3, -1e-3, 0.0, 5e-4, 1e-3]),
+            ],
+        ];
+        check_both_ways(&format!("small vector while {dt}"), &g, &sets);
+    }
+}
