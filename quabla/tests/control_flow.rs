@@ -350,7 +350,7 @@ fn jitted_scalar_loops_run_native_code_with_the_eager_bits() -> qb::Result<()> {
     let fori = qb::jit(|(x, a): (Tensor, Tensor)| decay(&x, &a)).lower(&(x0.clone(), a.clone()))?;
     let report = fori.compile_report();
     assert!(
-        report.contains("fori of 100 iterations: native code"),
+        report.contains("fori (100 iterations): native code"),
         "{report}"
     );
     let jitted = fori.compile().call(&(x0.clone(), a.clone()))?;

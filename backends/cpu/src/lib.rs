@@ -252,7 +252,7 @@ impl CpuExecutable {
     ///
     /// ```text
     /// cpu: 3 steps, 1 fused elementwise group
-    ///   fori of 100000 iterations: native code
+    ///   fori (100000 iterations): native code
     /// ```
     pub fn report(&self) -> String {
         let stats = &self.schedule.stats;

@@ -39,64 +39,52 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
-/// A scan in machine code: its carries in registers, each scanned operand read and each
-/// stacked output written one element per iteration.
+/// A scan in machine code: its carries in registers, slice `k` of each scanned operand read
+/// and slice `k` of each stacked output written in place at iteration `k`.
 #[derive(Clone, Debug)]
 pub(crate) struct NativeScan {
     code: Arc<Code>,
-    n_carry: usize,
-    nslots: usize,
-    /// The dtype of each scanned operand.
-    xs: Vec<DType>,
-    /// The dtype of each stacked output.
-    ys: Vec<DType>,
+    carry_elements: usize,
+    const_elements: usize,
+    /// The dtype and slice length of each scanned operand and each stacked output.
+    xs: Vec<(DType, usize)>,
+    ys: Vec<(DType, usize)>,
 }
 
-/// `(carries, body values, first position, position step, iterations, index of position 0,
+/// `(carries, loop constants, first position, position step, iterations, index of position 0,
 /// scanned operands, stacked outputs)`: iteration `i` is at position `k = first + i * step`
 /// of the scanned operands and stacked outputs, and its index value is `k + index of 0`.
 type ScanFn = unsafe extern "C" fn(*mut f64, *const f64, i64, i64, u64, i64, *const u8, *mut u8);
 
-/// The scan to compile: the carry and constant counts, the dtype of the index, of each
-/// scanned operand, and, for each stacked output, the body output that fills it and its dtype.
+/// The scan to compile: the elements of each carry and loop constant, the dtype of the index,
+/// the dtype and slice length of each scanned operand, and, for each stacked output, the body
+/// output that fills it, its dtype and its slice length.
+#[derive(Debug)]
 pub(crate) struct ScanShape<'a> {
-    pub n_carry: usize,
-    pub n_const: usize,
+    pub carries: &'a [usize],
+    pub consts: &'a [usize],
     pub index: DType,
-    pub xs: &'a [DType],
-    pub ys: &'a [(usize, DType)],
+    pub xs: &'a [(DType, usize)],
+    pub ys: &'a [(usize, DType, usize)],
 }
 
 impl NativeScan {
     /// The native form of a scan whose body (inputs: index, carries, constants, slices;
     /// outputs: the carries, then what the stacked outputs take) is `body`, or `None` when the
     /// body has something this module does not translate.
-    pub(crate) fn compile(body: &ScalarBody, scan: &ScanShape<'_>) -> Option<NativeScan> {
-        let n_carry = scan.n_carry;
-        let first_x = 1 + n_carry + scan.n_const;
-        if body.outputs.len() < n_carry || body.inputs.len() != first_x + scan.xs.len() {
-            return None;
-        }
+    pub(crate) fn compile(body: LoopBody<'_>, scan: &ScanShape<'_>) -> Option<NativeScan> {
         let code = Code::build(&[types::I64; 8], None, |e, params| {
-            let (carries_at, values_at) = (params[0], params[1]);
+            let (carries_at, consts_at) = (params[0], params[1]);
             let (first, step, count, index0) = (params[2], params[3], params[4], params[5]);
             let (xs_at, ys_at) = (params[6], params[7]);
-            let constants = e.load_invariants(&body.inputs[1 + n_carry..first_x], values_at);
-            // The base address of each scanned operand the body reads, and of each stacked
-            // output.
-            let xs: Vec<Option<(Value, DType)>> = body.inputs[first_x..]
-                .iter()
-                .zip(scan.xs)
-                .enumerate()
-                .map(|(x, (slot, &dtype))| slot.map(|_| (e.load_pointer(xs_at, x), dtype)))
+            let constants = e.load_flat(consts_at, scan.consts);
+            let xs: Vec<Value> = (0..scan.xs.len())
+                .map(|x| e.load_pointer(xs_at, x))
                 .collect();
-            let ys: Vec<(Value, usize, DType)> = scan
-                .ys
-                .iter()
-                .enumerate()
-                .map(|(y, &(output, dtype))| (e.load_pointer(ys_at, y), output, dtype))
+            let ys: Vec<Value> = (0..scan.ys.len())
+                .map(|y| e.load_pointer(ys_at, y))
                 .collect();
-            let carries = e.load_carries(carries_at, 0, n_carry);
+            let vars = e.carry_variables(carries_at, scan.carries);
             let trip = e.b.declare_var(types::I64);
             let zero = e.b.ins().iconst(types::I64, 0);
             e.b.def_var(trip, zero);
@@ -113,47 +101,48 @@ impl NativeScan {
             let k = e.b.ins().iadd(first, offset);
             let index = e.b.ins().iadd(k, index0);
             let index = e.b.ins().fcvt_from_sint(types::F64, index);
-            let mut inputs = vec![Some(e.round(scan.index, index))];
-            inputs.extend(carries.iter().map(|&c| Some(e.b.use_var(c))));
-            inputs.extend(constants);
-            for x in &xs {
-                inputs.push(x.map(|(base, dtype)| e.load_element(base, k, dtype)));
+            let mut inputs = vec![vec![e.round(scan.index, index)]];
+            inputs.extend(e.use_carries(&vars));
+            inputs.extend(constants.iter().cloned());
+            for (&base, &(dtype, len)) in xs.iter().zip(scan.xs) {
+                inputs.push(e.load_slice(base, k, dtype, len));
             }
-            let outs = e.body(body, &inputs)?;
-            for &(base, output, dtype) in &ys {
-                e.store_element(base, k, dtype, *outs.get(output)?);
+            let outs = e.loop_body(body, &inputs)?;
+            for (&base, &(output, dtype, len)) in ys.iter().zip(scan.ys) {
+                let values = outs.get(output)?;
+                if values.len() != len {
+                    return None;
+                }
+                e.store_slice(base, k, dtype, values);
             }
-            for (&c, &v) in carries.iter().zip(&outs) {
-                e.b.def_var(c, v);
-            }
+            e.set_carries(&vars, &outs)?;
             let next = e.b.ins().iadd_imm_s(i, 1);
             e.b.def_var(trip, next);
             e.b.ins().jump(header, &[]);
 
             e.b.switch_to_block(exit);
-            e.store_carries(carries_at, &carries);
+            let all: Vec<Variable> = vars.iter().flatten().copied().collect();
+            e.store_carries(carries_at, &all);
             e.b.ins().return_(&[]);
             Some(())
         })?;
         Some(NativeScan {
             code: Arc::new(code),
-            n_carry,
-            nslots: body.nslots(),
+            carry_elements: scan.carries.iter().sum(),
+            const_elements: scan.consts.iter().sum(),
             xs: scan.xs.to_vec(),
-            ys: scan.ys.iter().map(|y| y.1).collect(),
+            ys: scan.ys.iter().map(|y| (y.1, y.2)).collect(),
         })
     }
 
     /// Runs `count` iterations at positions `first`, `first + step`, ... (index values those
-    /// plus `index0`) on the carries in place, reading element `k` of each scanned operand in
-    /// `xs` and writing element `k` of each stacked output in `ys`; `values` is the body's
-    /// value array with its constants set. Returns `false`, running nothing, when an array
-    /// does not have the dtype or length the code needs.
-    #[allow(clippy::too_many_arguments)]
+    /// plus `index0`) on the carries' elements (one after the other, as float64) in place,
+    /// with the loop constants' elements in `consts`, reading slice `k` of each scanned
+    /// operand in `xs` and writing slice `k` of each stacked output in `ys`. Returns `false`,
+    /// running nothing, when an array does not have the dtype or length the code needs.
     pub(crate) fn run(
         &self,
-        carries: &mut [f64],
-        values: &[f64],
+        (carries, consts): (&mut [f64], &[f64]),
         (first, step, count): (usize, isize, usize),
         index0: usize,
         xs: &[View<'_>],
@@ -163,33 +152,37 @@ impl NativeScan {
             return true;
         }
         let last = first as isize + step * (count as isize - 1);
-        let positions = first.min(last as usize)..=first.max(last as usize);
-        let holds = |len: usize| last >= 0 && *positions.end() < len;
+        let end = first.max(last.max(0) as usize) + 1;
+        let holds = |len: usize, slice: usize| last >= 0 && end.saturating_mul(slice) <= len;
         let xs_fit = xs.len() == self.xs.len()
             && xs
                 .iter()
                 .zip(&self.xs)
-                .all(|(v, &d)| v.dtype() == d && holds(v.len()));
+                .all(|(v, &(d, n))| v.dtype() == d && holds(v.len(), n));
         let ys_fit = ys.len() == self.ys.len()
             && ys
                 .iter()
                 .zip(&self.ys)
-                .all(|(v, &d)| v.dtype() == d && holds(v.len()));
-        if carries.len() != self.n_carry || values.len() != self.nslots || !xs_fit || !ys_fit {
+                .all(|(v, &(d, n))| v.dtype() == d && holds(v.len(), n));
+        if carries.len() != self.carry_elements
+            || consts.len() != self.const_elements
+            || !xs_fit
+            || !ys_fit
+        {
             return false;
         }
         let xs_at: Vec<*const u8> = xs.iter().map(View::as_ptr).collect();
         let mut ys_at: Vec<*mut u8> = ys.iter_mut().map(ViewMut::as_mut_ptr).collect();
         // SAFETY: the entry was compiled with `ScanFn`'s signature. It reads and writes the
-        // `n_carry` values of `carries`, reads slots below `nslots` of `values`, and reads or
-        // writes element `k` of each array of `xs` and `ys` (with the dtypes it was compiled
-        // for) for the positions `k` of this call only: every length and dtype is checked
-        // above. It calls only the pure functions of `SYMBOLS`.
+        // `carry_elements` values of `carries`, reads the `const_elements` values of `consts`,
+        // and reads or writes slice `k` of each array of `xs` and `ys` (with the dtypes and
+        // slice lengths it was compiled for) for the positions `k` of this call only: every
+        // length and dtype is checked above. It calls only the pure functions of `SYMBOLS`.
         unsafe {
             let f: ScanFn = std::mem::transmute(self.code.entry);
             f(
                 carries.as_mut_ptr(),
-                values.as_ptr(),
+                consts.as_ptr(),
                 first as i64,
                 step as i64,
                 count as u64,
@@ -247,17 +240,7 @@ impl NativeWhile {
             |e, params| {
                 let (carries_at, consts_at, count) = (params[0], params[1], params[2]);
                 let constants = e.load_flat(consts_at, consts);
-                let vars: Vec<Vec<Variable>> = {
-                    let mut at = 0;
-                    carries
-                        .iter()
-                        .map(|&len| {
-                            let vars = e.load_carries(carries_at, at, len);
-                            at += len;
-                            vars
-                        })
-                        .collect()
-                };
+                let vars = e.carry_variables(carries_at, carries);
                 let runs = e.b.declare_var(types::I64);
                 let zero = e.b.ins().iconst(types::I64, 0);
                 e.b.def_var(runs, zero);
@@ -274,10 +257,7 @@ impl NativeWhile {
                 e.b.ins().brif(more, test, &[], full, &[]);
 
                 let inputs = |e: &mut Emitter<'_, '_>| {
-                    let mut inputs: Vec<Vec<Value>> = vars
-                        .iter()
-                        .map(|c| c.iter().map(|&v| e.b.use_var(v)).collect())
-                        .collect();
+                    let mut inputs = e.use_carries(&vars);
                     inputs.extend(constants.iter().cloned());
                     inputs
                 };
@@ -295,14 +275,7 @@ impl NativeWhile {
                 if outs.len() != vars.len() {
                     return None;
                 }
-                for (c, v) in vars.iter().zip(outs) {
-                    if c.len() != v.len() {
-                        return None;
-                    }
-                    for (&var, value) in c.iter().zip(v) {
-                        e.b.def_var(var, value);
-                    }
-                }
+                e.set_carries(&vars, &outs)?;
                 let r = e.b.use_var(runs);
                 let next = e.b.ins().iadd_imm_s(r, 1);
                 e.b.def_var(runs, next);
@@ -584,84 +557,105 @@ impl Emitter<'_, '_> {
         MemFlagsData::trusted()
     }
 
-    /// Loads, once before the loop, the inputs with these slots (the loop's constants; `None`
-    /// for one the body does not read) from the value array at `values`.
-    fn load_invariants(&mut self, slots: &[Option<usize>], values: Value) -> Vec<Option<Value>> {
-        slots
-            .iter()
-            .map(|slot| {
-                slot.map(|s| {
-                    self.b
-                        .ins()
-                        .load(types::F64, Self::flags(), values, offset(s))
-                })
-            })
-            .collect()
-    }
-
     /// Element `j` of an array of pointers at `at`.
     fn load_pointer(&mut self, at: Value, j: usize) -> Value {
         self.b.ins().load(types::I64, Self::flags(), at, offset(j))
     }
 
-    /// The address of element `k` of an array of `dtype` at `base`.
-    fn element(&mut self, base: Value, k: Value, dtype: DType) -> Value {
+    /// The address of element `j` of slice `k` (of `len` elements) of an array of `dtype` at
+    /// `base`.
+    fn element(&mut self, base: Value, k: Value, dtype: DType, len: usize, j: usize) -> Value {
         let size = match dtype {
             DType::F64 => 8,
             DType::F32 => 4,
             DType::Bool => 1,
         };
-        let bytes = self.b.ins().imul_imm_s(k, size);
-        self.b.ins().iadd(base, bytes)
+        let slice = self.b.ins().imul_imm_s(k, (size * len) as i64);
+        let at = self.b.ins().iadd(base, slice);
+        self.b.ins().iadd_imm_s(at, (size * j) as i64)
     }
 
-    /// Element `k` of an array of `dtype` widened to float64, as `View::get_f64` reads it.
-    fn load_element(&mut self, base: Value, k: Value, dtype: DType) -> Value {
-        let at = self.element(base, k, dtype);
-        let flags = Self::flags();
-        match dtype {
-            DType::F64 => self.b.ins().load(types::F64, flags, at, 0),
-            DType::F32 => {
-                let v = self.b.ins().load(types::F32, flags, at, 0);
-                self.b.ins().fpromote(types::F64, v)
-            }
-            DType::Bool => {
-                let v = self.b.ins().load(types::I8, flags, at, 0);
-                let holds = self.b.ins().icmp_imm_u(IntCC::NotEqual, v, 0);
-                self.select_one_zero(holds)
-            }
+    /// Slice `k` of `len` elements of an array of `dtype`, widened to float64 as
+    /// `View::get_f64` reads it.
+    fn load_slice(&mut self, base: Value, k: Value, dtype: DType, len: usize) -> Vec<Value> {
+        (0..len)
+            .map(|j| {
+                let at = self.element(base, k, dtype, len, j);
+                let flags = Self::flags();
+                match dtype {
+                    DType::F64 => self.b.ins().load(types::F64, flags, at, 0),
+                    DType::F32 => {
+                        let v = self.b.ins().load(types::F32, flags, at, 0);
+                        self.b.ins().fpromote(types::F64, v)
+                    }
+                    DType::Bool => {
+                        let v = self.b.ins().load(types::I8, flags, at, 0);
+                        let holds = self.b.ins().icmp_imm_u(IntCC::NotEqual, v, 0);
+                        self.select_one_zero(holds)
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// Stores `values` as slice `k` of an array of `dtype`, as `ViewMut::store_f64` stores.
+    fn store_slice(&mut self, base: Value, k: Value, dtype: DType, values: &[Value]) {
+        for (j, &v) in values.iter().enumerate() {
+            let at = self.element(base, k, dtype, values.len(), j);
+            let stored = match dtype {
+                DType::F64 => v,
+                DType::F32 => self.b.ins().fdemote(types::F32, v),
+                DType::Bool => {
+                    let zero = self.b.ins().f64const(0.0);
+                    let holds = self.b.ins().fcmp(FloatCC::NotEqual, v, zero);
+                    let one = self.b.ins().iconst(types::I8, 1);
+                    let none = self.b.ins().iconst(types::I8, 0);
+                    self.b.ins().select(holds, one, none)
+                }
+            };
+            self.b.ins().store(Self::flags(), stored, at, 0);
         }
     }
 
-    /// Stores `v` as element `k` of an array of `dtype`, as `ViewMut::store_f64` stores it.
-    fn store_element(&mut self, base: Value, k: Value, dtype: DType, v: Value) {
-        let at = self.element(base, k, dtype);
-        let flags = Self::flags();
-        let stored = match dtype {
-            DType::F64 => v,
-            DType::F32 => self.b.ins().fdemote(types::F32, v),
-            DType::Bool => {
-                let zero = self.b.ins().f64const(0.0);
-                let holds = self.b.ins().fcmp(FloatCC::NotEqual, v, zero);
-                let one = self.b.ins().iconst(types::I8, 1);
-                let none = self.b.ins().iconst(types::I8, 0);
-                self.b.ins().select(holds, one, none)
-            }
-        };
-        self.b.ins().store(flags, stored, at, 0);
-    }
-
-    /// One variable per element of a carry of `len` elements starting at element `first` of
-    /// the float64 array at `at`, holding its value.
-    fn load_carries(&mut self, at: Value, first: usize, len: usize) -> Vec<Variable> {
-        (first..first + len)
-            .map(|j| {
-                let var = self.b.declare_var(types::F64);
-                let v = self.b.ins().load(types::F64, Self::flags(), at, offset(j));
-                self.b.def_var(var, v);
-                var
+    /// One variable per element of each carry (of `lens` elements, stored one after the other
+    /// in the float64 array at `at`), holding its value.
+    fn carry_variables(&mut self, at: Value, lens: &[usize]) -> Vec<Vec<Variable>> {
+        let mut first = 0;
+        lens.iter()
+            .map(|&len| {
+                let vars = (first..first + len)
+                    .map(|j| {
+                        let var = self.b.declare_var(types::F64);
+                        let v = self.b.ins().load(types::F64, Self::flags(), at, offset(j));
+                        self.b.def_var(var, v);
+                        var
+                    })
+                    .collect();
+                first += len;
+                vars
             })
             .collect()
+    }
+
+    /// The current values of the carries' variables.
+    fn use_carries(&mut self, vars: &[Vec<Variable>]) -> Vec<Vec<Value>> {
+        vars.iter()
+            .map(|c| c.iter().map(|&v| self.b.use_var(v)).collect())
+            .collect()
+    }
+
+    /// Sets the carries' variables to the first outputs of a body run (`None` when an output
+    /// does not have its carry's length).
+    fn set_carries(&mut self, vars: &[Vec<Variable>], outs: &[Vec<Value>]) -> Option<()> {
+        for (c, v) in vars.iter().zip(outs) {
+            if c.len() != v.len() {
+                return None;
+            }
+            for (&var, &value) in c.iter().zip(v) {
+                self.b.def_var(var, value);
+            }
+        }
+        Some(())
     }
 
     /// The elements of values of `lens` elements stored one after the other in the float64

@@ -34,7 +34,7 @@
 //! loops among them) are allocated before the first iteration, fallibly: a loop whose tape the
 //! machine cannot hold fails at once with `OutOfMemory` instead of after running.
 
-use crate::buffer::{Buffer, Storage, View};
+use crate::buffer::{Buffer, Storage, View, ViewMut};
 use crate::exec::{out_of_memory, Frame, Mode, Workspace};
 use crate::kernels::internal;
 use crate::native::{LoopBody, NativeScan, NativeWhile, ScanShape, SmallBody};
@@ -296,7 +296,7 @@ impl RegionStep {
                 };
                 let _ = writeln!(
                     out,
-                    "{pad}{} of {} iterations: {how}",
+                    "{pad}{} ({} iterations): {how}",
                     self.form, scan.length
                 );
                 vec![&scan.body]
@@ -384,7 +384,7 @@ impl RegionStep {
                 let rebound: Vec<bool> = (0..n_in)
                     .map(|j| j <= s.n_carry || j > s.n_carry + s.n_const)
                     .collect();
-                let xs_len = region
+                let xs_len: Vec<usize> = region
                     .operand_types()
                     .get(s.n_carry + s.n_const..)
                     .unwrap_or_default()
@@ -393,23 +393,30 @@ impl RegionStep {
                     .collect();
                 let body = Body::compile(&s.body, &selected, s.n_carry, &rebound, build)?;
                 let swaps = body.swaps(1, s.n_carry);
-                let native = match &body.scalar {
-                    // The scalar form has one-element slices and stacked slices.
-                    Some(scalar) if build.native => {
-                        let xs: Vec<DType> = region.operand_types()[s.n_carry + s.n_const..]
+                let native = match body.translatable() {
+                    Some(form) if build.native => {
+                        let operands = region.operand_types();
+                        let lens = |ts: &[TensorType]| -> Vec<usize> {
+                            ts.iter().map(|t| t.shape.size()).collect()
+                        };
+                        let (nc, nk) = (s.n_carry, s.n_const);
+                        let xs: Vec<(DType, usize)> = operands
+                            .get(nc + nk..)
+                            .unwrap_or_default()
                             .iter()
-                            .map(|t| t.dtype)
+                            .zip(&xs_len)
+                            .map(|(t, &len)| (t.dtype, len))
                             .collect();
-                        let ys: Vec<(usize, DType)> =
-                            ys.iter().map(|y| (y.body_output, y.dtype)).collect();
+                        let stacked: Vec<(usize, DType, usize)> =
+                            ys.iter().map(|y| (y.body_output, y.dtype, y.len)).collect();
                         let shape = ScanShape {
-                            n_carry: s.n_carry,
-                            n_const: s.n_const,
+                            carries: &lens(operands.get(..nc).unwrap_or_default()),
+                            consts: &lens(operands.get(nc..nc + nk).unwrap_or_default()),
                             index: s.index_dtype(),
                             xs: &xs,
-                            ys: &ys,
+                            ys: &stacked,
                         };
-                        NativeScan::compile(scalar, &shape)
+                        NativeScan::compile(form, &shape)
                     }
                     _ => None,
                 };
@@ -553,6 +560,9 @@ impl RegionStep {
         threads: usize,
     ) -> Result<Vec<Storage<'static>>> {
         let (nc, nk) = (scan.n_carry, scan.n_const);
+        if let Some(native) = &scan.native {
+            return self.run_native_scan(scan, native, operands, shared, ws);
+        }
         if let Some(sb) = &scan.body.scalar {
             return self.run_scalar_scan(scan, sb, operands, shared, ws);
         }
@@ -634,6 +644,57 @@ impl RegionStep {
         Ok(stacked)
     }
 
+    /// A scan in machine code: the carries' and constants' elements as float64 arrays, the
+    /// scanned operands read and the stacked outputs written in place, in chunks of at most
+    /// `SCALAR_CHECK_EVERY` iterations with a cancellation check before each.
+    fn run_native_scan(
+        &self,
+        scan: &Scan,
+        native: &NativeScan,
+        operands: &[View<'_>],
+        shared: &[bool],
+        ws: &mut Workspace,
+    ) -> Result<Vec<Storage<'static>>> {
+        let (nc, nk) = (scan.n_carry, scan.n_const);
+        let mut carries = flat_f64(&operands[..nc]);
+        let consts = flat_f64(&operands[nc..nc + nk]);
+        let mut stacked = self.stacked_buffers(scan, shared, ws)?;
+        let looped = (|| -> Result<()> {
+            let xs = &operands[nc + nk..];
+            let mut ys: Vec<ViewMut<'_>> = stacked.iter_mut().map(|b| b.view_mut()).collect();
+            let mut done = 0;
+            while done < scan.length {
+                ws.cancel.check()?;
+                let count = (scan.length - done).min(SCALAR_CHECK_EVERY);
+                let chunk = if scan.reverse {
+                    (scan.length - 1 - done, -1, count)
+                } else {
+                    (done, 1, count)
+                };
+                if !native.run((&mut carries, &consts), chunk, scan.start, xs, &mut ys) {
+                    return Err(internal("a native scan was built for other values"));
+                }
+                done += count;
+            }
+            Ok(())
+        })();
+        let carried = looped.and_then(|()| unflatten(&carries, &operands[..nc], ws));
+        let carried = match carried {
+            Ok(c) => c,
+            Err(e) => {
+                for b in stacked {
+                    ws.pool.recycle(Storage::Owned(b));
+                }
+                return Err(e);
+            }
+        };
+        let mut by_output: Vec<Option<Storage<'_>>> = carried.into_iter().map(Some).collect();
+        by_output.extend(stacked.into_iter().map(|b| Some(Storage::Owned(b))));
+        let mut positions: Vec<usize> = (0..nc).collect();
+        positions.extend(scan.ys.iter().map(|y| y.output));
+        self.collect(by_output, &positions, ws)
+    }
+
     /// A scan whose body has a scalar form: every carry, constant, slice and stacked element
     /// is one number.
     fn run_scalar_scan(
@@ -705,32 +766,6 @@ impl RegionStep {
         ws: &mut Workspace,
     ) -> Result<()> {
         let (nc, nk) = (scan.n_carry, scan.n_const);
-        if let Some(native) = &scan.native {
-            // Chunks of `SCALAR_CHECK_EVERY` iterations with a cancellation check before each,
-            // the positions running as in the loop below.
-            let xs = &operands[nc + nk..];
-            let first_x = 1 + nc + nk;
-            let sliced = |x: usize| !body.reads(first_x + x) || scan.xs_len.get(x) == Some(&1);
-            if !(0..xs.len()).all(sliced) {
-                return Err(internal("a scanned operand does not match its slices"));
-            }
-            let mut ys: Vec<_> = stacked.iter_mut().map(|b| b.view_mut()).collect();
-            let mut done = 0;
-            while done < scan.length {
-                ws.cancel.check()?;
-                let count = (scan.length - done).min(SCALAR_CHECK_EVERY);
-                let chunk = if scan.reverse {
-                    (scan.length - 1 - done, -1, count)
-                } else {
-                    (done, 1, count)
-                };
-                if !native.run(carries, values, chunk, scan.start, xs, &mut ys) {
-                    return Err(internal("a native scan was built for other values"));
-                }
-                done += count;
-            }
-            return Ok(());
-        }
         let xs = &operands[nc + nk..];
         let first_x = 1 + nc + nk;
         for step in 0..scan.length {
@@ -895,14 +930,8 @@ impl RegionStep {
         operands: &[View<'_>],
         ws: &mut Workspace,
     ) -> Result<Vec<Storage<'static>>> {
-        let flat = |views: &[View<'_>]| -> Vec<f64> {
-            views
-                .iter()
-                .flat_map(|v| (0..v.len()).map(|i| v.get_f64(i)))
-                .collect()
-        };
-        let mut carries = flat(&operands[..n_carry]);
-        let consts = flat(&operands[n_carry..]);
+        let mut carries = flat_f64(&operands[..n_carry]);
+        let consts = flat_f64(&operands[n_carry..]);
         let mut trips: usize = 0;
         while Some(trips) != max_trips {
             ws.cancel.check()?;
@@ -916,25 +945,8 @@ impl RegionStep {
                 break;
             }
         }
-        let mut values: Vec<Option<Storage<'_>>> = Vec::with_capacity(n_carry);
-        let mut at = 0;
-        for v in &operands[..n_carry] {
-            let (dtype, len) = (v.dtype(), v.len());
-            let stored = ws.pool.alloc(dtype, len).map(|mut b| {
-                b.view_mut().store_f64(0, &carries[at..at + len]);
-                Storage::Owned(b)
-            });
-            at += len;
-            match stored {
-                Ok(s) => values.push(Some(s)),
-                Err(e) => {
-                    for v in values.into_iter().flatten() {
-                        ws.pool.recycle(v);
-                    }
-                    return Err(out_of_memory(dtype, &[len], e));
-                }
-            }
-        }
+        let values = unflatten(&carries, &operands[..n_carry], ws)?;
+        let values: Vec<Option<Storage<'_>>> = values.into_iter().map(Some).collect();
         let positions: Vec<usize> = (0..n_carry).collect();
         self.collect(values, &positions, ws)
     }
@@ -1151,6 +1163,48 @@ fn collect_carries<'a>(
         }
     }
     Ok(())
+}
+
+/// The elements of `views`, one after the other, as float64.
+fn flat_f64(views: &[View<'_>]) -> Vec<f64> {
+    views
+        .iter()
+        .flat_map(|v| (0..v.len()).map(|i| v.get_f64(i)))
+        .collect()
+}
+
+/// Values with the dtypes and lengths of `like` from their elements one after the other in
+/// `flat` (as [`flat_f64`] lays them out).
+fn unflatten(flat: &[f64], like: &[View<'_>], ws: &mut Workspace) -> Result<Vec<Storage<'static>>> {
+    let mut values: Vec<Storage<'static>> = Vec::with_capacity(like.len());
+    let mut at = 0;
+    for v in like {
+        let (dtype, len) = (v.dtype(), v.len());
+        let elements = flat.get(at..at + len);
+        let stored = match elements {
+            Some(elements) => ws.pool.alloc(dtype, len).map(|mut b| {
+                b.view_mut().store_f64(0, elements);
+                Storage::Owned(b)
+            }),
+            None => {
+                for v in values {
+                    ws.pool.recycle(v);
+                }
+                return Err(internal("a native loop's carries are too short"));
+            }
+        };
+        at += len;
+        match stored {
+            Ok(s) => values.push(s),
+            Err(e) => {
+                for v in values {
+                    ws.pool.recycle(v);
+                }
+                return Err(out_of_memory(dtype, &[len], e));
+            }
+        }
+    }
+    Ok(values)
 }
 
 /// The one element of a value that a scalar body reads.

@@ -408,10 +408,11 @@ fn scans_over_slices_with_stacked_outputs_agree_both_ways_and_with_a_host_loop()
     }
 }
 
-/// Loops over values of several elements stay interpreted, and the report says which form.
+/// Loops over values of more elements than the machine code takes stay interpreted, and the
+/// report says which form runs them.
 #[test]
-fn loops_over_vectors_stay_interpreted_and_the_report_says_so() {
-    let v = TensorType::new(DType::F64, Shape::new(vec![3]).unwrap());
+fn loops_over_large_vectors_stay_interpreted_and_the_report_says_so() {
+    let v = TensorType::new(DType::F64, Shape::new(vec![100]).unwrap());
     let body = graph(&[scalar_type(DType::F64), v.clone()], |b, p| {
         let two = b.scalar(2.0, DType::F64, false);
         vec![b.binary(BinaryOp::Mul, p[1], two).unwrap()]
@@ -429,15 +430,17 @@ fn loops_over_vectors_stay_interpreted_and_the_report_says_so() {
     let exe = compile(&calling(&region), true);
     let report = exe.report();
     assert!(
-        report.contains("fori of 4 iterations: interpreted, swapping form"),
+        report.contains("fori (4 iterations): interpreted, swapping form"),
         "{report}"
     );
+    let values: Vec<f64> = (0..100).map(|i| i as f64 - 50.0).collect();
     let x = HostTensor::new(
-        Shape::new(vec![3]).unwrap(),
-        HostData::F64(vec![1.0, -2.0, 0.5].into()),
+        Shape::new(vec![100]).unwrap(),
+        HostData::F64(values.clone().into()),
     );
     let out = exe.run(&[x]).unwrap();
-    assert_eq!(out[0].data, HostData::F64(vec![16.0, -32.0, 8.0].into()));
+    let want: Vec<f64> = values.iter().map(|v| v * 16.0).collect();
+    assert_eq!(out[0].data, HostData::F64(want.into()));
 }
 
 /// A while loop over small vectors and matrices, an explicit integrator of a 2-state system
@@ -558,5 +561,70 @@ fn while_loops_over_small_vectors_give_the_same_bits_native_and_interpreted() {
             ],
         ];
         check_both_ways(&format!("small vector while {dt}"), &g, &sets);
+    }
+}
+
+/// A scan over small vector slices (float32 and bool operands) stacking vector outputs,
+/// forward and reverse: native code and the interpreter give the same bits.
+#[test]
+fn scans_over_vector_slices_give_the_same_bits_native_and_interpreted() {
+    let length = 300;
+    for reverse in [false, true] {
+        let f64v = |n: usize| TensorType::new(DType::F64, Shape::new(vec![n]).unwrap());
+        let ins = [
+            scalar_type(DType::F64),
+            f64v(2),
+            TensorType::new(DType::F32, Shape::new(vec![3]).unwrap()),
+            TensorType::new(DType::Bool, Shape::new(vec![2]).unwrap()),
+        ];
+        // (i, c[2], x[3] f32, flag[2]) -> (c', c' as f32, c' > 0, sum(x) * c')
+        let body = graph(&ins, |b, p| {
+            let (i, c, x, flag) = (p[0], p[1], p[2], p[3]);
+            let wide = b.astype(x, DType::F64).unwrap();
+            let head = b.slice(wide, vec![0], vec![2]).unwrap();
+            let tenth = b.scalar(0.1, DType::F64, false);
+            let di = b.binary(BinaryOp::Mul, i, tenth).unwrap();
+            let moved = b.binary(BinaryOp::Add, c, head).unwrap();
+            let moved = b.binary(BinaryOp::Mul, moved, tenth).unwrap();
+            let moved = b.binary(BinaryOp::Add, moved, di).unwrap();
+            let next = b.select(flag, moved, c).unwrap();
+            let narrow = b.astype(next, DType::F32).unwrap();
+            let zero = b.scalar(0.0, DType::F64, false);
+            let positive = b.compare(Comparison::Greater, next, zero).unwrap();
+            let total = b.sum(wide, None, false).unwrap();
+            let scaled = b.binary(BinaryOp::Mul, next, total).unwrap();
+            vec![next, narrow, positive, scaled]
+        });
+        let scan = ScanBody {
+            length,
+            start: 2,
+            reverse,
+            n_carry: 1,
+            n_const: 0,
+            n_xs: 2,
+            body: Arc::new(body),
+        };
+        let region = Arc::new(Region::new(RegionKind::Scan(scan), RegionForm::Scan, 0).unwrap());
+        let g = calling(&region);
+        let mut rng = Rng::new(29);
+        let x: Vec<f64> = (0..3 * length).map(|_| rng.finite() / 3.0).collect();
+        let flag: Vec<f64> = (0..2 * length)
+            .map(|_| (rng.next_u64() % 3 != 0) as u8 as f64)
+            .collect();
+        let inputs = vec![
+            HostTensor::new(
+                Shape::new(vec![2]).unwrap(),
+                HostData::F64(vec![0.5, -1.5].into()),
+            ),
+            HostTensor::new(
+                Shape::new(vec![length, 3]).unwrap(),
+                HostData::from_f64(DType::F32, x),
+            ),
+            HostTensor::new(
+                Shape::new(vec![length, 2]).unwrap(),
+                HostData::from_f64(DType::Bool, flag),
+            ),
+        ];
+        check_both_ways(&format!("vector scan, reverse {reverse}"), &g, &[inputs]);
     }
 }

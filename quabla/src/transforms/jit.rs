@@ -279,7 +279,7 @@ impl<A: Tree, R: Tree> Lowered<A, R> {
     ///
     /// ```text
     /// cpu: 1 step, 0 fused elementwise groups
-    ///   fori of 100000 iterations: native code
+    ///   fori (100000 iterations): native code
     /// ```
     ///
     /// Native code and the interpreter give the same bits; the report only says which runs.
