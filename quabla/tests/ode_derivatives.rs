@@ -426,3 +426,58 @@ fn rosenbrock_gradients_differentiate_through_the_jacobian() -> qb::Result<()> {
     );
     Ok(())
 }
+
+/// The CPU compiles the solvers' loops to machine code (the adaptive solve's bounded while,
+/// and in the gradient the nested block scans, branches and bounded loops of its reverse
+/// pass); values and gradients have the interpreter's bits, for every method.
+#[test]
+fn native_loops_give_the_interpreters_bits_for_values_and_gradients() -> qb::Result<()> {
+    use quabla_backend::{Executable, HostTensor};
+    use quabla_cpu::{CpuBackend, CpuOptions};
+    let args = point()?;
+    let host = |t: &Tensor| -> qb::Result<HostTensor> {
+        let shape = quabla_ir::Shape::new(t.shape().to_vec()).map_err(qb::Error::from)?;
+        Ok(HostTensor::new(
+            shape,
+            quabla_ir::HostData::F64(t.to_vec::<f64>()?.into()),
+        ))
+    };
+    let inputs = [&args.0, &args.1, &args.2, &args.3, &args.4]
+        .iter()
+        .map(|t| host(t))
+        .collect::<qb::Result<Vec<_>>>()?;
+    for method in METHODS {
+        let step = qb::jit(move |a: Args| {
+            let (value, grads): (Tensor, Args) = qb::value_and_grad(move |a: Args| loss(method, a))
+                .argnums(&[0, 1, 2, 3, 4])
+                .call(&a)?;
+            Ok((value, grads))
+        });
+        let lowered = step.lower(&args)?;
+        let plan = lowered.program().plan();
+        let run = |native_loops: bool| -> qb::Result<(String, Vec<HostTensor>)> {
+            let options = CpuOptions {
+                native_loops,
+                ..CpuOptions::default()
+            };
+            let exe = CpuBackend::with_options(options)
+                .compile_plan(plan)
+                .map_err(qb::Error::from)?;
+            Ok((exe.report(), exe.run(&inputs).map_err(qb::Error::from)?))
+        };
+        let (report, native) = run(true)?;
+        let (_, interpreted) = run(false)?;
+        if method.is_adaptive() && method != Method::Rosenbrock23 {
+            assert!(report.contains("native code"), "{method}:\n{report}");
+        }
+        for (k, (n, i)) in native.iter().zip(&interpreted).enumerate() {
+            let (n, i) = (n.data.to_f64_vec(), i.data.to_f64_vec());
+            let same = n.iter().zip(&i).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(
+                same && n.len() == i.len(),
+                "{method} output {k}: {n:?} vs {i:?}"
+            );
+        }
+    }
+    Ok(())
+}

@@ -23,6 +23,7 @@ use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
     types, AbiParam, FuncRef, InstBuilder, MemFlagsData, Signature, Type, Value,
 };
+use cranelift_codegen::ir::{StackSlotData, StackSlotKind};
 use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
@@ -33,7 +34,8 @@ use quabla_ir::eval::{
     HostValue, SUM_BLOCK, SUM_LANES,
 };
 use quabla_ir::{
-    BinaryOp, Comparison, DType, Graph, HostData, Op, Reducer, Shape, TensorType, UnaryOp,
+    BinaryOp, Comparison, DType, Graph, HostData, Op, Plan, Reducer, Region, RegionKind, Shape,
+    TensorType, UnaryOp,
 };
 use std::collections::HashMap;
 use std::fmt;
@@ -338,9 +340,96 @@ const SMALL_ELEMENTS: usize = 64;
 /// exactly what `quabla_ir::eval::evaluate` computes for it: the float64 op per element,
 /// rounded to the node's dtype, sums in the blocked order of numerics.md §1.5; the element
 /// moves of the layout ops are taken from `evaluate` itself, run on element numbers.
+/// Control-flow regions inside such a body are translated too, a `cond` as a branch and
+/// loops bounded by at most [`NESTED_TRIPS`] trips as loops (their stacked outputs and scanned
+/// operands in stack memory).
 #[derive(Clone, Debug)]
 pub(crate) struct SmallBody {
     graph: Graph,
+    /// The translated form of each region the graph calls, by the region's address.
+    nested: HashMap<usize, Arc<Nested>>,
+}
+
+/// The most trips of a loop nested in a loop body: the code of a body runs between two
+/// cancellation checks, so a nested loop must end soon.
+const NESTED_TRIPS: usize = 4096;
+
+/// A region inside a small body, with its bodies in small form.
+#[derive(Debug)]
+enum Nested {
+    Cond {
+        then_branch: SmallBody,
+        else_branch: SmallBody,
+        /// Elements of each output.
+        outputs: Vec<usize>,
+    },
+    Scan {
+        body: SmallBody,
+        length: usize,
+        start: usize,
+        reverse: bool,
+        n_carry: usize,
+        n_const: usize,
+        index: DType,
+        /// Elements of one slice of each stacked output.
+        ys: Vec<usize>,
+    },
+    While {
+        cond: SmallBody,
+        body: SmallBody,
+        n_carry: usize,
+        max_trips: usize,
+    },
+}
+
+impl Nested {
+    /// The translated form of `region`, when its bodies have small forms and its loops a bound
+    /// of at most [`NESTED_TRIPS`] trips.
+    fn new(region: &Region) -> Option<Nested> {
+        let small = |graph: &Graph| {
+            let plan = Plan::compile(graph);
+            SmallBody::new(plan.graph(), graph.inputs().count())
+        };
+        Some(match region.kind() {
+            RegionKind::Cond {
+                then_branch,
+                else_branch,
+            } => Nested::Cond {
+                then_branch: small(then_branch)?,
+                else_branch: small(else_branch)?,
+                outputs: region
+                    .output_types()
+                    .iter()
+                    .map(|t| t.shape.size())
+                    .collect(),
+            },
+            RegionKind::Scan(s) if s.length <= NESTED_TRIPS => Nested::Scan {
+                body: small(&s.body)?,
+                length: s.length,
+                start: s.start,
+                reverse: s.reverse,
+                n_carry: s.n_carry,
+                n_const: s.n_const,
+                index: s.index_dtype(),
+                ys: region.output_types()[s.n_carry..]
+                    .iter()
+                    .map(|t| t.shape.dims().iter().skip(1).product())
+                    .collect(),
+            },
+            RegionKind::While {
+                n_carry,
+                cond,
+                body,
+                max_trips: Some(max_trips),
+            } if *max_trips <= NESTED_TRIPS => Nested::While {
+                cond: small(cond)?,
+                body: small(body)?,
+                n_carry: *n_carry,
+                max_trips: *max_trips,
+            },
+            _ => return None,
+        })
+    }
 }
 
 impl SmallBody {
@@ -349,8 +438,19 @@ impl SmallBody {
         if graph.inputs().count() != inputs {
             return None;
         }
+        let mut nested = HashMap::new();
         for node in graph.nodes() {
             let size = node.ty.shape.size();
+            if let Op::Region(call) = &node.op {
+                let key = Arc::as_ptr(&call.region) as usize;
+                if let std::collections::hash_map::Entry::Vacant(slot) = nested.entry(key) {
+                    slot.insert(Arc::new(Nested::new(&call.region)?));
+                }
+                if size > SMALL_ELEMENTS {
+                    return None;
+                }
+                continue;
+            }
             let translated = match &node.op {
                 Op::Input { .. }
                 | Op::Constant { .. }
@@ -370,6 +470,7 @@ impl SmallBody {
         }
         Some(SmallBody {
             graph: graph.clone(),
+            nested,
         })
     }
 }
@@ -706,7 +807,32 @@ impl Emitter<'_, '_> {
         let graph = &body.graph;
         let mut values: Vec<Vec<Value>> = Vec::with_capacity(graph.len());
         let mut next_input = 0;
+        // The outputs of each region call, by region and operands (its sibling nodes share
+        // one run).
+        let mut calls: HashMap<(usize, Vec<usize>), Vec<Vec<Value>>> = HashMap::new();
         for node in graph.nodes() {
+            if let Op::Region(call) = &node.op {
+                let key = (
+                    Arc::as_ptr(&call.region) as usize,
+                    node.operands.iter().map(|o| o.index()).collect::<Vec<_>>(),
+                );
+                if !calls.contains_key(&key) {
+                    let nested = body.nested.get(&key.0)?.clone();
+                    let operands: Vec<Vec<Value>> = key
+                        .1
+                        .iter()
+                        .map(|&o| values.get(o).cloned())
+                        .collect::<Option<_>>()?;
+                    let outs = self.nested(&nested, &operands)?;
+                    calls.insert(key.clone(), outs);
+                }
+                let result = calls.get(&key)?.get(call.output)?.clone();
+                if result.len() != node.ty.shape.size() {
+                    return None;
+                }
+                values.push(result);
+                continue;
+            }
             let out = &node.ty;
             let n = out.shape.size();
             let shapes: Vec<&Shape> = node
@@ -807,6 +933,210 @@ impl Emitter<'_, '_> {
             .iter()
             .map(|o| values.get(o.index()).cloned())
             .collect()
+    }
+
+    /// One run of a region nested in a small body on `operands` (the elements of each): the
+    /// elements of each output, as the CPU's region steps compute them.
+    fn nested(&mut self, nested: &Nested, operands: &[Vec<Value>]) -> Option<Vec<Vec<Value>>> {
+        match nested {
+            Nested::Cond {
+                then_branch,
+                else_branch,
+                outputs,
+            } => {
+                let pred = *operands.first()?.first()?;
+                let vars: Vec<Vec<Variable>> = outputs
+                    .iter()
+                    .map(|&n| (0..n).map(|_| self.b.declare_var(types::F64)).collect())
+                    .collect();
+                let (then_block, else_block, merge) = (
+                    self.b.create_block(),
+                    self.b.create_block(),
+                    self.b.create_block(),
+                );
+                let zero = self.b.ins().f64const(0.0);
+                let holds = self.b.ins().fcmp(FloatCC::NotEqual, pred, zero);
+                self.b.ins().brif(holds, then_block, &[], else_block, &[]);
+                for (block, branch) in [(then_block, then_branch), (else_block, else_branch)] {
+                    self.b.switch_to_block(block);
+                    let outs = self.small(branch, &operands[1..])?;
+                    if outs.len() != vars.len() {
+                        return None;
+                    }
+                    self.set_carries(&vars, &outs)?;
+                    self.b.ins().jump(merge, &[]);
+                }
+                self.b.switch_to_block(merge);
+                Some(self.use_carries(&vars))
+            }
+            Nested::Scan {
+                body,
+                length,
+                start,
+                reverse,
+                n_carry,
+                n_const,
+                index,
+                ys,
+            } => {
+                let (nc, nk) = (*n_carry, *n_const);
+                let vars: Vec<Vec<Variable>> = operands[..nc]
+                    .iter()
+                    .map(|c| {
+                        c.iter()
+                            .map(|&v| {
+                                let var = self.b.declare_var(types::F64);
+                                self.b.def_var(var, v);
+                                var
+                            })
+                            .collect()
+                    })
+                    .collect();
+                // Scanned operands and stacked outputs live in stack memory, indexed by the
+                // iteration.
+                let xs: Vec<(Value, usize)> = operands[nc + nk..]
+                    .iter()
+                    .map(|x| {
+                        let base = self.stack_array(x.len());
+                        for (j, &v) in x.iter().enumerate() {
+                            self.b.ins().store(Self::flags(), v, base, offset(j));
+                        }
+                        (base, x.len() / (*length).max(1))
+                    })
+                    .collect();
+                let stacked: Vec<(Value, usize)> = ys
+                    .iter()
+                    .map(|&len| (self.stack_array(len * length), len))
+                    .collect();
+                let trip = self.b.declare_var(types::I64);
+                let zero = self.b.ins().iconst(types::I64, 0);
+                self.b.def_var(trip, zero);
+                let (header, run, exit) = (
+                    self.b.create_block(),
+                    self.b.create_block(),
+                    self.b.create_block(),
+                );
+                self.b.ins().jump(header, &[]);
+
+                self.b.switch_to_block(header);
+                let i = self.b.use_var(trip);
+                let more = self
+                    .b
+                    .ins()
+                    .icmp_imm_u(IntCC::UnsignedLessThan, i, *length as i64);
+                self.b.ins().brif(more, run, &[], exit, &[]);
+
+                self.b.switch_to_block(run);
+                let k = if *reverse {
+                    let last = self.b.ins().iconst(types::I64, *length as i64 - 1);
+                    self.b.ins().isub(last, i)
+                } else {
+                    i
+                };
+                let at = self.b.ins().iadd_imm_s(k, *start as i64);
+                let at = self.b.ins().fcvt_from_sint(types::F64, at);
+                let mut inputs = vec![vec![self.round(*index, at)]];
+                inputs.extend(self.use_carries(&vars));
+                inputs.extend(operands[nc..nc + nk].iter().cloned());
+                for &(base, len) in &xs {
+                    inputs.push(self.load_slice(base, k, DType::F64, len));
+                }
+                let outs = self.small(body, &inputs)?;
+                for (&(base, len), out) in stacked.iter().zip(outs.get(nc..)?) {
+                    if out.len() != len {
+                        return None;
+                    }
+                    self.store_slice(base, k, DType::F64, out);
+                }
+                self.set_carries(&vars, &outs)?;
+                let next = self.b.ins().iadd_imm_s(i, 1);
+                self.b.def_var(trip, next);
+                self.b.ins().jump(header, &[]);
+
+                self.b.switch_to_block(exit);
+                let mut results = self.use_carries(&vars);
+                for &(base, len) in &stacked {
+                    let flags = Self::flags();
+                    results.push(
+                        (0..len * length)
+                            .map(|j| self.b.ins().load(types::F64, flags, base, offset(j)))
+                            .collect(),
+                    );
+                }
+                Some(results)
+            }
+            Nested::While {
+                cond,
+                body,
+                n_carry,
+                max_trips,
+            } => {
+                let vars: Vec<Vec<Variable>> = operands[..*n_carry]
+                    .iter()
+                    .map(|c| {
+                        c.iter()
+                            .map(|&v| {
+                                let var = self.b.declare_var(types::F64);
+                                self.b.def_var(var, v);
+                                var
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let consts = &operands[*n_carry..];
+                let trips = self.b.declare_var(types::I64);
+                let zero = self.b.ins().iconst(types::I64, 0);
+                self.b.def_var(trips, zero);
+                let (header, test, run, exit) = (
+                    self.b.create_block(),
+                    self.b.create_block(),
+                    self.b.create_block(),
+                    self.b.create_block(),
+                );
+                self.b.ins().jump(header, &[]);
+
+                // As the interpreter: stop at the bound before testing the predicate.
+                self.b.switch_to_block(header);
+                let t = self.b.use_var(trips);
+                let more = self
+                    .b
+                    .ins()
+                    .icmp_imm_u(IntCC::UnsignedLessThan, t, *max_trips as i64);
+                self.b.ins().brif(more, test, &[], exit, &[]);
+
+                self.b.switch_to_block(test);
+                let mut inputs = self.use_carries(&vars);
+                inputs.extend(consts.iter().cloned());
+                let p = *self.small(cond, &inputs)?.first()?.first()?;
+                let zero = self.b.ins().f64const(0.0);
+                let holds = self.b.ins().fcmp(FloatCC::NotEqual, p, zero);
+                self.b.ins().brif(holds, run, &[], exit, &[]);
+
+                self.b.switch_to_block(run);
+                let mut inputs = self.use_carries(&vars);
+                inputs.extend(consts.iter().cloned());
+                let outs = self.small(body, &inputs)?;
+                self.set_carries(&vars, &outs)?;
+                let t = self.b.use_var(trips);
+                let next = self.b.ins().iadd_imm_s(t, 1);
+                self.b.def_var(trips, next);
+                self.b.ins().jump(header, &[]);
+
+                self.b.switch_to_block(exit);
+                Some(self.use_carries(&vars))
+            }
+        }
+    }
+
+    /// The address of a fresh float64 array of `len` elements in the function's stack frame.
+    fn stack_array(&mut self, len: usize) -> Value {
+        let bytes = u32::try_from(len.max(1) * 8).unwrap_or(u32::MAX);
+        let slot = self.b.create_sized_stack_slot(StackSlotData::new(
+            StackSlotKind::ExplicitSlot,
+            bytes,
+            3,
+        ));
+        self.b.ins().stack_addr(types::I64, slot, 0)
     }
 
     /// The sum of `elements` in the blocked order of numerics.md §1.5 (one block: eight
