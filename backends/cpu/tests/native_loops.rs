@@ -609,7 +609,7 @@ fn scans_over_vector_slices_give_the_same_bits_native_and_interpreted() {
         let mut rng = Rng::new(29);
         let x: Vec<f64> = (0..3 * length).map(|_| rng.finite() / 3.0).collect();
         let flag: Vec<f64> = (0..2 * length)
-            .map(|_| (rng.next_u64() % 3 != 0) as u8 as f64)
+            .map(|_| (!rng.next_u64().is_multiple_of(3)) as u8 as f64)
             .collect();
         let inputs = vec![
             HostTensor::new(
