@@ -467,7 +467,7 @@ fn native_loops_give_the_interpreters_bits_for_values_and_gradients() -> qb::Res
         };
         let (report, native) = run(true)?;
         let (_, interpreted) = run(false)?;
-        if method.is_adaptive() && method != Method::Rosenbrock23 {
+        if method.is_adaptive() {
             assert!(report.contains("native code"), "{method}:\n{report}");
         }
         for (k, (n, i)) in native.iter().zip(&interpreted).enumerate() {

@@ -56,7 +56,12 @@ pub(crate) struct NativeScan {
 /// `(carries, loop constants, first position, position step, iterations, index of position 0,
 /// scanned operands, stacked outputs)`: iteration `i` is at position `k = first + i * step`
 /// of the scanned operands and stacked outputs, and its index value is `k + index of 0`.
-type ScanFn = unsafe extern "C" fn(*mut f64, *const f64, i64, i64, u64, i64, *const u8, *mut u8);
+type ScanFn =
+    unsafe extern "C" fn(*mut f64, *const f64, i64, i64, u64, i64, *const u8, *mut u8) -> u64;
+
+/// What a loop's code returns when a kernel it calls failed (a singular `solve`): the caller
+/// reruns the loop in the interpreter, which raises the kernel's error as it always does.
+const FAILED: u64 = u64::MAX;
 
 /// The scan to compile: the elements of each carry and loop constant, the dtype of the index,
 /// the dtype and slice length of each scanned operand, and, for each stacked output, the body
@@ -75,7 +80,7 @@ impl NativeScan {
     /// outputs: the carries, then what the stacked outputs take) is `body`, or `None` when the
     /// body has something this module does not translate.
     pub(crate) fn compile(body: LoopBody<'_>, scan: &ScanShape<'_>) -> Option<NativeScan> {
-        let code = Code::build(&[types::I64; 8], None, |e, params| {
+        let code = Code::build(&[types::I64; 8], Some(types::I64), |e, params| {
             let (carries_at, consts_at) = (params[0], params[1]);
             let (first, step, count, index0) = (params[2], params[3], params[4], params[5]);
             let (xs_at, ys_at) = (params[6], params[7]);
@@ -125,7 +130,8 @@ impl NativeScan {
             e.b.switch_to_block(exit);
             let all: Vec<Variable> = vars.iter().flatten().copied().collect();
             e.store_carries(carries_at, &all);
-            e.b.ins().return_(&[]);
+            let ok = e.b.ins().iconst(types::I64, 0);
+            e.b.ins().return_(&[ok]);
             Some(())
         })?;
         Some(NativeScan {
@@ -140,8 +146,9 @@ impl NativeScan {
     /// Runs `count` iterations at positions `first`, `first + step`, ... (index values those
     /// plus `index0`) on the carries' elements (one after the other, as float64) in place,
     /// with the loop constants' elements in `consts`, reading slice `k` of each scanned
-    /// operand in `xs` and writing slice `k` of each stacked output in `ys`. Returns `false`,
-    /// running nothing, when an array does not have the dtype or length the code needs.
+    /// operand in `xs` and writing slice `k` of each stacked output in `ys`. Returns `false`
+    /// when an array does not have the dtype or length the code needs (running nothing) or
+    /// when a kernel the code calls failed (the loop is then to be rerun in the interpreter).
     pub(crate) fn run(
         &self,
         (carries, consts): (&mut [f64], &[f64]),
@@ -180,7 +187,7 @@ impl NativeScan {
         // and reads or writes slice `k` of each array of `xs` and `ys` (with the dtypes and
         // slice lengths it was compiled for) for the positions `k` of this call only: every
         // length and dtype is checked above. It calls only the pure functions of `SYMBOLS`.
-        unsafe {
+        let status = unsafe {
             let f: ScanFn = std::mem::transmute(self.code.entry);
             f(
                 carries.as_mut_ptr(),
@@ -191,9 +198,9 @@ impl NativeScan {
                 index0 as i64,
                 xs_at.as_ptr().cast(),
                 ys_at.as_mut_ptr().cast(),
-            );
-        }
-        true
+            )
+        };
+        status != FAILED
     }
 }
 
@@ -304,8 +311,9 @@ impl NativeWhile {
 
     /// Runs predicate and body alternately, at most `most` bodies, on the carries' elements
     /// (one after the other, as float64) in place, with the loop constants' elements in
-    /// `consts`; `None`, running nothing, when the arrays do not have the lengths the code
-    /// was built for.
+    /// `consts`; `None` when the arrays do not have the lengths the code was built for
+    /// (running nothing) or when a kernel the code calls failed (the loop is then to be rerun
+    /// in the interpreter).
     pub(crate) fn run(
         &self,
         carries: &mut [f64],
@@ -322,6 +330,9 @@ impl NativeWhile {
             let f: WhileFn = std::mem::transmute(self.code.entry);
             f(carries.as_mut_ptr(), consts.as_ptr(), most as u64)
         };
+        if code == FAILED {
+            return None;
+        }
         Some(WhileChunk {
             runs: (code >> 1) as usize,
             stopped: code & 1 == 1,
@@ -462,6 +473,7 @@ impl SmallBody {
                 | Op::PadSlice { .. }
                 | Op::Gather { .. }
                 | Op::Reduce { .. } => true,
+                Op::Solve { .. } => solve_geometry(graph, node).is_some(),
                 op => EwOp::from_op(op).is_some(),
             };
             if !translated || size > SMALL_ELEMENTS {
@@ -632,8 +644,14 @@ impl Code {
                 b,
                 module: &mut *module,
                 imports: HashMap::new(),
+                failed: None,
             };
             emit(&mut e, &args)?;
+            if let Some(block) = e.failed {
+                e.b.switch_to_block(block);
+                let failed = e.b.ins().iconst(types::I64, FAILED as i64);
+                e.b.ins().return_(&[failed]);
+            }
             e.b.seal_all_blocks();
             let config = e.module.target_config();
             e.b.finalize(config);
@@ -651,6 +669,8 @@ struct Emitter<'m, 'f> {
     module: &'m mut JITModule,
     /// The functions of `SYMBOLS` this function calls, declared on first use.
     imports: HashMap<&'static str, FuncRef>,
+    /// The block that returns [`FAILED`], made on first use.
+    failed: Option<cranelift_codegen::ir::Block>,
 }
 
 impl Emitter<'_, '_> {
@@ -855,6 +875,12 @@ impl Emitter<'_, '_> {
                     (0..n)
                         .map(|i| self.b.ins().f64const(data.get_f64(i)))
                         .collect()
+                }
+                Op::Solve { transpose_a } => {
+                    let (batch, n, k) = solve_geometry(graph, node)?;
+                    let (a, b) = (operand(0)?.clone(), operand(1)?.clone());
+                    let x = self.solve(&a, &b, (batch, n, k), *transpose_a)?;
+                    x.into_iter().map(|v| self.round(out.dtype, v)).collect()
                 }
                 Op::Reduce { kind, axes } => {
                     let x = operand(0)?.clone();
@@ -1128,6 +1154,46 @@ impl Emitter<'_, '_> {
         }
     }
 
+    /// `solve` of `batch` systems `a x = b` (`aᵀ x = b` when `transpose`) of `n` unknowns and
+    /// `k` right-hand sides by the CPU kernel's own function (through [`SOLVE`]), on copies
+    /// in stack memory; a singular matrix leaves the loop through the failure exit.
+    fn solve(
+        &mut self,
+        a: &[Value],
+        b: &[Value],
+        (batch, n, k): (usize, usize, usize),
+        transpose: bool,
+    ) -> Option<Vec<Value>> {
+        if a.len() != batch * n * n || b.len() != batch * n * k {
+            return None;
+        }
+        let (a_at, b_at, x_at) = (
+            self.stack_array(a.len()),
+            self.stack_array(b.len()),
+            self.stack_array(b.len()),
+        );
+        for (at, values) in [(a_at, a), (b_at, b)] {
+            for (j, &v) in values.iter().enumerate() {
+                self.b.ins().store(Self::flags(), v, at, offset(j));
+            }
+        }
+        let mut args = vec![a_at, b_at, x_at];
+        for v in [batch, n, k, transpose as usize] {
+            args.push(self.b.ins().iconst(types::I64, v as i64));
+        }
+        let status = self.call_returning(SOLVE, &args, types::I32)?;
+        let next = self.b.create_block();
+        let failed = *self.failed.get_or_insert_with(|| self.b.create_block());
+        self.b.ins().brif(status, failed, &[], next, &[]);
+        self.b.switch_to_block(next);
+        let flags = Self::flags();
+        Some(
+            (0..b.len())
+                .map(|j| self.b.ins().load(types::F64, flags, x_at, offset(j)))
+                .collect(),
+        )
+    }
+
     /// The address of a fresh float64 array of `len` elements in the function's stack frame.
     fn stack_array(&mut self, len: usize) -> Value {
         let bytes = u32::try_from(len.max(1) * 8).unwrap_or(u32::MAX);
@@ -1335,6 +1401,11 @@ impl Emitter<'_, '_> {
 
     /// Calls the symbol `name` (float64 operands, except `powi`'s int32 exponent).
     fn call(&mut self, name: &'static str, args: &[Value]) -> Option<Value> {
+        self.call_returning(name, args, types::F64)
+    }
+
+    /// Calls the symbol `name`, which returns a `ret`.
+    fn call_returning(&mut self, name: &'static str, args: &[Value], ret: Type) -> Option<Value> {
         let callee = match self.imports.get(name) {
             Some(&f) => f,
             None => {
@@ -1343,7 +1414,7 @@ impl Emitter<'_, '_> {
                     sig.params
                         .push(AbiParam::new(self.b.func.dfg.value_type(a)));
                 }
-                sig.returns.push(AbiParam::new(types::F64));
+                sig.returns.push(AbiParam::new(ret));
                 let id = self
                     .module
                     .declare_function(name, Linkage::Import, &sig)
@@ -1364,6 +1435,58 @@ fn offset(j: usize) -> i32 {
 }
 
 const POWI: &str = "quabla_powi";
+const SOLVE: &str = "quabla_solve";
+
+/// The batch, unknowns and right-hand sides of a `solve` node whose matrix is `[..., n, n]` and
+/// right-hand side `[..., n, k]` with the same batch extents (what the code generator takes).
+fn solve_geometry(graph: &Graph, node: &quabla_ir::Node) -> Option<(usize, usize, usize)> {
+    let a = graph.node(*node.operands.first()?).ty.shape.dims();
+    let b = graph.node(*node.operands.get(1)?).ty.shape.dims();
+    let (ra, rb) = (a.len(), b.len());
+    if ra < 2
+        || ra != rb
+        || a[..ra - 2] != b[..rb - 2]
+        || a[ra - 1] != a[ra - 2]
+        || b[rb - 2] != a[ra - 1]
+    {
+        return None;
+    }
+    Some((a[..ra - 2].iter().product(), a[ra - 1], b[rb - 1]))
+}
+
+/// `solve` as the CPU kernel computes it (`quabla_linalg`'s LU factors of `a`, then their
+/// solve), on float64 arrays: `a` of `batch × n × n`, `b` and `x` of `batch × n × k`. Returns 0,
+/// or 1 when a matrix is singular (or anything else went wrong: nothing unwinds out of here).
+extern "C" fn solve_shim(
+    a: *const f64,
+    b: *const f64,
+    x: *mut f64,
+    batch: u64,
+    n: u64,
+    k: u64,
+    transpose: u64,
+) -> u32 {
+    let solved = std::panic::catch_unwind(|| {
+        let (batch, n, k) = (batch as usize, n as usize, k as usize);
+        // SAFETY: the generated code passes stack arrays of exactly these lengths.
+        let (a, b, x) = unsafe {
+            (
+                std::slice::from_raw_parts(a, batch * n * n),
+                std::slice::from_raw_parts(b, batch * n * k),
+                std::slice::from_raw_parts_mut(x, batch * n * k),
+            )
+        };
+        let solution = quabla_linalg::lu_factor(a, batch, n)
+            .and_then(|lu| lu.solve(b, k, transpose != 0))
+            .ok()?;
+        crate::kernels::matmul::clear_upper_vector_state();
+        (solution.len() == x.len()).then(|| x.copy_from_slice(&solution))
+    });
+    match solved {
+        Ok(Some(())) => 0,
+        _ => 1,
+    }
+}
 const MAXIMUM: &str = "quabla_maximum";
 const MINIMUM: &str = "quabla_minimum";
 
@@ -1450,6 +1573,7 @@ impl std::ops::Deref for Symbols {
 static SYMBOLS: std::sync::LazyLock<Symbols> = std::sync::LazyLock::new(|| {
     let mut all = unary_symbols();
     all.push((POWI, powi_shim as *const u8));
+    all.push((SOLVE, solve_shim as *const u8));
     all.push(("quabla_pow", pow_shim as *const u8));
     all.push(("quabla_atan2", atan2_shim as *const u8));
     all.push(("quabla_fmod", fmod_shim as *const u8));

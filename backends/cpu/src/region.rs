@@ -561,7 +561,9 @@ impl RegionStep {
     ) -> Result<Vec<Storage<'static>>> {
         let (nc, nk) = (scan.n_carry, scan.n_const);
         if let Some(native) = &scan.native {
-            return self.run_native_scan(scan, native, operands, shared, ws);
+            if let Some(values) = self.run_native_scan(scan, native, operands, shared, ws)? {
+                return Ok(values);
+            }
         }
         if let Some(sb) = &scan.body.scalar {
             return self.run_scalar_scan(scan, sb, operands, shared, ws);
@@ -646,7 +648,9 @@ impl RegionStep {
 
     /// A scan in machine code: the carries' and constants' elements as float64 arrays, the
     /// scanned operands read and the stacked outputs written in place, in chunks of at most
-    /// `SCALAR_CHECK_EVERY` iterations with a cancellation check before each.
+    /// `SCALAR_CHECK_EVERY` iterations with a cancellation check before each. `None` when a
+    /// kernel the code calls failed: the caller reruns the loop in the interpreter, which
+    /// raises that kernel's error as it always does.
     fn run_native_scan(
         &self,
         scan: &Scan,
@@ -654,12 +658,12 @@ impl RegionStep {
         operands: &[View<'_>],
         shared: &[bool],
         ws: &mut Workspace,
-    ) -> Result<Vec<Storage<'static>>> {
+    ) -> Result<Option<Vec<Storage<'static>>>> {
         let (nc, nk) = (scan.n_carry, scan.n_const);
         let mut carries = flat_f64(&operands[..nc]);
         let consts = flat_f64(&operands[nc..nc + nk]);
         let mut stacked = self.stacked_buffers(scan, shared, ws)?;
-        let looped = (|| -> Result<()> {
+        let looped = (|| -> Result<bool> {
             let xs = &operands[nc + nk..];
             let mut ys: Vec<ViewMut<'_>> = stacked.iter_mut().map(|b| b.view_mut()).collect();
             let mut done = 0;
@@ -672,27 +676,31 @@ impl RegionStep {
                     (done, 1, count)
                 };
                 if !native.run((&mut carries, &consts), chunk, scan.start, xs, &mut ys) {
-                    return Err(internal("a native scan was built for other values"));
+                    return Ok(false);
                 }
                 done += count;
             }
-            Ok(())
+            Ok(true)
         })();
-        let carried = looped.and_then(|()| unflatten(&carries, &operands[..nc], ws));
+        let carried = looped.and_then(|finished| {
+            finished
+                .then(|| unflatten(&carries, &operands[..nc], ws))
+                .transpose()
+        });
         let carried = match carried {
-            Ok(c) => c,
-            Err(e) => {
+            Ok(Some(c)) => c,
+            other => {
                 for b in stacked {
                     ws.pool.recycle(Storage::Owned(b));
                 }
-                return Err(e);
+                return other.map(|_| None);
             }
         };
         let mut by_output: Vec<Option<Storage<'_>>> = carried.into_iter().map(Some).collect();
         by_output.extend(stacked.into_iter().map(|b| Some(Storage::Owned(b))));
         let mut positions: Vec<usize> = (0..nc).collect();
         positions.extend(scan.ys.iter().map(|y| y.output));
-        self.collect(by_output, &positions, ws)
+        self.collect(by_output, &positions, ws).map(Some)
     }
 
     /// A scan whose body has a scalar form: every carry, constant, slice and stacked element
@@ -885,7 +893,11 @@ impl RegionStep {
         threads: usize,
     ) -> Result<Vec<Storage<'static>>> {
         if let Some(native) = native {
-            return self.run_native_while((n_carry, max_trips), native, operands, ws);
+            if let Some(values) =
+                self.run_native_while((n_carry, max_trips), native, operands, ws)?
+            {
+                return Ok(values);
+            }
         }
         if let (Some(c), Some(b)) = (&cond.scalar, &body.scalar) {
             return self.run_scalar_while((n_carry, max_trips), (c, b), operands, ws);
@@ -922,14 +934,15 @@ impl RegionStep {
 
     /// A while loop in machine code: the carries' and constants' elements as float64 arrays,
     /// run in chunks of at most `SCALAR_CHECK_EVERY` trips (each one predicate check and body
-    /// run) with a cancellation check before each chunk, as the scalar form checks.
+    /// run) with a cancellation check before each chunk, as the scalar form checks. `None`
+    /// when a kernel the code calls failed: the caller reruns the loop in the interpreter.
     fn run_native_while(
         &self,
         (n_carry, max_trips): (usize, Option<usize>),
         native: &NativeWhile,
         operands: &[View<'_>],
         ws: &mut Workspace,
-    ) -> Result<Vec<Storage<'static>>> {
+    ) -> Result<Option<Vec<Storage<'static>>>> {
         let mut carries = flat_f64(&operands[..n_carry]);
         let consts = flat_f64(&operands[n_carry..]);
         let mut trips: usize = 0;
@@ -937,9 +950,9 @@ impl RegionStep {
             ws.cancel.check()?;
             let most =
                 max_trips.map_or(SCALAR_CHECK_EVERY, |m| (m - trips).min(SCALAR_CHECK_EVERY));
-            let chunk = native
-                .run(&mut carries, &consts, most)
-                .ok_or_else(|| internal("a native while loop was built for other values"))?;
+            let Some(chunk) = native.run(&mut carries, &consts, most) else {
+                return Ok(None);
+            };
             trips += chunk.runs;
             if chunk.stopped {
                 break;
@@ -948,7 +961,7 @@ impl RegionStep {
         let values = unflatten(&carries, &operands[..n_carry], ws)?;
         let values: Vec<Option<Storage<'_>>> = values.into_iter().map(Some).collect();
         let positions: Vec<usize> = (0..n_carry).collect();
-        self.collect(values, &positions, ws)
+        self.collect(values, &positions, ws).map(Some)
     }
 
     /// A while loop whose predicate and body have scalar forms.

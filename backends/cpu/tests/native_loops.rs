@@ -628,3 +628,75 @@ fn scans_over_vector_slices_give_the_same_bits_native_and_interpreted() {
         check_both_ways(&format!("vector scan, reverse {reverse}"), &g, &[inputs]);
     }
 }
+
+/// A while loop whose body solves a small linear system: native code calls the CPU kernel's
+/// own solve and gives its bits; when the matrix turns singular, the loop reruns in the
+/// interpreter, which returns the kernel's typed error.
+#[test]
+fn solves_in_native_loops_give_the_kernel_bits_and_its_singular_error() {
+    let mat = TensorType::new(DType::F64, Shape::new(vec![2, 2]).unwrap());
+    let rhs = TensorType::new(DType::F64, Shape::new(vec![2, 1]).unwrap());
+    // carries (i, x[2, 1]), constants (limit, a[2, 2]): x <- solve(a - i * I0, x) + 1 where
+    // I0 = [[1, 0], [0, 0]].
+    let ins = [
+        scalar_type(DType::F64),
+        rhs.clone(),
+        scalar_type(DType::F64),
+        mat.clone(),
+    ];
+    let cond = graph(&ins, |b, p| {
+        vec![b.compare(Comparison::Less, p[0], p[2]).unwrap()]
+    });
+    let body = graph(&ins, |b, p| {
+        let (i, x, a) = (p[0], p[1], p[3]);
+        let e = b
+            .constant(
+                HostData::F64(vec![1.0, 0.0, 0.0, 0.0].into()),
+                Shape::new(vec![2, 2]).unwrap(),
+                false,
+            )
+            .unwrap();
+        let shift = b.binary(BinaryOp::Mul, e, i).unwrap();
+        let m = b.binary(BinaryOp::Sub, a, shift).unwrap();
+        let y = b.solve(m, x).unwrap();
+        let one = b.scalar(1.0, DType::F64, false);
+        let y = b.binary(BinaryOp::Add, y, one).unwrap();
+        let i = b.binary(BinaryOp::Add, i, one).unwrap();
+        vec![i, y]
+    });
+    let kind = RegionKind::While {
+        n_carry: 2,
+        cond: Arc::new(cond),
+        body: Arc::new(body),
+        max_trips: None,
+    };
+    let region = Arc::new(Region::new(kind, RegionForm::While, 0).unwrap());
+    let g = calling(&region);
+    let x0 = HostTensor::new(
+        Shape::new(vec![2, 1]).unwrap(),
+        HostData::F64(vec![0.5, -1.0].into()),
+    );
+    let a = |d: f64| {
+        HostTensor::new(
+            Shape::new(vec![2, 2]).unwrap(),
+            HostData::F64(vec![d, 0.5, 0.5, 0.25].into()),
+        )
+    };
+    // det(a - i I0) = (d - i) / 4 - 1 / 4: regular for 20 trips from d = 30.5, exactly
+    // singular at the third trip from d = 3.
+    let regular = vec![
+        scalar(DType::F64, 0.0),
+        x0.clone(),
+        scalar(DType::F64, 20.0),
+        a(30.5),
+    ];
+    check_both_ways("solve in a while loop", &g, &[regular]);
+    let singular = vec![scalar(DType::F64, 0.0), x0, scalar(DType::F64, 5.0), a(3.0)];
+    for native_loops in [true, false] {
+        let err = compile(&g, native_loops).run(&singular).unwrap_err();
+        assert!(
+            matches!(err, quabla_backend::BackendError::Singular { .. }),
+            "native {native_loops}: {err}"
+        );
+    }
+}
