@@ -1,20 +1,27 @@
-//! Machine code for scalar loops. A `fori_loop`/`scan` or a `while_loop` whose bodies have a
-//! scalar form (`scalar.rs`) and that scans no operand and stacks no output is compiled with
-//! Cranelift into one native function that runs a chunk of iterations with its carries in
-//! machine registers: no value array, no per-op dispatch, no per-iteration call.
+//! Machine code for loops over small values. A `fori_loop`/`scan` or a `while_loop` whose
+//! bodies have a scalar form (`scalar.rs`) or whose values all have at most [`SMALL_ELEMENTS`]
+//! elements ([`SmallBody`]) is compiled with Cranelift into one native function that runs a
+//! chunk of iterations with its carries in machine registers, reading scanned slices and
+//! writing stacked slices in place: no value array, no per-op dispatch, no per-iteration call.
 //!
-//! The code computes exactly what the interpreter computes. It runs the same programs: the
-//! same IEEE operations on float64 values in the same order (Cranelift neither contracts a
-//! multiply and an add into one rounding nor reassociates float arithmetic), float32 nodes
-//! rounded after every operation, every stored value rounded to its dtype, and every
-//! function that is not one IEEE operation (`tanh`, `pow`, `powi`, ...) called by symbol:
-//! the `quabla_ir::eval` function the interpreter calls for that op. The conformance test
-//! `tests/native_loops.rs` runs every elementwise op both ways and compares bits.
+//! The code computes exactly what the interpreter computes: the same IEEE operations on
+//! float64 values in the same order (Cranelift neither contracts a multiply and an add into
+//! one rounding nor reassociates float arithmetic), float32 nodes rounded after every
+//! operation, every stored value rounded to its dtype, sums in the blocked order, and every
+//! function that is not one IEEE operation (`tanh`, `pow`, `powi`, `maximum`, the LU `solve`)
+//! called by symbol: the function the interpreter calls for that op. A scalar body is
+//! translated from its fused programs; a small body from its plan graph, node by node as
+//! `quabla_ir::eval::evaluate` defines each node, with the regions nested in it (`cond`,
+//! bounded loops) as branches and inner loops. `tests/native_loops.rs` runs every elementwise
+//! op, layout op, reduction and nesting both ways and compares bits.
 //!
 //! This module decides nothing about values and never fails a compile: a body it cannot
 //! translate, or a host Cranelift does not support, gets no native form and the interpreter
-//! runs the loop (`CpuExecutable::report` shows which). Cancellation stays with the caller,
-//! which runs the code in chunks of iterations and checks its flags between them.
+//! runs the loop (`CpuExecutable::report` shows which). A kernel that fails inside the code
+//! (a singular `solve`) leaves it through a failure exit, and the caller reruns the loop in the
+//! interpreter, which raises the kernel's error. Cancellation stays with the caller, which runs
+//! the code in chunks of iterations and checks its flags between them; loops nested in a body
+//! are bounded ([`NESTED_TRIPS`]) so that a chunk ends soon.
 
 use crate::buffer::{View, ViewMut};
 use crate::kernels::elementwise::{EwOp, Instr, Program, Src};
