@@ -264,7 +264,7 @@ impl CpuExecutable {
             stats.fused_groups,
             plural(stats.fused_groups)
         );
-        self.schedule.describe_regions(1, &mut out);
+        self.schedule.describe_regions(1, &mut out, false);
         out
     }
 

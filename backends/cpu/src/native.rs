@@ -73,32 +73,32 @@ const FAILED: u64 = u64::MAX;
 /// The scan to compile: the elements of each carry and loop constant, the dtype of the index,
 /// the dtype and slice length of each scanned operand, and, for each stacked output, the body
 /// output that fills it, its dtype and its slice length.
-#[derive(Debug)]
-pub(crate) struct ScanShape<'a> {
-    pub carries: &'a [usize],
-    pub consts: &'a [usize],
+#[derive(Clone, Debug)]
+pub(crate) struct ScanShape {
+    pub carries: Vec<usize>,
+    pub consts: Vec<usize>,
     pub index: DType,
-    pub xs: &'a [(DType, usize)],
-    pub ys: &'a [(usize, DType, usize)],
+    pub xs: Vec<(DType, usize)>,
+    pub ys: Vec<(usize, DType, usize)>,
 }
 
 impl NativeScan {
     /// The native form of a scan whose body (inputs: index, carries, constants, slices;
     /// outputs: the carries, then what the stacked outputs take) is `body`, or `None` when the
     /// body has something this module does not translate.
-    pub(crate) fn compile(body: LoopBody<'_>, scan: &ScanShape<'_>) -> Option<NativeScan> {
+    pub(crate) fn compile(body: LoopBody<'_>, scan: &ScanShape) -> Option<NativeScan> {
         let code = Code::build(&[types::I64; 8], Some(types::I64), |e, params| {
             let (carries_at, consts_at) = (params[0], params[1]);
             let (first, step, count, index0) = (params[2], params[3], params[4], params[5]);
             let (xs_at, ys_at) = (params[6], params[7]);
-            let constants = e.load_flat(consts_at, scan.consts);
+            let constants = e.load_flat(consts_at, &scan.consts);
             let xs: Vec<Value> = (0..scan.xs.len())
                 .map(|x| e.load_pointer(xs_at, x))
                 .collect();
             let ys: Vec<Value> = (0..scan.ys.len())
                 .map(|y| e.load_pointer(ys_at, y))
                 .collect();
-            let vars = e.carry_variables(carries_at, scan.carries);
+            let vars = e.carry_variables(carries_at, &scan.carries);
             let trip = e.b.declare_var(types::I64);
             let zero = e.b.ins().iconst(types::I64, 0);
             e.b.def_var(trip, zero);
@@ -118,11 +118,11 @@ impl NativeScan {
             let mut inputs = vec![vec![e.round(scan.index, index)]];
             inputs.extend(e.use_carries(&vars));
             inputs.extend(constants.iter().cloned());
-            for (&base, &(dtype, len)) in xs.iter().zip(scan.xs) {
+            for (&base, &(dtype, len)) in xs.iter().zip(&scan.xs) {
                 inputs.push(e.load_slice(base, k, dtype, len));
             }
             let outs = e.loop_body(body, &inputs)?;
-            for (&base, &(output, dtype, len)) in ys.iter().zip(scan.ys) {
+            for (&base, &(output, dtype, len)) in ys.iter().zip(&scan.ys) {
                 let values = outs.get(output)?;
                 if values.len() != len {
                     return None;
@@ -145,7 +145,7 @@ impl NativeScan {
             code: Arc::new(code),
             carry_elements: scan.carries.iter().sum(),
             const_elements: scan.consts.iter().sum(),
-            xs: scan.xs.to_vec(),
+            xs: scan.xs.clone(),
             ys: scan.ys.iter().map(|y| (y.1, y.2)).collect(),
         })
     }
@@ -587,6 +587,14 @@ fn isa() -> Option<OwnedTargetIsa> {
     ISA.get_or_init(|| {
         let mut flags = settings::builder();
         flags.set("opt_level", "speed").ok()?;
+        // The IR verifier checks the code generator's own output: on in test (debug) builds,
+        // off in release builds, where it was a tenth of compile time.
+        let verify = if cfg!(debug_assertions) {
+            "true"
+        } else {
+            "false"
+        };
+        flags.set("enable_verifier", verify).ok()?;
         flags.set("use_colocated_libcalls", "false").ok()?;
         flags.set("is_pic", "false").ok()?;
         cranelift_native::builder()

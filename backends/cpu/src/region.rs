@@ -42,6 +42,7 @@ use crate::scalar::ScalarBody;
 use crate::schedule::{Build, Schedule};
 use quabla_backend::Result;
 use quabla_ir::{DType, Graph, NodeId, Plan, Region, RegionKind, TensorType};
+use std::sync::OnceLock;
 
 /// The most bytes of step-written values a loop body may hold at once to run in the swapping
 /// form: beyond it the steps' own work dwarfs the per-iteration bookkeeping, and releasing dead
@@ -85,8 +86,9 @@ enum Exec {
         body: Body,
         /// The swapping form's carry slots of `body`, when it qualifies.
         swaps: Option<Vec<Swap>>,
-        /// The loop in machine code, when both bodies have scalar forms.
-        native: Option<NativeWhile>,
+        /// The loop in machine code, when both bodies can be translated: the elements of the
+        /// carries and of the loop constants.
+        native: LazyNative<(Vec<usize>, Vec<usize>), NativeWhile>,
     },
 }
 
@@ -105,9 +107,64 @@ struct Scan {
     index_dtype: DType,
     /// The swapping form's carry slots, when the body qualifies.
     swaps: Option<Vec<Swap>>,
-    /// The loop in machine code, when the body has a scalar form and the scan has no scanned
-    /// operands or stacked outputs.
-    native: Option<NativeScan>,
+    /// The loop in machine code, when the body can be translated.
+    native: LazyNative<ScanShape, NativeScan>,
+}
+
+/// A loop's machine code, compiled at the loop's first run rather than with the plan: a loop
+/// nested in a body that runs as machine code never runs on its own (its code is part of the
+/// enclosing loop's), so compiling it with the plan was wasted work (most of the compile time
+/// of a gradient through an adaptive ODE solve), and a loop on a branch never taken costs
+/// nothing.
+#[derive(Clone, Debug)]
+struct LazyNative<S, T> {
+    /// What the compile needs beyond the bodies; `None` when the loop stays interpreted.
+    shape: Option<S>,
+    /// The code, once compiled (`None` inside when the compile declined).
+    code: OnceLock<Option<T>>,
+}
+
+impl<S, T> Default for LazyNative<S, T> {
+    fn default() -> Self {
+        LazyNative {
+            shape: None,
+            code: OnceLock::new(),
+        }
+    }
+}
+
+impl<S, T> LazyNative<S, T> {
+    fn wanted(shape: S) -> Self {
+        LazyNative {
+            shape: Some(shape),
+            code: OnceLock::new(),
+        }
+    }
+
+    /// The code, compiled by `compile` on first use.
+    fn get(&self, compile: impl FnOnce(&S) -> Option<T>) -> Option<&T> {
+        let shape = self.shape.as_ref()?;
+        self.code.get_or_init(|| compile(shape)).as_ref()
+    }
+}
+
+impl Scan {
+    /// The scan's machine code, compiled on first use.
+    fn native(&self) -> Option<&NativeScan> {
+        self.native
+            .get(|shape| NativeScan::compile(self.body.translatable()?, shape))
+    }
+}
+
+/// The machine code of a while loop, compiled on first use.
+fn native_while<'a>(
+    native: &'a LazyNative<(Vec<usize>, Vec<usize>), NativeWhile>,
+    cond: &Body,
+    body: &Body,
+) -> Option<&'a NativeWhile> {
+    native.get(|(carries, consts)| {
+        NativeWhile::compile(cond.translatable()?, body.translatable()?, carries, consts)
+    })
 }
 
 /// Where a carry lives in the swapping form: the body's input slot (`None` when the body
@@ -139,9 +196,17 @@ struct Body {
     schedule: Schedule,
     take: Vec<bool>,
     scalar: Option<ScalarBody>,
-    /// The plan graph of a body without a scalar form whose values are all small, for the
-    /// machine code of a loop (`native.rs`).
-    small: Option<SmallBody>,
+    /// For a body without a scalar form (when machine code is on): its plan graph, from which
+    /// the small form of `native.rs` is built when a loop's code is first needed.
+    small: Option<SmallSource>,
+}
+
+/// A body's plan graph and, once built, its small form (`None` inside when it has none).
+#[derive(Clone, Debug)]
+struct SmallSource {
+    graph: Graph,
+    inputs: usize,
+    form: OnceLock<Option<SmallBody>>,
 }
 
 impl Body {
@@ -182,10 +247,13 @@ impl Body {
         } else {
             ScalarBody::new(&schedule, &output_types)
         };
-        let small = if build.native && scalar.is_none() {
-            SmallBody::new(plan.graph(), graph.inputs().count())
-        } else {
-            None
+        let small = match (build.native, &scalar) {
+            (true, None) => Some(SmallSource {
+                graph: plan.graph().clone(),
+                inputs: graph.inputs().count(),
+                form: OnceLock::new(),
+            }),
+            _ => None,
         };
         Ok(Body {
             schedule,
@@ -195,11 +263,21 @@ impl Body {
         })
     }
 
-    /// The form of the body the machine code of a loop is made from, if any.
+    /// Whether machine code may be made from the body (it is then built on first use).
+    fn may_translate(&self) -> bool {
+        self.scalar.is_some() || self.small.is_some()
+    }
+
+    /// The form of the body the machine code of a loop is made from, if any (the small form
+    /// is built here, on first use).
     fn translatable(&self) -> Option<LoopBody<'_>> {
         match (&self.scalar, &self.small) {
             (Some(scalar), _) => Some(LoopBody::Scalar(scalar)),
-            (None, Some(small)) => Some(LoopBody::Small(small)),
+            (None, Some(source)) => source
+                .form
+                .get_or_init(|| SmallBody::new(&source.graph, source.inputs))
+                .as_ref()
+                .map(LoopBody::Small),
             (None, None) => None,
         }
     }
@@ -278,28 +356,37 @@ impl Body {
 impl RegionStep {
     /// Appends how the region runs to `out` for `CpuExecutable::report`: one line at
     /// indentation `depth`, then the regions nested in its bodies one level deeper.
-    pub(crate) fn describe(&self, depth: usize, out: &mut String) {
+    pub(crate) fn describe(&self, depth: usize, out: &mut String, inside_native: bool) {
         use std::fmt::Write;
         let pad = "  ".repeat(depth);
-        let bodies: Vec<&Body> = match &self.exec {
+        // A loop inside machine code is part of the enclosing loop's code.
+        let inside = "in the enclosing loop's machine code";
+        let (bodies, native): (Vec<&Body>, bool) = match &self.exec {
             Exec::Cond {
                 then_branch,
                 else_branch,
             } => {
-                let _ = writeln!(out, "{pad}{}: the taken branch's steps", self.form);
-                vec![then_branch, else_branch]
+                let how = if inside_native {
+                    inside
+                } else {
+                    "the taken branch's steps"
+                };
+                let _ = writeln!(out, "{pad}{}: {how}", self.form);
+                (vec![then_branch, else_branch], false)
             }
             Exec::Scan(scan) => {
-                let how = match scan.native {
-                    Some(_) => "native code",
-                    None => scan.body.form(scan.swaps.is_some()),
+                let native = !inside_native && scan.native().is_some();
+                let how = match (inside_native, native) {
+                    (true, _) => inside,
+                    (false, true) => "native code",
+                    (false, false) => scan.body.form(scan.swaps.is_some()),
                 };
                 let _ = writeln!(
                     out,
                     "{pad}{} ({} iterations): {how}",
                     self.form, scan.length
                 );
-                vec![&scan.body]
+                (vec![&scan.body], native)
             }
             Exec::While {
                 cond,
@@ -308,16 +395,19 @@ impl RegionStep {
                 native,
                 ..
             } => {
-                let how = match native {
-                    Some(_) => "native code",
-                    None => body.form(swaps.is_some()),
+                let native = !inside_native && native_while(native, cond, body).is_some();
+                let how = match (inside_native, native) {
+                    (true, _) => inside,
+                    (false, true) => "native code",
+                    (false, false) => body.form(swaps.is_some()),
                 };
                 let _ = writeln!(out, "{pad}{}: {how}", self.form);
-                vec![cond, body]
+                (vec![cond, body], native)
             }
         };
         for body in bodies {
-            body.schedule.describe_regions(depth + 1, out);
+            body.schedule
+                .describe_regions(depth + 1, out, inside_native || native);
         }
     }
 
@@ -393,32 +483,27 @@ impl RegionStep {
                     .collect();
                 let body = Body::compile(&s.body, &selected, s.n_carry, &rebound, build)?;
                 let swaps = body.swaps(1, s.n_carry);
-                let native = match body.translatable() {
-                    Some(form) if build.native => {
-                        let operands = region.operand_types();
-                        let lens = |ts: &[TensorType]| -> Vec<usize> {
-                            ts.iter().map(|t| t.shape.size()).collect()
-                        };
-                        let (nc, nk) = (s.n_carry, s.n_const);
-                        let xs: Vec<(DType, usize)> = operands
+                let native = if build.native && body.may_translate() {
+                    let operands = region.operand_types();
+                    let lens = |ts: &[TensorType]| -> Vec<usize> {
+                        ts.iter().map(|t| t.shape.size()).collect()
+                    };
+                    let (nc, nk) = (s.n_carry, s.n_const);
+                    LazyNative::wanted(ScanShape {
+                        carries: lens(operands.get(..nc).unwrap_or_default()),
+                        consts: lens(operands.get(nc..nc + nk).unwrap_or_default()),
+                        index: s.index_dtype(),
+                        xs: operands
                             .get(nc + nk..)
                             .unwrap_or_default()
                             .iter()
                             .zip(&xs_len)
                             .map(|(t, &len)| (t.dtype, len))
-                            .collect();
-                        let stacked: Vec<(usize, DType, usize)> =
-                            ys.iter().map(|y| (y.body_output, y.dtype, y.len)).collect();
-                        let shape = ScanShape {
-                            carries: &lens(operands.get(..nc).unwrap_or_default()),
-                            consts: &lens(operands.get(nc..nc + nk).unwrap_or_default()),
-                            index: s.index_dtype(),
-                            xs: &xs,
-                            ys: &stacked,
-                        };
-                        NativeScan::compile(form, &shape)
-                    }
-                    _ => None,
+                            .collect(),
+                        ys: ys.iter().map(|y| (y.body_output, y.dtype, y.len)).collect(),
+                    })
+                } else {
+                    LazyNative::default()
                 };
                 Exec::Scan(Box::new(Scan {
                     body,
@@ -444,17 +529,16 @@ impl RegionStep {
                 let carries: Vec<usize> = (0..*n_carry).collect();
                 let body = Body::compile(body, &carries, *n_carry, &rebound, build)?;
                 let cond = Body::compile(cond, &[0], 0, &rebound, build)?;
-                let native = match (cond.translatable(), body.translatable()) {
-                    (Some(c), Some(b)) if build.native => {
-                        let lens: Vec<usize> = region
-                            .operand_types()
-                            .iter()
-                            .map(|t| t.shape.size())
-                            .collect();
-                        let (carries, consts) = lens.split_at((*n_carry).min(lens.len()));
-                        NativeWhile::compile(c, b, carries, consts)
-                    }
-                    _ => None,
+                let native = if build.native && cond.may_translate() && body.may_translate() {
+                    let lens: Vec<usize> = region
+                        .operand_types()
+                        .iter()
+                        .map(|t| t.shape.size())
+                        .collect();
+                    let (carries, consts) = lens.split_at((*n_carry).min(lens.len()));
+                    LazyNative::wanted((carries.to_vec(), consts.to_vec()))
+                } else {
+                    LazyNative::default()
                 };
                 Exec::While {
                     n_carry: *n_carry,
@@ -502,7 +586,7 @@ impl RegionStep {
                 native,
             } => self.run_while(
                 (*n_carry, *max_trips),
-                (cond, body, native.as_ref()),
+                (cond, body, native_while(native, cond, body)),
                 swaps.as_deref(),
                 operands,
                 ws,
@@ -560,7 +644,7 @@ impl RegionStep {
         threads: usize,
     ) -> Result<Vec<Storage<'static>>> {
         let (nc, nk) = (scan.n_carry, scan.n_const);
-        if let Some(native) = &scan.native {
+        if let Some(native) = scan.native() {
             if let Some(values) = self.run_native_scan(scan, native, operands, shared, ws)? {
                 return Ok(values);
             }

@@ -135,10 +135,11 @@ pub(crate) struct Step {
 
 impl Schedule {
     /// Appends how each region step runs (`RegionStep::describe`) at indentation `depth`.
-    pub(crate) fn describe_regions(&self, depth: usize, out: &mut String) {
+    /// `inside_native`: the schedule is a body of a loop that runs as machine code.
+    pub(crate) fn describe_regions(&self, depth: usize, out: &mut String, inside_native: bool) {
         for step in &self.steps {
             if let StepKind::Region(r) = &step.kind {
-                r.describe(depth, out);
+                r.describe(depth, out, inside_native);
             }
         }
     }
