@@ -622,7 +622,13 @@ impl Code {
             builder.symbol(name, ptr);
         }
         let mut module = JITModule::new(builder);
-        let built = Code::define(&mut module, params, ret, emit);
+        // A panic in the code generator (a bug, never an input's fault) must not take the run
+        // down: the loop then stays in the interpreter. The module is dropped without freeing
+        // its memory in that case, which leaks it rather than risk freeing code in use.
+        let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            Code::define(&mut module, params, ret, emit)
+        }))
+        .ok()?;
         match built {
             Some(entry) => Some(Code {
                 module: Some(module),
