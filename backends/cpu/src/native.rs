@@ -30,7 +30,7 @@ use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
     types, AbiParam, FuncRef, InstBuilder, MemFlagsData, Signature, Type, Value,
 };
-use cranelift_codegen::ir::{StackSlotData, StackSlotKind};
+use cranelift_codegen::ir::{Block, StackSlotData, StackSlotKind};
 use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
@@ -99,18 +99,8 @@ impl NativeScan {
                 .map(|y| e.load_pointer(ys_at, y))
                 .collect();
             let vars = e.carry_variables(carries_at, &scan.carries);
-            let trip = e.b.declare_var(types::I64);
-            let zero = e.b.ins().iconst(types::I64, 0);
-            e.b.def_var(trip, zero);
-            let (header, run, exit) = (e.b.create_block(), e.b.create_block(), e.b.create_block());
-            e.b.ins().jump(header, &[]);
-
-            e.b.switch_to_block(header);
+            let (trip, header, exit) = e.counted_loop(count);
             let i = e.b.use_var(trip);
-            let more = e.b.ins().icmp(IntCC::UnsignedLessThan, i, count);
-            e.b.ins().brif(more, run, &[], exit, &[]);
-
-            e.b.switch_to_block(run);
             let offset = e.b.ins().imul(i, step);
             let k = e.b.ins().iadd(first, offset);
             let index = e.b.ins().iadd(k, index0);
@@ -130,9 +120,7 @@ impl NativeScan {
                 e.store_slice(base, k, dtype, values);
             }
             e.set_carries(&vars, &outs)?;
-            let next = e.b.ins().iadd_imm_s(i, 1);
-            e.b.def_var(trip, next);
-            e.b.ins().jump(header, &[]);
+            e.next_trip(trip, header);
 
             e.b.switch_to_block(exit);
             let all: Vec<Variable> = vars.iter().flatten().copied().collect();
@@ -257,27 +245,14 @@ impl NativeWhile {
                 let (carries_at, consts_at, count) = (params[0], params[1], params[2]);
                 let constants = e.load_flat(consts_at, consts);
                 let vars = e.carry_variables(carries_at, carries);
-                let runs = e.b.declare_var(types::I64);
-                let zero = e.b.ins().iconst(types::I64, 0);
-                e.b.def_var(runs, zero);
-                let header = e.b.create_block();
-                let test = e.b.create_block();
-                let run = e.b.create_block();
-                let full = e.b.create_block();
-                let stop = e.b.create_block();
-                e.b.ins().jump(header, &[]);
-
-                e.b.switch_to_block(header);
-                let r = e.b.use_var(runs);
-                let more = e.b.ins().icmp(IntCC::UnsignedLessThan, r, count);
-                e.b.ins().brif(more, test, &[], full, &[]);
-
                 let inputs = |e: &mut Emitter<'_, '_>| {
                     let mut inputs = e.use_carries(&vars);
                     inputs.extend(constants.iter().cloned());
                     inputs
                 };
-                e.b.switch_to_block(test);
+                // The bodies run so far; `full` after `count` of them.
+                let (runs, header, full) = e.counted_loop(count);
+                let (run, stop) = (e.b.create_block(), e.b.create_block());
                 let given = inputs(e);
                 let p = *e.loop_body(cond, &given)?.first()?.first()?;
                 let zero = e.b.ins().f64const(0.0);
@@ -292,10 +267,7 @@ impl NativeWhile {
                     return None;
                 }
                 e.set_carries(&vars, &outs)?;
-                let r = e.b.use_var(runs);
-                let next = e.b.ins().iadd_imm_s(r, 1);
-                e.b.def_var(runs, next);
-                e.b.ins().jump(header, &[]);
+                e.next_trip(runs, header);
 
                 let all: Vec<Variable> = vars.iter().flatten().copied().collect();
                 for (block, stopped) in [(full, 0), (stop, 1)] {
@@ -1027,18 +999,7 @@ impl Emitter<'_, '_> {
                 ys,
             } => {
                 let (nc, nk) = (*n_carry, *n_const);
-                let vars: Vec<Vec<Variable>> = operands[..nc]
-                    .iter()
-                    .map(|c| {
-                        c.iter()
-                            .map(|&v| {
-                                let var = self.b.declare_var(types::F64);
-                                self.b.def_var(var, v);
-                                var
-                            })
-                            .collect()
-                    })
-                    .collect();
+                let vars = self.variables(&operands[..nc]);
                 // Scanned operands and stacked outputs live in stack memory, indexed by the
                 // iteration.
                 let xs: Vec<(Value, usize)> = operands[nc + nk..]
@@ -1055,25 +1016,9 @@ impl Emitter<'_, '_> {
                     .iter()
                     .map(|&len| (self.stack_array(len * length), len))
                     .collect();
-                let trip = self.b.declare_var(types::I64);
-                let zero = self.b.ins().iconst(types::I64, 0);
-                self.b.def_var(trip, zero);
-                let (header, run, exit) = (
-                    self.b.create_block(),
-                    self.b.create_block(),
-                    self.b.create_block(),
-                );
-                self.b.ins().jump(header, &[]);
-
-                self.b.switch_to_block(header);
+                let bound = self.b.ins().iconst(types::I64, *length as i64);
+                let (trip, header, exit) = self.counted_loop(bound);
                 let i = self.b.use_var(trip);
-                let more = self
-                    .b
-                    .ins()
-                    .icmp_imm_u(IntCC::UnsignedLessThan, i, *length as i64);
-                self.b.ins().brif(more, run, &[], exit, &[]);
-
-                self.b.switch_to_block(run);
                 let k = if *reverse {
                     let last = self.b.ins().iconst(types::I64, *length as i64 - 1);
                     self.b.ins().isub(last, i)
@@ -1096,9 +1041,7 @@ impl Emitter<'_, '_> {
                     self.store_slice(base, k, DType::F64, out);
                 }
                 self.set_carries(&vars, &outs)?;
-                let next = self.b.ins().iadd_imm_s(i, 1);
-                self.b.def_var(trip, next);
-                self.b.ins().jump(header, &[]);
+                self.next_trip(trip, header);
 
                 self.b.switch_to_block(exit);
                 let mut results = self.use_carries(&vars);
@@ -1118,40 +1061,12 @@ impl Emitter<'_, '_> {
                 n_carry,
                 max_trips,
             } => {
-                let vars: Vec<Vec<Variable>> = operands[..*n_carry]
-                    .iter()
-                    .map(|c| {
-                        c.iter()
-                            .map(|&v| {
-                                let var = self.b.declare_var(types::F64);
-                                self.b.def_var(var, v);
-                                var
-                            })
-                            .collect()
-                    })
-                    .collect();
+                let vars = self.variables(&operands[..*n_carry]);
                 let consts = &operands[*n_carry..];
-                let trips = self.b.declare_var(types::I64);
-                let zero = self.b.ins().iconst(types::I64, 0);
-                self.b.def_var(trips, zero);
-                let (header, test, run, exit) = (
-                    self.b.create_block(),
-                    self.b.create_block(),
-                    self.b.create_block(),
-                    self.b.create_block(),
-                );
-                self.b.ins().jump(header, &[]);
-
                 // As the interpreter: stop at the bound before testing the predicate.
-                self.b.switch_to_block(header);
-                let t = self.b.use_var(trips);
-                let more = self
-                    .b
-                    .ins()
-                    .icmp_imm_u(IntCC::UnsignedLessThan, t, *max_trips as i64);
-                self.b.ins().brif(more, test, &[], exit, &[]);
-
-                self.b.switch_to_block(test);
+                let bound = self.b.ins().iconst(types::I64, *max_trips as i64);
+                let (trips, header, exit) = self.counted_loop(bound);
+                let run = self.b.create_block();
                 let mut inputs = self.use_carries(&vars);
                 inputs.extend(consts.iter().cloned());
                 let p = *self.small(cond, &inputs)?.first()?.first()?;
@@ -1164,10 +1079,7 @@ impl Emitter<'_, '_> {
                 inputs.extend(consts.iter().cloned());
                 let outs = self.small(body, &inputs)?;
                 self.set_carries(&vars, &outs)?;
-                let t = self.b.use_var(trips);
-                let next = self.b.ins().iadd_imm_s(t, 1);
-                self.b.def_var(trips, next);
-                self.b.ins().jump(header, &[]);
+                self.next_trip(trips, header);
 
                 self.b.switch_to_block(exit);
                 Some(self.use_carries(&vars))
@@ -1213,6 +1125,51 @@ impl Emitter<'_, '_> {
                 .map(|j| self.b.ins().load(types::F64, flags, x_at, offset(j)))
                 .collect(),
         )
+    }
+
+    /// One variable per element of each of `values`, holding it.
+    fn variables(&mut self, values: &[Vec<Value>]) -> Vec<Vec<Variable>> {
+        values
+            .iter()
+            .map(|c| {
+                c.iter()
+                    .map(|&v| {
+                        let var = self.b.declare_var(types::F64);
+                        self.b.def_var(var, v);
+                        var
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Starts a counted loop: a trip counter from 0 and a header block that goes on to a
+    /// fresh block, where the builder is left, while the counter is below `bound`, and to the
+    /// returned exit block after. Returns the counter, the header and the exit.
+    fn counted_loop(&mut self, bound: Value) -> (Variable, Block, Block) {
+        let trips = self.b.declare_var(types::I64);
+        let zero = self.b.ins().iconst(types::I64, 0);
+        self.b.def_var(trips, zero);
+        let (header, run, exit) = (
+            self.b.create_block(),
+            self.b.create_block(),
+            self.b.create_block(),
+        );
+        self.b.ins().jump(header, &[]);
+        self.b.switch_to_block(header);
+        let t = self.b.use_var(trips);
+        let more = self.b.ins().icmp(IntCC::UnsignedLessThan, t, bound);
+        self.b.ins().brif(more, run, &[], exit, &[]);
+        self.b.switch_to_block(run);
+        (trips, header, exit)
+    }
+
+    /// Ends an iteration of a counted loop: one more trip, back to its header.
+    fn next_trip(&mut self, trips: Variable, header: Block) {
+        let t = self.b.use_var(trips);
+        let next = self.b.ins().iadd_imm_s(t, 1);
+        self.b.def_var(trips, next);
+        self.b.ins().jump(header, &[]);
     }
 
     /// The address of a fresh float64 array of `len` elements in the function's stack frame.
