@@ -7,13 +7,14 @@
 
 mod common;
 
+use common::graph;
+
 use common::shape;
 use quabla_backend::cancel::{self, CancelToken};
 use quabla_backend::{Backend, BackendError, Executable, HostTensor};
 use quabla_cpu::CpuBackend;
 use quabla_ir::{
-    Comparison, DType, Graph, GraphBuilder, HostData, NodeId, Plan, Region, RegionForm, RegionKind,
-    ScanBody, TensorType,
+    Comparison, DType, HostData, Plan, Region, RegionForm, RegionKind, ScanBody, TensorType,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,20 +29,6 @@ const HUNG: Duration = Duration::from_secs(20);
 
 fn tt(dtype: DType, dims: &[usize]) -> TensorType {
     TensorType::new(dtype, shape(dims))
-}
-
-fn graph(
-    inputs: &[TensorType],
-    f: impl FnOnce(&mut GraphBuilder, &[NodeId]) -> Vec<NodeId>,
-) -> Graph {
-    let mut b = GraphBuilder::new();
-    let ins: Vec<NodeId> = inputs
-        .iter()
-        .enumerate()
-        .map(|(k, t)| b.input(format!("in{k}"), t.clone()))
-        .collect();
-    let outs = f(&mut b, &ins);
-    b.finish(outs).unwrap()
 }
 
 /// A plan calling `region` on its inputs and returning every output.

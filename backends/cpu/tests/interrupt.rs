@@ -3,30 +3,15 @@
 
 mod common;
 
+use common::graph;
+
 use common::shape;
 use quabla_backend::cancel;
 use quabla_backend::{Backend, BackendError, HostTensor};
 use quabla_cpu::CpuBackend;
-use quabla_ir::{
-    Comparison, DType, Graph, GraphBuilder, HostData, NodeId, Plan, Region, RegionForm, RegionKind,
-    TensorType,
-};
+use quabla_ir::{Comparison, DType, HostData, Plan, Region, RegionForm, RegionKind, TensorType};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn graph(
-    inputs: &[TensorType],
-    f: impl FnOnce(&mut GraphBuilder, &[NodeId]) -> Vec<NodeId>,
-) -> Graph {
-    let mut b = GraphBuilder::new();
-    let ins: Vec<NodeId> = inputs
-        .iter()
-        .enumerate()
-        .map(|(k, t)| b.input(format!("in{k}"), t.clone()))
-        .collect();
-    let outs = f(&mut b, &ins);
-    b.finish(outs).unwrap()
-}
 
 /// `while i < limit: i += 1` over a rank-0 carry (the scalar form) or, with `wide`, a carry
 /// of 64 values next to it (the swapping form).

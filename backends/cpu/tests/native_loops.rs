@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::graph;
+
 use common::{assert_bitwise, Rng};
 use quabla_backend::{Executable, HostTensor};
 use quabla_cpu::{CpuBackend, CpuExecutable, CpuOptions};
@@ -21,20 +23,6 @@ fn scalar_type(dt: DType) -> TensorType {
 
 fn scalar(dt: DType, v: f64) -> HostTensor {
     HostTensor::new(Shape::scalar(), HostData::from_f64(dt, [v]))
-}
-
-fn graph(
-    inputs: &[TensorType],
-    f: impl FnOnce(&mut GraphBuilder, &[NodeId]) -> Vec<NodeId>,
-) -> Graph {
-    let mut b = GraphBuilder::new();
-    let ins: Vec<NodeId> = inputs
-        .iter()
-        .enumerate()
-        .map(|(k, t)| b.input(format!("in{k}"), t.clone()))
-        .collect();
-    let outs = f(&mut b, &ins);
-    b.finish(outs).unwrap()
 }
 
 /// A graph calling `region` on its inputs and returning every output.

@@ -10,13 +10,12 @@
 
 mod common;
 
+use common::graph;
+
 use common::shape;
 use quabla_backend::{Backend, BackendError, HostTensor};
 use quabla_cpu::CpuBackend;
-use quabla_ir::{
-    DType, Graph, GraphBuilder, HostData, NodeId, Plan, Region, RegionForm, RegionKind, ScanBody,
-    TensorType,
-};
+use quabla_ir::{DType, HostData, Plan, Region, RegionForm, RegionKind, ScanBody, TensorType};
 use std::sync::Arc;
 
 /// Elements of float64 in 2^50 bytes.
@@ -24,20 +23,6 @@ const HUGE: usize = 1 << 47;
 
 fn tt(dtype: DType, dims: &[usize]) -> TensorType {
     TensorType::new(dtype, shape(dims))
-}
-
-fn graph(
-    inputs: &[TensorType],
-    f: impl FnOnce(&mut GraphBuilder, &[NodeId]) -> Vec<NodeId>,
-) -> Graph {
-    let mut b = GraphBuilder::new();
-    let ins: Vec<NodeId> = inputs
-        .iter()
-        .enumerate()
-        .map(|(k, t)| b.input(format!("in{k}"), t.clone()))
-        .collect();
-    let outs = f(&mut b, &ins);
-    b.finish(outs).unwrap()
 }
 
 fn x3() -> HostTensor {

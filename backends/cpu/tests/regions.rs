@@ -7,6 +7,8 @@
 
 mod common;
 
+use common::graph;
+
 use common::{assert_bitwise, fused, random_finite, shape, single_thread, unfused, Rng};
 use quabla_backend::{Backend, BackendError, Executable, HostTensor};
 use quabla_cpu::{CpuBackend, CpuOptions};
@@ -25,21 +27,6 @@ fn tt(dtype: DType, dims: &[usize]) -> TensorType {
 fn call(b: &mut GraphBuilder, region: &Arc<Region>, operands: &[NodeId]) -> Vec<NodeId> {
     let n = region.output_types().len();
     b.push_region_calls(region.clone(), 0..n, operands).unwrap()
-}
-
-/// A graph whose inputs are `inputs` and whose outputs `f` returns.
-fn graph(
-    inputs: &[TensorType],
-    f: impl FnOnce(&mut GraphBuilder, &[NodeId]) -> Vec<NodeId>,
-) -> Graph {
-    let mut b = GraphBuilder::new();
-    let ins: Vec<NodeId> = inputs
-        .iter()
-        .enumerate()
-        .map(|(k, t)| b.input(format!("in{k}"), t.clone()))
-        .collect();
-    let outs = f(&mut b, &ins);
-    b.finish(outs).unwrap()
 }
 
 /// A graph calling `region` on its inputs (one per operand) and returning every output.

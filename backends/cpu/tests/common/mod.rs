@@ -6,7 +6,7 @@
 use quabla_backend::{Backend, HostTensor};
 use quabla_cpu::{CpuBackend, CpuOptions};
 
-use quabla_ir::{DType, Graph, HostData, Plan, Shape};
+use quabla_ir::{DType, Graph, GraphBuilder, HostData, NodeId, Plan, Shape, TensorType};
 
 /// The project's deterministic test generator.
 pub use quabla_random::testing::TestRng as Rng;
@@ -120,4 +120,19 @@ pub fn check_graph(context: &str, graph: &Graph, inputs: &[HostTensor]) {
             assert_bitwise(&format!("{context} ({label}) output {k}"), &g.data, w);
         }
     }
+}
+
+/// A graph whose inputs are `inputs` and whose outputs `f` returns.
+pub fn graph(
+    inputs: &[TensorType],
+    f: impl FnOnce(&mut GraphBuilder, &[NodeId]) -> Vec<NodeId>,
+) -> Graph {
+    let mut b = GraphBuilder::new();
+    let ins: Vec<NodeId> = inputs
+        .iter()
+        .enumerate()
+        .map(|(k, t)| b.input(format!("in{k}"), t.clone()))
+        .collect();
+    let outs = f(&mut b, &ins);
+    b.finish(outs).unwrap()
 }
