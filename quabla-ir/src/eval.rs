@@ -346,8 +346,9 @@ fn dot(idx: &[usize], strides: &[usize]) -> usize {
 }
 
 /// The kept position (row-major over the axes not in `axes`) of every element of `shape`, in
-/// row-major order, and the number of positions.
-fn kept_positions(shape: &Shape, axes: &[usize]) -> (usize, impl Iterator<Item = usize>) {
+/// row-major order, and the number of positions: the grouping every reduction over `axes`
+/// follows (backends that reduce element by element use it too).
+pub fn kept_positions(shape: &Shape, axes: &[usize]) -> (usize, impl Iterator<Item = usize>) {
     let dims = shape.dims();
     let kept: Vec<usize> = (0..dims.len()).filter(|a| !axes.contains(a)).collect();
     let kept_shape = Shape::new(kept.iter().map(|&a| dims[a]).collect::<Vec<_>>())

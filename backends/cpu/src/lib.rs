@@ -89,10 +89,10 @@ pub struct CpuOptions {
     /// Threads a large kernel may use (default: the available parallelism). Values do not
     /// depend on it.
     pub threads: usize,
-    /// Compile scalar loops (a `fori_loop`, `scan` or `while_loop` whose every carry and
-    /// value is one number, with no scanned operands or stacked outputs) to machine code with
-    /// Cranelift (on by default). Turning it off runs them in the interpreter; values are
-    /// identical either way. [`CpuExecutable::report`] says which loops run native code.
+    /// Compile loops over small values (a `fori_loop`, `scan` or `while_loop` whose values all
+    /// have at most 64 elements, with the regions nested in it) to machine code with Cranelift
+    /// at their first run (on by default). Turning it off runs them in the interpreter; values
+    /// are identical either way. [`CpuExecutable::report`] says which loops run native code.
     pub native_loops: bool,
 }
 

@@ -37,8 +37,8 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, Linkage, Module};
 use quabla_ir::eval::{
-    binary_f64, broadcast_values, evaluate, maximum_ieee, minimum_ieee, powi_f64, unary_f64,
-    HostValue, SUM_BLOCK, SUM_LANES,
+    binary_f64, broadcast_values, evaluate, kept_positions, maximum_ieee, minimum_ieee, powi_f64,
+    unary_f64, HostValue, SUM_BLOCK, SUM_LANES,
 };
 use quabla_ir::{
     BinaryOp, Comparison, DType, Graph, HostData, Op, Plan, Reducer, Region, RegionKind, Shape,
@@ -503,25 +503,15 @@ fn element_sources(
 }
 
 /// For each element of the result of a reduction of `shape` over `axes`, the operand's
-/// elements it reduces, in row-major order.
+/// elements it reduces, in row-major order (the grouping of `quabla_ir::eval`).
 fn reduced_groups(shape: &Shape, axes: &[usize], out_size: usize) -> Option<Vec<Vec<usize>>> {
-    let dims = shape.dims();
-    let kept: Vec<usize> = (0..dims.len()).filter(|a| !axes.contains(a)).collect();
-    let mut groups = vec![Vec::new(); out_size];
-    let mut index = vec![0usize; dims.len()];
-    for flat in 0..shape.size() {
-        let mut position = 0;
-        for &a in &kept {
-            position = position * dims[a] + index[a];
-        }
+    let (count, positions) = kept_positions(shape, axes);
+    if count != out_size {
+        return None;
+    }
+    let mut groups = vec![Vec::new(); count];
+    for (flat, position) in positions.enumerate() {
         groups.get_mut(position)?.push(flat);
-        for a in (0..dims.len()).rev() {
-            index[a] += 1;
-            if index[a] < dims[a] {
-                break;
-            }
-            index[a] = 0;
-        }
     }
     Some(groups)
 }

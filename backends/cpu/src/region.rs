@@ -11,9 +11,12 @@
 //! frame (a scanned operand's slice `k` is a subslice, never a copy), and each iteration reruns
 //! the same compiled steps. Nothing is validated or converted per iteration, and in steady
 //! state the loop machinery allocates nothing per iteration (a kernel that needs scratch of
-//! its own, or a region nested in the body, allocates as it would in a plan). Three forms, the
+//! its own, or a region nested in the body, allocates as it would in a plan). Four forms, the
 //! first that applies:
 //!
+//! - **Machine code** (`native.rs`; loops whose values all have at most 64 elements): compiled
+//!   at the loop's first run, with the carries as float64 arrays in and out; a kernel failing
+//!   inside it sends the loop back to the forms below.
 //! - **Scalar** (bodies whose every value has one element, see `scalar.rs`): the loop runs on
 //!   an array of float64 values and copies each carry as one number.
 //! - **Swapping** (bodies whose step-written values total at most [`REUSE_BYTES`] and whose
@@ -282,6 +285,17 @@ impl Body {
         }
     }
 
+    /// How the interpreter runs the body in a loop (see the module documentation).
+    fn form(&self, swapping: bool) -> &'static str {
+        if self.scalar.is_some() {
+            "interpreted, scalar form"
+        } else if swapping {
+            "interpreted, swapping form"
+        } else {
+            "interpreted, moving form"
+        }
+    }
+
     /// Whether the body is small enough to keep all its buffers between iterations.
     fn reusable(&self) -> bool {
         self.schedule.produced_bytes <= REUSE_BYTES
@@ -338,19 +352,6 @@ fn take_plan(schedule: &Schedule, collected: usize, rebound: &[bool]) -> Vec<boo
             movable(s) && outs[j + 1..].iter().all(|o| o.0 != s)
         })
         .collect()
-}
-
-impl Body {
-    /// How the interpreter runs the body in a loop (see the module documentation).
-    fn form(&self, swapping: bool) -> &'static str {
-        if self.scalar.is_some() {
-            "interpreted, scalar form"
-        } else if swapping {
-            "interpreted, swapping form"
-        } else {
-            "interpreted, moving form"
-        }
-    }
 }
 
 impl RegionStep {
