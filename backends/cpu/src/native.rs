@@ -724,21 +724,8 @@ impl Emitter<'_, '_> {
     /// One variable per element of each carry (of `lens` elements, stored one after the other
     /// in the float64 array at `at`), holding its value.
     fn carry_variables(&mut self, at: Value, lens: &[usize]) -> Vec<Vec<Variable>> {
-        let mut first = 0;
-        lens.iter()
-            .map(|&len| {
-                let vars = (first..first + len)
-                    .map(|j| {
-                        let var = self.b.declare_var(types::F64);
-                        let v = self.b.ins().load(types::F64, Self::flags(), at, offset(j));
-                        self.b.def_var(var, v);
-                        var
-                    })
-                    .collect();
-                first += len;
-                vars
-            })
-            .collect()
+        let values = self.load_flat(at, lens);
+        self.variables(&values)
     }
 
     /// The current values of the carries' variables.
