@@ -40,6 +40,7 @@ pub mod interp;
 mod op;
 pub mod passes;
 mod plan;
+pub mod recycle;
 mod region;
 mod shape;
 pub mod text;

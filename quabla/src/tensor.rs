@@ -36,6 +36,17 @@ struct Concrete {
     weak: bool,
 }
 
+impl Drop for Concrete {
+    /// A large buffer no one else holds goes to the process-wide cache of
+    /// [`quabla_ir::recycle`], where the next eager output of its size and dtype finds it.
+    fn drop(&mut self) {
+        if quabla_ir::recycle::wanted(&self.host.data) {
+            let empty = HostData::F64(Arc::from([]));
+            quabla_ir::recycle::release(std::mem::replace(&mut self.host.data, empty));
+        }
+    }
+}
+
 /// A node of a live trace. `trace` identifies the trace, so a tracer used after its trace
 /// ended is detected (errors.md TR5).
 #[derive(Debug, Clone)]

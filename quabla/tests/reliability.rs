@@ -88,3 +88,50 @@ fn a_cancelled_token_stops_a_compiled_call() {
         expected.to_vec::<f64>().unwrap()
     );
 }
+
+#[test]
+fn eager_outputs_reuse_the_memory_of_released_tensors_without_changing_values() {
+    // 2^16 float64 values (512 KiB): large enough for the cache of released buffers.
+    let n = 1 << 16;
+    let x = qb::linspace(-3.0, 3.0, n).unwrap();
+    quabla_ir::recycle::clear();
+    let first = x.sin().unwrap();
+    let want = first.to_vec::<f64>().unwrap();
+    drop(first);
+    assert_eq!(quabla_ir::recycle::cached_bytes(), n * 8);
+    // The next output of that size and dtype takes the released buffer.
+    let again = x.sin().unwrap();
+    assert_eq!(quabla_ir::recycle::cached_bytes(), 0);
+    assert_eq!(again.to_vec::<f64>().unwrap(), want);
+    // A chain of eager operations, each output's memory recycled from a dropped one, gives
+    // what the jitted function gives, bit for bit.
+    let chain = |x: &qb::Tensor| x.sin().powi(2).add(x.cos()).mul(0.5);
+    let jitted = qb::jit(move |x: qb::Tensor| chain(&x));
+    let reference: Vec<u64> = jitted
+        .call(&x)
+        .unwrap()
+        .to_vec::<f64>()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_bits())
+        .collect();
+    for _ in 0..4 {
+        let eager: Vec<u64> = chain(&x)
+            .unwrap()
+            .to_vec::<f64>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        assert_eq!(eager, reference);
+    }
+    // A buffer still referenced elsewhere is not taken: the tensor keeps its values.
+    let kept = x.cos().unwrap();
+    let view = kept.clone();
+    drop(kept);
+    let _other = x.sin().unwrap();
+    assert_eq!(
+        view.to_vec::<f64>().unwrap(),
+        x.cos().unwrap().to_vec::<f64>().unwrap()
+    );
+}

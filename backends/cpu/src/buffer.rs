@@ -509,9 +509,16 @@ impl Pool {
         Ok(b)
     }
 
-    /// Fresh shared storage for a plan output (not pooled: it is handed to the caller), from
-    /// zeroed allocation (fallible).
+    /// Shared storage for a plan output (not pooled: it is handed to the caller) with
+    /// unspecified contents: a buffer an earlier output released ([`quabla_ir::recycle`]),
+    /// else fresh zeroed allocation (fallible).
     pub(crate) fn alloc_shared(&mut self, dtype: DType, len: usize) -> Result<Buffer, AllocError> {
+        if let Some(data) = quabla_ir::recycle::take(dtype, len) {
+            return Ok(Buffer {
+                data: TypedVec::Shared(data),
+                len,
+            });
+        }
         let data = match dtype {
             DType::F32 => HostData::F32(alloc::try_shared_zeroed(len)?),
             DType::F64 => HostData::F64(alloc::try_shared_zeroed(len)?),
