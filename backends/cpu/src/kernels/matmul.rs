@@ -24,20 +24,166 @@ const PAR_MIN_FLOPS: usize = 1 << 21;
 /// The element types faer multiplies for us: float64 (the reference) and float32 (native, at
 /// `Precision::Float32`).
 pub(crate) trait GemmElem: faer::traits::ComplexField + Copy + Send + Sync {
+    const ZERO: Self;
     const ONE: Self;
+    /// `self * a + b` with one rounding.
+    fn mul_add(self, a: Self, b: Self) -> Self;
 }
 
 impl GemmElem for f64 {
+    const ZERO: f64 = 0.0;
     const ONE: f64 = 1.0;
+    #[inline(always)]
+    fn mul_add(self, a: f64, b: f64) -> f64 {
+        f64::mul_add(self, a, b)
+    }
 }
 
 impl GemmElem for f32 {
+    const ZERO: f32 = 0.0;
     const ONE: f32 = 1.0;
+    #[inline(always)]
+    fn mul_add(self, a: f32, b: f32) -> f32 {
+        f32::mul_add(self, a, b)
+    }
 }
 
-/// One row-major `m x k` times `k x n` product into `c` (`m x n`), sequential.
+/// One row-major `m x k` times `k x n` product into `c` (`m x n`), sequential: [`small_gemm`]
+/// up to [`SMALL_MAX_FLOPS`] multiply-adds, faer's GEMM above.
 pub(crate) fn gemm<T: GemmElem>(a: &[T], b: &[T], c: &mut [T], m: usize, k: usize, n: usize) {
-    gemm_on(a, b, c, m, k, n, Par::Seq);
+    if m * k * n <= SMALL_MAX_FLOPS {
+        small_gemm(a, b, c, m, k, n);
+    } else {
+        gemm_on(a, b, c, m, k, n, Par::Seq);
+    }
+}
+
+/// Products of at most this many multiply-adds run [`small_gemm`]. faer's GEMM costs about a
+/// microsecond per call before it multiplies anything (dispatch on shape and instruction
+/// set, packing), which dominated the small products of a per-point derivative: a `vmap` over
+/// 32 points of a 16-wide layer is 32 products of `1 x 16` by `16 x 16`, 1.6 us through faer
+/// and 0.15 us here. Above it, faer's blocked kernels win.
+const SMALL_MAX_FLOPS: usize = 1 << 13;
+
+/// `c = a b` for small row-major matrices. Every element is accumulated from `+0.0` over
+/// `p = 0..k` in order, each term added by one fused multiply-add (`acc = fma(a_ip, b_pj,
+/// acc)`, one rounding per term). The order does not depend on the shape around the
+/// element, so a row of a batched or stacked product has the bits of the same row multiplied
+/// alone, and the vector width (AVX-512, AVX2 or the scalar fallback, whose `mul_add` is the
+/// correctly rounded libm `fma`) changes nothing.
+fn small_gemm<T: GemmElem>(a: &[T], b: &[T], c: &mut [T], m: usize, k: usize, n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: AVX-512F and FMA were just detected at run time; the body is safe code.
+            unsafe { small_gemm_avx512(a, b, c, m, k, n) };
+            clear_upper_vector_state();
+            return;
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: AVX2 and FMA were just detected at run time; the body is safe code.
+            unsafe { small_gemm_avx2(a, b, c, m, k, n) };
+            clear_upper_vector_state();
+            return;
+        }
+    }
+    small_gemm_body(a, b, c, m, k, n);
+}
+
+/// [`small_gemm_body`] compiled with AVX2 and FMA: 256-bit lanes, `mul_add` as one
+/// instruction.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn small_gemm_avx2<T: GemmElem>(
+    a: &[T],
+    b: &[T],
+    c: &mut [T],
+    m: usize,
+    k: usize,
+    n: usize,
+) {
+    small_gemm_body(a, b, c, m, k, n);
+}
+
+/// [`small_gemm_body`] compiled with AVX-512F and FMA (512-bit lanes).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn small_gemm_avx512<T: GemmElem>(
+    a: &[T],
+    b: &[T],
+    c: &mut [T],
+    m: usize,
+    k: usize,
+    n: usize,
+) {
+    small_gemm_body(a, b, c, m, k, n);
+}
+
+#[inline(always)]
+fn small_gemm_body<T: GemmElem>(a: &[T], b: &[T], c: &mut [T], m: usize, k: usize, n: usize) {
+    let full_rows = m - m % SMALL_ROWS;
+    let mut i = 0;
+    while i < full_rows {
+        small_rows::<T, SMALL_ROWS>(a, b, c, i, k, n);
+        i += SMALL_ROWS;
+    }
+    while i < m {
+        small_rows::<T, 1>(a, b, c, i, k, n);
+        i += 1;
+    }
+}
+
+/// Rows of `c` computed together by [`small_gemm`], and the columns of one block: their
+/// `SMALL_ROWS x SMALL_COLS` accumulators stay in registers over the whole `p` loop.
+const SMALL_ROWS: usize = 4;
+const SMALL_COLS: usize = 8;
+
+/// Rows `i..i + R` of `c = a b` ([`small_gemm`]'s order for every element).
+#[inline(always)]
+fn small_rows<T: GemmElem, const R: usize>(
+    a: &[T],
+    b: &[T],
+    c: &mut [T],
+    i: usize,
+    k: usize,
+    n: usize,
+) {
+    let a_rows: [&[T]; R] = std::array::from_fn(|r| &a[(i + r) * k..(i + r + 1) * k]);
+    let full_cols = n - n % SMALL_COLS;
+    let mut j = 0;
+    while j < full_cols {
+        let mut acc = [[T::ZERO; SMALL_COLS]; R];
+        for p in 0..k {
+            let b_p: &[T; SMALL_COLS] = b[p * n + j..p * n + j + SMALL_COLS]
+                .try_into()
+                .expect("a block of SMALL_COLS columns");
+            for r in 0..R {
+                let a_rp = a_rows[r][p];
+                for w in 0..SMALL_COLS {
+                    acc[r][w] = a_rp.mul_add(b_p[w], acc[r][w]);
+                }
+            }
+        }
+        for (r, acc_r) in acc.iter().enumerate() {
+            c[(i + r) * n + j..(i + r) * n + j + SMALL_COLS].copy_from_slice(acc_r);
+        }
+        j += SMALL_COLS;
+    }
+    for j in full_cols..n {
+        let mut acc = [T::ZERO; R];
+        for p in 0..k {
+            let b_pj = b[p * n + j];
+            for r in 0..R {
+                acc[r] = a_rows[r][p].mul_add(b_pj, acc[r]);
+            }
+        }
+        for (r, &v) in acc.iter().enumerate() {
+            c[(i + r) * n + j] = v;
+        }
+    }
 }
 
 /// [`gemm`] with faer's parallelism `par`: faer splits blocks of the result over its threads
@@ -225,6 +371,27 @@ fn product<T: GemmElem>(
     let (sa, sb, sc) = (m * k, k * n, m * n);
     let flops = pairs.len() * m * n * k;
     let large = flops >= PAR_MIN_FLOPS;
+    if pairs.len() > 1 && m * k * n <= SMALL_MAX_FLOPS && stacks(pairs) {
+        // One taller product of the stacked `a` matrices by the shared `b`: the same bits
+        // as the products one by one (small_gemm's order), in fewer and fuller blocks. The
+        // rows split over threads when the whole product is large.
+        let (ia, ib) = pairs[0];
+        let rows = pairs.len() * m;
+        let a = &a[ia * sa..ia * sa + rows * k];
+        let b = &b[ib * sb..(ib + 1) * sb];
+        let parts = if large { threads } else { 1 };
+        let mut items = Vec::new();
+        let mut rest = c;
+        for (start, end) in split_ranges(rows, parts, 1) {
+            let (mine, next) = rest.split_at_mut((end - start) * n);
+            rest = next;
+            items.push((start, end, mine));
+        }
+        par_for_each(items, threads, |(start, end, c)| {
+            small_gemm(&a[start * k..end * k], b, c, end - start, k, n);
+        });
+        return;
+    }
     if pairs.len() > 1 {
         let parts = if large { threads } else { 1 };
         let mut items = Vec::new();
@@ -256,6 +423,16 @@ fn product<T: GemmElem>(
             gemm(a, b, c, m, k, n);
         }
     }
+}
+
+/// Whether consecutive batch pairs multiply consecutive `a` matrices by one shared `b` (a
+/// batched operand times a broadcast one, what `vmap` of a layer makes).
+fn stacks(pairs: &[(usize, usize)]) -> bool {
+    let (ia, ib) = pairs[0];
+    pairs
+        .iter()
+        .enumerate()
+        .all(|(i, &(pa, pb))| pa == ia + i && pb == ib)
 }
 
 /// Clears the upper halves of the AVX registers after a call into faer's vectorized kernels.
@@ -312,6 +489,99 @@ mod tests {
                     .zip(&par)
                     .all(|(x, y)| x.to_bits() == y.to_bits());
                 assert!(same, "{m}x{k}x{n} on {threads} threads");
+            }
+        }
+    }
+
+    /// `small_gemm`'s definition, one element at a time.
+    fn reference<T: GemmElem>(a: &[T], b: &[T], m: usize, k: usize, n: usize) -> Vec<T> {
+        let mut c = vec![T::ZERO; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let mut acc = T::ZERO;
+                for p in 0..k {
+                    acc = a[i * k + p].mul_add(b[p * n + j], acc);
+                }
+                c[i * n + j] = acc;
+            }
+        }
+        c
+    }
+
+    fn same_bits(x: &[f64], y: &[f64]) -> bool {
+        x.len() == y.len() && x.iter().zip(y).all(|(u, v)| u.to_bits() == v.to_bits())
+    }
+
+    #[test]
+    fn small_products_follow_their_definition_in_every_layout() {
+        // Edges of the 4-row and 8-column register blocks, k = 0 and 1, and -0.0 products
+        // (which sum to +0.0 from the +0.0 start).
+        for &(m, k, n) in &[
+            (1, 1, 1),
+            (1, 16, 16),
+            (16, 1, 16),
+            (5, 7, 9),
+            (4, 3, 8),
+            (3, 0, 5),
+            (13, 17, 11),
+            (32, 16, 16),
+        ] {
+            let a: Vec<f64> = (0..m * k).map(|i| (i as f64 * 0.7).sin() * 1e3).collect();
+            let mut b: Vec<f64> = (0..k * n).map(|i| (i as f64 * 0.3).cos()).collect();
+            if let Some(first) = b.first_mut() {
+                *first = -0.0;
+            }
+            let want = reference(&a, &b, m, k, n);
+            let mut got = vec![f64::NAN; m * n];
+            gemm(&a, &b, &mut got, m, k, n);
+            assert!(same_bits(&want, &got), "{m}x{k}x{n}");
+            let mut scalar = vec![f64::NAN; m * n];
+            small_gemm_body(&a, &b, &mut scalar, m, k, n);
+            assert!(
+                same_bits(&want, &scalar),
+                "{m}x{k}x{n} without vector lanes"
+            );
+        }
+        let a = [-1.0f64];
+        let mut c = [f64::NAN];
+        gemm(&a, &[0.0], &mut c, 1, 1, 1);
+        assert_eq!(c[0].to_bits(), 0.0f64.to_bits());
+        // float32 accumulates in float32 by the same rule.
+        let a32: Vec<f32> = (0..35).map(|i| (i as f32 * 0.7).sin()).collect();
+        let b32: Vec<f32> = (0..63).map(|i| (i as f32 * 0.3).cos()).collect();
+        let mut c32 = vec![f32::NAN; 45];
+        gemm(&a32, &b32, &mut c32, 5, 7, 9);
+        let want32 = reference(&a32, &b32, 5, 7, 9);
+        assert!(c32
+            .iter()
+            .zip(&want32)
+            .all(|(x, y)| x.to_bits() == y.to_bits()));
+    }
+
+    #[test]
+    fn stacked_small_products_have_the_bits_of_the_products_one_by_one() {
+        // A batch of 6000 `3 x 16` matrices times one shared `16 x 8`: stacked into one
+        // product (split over threads, since the whole is large) and the same bits as each
+        // product alone; a batch with distinct `b`s is not stacked.
+        let (batch, m, k, n) = (6000, 3, 16, 8);
+        assert!(batch * m * k * n >= PAR_MIN_FLOPS);
+        let a: Vec<f64> = (0..batch * m * k)
+            .map(|i| (i as f64 * 0.37).sin())
+            .collect();
+        let b: Vec<f64> = (0..k * n).map(|i| (i as f64 * 0.11).cos() * 1e3).collect();
+        let pairs: Vec<(usize, usize)> = (0..batch).map(|i| (i, 0)).collect();
+        assert!(stacks(&pairs));
+        assert!(!stacks(&[(0, 0), (1, 1)]));
+        assert!(!stacks(&[(0, 0), (0, 0)]));
+        for threads in [1, 2, 3] {
+            let mut c = vec![f64::NAN; batch * m * n];
+            product(&a, &b, &pairs, &mut c, m, k, n, threads);
+            for i in 0..batch {
+                let want = reference(&a[i * m * k..(i + 1) * m * k], &b, m, k, n);
+                assert!(
+                    same_bits(&want, &c[i * m * n..(i + 1) * m * n]),
+                    "{i} on {threads}"
+                );
             }
         }
     }
