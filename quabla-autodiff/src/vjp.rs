@@ -385,11 +385,23 @@ fn cotangent_rule(
                 p.swap((r - 1) as usize, (r - 2) as usize);
                 p
             };
-            let bt = b.transpose(x[1], Some(&swap(rb)))?;
-            let at = b.transpose(x[0], Some(&swap(ra)))?;
-            let ca = b.push(Op::Matmul, &[ct, bt])?;
-            let cb = b.push(Op::Matmul, &[at, ct])?;
-            vec![Some(to_operand(b, ca, 0)?), Some(to_operand(b, cb, 1)?)]
+            let ca = match folded_matmul_cotangent(b, x[1], ct, x[0], Side::Left)? {
+                Some(ca) => ca,
+                None => {
+                    let bt = b.transpose(x[1], Some(&swap(rb)))?;
+                    let ca = b.push(Op::Matmul, &[ct, bt])?;
+                    to_operand(b, ca, 0)?
+                }
+            };
+            let cb = match folded_matmul_cotangent(b, x[0], ct, x[1], Side::Right)? {
+                Some(cb) => cb,
+                None => {
+                    let at = b.transpose(x[0], Some(&swap(ra)))?;
+                    let cb = b.push(Op::Matmul, &[at, ct])?;
+                    to_operand(b, cb, 1)?
+                }
+            };
+            vec![Some(ca), Some(cb)]
         }
         // The linear-algebra rules live in `quabla-linalg` (numerics.md §6.5).
         Op::Solve { transpose_a } => {
@@ -425,4 +437,63 @@ fn cotangent_rule(
             })
         }
     })
+}
+
+/// Which operand of `matmul(a, b)` a cotangent is for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Left,
+    Right,
+}
+
+/// The cotangent of an unbatched matrix operand of a batched `matmul` as one product that
+/// contracts over the batch too, instead of a batch of products summed afterwards.
+///
+/// For `out[β, m, n] = a[β, m, k] · w[k, n]` the cotangent of `w` is `Σ_β a[β]ᵀ ct[β]`: the
+/// batch axes `β` fold into the rows, `(rows, k)ᵀ · (rows, n)` with `rows = |β| m`. For
+/// `out[β, m, n] = w[m, k] · b[β, k, n]` it is `Σ_β ct[β] b[β]ᵀ`: the batch folds into the
+/// columns, `(m, |β| n) · (|β| n, k)`. This is what a layer under `vmap` gives (weights shared
+/// by every example), and one product of the stacked values costs far less than a product per
+/// example, its result in memory, and a reduction over it. `None` when `other` (the batched
+/// operand) is not batched or `w` is not a plain matrix: the general rule applies.
+fn folded_matmul_cotangent(
+    b: &mut GraphBuilder,
+    other: NodeId,
+    ct: NodeId,
+    w: NodeId,
+    side: Side,
+) -> Result<Option<NodeId>> {
+    let w_dims = b.ty(w).shape.dims().to_vec();
+    let o_dims = b.ty(other).shape.dims().to_vec();
+    let ct_dims = b.ty(ct).shape.dims().to_vec();
+    if w_dims.len() != 2 || o_dims.len() < 3 || ct_dims.len() != o_dims.len() {
+        return Ok(None);
+    }
+    let r = o_dims.len();
+    let batch: usize = o_dims[..r - 2].iter().product();
+    let shape = |dims: &[usize]| Shape::new(dims.to_vec());
+    let cw = match side {
+        // w = b operand [k, n]; other = a [β, m, k]; ct [β, m, n].
+        Side::Right => {
+            let (m, k, n) = (o_dims[r - 2], o_dims[r - 1], ct_dims[r - 1]);
+            let a = b.reshape_to(other, shape(&[batch * m, k])?)?;
+            let at = b.transpose(a, Some(&[1, 0]))?;
+            let g = b.reshape_to(ct, shape(&[batch * m, n])?)?;
+            b.push(Op::Matmul, &[at, g])?
+        }
+        // w = a operand [m, k]; other = b [β, k, n]; ct [β, m, n].
+        Side::Left => {
+            let (k, n, m) = (o_dims[r - 2], o_dims[r - 1], ct_dims[r - 2]);
+            // ct [β, m, n] -> [m, β, n] -> [m, |β| n].
+            let g = b.reshape_to(ct, shape(&[batch, m, n])?)?;
+            let g = b.transpose(g, Some(&[1, 0, 2]))?;
+            let g = b.reshape_to(g, shape(&[m, batch * n])?)?;
+            // b [β, k, n] -> [β, n, k] -> [|β| n, k].
+            let o = b.reshape_to(other, shape(&[batch, k, n])?)?;
+            let o = b.transpose(o, Some(&[0, 2, 1]))?;
+            let o = b.reshape_to(o, shape(&[batch * n, k])?)?;
+            b.push(Op::Matmul, &[g, o])?
+        }
+    };
+    Ok(Some(cw))
 }

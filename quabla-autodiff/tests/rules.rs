@@ -279,6 +279,38 @@ fn layout_ops_to_third_order() {
             let s = b.unary(UnaryOp::Sin, x[0])?;
             b.matmul(s, x[1])
         }),
+        // A batch times a shared matrix on the right and on the left (the cotangent of the
+        // shared matrix contracts over the batch in one product), and a batch whose second
+        // operand broadcasts along one batch axis only (the general rule).
+        case(
+            "matmul_shared_right",
+            &[&[2, 2, 2, 3], &[3, 2]],
+            (-1.0, 1.0),
+            |b, x| {
+                let s = b.unary(UnaryOp::Sin, x[0])?;
+                let w = b.mul(x[1], x[1])?;
+                b.matmul(s, w)
+            },
+        ),
+        case(
+            "matmul_shared_left",
+            &[&[2, 3], &[2, 2, 3, 2]],
+            (-1.0, 1.0),
+            |b, x| {
+                let s = b.unary(UnaryOp::Sin, x[1])?;
+                let w = b.mul(x[0], x[0])?;
+                b.matmul(w, s)
+            },
+        ),
+        case(
+            "matmul_partial_broadcast",
+            &[&[2, 2, 3], &[1, 3, 2]],
+            (-1.0, 1.0),
+            |b, x| {
+                let s = b.unary(UnaryOp::Sin, x[0])?;
+                b.matmul(s, x[1])
+            },
+        ),
     ];
     for (i, c) in cases.iter().enumerate() {
         check(c, 400 + i as u64);
