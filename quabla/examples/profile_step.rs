@@ -1,6 +1,8 @@
 //! Where the time of a training step goes on the CPU: the cached `jit(value_and_grad(loss))`
 //! step of the 1-64-64-1 tanh MLP of the `mlp_value_and_grad_1024x64` bench row, in float64
-//! and in float32 at `precision("float32")`, lowered to its plan and run through the CPU
+//! and in float32 at `precision("float32")`, and the loss-and-gradient step of the Poisson
+//! PINN of `examples/pinn.rs` (32 collocation points, second derivatives by `vmap` of
+//! `grad(grad(u))`), each lowered to its plan and run through the CPU
 //! executor's per-step timing (`CpuExecutable::profile`). It prints the time per step kind
 //! (GEMM, fused elementwise, reductions, layout copies, ...), the run's total, what is left
 //! outside the steps (binding, dispatch, outputs), and the step's memory: the schedule's largest
@@ -18,6 +20,10 @@ use std::io::Write;
 #[path = "support/mlp.rs"]
 mod mlp;
 use mlp::{mlp_loss, mlp_params};
+
+#[path = "pinn.rs"]
+#[allow(dead_code)]
+mod pinn;
 
 fn main() -> qb::Result<()> {
     run(&mut std::io::stdout().lock(), 500)
@@ -61,17 +67,58 @@ pub fn run(out: &mut impl Write, runs: usize) -> qb::Result<()> {
         exe.profile(&inputs, 10).map_err(qb::Error::from)?;
         let profile = exe.profile(&inputs, runs).map_err(qb::Error::from)?;
         write_table(out, name, exe.stats().steps, &profile)?;
-        let stats = exe.stats();
-        writeln!(
-            out,
-            "  memory: largest live set {} KiB (outputs included), pooled between runs {} KiB, every value kept {} KiB",
-            stats.peak_live_bytes / 1024,
-            exe.pooled_bytes() / 1024,
-            plan_bytes(&plan) / 1024
-        )
-        .map_err(|e| qb::Error::user(e.to_string()))?;
+        write_memory(out, &exe, &plan)?;
     }
-    Ok(())
+    run_pinn(out, runs)
+}
+
+/// Profiles the loss-and-gradient step of the Poisson PINN (`examples/pinn.rs`, what its
+/// `Trainer` compiles besides the Adam update) over `runs` runs.
+fn run_pinn(out: &mut impl Write, runs: usize) -> qb::Result<()> {
+    let data = pinn::collocation()?;
+    let params = pinn::init(&qb::random::key(0))?;
+    let step = qb::jit(|(p, d): (pinn::Params, pinn::Data)| {
+        qb::value_and_grad(|(p, d): (pinn::Params, pinn::Data)| pinn::loss(&p, &d)).call::<_, (
+            Tensor,
+            pinn::Params,
+        )>(&(
+            p, d,
+        ))
+    });
+    let args = (params, data);
+    let lowered = step.lower(&args)?;
+    let plan = lowered.program().plan().clone();
+    let exe = CpuBackend::default()
+        .compile_plan(&plan)
+        .map_err(qb::Error::from)?;
+    let (params, (xi, xb)) = &args;
+    let inputs: Vec<HostTensor> = params
+        .iter()
+        .flat_map(|layer| layer.values())
+        .chain([xi, xb])
+        .map(host)
+        .collect::<qb::Result<_>>()?;
+    exe.profile(&inputs, 10).map_err(qb::Error::from)?;
+    let profile = exe.profile(&inputs, runs).map_err(qb::Error::from)?;
+    write_table(out, "PINN float64", exe.stats().steps, &profile)?;
+    write_memory(out, &exe, &plan)
+}
+
+/// The memory line of a profiled plan.
+fn write_memory(
+    out: &mut impl Write,
+    exe: &quabla_cpu::CpuExecutable,
+    plan: &quabla_ir::Plan,
+) -> qb::Result<()> {
+    let stats = exe.stats();
+    writeln!(
+        out,
+        "  memory: largest live set {} KiB (outputs included), pooled between runs {} KiB, every value kept {} KiB",
+        stats.peak_live_bytes / 1024,
+        exe.pooled_bytes() / 1024,
+        plan_bytes(plan) / 1024
+    )
+    .map_err(|e| qb::Error::user(e.to_string()))
 }
 
 /// Bytes of every value the plan computes, if none were freed or reused.

@@ -241,9 +241,9 @@ fn profile_step_breaks_a_training_step_down_by_step_kind() {
     profile_step::run(&mut out, 2).unwrap();
     let text = String::from_utf8(out).unwrap();
     let tables: Vec<&str> = text.split("step ").filter(|t| !t.is_empty()).collect();
-    assert_eq!(tables.len(), 2, "{text}");
+    assert_eq!(tables.len(), 3, "{text}");
     for table in tables {
-        // Three value-and-gradient layers: matmuls and fused tanh groups in both precisions.
+        // Value-and-gradient steps of tanh networks: matmuls and fused tanh groups.
         for kind in ["GEMM (matmul)", "fused elementwise", "outside the steps"] {
             assert!(table.contains(kind), "{table}");
         }
@@ -253,6 +253,7 @@ fn profile_step_breaks_a_training_step_down_by_step_kind() {
         text.contains("step float32 at precision(\"float32\"): "),
         "{text}"
     );
+    assert!(text.contains("step PINN float64: "), "{text}");
 }
 
 #[path = "../examples/loop_memory.rs"]

@@ -460,7 +460,7 @@ impl Pool {
         let fit = self
             .free
             .range(pool_key(dtype, len)..=(rank, usize::MAX))
-            .next()
+            .find(|(_, stack)| !stack.is_empty())
             .map(|(k, _)| *k);
         let data = match fit.and_then(|k| self.take(k)) {
             Some(data) => data,
@@ -478,13 +478,11 @@ impl Pool {
         Ok(Buffer { data, len })
     }
 
-    /// Takes one free buffer of `key`.
+    /// Takes one free buffer of `key`. An emptied stack stays in the map: a plan frees and
+    /// takes buffers of the same few sizes on every run, and removing and re-inserting their
+    /// stacks cost a heap allocation each time.
     fn take(&mut self, key: (u8, usize)) -> Option<TypedVec> {
-        let stack = self.free.get_mut(&key)?;
-        let data = stack.pop();
-        if stack.is_empty() {
-            self.free.remove(&key);
-        }
+        let data = self.free.get_mut(&key)?.pop();
         if data.is_some() {
             self.free_count -= 1;
         }
@@ -543,7 +541,13 @@ impl Pool {
                 // The smallest buffer is the first of its dtype.
                 let smallest = DTYPES
                     .into_iter()
-                    .filter_map(|d| self.free.range(pool_key(d, 0)..).next().map(|(k, _)| *k))
+                    .filter_map(|d| {
+                        let (rank, _) = pool_key(d, 0);
+                        self.free
+                            .range(pool_key(d, 0)..=(rank, usize::MAX))
+                            .find(|(_, stack)| !stack.is_empty())
+                            .map(|(k, _)| *k)
+                    })
                     .min_by_key(|&(_, capacity)| capacity);
                 if let Some(k) = smallest {
                     self.take(k);
@@ -571,6 +575,21 @@ mod tests {
         let d = pool.alloc(DType::F32, 5).unwrap();
         assert_eq!(pool.allocations, 3);
         assert_eq!(d.view().len(), 5);
+        // The stack of 10-element buffers is empty now: the next request skips it and takes
+        // the 100-element buffer, and one more is fresh.
+        let e = pool.alloc(DType::F64, 5).unwrap();
+        assert_eq!(pool.allocations, 3);
+        assert_eq!(pool.free_bytes(), 0);
+        let f = pool.alloc(DType::F64, 5).unwrap();
+        assert_eq!(pool.allocations, 4);
+        // Recycled again, the emptied stacks fill as before.
+        for buffer in [c, e, f] {
+            pool.recycle(Storage::Owned(buffer));
+        }
+        assert_eq!(pool.free_bytes(), (10 + 100 + 5) * 8);
+        let g = pool.alloc(DType::F64, 6).unwrap();
+        assert_eq!(g.view().len(), 6);
+        assert_eq!(pool.free_bytes(), (100 + 5) * 8);
     }
 
     #[test]
