@@ -79,6 +79,10 @@ pub fn release(data: HostData) {
 /// A released buffer of exactly `len` elements of `dtype`, most recently released first, with
 /// unspecified contents; `None` when the cache holds none.
 pub fn take(dtype: DType, len: usize) -> Option<HostData> {
+    // Every plan output asks: a small one never takes the lock of a cache that holds none.
+    if len * dtype.itemsize() < MIN_BYTES {
+        return None;
+    }
     let taken = {
         let mut cache = CACHE.lock().ok()?;
         let at = cache

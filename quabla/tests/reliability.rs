@@ -106,24 +106,17 @@ fn eager_outputs_reuse_the_memory_of_released_tensors_without_changing_values() 
     // A chain of eager operations, each output's memory recycled from a dropped one, gives
     // what the jitted function gives, bit for bit.
     let chain = |x: &qb::Tensor| x.sin().powi(2).add(x.cos()).mul(0.5);
-    let jitted = qb::jit(move |x: qb::Tensor| chain(&x));
-    let reference: Vec<u64> = jitted
-        .call(&x)
-        .unwrap()
-        .to_vec::<f64>()
-        .unwrap()
-        .iter()
-        .map(|v| v.to_bits())
-        .collect();
-    for _ in 0..4 {
-        let eager: Vec<u64> = chain(&x)
-            .unwrap()
-            .to_vec::<f64>()
+    let bits = |t: qb::Tensor| -> Vec<u64> {
+        t.to_vec::<f64>()
             .unwrap()
             .iter()
             .map(|v| v.to_bits())
-            .collect();
-        assert_eq!(eager, reference);
+            .collect()
+    };
+    let jitted = qb::jit(move |x: qb::Tensor| chain(&x));
+    let reference = bits(jitted.call(&x).unwrap());
+    for _ in 0..4 {
+        assert_eq!(bits(chain(&x).unwrap()), reference);
     }
     // A buffer still referenced elsewhere is not taken: the tensor keeps its values.
     let kept = x.cos().unwrap();
