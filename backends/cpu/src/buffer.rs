@@ -456,13 +456,10 @@ impl Pool {
     /// buffer that fits, else a fresh one (zeroed allocation, fallible; on a failure the pool
     /// keeps every free buffer it had).
     pub(crate) fn alloc(&mut self, dtype: DType, len: usize) -> Result<Buffer, AllocError> {
-        let (rank, _) = pool_key(dtype, 0);
-        let fit = self
-            .free
-            .range(pool_key(dtype, len)..=(rank, usize::MAX))
-            .find(|(_, stack)| !stack.is_empty())
-            .map(|(k, _)| *k);
-        let data = match fit.and_then(|k| self.take(k)) {
+        // A plan asks for the same few sizes on every run, so a buffer of exactly `len` (the
+        // smallest that fits) is usually free; look for a larger one only when it is not.
+        let exact = self.take(pool_key(dtype, len));
+        let data = match exact.or_else(|| self.smallest_larger(dtype, len)) {
             Some(data) => data,
             None => {
                 let data = match dtype {
@@ -476,6 +473,17 @@ impl Pool {
         };
         self.acquisitions += 1;
         Ok(Buffer { data, len })
+    }
+
+    /// Takes the smallest free buffer of `dtype` with room for more than `len` elements.
+    fn smallest_larger(&mut self, dtype: DType, len: usize) -> Option<TypedVec> {
+        let (rank, _) = pool_key(dtype, 0);
+        let fit = self
+            .free
+            .range(pool_key(dtype, len)..=(rank, usize::MAX))
+            .find(|(_, stack)| !stack.is_empty())
+            .map(|(k, _)| *k)?;
+        self.take(fit)
     }
 
     /// Takes one free buffer of `key`. An emptied stack stays in the map: a plan frees and

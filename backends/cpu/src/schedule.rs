@@ -715,7 +715,10 @@ fn build_group(
                     .collect();
                 (s, st)
             } else {
-                (o, broadcast_strides(nodes[o].ty.shape.dims(), &gdims))
+                (
+                    o,
+                    broadcast_strides(nodes[o].ty.shape.dims(), &gdims).to_vec(),
+                )
             };
             let slot = slot_of[src].ok_or_else(|| {
                 crate::kernels::internal(format!("external %{src} has no storage"))

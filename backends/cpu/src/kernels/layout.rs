@@ -11,6 +11,12 @@
 use crate::buffer::{Elem, View, ViewMut};
 use crate::kernels::{internal, scratch, scratch_oom};
 use quabla_backend::Result;
+use smallvec::SmallVec;
+
+/// Extents, strides or an index over the axes of one value, kept inline up to rank 8: the
+/// kernels of a small plan run in well under a microsecond, and building these as heap
+/// vectors (several per call) cost a fifth of a small transpose.
+pub(crate) type Extents = SmallVec<[usize; 8]>;
 
 /// Expands `$body` with `$s` and `$d` bound to same-typed source and destination slices.
 macro_rules! same_type {
@@ -25,8 +31,8 @@ macro_rules! same_type {
 }
 
 /// Row-major strides of `dims`.
-pub(crate) fn strides(dims: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; dims.len()];
+pub(crate) fn strides(dims: &[usize]) -> Extents {
+    let mut s: Extents = smallvec::smallvec![1; dims.len()];
     for i in (0..dims.len().saturating_sub(1)).rev() {
         s[i] = s[i + 1] * dims[i + 1];
     }
@@ -47,8 +53,8 @@ pub(crate) fn transpose(
     out: ViewMut<'_>,
 ) -> Result<()> {
     let in_strides = strides(dims);
-    let out_dims: Vec<usize> = perm.iter().map(|&p| dims[p]).collect();
-    let src_strides: Vec<usize> = perm.iter().map(|&p| in_strides[p]).collect();
+    let out_dims: Extents = perm.iter().map(|&p| dims[p]).collect();
+    let src_strides: Extents = perm.iter().map(|&p| in_strides[p]).collect();
     same_type!(x, out => s, d, strided_copy(s, 0, &src_strides, &out_dims, d));
     Ok(())
 }
@@ -80,7 +86,7 @@ pub(crate) fn broadcast(
 }
 
 /// Strides that read an operand of shape `from` as if it had shape `to` (0 on broadcast axes).
-pub(crate) fn broadcast_strides(from: &[usize], to: &[usize]) -> Vec<usize> {
+pub(crate) fn broadcast_strides(from: &[usize], to: &[usize]) -> Extents {
     let own = strides(from);
     let lead = to.len() - from.len();
     (0..to.len())
@@ -105,8 +111,8 @@ pub(crate) fn strided_copy<T: Copy>(
 ) {
     // Merge axes that are contiguous in the source (the destination is always contiguous) and
     // drop unit axes.
-    let mut d: Vec<usize> = Vec::with_capacity(dims.len());
-    let mut s: Vec<usize> = Vec::with_capacity(dims.len());
+    let mut d = Extents::new();
+    let mut s = Extents::new();
     for (&e, &st) in dims.iter().zip(src_strides) {
         if e == 1 {
             continue;
@@ -133,7 +139,7 @@ pub(crate) fn strided_copy<T: Copy>(
         }
     }
     let (extent, stride) = (d[last], s[last]);
-    let mut idx = vec![0usize; last];
+    let mut idx: Extents = smallvec::smallvec![0; last];
     let mut base = offset;
     let mut o = 0;
     loop {
@@ -187,11 +193,11 @@ fn blocked_transpose<T: Copy>(
     let rank = d.len();
     let last = rank - 1;
     let ds = strides(d);
-    let others: Vec<usize> = (0..rank).filter(|&a| a != q && a != last).collect();
-    let odims: Vec<usize> = others.iter().map(|&a| d[a]).collect();
-    let osrc: Vec<usize> = others.iter().map(|&a| s[a]).collect();
-    let odst: Vec<usize> = others.iter().map(|&a| ds[a]).collect();
-    let mut idx = vec![0usize; others.len()];
+    let others: Extents = (0..rank).filter(|&a| a != q && a != last).collect();
+    let odims: Extents = others.iter().map(|&a| d[a]).collect();
+    let osrc: Extents = others.iter().map(|&a| s[a]).collect();
+    let odst: Extents = others.iter().map(|&a| ds[a]).collect();
+    let mut idx: Extents = smallvec::smallvec![0; others.len()];
     let (mut sbase, mut dbase) = (offset, 0usize);
     let (nq, nl, sl, dq) = (d[q], d[last], s[last], ds[q]);
     loop {
@@ -283,7 +289,7 @@ pub(crate) fn pad_slice(
         }
         let last = rank - 1;
         let row = dims[last];
-        let mut idx = vec![0usize; last];
+        let mut idx: Extents = smallvec::smallvec![0; last];
         let mut base = offset;
         let mut i = 0;
         loop {
