@@ -203,11 +203,20 @@ fn blocked_transpose<T: Copy>(
     loop {
         for qb in (0..nq).step_by(B) {
             for lb in (0..nl).step_by(B) {
+                let le = (lb + B).min(nl);
                 for iq in qb..(qb + B).min(nq) {
+                    // A row of the block: contiguous in `dst`, every `sl`-th element of `src`
+                    // (slices and iterators rather than indices: no bounds check per element).
                     let drow = dbase + iq * dq;
-                    let srow = sbase + iq;
-                    for il in lb..(lb + B).min(nl) {
-                        dst[drow + il] = src[srow + il * sl];
+                    let row = &mut dst[drow + lb..drow + le];
+                    if sl == 0 {
+                        // The innermost result axis is a broadcast of one source element.
+                        row.fill(src[sbase + iq]);
+                        continue;
+                    }
+                    let col = src[sbase + iq + lb * sl..].iter().step_by(sl);
+                    for (o, &v) in row.iter_mut().zip(col) {
+                        *o = v;
                     }
                 }
             }
@@ -380,6 +389,20 @@ pub(crate) fn scatter_add(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn blocked_copy_of_a_broadcast_innermost_axis_repeats_the_element() {
+        // Source-contiguous axis 0, innermost result axis a broadcast (stride 0).
+        let x: Vec<f64> = (0..40).map(|v| v as f64).collect();
+        let mut out = vec![f64::NAN; 40 * 35];
+        strided_copy(&x, 0, &[1, 0], &[40, 35], &mut out);
+        for i in 0..40 {
+            assert!(
+                out[i * 35..(i + 1) * 35].iter().all(|&v| v == x[i]),
+                "row {i}"
+            );
+        }
+    }
 
     #[test]
     fn blocked_transpose_matches_naive() {

@@ -15,6 +15,7 @@ use faer::{Accum, MatMut, MatRef, Par};
 use quabla_backend::{BackendError, Result};
 use quabla_ir::alloc::{self, AllocError};
 use quabla_ir::DType;
+use smallvec::{smallvec, SmallVec};
 
 /// Products of at least this many multiply-adds use more than one thread. Measured with
 /// `cargo xtask bench --scaling` on two cores: a 64x64 product (2^18) takes 10 us on one thread
@@ -199,7 +200,12 @@ fn gemm_on<T: GemmElem>(a: &[T], b: &[T], c: &mut [T], m: usize, k: usize, n: us
 
 /// `(m, k, n)` and the batch index pairs of a `matmul` of operands of shapes `a_dims` and
 /// `b_dims` into a result of shape `out_dims`.
-type Geometry = (usize, usize, usize, Vec<(usize, usize)>);
+/// One pair is kept inline: most products of a plan are unbatched, and a heap vector for
+/// their single pair was an allocation per call.
+type Geometry = (usize, usize, usize, Pairs);
+
+/// Batch index pairs of a product.
+type Pairs = SmallVec<[(usize, usize); 1]>;
 
 fn geometry(a_dims: &[usize], b_dims: &[usize], out_dims: &[usize]) -> Result<Geometry> {
     let r = out_dims.len();
@@ -248,7 +254,8 @@ pub(crate) fn matmul(
         product(a, b, &pairs, c, m, k, n, threads);
         return Ok(());
     }
-    let mut scratch: Vec<Buffer> = Vec::with_capacity(3);
+    // Empty (no allocation) unless an operand is widened.
+    let mut scratch: Vec<Buffer> = Vec::new();
     let ran = (|| -> Result<()> {
         let a64 = widened(a, (pool, threads), &mut scratch)?;
         let b64 = widened(b, (pool, threads), &mut scratch)?;
@@ -335,13 +342,38 @@ fn batch_pairs(
     a_batch: &[usize],
     b_batch: &[usize],
     out_batch: &[usize],
-) -> std::result::Result<Vec<(usize, usize)>, AllocError> {
+) -> std::result::Result<Pairs, AllocError> {
+    if out_batch.is_empty() {
+        return Ok(smallvec![(0, 0)]);
+    }
+    let count: usize = out_batch.iter().product();
+    // As many pairs as result matrices, so as large as the result when they are 1x1.
+    let mut out = alloc::try_vec_with_capacity(count)?;
+    // The layouts batching makes (a stack of matrices times one shared matrix, or two
+    // stacks of the same shape) without the index arithmetic: each axis of an operand is
+    // either the result's or 1, so equal counts mean equal shapes.
+    let a_count: usize = a_batch.iter().product();
+    let b_count: usize = b_batch.iter().product();
+    match (a_count == count, b_count == count) {
+        (true, true) => out.extend((0..count).map(|i| (i, i))),
+        (true, false) if b_count == 1 => out.extend((0..count).map(|i| (i, 0))),
+        (false, true) if a_count == 1 => out.extend((0..count).map(|i| (0, i))),
+        _ => general_pairs(&mut out, (a_batch, b_batch), out_batch),
+    }
+    Ok(Pairs::from_vec(out))
+}
+
+/// The batch pairs of any broadcast of `a_batch` and `b_batch` to `out_batch`, appended to
+/// `out`, which has room for them.
+fn general_pairs(
+    out: &mut Vec<(usize, usize)>,
+    (a_batch, b_batch): (&[usize], &[usize]),
+    out_batch: &[usize],
+) {
     let sa = broadcast_strides(a_batch, out_batch);
     let sb = broadcast_strides(b_batch, out_batch);
     let count: usize = out_batch.iter().product();
     let mut idx = vec![0usize; out_batch.len()];
-    // As many pairs as result matrices, so as large as the result when they are 1x1.
-    let mut out = alloc::try_vec_with_capacity(count)?;
     for _ in 0..count {
         let ia = idx.iter().zip(&sa).map(|(i, s)| i * s).sum();
         let ib = idx.iter().zip(&sb).map(|(i, s)| i * s).sum();
@@ -354,7 +386,6 @@ fn batch_pairs(
             idx[ax] = 0;
         }
     }
-    Ok(out)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -379,10 +410,13 @@ fn product<T: GemmElem>(
         let rows = pairs.len() * m;
         let a = &a[ia * sa..ia * sa + rows * k];
         let b = &b[ib * sb..(ib + 1) * sb];
-        let parts = if large { threads } else { 1 };
+        if !large || threads <= 1 {
+            small_gemm(a, b, c, rows, k, n);
+            return;
+        }
         let mut items = Vec::new();
         let mut rest = c;
-        for (start, end) in split_ranges(rows, parts, 1) {
+        for (start, end) in split_ranges(rows, threads, 1) {
             let (mine, next) = rest.split_at_mut((end - start) * n);
             rest = next;
             items.push((start, end, mine));
@@ -590,7 +624,28 @@ mod tests {
     fn broadcast_batch_pairs() {
         // a: [2, 1], b: [3] batch axes, result batch [2, 3].
         let p = batch_pairs(&[2, 1], &[3], &[2, 3]).unwrap();
-        assert_eq!(p, vec![(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]);
-        assert_eq!(batch_pairs(&[], &[], &[]).unwrap(), vec![(0, 0)]);
+        assert_eq!(
+            p.as_slice(),
+            [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+        );
+        assert_eq!(batch_pairs(&[], &[], &[]).unwrap().as_slice(), [(0, 0)]);
+        // The shortcuts of stacked layouts agree with the general enumeration.
+        for (a, b, out) in [
+            (&[2, 3][..], &[1, 1][..], &[2, 3][..]),
+            (&[3], &[], &[3]),
+            (&[], &[2, 2], &[2, 2]),
+            (&[1], &[4], &[4]),
+            (&[2, 3], &[2, 3], &[2, 3]),
+            (&[2, 0], &[1, 1], &[2, 0]),
+        ] {
+            let count: usize = out.iter().product();
+            let mut general = Vec::with_capacity(count);
+            general_pairs(&mut general, (a, b), out);
+            assert_eq!(
+                batch_pairs(a, b, out).unwrap().as_slice(),
+                general,
+                "{a:?} {b:?}"
+            );
+        }
     }
 }
