@@ -48,7 +48,9 @@
 //!
 //! Every faer call runs with [`faer::Par::Seq`], whatever faer's global parallelism setting is, so
 //! results are bit-for-bit reproducible from run to run and do not depend on the thread count
-//! (numerics.md §1.5 asks eager and `jit` execution to agree bit for bit on the CPU).
+//! (numerics.md §1.5 asks eager and `jit` execution to agree bit for bit on the CPU). The one
+//! split over threads, [`LuFactors::solve_on`], runs whole faer calls on fixed panels of
+//! right-hand-side columns ([`SOLVE_PANEL`]), which are the same for every thread count.
 
 mod batch;
 mod cholesky;
@@ -63,7 +65,7 @@ mod triangular;
 pub use batch::batch_size;
 pub use cholesky::cholesky;
 pub use eigh::eigh;
-pub use lu::{lu_factor, slogdet, solve, LuFactors};
+pub use lu::{lu_factor, slogdet, solve, LuFactors, SOLVE_PANEL};
 pub use qr::qr;
 pub use sign::{largest_magnitude_sign, SIGN_RULE};
 pub use svd::{svd, SvdFactors};

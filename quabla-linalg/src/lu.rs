@@ -7,10 +7,17 @@
 
 use faer::linalg::lu::partial_pivoting::{factor, solve as lu_solve};
 use faer::perm::PermRef;
-use faer::{Mat, Par};
+use faer::{Mat, MatMut, MatRef, Par};
 
-use crate::batch::{all_finite, matrix, matrix_len, push_nan, push_row_major, to_mat, with_stack};
+use crate::batch::{all_finite, matrix, matrix_len, push_nan, to_mat, with_stack};
 use crate::LinalgError;
+
+/// Right-hand sides are solved in panels of at most this many columns, one faer call per
+/// panel. faer's blocking follows the width of what it is given, so a column's bits depend on
+/// its panel; with a fixed width they are the same whether the panels run one after another
+/// or on several threads. (64 columns keep faer's products efficient; up to 64 right-hand
+/// sides are one panel, as one call.)
+pub const SOLVE_PANEL: usize = 64;
 
 /// A packed `P A = L U` factorization of one square matrix.
 struct Lu {
@@ -44,6 +51,62 @@ impl Lu {
             forward,
             inverse,
             transpositions,
+        }
+    }
+
+    /// Solves with the row-major `n x k` right-hand side `b` into the row-major `x`, one
+    /// [`SOLVE_PANEL`]-column panel at a time, the panels split over `threads` threads.
+    fn solve_panels(&self, b: &[f64], x: &mut [f64], k: usize, transpose: bool, threads: usize) {
+        let n = self.packed.nrows();
+        let panels: Vec<(usize, usize)> = (0..k)
+            .step_by(SOLVE_PANEL)
+            .map(|c| (c, (c + SOLVE_PANEL).min(k) - c))
+            .collect();
+        let solve = |(col, width): (usize, usize)| -> Mat<f64> {
+            let mut p = MatRef::from_row_major_slice(b, n, k)
+                .subcols(col, width)
+                .to_owned();
+            self.solve_in_place(p.as_mut(), transpose);
+            p
+        };
+        let solved: Vec<Mat<f64>> = if threads <= 1 || panels.len() == 1 {
+            panels.iter().map(|&p| solve(p)).collect()
+        } else {
+            let mut slots: Vec<Option<Mat<f64>>> = panels.iter().map(|_| None).collect();
+            let per_thread = panels.len().div_ceil(threads);
+            let solve = &solve;
+            rayon::in_place_scope(|s| {
+                for (mine, slots) in panels.chunks(per_thread).zip(slots.chunks_mut(per_thread)) {
+                    s.spawn(move |_| {
+                        for (&p, slot) in mine.iter().zip(slots) {
+                            *slot = Some(solve(p));
+                        }
+                    });
+                }
+            });
+            slots.into_iter().flatten().collect()
+        };
+        let mut x = MatMut::from_row_major_slice_mut(x, n, k);
+        for (&(col, width), p) in panels.iter().zip(&solved) {
+            x.as_mut().subcols_mut(col, width).copy_from(p);
+        }
+    }
+
+    /// Solves `A X = B` (or `Aᵀ X = B`) in place for the column-major `x`.
+    fn solve_in_place(&self, x: MatMut<'_, f64>, transpose: bool) {
+        let (n, k) = (x.nrows(), x.ncols());
+        let perm = PermRef::new_checked(&self.forward, &self.inverse, n);
+        let packed = self.packed.as_ref();
+        if transpose {
+            let req = lu_solve::solve_transpose_in_place_scratch::<usize, f64>(n, k, Par::Seq);
+            with_stack(req, |stack| {
+                lu_solve::solve_transpose_in_place(packed, packed, perm, x, Par::Seq, stack);
+            });
+        } else {
+            let req = lu_solve::solve_in_place_scratch::<usize, f64>(n, k, Par::Seq);
+            with_stack(req, |stack| {
+                lu_solve::solve_in_place(packed, packed, perm, x, Par::Seq, stack);
+            });
         }
     }
 
@@ -102,7 +165,8 @@ impl LuFactors {
     }
 
     /// Solves `A X = B` (or `Aᵀ X = B` when `transpose`) for each matrix: `b` holds one
-    /// row-major `n x k` right-hand side per matrix, and so does the result.
+    /// row-major `n x k` right-hand side per matrix, and so does the result. The same as
+    /// [`LuFactors::solve_on`] with one thread.
     ///
     /// # Errors
     ///
@@ -110,6 +174,23 @@ impl LuFactors {
     ///   zero pivot (numerics.md §6.4), checked even when `k == 0`.
     /// - [`LinalgError::Shape`] if `b.len() != batch * n * k`.
     pub fn solve(&self, b: &[f64], k: usize, transpose: bool) -> Result<Vec<f64>, LinalgError> {
+        self.solve_on(b, k, transpose, 1)
+    }
+
+    /// [`LuFactors::solve`] with the [`SOLVE_PANEL`]-column panels of each right-hand side
+    /// spread over `threads` threads of rayon's pool. The panels are the same for every thread
+    /// count, and so are the bits of the result.
+    ///
+    /// # Errors
+    ///
+    /// As [`LuFactors::solve`].
+    pub fn solve_on(
+        &self,
+        b: &[f64],
+        k: usize,
+        transpose: bool,
+        threads: usize,
+    ) -> Result<Vec<f64>, LinalgError> {
         let n = self.n;
         let b_len = matrix_len("solve", "b", b.len(), self.batch(), n, k)?;
         let mut out = Vec::with_capacity(b.len());
@@ -122,31 +203,11 @@ impl LuFactors {
             if lu.has_zero_pivot() {
                 return Err(LinalgError::Singular { op: "solve" });
             }
-            let mut x = to_mat(b, n, k);
+            let start = out.len();
+            out.resize(start + b_len, 0.0);
             if n > 0 && k > 0 {
-                let perm = PermRef::new_checked(&lu.forward, &lu.inverse, n);
-                let packed = lu.packed.as_ref();
-                if transpose {
-                    let req =
-                        lu_solve::solve_transpose_in_place_scratch::<usize, f64>(n, k, Par::Seq);
-                    with_stack(req, |stack| {
-                        lu_solve::solve_transpose_in_place(
-                            packed,
-                            packed,
-                            perm,
-                            x.as_mut(),
-                            Par::Seq,
-                            stack,
-                        );
-                    });
-                } else {
-                    let req = lu_solve::solve_in_place_scratch::<usize, f64>(n, k, Par::Seq);
-                    with_stack(req, |stack| {
-                        lu_solve::solve_in_place(packed, packed, perm, x.as_mut(), Par::Seq, stack);
-                    });
-                }
+                lu.solve_panels(b, &mut out[start..], k, transpose, threads);
             }
-            push_row_major(x.as_ref(), &mut out);
         }
         Ok(out)
     }

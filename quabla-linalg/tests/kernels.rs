@@ -3,8 +3,8 @@
 //! numerics.md §6.3 checked explicitly.
 
 use quabla_linalg::{
-    batch_size, cholesky, eigh, largest_magnitude_sign, qr, slogdet, solve, svd, triangular_solve,
-    LinalgError,
+    batch_size, cholesky, eigh, largest_magnitude_sign, lu_factor, qr, slogdet, solve, svd,
+    triangular_solve, LinalgError, SOLVE_PANEL,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -237,6 +237,42 @@ fn solve_batch_equals_single_calls() {
         )
         .unwrap();
         assert_eq!(&batched[i * n * k..(i + 1) * n * k], &single[..]);
+    }
+}
+
+#[test]
+fn wide_right_hand_sides_solve_in_fixed_panels_on_any_thread_count() {
+    // 150 right-hand sides are three panels (64, 64, 22); each column's bits are those of its
+    // panel solved alone, whether the panels run one after another or on several threads.
+    let (n, k) = (33, 2 * SOLVE_PANEL + 22);
+    let a = pseudo_random(11, n * n);
+    let b = pseudo_random(12, n * k);
+    let factors = lu_factor(&a, 1, n).unwrap();
+    for transposed in [false, true] {
+        let one = factors.solve_on(&b, k, transposed, 1).unwrap();
+        for threads in [2, 3, 8] {
+            assert_eq!(factors.solve_on(&b, k, transposed, threads).unwrap(), one);
+        }
+        assert_eq!(factors.solve(&b, k, transposed).unwrap(), one);
+        for col in (0..k).step_by(SOLVE_PANEL) {
+            let width = SOLVE_PANEL.min(k - col);
+            let panel: Vec<f64> = (0..n)
+                .flat_map(|i| b[i * k + col..i * k + col + width].iter().copied())
+                .collect();
+            let alone = factors.solve(&panel, width, transposed).unwrap();
+            for i in 0..n {
+                assert_eq!(
+                    &one[i * k + col..i * k + col + width],
+                    &alone[i * width..(i + 1) * width]
+                );
+            }
+        }
+        let lhs = if transposed {
+            transpose(&a, n, n)
+        } else {
+            a.clone()
+        };
+        assert_close(&matmul(&lhs, &one, n, n, k), &b, 1e-10);
     }
 }
 

@@ -690,7 +690,7 @@ fn run_node(
         }
         Op::Solve { transpose_a } => {
             let ((a, ad), (b, bd)) = (arg(0)?, arg(1)?);
-            let r = linalg::solve(a, ad, b, bd, *transpose_a, lu, out);
+            let r = linalg::solve(a, ad, b, bd, *transpose_a, lu, out, threads);
             // faer's AVX kernels leave the upper vector state dirty (see matmul.rs).
             matmul::clear_upper_vector_state();
             r

@@ -81,7 +81,9 @@ impl Lu<'_> {
 }
 
 /// `solve(a, b)`, or `solve(aᵀ, b)` when `transpose_a`, with the LU factors of `a`:
-/// `a [..., n, n]`, `b [..., n, k]`.
+/// `a [..., n, n]`, `b [..., n, k]`. Panels of many right-hand sides split over `threads`
+/// (the same bits for every thread count, see `LuFactors::solve_on`).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn solve(
     a: View<'_>,
     a_dims: &[usize],
@@ -90,10 +92,13 @@ pub(crate) fn solve(
     transpose_a: bool,
     lu: Lu<'_>,
     out: ViewMut<'_>,
+    threads: usize,
 ) -> Result<()> {
     let k = b_dims[b_dims.len() - 1];
     let b = b.as_f64().map_err(scratch_oom)?;
-    let x = lu.with(a, a_dims, |f| f.solve(&b, k, transpose_a).map_err(map_err))?;
+    let x = lu.with(a, a_dims, |f| {
+        f.solve_on(&b, k, transpose_a, threads).map_err(map_err)
+    })?;
     store(out, &x)
 }
 
