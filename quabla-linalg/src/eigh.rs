@@ -2,9 +2,10 @@
 
 use faer::diag::Diag;
 use faer::linalg::evd;
-use faer::{Mat, Par};
+use faer::reborrow::ReborrowMut;
+use faer::{Mat, MatMut, Par};
 
-use crate::batch::{all_finite, matrix, matrix_len, push_nan, push_row_major, with_stack};
+use crate::batch::{all_finite, matrix, matrix_len, with_stack};
 use crate::sign::apply_to_columns;
 use crate::LinalgError;
 
@@ -26,58 +27,73 @@ use crate::LinalgError;
 /// [`LinalgError::Shape`] if `a.len() != batch * n * n`.
 pub fn eigh(a: &[f64], batch: usize, n: usize) -> Result<(Vec<f64>, Vec<f64>), LinalgError> {
     let a_len = matrix_len("eigh", "a", a.len(), batch, n, n)?;
-    let mut values = Vec::with_capacity(batch * n);
-    let mut vectors = Vec::with_capacity(a.len());
+    let mut values = vec![0.0; batch * n];
+    let mut vectors = vec![0.0; a.len()];
     for index in 0..batch {
         let a = matrix(a, index, a_len);
-        if !all_finite(a) {
-            push_nan(&mut values, n);
-            push_nan(&mut vectors, a_len);
-            continue;
+        let w = &mut values[index * n..(index + 1) * n];
+        let v = &mut vectors[index * a_len..(index + 1) * a_len];
+        if !all_finite(a) || !factor(a, n, w, v) {
+            w.fill(f64::NAN);
+            v.fill(f64::NAN);
         }
-        if n == 0 {
-            continue;
-        }
-        let sym = Mat::from_fn(n, n, |i, j| {
-            let (x, y) = (a[i * n + j], a[j * n + i]);
-            if x == y {
-                x
-            } else {
-                0.5 * x + 0.5 * y
-            }
-        });
-        let mut w = Diag::<f64>::zeros(n);
-        let mut v = Mat::<f64>::zeros(n, n);
-        let req = evd::self_adjoint_evd_scratch::<f64>(
-            n,
-            evd::ComputeEigenvectors::Yes,
-            Par::Seq,
-            Default::default(),
-        );
-        let ok = with_stack(req, |stack| {
-            evd::self_adjoint_evd(
-                sym.as_ref(),
-                w.as_mut(),
-                Some(v.as_mut()),
-                Par::Seq,
-                stack,
-                Default::default(),
-            )
-            .is_ok()
-        });
-        let w: Vec<f64> = w.column_vector().iter().copied().collect();
-        if !ok || !all_finite(&w) {
-            push_nan(&mut values, n);
-            push_nan(&mut vectors, a_len);
-            continue;
-        }
-        // faer returns ascending eigenvalues; reorder defensively in case a version does not.
-        let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by(|&i, &j| w[i].total_cmp(&w[j]));
-        let mut v = Mat::from_fn(n, n, |i, j| v[(i, order[j])]);
-        values.extend(order.iter().map(|&i| w[i]));
-        apply_to_columns(v.as_mut(), None, 0..n);
-        push_row_major(v.as_ref(), &mut vectors);
     }
     Ok((values, vectors))
+}
+
+/// The eigendecomposition of one finite row-major `n x n` matrix: ascending eigenvalues into
+/// `w`, and the eigenvectors into the row-major `v`; `false` if the solver did not converge.
+/// (faer writes the vectors column-major: written straight through a row-major view, its
+/// back-transformation is half again slower than the copy out.)
+fn factor(a: &[f64], n: usize, w: &mut [f64], v: &mut [f64]) -> bool {
+    if n == 0 {
+        return true;
+    }
+    let sym = Mat::from_fn(n, n, |i, j| {
+        let (x, y) = (a[i * n + j], a[j * n + i]);
+        if x == y {
+            x
+        } else {
+            0.5 * x + 0.5 * y
+        }
+    });
+    let mut values = Diag::<f64>::zeros(n);
+    let mut vectors = Mat::<f64>::zeros(n, n);
+    let req = evd::self_adjoint_evd_scratch::<f64>(
+        n,
+        evd::ComputeEigenvectors::Yes,
+        Par::Seq,
+        Default::default(),
+    );
+    let ok = with_stack(req, |stack| {
+        evd::self_adjoint_evd(
+            sym.as_ref(),
+            values.as_mut(),
+            Some(vectors.as_mut()),
+            Par::Seq,
+            stack,
+            Default::default(),
+        )
+        .is_ok()
+    });
+    let values = values.column_vector();
+    if !ok || !values.iter().all(|x| x.is_finite()) {
+        return false;
+    }
+    // faer returns ascending eigenvalues; reorder defensively in case a version does not.
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&i, &j| values[i].total_cmp(&values[j]));
+    for (out, &i) in w.iter_mut().zip(&order) {
+        *out = values[i];
+    }
+    let mut out = MatMut::from_row_major_slice_mut(v, n, n);
+    if order.iter().enumerate().all(|(i, &o)| i == o) {
+        out.copy_from(&vectors);
+    } else {
+        for (j, &from) in order.iter().enumerate() {
+            out.rb_mut().col_mut(j).copy_from(vectors.col(from));
+        }
+    }
+    apply_to_columns(out, None, 0..n);
+    true
 }

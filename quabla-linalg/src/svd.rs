@@ -2,9 +2,10 @@
 
 use faer::diag::Diag;
 use faer::linalg::svd as faer_svd;
-use faer::{Mat, Par};
+use faer::reborrow::{Reborrow, ReborrowMut};
+use faer::{Mat, MatMut, MatRef, Par};
 
-use crate::batch::{all_finite, matrix, matrix_len, push_nan, push_row_major, to_mat, with_stack};
+use crate::batch::{all_finite, matrix, matrix_len, with_stack};
 use crate::sign::apply_to_columns;
 use crate::LinalgError;
 
@@ -44,70 +45,95 @@ pub fn svd(
     let a_len = matrix_len("svd", "a", a.len(), batch, m, n)?;
     let k = m.min(n);
     let (u_cols, v_cols) = if full { (m, n) } else { (k, k) };
-    let mut u_out = Vec::with_capacity(batch * m * u_cols);
-    let mut s_out = Vec::with_capacity(batch * k);
-    let mut vh_out = Vec::with_capacity(batch * v_cols * n);
+    let (u_len, vh_len) = (m * u_cols, v_cols * n);
+    let mut u_out = vec![0.0; batch * u_len];
+    let mut s_out = vec![0.0; batch * k];
+    let mut vh_out = vec![0.0; batch * vh_len];
     for index in 0..batch {
         let a = matrix(a, index, a_len);
-        let nan = |u_out: &mut Vec<f64>, s_out: &mut Vec<f64>, vh_out: &mut Vec<f64>| {
-            push_nan(u_out, m * u_cols);
-            push_nan(s_out, k);
-            push_nan(vh_out, v_cols * n);
-        };
-        if !all_finite(a) {
-            nan(&mut u_out, &mut s_out, &mut vh_out);
-            continue;
+        let u = &mut u_out[index * u_len..(index + 1) * u_len];
+        let s = &mut s_out[index * k..(index + 1) * k];
+        let vh = &mut vh_out[index * vh_len..(index + 1) * vh_len];
+        if !all_finite(a) || !factor(a, m, n, full, u, s, vh) {
+            for out in [u, s, vh] {
+                out.fill(f64::NAN);
+            }
         }
-        if k == 0 {
-            // Nothing to decompose: the full factors are identities (any orthogonal matrix
-            // would do; the identity already satisfies the sign rule).
-            push_row_major(Mat::<f64>::identity(m, u_cols).as_ref(), &mut u_out);
-            push_row_major(Mat::<f64>::identity(v_cols, n).as_ref(), &mut vh_out);
-            continue;
-        }
-        let a = to_mat(a, m, n);
-        let mut s = Diag::<f64>::zeros(k);
-        let mut u = Mat::<f64>::zeros(m, u_cols);
-        let mut v = Mat::<f64>::zeros(n, v_cols);
-        let compute = if full {
-            faer_svd::ComputeSvdVectors::Full
-        } else {
-            faer_svd::ComputeSvdVectors::Thin
-        };
-        let req =
-            faer_svd::svd_scratch::<f64>(m, n, compute, compute, Par::Seq, Default::default());
-        let ok = with_stack(req, |stack| {
-            faer_svd::svd(
-                a.as_ref(),
-                s.as_mut(),
-                Some(u.as_mut()),
-                Some(v.as_mut()),
-                Par::Seq,
-                stack,
-                Default::default(),
-            )
-            .is_ok()
-        });
-        let s: Vec<f64> = s.column_vector().iter().copied().collect();
-        if !ok || !all_finite(&s) {
-            nan(&mut u_out, &mut s_out, &mut vh_out);
-            continue;
-        }
-        // faer returns nonincreasing values; reorder defensively in case a version does not.
-        let mut order: Vec<usize> = (0..k).collect();
-        order.sort_by(|&i, &j| s[j].total_cmp(&s[i]));
-        // Copy the factors only when the order changes (never, with the faer of today).
-        if order.iter().enumerate().any(|(i, &o)| i != o) {
-            let pick = |j: usize| if j < k { order[j] } else { j };
-            u = Mat::from_fn(m, u_cols, |i, j| u[(i, pick(j))]);
-            v = Mat::from_fn(n, v_cols, |i, j| v[(i, pick(j))]);
-        }
-        s_out.extend(order.iter().map(|&i| s[i]));
-        apply_to_columns(u.as_mut(), Some(v.as_mut()), 0..k);
-        apply_to_columns(u.as_mut(), None, k..u_cols);
-        apply_to_columns(v.as_mut(), None, k..v_cols);
-        push_row_major(u.as_ref(), &mut u_out);
-        push_row_major(v.as_ref().transpose(), &mut vh_out);
     }
     Ok((u_out, s_out, vh_out))
+}
+
+/// The SVD of one finite row-major `m x n` matrix into its row-major outputs (sized as in
+/// [`svd`]); `false` if faer's iteration did not converge.
+///
+/// faer is given the matrix as its transpose, `B = Aᵀ`, which is what `a`'s row-major buffer
+/// already is when read by columns: no copy in. From `B = U_B S V_Bᵀ`, `A = V_B S U_Bᵀ`, so `U`
+/// is faer's `V_B` (written through a row-major view of `u`) and `Vh = U_Bᵀ` is faer's `U_B`
+/// read by columns, which is `vh`'s row-major layout: no copy out either.
+fn factor(
+    a: &[f64],
+    m: usize,
+    n: usize,
+    full: bool,
+    u: &mut [f64],
+    s: &mut [f64],
+    vh: &mut [f64],
+) -> bool {
+    let k = m.min(n);
+    let (u_cols, v_cols) = if full { (m, n) } else { (k, k) };
+    let mut u = MatMut::from_row_major_slice_mut(u, m, u_cols);
+    let mut v = MatMut::from_column_major_slice_mut(vh, n, v_cols);
+    if k == 0 {
+        // Nothing to decompose: the full factors are identities (any orthogonal matrix would
+        // do; the identity already satisfies the sign rule).
+        u.copy_from(Mat::<f64>::identity(m, u_cols));
+        v.copy_from(Mat::<f64>::identity(n, v_cols));
+        return true;
+    }
+    let b = MatRef::from_column_major_slice(a, n, m);
+    let mut values = Diag::<f64>::zeros(k);
+    let compute = if full {
+        faer_svd::ComputeSvdVectors::Full
+    } else {
+        faer_svd::ComputeSvdVectors::Thin
+    };
+    let req = faer_svd::svd_scratch::<f64>(n, m, compute, compute, Par::Seq, Default::default());
+    let ok = with_stack(req, |stack| {
+        faer_svd::svd(
+            b,
+            values.as_mut(),
+            Some(v.rb_mut()),
+            Some(u.rb_mut()),
+            Par::Seq,
+            stack,
+            Default::default(),
+        )
+        .is_ok()
+    });
+    let values = values.column_vector();
+    if !ok || !values.iter().all(|x| x.is_finite()) {
+        return false;
+    }
+    // faer returns nonincreasing values; reorder defensively in case a version does not.
+    let mut order: Vec<usize> = (0..k).collect();
+    order.sort_by(|&i, &j| values[j].total_cmp(&values[i]));
+    for (out, &i) in s.iter_mut().zip(&order) {
+        *out = values[i];
+    }
+    if order.iter().enumerate().any(|(i, &o)| i != o) {
+        permute_leading_columns(u.rb_mut(), &order);
+        permute_leading_columns(v.rb_mut(), &order);
+    }
+    apply_to_columns(u.rb_mut(), Some(v.rb_mut()), 0..k);
+    apply_to_columns(u, None, k..u_cols);
+    apply_to_columns(v, None, k..v_cols);
+    true
+}
+
+/// Column `j < order.len()` of `m` becomes its column `order[j]`.
+fn permute_leading_columns(mut m: MatMut<'_, f64>, order: &[usize]) {
+    let old = m.rb().to_owned();
+    for (j, &from) in order.iter().enumerate() {
+        m.rb_mut().col_mut(j).copy_from(old.col(from));
+    }
 }
