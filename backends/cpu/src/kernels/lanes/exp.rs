@@ -168,16 +168,18 @@ fn tanh_lane(x: f64) -> (f64, bool) {
     let (em, em_flagged) = expm1_lane(choose(middle, 2.0 * a, -2.0 * a));
     // musl's `1 - 0/|x|` is 1 for every |x| above the threshold, and NaN (the operand's,
     // quieted) for a NaN, as `a + a` gives it: no division needed. Its `-t/(t + 2)` is the
-    // exact negation of `t/(t + 2)`, so the two middle branches share one quotient: two
-    // divisions per lane instead of four (every branch is computed in every lane).
+    // exact negation of `t/(t + 2)`, and its `2/(t + 2)` has the same divisor, so every
+    // branch takes its quotient from one division whose numerator is chosen first: one
+    // division per lane instead of four (every branch is computed in every lane, and the
+    // divider is what bounds this loop).
     let d = em + 2.0;
-    let q = em / d;
+    let q = choose(upper, 2.0, em) / d;
     let t = choose(
         one,
         choose(a.is_nan(), a + a, 1.0),
         choose(
             upper,
-            1.0 - 2.0 / d,
+            1.0 - q,
             choose(middle, q, choose(w >= TANH_SUBNORMAL, -q, a)),
         ),
     );
