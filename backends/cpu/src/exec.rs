@@ -654,7 +654,7 @@ fn run_node(
         }
         Op::Transpose { perm } => {
             let (x, dims) = arg(0)?;
-            layout::transpose(x, dims, perm, out)
+            layout::transpose(x, dims, perm, out, threads)
         }
         Op::Broadcast { shape } => {
             let (x, dims) = arg(0)?;
