@@ -1,8 +1,11 @@
-//! Machine code for loops over small values. A `fori_loop`/`scan` or a `while_loop` whose
-//! bodies have a scalar form (`scalar.rs`) or whose values all have at most [`SMALL_ELEMENTS`]
-//! elements ([`SmallBody`]) is compiled with Cranelift into one native function that runs a
-//! chunk of iterations with its carries in machine registers, reading scanned slices and
-//! writing stacked slices in place: no value array, no per-op dispatch, no per-iteration call.
+//! Machine code for loops and plans over small values. A `fori_loop`/`scan` or a `while_loop`
+//! whose bodies have a scalar form (`scalar.rs`) or whose values all have at most
+//! [`SMALL_ELEMENTS`] elements ([`SmallBody`]) is compiled with Cranelift into one native
+//! function that runs a chunk of iterations with its carries in machine registers, reading
+//! scanned slices and writing stacked slices in place: no value array, no per-op dispatch, no
+//! per-iteration call. A whole plan whose values are all that small ([`NativePlan`]: a scalar
+//! model's loss and gradient, say) becomes one function from its inputs to its outputs, which
+//! the executable switches to once the plan is hot (`lib.rs`, `NATIVE_AFTER_RUNS`).
 //!
 //! The code computes exactly what the interpreter computes: the same IEEE operations on
 //! float64 values in the same order (Cranelift neither contracts a multiply and an add into
@@ -44,6 +47,7 @@ use quabla_ir::{
     BinaryOp, Comparison, DType, Graph, HostData, Op, Plan, Reducer, Region, RegionKind, Shape,
     TensorType, UnaryOp,
 };
+use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, OnceLock};
@@ -317,6 +321,153 @@ impl NativeWhile {
             stopped: code & 1 == 1,
         })
     }
+}
+
+/// A whole plan in machine code: a plan whose values are all small (a [`SmallBody`]: a
+/// scalar model, the loss of a few parameters, one step of a small ODE) runs as one native
+/// function from its inputs to its outputs, with no steps, slots or buffers in between.
+#[derive(Clone, Debug)]
+pub(crate) struct NativePlan {
+    code: Arc<Code>,
+    /// Dtype and element count of each input and each output.
+    inputs: Vec<(DType, usize)>,
+    outputs: Vec<(DType, usize)>,
+}
+
+/// `(input pointers, output pointers) -> 0, or FAILED`.
+type PlanFn = unsafe extern "C" fn(*const *const u8, *const *mut u8) -> u64;
+
+/// The most element operations (the elements of every node, added up) of a plan compiled
+/// whole: every element is a machine instruction or more, and Cranelift's time grows with
+/// them, so a long scalar plan stays in the interpreter rather than make one call pay tens
+/// of milliseconds of code generation.
+pub(crate) const PLAN_ELEMENTS: usize = 4096;
+
+impl NativePlan {
+    /// Whether `graph` can be compiled whole: its small form, or `None`.
+    pub(crate) fn small_form(graph: &Graph) -> Option<SmallBody> {
+        let work: usize = graph.nodes().iter().map(|n| n.ty.shape.size()).sum();
+        if work > PLAN_ELEMENTS {
+            return None;
+        }
+        SmallBody::new(graph, graph.inputs().count())
+    }
+
+    /// The native form of the plan whose graph has the small form `small`, or `None` when a
+    /// node cannot be translated after all.
+    pub(crate) fn compile(small: &SmallBody) -> Option<NativePlan> {
+        let graph = &small.graph;
+        let inputs: Vec<(DType, usize)> = graph
+            .inputs()
+            .map(|(_, _, ty)| (ty.dtype, ty.shape.size()))
+            .collect();
+        let outputs: Vec<(DType, usize)> = graph
+            .outputs()
+            .iter()
+            .map(|&id| {
+                let ty = &graph.node(id).ty;
+                (ty.dtype, ty.shape.size())
+            })
+            .collect();
+        let code = Code::build(&[types::I64, types::I64], Some(types::I64), |e, params| {
+            let (inputs_at, outputs_at) = (params[0], params[1]);
+            let zero = e.b.ins().iconst(types::I64, 0);
+            let given: Vec<Vec<Value>> = inputs
+                .iter()
+                .enumerate()
+                .map(|(x, &(dtype, len))| {
+                    let base = e.load_pointer(inputs_at, x);
+                    e.load_slice(base, zero, dtype, len)
+                })
+                .collect();
+            let outs = e.small(small, &given)?;
+            if outs.len() != outputs.len() {
+                return None;
+            }
+            for (y, (values, &(dtype, len))) in outs.iter().zip(&outputs).enumerate() {
+                if values.len() != len {
+                    return None;
+                }
+                let base = e.load_pointer(outputs_at, y);
+                e.store_slice(base, zero, dtype, values);
+            }
+            let ok = e.b.ins().iconst(types::I64, 0);
+            e.b.ins().return_(&[ok]);
+            Some(())
+        })?;
+        Some(NativePlan {
+            code: Arc::new(code),
+            inputs,
+            outputs,
+        })
+    }
+
+    /// The outputs of the plan on `inputs`; `None` when an input does not have the dtype or
+    /// length the code was built for (running nothing) or when a kernel the code calls failed
+    /// (a singular `solve`: the interpreter then runs the plan and raises the kernel's error).
+    pub(crate) fn run(&self, inputs: &[&HostData]) -> Option<Vec<HostData>> {
+        let fits = inputs.len() == self.inputs.len()
+            && inputs
+                .iter()
+                .zip(&self.inputs)
+                .all(|(x, &(dtype, len))| x.dtype() == dtype && x.len() == len);
+        if !fits {
+            return None;
+        }
+        let inputs_at: SmallVec<[*const u8; 8]> = inputs
+            .iter()
+            .map(|x| match x {
+                HostData::F32(v) => v.as_ptr().cast(),
+                HostData::F64(v) => v.as_ptr().cast(),
+                HostData::Bool(v) => v.as_ptr().cast(),
+            })
+            .collect();
+        let mut outputs: SmallVec<[Written; 4]> = self
+            .outputs
+            .iter()
+            .map(|&(dtype, len)| match dtype {
+                DType::F32 => Written::F32(vec![0.0; len]),
+                DType::F64 => Written::F64(vec![0.0; len]),
+                DType::Bool => Written::Bool(vec![false; len]),
+            })
+            .collect();
+        let outputs_at: SmallVec<[*mut u8; 4]> = outputs
+            .iter_mut()
+            .map(|y| match y {
+                Written::F32(v) => v.as_mut_ptr().cast(),
+                Written::F64(v) => v.as_mut_ptr().cast(),
+                Written::Bool(v) => v.as_mut_ptr().cast(),
+            })
+            .collect();
+        // SAFETY: the entry was compiled with `PlanFn`'s signature. It reads the elements of
+        // each input and writes those of each output with the dtypes and lengths it was
+        // compiled for (the inputs' checked above, the outputs' allocated above), and calls
+        // only the pure functions of `SYMBOLS`.
+        let status = unsafe {
+            let f: PlanFn = std::mem::transmute(self.code.entry);
+            f(inputs_at.as_ptr(), outputs_at.as_ptr())
+        };
+        if status == FAILED {
+            return None;
+        }
+        Some(
+            outputs
+                .into_iter()
+                .map(|y| match y {
+                    Written::F32(v) => HostData::F32(v.into()),
+                    Written::F64(v) => HostData::F64(v.into()),
+                    Written::Bool(v) => HostData::Bool(v.into()),
+                })
+                .collect(),
+        )
+    }
+}
+
+/// An output of a native plan being written.
+enum Written {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    Bool(Vec<bool>),
 }
 
 /// The most elements a value of a [`SmallBody`] may have: every element is a machine value,

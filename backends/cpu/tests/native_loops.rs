@@ -8,7 +8,7 @@ mod common;
 
 use common::graph;
 
-use common::{assert_bitwise, Rng};
+use common::{assert_bitwise, every_op, special_values, Rng};
 use quabla_backend::{Executable, HostTensor};
 use quabla_cpu::{CpuBackend, CpuExecutable, CpuOptions};
 use quabla_ir::{
@@ -74,38 +74,6 @@ fn check_both_ways(context: &str, g: &Graph, input_sets: &[Vec<HostTensor>]) {
     }
 }
 
-/// Special and ordinary values: signed zeros, subnormals, huge, infinite and NaN values,
-/// values at the edges of the inverse trigonometric and hyperbolic domains, and random ones.
-fn special_values(rng: &mut Rng) -> Vec<f64> {
-    let mut v = vec![
-        0.0,
-        -0.0,
-        1.0,
-        -1.0,
-        0.5,
-        -0.5,
-        2.5,
-        -2.5,
-        3.0,
-        1e-310,
-        -1e-310,
-        1e-40,
-        1e300,
-        -1e300,
-        f64::INFINITY,
-        f64::NEG_INFINITY,
-        f64::NAN,
-        0.999,
-        1.001,
-        7.25,
-        -30.0,
-        710.0,
-        1e-8,
-    ];
-    v.extend((0..8).map(|_| rng.finite()));
-    v
-}
-
 /// A `fori_loop` of three iterations over carries `(x, y, out)`: `x` and `y` pass through and
 /// `out` becomes `op(x, y)` (the op under test, built by `apply`).
 fn op_loop(dt: DType, apply: &dyn Fn(&mut GraphBuilder, NodeId, NodeId) -> NodeId) -> Graph {
@@ -128,56 +96,6 @@ fn op_loop(dt: DType, apply: &dyn Fn(&mut GraphBuilder, NodeId, NodeId) -> NodeI
     };
     let region = Arc::new(Region::new(RegionKind::Scan(scan), RegionForm::Fori, 0).unwrap());
     calling(&region)
-}
-
-type Apply = Box<dyn Fn(&mut GraphBuilder, NodeId, NodeId) -> NodeId>;
-
-/// Every elementwise op of the IR, each as a loop body.
-fn every_op() -> Vec<(String, Apply)> {
-    let mut ops: Vec<(String, Apply)> = Vec::new();
-    for u in UnaryOp::ALL {
-        ops.push((
-            u.name().into(),
-            Box::new(move |b, x, _| b.unary(u, x).unwrap()),
-        ));
-    }
-    for n in [-3, -2, -1, 0, 1, 2, 3, 7] {
-        ops.push((
-            format!("powi {n}"),
-            Box::new(move |b, x, _| b.powi(x, n).unwrap()),
-        ));
-    }
-    for op in BinaryOp::ALL {
-        ops.push((
-            op.name().into(),
-            Box::new(move |b, x, y| b.binary(op, x, y).unwrap()),
-        ));
-    }
-    for c in Comparison::ALL {
-        // A comparison's bool, as the loop's carry dtype through `where`.
-        ops.push((
-            c.name().into(),
-            Box::new(move |b, x, y| {
-                let p = b.compare(c, x, y).unwrap();
-                b.select(p, x, y).unwrap()
-            }),
-        ));
-    }
-    for to in [DType::F32, DType::F64, DType::Bool] {
-        ops.push((
-            format!("cast to {to}"),
-            Box::new(move |b, x, _| {
-                let dt = b.ty(x).dtype;
-                let c = b.astype(x, to).unwrap();
-                b.astype(c, dt).unwrap()
-            }),
-        ));
-    }
-    ops.push((
-        "stop_gradient".into(),
-        Box::new(|b, x, _| b.stop_gradient(x).unwrap()),
-    ));
-    ops
 }
 
 #[test]

@@ -6,7 +6,10 @@
 use quabla_backend::{Backend, HostTensor};
 use quabla_cpu::{CpuBackend, CpuOptions};
 
-use quabla_ir::{DType, Graph, GraphBuilder, HostData, NodeId, Plan, Shape, TensorType};
+use quabla_ir::{
+    BinaryOp, Comparison, DType, Graph, GraphBuilder, HostData, NodeId, Plan, Shape, TensorType,
+    UnaryOp,
+};
 
 /// The project's deterministic test generator.
 pub use quabla_random::testing::TestRng as Rng;
@@ -135,4 +138,87 @@ pub fn graph(
         .collect();
     let outs = f(&mut b, &ins);
     b.finish(outs).unwrap()
+}
+
+/// Special and ordinary values: signed zeros, subnormals, huge, infinite and NaN values,
+/// values at the edges of the inverse trigonometric and hyperbolic domains, and random ones.
+pub fn special_values(rng: &mut Rng) -> Vec<f64> {
+    let mut v = vec![
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        0.5,
+        -0.5,
+        2.5,
+        -2.5,
+        3.0,
+        1e-310,
+        -1e-310,
+        1e-40,
+        1e300,
+        -1e300,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+        0.999,
+        1.001,
+        7.25,
+        -30.0,
+        710.0,
+        1e-8,
+    ];
+    v.extend((0..8).map(|_| rng.finite()));
+    v
+}
+
+/// An elementwise op under test, applied to one or two operands.
+pub type Apply = Box<dyn Fn(&mut GraphBuilder, NodeId, NodeId) -> NodeId>;
+
+/// Every elementwise op of the IR (comparisons through `where`, casts there and back).
+pub fn every_op() -> Vec<(String, Apply)> {
+    let mut ops: Vec<(String, Apply)> = Vec::new();
+    for u in UnaryOp::ALL {
+        ops.push((
+            u.name().into(),
+            Box::new(move |b, x, _| b.unary(u, x).unwrap()),
+        ));
+    }
+    for n in [-3, -2, -1, 0, 1, 2, 3, 7] {
+        ops.push((
+            format!("powi {n}"),
+            Box::new(move |b, x, _| b.powi(x, n).unwrap()),
+        ));
+    }
+    for op in BinaryOp::ALL {
+        ops.push((
+            op.name().into(),
+            Box::new(move |b, x, y| b.binary(op, x, y).unwrap()),
+        ));
+    }
+    for c in Comparison::ALL {
+        // A comparison's bool, as the loop's carry dtype through `where`.
+        ops.push((
+            c.name().into(),
+            Box::new(move |b, x, y| {
+                let p = b.compare(c, x, y).unwrap();
+                b.select(p, x, y).unwrap()
+            }),
+        ));
+    }
+    for to in [DType::F32, DType::F64, DType::Bool] {
+        ops.push((
+            format!("cast to {to}"),
+            Box::new(move |b, x, _| {
+                let dt = b.ty(x).dtype;
+                let c = b.astype(x, to).unwrap();
+                b.astype(c, dt).unwrap()
+            }),
+        ));
+    }
+    ops.push((
+        "stop_gradient".into(),
+        Box::new(|b, x, _| b.stop_gradient(x).unwrap()),
+    ));
+    ops
 }
