@@ -19,6 +19,10 @@ use crate::LinalgError;
 /// sides are one panel, as one call.)
 pub const SOLVE_PANEL: usize = 64;
 
+/// Right-hand sides (`n * k` elements) below which the panels run one after another: a
+/// smaller solve takes less time than handing panels to other threads.
+const PARALLEL_SOLVE_ELEMENTS: usize = 1 << 14;
+
 /// A packed `P A = L U` factorization of one square matrix.
 struct Lu {
     /// Strictly lower part: `L` (unit diagonal implied); upper part with diagonal: `U`.
@@ -62,30 +66,35 @@ impl Lu {
             .step_by(SOLVE_PANEL)
             .map(|c| (c, (c + SOLVE_PANEL).min(k) - c))
             .collect();
-        let solve = |(col, width): (usize, usize)| -> Mat<f64> {
+        let solve_panel = |(col, width): (usize, usize)| -> Mat<f64> {
             let mut p = MatRef::from_row_major_slice(b, n, k)
                 .subcols(col, width)
                 .to_owned();
             self.solve_in_place(p.as_mut(), transpose);
             p
         };
-        let solved: Vec<Mat<f64>> = if threads <= 1 || panels.len() == 1 {
-            panels.iter().map(|&p| solve(p)).collect()
-        } else {
-            let mut slots: Vec<Option<Mat<f64>>> = panels.iter().map(|_| None).collect();
-            let per_thread = panels.len().div_ceil(threads);
-            let solve = &solve;
-            rayon::in_place_scope(|s| {
-                for (mine, slots) in panels.chunks(per_thread).zip(slots.chunks_mut(per_thread)) {
-                    s.spawn(move |_| {
-                        for (&p, slot) in mine.iter().zip(slots) {
-                            *slot = Some(solve(p));
-                        }
-                    });
-                }
-            });
-            slots.into_iter().flatten().collect()
-        };
+        let solved: Vec<Mat<f64>> =
+            if threads <= 1 || panels.len() == 1 || n * k < PARALLEL_SOLVE_ELEMENTS {
+                panels.iter().map(|&p| solve_panel(p)).collect()
+            } else {
+                let mut slots: Vec<Option<Mat<f64>>> = panels.iter().map(|_| None).collect();
+                let per_thread = panels.len().div_ceil(threads);
+                let solve_panel = &solve_panel;
+                rayon::in_place_scope(|s| {
+                    for (mine, slots) in panels.chunks(per_thread).zip(slots.chunks_mut(per_thread))
+                    {
+                        s.spawn(move |_| {
+                            for (&p, slot) in mine.iter().zip(slots) {
+                                *slot = Some(solve_panel(p));
+                            }
+                        });
+                    }
+                });
+                slots
+                    .into_iter()
+                    .map(|p| p.expect("every panel is solved inside the scope"))
+                    .collect()
+            };
         let mut x = MatMut::from_row_major_slice_mut(x, n, k);
         for (&(col, width), p) in panels.iter().zip(&solved) {
             x.as_mut().subcols_mut(col, width).copy_from(p);

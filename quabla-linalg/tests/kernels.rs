@@ -243,8 +243,9 @@ fn solve_batch_equals_single_calls() {
 #[test]
 fn wide_right_hand_sides_solve_in_fixed_panels_on_any_thread_count() {
     // 150 right-hand sides are three panels (64, 64, 22); each column's bits are those of its
-    // panel solved alone, whether the panels run one after another or on several threads.
-    let (n, k) = (33, 2 * SOLVE_PANEL + 22);
+    // panel solved alone, whether the panels run one after another or on several threads
+    // (120 x 150 is large enough to be split).
+    let (n, k) = (120, 2 * SOLVE_PANEL + 22);
     let a = pseudo_random(11, n * n);
     let b = pseudo_random(12, n * k);
     let factors = lu_factor(&a, 1, n).unwrap();

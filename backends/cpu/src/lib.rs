@@ -96,8 +96,8 @@ pub struct CpuOptions {
     pub threads: usize,
     /// Compile loops over small values (a `fori_loop`, `scan` or `while_loop` whose values all
     /// have at most 64 elements, with the regions nested in it) to machine code with Cranelift
-    /// at their first run, and a whole plan whose values are all that small once it has run a
-    /// thousand times in the interpreter (on by default). Turning it off runs them in the
+    /// at their first run, and a whole plan without control flow whose values are all that
+    /// small once it has run a thousand times in the interpreter (on by default). Turning it off runs them in the
     /// interpreter; values are identical either way. [`CpuExecutable::report`] says what runs
     /// native code.
     pub native_loops: bool,
@@ -173,7 +173,8 @@ impl CpuBackend {
 
     fn compile_build(&self, plan: &Plan, build: Build) -> Result<CpuExecutable> {
         // A plan of small values may run as one native function; only the reference rule has
-        // one (under `Float32`, float32 sums run natively in the interpreter's kernels).
+        // one (under `Float32`, float32 sums accumulate in float32, which the code generator
+        // does not do).
         let native = (build.native && !build.check_nans && build.precision == Precision::Reference)
             .then(|| NativePlan::small_form(plan.graph()))
             .flatten()
@@ -284,6 +285,11 @@ impl NativeTier {
         if self.runs.fetch_add(1, Ordering::Relaxed) < NATIVE_AFTER_RUNS {
             return None;
         }
+        self.code()
+    }
+
+    /// The plan's code, generated now if it was not yet.
+    fn code(&self) -> Option<&NativePlan> {
         self.code
             .get_or_init(|| NativePlan::compile(&self.small))
             .as_ref()
@@ -300,8 +306,9 @@ impl CpuExecutable {
         &self.schedule.stats
     }
 
-    /// How the plan runs: its steps and fused groups; for a plan whose values are all small,
-    /// whether it runs as one native function (from its 1001st run on); then one line per
+    /// How the plan runs: its steps and fused groups; for a plan without control flow whose
+    /// values are all small, whether it runs as one native function (from its 1001st run
+    /// on); then one line per
     /// control-flow region (nested regions indented under theirs) saying whether the loop
     /// runs native code or which interpreted form it takes, e.g.
     ///
@@ -323,7 +330,7 @@ impl CpuExecutable {
         if let Some(tier) = &self.native {
             let state = match tier.code.get() {
                 Some(Some(_)) => "native code".to_string(),
-                Some(None) => "interpreted (a node has no native form)".to_string(),
+                Some(None) => "interpreted (the code generator declined it)".to_string(),
                 None => format!("native code from run {}", NATIVE_AFTER_RUNS + 1),
             };
             out.push_str(&format!("  whole plan: {state}\n"));
@@ -335,15 +342,14 @@ impl CpuExecutable {
     /// Generates the plan's native code now instead of at its run after the thousandth (for
     /// a plan known to be hot, and for tests that compare it with the interpreter). `false`
     /// when the plan has no native form: a value with more than 64 elements, more than 4096
-    /// element operations in all, an op or region the code generator does not translate, or
-    /// the native form turned off (`CpuOptions::native_loops`, `Precision::Float32`, the
+    /// element operations in all, a control-flow region (its loops have code of their own), an
+    /// op the code generator does not translate, a host Cranelift does not support, or the
+    /// native form turned off (`CpuOptions::native_loops`, `Precision::Float32`, the
     /// non-finite check).
     pub fn compile_native_now(&self) -> bool {
-        self.native.as_ref().is_some_and(|tier| {
-            tier.code
-                .get_or_init(|| NativePlan::compile(&tier.small))
-                .is_some()
-        })
+        self.native
+            .as_ref()
+            .is_some_and(|tier| tier.code().is_some())
     }
 
     /// Buffers allocated fresh (not reused from a pool) by all runs so far, region bodies

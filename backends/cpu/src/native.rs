@@ -323,9 +323,9 @@ impl NativeWhile {
     }
 }
 
-/// A whole plan in machine code: a plan whose values are all small (a [`SmallBody`]: a
-/// scalar model, the loss of a few parameters, one step of a small ODE) runs as one native
-/// function from its inputs to its outputs, with no steps, slots or buffers in between.
+/// A whole plan in machine code: a plan without control flow whose values are all small (a
+/// [`SmallBody`]: a scalar model, the loss and gradient of a few parameters) runs as one
+/// native function from its inputs to its outputs, with no steps, slots or buffers in between.
 #[derive(Clone, Debug)]
 pub(crate) struct NativePlan {
     code: Arc<Code>,
@@ -344,11 +344,20 @@ type PlanFn = unsafe extern "C" fn(*const *const u8, *const *mut u8) -> u64;
 pub(crate) const PLAN_ELEMENTS: usize = 4096;
 
 impl NativePlan {
-    /// Whether `graph` can be compiled whole: its small form, or `None`.
+    /// Whether `graph` can be compiled whole: its small form, or `None`. A plan that calls a
+    /// control-flow region is not: its loops keep their own code, which runs in chunks with
+    /// the run's cancellation checked between them, where one call of a whole plan could run
+    /// nested loops of thousands of trips each without a check.
     pub(crate) fn small_form(graph: &Graph) -> Option<SmallBody> {
-        let work: usize = graph.nodes().iter().map(|n| n.ty.shape.size()).sum();
-        if work > PLAN_ELEMENTS {
-            return None;
+        let mut work = 0usize;
+        for node in graph.nodes() {
+            if matches!(node.op, Op::Region(_)) {
+                return None;
+            }
+            work += node.ty.shape.size();
+            if work > PLAN_ELEMENTS {
+                return None;
+            }
         }
         SmallBody::new(graph, graph.inputs().count())
     }

@@ -80,7 +80,7 @@ pub(crate) struct Build {
     /// The non-finite check (`jit(f).check_nans(true)`): no fusion and no scalar loop forms,
     /// so that every node is a step, and each step checks what it wrote ([`NanCheck`]).
     pub check_nans: bool,
-    /// Loops over small values in machine code (`CpuOptions::native_loops`).
+    /// Loops and plans over small values in machine code (`CpuOptions::native_loops`).
     pub native: bool,
 }
 

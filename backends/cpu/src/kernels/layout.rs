@@ -9,7 +9,7 @@
 //! is not innermost in the result, copy in 32x32 blocks so that both sides stay in cache.
 
 use crate::buffer::{Elem, View, ViewMut};
-use crate::kernels::{internal, par_for_each, scratch, scratch_oom};
+use crate::kernels::{internal, par_for_each, scratch, scratch_oom, split_ranges};
 use quabla_backend::Result;
 use smallvec::SmallVec;
 
@@ -204,15 +204,22 @@ fn blocked_transpose<E: Copy + Send + Sync>(
         sl: s[last],
         dq: ds[q],
     };
-    if others.is_empty() && threads > 1 && plane.nq > B && plane.nq * plane.nl >= PAR_MIN_COPY {
-        // `dst` is the plane itself: its rows of blocks are disjoint chunks.
-        let rows: Vec<(usize, &mut [E])> = dst
-            .chunks_mut(B * plane.dq)
-            .enumerate()
-            .map(|(i, rows)| (i * B, rows))
-            .collect();
-        par_for_each(rows, threads, |(qb, rows)| {
-            plane.block_row(src, offset, qb, rows);
+    if others.is_empty() && threads > 1 && plane.nq > BLOCK && plane.nq * plane.nl >= PAR_MIN_COPY {
+        // `dst` is the plane itself: consecutive rows of blocks are disjoint chunks of it, one
+        // run of them per thread.
+        let bands = split_ranges(plane.nq.div_ceil(BLOCK), threads, 1);
+        let mut parts = Vec::with_capacity(bands.len());
+        let mut rest = dst;
+        for &(first, end) in &bands {
+            let rows = ((end - first) * BLOCK).min(plane.nq - first * BLOCK);
+            let (part, tail) = rest.split_at_mut((rows * plane.dq).min(rest.len()));
+            parts.push((first * BLOCK, end * BLOCK, part));
+            rest = tail;
+        }
+        par_for_each(parts, threads, |(start, end, part)| {
+            for qb in (start..end.min(plane.nq)).step_by(BLOCK) {
+                plane.block_row(src, offset, qb, &mut part[(qb - start) * plane.dq..]);
+            }
         });
         return;
     }
@@ -222,7 +229,7 @@ fn blocked_transpose<E: Copy + Send + Sync>(
     let mut idx: Extents = smallvec::smallvec![0; others.len()];
     let (mut sbase, mut dbase) = (offset, 0usize);
     loop {
-        for qb in (0..plane.nq).step_by(B) {
+        for qb in (0..plane.nq).step_by(BLOCK) {
             plane.block_row(src, sbase, qb, &mut dst[dbase + qb * plane.dq..]);
         }
         // Advance the other axes in both bases at once.
@@ -246,14 +253,14 @@ fn blocked_transpose<E: Copy + Send + Sync>(
 }
 
 /// Side of the cache blocks of [`blocked_transpose`].
-const B: usize = 32;
+const BLOCK: usize = 32;
 /// Side of the register tiles inside a block.
-const T: usize = 8;
+const TILE: usize = 8;
 /// Elements from which one plane's copy is split over threads. Inside a plan a transpose
-/// mostly reads a value another step just wrote, from the cache of whichever core wrote it;
-/// split at 64K elements, the MLP step's 1024x64 transposes got slower, not faster. From
-/// 2 MiB of float64 the split pays (a 2048x2048 transpose: 6.7 ms on one thread, 3.2 ms on
-/// two).
+/// mostly reads a value another step has just written, from the cache of whichever core
+/// wrote it, so a split of a copy that small costs more than it saves (measured on the
+/// 1024x64 transposes of an MLP step). From 2 MiB of float64 it pays: a 2048x2048 transpose
+/// takes 6.7 ms on one thread and 3.2 ms on two.
 const PAR_MIN_COPY: usize = 1 << 18;
 
 /// One (`q`, innermost) plane of a blocked transpose: `nq x nl` result elements, the source
@@ -268,17 +275,17 @@ struct Plane {
 }
 
 impl Plane {
-    /// Copies result rows `qb .. qb + B` (fewer at the end) into `rows`, which starts at row
+    /// Copies result rows `qb .. qb + BLOCK` (fewer at the end) into `rows`, which starts at row
     /// `qb` of the plane.
     fn block_row<E: Copy>(&self, src: &[E], sbase: usize, qb: usize, rows: &mut [E]) {
         let Plane { nq, nl, sl, dq } = *self;
-        let qe = (qb + B).min(nq);
-        for lb in (0..nl).step_by(B) {
-            let le = (lb + B).min(nl);
-            if sl != 0 && qe - qb == B && le - lb == B {
+        let qe = (qb + BLOCK).min(nq);
+        for lb in (0..nl).step_by(BLOCK) {
+            let le = (lb + BLOCK).min(nl);
+            if sl != 0 && qe - qb == BLOCK && le - lb == BLOCK {
                 // A full block: tiles through registers.
-                for tq in (qb..qe).step_by(T) {
-                    for tl in (lb..le).step_by(T) {
+                for tq in (qb..qe).step_by(TILE) {
+                    for tl in (lb..le).step_by(TILE) {
                         tile(src, sbase + tq + tl * sl, sl, rows, (tq - qb) * dq + tl, dq);
                     }
                 }
@@ -303,17 +310,17 @@ impl Plane {
     }
 }
 
-/// Transposes one `T x T` tile: `dst[d + i * dq + l] = src[s + l * sl + i]`. Whole source rows
-/// are read at once and whole destination rows written at once, so the compiler keeps the tile
-/// in vector registers and shuffles it; an 8x8 float64 tile reads and writes whole cache
-/// lines. (On a value in cache, a 1024x64 float64 transpose went from 38 to 25–30 µs, a
-/// 64x1024 one from about 150 to 35 µs.)
+/// Transposes one `TILE x TILE` tile: `dst[d + i * dq + l] = src[s + l * sl + i]`. Whole
+/// source rows are read at once and whole destination rows written at once, so the compiler
+/// keeps the tile in vector registers and shuffles it; an 8x8 float64 tile reads and writes
+/// whole cache lines. (On a value in cache, a 1024x64 float64 transpose takes 25–30 µs this
+/// way against 38 µs row by row, and a 64x1024 one 35 µs against about 150.)
 #[inline(always)]
 fn tile<E: Copy>(src: &[E], s: usize, sl: usize, dst: &mut [E], d: usize, dq: usize) {
-    let rows: [&[E; T]; T] =
-        std::array::from_fn(|l| src[s + l * sl..][..T].try_into().expect("a tile row"));
-    for i in 0..T {
-        let out: &mut [E; T] = (&mut dst[d + i * dq..][..T])
+    let rows: [&[E; TILE]; TILE] =
+        std::array::from_fn(|l| src[s + l * sl..][..TILE].try_into().expect("a tile row"));
+    for i in 0..TILE {
+        let out: &mut [E; TILE] = (&mut dst[d + i * dq..][..TILE])
             .try_into()
             .expect("a tile row");
         for (o, row) in out.iter_mut().zip(&rows) {

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use quabla_backend::{Backend, HostTensor};
-use quabla_cpu::{CpuBackend, CpuOptions};
+use quabla_cpu::{CpuBackend, CpuExecutable, CpuOptions};
 
 use quabla_ir::{
     BinaryOp, Comparison, DType, Graph, GraphBuilder, HostData, NodeId, Plan, Shape, TensorType,
@@ -197,7 +197,7 @@ pub fn every_op() -> Vec<(String, Apply)> {
         ));
     }
     for c in Comparison::ALL {
-        // A comparison's bool, as the loop's carry dtype through `where`.
+        // A comparison's bool, brought back to the operands' dtype through `where`.
         ops.push((
             c.name().into(),
             Box::new(move |b, x, y| {
@@ -221,4 +221,16 @@ pub fn every_op() -> Vec<(String, Apply)> {
         Box::new(|b, x, _| b.stop_gradient(x).unwrap()),
     ));
     ops
+}
+
+/// `g` compiled unoptimized, with machine code for small loops and plans on or off
+/// (`CpuOptions::native_loops`).
+pub fn compile(g: &Graph, native_loops: bool) -> CpuExecutable {
+    let options = CpuOptions {
+        native_loops,
+        ..CpuOptions::default()
+    };
+    CpuBackend::with_options(options)
+        .compile_plan(&Plan::from_graph_unoptimized(g.clone()))
+        .unwrap()
 }
