@@ -54,7 +54,8 @@ fn blocked_f32(values: &[f32]) -> f32 {
 
 #[test]
 fn float32_matmul_is_native_and_thread_independent() {
-    let (m, k, n) = (70, 300, 50);
+    // Large enough to split over threads (in bands of rows).
+    let (m, k, n) = (70, 300, 110);
     let mut rng = Rng::new(5);
     let a: Vec<f64> = (0..m * k).map(|_| rng.finite()).collect();
     let b: Vec<f64> = (0..k * n).map(|_| rng.finite()).collect();
