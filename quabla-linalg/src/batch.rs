@@ -1,6 +1,6 @@
 //! Leading batch axes: length checks, per-matrix slicing and faer conversions.
 
-use faer::{Mat, MatMut, MatRef};
+use faer::{ColRef, Mat, MatMut, MatRef};
 
 use crate::LinalgError;
 
@@ -68,6 +68,35 @@ pub(crate) fn push_nan(out: &mut Vec<f64>, count: usize) {
 /// Whether every element is finite.
 pub(crate) fn all_finite(data: &[f64]) -> bool {
     data.iter().all(|x| x.is_finite())
+}
+
+/// Writes faer's eigenvalues or singular values sorted (ascending, or descending) into `out`
+/// and returns the order that sorts them: `order[j]` is the position of the `j`-th value.
+/// `None`, writing nothing, when a value is not finite (a failed decomposition). faer returns
+/// them sorted already; they are sorted here too in case a version does not.
+pub(crate) fn sorted_spectrum(
+    values: ColRef<'_, f64>,
+    descending: bool,
+    out: &mut [f64],
+) -> Option<Vec<usize>> {
+    if !values.iter().all(|x| x.is_finite()) {
+        return None;
+    }
+    let mut order: Vec<usize> = (0..values.nrows()).collect();
+    if descending {
+        order.sort_by(|&i, &j| values[j].total_cmp(&values[i]));
+    } else {
+        order.sort_by(|&i, &j| values[i].total_cmp(&values[j]));
+    }
+    for (o, &i) in out.iter_mut().zip(&order) {
+        *o = values[i];
+    }
+    Some(order)
+}
+
+/// Whether `order` leaves every position where it is.
+pub(crate) fn is_identity(order: &[usize]) -> bool {
+    order.iter().enumerate().all(|(i, &o)| i == o)
 }
 
 /// A workspace for a faer kernel.

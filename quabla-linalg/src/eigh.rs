@@ -5,7 +5,7 @@ use faer::linalg::evd;
 use faer::reborrow::ReborrowMut;
 use faer::{Mat, MatMut, Par};
 
-use crate::batch::{all_finite, matrix, matrix_len, with_stack};
+use crate::batch::{all_finite, is_identity, matrix, matrix_len, sorted_spectrum, with_stack};
 use crate::sign::apply_to_columns;
 use crate::LinalgError;
 
@@ -76,18 +76,14 @@ fn factor(a: &[f64], n: usize, w: &mut [f64], v: &mut [f64]) -> bool {
         )
         .is_ok()
     });
-    let values = values.column_vector();
-    if !ok || !values.iter().all(|x| x.is_finite()) {
+    let Some(order) = ok
+        .then(|| sorted_spectrum(values.column_vector(), false, w))
+        .flatten()
+    else {
         return false;
-    }
-    // faer returns ascending eigenvalues; reorder defensively in case a version does not.
-    let mut order: Vec<usize> = (0..n).collect();
-    order.sort_by(|&i, &j| values[i].total_cmp(&values[j]));
-    for (out, &i) in w.iter_mut().zip(&order) {
-        *out = values[i];
-    }
+    };
     let mut out = MatMut::from_row_major_slice_mut(v, n, n);
-    if order.iter().enumerate().all(|(i, &o)| i == o) {
+    if is_identity(&order) {
         out.copy_from(&vectors);
     } else {
         for (j, &from) in order.iter().enumerate() {

@@ -5,7 +5,7 @@ use faer::linalg::svd as faer_svd;
 use faer::reborrow::{Reborrow, ReborrowMut};
 use faer::{Mat, MatMut, MatRef, Par};
 
-use crate::batch::{all_finite, matrix, matrix_len, with_stack};
+use crate::batch::{all_finite, is_identity, matrix, matrix_len, sorted_spectrum, with_stack};
 use crate::sign::apply_to_columns;
 use crate::LinalgError;
 
@@ -110,17 +110,13 @@ fn factor(
         )
         .is_ok()
     });
-    let values = values.column_vector();
-    if !ok || !values.iter().all(|x| x.is_finite()) {
+    let Some(order) = ok
+        .then(|| sorted_spectrum(values.column_vector(), true, s))
+        .flatten()
+    else {
         return false;
-    }
-    // faer returns nonincreasing values; reorder defensively in case a version does not.
-    let mut order: Vec<usize> = (0..k).collect();
-    order.sort_by(|&i, &j| values[j].total_cmp(&values[i]));
-    for (out, &i) in s.iter_mut().zip(&order) {
-        *out = values[i];
-    }
-    if order.iter().enumerate().any(|(i, &o)| i != o) {
+    };
+    if !is_identity(&order) {
         permute_leading_columns(u.rb_mut(), &order);
         permute_leading_columns(v.rb_mut(), &order);
     }

@@ -252,10 +252,11 @@ fn blocked_transpose<E: Copy + Send + Sync>(
     }
 }
 
-/// Side of the cache blocks of [`blocked_transpose`].
+/// Side of the cache blocks of [`blocked_transpose`]. (Copying a block as 8x8 tiles through
+/// vector registers was faster on a value already in cache but slower inside a plan, where a
+/// transpose reads what an earlier step wrote: the MLP step's transposes took 129–139 µs
+/// that way against 97–99 µs row by row.)
 const BLOCK: usize = 32;
-/// Side of the register tiles inside a block.
-const TILE: usize = 8;
 /// Elements from which one plane's copy is split over threads. Inside a plan a transpose
 /// mostly reads a value another step has just written, from the cache of whichever core
 /// wrote it, so a split of a copy that small costs more than it saves (measured on the
@@ -282,15 +283,6 @@ impl Plane {
         let qe = (qb + BLOCK).min(nq);
         for lb in (0..nl).step_by(BLOCK) {
             let le = (lb + BLOCK).min(nl);
-            if sl != 0 && qe - qb == BLOCK && le - lb == BLOCK {
-                // A full block: tiles through registers.
-                for tq in (qb..qe).step_by(TILE) {
-                    for tl in (lb..le).step_by(TILE) {
-                        tile(src, sbase + tq + tl * sl, sl, rows, (tq - qb) * dq + tl, dq);
-                    }
-                }
-                continue;
-            }
             for iq in qb..qe {
                 // A row of the block: contiguous in `rows`, every `sl`-th element of `src`
                 // (slices and iterators rather than indices: no bounds check per element).
@@ -306,25 +298,6 @@ impl Plane {
                     *o = v;
                 }
             }
-        }
-    }
-}
-
-/// Transposes one `TILE x TILE` tile: `dst[d + i * dq + l] = src[s + l * sl + i]`. Whole
-/// source rows are read at once and whole destination rows written at once, so the compiler
-/// keeps the tile in vector registers and shuffles it; an 8x8 float64 tile reads and writes
-/// whole cache lines. (On a value in cache, a 1024x64 float64 transpose takes 25–30 µs this
-/// way against 38 µs row by row, and a 64x1024 one 35 µs against about 150.)
-#[inline(always)]
-fn tile<E: Copy>(src: &[E], s: usize, sl: usize, dst: &mut [E], d: usize, dq: usize) {
-    let rows: [&[E; TILE]; TILE] =
-        std::array::from_fn(|l| src[s + l * sl..][..TILE].try_into().expect("a tile row"));
-    for i in 0..TILE {
-        let out: &mut [E; TILE] = (&mut dst[d + i * dq..][..TILE])
-            .try_into()
-            .expect("a tile row");
-        for (o, row) in out.iter_mut().zip(&rows) {
-            *o = row[i];
         }
     }
 }
