@@ -9,7 +9,7 @@
 //! in which an element accumulates, so a product has the same bits whatever the thread count
 //! (tested against the sequential GEMM).
 
-use crate::buffer::{Buffer, Pool, Storage, View, ViewMut};
+use crate::buffer::{Buffer, Elem, Pool, Storage, View, ViewMut};
 use crate::kernels::layout::broadcast_strides;
 use crate::kernels::{internal, par_for_each, scratch_oom, split_ranges, PAR_MIN_ELEMENTS};
 use faer::{Accum, MatMut, MatRef, Par};
@@ -27,6 +27,11 @@ const PAR_MIN_FLOPS: usize = 1 << 21;
 /// to faer's parallel product, which splits columns too.
 const SPLIT_MIN_ROWS: usize = 16;
 const SPLIT_ALIGN_ROWS: usize = 8;
+
+/// Whether one large `m x k` by `k x n` product splits into bands of rows over `threads`.
+fn in_bands(m: usize, k: usize, n: usize, threads: usize) -> bool {
+    threads > 1 && m * k * n >= PAR_MIN_FLOPS && m >= SPLIT_MIN_ROWS * threads
+}
 
 /// The element types faer multiplies for us: float64 (the reference) and float32 (native, at
 /// `Precision::Float32`).
@@ -260,6 +265,18 @@ pub(crate) fn matmul(
         product(a, b, &pairs, c, m, k, n, threads);
         return Ok(());
     }
+    if let ([(ia, ib)], View::F32(a32), View::F32(b32), ViewMut::F32(_)) =
+        (pairs.as_slice(), &a, &b, &out)
+    {
+        if in_bands(m, k, n, threads) {
+            let ViewMut::F32(c32) = out else {
+                return Err(internal("a float32 matmul result is not float32"));
+            };
+            let a32 = &a32[ia * m * k..(ia + 1) * m * k];
+            let b32 = &b32[ib * k * n..(ib + 1) * k * n];
+            return reference_f32_in_bands(a32, b32, c32, (m, k, n), threads, pool);
+        }
+    }
     // Empty (no allocation) unless an operand is widened.
     let mut scratch: Vec<Buffer> = Vec::new();
     let ran = (|| -> Result<()> {
@@ -290,6 +307,60 @@ pub(crate) fn matmul(
                 pool.recycle(Storage::Owned(c));
             }
         }
+        Ok(())
+    })();
+    for b in scratch {
+        pool.recycle(Storage::Owned(b));
+    }
+    ran
+}
+
+/// The reference float32 product of one large `m x k` by `k x n` pair that splits into bands
+/// of rows: `b` is widened once, then each thread widens its band of `a`, multiplies it in
+/// float64 and rounds its band of the result, while the band is still in its cache. The bits
+/// are those of the product in [`matmul`]'s general path (the same bands, each the
+/// sequential product); one hand-off to the threads instead of four, and no pass over the
+/// whole of `a` or of the result, keep it near the float64 rate.
+fn reference_f32_in_bands(
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    (m, k, n): (usize, usize, usize),
+    threads: usize,
+    pool: &mut Pool,
+) -> Result<()> {
+    let mut scratch: Vec<Buffer> = Vec::with_capacity(3);
+    let ran = (|| -> Result<()> {
+        let b_view = View::F32(b);
+        let at = widened(b_view, (pool, threads), &mut scratch)?;
+        let mut a64 = pool.alloc(DType::F64, m * k).map_err(scratch_oom)?;
+        let mut c64 = pool.alloc(DType::F64, m * n).map_err(scratch_oom)?;
+        let b64 = f64s(&scratch, at, &b_view)?;
+        let (ViewMut::F64(mut a_rest), ViewMut::F64(mut c_rest)) = (a64.view_mut(), c64.view_mut())
+        else {
+            return Err(internal("a float64 scratch buffer is not float64"));
+        };
+        let mut c_rest32 = c;
+        let mut items = Vec::new();
+        for (start, end) in split_ranges(m, threads, SPLIT_ALIGN_ROWS) {
+            let rows = end - start;
+            let (a_band, a_next) = a_rest.split_at_mut(rows * k);
+            let (c_band, c_next) = c_rest.split_at_mut(rows * n);
+            let (c32_band, c32_next) = c_rest32.split_at_mut(rows * n);
+            (a_rest, c_rest, c_rest32) = (a_next, c_next, c32_next);
+            items.push((start, rows, a_band, c_band, c32_band));
+        }
+        par_for_each(items, threads, |(start, rows, a64, c64, c32)| {
+            for (wide, &x) in a64.iter_mut().zip(&a[start * k..(start + rows) * k]) {
+                *wide = f64::from(x);
+            }
+            gemm(a64, b64, c64, rows, k, n);
+            for (narrow, &x) in c32.iter_mut().zip(c64.iter()) {
+                *narrow = f32::from_f64(x);
+            }
+        });
+        scratch.push(a64);
+        scratch.push(c64);
         Ok(())
     })();
     for b in scratch {
@@ -457,7 +528,7 @@ fn product<T: GemmElem>(
         let (ia, ib) = pairs[0];
         let a = &a[ia * sa..(ia + 1) * sa];
         let b = &b[ib * sb..(ib + 1) * sb];
-        if large && threads > 1 && m >= SPLIT_MIN_ROWS * threads {
+        if in_bands(m, k, n, threads) {
             // Bands of rows over the threads, each one sequential product. A row's bits do
             // not depend on the rows beside it (faer accumulates every element over `k` in
             // the same blocks whatever the height of the product, from two rows on; a
@@ -519,6 +590,40 @@ unsafe fn zero_upper() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn float32_reference_products_in_bands_have_the_bits_of_the_rounded_product() {
+        // Over the band threshold for 2 and 3 threads; one thread takes the general path.
+        for (m, k, n) in [(70, 300, 110), (512, 64, 64), (49, 1001, 47)] {
+            let a: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
+            let b: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.11).cos() * 3.0).collect();
+            // The definition: the float64 product of the widened operands, rounded once.
+            let a64: Vec<f64> = a.iter().map(|&x| f64::from(x)).collect();
+            let b64: Vec<f64> = b.iter().map(|&x| f64::from(x)).collect();
+            let mut c64 = vec![0.0; m * n];
+            gemm(&a64, &b64, &mut c64, m, k, n);
+            let want: Vec<u32> = c64.iter().map(|&x| (x as f32).to_bits()).collect();
+            let mut pool = Pool::default();
+            for threads in [1, 2, 3] {
+                let mut c = vec![f32::NAN; m * n];
+                let how = Product {
+                    threads,
+                    native_f32: false,
+                };
+                matmul(
+                    (View::F32(&a), &[m, k]),
+                    (View::F32(&b), &[k, n]),
+                    &[m, n],
+                    ViewMut::F32(&mut c),
+                    how,
+                    &mut pool,
+                )
+                .unwrap();
+                let got: Vec<u32> = c.iter().map(|x| x.to_bits()).collect();
+                assert!(got == want, "{m}x{k}x{n} on {threads} threads");
+            }
+        }
+    }
 
     #[test]
     fn parallel_products_have_the_bits_of_the_sequential_product() {
