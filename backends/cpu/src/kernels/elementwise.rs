@@ -188,10 +188,10 @@ pub(crate) struct Program {
 /// even below [`PAR_MIN_ELEMENTS`]. Handing parts to rayon's pool costs a few microseconds,
 /// so a group is worth splitting once it has tens of microseconds of work: from a few
 /// arithmetic operations over a 1024x64 hidden layer (the backward pass of a `tanh` layer).
-/// At 800 000 such groups ran on one thread; at 2^17 (and at 2^18, which still leaves a
-/// one-op copy of 70 000 elements on one thread) the MLP training step measured
+/// At 800 000 such groups ran on one thread; at 2^17 the MLP training step measured
 /// 0.97–0.98 ms instead of 1.02–1.05 ms in float64, and 0.75–0.79 ms instead of 0.87–0.93 ms
-/// at `precision("float32")`, in alternating runs.
+/// at `precision("float32")`, in alternating runs. 2^18 keeps those groups split and leaves a
+/// one-op copy of 70 000 elements on one thread.
 const PAR_MIN_WORK: usize = 1 << 18;
 
 /// Estimated cost of one element of an instruction, in units of one arithmetic operation.
