@@ -185,14 +185,15 @@ pub(crate) struct Program {
 }
 
 /// Work of a group (elements times cost per element) from which it is split over threads
-/// even below [`PAR_MIN_ELEMENTS`]. Handing parts to rayon's pool costs a few microseconds,
-/// so a group is worth splitting once it has tens of microseconds of work: from a few
-/// arithmetic operations over a 1024x64 hidden layer (the backward pass of a `tanh` layer).
-/// At 800 000 such groups ran on one thread; at 2^17 the MLP training step measured
-/// 0.97–0.98 ms instead of 1.02–1.05 ms in float64, and 0.75–0.79 ms instead of 0.87–0.93 ms
-/// at `precision("float32")`, in alternating runs. 2^18 keeps those groups split and leaves a
-/// one-op copy of 70 000 elements on one thread.
-const PAR_MIN_WORK: usize = 1 << 18;
+/// even below [`PAR_MIN_ELEMENTS`]: a small group is worth splitting only when each element
+/// is expensive (a chain of transcendental functions over a hidden layer, say). Handing a
+/// part to rayon's pool costs only microseconds, but the pool's threads then keep spinning
+/// for a while, and on this two-core machine that slows whatever runs next on the calling
+/// thread: at 2^18 the backward groups of the MLP step (a few operations over 1024x64) split
+/// and the step got 5–10% faster, but the gradient of `slogdet` at 256x256 went from 1.35 to
+/// 1.58 ms, its identity-building group from 55 to 81 µs and the LU solve after it from
+/// 1.29 to 1.50 ms.
+const PAR_MIN_WORK: usize = 800_000;
 
 /// Estimated cost of one element of an instruction, in units of one arithmetic operation.
 fn op_cost(op: EwOp) -> usize {
