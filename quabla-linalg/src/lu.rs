@@ -80,14 +80,20 @@ impl Lu {
                 let mut slots: Vec<Option<Mat<f64>>> = panels.iter().map(|_| None).collect();
                 let per_thread = panels.len().div_ceil(threads);
                 let solve_panel = &solve_panel;
+                let solve_share = move |mine: &[(usize, usize)], slots: &mut [Option<Mat<f64>>]| {
+                    for (&p, slot) in mine.iter().zip(slots) {
+                        *slot = Some(solve_panel(p));
+                    }
+                };
+                let mut shares = panels.chunks(per_thread).zip(slots.chunks_mut(per_thread));
+                let first = shares.next();
                 rayon::in_place_scope(|s| {
-                    for (mine, slots) in panels.chunks(per_thread).zip(slots.chunks_mut(per_thread))
-                    {
-                        s.spawn(move |_| {
-                            for (&p, slot) in mine.iter().zip(slots) {
-                                *slot = Some(solve_panel(p));
-                            }
-                        });
+                    for (mine, slots) in shares {
+                        s.spawn(move |_| solve_share(mine, slots));
+                    }
+                    // The calling thread solves the first share itself rather than wait.
+                    if let Some((mine, slots)) = first {
+                        solve_share(mine, slots);
                     }
                 });
                 slots
