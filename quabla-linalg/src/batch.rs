@@ -1,5 +1,6 @@
 //! Leading batch axes: length checks, per-matrix slicing and faer conversions.
 
+use faer::reborrow::{Reborrow, ReborrowMut};
 use faer::{ColRef, Mat, MatMut, MatRef};
 
 use crate::LinalgError;
@@ -106,4 +107,12 @@ pub(crate) fn with_stack<R>(
 ) -> R {
     let mut buf = faer::dyn_stack::MemBuffer::new(req);
     f(faer::dyn_stack::MemStack::new(&mut buf))
+}
+
+/// Column `j < order.len()` of `m` becomes its column `order[j]`.
+pub(crate) fn permute_leading_columns(mut m: MatMut<'_, f64>, order: &[usize]) {
+    let old = m.rb().to_owned();
+    for (j, &from) in order.iter().enumerate() {
+        m.rb_mut().col_mut(j).copy_from(old.col(from));
+    }
 }

@@ -2,10 +2,12 @@
 
 use faer::diag::Diag;
 use faer::linalg::evd;
-use faer::reborrow::ReborrowMut;
 use faer::{Mat, MatMut, Par};
 
-use crate::batch::{all_finite, is_identity, matrix, matrix_len, sorted_spectrum, with_stack};
+use crate::batch::{
+    all_finite, is_identity, matrix, matrix_len, permute_leading_columns, sorted_spectrum,
+    with_stack,
+};
 use crate::sign::apply_to_columns;
 use crate::LinalgError;
 
@@ -82,14 +84,11 @@ fn factor(a: &[f64], n: usize, w: &mut [f64], v: &mut [f64]) -> bool {
     else {
         return false;
     };
-    let mut out = MatMut::from_row_major_slice_mut(v, n, n);
-    if is_identity(&order) {
-        out.copy_from(&vectors);
-    } else {
-        for (j, &from) in order.iter().enumerate() {
-            out.rb_mut().col_mut(j).copy_from(vectors.col(from));
-        }
+    if !is_identity(&order) {
+        permute_leading_columns(vectors.as_mut(), &order);
     }
+    let mut out = MatMut::from_row_major_slice_mut(v, n, n);
+    out.copy_from(&vectors);
     apply_to_columns(out, None, 0..n);
     true
 }

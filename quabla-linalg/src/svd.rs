@@ -2,10 +2,13 @@
 
 use faer::diag::Diag;
 use faer::linalg::svd as faer_svd;
-use faer::reborrow::{Reborrow, ReborrowMut};
+use faer::reborrow::ReborrowMut;
 use faer::{Mat, MatMut, MatRef, Par};
 
-use crate::batch::{all_finite, is_identity, matrix, matrix_len, sorted_spectrum, with_stack};
+use crate::batch::{
+    all_finite, is_identity, matrix, matrix_len, permute_leading_columns, sorted_spectrum,
+    with_stack,
+};
 use crate::sign::apply_to_columns;
 use crate::LinalgError;
 
@@ -124,12 +127,4 @@ fn factor(
     apply_to_columns(u, None, k..u_cols);
     apply_to_columns(v, None, k..v_cols);
     true
-}
-
-/// Column `j < order.len()` of `m` becomes its column `order[j]`.
-fn permute_leading_columns(mut m: MatMut<'_, f64>, order: &[usize]) {
-    let old = m.rb().to_owned();
-    for (j, &from) in order.iter().enumerate() {
-        m.rb_mut().col_mut(j).copy_from(old.col(from));
-    }
 }

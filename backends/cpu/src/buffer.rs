@@ -76,6 +76,16 @@ pub(crate) enum View<'a> {
     Bool(&'a [bool]),
 }
 
+impl<'a> From<&'a HostData> for View<'a> {
+    fn from(data: &'a HostData) -> View<'a> {
+        match data {
+            HostData::F32(v) => View::F32(v),
+            HostData::F64(v) => View::F64(v),
+            HostData::Bool(v) => View::Bool(v),
+        }
+    }
+}
+
 impl<'a> View<'a> {
     pub(crate) fn len(&self) -> usize {
         match self {
@@ -165,6 +175,16 @@ pub(crate) enum ViewMut<'a> {
 }
 
 impl<'a> ViewMut<'a> {
+    /// The elements of host data for writing, in place when this is its only reference (a
+    /// copy is made first otherwise, as `Arc::make_mut` does).
+    pub(crate) fn of_host(data: &'a mut HostData) -> ViewMut<'a> {
+        match data {
+            HostData::F32(v) => ViewMut::F32(Arc::make_mut(v)),
+            HostData::F64(v) => ViewMut::F64(Arc::make_mut(v)),
+            HostData::Bool(v) => ViewMut::Bool(Arc::make_mut(v)),
+        }
+    }
+
     pub(crate) fn len(&self) -> usize {
         match self {
             ViewMut::F32(v) => v.len(),
@@ -333,9 +353,7 @@ impl Buffer {
             TypedVec::F32(v) => ViewMut::F32(&mut v[..self.len]),
             TypedVec::F64(v) => ViewMut::F64(&mut v[..self.len]),
             TypedVec::Bool(v) => ViewMut::Bool(&mut v[..self.len]),
-            TypedVec::Shared(HostData::F32(v)) => ViewMut::F32(&mut Arc::make_mut(v)[..self.len]),
-            TypedVec::Shared(HostData::F64(v)) => ViewMut::F64(&mut Arc::make_mut(v)[..self.len]),
-            TypedVec::Shared(HostData::Bool(v)) => ViewMut::Bool(&mut Arc::make_mut(v)[..self.len]),
+            TypedVec::Shared(data) => ViewMut::of_host(data).split_at(self.len).0,
         }
     }
 }
@@ -355,9 +373,7 @@ pub(crate) enum Storage<'a> {
 impl<'a> Storage<'a> {
     pub(crate) fn view(&self) -> View<'_> {
         match self {
-            Storage::Host(HostData::F32(v)) => View::F32(v),
-            Storage::Host(HostData::F64(v)) => View::F64(v),
-            Storage::Host(HostData::Bool(v)) => View::Bool(v),
+            Storage::Host(data) => View::from(data),
             Storage::Owned(b) => b.view(),
             Storage::Borrowed(v) => *v,
         }

@@ -97,9 +97,9 @@ pub struct CpuOptions {
     /// Compile loops over small values (a `fori_loop`, `scan` or `while_loop` whose values all
     /// have at most 64 elements, with the regions nested in it) to machine code with Cranelift
     /// at their first run, and a whole plan without control flow whose values are all that
-    /// small once it has run a thousand times in the interpreter (on by default). Turning it off runs them in the
-    /// interpreter; values are identical either way. [`CpuExecutable::report`] says what runs
-    /// native code.
+    /// small once it has run a thousand times in the interpreter (on by default). Turning it
+    /// off runs them in the interpreter; values are identical either way.
+    /// [`CpuExecutable::report`] says what runs native code.
     pub native_loops: bool,
 }
 
@@ -308,9 +308,8 @@ impl CpuExecutable {
 
     /// How the plan runs: its steps and fused groups; for a plan without control flow whose
     /// values are all small, whether it runs as one native function (from its 1001st run
-    /// on); then one line per
-    /// control-flow region (nested regions indented under theirs) saying whether the loop
-    /// runs native code or which interpreted form it takes, e.g.
+    /// on); then one line per control-flow region (nested regions indented under theirs)
+    /// saying whether the loop runs native code or which interpreted form it takes, e.g.
     ///
     /// ```text
     /// cpu: 3 steps, 1 fused elementwise group

@@ -423,60 +423,29 @@ impl NativePlan {
         if !fits {
             return None;
         }
-        let inputs_at: SmallVec<[*const u8; 8]> = inputs
-            .iter()
-            .map(|x| match x {
-                HostData::F32(v) => v.as_ptr().cast(),
-                HostData::F64(v) => v.as_ptr().cast(),
-                HostData::Bool(v) => v.as_ptr().cast(),
-            })
-            .collect();
-        let mut outputs: SmallVec<[Written; 4]> = self
+        let inputs_at: SmallVec<[*const u8; 8]> =
+            inputs.iter().map(|&x| View::from(x).as_ptr()).collect();
+        // Fresh host data the caller receives as it is; a refused allocation (a few bytes)
+        // leaves the run to the interpreter, which reports it.
+        let mut outputs: SmallVec<[HostData; 4]> = self
             .outputs
             .iter()
-            .map(|&(dtype, len)| match dtype {
-                DType::F32 => Written::F32(vec![0.0; len]),
-                DType::F64 => Written::F64(vec![0.0; len]),
-                DType::Bool => Written::Bool(vec![false; len]),
-            })
-            .collect();
+            .map(|&(dtype, len)| HostData::try_zeroed(dtype, len).ok())
+            .collect::<Option<_>>()?;
         let outputs_at: SmallVec<[*mut u8; 4]> = outputs
             .iter_mut()
-            .map(|y| match y {
-                Written::F32(v) => v.as_mut_ptr().cast(),
-                Written::F64(v) => v.as_mut_ptr().cast(),
-                Written::Bool(v) => v.as_mut_ptr().cast(),
-            })
+            .map(|y| ViewMut::of_host(y).as_mut_ptr())
             .collect();
         // SAFETY: the entry was compiled with `PlanFn`'s signature. It reads the elements of
         // each input and writes those of each output with the dtypes and lengths it was
-        // compiled for (the inputs' checked above, the outputs' allocated above), and calls
-        // only the pure functions of `SYMBOLS`.
+        // compiled for (the inputs' checked above, the outputs' allocated above, each held
+        // only here), and calls only the pure functions of `SYMBOLS`.
         let status = unsafe {
             let f: PlanFn = std::mem::transmute(self.code.entry);
             f(inputs_at.as_ptr(), outputs_at.as_ptr())
         };
-        if status == FAILED {
-            return None;
-        }
-        Some(
-            outputs
-                .into_iter()
-                .map(|y| match y {
-                    Written::F32(v) => HostData::F32(v.into()),
-                    Written::F64(v) => HostData::F64(v.into()),
-                    Written::Bool(v) => HostData::Bool(v.into()),
-                })
-                .collect(),
-        )
+        (status != FAILED).then(|| outputs.into_vec())
     }
-}
-
-/// An output of a native plan being written.
-enum Written {
-    F32(Vec<f32>),
-    F64(Vec<f64>),
-    Bool(Vec<bool>),
 }
 
 /// The most elements a value of a [`SmallBody`] may have: every element is a machine value,

@@ -28,6 +28,25 @@ const PAR_MIN_FLOPS: usize = 1 << 21;
 const SPLIT_MIN_ROWS: usize = 16;
 const SPLIT_ALIGN_ROWS: usize = 8;
 
+/// `c`, the rows of a `rows x width` matrix, cut into bands of rows for `threads` threads
+/// (boundaries at multiples of `align` rows): `(first row, end row, the band)` each.
+fn row_bands<T>(
+    c: &mut [T],
+    rows: usize,
+    width: usize,
+    threads: usize,
+    align: usize,
+) -> Vec<(usize, usize, &mut [T])> {
+    let mut bands = Vec::with_capacity(threads);
+    let mut rest = c;
+    for (start, end) in split_ranges(rows, threads, align) {
+        let (band, next) = std::mem::take(&mut rest).split_at_mut((end - start) * width);
+        rest = next;
+        bands.push((start, end, band));
+    }
+    bands
+}
+
 /// Whether one large `m x k` by `k x n` product splits into bands of rows over `threads`.
 fn in_bands(m: usize, k: usize, n: usize, threads: usize) -> bool {
     threads > 1 && m * k * n >= PAR_MIN_FLOPS && m >= SPLIT_MIN_ROWS * threads
@@ -319,8 +338,8 @@ pub(crate) fn matmul(
 /// of rows: `b` is widened once, then each thread widens its band of `a`, multiplies it in
 /// float64 and rounds its band of the result, while the band is still in its cache. The bits
 /// are those of the product in [`matmul`]'s general path (the same bands, each the
-/// sequential product); one hand-off to the threads instead of four, and no pass over the
-/// whole of `a` or of the result, keep it near the float64 rate.
+/// sequential product); two hand-offs to the threads instead of four (widening `b`, then the
+/// bands), and no pass over the whole of `a` or of the result, keep it near the float64 rate.
 fn reference_f32_in_bands(
     a: &[f32],
     b: &[f32],
@@ -336,25 +355,22 @@ fn reference_f32_in_bands(
         let mut a64 = pool.alloc(DType::F64, m * k).map_err(scratch_oom)?;
         let mut c64 = pool.alloc(DType::F64, m * n).map_err(scratch_oom)?;
         let b64 = f64s(&scratch, at, &b_view)?;
-        let (ViewMut::F64(mut a_rest), ViewMut::F64(mut c_rest)) = (a64.view_mut(), c64.view_mut())
-        else {
+        let (ViewMut::F64(a_wide), ViewMut::F64(c_wide)) = (a64.view_mut(), c64.view_mut()) else {
             return Err(internal("a float64 scratch buffer is not float64"));
         };
-        let mut c_rest32 = c;
-        let mut items = Vec::new();
-        for (start, end) in split_ranges(m, threads, SPLIT_ALIGN_ROWS) {
-            let rows = end - start;
-            let (a_band, a_next) = a_rest.split_at_mut(rows * k);
-            let (c_band, c_next) = c_rest.split_at_mut(rows * n);
-            let (c32_band, c32_next) = c_rest32.split_at_mut(rows * n);
-            (a_rest, c_rest, c_rest32) = (a_next, c_next, c32_next);
-            items.push((start, rows, a_band, c_band, c32_band));
-        }
-        par_for_each(items, threads, |(start, rows, a64, c64, c32)| {
-            for (wide, &x) in a64.iter_mut().zip(&a[start * k..(start + rows) * k]) {
+        let bands = |v, width| row_bands(v, m, width, threads, SPLIT_ALIGN_ROWS);
+        let items = bands(a_wide, k)
+            .into_iter()
+            .zip(bands(c_wide, n))
+            .zip(row_bands(c, m, n, threads, SPLIT_ALIGN_ROWS));
+        let items: Vec<_> = items
+            .map(|(((start, end, a64), (_, _, c64)), (_, _, c32))| (start, end, a64, c64, c32))
+            .collect();
+        par_for_each(items, threads, |(start, end, a64, c64, c32)| {
+            for (wide, &x) in a64.iter_mut().zip(&a[start * k..end * k]) {
                 *wide = f64::from(x);
             }
-            gemm(a64, b64, c64, rows, k, n);
+            gemm(a64, b64, c64, end - start, k, n);
             for (narrow, &x) in c32.iter_mut().zip(c64.iter()) {
                 *narrow = f32::from_f64(x);
             }
@@ -491,16 +507,13 @@ fn product<T: GemmElem>(
             small_gemm(a, b, c, rows, k, n);
             return;
         }
-        let mut items = Vec::new();
-        let mut rest = c;
-        for (start, end) in split_ranges(rows, threads, 1) {
-            let (mine, next) = rest.split_at_mut((end - start) * n);
-            rest = next;
-            items.push((start, end, mine));
-        }
-        par_for_each(items, threads, |(start, end, c)| {
-            small_gemm(&a[start * k..end * k], b, c, end - start, k, n);
-        });
+        par_for_each(
+            row_bands(c, rows, n, threads, 1),
+            threads,
+            |(start, end, c)| {
+                small_gemm(&a[start * k..end * k], b, c, end - start, k, n);
+            },
+        );
         return;
     }
     if pairs.len() > 1 {
@@ -535,14 +548,8 @@ fn product<T: GemmElem>(
             // one-row product takes another path), and where faer's own parallel product
             // leaves a thread idle (a 64x1024 by 1024x64 product: 143 µs on two threads
             // against 148 µs on one) the bands split it evenly (82 µs).
-            let mut items = Vec::new();
-            let mut rest = c;
-            for (start, end) in split_ranges(m, threads, SPLIT_ALIGN_ROWS) {
-                let (mine, next) = rest.split_at_mut((end - start) * n);
-                rest = next;
-                items.push((start, end, mine));
-            }
-            par_for_each(items, threads, |(start, end, c)| {
+            let bands = row_bands(c, m, n, threads, SPLIT_ALIGN_ROWS);
+            par_for_each(bands, threads, |(start, end, c)| {
                 gemm(&a[start * k..end * k], b, c, end - start, k, n);
             });
         } else if large && threads > 1 {
