@@ -17,10 +17,12 @@
 //! build runs (the compiler still vectorizes it to the baseline SIMD width).
 //!
 //! Modules: [`trig`] (`sin`, `cos`, and both at once), [`exp`] (`exp`, `expm1`, `tanh`),
-//! [`log`] (`log`, `log1p`).
+//! [`log`] (`log`, `log1p`), and [`narrow`] (float32 results from a cheaper approximation,
+//! exact after rounding: `tanh`).
 
 pub(crate) mod exp;
 pub(crate) mod log;
+pub(crate) mod narrow;
 pub(crate) mod trig;
 
 use quabla_ir::UnaryOp;
@@ -88,7 +90,9 @@ pub(crate) fn unary(op: UnaryOp, x: &[f64], out: &mut [f64], round_f32: bool) {
         UnaryOp::Cos => run::<trig::Cos>(x, out, &mut [], round_f32),
         UnaryOp::Exp => run::<exp::Exp>(x, out, &mut [], round_f32),
         UnaryOp::Expm1 => run::<exp::Expm1>(x, out, &mut [], round_f32),
-        UnaryOp::Tanh => run::<exp::Tanh>(x, out, &mut [], round_f32),
+        // A float32 `tanh` (the argument a float32 value) needs only the rounded bits.
+        UnaryOp::Tanh if round_f32 => run::<narrow::TanhF32>(x, out, &mut [], true),
+        UnaryOp::Tanh => run::<exp::Tanh>(x, out, &mut [], false),
         UnaryOp::Log => run::<log::Log>(x, out, &mut [], round_f32),
         UnaryOp::Log1p => run::<log::Log1p>(x, out, &mut [], round_f32),
         _ => {}
