@@ -685,6 +685,7 @@ fn run_node(
             let product = matmul::Product {
                 threads,
                 native_f32: node.native_f32,
+                lhs_transposed: node.lhs_transposed,
             };
             matmul::matmul((a, ad), (b, bd), out_dims, out, product, pool)
         }

@@ -50,6 +50,10 @@ pub struct ScheduleStats {
     pub fused_groups: usize,
     /// Nodes computed inside those groups.
     pub fused_nodes: usize,
+    /// Elementwise groups (of any size) that split their elements over the threads when the
+    /// executor has several: large or expensive ones, and those reading a value a split step
+    /// wrote.
+    pub split_groups: usize,
     /// Values the steps write to memory (each one buffer from the pool).
     pub buffers: usize,
     /// The most step-produced values alive at once (the schedule's peak of live buffers).
@@ -114,6 +118,9 @@ pub(crate) struct NodeStep {
     /// A float32 `matmul`, `sum` or `mean` compiled at `Precision::Float32`: computed with
     /// float32 arithmetic and accumulators instead of the float64 reference rule.
     pub native_f32: bool,
+    /// A `matmul` whose left operand is a folded `transpose`: `args[0]` is the transpose's
+    /// operand, read through a transposed view (`matmul::lhs_transpose_folds`).
+    pub lhs_transposed: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -209,6 +216,21 @@ struct GroupBuild {
 }
 
 /// The check of the step computing node `i`, under [`Build::check_nans`].
+/// Whether the matrix `transpose` node `t` folds into its consumer `c`: an unbatched `matmul`
+/// taking it as its left operand only, of a shape whose product reads a transposed view with
+/// the bits of the copy (`matmul::lhs_transpose_folds`).
+fn folds_into(nodes: &[quabla_ir::Node], t: usize, c: usize) -> bool {
+    let product = &nodes[c];
+    if !matches!(product.op, Op::Matmul) || product.operands.len() != 2 {
+        return false;
+    }
+    let (lhs, rhs) = (product.operands[0].index(), product.operands[1].index());
+    let (&[m, k], &[kb, n]) = (nodes[t].ty.shape.dims(), nodes[rhs].ty.shape.dims()) else {
+        return false;
+    };
+    lhs == t && rhs != t && k == kb && crate::kernels::matmul::lhs_transpose_folds(m, k, n)
+}
+
 fn nan_check(
     build: Build,
     graph: &Graph,
@@ -302,6 +324,18 @@ impl Schedule {
             })
             .collect();
 
+        // A matrix `transpose` whose every consumer is a large enough `matmul` taking it as
+        // its left operand is never copied: the products read its operand transposed.
+        let folded: Vec<bool> = (0..n)
+            .map(|i| {
+                fuse && needed[i]
+                    && !is_output[i]
+                    && !consumers[i].is_empty()
+                    && matches!(&nodes[i].op, Op::Transpose { perm } if perm[..] == [1, 0])
+                    && consumers[i].iter().all(|&c| folds_into(nodes, i, c))
+            })
+            .collect();
+
         // Fusion groups.
         let mut group_of: Vec<Option<usize>> = vec![None; n];
         let mut groups: Vec<GroupBuild> = Vec::new();
@@ -358,7 +392,7 @@ impl Schedule {
         for i in (0..n).filter(|&i| needed[i]) {
             slot_of[i] = match &nodes[i].op {
                 Op::Reshape { .. } => slot_of[nodes[i].operands[0].index()],
-                _ if virt[i] => None,
+                _ if virt[i] || folded[i] => None,
                 _ if group_of[i].is_some() && !group_output(i) => None,
                 _ => Some(new_slot()),
             };
@@ -429,14 +463,26 @@ impl Schedule {
             }
         }
 
-        // Steps, in order of each unit's last node.
+        // Steps, in order of each unit's last node. `spread[s]`: slot `s` is written by a step
+        // that splits its rows over the threads (when there are several), which makes the
+        // elementwise groups reading it split the same way (`Program::spread_input`).
         let mut steps: Vec<Step> = Vec::new();
+        let mut spread = vec![false; nslots];
         for i in (0..n).filter(|&i| needed[i] && !absorbed[i]) {
             let node = &nodes[i];
             if let Some(g) = group_of[i] {
                 if groups[g].members.last() == Some(&i) {
-                    let program =
+                    let mut program =
                         build_group(graph, &groups[g], &group_of, &virt, &slot_of, &group_output)?;
+                    program.spread_input = program
+                        .exts
+                        .iter()
+                        .any(|e| e.access == Access::Full && spread[e.slot]);
+                    if program.splits_when_threaded() {
+                        for &(s, _) in &program.outs {
+                            spread[s] = true;
+                        }
+                    }
                     steps.push(Step {
                         kind: StepKind::Fused(program),
                         free: Vec::new(),
@@ -445,7 +491,7 @@ impl Schedule {
                 }
                 continue;
             }
-            if node.op.is_leaf() || virt[i] || matches!(node.op, Op::Reshape { .. }) {
+            if node.op.is_leaf() || virt[i] || folded[i] || matches!(node.op, Op::Reshape { .. }) {
                 continue;
             }
             if let Op::Region(call) = &node.op {
@@ -472,10 +518,28 @@ impl Schedule {
                 });
                 continue;
             }
+            if let (Op::Matmul, [_, rhs]) = (&node.op, &node.operands[..]) {
+                if let (&[m, n], &[k, _]) =
+                    (node.ty.shape.dims(), nodes[rhs.index()].ty.shape.dims())
+                {
+                    if crate::kernels::matmul::splits_rows_when_threaded(m, k, n) {
+                        spread[slot(i)?] = true;
+                    }
+                }
+            }
+            // A folded transpose is read as its own operand.
+            let lhs_transposed = matches!(node.op, Op::Matmul) && folded[node.operands[0].index()];
             let args = node
                 .operands
                 .iter()
-                .map(|o| Ok((slot(o.index())?, nodes[o.index()].ty.shape.dims().to_vec())))
+                .enumerate()
+                .map(|(k, o)| {
+                    let o = match &nodes[o.index()] {
+                        t if k == 0 && lhs_transposed => t.operands[0],
+                        _ => *o,
+                    };
+                    Ok((slot(o.index())?, nodes[o.index()].ty.shape.dims().to_vec()))
+                })
                 .collect::<Result<Vec<_>>>()?;
             steps.push(Step {
                 kind: StepKind::Node(NodeStep {
@@ -502,6 +566,7 @@ impl Schedule {
                             }
                             _ => false,
                         },
+                    lhs_transposed,
                 }),
                 free: Vec::new(),
                 check: nan_check(build, graph, i, &slot_of),
@@ -599,6 +664,7 @@ impl Schedule {
                 live_bytes = live_bytes.saturating_sub(slot_bytes[s]);
             }
             if let StepKind::Fused(p) = &step.kind {
+                stats.split_groups += usize::from(p.splits_when_threaded());
                 if p.nodes > 1 {
                     stats.fused_groups += 1;
                     stats.fused_nodes += p.nodes;

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{assert_bitwise, check_graph, data, random, reference, run, shape, unfused, Rng};
-use quabla_backend::{Backend, BackendError, Executable, HostTensor};
+use quabla_backend::{Backend, BackendError, Executable, HostTensor, Precision};
 use quabla_cpu::{run_plan, CpuBackend, CpuOptions};
 use quabla_ir::{
     BinaryOp, Comparison, CustomCall, CustomRule, DType, GraphBuilder, HostData, Op, Plan,
@@ -441,6 +441,127 @@ fn ieee_values_without_panics() {
     assert_eq!(l[1], f32::NEG_INFINITY);
     assert_eq!(r[1], f32::INFINITY);
     assert_eq!(r[2], f32::NEG_INFINITY);
+}
+
+/// A matrix `transpose` whose consumers are all products taking it as their left operand is
+/// not copied (the products read its operand transposed) when the product has at least two
+/// columns and is too large for the small-product kernel, and the results keep the bits of
+/// the product of the copy (the unfused schedule copies it), in float64, float32 and float32
+/// at `Precision::Float32`, on one to three threads. The MLP gradient's case is there too: the
+/// transposed matrix also feeds other nodes.
+#[test]
+fn transposed_left_operands_fold_into_products_with_the_bits_of_the_copy() {
+    let mut rng = Rng::new(41);
+    for (m, k, n) in [
+        (64, 1024, 64),
+        (1, 1024, 64),
+        (64, 1024, 1),
+        (64, 1024, 2),
+        (33, 300, 17),
+        (8, 8, 8),
+        (128, 512, 96),
+    ] {
+        for dtype in [DType::F64, DType::F32] {
+            let mut g = GraphBuilder::new();
+            let x = g.input("x", TensorType::new(dtype, shape(&[k, m])));
+            let y = g.input("y", TensorType::new(dtype, shape(&[k, n])));
+            let xt = g.transpose(x, Some(&[1, 0])).unwrap();
+            let p = g.matmul(xt, y).unwrap();
+            let sq = g.binary(BinaryOp::Mul, x, x).unwrap();
+            let graph = g.finish(vec![p, sq]).unwrap();
+            let plan = Plan::from_graph_unoptimized(graph);
+            let inputs = [
+                random(&mut rng, dtype, &[k, m]),
+                random(&mut rng, dtype, &[k, n]),
+            ];
+            let folds = n >= 2 && m * k * n > 8192;
+            for precision in [Precision::Reference, Precision::Float32] {
+                let want = CpuBackend::with_options(unfused())
+                    .compile_plan_with(&plan, precision)
+                    .unwrap()
+                    .run(&inputs)
+                    .unwrap();
+                for threads in 1..=3 {
+                    let options = CpuOptions {
+                        threads,
+                        ..CpuOptions::default()
+                    };
+                    let exe = CpuBackend::with_options(options)
+                        .compile_plan_with(&plan, precision)
+                        .unwrap();
+                    let context = format!("{dtype:?} {m}x{k}x{n} {precision:?} {threads} threads");
+                    let steps = if folds { 2 } else { 3 };
+                    assert_eq!(exe.stats().steps, steps, "{context}: steps");
+                    let got = exe.run(&inputs).unwrap();
+                    for (g, w) in got.iter().zip(&want) {
+                        assert_bitwise(&context, &g.data, &w.data);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// An elementwise group too cheap to split by its own size splits over the threads when it
+/// reads, element for element, a value a split step wrote (here a product in bands of rows),
+/// and not when it reads only inputs; the values are those of one thread either way.
+#[test]
+fn groups_reading_a_split_value_split_the_same_way() {
+    let f64_matrix = |dims: &[usize]| TensorType::new(DType::F64, shape(dims));
+    let plan_of = |after_product: bool| {
+        let mut g = GraphBuilder::new();
+        let x = g.input("x", f64_matrix(&[1024, 64]));
+        let w = g.input("w", f64_matrix(&[64, 64]));
+        let y = g.input("y", f64_matrix(&[1024, 64]));
+        let p = g.matmul(x, w).unwrap();
+        let out = if after_product {
+            g.binary(BinaryOp::Mul, p, y).unwrap()
+        } else {
+            g.binary(BinaryOp::Sub, x, y).unwrap()
+        };
+        Plan::from_graph_unoptimized(g.finish(vec![p, out]).unwrap())
+    };
+    for (after_product, split) in [(true, 1), (false, 0)] {
+        let exe = CpuBackend::default()
+            .compile_plan(&plan_of(after_product))
+            .unwrap();
+        assert_eq!(exe.stats().steps, 2);
+        assert_eq!(
+            exe.stats().split_groups,
+            split,
+            "after the product: {after_product}"
+        );
+    }
+    let plan = plan_of(true);
+    let mut rng = Rng::new(5);
+    let inputs = [
+        random(&mut rng, DType::F64, &[1024, 64]),
+        random(&mut rng, DType::F64, &[64, 64]),
+        random(&mut rng, DType::F64, &[1024, 64]),
+    ];
+    let one = CpuOptions {
+        threads: 1,
+        ..CpuOptions::default()
+    };
+    let want = CpuBackend::with_options(one)
+        .compile_plan(&plan)
+        .unwrap()
+        .run(&inputs)
+        .unwrap();
+    for threads in [2, 3] {
+        let options = CpuOptions {
+            threads,
+            ..CpuOptions::default()
+        };
+        let got = CpuBackend::with_options(options)
+            .compile_plan(&plan)
+            .unwrap()
+            .run(&inputs)
+            .unwrap();
+        for (g, w) in got.iter().zip(&want) {
+            assert_bitwise(&format!("{threads} threads"), &g.data, &w.data);
+        }
+    }
 }
 
 /// The executor's per-step timing covers every step of the schedule, then the whole run.

@@ -182,6 +182,10 @@ pub(crate) struct Program {
     pub nodes: usize,
     /// Estimated work per element, in units of one arithmetic operation (see [`op_cost`]).
     pub cost: usize,
+    /// An external read element for element was written by a step that split its rows over
+    /// the threads (set by the schedule): the group then splits the same way from
+    /// [`PAR_MIN_SPREAD_ELEMENTS`], so each thread reads what its own cache holds.
+    pub spread_input: bool,
 }
 
 /// Work of a group (elements times cost per element) from which it is split over threads
@@ -194,6 +198,12 @@ pub(crate) struct Program {
 /// 1.58 ms, its identity-building group from 55 to 81 µs and the LU solve after it from
 /// 1.29 to 1.50 ms.
 const PAR_MIN_WORK: usize = 800_000;
+
+/// Elements from which a group whose operand was written by a split step splits too (see
+/// [`Program::spread_input`]). Below [`PAR_MIN_WORK`] a split costs a hand-off, but a group
+/// run on one thread reads the other thread's part of such an operand from the other core's
+/// cache, and what it writes is read back in parts by the split steps after it.
+const PAR_MIN_SPREAD_ELEMENTS: usize = 1 << 15;
 
 /// Estimated cost of one element of an instruction, in units of one arithmetic operation.
 fn op_cost(op: EwOp) -> usize {
@@ -414,6 +424,7 @@ impl Program {
             nregs,
             nodes: members.len(),
             cost,
+            spread_input: false,
         }
     }
 
@@ -470,8 +481,14 @@ impl Program {
     /// Whether a run with `threads` threads splits the elements over them: for many elements,
     /// or much work (see [`PAR_MIN_WORK`]), and at least two tiles.
     fn splits(&self, threads: usize) -> bool {
+        self.splits_when_threaded() && threads > 1
+    }
+
+    /// Whether a run with more than one thread splits the elements over them.
+    pub(crate) fn splits_when_threaded(&self) -> bool {
         let large = self.size >= PAR_MIN_ELEMENTS || self.size * self.cost >= PAR_MIN_WORK;
-        large && threads > 1 && self.size >= 2 * TILE
+        let spread = self.spread_input && self.size >= PAR_MIN_SPREAD_ELEMENTS;
+        (large || spread) && self.size >= 2 * TILE
     }
 
     /// The same program reading external `e` at position `at[e]` of the value array given to

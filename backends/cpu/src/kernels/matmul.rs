@@ -47,6 +47,12 @@ fn row_bands<T>(
     bands
 }
 
+/// Whether one `m x k` by `k x n` product splits into bands of rows when it has two threads
+/// (or more): its result is then written in contiguous parts, one per thread.
+pub(crate) fn splits_rows_when_threaded(m: usize, k: usize, n: usize) -> bool {
+    in_bands(m, k, n, 2)
+}
+
 /// Whether one large `m x k` by `k x n` product splits into bands of rows over `threads`.
 fn in_bands(m: usize, k: usize, n: usize, threads: usize) -> bool {
     threads > 1 && m * k * n >= PAR_MIN_FLOPS && m >= SPLIT_MIN_ROWS * threads
@@ -257,6 +263,19 @@ pub(crate) struct Product {
     pub threads: usize,
     /// float32 operands in a plan compiled at `Precision::Float32` (numerics.md §1.5).
     pub native_f32: bool,
+    /// `a` is the `k x m` matrix whose transpose is the left operand (a `transpose` the
+    /// schedule folded into the product, [`lhs_transpose_folds`]).
+    pub lhs_transposed: bool,
+}
+
+/// Whether a product of the transpose of a `k x m` matrix by a `k x n` one reads the matrix
+/// through a transposed view instead of a copy: for a product too large for [`small_gemm`]
+/// with at least two columns. There faer's GEMM packs the left operand before it multiplies,
+/// so the view gives the bits of the product of the copy (a test checks it over many shapes
+/// and thread counts); a one-column product takes faer's matrix-vector path, whose order
+/// depends on the layout (measured: `64x1024 · 1024x1` differs), so its copy stays.
+pub(crate) fn lhs_transpose_folds(m: usize, k: usize, n: usize) -> bool {
+    n >= 2 && m * k * n > SMALL_MAX_FLOPS
 }
 
 /// `matmul` of operands `a` and `b` (values and shapes) into a result of shape `out_dims`.
@@ -273,6 +292,9 @@ pub(crate) fn matmul(
     how: Product,
     pool: &mut Pool,
 ) -> Result<()> {
+    if how.lhs_transposed {
+        return matmul_lhs_transposed((a, a_dims), (b, b_dims), out_dims, out, how, pool);
+    }
     let (m, k, n, pairs) = geometry(a_dims, b_dims, out_dims)?;
     let threads = how.threads;
     if how.native_f32 {
@@ -332,6 +354,115 @@ pub(crate) fn matmul(
         pool.recycle(Storage::Owned(b));
     }
     ran
+}
+
+/// `matmul` of the transpose of the `k x m` matrix `x` by the `k x n` matrix `b` (both
+/// unbatched): float64, and float32 at `Precision::Float32`, read `x` through a transposed
+/// view, with the bits of the product of its copy in every path of [`product`] (bands, faer's
+/// parallel product, one sequential GEMM); the float32 reference product copies the transpose
+/// as it widens it. Shapes [`lhs_transpose_folds`] does not take are an internal error.
+fn matmul_lhs_transposed(
+    (x, x_dims): (View<'_>, &[usize]),
+    (b, b_dims): (View<'_>, &[usize]),
+    out_dims: &[usize],
+    out: ViewMut<'_>,
+    how: Product,
+    pool: &mut Pool,
+) -> Result<()> {
+    let (&[k, m], &[kb, n], &[mo, no]) = (x_dims, b_dims, out_dims) else {
+        return Err(internal("a folded transpose in a batched matmul"));
+    };
+    if kb != k || mo != m || no != n || !lhs_transpose_folds(m, k, n) {
+        return Err(internal(format!(
+            "a folded transpose in a matmul of shapes {x_dims:?}^T x {b_dims:?}"
+        )));
+    }
+    let threads = how.threads;
+    match (x, b, out) {
+        (View::F64(x), View::F64(b), ViewMut::F64(c)) => {
+            product_lhs_transposed(x, b, c, (m, k, n), threads);
+            Ok(())
+        }
+        (View::F32(x), View::F32(b), ViewMut::F32(c)) if how.native_f32 => {
+            product_lhs_transposed(x, b, c, (m, k, n), threads);
+            Ok(())
+        }
+        (x, b, out) => {
+            // The reference rule for float32 widens `x` anyway: widened as its transpose, the
+            // product is the one of the copied transpose, bit for bit.
+            let mut xt = pool.alloc(DType::F64, m * k).map_err(scratch_oom)?;
+            let ran = match xt.view_mut() {
+                ViewMut::F64(xt) => {
+                    widen_transposed(x, (k, m), xt);
+                    let plain = Product {
+                        lhs_transposed: false,
+                        ..how
+                    };
+                    matmul(
+                        (View::F64(xt), &[m, k]),
+                        (b, b_dims),
+                        out_dims,
+                        out,
+                        plain,
+                        pool,
+                    )
+                }
+                _ => Err(internal("a float64 scratch buffer is not float64")),
+            };
+            pool.recycle(Storage::Owned(xt));
+            ran
+        }
+    }
+}
+
+/// `xt` (`m x k`, row-major) = the transpose of the `k x m` matrix `x`, widened to float64.
+fn widen_transposed(x: View<'_>, (k, m): (usize, usize), xt: &mut [f64]) {
+    let mut row = vec![0.0; m];
+    for p in 0..k {
+        x.load_f64(p * m, &mut row);
+        for (i, &v) in row.iter().enumerate() {
+            xt[i * k + p] = v;
+        }
+    }
+}
+
+/// `c = xᵀ b` for the row-major `k x m` matrix `x`, in the paths and bands of [`product`]
+/// for one pair, each GEMM reading `x` through a transposed view.
+fn product_lhs_transposed<T: GemmElem>(
+    x: &[T],
+    b: &[T],
+    c: &mut [T],
+    (m, k, n): (usize, usize, usize),
+    threads: usize,
+) {
+    let xt = MatRef::from_row_major_slice(x, k, m).transpose();
+    let b_mat = MatRef::from_row_major_slice(b, k, n);
+    let multiply = |rows: std::ops::Range<usize>, c: &mut [T], par: Par| {
+        let (first, h) = (rows.start, rows.len());
+        // What `gemm` would run on this band of the copy: a band small enough for
+        // `small_gemm` (many threads) multiplies a copy of its rows, for that kernel's bits.
+        if h * k * n <= SMALL_MAX_FLOPS {
+            let copy: Vec<T> = rows
+                .flat_map(|i| (0..k).map(move |p| x[p * m + i]))
+                .collect();
+            small_gemm(&copy, b, c, h, k, n);
+            return;
+        }
+        let c = MatMut::from_row_major_slice_mut(c, h, n);
+        let lhs = xt.subrows(first, h);
+        faer::linalg::matmul::matmul(c, Accum::Replace, lhs, b_mat, T::ONE, par);
+        clear_upper_vector_state();
+    };
+    if in_bands(m, k, n, threads) {
+        let bands = row_bands(c, m, n, threads, SPLIT_ALIGN_ROWS);
+        par_for_each(bands, threads, |(start, end, c)| {
+            multiply(start..end, c, Par::Seq)
+        });
+    } else if m * k * n >= PAR_MIN_FLOPS && threads > 1 {
+        multiply(0..m, c, Par::rayon(threads));
+    } else {
+        multiply(0..m, c, Par::Seq);
+    }
 }
 
 /// The reference float32 product of one large `m x k` by `k x n` pair that splits into bands
@@ -598,6 +729,65 @@ unsafe fn zero_upper() {
 mod tests {
     use super::*;
 
+    /// `xᵀ b` read through a transposed view has the bits of the product of the copied
+    /// transpose, for every shape the fold takes and every path (one GEMM, faer's parallel
+    /// product, bands, bands small enough for `small_gemm`), in float64 and float32.
+    #[test]
+    fn products_of_a_transposed_view_have_the_bits_of_the_copy() {
+        fn check<T: GemmElem + PartialEq + std::fmt::Debug>(
+            (m, k, n): (usize, usize, usize),
+            threads: usize,
+            value: impl Fn(usize) -> T,
+        ) {
+            let x: Vec<T> = (0..k * m).map(&value).collect();
+            let b: Vec<T> = (0..k * n).map(|i| value(i * 7 + 3)).collect();
+            let mut xt = vec![T::ZERO; m * k];
+            for p in 0..k {
+                for i in 0..m {
+                    xt[i * k + p] = x[p * m + i];
+                }
+            }
+            let mut want = vec![T::ZERO; m * n];
+            product(&xt, &b, &[(0, 0)], &mut want, m, k, n, threads);
+            let mut got = vec![T::ZERO; m * n];
+            product_lhs_transposed(&x, &b, &mut got, (m, k, n), threads);
+            assert_eq!(got, want, "{m}x{k}x{n} on {threads} threads");
+        }
+        let mut shapes = vec![
+            (64, 1024, 64),
+            (1, 1024, 64),
+            (64, 1024, 2),
+            (33, 300, 17),
+            (128, 512, 96),
+            (17, 333, 9),
+            (256, 64, 64),
+            (2, 5000, 3),
+            (100, 100, 100),
+        ];
+        // Random shapes the fold takes.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |bound: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % bound) as usize + 1
+        };
+        while shapes.len() < 30 {
+            let (m, k, n) = (next(150), next(1200), next(150) + 1);
+            if lhs_transpose_folds(m, k, n) {
+                shapes.push((m, k, n));
+            }
+        }
+        for &shape in &shapes {
+            for threads in [1, 2, 3] {
+                check::<f64>(shape, threads, |i| (i as f64 * 0.731).sin());
+                check::<f32>(shape, threads, |i| (i as f32 * 0.311).cos());
+            }
+        }
+        // Bands of so many threads that each is a `small_gemm` product.
+        check::<f64>((4800, 16, 32), 300, |i| (i as f64 * 0.17).sin());
+    }
+
     #[test]
     fn float32_reference_products_in_bands_have_the_bits_of_the_rounded_product() {
         // Over the band threshold for 2 and 3 threads; one thread takes the general path.
@@ -616,6 +806,7 @@ mod tests {
                 let how = Product {
                     threads,
                     native_f32: false,
+                    lhs_transposed: false,
                 };
                 matmul(
                     (View::F32(&a), &[m, k]),
