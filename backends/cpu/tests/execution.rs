@@ -444,8 +444,8 @@ fn ieee_values_without_panics() {
 }
 
 /// A matrix `transpose` whose consumers are all products taking it as their left operand is
-/// not copied (the products read its operand transposed) when the product has at least two
-/// columns and is too large for the small-product kernel, and the results keep the bits of
+/// not copied (the products read its operand transposed) when the product is too large for
+/// the small-product kernel, and the results keep the bits of
 /// the product of the copy (the unfused schedule copies it), in float64, float32 and float32
 /// at `Precision::Float32`, on one to three threads. The MLP gradient's case is there too: the
 /// transposed matrix also feeds other nodes.
@@ -474,7 +474,7 @@ fn transposed_left_operands_fold_into_products_with_the_bits_of_the_copy() {
                 random(&mut rng, dtype, &[k, m]),
                 random(&mut rng, dtype, &[k, n]),
             ];
-            let folds = n >= 2 && m * k * n > 8192;
+            let folds = m * k * n > 8192;
             for precision in [Precision::Reference, Precision::Float32] {
                 let want = CpuBackend::with_options(unfused())
                     .compile_plan_with(&plan, precision)

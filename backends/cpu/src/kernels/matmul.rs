@@ -60,7 +60,9 @@ fn in_bands(m: usize, k: usize, n: usize, threads: usize) -> bool {
 
 /// The element types faer multiplies for us: float64 (the reference) and float32 (native, at
 /// `Precision::Float32`).
-pub(crate) trait GemmElem: faer::traits::ComplexField + Copy + Send + Sync {
+pub(crate) trait GemmElem:
+    faer::traits::ComplexField + Copy + Send + Sync + std::ops::Add<Output = Self>
+{
     const ZERO: Self;
     const ONE: Self;
     /// `self * a + b` with one rounding.
@@ -85,13 +87,203 @@ impl GemmElem for f32 {
     }
 }
 
-/// One row-major `m x k` times `k x n` product into `c` (`m x n`), sequential: [`small_gemm`]
-/// up to [`SMALL_MAX_FLOPS`] multiply-adds, faer's GEMM above.
+/// One row-major `m x k` times `k x n` product into `c` (`m x n`), sequential: [`matvec`] for
+/// one column, [`small_gemm`] up to [`SMALL_MAX_FLOPS`] multiply-adds, faer's GEMM above.
 pub(crate) fn gemm<T: GemmElem>(a: &[T], b: &[T], c: &mut [T], m: usize, k: usize, n: usize) {
-    if m * k * n <= SMALL_MAX_FLOPS {
+    if n == 1 {
+        matvec(a, b, c, m, k);
+    } else if m * k * n <= SMALL_MAX_FLOPS {
         small_gemm(a, b, c, m, k, n);
     } else {
         gemm_on(a, b, c, m, k, n, Par::Seq);
+    }
+}
+
+/// [`small_gemm`], or [`matvec`] for one column: the kernel [`gemm`] runs on a small product,
+/// for any number of rows (a stack of small products runs as one).
+fn small_or_matvec<T: GemmElem>(a: &[T], b: &[T], c: &mut [T], m: usize, k: usize, n: usize) {
+    if n == 1 {
+        matvec(a, b, c, m, k);
+    } else {
+        small_gemm(a, b, c, m, k, n);
+    }
+}
+
+/// Accumulators of a one-column product's element (see [`matvec`]).
+const MATVEC_LANES: usize = 8;
+
+/// The eight accumulators of [`matvec`] combined as a reduction combines its block's
+/// (numerics.md §1.5): `((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))`.
+#[inline(always)]
+fn combine_lanes<T: GemmElem>(a: &[T; MATVEC_LANES]) -> T {
+    ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
+}
+
+/// `c = a v` for a row-major `m x k` matrix `a` and a vector `v` of `k` elements (a product of
+/// one column), in our own order, whatever the size and layout: term `p` of an element goes
+/// to accumulator `p mod 8` by one fused multiply-add (each accumulator from `+0.0`, its
+/// terms in order), and the eight are combined by [`combine_lanes`]. The order reads a row
+/// (eight consecutive terms per vector) and a transposed matrix (eight accumulators per
+/// element of a row of `c`, [`matvec_transposed`]) at full vector speed, so a transposed
+/// operand is read in place with the same bits; faer's matrix-vector products change their
+/// order with the layout.
+fn matvec<T: GemmElem>(a: &[T], v: &[T], c: &mut [T], m: usize, k: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: AVX-512F and FMA were just detected at run time; the body is safe code.
+            unsafe { matvec_avx512(a, v, c, m, k) };
+            clear_upper_vector_state();
+            return;
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: AVX2 and FMA were just detected at run time; the body is safe code.
+            unsafe { matvec_avx2(a, v, c, m, k) };
+            clear_upper_vector_state();
+            return;
+        }
+    }
+    matvec_body(a, v, c, m, k);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn matvec_avx2<T: GemmElem>(a: &[T], v: &[T], c: &mut [T], m: usize, k: usize) {
+    matvec_body(a, v, c, m, k);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn matvec_avx512<T: GemmElem>(a: &[T], v: &[T], c: &mut [T], m: usize, k: usize) {
+    matvec_body(a, v, c, m, k);
+}
+
+/// Rows of [`matvec`] computed together: their accumulator chains interleave, so the
+/// multiply-adds are not waiting on each other.
+const MATVEC_ROWS: usize = 4;
+
+#[inline(always)]
+fn matvec_body<T: GemmElem>(a: &[T], v: &[T], c: &mut [T], m: usize, k: usize) {
+    let full = k - k % MATVEC_LANES;
+    let mut i = 0;
+    while i + MATVEC_ROWS <= m {
+        let rows: [&[T]; MATVEC_ROWS] = std::array::from_fn(|r| &a[(i + r) * k..(i + r + 1) * k]);
+        let mut acc = [[T::ZERO; MATVEC_LANES]; MATVEC_ROWS];
+        for p in (0..full).step_by(MATVEC_LANES) {
+            let vs: &[T; MATVEC_LANES] = v[p..p + MATVEC_LANES].try_into().expect("8 terms");
+            for (acc, row) in acc.iter_mut().zip(&rows) {
+                let xs: &[T; MATVEC_LANES] = row[p..p + MATVEC_LANES].try_into().expect("8 terms");
+                for l in 0..MATVEC_LANES {
+                    acc[l] = xs[l].mul_add(vs[l], acc[l]);
+                }
+            }
+        }
+        for (r, (acc, row)) in acc.iter_mut().zip(&rows).enumerate() {
+            for p in full..k {
+                acc[p - full] = row[p].mul_add(v[p], acc[p - full]);
+            }
+            c[i + r] = combine_lanes(acc);
+        }
+        i += MATVEC_ROWS;
+    }
+    for (i, ci) in c.iter_mut().enumerate().take(m).skip(i) {
+        let row = &a[i * k..(i + 1) * k];
+        let mut acc = [T::ZERO; MATVEC_LANES];
+        for (p, (&x, &vp)) in row.iter().zip(v).enumerate() {
+            acc[p % MATVEC_LANES] = x.mul_add(vp, acc[p % MATVEC_LANES]);
+        }
+        *ci = combine_lanes(&acc);
+    }
+}
+
+/// Columns of `c` a [`matvec_transposed`] pass accumulates at once (their eight accumulators
+/// each stay in the first-level cache).
+const MATVEC_COLUMNS: usize = 256;
+
+/// `c = xᵀ v` for columns `first..first + c.len()` of the row-major `k x m` matrix `x`, with
+/// the bits of [`matvec`] on the copied transpose: element `i` accumulates `x[p][i] v[p]` into
+/// accumulator `p mod 8`, for `p` in order.
+fn matvec_transposed<T: GemmElem>(
+    x: &[T],
+    v: &[T],
+    c: &mut [T],
+    (k, m): (usize, usize),
+    first: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: AVX-512F and FMA were just detected at run time; the body is safe code.
+            unsafe { matvec_transposed_avx512(x, v, c, (k, m), first) };
+            clear_upper_vector_state();
+            return;
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: AVX2 and FMA were just detected at run time; the body is safe code.
+            unsafe { matvec_transposed_avx2(x, v, c, (k, m), first) };
+            clear_upper_vector_state();
+            return;
+        }
+    }
+    matvec_transposed_body(x, v, c, (k, m), first);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn matvec_transposed_avx2<T: GemmElem>(
+    x: &[T],
+    v: &[T],
+    c: &mut [T],
+    shape: (usize, usize),
+    first: usize,
+) {
+    matvec_transposed_body(x, v, c, shape, first);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn matvec_transposed_avx512<T: GemmElem>(
+    x: &[T],
+    v: &[T],
+    c: &mut [T],
+    shape: (usize, usize),
+    first: usize,
+) {
+    matvec_transposed_body(x, v, c, shape, first);
+}
+
+#[inline(always)]
+fn matvec_transposed_body<T: GemmElem>(
+    x: &[T],
+    v: &[T],
+    c: &mut [T],
+    (k, m): (usize, usize),
+    first: usize,
+) {
+    let mut acc = [[T::ZERO; MATVEC_COLUMNS]; MATVEC_LANES];
+    for (chunk, c) in c.chunks_mut(MATVEC_COLUMNS).enumerate() {
+        let start = first + chunk * MATVEC_COLUMNS;
+        let width = c.len();
+        for lane in acc.iter_mut() {
+            lane[..width].fill(T::ZERO);
+        }
+        for (p, &vp) in v.iter().enumerate().take(k) {
+            let row = &x[p * m + start..p * m + start + width];
+            let lane = &mut acc[p % MATVEC_LANES][..width];
+            for (a, &xp) in lane.iter_mut().zip(row) {
+                *a = xp.mul_add(vp, *a);
+            }
+        }
+        for (j, cj) in c.iter_mut().enumerate() {
+            let lanes: [T; MATVEC_LANES] = std::array::from_fn(|l| acc[l][j]);
+            *cj = combine_lanes(&lanes);
+        }
     }
 }
 
@@ -269,13 +461,14 @@ pub(crate) struct Product {
 }
 
 /// Whether a product of the transpose of a `k x m` matrix by a `k x n` one reads the matrix
-/// through a transposed view instead of a copy: for a product too large for [`small_gemm`]
-/// with at least two columns. There faer's GEMM packs the left operand before it multiplies,
-/// so the view gives the bits of the product of the copy (a test checks it over many shapes
-/// and thread counts); a one-column product takes faer's matrix-vector path, whose order
-/// depends on the layout (measured: `64x1024 · 1024x1` differs), so its copy stays.
+/// in place instead of a copy: for a product too large for [`small_gemm`] (a small one's copy
+/// costs little). With two or more columns faer's GEMM reads it through a transposed view:
+/// it packs the left operand before it multiplies, so the view gives the bits of the product
+/// of the copy (a test checks it over many shapes and thread counts; its matrix-vector path,
+/// whose order depends on the layout, is never taken, see [`matvec`]). A one-column product
+/// runs [`matvec_transposed`], whose order is [`matvec`]'s.
 pub(crate) fn lhs_transpose_folds(m: usize, k: usize, n: usize) -> bool {
-    n >= 2 && m * k * n > SMALL_MAX_FLOPS
+    m * k * n > SMALL_MAX_FLOPS
 }
 
 /// `matmul` of operands `a` and `b` (values and shapes) into a result of shape `out_dims`.
@@ -439,6 +632,10 @@ fn product_lhs_transposed<T: GemmElem>(
     let b_mat = MatRef::from_row_major_slice(b, k, n);
     let multiply = |rows: std::ops::Range<usize>, c: &mut [T], par: Par| {
         let (first, h) = (rows.start, rows.len());
+        if n == 1 {
+            matvec_transposed(x, b, c, (k, m), first);
+            return;
+        }
         // What `gemm` would run on this band of the copy: a band small enough for
         // `small_gemm` (many threads) multiplies a copy of its rows, for that kernel's bits.
         if h * k * n <= SMALL_MAX_FLOPS {
@@ -458,7 +655,7 @@ fn product_lhs_transposed<T: GemmElem>(
         par_for_each(bands, threads, |(start, end, c)| {
             multiply(start..end, c, Par::Seq)
         });
-    } else if m * k * n >= PAR_MIN_FLOPS && threads > 1 {
+    } else if m * k * n >= PAR_MIN_FLOPS && threads > 1 && n > 1 {
         multiply(0..m, c, Par::rayon(threads));
     } else {
         multiply(0..m, c, Par::Seq);
@@ -635,14 +832,14 @@ fn product<T: GemmElem>(
         let a = &a[ia * sa..ia * sa + rows * k];
         let b = &b[ib * sb..(ib + 1) * sb];
         if !large || threads <= 1 {
-            small_gemm(a, b, c, rows, k, n);
+            small_or_matvec(a, b, c, rows, k, n);
             return;
         }
         par_for_each(
             row_bands(c, rows, n, threads, 1),
             threads,
             |(start, end, c)| {
-                small_gemm(&a[start * k..end * k], b, c, end - start, k, n);
+                small_or_matvec(&a[start * k..end * k], b, c, end - start, k, n);
             },
         );
         return;
@@ -683,7 +880,7 @@ fn product<T: GemmElem>(
             par_for_each(bands, threads, |(start, end, c)| {
                 gemm(&a[start * k..end * k], b, c, end - start, k, n);
             });
-        } else if large && threads > 1 {
+        } else if large && threads > 1 && n > 1 {
             gemm_on(a, b, c, m, k, n, Par::rayon(threads));
         } else {
             gemm(a, b, c, m, k, n);
@@ -729,6 +926,73 @@ unsafe fn zero_upper() {
 mod tests {
     use super::*;
 
+    /// The order of a one-column product, written out: term `p` into accumulator `p mod 8`,
+    /// the eight combined pairwise.
+    fn matvec_definition(a: &[f64], v: &[f64], m: usize, k: usize) -> Vec<f64> {
+        (0..m)
+            .map(|i| {
+                let mut acc = [0.0f64; 8];
+                for p in 0..k {
+                    acc[p % 8] = a[i * k + p].mul_add(v[p], acc[p % 8]);
+                }
+                ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
+            })
+            .collect()
+    }
+
+    /// One-column products follow their definition in every build and path (one call, stacks,
+    /// batches, bands over threads), and a transposed operand read in place gives the same
+    /// bits, from any first column.
+    #[test]
+    fn one_column_products_follow_their_order() {
+        let value = |i: usize| (i as f64 * 0.613).sin() * (1.0 + (i % 7) as f64);
+        for (m, k) in [
+            (1, 1),
+            (3, 7),
+            (5, 8),
+            (4, 9),
+            (17, 333),
+            (64, 1024),
+            (1030, 3),
+            (40, 4099),
+        ] {
+            let a: Vec<f64> = (0..m * k).map(value).collect();
+            let v: Vec<f64> = (0..k).map(|p| value(p * 3 + 1)).collect();
+            let want = matvec_definition(&a, &v, m, k);
+            let mut got = vec![f64::NAN; m];
+            matvec_body(&a, &v, &mut got, m, k);
+            assert_eq!(got, want, "baseline {m}x{k}");
+            let mut got = vec![f64::NAN; m];
+            matvec(&a, &v, &mut got, m, k);
+            assert_eq!(got, want, "{m}x{k}");
+            for threads in [1, 2, 3] {
+                let mut got = vec![f64::NAN; m];
+                product(&a, &v, &[(0, 0)], &mut got, m, k, 1, threads);
+                assert_eq!(got, want, "{m}x{k} on {threads} threads");
+            }
+            // Two stacked copies of `a` times the shared `v`.
+            let stacked: Vec<f64> = a.iter().chain(&a).copied().collect();
+            let mut got = vec![f64::NAN; 2 * m];
+            product(&stacked, &v, &[(0, 0), (1, 0)], &mut got, m, k, 1, 2);
+            assert_eq!(&got[..m], &want[..], "stacked {m}x{k}");
+            assert_eq!(&got[m..], &want[..], "stacked {m}x{k}");
+            // The transpose read in place, whole and from a column on.
+            let mut x = vec![0.0; k * m];
+            for i in 0..m {
+                for p in 0..k {
+                    x[p * m + i] = a[i * k + p];
+                }
+            }
+            let mut got = vec![f64::NAN; m];
+            matvec_transposed(&x, &v, &mut got, (k, m), 0);
+            assert_eq!(got, want, "transposed {m}x{k}");
+            let first = m / 3;
+            let mut got = vec![f64::NAN; m - first];
+            matvec_transposed(&x, &v, &mut got, (k, m), first);
+            assert_eq!(got, want[first..], "transposed {m}x{k} from column {first}");
+        }
+    }
+
     /// `xᵀ b` read through a transposed view has the bits of the product of the copied
     /// transpose, for every shape the fold takes and every path (one GEMM, faer's parallel
     /// product, bands, bands small enough for `small_gemm`), in float64 and float32.
@@ -763,6 +1027,10 @@ mod tests {
             (256, 64, 64),
             (2, 5000, 3),
             (100, 100, 100),
+            (64, 1024, 1),
+            (1000, 40, 1),
+            (3, 5000, 1),
+            (700, 700, 1),
         ];
         // Random shapes the fold takes.
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
@@ -773,7 +1041,12 @@ mod tests {
             (state % bound) as usize + 1
         };
         while shapes.len() < 30 {
-            let (m, k, n) = (next(150), next(1200), next(150) + 1);
+            let (m, k) = (next(150), next(1200));
+            let n = if shapes.len() % 3 == 0 {
+                1
+            } else {
+                next(150) + 1
+            };
             if lhs_transpose_folds(m, k, n) {
                 shapes.push((m, k, n));
             }
