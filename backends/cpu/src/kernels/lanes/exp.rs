@@ -158,6 +158,55 @@ fn expm1_lane(x: f64) -> (f64, bool) {
     (value, flagged)
 }
 
+/// `expm1(u)` bit for bit for the arguments `tanh` gives it below its ±1 threshold: `u = 2|x|`
+/// above log(5/3) (so `k ≥ 1`, and `k ≤ 58` up to `|x| = 20`), or `u = -2|x|` down to
+/// -log(5/3) (`k` is 0 or -1). [`expm1_lane`] less what those never reach: the flags (no
+/// overflow, no NaN: `tanh` takes its own branch for those), the `-1` of large negative
+/// arguments, and the reconstruction for `k > 56`, which the `k ≥ 20` one replaces: those
+/// `k` come from `|x| > 19.58`, where either result exceeds 2^55 and `tanh` rounds
+/// `1 - 2/(t + 2)` to exactly 1 (its quotient is below 2^-54, half an ulp under 1).
+#[inline(always)]
+fn expm1_for_tanh(u: f64) -> f64 {
+    let hx = high_word_abs(u);
+    let negative = u.is_sign_negative();
+    let reduce = hx > HALF_LN2;
+    let k = choose(
+        reduce,
+        choose(
+            hx < THREE_HALVES_LN2,
+            choose(negative, -1.0, 1.0),
+            rounded_multiple(u, negative),
+        ),
+        0.0,
+    );
+    let hi = u - k * LN2_HI;
+    let lo = k * LN2_LO;
+    let xr = choose(reduce, hi - lo, u);
+    let c = choose(reduce, (hi - xr) - lo, 0.0);
+
+    let hfx = 0.5 * xr;
+    let hxs = xr * hfx;
+    let r1 = 1.0 + hxs * (Q1 + hxs * (Q2 + hxs * (Q3 + hxs * (Q4 + hxs * Q5))));
+    let t = 3.0 - r1 * hfx;
+    let e0 = hxs * ((r1 - t) / (6.0 - xr * t));
+    let at_zero = xr - (xr * e0 - hxs);
+    let e = xr * (e0 - c) - c;
+    let e = e - hxs;
+    let at_minus_one = 0.5 * (xr - e) - 0.5;
+    let at_one = choose(xr < -0.25, -2.0 * (e - (xr + 0.5)), 1.0 + 2.0 * (xr - e));
+    let two_k = pow2(k);
+    let two_minus_k = pow2(-k);
+    let below_20 = (xr - e + (1.0 - two_minus_k)) * two_k;
+    let from_20 = (xr - (e + two_minus_k) + 1.0) * two_k;
+    let general = choose(k < 20.0, below_20, from_20);
+    let value = choose(
+        k == 0.0,
+        at_zero,
+        choose(k == -1.0, at_minus_one, choose(k == 1.0, at_one, general)),
+    );
+    choose(hx < EXPM1_TINY, u, value)
+}
+
 #[inline(always)]
 fn tanh_lane(x: f64) -> (f64, bool) {
     let a = x.abs();
@@ -165,7 +214,7 @@ fn tanh_lane(x: f64) -> (f64, bool) {
     let one = w > TANH_ONE;
     let upper = w > TANH_UPPER;
     let middle = w > TANH_MIDDLE;
-    let (em, em_flagged) = expm1_lane(choose(middle, 2.0 * a, -2.0 * a));
+    let em = expm1_for_tanh(choose(middle, 2.0 * a, -2.0 * a));
     // musl's `1 - 0/|x|` is 1 for every |x| above the threshold, and NaN (the operand's,
     // quieted) for a NaN, as `a + a` gives it: no division needed. Its `-t/(t + 2)` is the
     // exact negation of `t/(t + 2)`, and its `2/(t + 2)` has the same divisor, so every
@@ -183,8 +232,8 @@ fn tanh_lane(x: f64) -> (f64, bool) {
             choose(middle, q, choose(w >= TANH_SUBNORMAL, -q, a)),
         ),
     );
-    // Only the lanes that use `expm1` can need its scalar routine.
-    (choose(x.is_sign_negative(), -t, t), em_flagged & !one)
+    // Every argument has its result here: `expm1` is never flagged below the threshold.
+    (choose(x.is_sign_negative(), -t, t), false)
 }
 
 #[cfg(test)]
@@ -223,6 +272,17 @@ mod tests {
             TANH_MIDDLE,
             TANH_SUBNORMAL,
         ]));
+    }
+
+    #[test]
+    fn tanh_where_expm1_reconstructs_beyond_k_56() {
+        // From 19 to 20.5, where `tanh`'s `expm1` takes its k > 56 reconstruction in the
+        // scalar routine and the k ≥ 20 one in the lane; densely, and around 19.58.
+        let mut xs: Vec<f64> = (0..20_000).map(|i| 19.0 + i as f64 * 7.5e-5).collect();
+        xs.extend((0..2000).map(|i| -(19.0 + i as f64 * 7.5e-4)));
+        let edge = 57.0 * std::f64::consts::LN_2 / 2.0;
+        xs.extend((-500i64..500).map(|i| f64::from_bits((edge.to_bits() as i64 + i) as u64)));
+        check::<Tanh>("tanh", &xs);
     }
 
     #[test]
