@@ -14,9 +14,11 @@
 //!    on a group that depends on it), and a group runs at the position of its last member. Operands from outside a group (inputs,
 //!    other groups' outputs, scalars, operands of other shapes read with broadcast strides) are
 //!    the group's externals; only members needed outside the group are written to memory.
-//! 3. **Aliases**: `reshape` shares its operand's storage (row-major data is unchanged), and a
+//! 3. **Aliases**: `reshape` shares its operand's storage (row-major data is unchanged), a
 //!    `broadcast` whose consumers are all elementwise is never materialized: its consumers read
-//!    its operand with broadcast strides.
+//!    its operand with broadcast strides, and a matrix `transpose` whose consumers are all
+//!    products taking it as their left operand is never copied: they read its operand
+//!    transposed (`matmul::lhs_transpose_folds`, with the bits of the copy's product).
 //! 4. **Shared factorizations**: `linalg` nodes of one decomposition (`svd_u`, `svd_s`,
 //!    `svd_vh`, ...) on the same operand run as one step that factorizes once. Steps that use
 //!    the LU factors of one matrix (every `solve` with it as the matrix, either way round, and
@@ -26,7 +28,10 @@
 //! 5. **Regions**: the sibling nodes of one control-flow region call (same region, same
 //!    operands) run as one step at the first of them, which fills every sibling's slot; the
 //!    region's bodies are compiled into schedules of their own here, once (see `region.rs`).
-//! 6. **Liveness**: each slot a step writes is released after the last step that reads it
+//! 6. **Parts over threads**: an elementwise group reading, element for element, a value that
+//!    a step split over the threads wrote (a product in bands of rows, a split group) splits
+//!    the same way (`Program::spread_input`), so each thread reads what its own cache holds.
+//! 7. **Liveness**: each slot a step writes is released after the last step that reads it
 //!    (plan outputs are kept), so its buffer returns to the pool and is reused by later steps.
 //!    Input and constant slots are never released by steps: whoever runs the schedule binds
 //!    them and takes them back, which lets a loop keep its constants bound across iterations.
