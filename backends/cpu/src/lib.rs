@@ -88,8 +88,9 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 /// Options of the CPU backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CpuOptions {
-    /// Fuse chains and DAGs of elementwise nodes into tiled programs (on by default). Turning
-    /// it off runs every node as its own step; values are identical either way.
+    /// Fuse chains and DAGs of elementwise nodes into tiled programs, and read a transpose
+    /// that only feeds products in place (on by default). Turning it off runs every node as
+    /// its own step; values are identical either way.
     pub fuse_elementwise: bool,
     /// Threads a large kernel may use (default: the available parallelism). Values do not
     /// depend on it.

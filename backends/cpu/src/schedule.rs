@@ -81,7 +81,8 @@ pub(crate) struct LuShare {
 /// How a schedule, and the schedules of its region bodies, are built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Build {
-    /// Elementwise fusion and virtual broadcasts (values are identical either way).
+    /// Elementwise fusion, virtual broadcasts and transposes folded into products (values
+    /// are identical either way).
     pub fuse: bool,
     /// The plan's [`Precision`]: under `Float32`, float32 `matmul`, `sum` and `mean` nodes run
     /// natively in float32 ([`NodeStep::native_f32`]).
@@ -220,7 +221,6 @@ struct GroupBuild {
     sealed: bool,
 }
 
-/// The check of the step computing node `i`, under [`Build::check_nans`].
 /// Whether the matrix `transpose` node `t` folds into its consumer `c`: an unbatched `matmul`
 /// taking it as its left operand only, of a shape whose product reads a transposed view with
 /// the bits of the copy (`matmul::lhs_transpose_folds`).
@@ -236,6 +236,7 @@ fn folds_into(nodes: &[quabla_ir::Node], t: usize, c: usize) -> bool {
     lhs == t && rhs != t && k == kb && crate::kernels::matmul::lhs_transpose_folds(m, k, n)
 }
 
+/// The check of the step computing node `i`, under [`Build::check_nans`].
 fn nan_check(
     build: Build,
     graph: &Graph,
@@ -524,10 +525,10 @@ impl Schedule {
                 continue;
             }
             if let (Op::Matmul, [_, rhs]) = (&node.op, &node.operands[..]) {
-                if let (&[m, n], &[k, _]) =
+                if let (&[rows, cols], &[inner, _]) =
                     (node.ty.shape.dims(), nodes[rhs.index()].ty.shape.dims())
                 {
-                    if crate::kernels::matmul::splits_rows_when_threaded(m, k, n) {
+                    if crate::kernels::matmul::splits_rows_when_threaded(rows, inner, cols) {
                         spread[slot(i)?] = true;
                     }
                 }
@@ -538,10 +539,11 @@ impl Schedule {
                 .operands
                 .iter()
                 .enumerate()
-                .map(|(k, o)| {
-                    let o = match &nodes[o.index()] {
-                        t if k == 0 && lhs_transposed => t.operands[0],
-                        _ => *o,
+                .map(|(position, o)| {
+                    let o = if position == 0 && lhs_transposed {
+                        nodes[o.index()].operands[0]
+                    } else {
+                        *o
                     };
                     Ok((slot(o.index())?, nodes[o.index()].ty.shape.dims().to_vec()))
                 })

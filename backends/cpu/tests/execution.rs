@@ -8,7 +8,7 @@ use common::{assert_bitwise, check_graph, data, random, reference, run, shape, u
 use quabla_backend::{Backend, BackendError, Executable, HostTensor, Precision};
 use quabla_cpu::{run_plan, CpuBackend, CpuOptions};
 use quabla_ir::{
-    BinaryOp, Comparison, CustomCall, CustomRule, DType, GraphBuilder, HostData, Op, Plan,
+    BinaryOp, Comparison, CustomCall, CustomRule, DType, GraphBuilder, HostData, NodeId, Op, Plan,
     TensorType, UnaryOp,
 };
 use std::sync::Arc;
@@ -447,8 +447,8 @@ fn ieee_values_without_panics() {
 /// not copied (the products read its operand transposed) when the product is too large for
 /// the small-product kernel, and the results keep the bits of
 /// the product of the copy (the unfused schedule copies it), in float64, float32 and float32
-/// at `Precision::Float32`, on one to three threads. The MLP gradient's case is there too: the
-/// transposed matrix also feeds other nodes.
+/// at `Precision::Float32`, on one to three threads. As in the MLP gradient, the transposed
+/// matrix's operand also feeds another node.
 #[test]
 fn transposed_left_operands_fold_into_products_with_the_bits_of_the_copy() {
     let mut rng = Rng::new(41);
@@ -500,6 +500,78 @@ fn transposed_left_operands_fold_into_products_with_the_bits_of_the_copy() {
             }
         }
     }
+}
+
+/// A transpose is copied, not folded, when a consumer is not a product taking it as its left
+/// operand only (an elementwise node, a right operand, both operands), when it is a plan
+/// output, and when it transposes a batch of matrices; the results are those of the unfused
+/// schedule either way.
+#[test]
+fn transposes_fold_only_into_left_operands_of_matrix_products() {
+    type Build<'a> = &'a dyn Fn(&mut GraphBuilder, &[NodeId]) -> Vec<NodeId>;
+    let f64s = |dims: &[usize]| TensorType::new(DType::F64, shape(dims));
+    let (k, m, n) = (300, 40, 20);
+    let mut rng = Rng::new(17);
+    let mut check = |case: &str, inputs: &[&[usize]], folds: bool, build: Build<'_>| {
+        let mut g = GraphBuilder::new();
+        let ins: Vec<NodeId> = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, dims)| g.input(format!("in{i}"), f64s(dims)))
+            .collect();
+        let outs = build(&mut g, &ins);
+        let graph = g.finish(outs).unwrap();
+        let plan = Plan::from_graph_unoptimized(graph.clone());
+        let values: Vec<HostTensor> = inputs
+            .iter()
+            .map(|dims| random(&mut rng, DType::F64, dims))
+            .collect();
+        let exe = CpuBackend::default().compile_plan(&plan).unwrap();
+        let profile = exe.profile(&values, 1).unwrap();
+        let copies = profile.iter().any(|(label, _)| label == "transpose");
+        assert_eq!(copies, !folds, "{case}: a transpose step");
+        let want = run(&graph, &values, unfused());
+        for (got, want) in exe.run(&values).unwrap().iter().zip(&want) {
+            assert_bitwise(case, &got.data, &want.data);
+        }
+    };
+    let t = |g: &mut GraphBuilder, x: NodeId| g.transpose(x, Some(&[1, 0])).unwrap();
+    check("left operand only", &[&[k, m], &[k, n]], true, &|g, i| {
+        let xt = t(g, i[0]);
+        vec![g.matmul(xt, i[1]).unwrap()]
+    });
+    check("also elementwise", &[&[k, m], &[k, n]], false, &|g, i| {
+        let xt = t(g, i[0]);
+        let p = g.matmul(xt, i[1]).unwrap();
+        vec![p, g.binary(BinaryOp::Add, xt, xt).unwrap()]
+    });
+    check(
+        "also a right operand",
+        &[&[k, m], &[k, n], &[5, m]],
+        false,
+        &|g, i| {
+            let xt = t(g, i[0]);
+            let p = g.matmul(xt, i[1]).unwrap();
+            vec![p, g.matmul(i[2], xt).unwrap()]
+        },
+    );
+    check("both operands", &[&[m, m]], false, &|g, i| {
+        let xt = t(g, i[0]);
+        vec![g.matmul(xt, xt).unwrap()]
+    });
+    check("a plan output", &[&[k, m], &[k, n]], false, &|g, i| {
+        let xt = t(g, i[0]);
+        vec![g.matmul(xt, i[1]).unwrap(), xt]
+    });
+    check(
+        "a batch of matrices",
+        &[&[2, k, m], &[2, k, n]],
+        false,
+        &|g, i| {
+            let xt = g.transpose(i[0], Some(&[0, 2, 1])).unwrap();
+            vec![g.matmul(xt, i[1]).unwrap()]
+        },
+    );
 }
 
 /// An elementwise group too cheap to split by its own size splits over the threads when it

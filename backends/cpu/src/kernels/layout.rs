@@ -183,8 +183,9 @@ fn advance(idx: &mut [usize], dims: &[usize], strides: &[usize], base: &mut usiz
 }
 
 /// A strided copy whose source-contiguous axis `q` is not the innermost result axis: copies
-/// 32x32 blocks of the (`q`, innermost) plane for every index of the other axes. A large copy
-/// of one plane (a matrix transpose) splits its rows of blocks over `threads`.
+/// 32x32 blocks of the (`q`, innermost) plane for every index of the other axes. A copy of one
+/// plane (a matrix transpose) splits over `threads`: from [`PAR_MIN_COPY`] elements by rows of
+/// blocks, from [`PAR_MIN_COLUMN_COPY`] by runs of result columns (source rows).
 fn blocked_transpose<E: Copy + Send + Sync>(
     src: &[E],
     offset: usize,
@@ -208,6 +209,7 @@ fn blocked_transpose<E: Copy + Send + Sync>(
     if others.is_empty()
         && threads > 1
         && plane.nl >= 2 * BLOCK
+        && plane.sl != 0
         && (PAR_MIN_COLUMN_COPY..PAR_MIN_COPY).contains(&size)
     {
         // Each thread copies a run of result columns, that is a run of source rows: the rows
@@ -288,15 +290,18 @@ fn blocked_transpose<E: Copy + Send + Sync>(
 /// transpose reads what an earlier step wrote: the MLP step's transposes took 129–139 µs
 /// that way against 97–99 µs row by row.)
 const BLOCK: usize = 32;
-/// Elements from which one plane's copy is split over threads. Inside a plan a transpose
-/// mostly reads a value another step has just written, from the cache of whichever core
-/// wrote it, so a split of a copy that small costs more than it saves (measured on the
-/// 1024x64 transposes of an MLP step). From 2 MiB of float64 it pays: a 2048x2048 transpose
-/// takes 6.7 ms on one thread and 3.2 ms on two.
+/// Elements from which one plane's copy is split over threads by rows of blocks, each thread
+/// reading every source row. Below it that split cost more than it saved on the 1024x64
+/// transposes of an MLP step (inside a plan a transpose mostly reads a value another step has
+/// just written, in the cache of whichever core wrote it); from 2 MiB of float64 it pays: a
+/// 2048x2048 transpose takes 6.7 ms on one thread and 3.2 ms on two.
 const PAR_MIN_COPY: usize = 1 << 18;
 
 /// Elements from which a plane of fewer than [`PAR_MIN_COPY`] elements splits its result
-/// columns over the threads (see [`blocked_transpose`]).
+/// columns over the threads (see [`blocked_transpose`]): each thread reads the source rows
+/// a step split the same way wrote from that thread (the MLP step's 1024x64 transposes went
+/// from 55 and 45 to 42 and 37 µs). A broadcast innermost axis (no source rows to follow)
+/// is not split that way.
 const PAR_MIN_COLUMN_COPY: usize = 1 << 15;
 
 /// One (`q`, innermost) plane of a blocked transpose: `nq x nl` result elements, the source

@@ -7,14 +7,20 @@
 //! threads by batch, a single large product of many rows splits into bands of rows (one
 //! sequential GEMM each), and a short one runs faer's parallel GEMM. None changes the order
 //! in which an element accumulates, so a product has the same bits whatever the thread count
-//! (tested against the sequential GEMM).
+//! (tested against the sequential GEMM). Small products run our own kernel ([`small_gemm`]),
+//! and products of one column our own order at every size ([`matvec`]). A left operand that
+//! is a transposed matrix is read in place, with the bits of its copy's product
+//! ([`lhs_transpose_folds`]).
 
 use crate::buffer::{Buffer, Elem, Pool, Storage, View, ViewMut};
 use crate::kernels::layout::broadcast_strides;
-use crate::kernels::{internal, par_for_each, scratch_oom, split_ranges, PAR_MIN_ELEMENTS};
+use crate::kernels::{
+    internal, par_for_each, scratch, scratch_oom, split_ranges, PAR_MIN_ELEMENTS,
+};
 use faer::{Accum, MatMut, MatRef, Par};
 use quabla_backend::{BackendError, Result};
 use quabla_ir::alloc::{self, AllocError};
+use quabla_ir::eval::{combine_lanes, SUM_LANES};
 use quabla_ir::DType;
 use smallvec::{smallvec, SmallVec};
 
@@ -47,15 +53,24 @@ fn row_bands<T>(
     bands
 }
 
-/// Whether one `m x k` by `k x n` product splits into bands of rows when it has two threads
-/// (or more): its result is then written in contiguous parts, one per thread.
+/// Whether one `m x k` by `k x n` product splits into bands of rows when it has two threads:
+/// its result is then written in contiguous parts, one per thread. (With more threads a
+/// product needs more rows for bands, so this is what the schedule assumes of the machine's
+/// split, not a promise.)
 pub(crate) fn splits_rows_when_threaded(m: usize, k: usize, n: usize) -> bool {
     in_bands(m, k, n, 2)
 }
 
-/// Whether one large `m x k` by `k x n` product splits into bands of rows over `threads`.
+/// Whether one large `m x k` by `k x n` product splits into bands of rows over `threads`. A
+/// one-column product needs only one aligned block of rows per thread: it never takes faer's
+/// parallel product (see [`matvec`]), so a short and wide one splits here.
 fn in_bands(m: usize, k: usize, n: usize, threads: usize) -> bool {
-    threads > 1 && m * k * n >= PAR_MIN_FLOPS && m >= SPLIT_MIN_ROWS * threads
+    let min_rows = if n == 1 {
+        SPLIT_ALIGN_ROWS
+    } else {
+        SPLIT_MIN_ROWS
+    };
+    threads > 1 && m * k * n >= PAR_MIN_FLOPS && m >= min_rows * threads
 }
 
 /// The element types faer multiplies for us: float64 (the reference) and float32 (native, at
@@ -109,15 +124,9 @@ fn small_or_matvec<T: GemmElem>(a: &[T], b: &[T], c: &mut [T], m: usize, k: usiz
     }
 }
 
-/// Accumulators of a one-column product's element (see [`matvec`]).
-const MATVEC_LANES: usize = 8;
-
-/// The eight accumulators of [`matvec`] combined as a reduction combines its block's
-/// (numerics.md §1.5): `((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))`.
-#[inline(always)]
-fn combine_lanes<T: GemmElem>(a: &[T; MATVEC_LANES]) -> T {
-    ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
-}
+/// Accumulators of a one-column product's element (see [`matvec`]): those of a reduction's
+/// block, combined by the same [`combine_lanes`] (numerics.md §1.5).
+const MATVEC_LANES: usize = SUM_LANES;
 
 /// `c = a v` for a row-major `m x k` matrix `a` and a vector `v` of `k` elements (a product of
 /// one column), in our own order, whatever the size and layout: term `p` of an element goes
@@ -287,7 +296,7 @@ fn matvec_transposed_body<T: GemmElem>(
     }
 }
 
-/// Products of at most this many multiply-adds run [`small_gemm`]. faer's GEMM costs about a
+/// Products of at most this many multiply-adds (and two or more columns) run [`small_gemm`]. faer's GEMM costs about a
 /// microsecond per call before it multiplies anything (dispatch on shape and instruction
 /// set, packing), which dominated the small products of a per-point derivative: a `vmap` over
 /// 32 points of a 16-wide layer is 32 products of `1 x 16` by `16 x 16`, 1.6 us through faer
@@ -462,17 +471,21 @@ pub(crate) struct Product {
 
 /// Whether a product of the transpose of a `k x m` matrix by a `k x n` one reads the matrix
 /// in place instead of a copy: for a product too large for [`small_gemm`] (a small one's copy
-/// costs little). With two or more columns faer's GEMM reads it through a transposed view:
-/// it packs the left operand before it multiplies, so the view gives the bits of the product
-/// of the copy (a test checks it over many shapes and thread counts; its matrix-vector path,
-/// whose order depends on the layout, is never taken, see [`matvec`]). A one-column product
-/// runs [`matvec_transposed`], whose order is [`matvec`]'s.
+/// costs little). With two or more columns faer's GEMM reads it through a transposed view.
+/// That gives the bits of the copy's product because faer's order of summation depends on
+/// the shapes and on the other operand, not on this operand's strides (faer multiplies a
+/// row-major result as its transpose, where this operand is the one read through strides;
+/// with one row, its vector has unit stride either way). That is a property of faer's
+/// internals, not a promise: `products_of_a_transposed_view_have_the_bits_of_the_copy` checks
+/// it over many shapes, every path and thread count, and guards an upgrade. A one-column
+/// product runs [`matvec_transposed`], whose order is [`matvec`]'s by construction (faer's
+/// matrix-vector order depends on the layout: `64x1024 · 1024x1` differs).
 pub(crate) fn lhs_transpose_folds(m: usize, k: usize, n: usize) -> bool {
     m * k * n > SMALL_MAX_FLOPS
 }
 
 /// `matmul` of operands `a` and `b` (values and shapes) into a result of shape `out_dims`.
-/// With `native_f32` the product is faer's float32 GEMM with float32 accumulation; otherwise
+/// With `native_f32` the product is computed in float32 with float32 accumulation; otherwise
 /// it is the float64 product rounded once, whose float64 copies of float32 operands and
 /// result live in buffers of `pool` (reused from one call to the next: fresh memory for them
 /// cost page faults on every call). The batching and the split over threads are the same
@@ -586,7 +599,7 @@ fn matmul_lhs_transposed(
             let mut xt = pool.alloc(DType::F64, m * k).map_err(scratch_oom)?;
             let ran = match xt.view_mut() {
                 ViewMut::F64(xt) => {
-                    widen_transposed(x, (k, m), xt);
+                    widen_transposed(x, (k, m), xt)?;
                     let plain = Product {
                         lhs_transposed: false,
                         ..how
@@ -609,14 +622,15 @@ fn matmul_lhs_transposed(
 }
 
 /// `xt` (`m x k`, row-major) = the transpose of the `k x m` matrix `x`, widened to float64.
-fn widen_transposed(x: View<'_>, (k, m): (usize, usize), xt: &mut [f64]) {
-    let mut row = vec![0.0; m];
+fn widen_transposed(x: View<'_>, (k, m): (usize, usize), xt: &mut [f64]) -> Result<()> {
+    let mut row = scratch(m)?;
     for p in 0..k {
         x.load_f64(p * m, &mut row);
         for (i, &v) in row.iter().enumerate() {
             xt[i * k + p] = v;
         }
     }
+    Ok(())
 }
 
 /// `c = xᵀ b` for the row-major `k x m` matrix `x`, in the paths and bands of [`product`]
@@ -955,6 +969,9 @@ mod tests {
             (64, 1024),
             (1030, 3),
             (40, 4099),
+            // Split into bands of rows on two threads.
+            (20, 120_000),
+            (600, 4000),
         ] {
             let a: Vec<f64> = (0..m * k).map(value).collect();
             let v: Vec<f64> = (0..k).map(|p| value(p * 3 + 1)).collect();
@@ -1031,6 +1048,10 @@ mod tests {
             (1000, 40, 1),
             (3, 5000, 1),
             (700, 700, 1),
+            // A one-column product in bands, faer's parallel product, one long row.
+            (256, 8192, 1),
+            (24, 1024, 128),
+            (1, 4096, 600),
         ];
         // Random shapes the fold takes.
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
