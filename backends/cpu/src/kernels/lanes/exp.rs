@@ -105,13 +105,27 @@ fn exp_lane(x: f64) -> (f64, bool) {
     (value, hx >= EXP_EDGE)
 }
 
+/// What the musl `expm1` computes for an argument before choosing its result: the reduction
+/// `x = k·ln2 + r` (thresholds on the high word `hx`), the rational approximation, and every
+/// reconstruction it may pick by `k`, each as the scalar routine computes it. The choice is
+/// left to [`expm1_lane`] and to [`expm1_for_tanh`], which needs fewer of them.
+struct Expm1Parts {
+    hx: i64,
+    k: f64,
+    xr: f64,
+    e: f64,
+    two_k: f64,
+    at_zero: f64,
+    at_minus_one: f64,
+    at_one: f64,
+    below_20: f64,
+    from_20: f64,
+}
+
 #[inline(always)]
-fn expm1_lane(x: f64) -> (f64, bool) {
+fn expm1_parts(x: f64) -> Expm1Parts {
     let hx = high_word_abs(x);
     let negative = x.is_sign_negative();
-    let huge = hx >= EXPM1_HUGE;
-    let nan = x.is_nan();
-    let flagged = huge & (nan | (!negative & (x >= 700.0)));
     let reduce = hx > HALF_LN2;
     let k = choose(
         reduce,
@@ -139,21 +153,53 @@ fn expm1_lane(x: f64) -> (f64, bool) {
     let at_one = choose(xr < -0.25, -2.0 * (e - (xr + 0.5)), 1.0 + 2.0 * (xr - e));
     // Here -56 ≤ k ≤ 1010, so 2^k and 2^-k are normal.
     let two_k = pow2(k);
-    let beyond = (xr - e + 1.0) * two_k - 1.0;
     let two_minus_k = pow2(-k);
-    let below_20 = (xr - e + (1.0 - two_minus_k)) * two_k;
-    let from_20 = (xr - (e + two_minus_k) + 1.0) * two_k;
-    let general = choose(
-        !(0.0..=56.0).contains(&k),
-        beyond,
-        choose(k < 20.0, below_20, from_20),
-    );
-    let value = choose(
-        k == 0.0,
+    Expm1Parts {
+        hx,
+        k,
+        xr,
+        e,
+        two_k,
         at_zero,
-        choose(k == -1.0, at_minus_one, choose(k == 1.0, at_one, general)),
+        at_minus_one,
+        at_one,
+        below_20: (xr - e + (1.0 - two_minus_k)) * two_k,
+        from_20: (xr - (e + two_minus_k) + 1.0) * two_k,
+    }
+}
+
+impl Expm1Parts {
+    /// The result for `k = 0`, `-1` or `1`, else `general`; the argument itself below 2^-54.
+    #[inline(always)]
+    fn choose_result(&self, x: f64, general: f64) -> f64 {
+        let k = self.k;
+        let value = choose(
+            k == 0.0,
+            self.at_zero,
+            choose(
+                k == -1.0,
+                self.at_minus_one,
+                choose(k == 1.0, self.at_one, general),
+            ),
+        );
+        choose(self.hx < EXPM1_TINY, x, value)
+    }
+}
+
+#[inline(always)]
+fn expm1_lane(x: f64) -> (f64, bool) {
+    let p = expm1_parts(x);
+    let negative = x.is_sign_negative();
+    let huge = p.hx >= EXPM1_HUGE;
+    let nan = x.is_nan();
+    let flagged = huge & (nan | (!negative & (x >= 700.0)));
+    let beyond = (p.xr - p.e + 1.0) * p.two_k - 1.0;
+    let general = choose(
+        !(0.0..=56.0).contains(&p.k),
+        beyond,
+        choose(p.k < 20.0, p.below_20, p.from_20),
     );
-    let value = choose(hx < EXPM1_TINY, x, value);
+    let value = p.choose_result(x, general);
     let value = choose(huge & negative & !nan, -1.0, value);
     (value, flagged)
 }
@@ -167,44 +213,8 @@ fn expm1_lane(x: f64) -> (f64, bool) {
 /// `1 - 2/(t + 2)` to exactly 1 (its quotient is below 2^-54, half an ulp under 1).
 #[inline(always)]
 fn expm1_for_tanh(u: f64) -> f64 {
-    let hx = high_word_abs(u);
-    let negative = u.is_sign_negative();
-    let reduce = hx > HALF_LN2;
-    let k = choose(
-        reduce,
-        choose(
-            hx < THREE_HALVES_LN2,
-            choose(negative, -1.0, 1.0),
-            rounded_multiple(u, negative),
-        ),
-        0.0,
-    );
-    let hi = u - k * LN2_HI;
-    let lo = k * LN2_LO;
-    let xr = choose(reduce, hi - lo, u);
-    let c = choose(reduce, (hi - xr) - lo, 0.0);
-
-    let hfx = 0.5 * xr;
-    let hxs = xr * hfx;
-    let r1 = 1.0 + hxs * (Q1 + hxs * (Q2 + hxs * (Q3 + hxs * (Q4 + hxs * Q5))));
-    let t = 3.0 - r1 * hfx;
-    let e0 = hxs * ((r1 - t) / (6.0 - xr * t));
-    let at_zero = xr - (xr * e0 - hxs);
-    let e = xr * (e0 - c) - c;
-    let e = e - hxs;
-    let at_minus_one = 0.5 * (xr - e) - 0.5;
-    let at_one = choose(xr < -0.25, -2.0 * (e - (xr + 0.5)), 1.0 + 2.0 * (xr - e));
-    let two_k = pow2(k);
-    let two_minus_k = pow2(-k);
-    let below_20 = (xr - e + (1.0 - two_minus_k)) * two_k;
-    let from_20 = (xr - (e + two_minus_k) + 1.0) * two_k;
-    let general = choose(k < 20.0, below_20, from_20);
-    let value = choose(
-        k == 0.0,
-        at_zero,
-        choose(k == -1.0, at_minus_one, choose(k == 1.0, at_one, general)),
-    );
-    choose(hx < EXPM1_TINY, u, value)
+    let p = expm1_parts(u);
+    p.choose_result(u, choose(p.k < 20.0, p.below_20, p.from_20))
 }
 
 #[inline(always)]
