@@ -4,7 +4,9 @@
 
 mod common;
 
-use common::{assert_bitwise, check_graph, data, random, reference, run, shape, unfused, Rng};
+use common::{
+    assert_bitwise, check_graph, data, on_threads, random, reference, run, shape, unfused, Rng,
+};
 use quabla_backend::{Backend, BackendError, Executable, HostTensor, Precision};
 use quabla_cpu::{run_plan, CpuBackend, CpuOptions};
 use quabla_ir::{
@@ -482,11 +484,7 @@ fn transposed_left_operands_fold_into_products_with_the_bits_of_the_copy() {
                     .run(&inputs)
                     .unwrap();
                 for threads in 1..=3 {
-                    let options = CpuOptions {
-                        threads,
-                        ..CpuOptions::default()
-                    };
-                    let exe = CpuBackend::with_options(options)
+                    let exe = CpuBackend::with_options(on_threads(threads))
                         .compile_plan_with(&plan, precision)
                         .unwrap();
                     let context = format!("{dtype:?} {m}x{k}x{n} {precision:?} {threads} threads");
@@ -611,21 +609,13 @@ fn groups_reading_a_split_value_split_the_same_way() {
         random(&mut rng, DType::F64, &[64, 64]),
         random(&mut rng, DType::F64, &[1024, 64]),
     ];
-    let one = CpuOptions {
-        threads: 1,
-        ..CpuOptions::default()
-    };
-    let want = CpuBackend::with_options(one)
+    let want = CpuBackend::with_options(on_threads(1))
         .compile_plan(&plan)
         .unwrap()
         .run(&inputs)
         .unwrap();
     for threads in [2, 3] {
-        let options = CpuOptions {
-            threads,
-            ..CpuOptions::default()
-        };
-        let got = CpuBackend::with_options(options)
+        let got = CpuBackend::with_options(on_threads(threads))
             .compile_plan(&plan)
             .unwrap()
             .run(&inputs)

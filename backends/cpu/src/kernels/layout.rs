@@ -324,25 +324,17 @@ impl Plane {
         for lb in (0..nl).step_by(BLOCK) {
             let le = (lb + BLOCK).min(nl);
             for iq in qb..qe {
-                // A row of the block: contiguous in `rows`, every `sl`-th element of `src`
-                // (slices and iterators rather than indices: no bounds check per element).
                 let drow = (iq - qb) * dq;
-                let row = &mut rows[drow + lb..drow + le];
-                if sl == 0 {
-                    // The innermost result axis is a broadcast of one source element.
-                    row.fill(src[sbase + iq]);
-                    continue;
-                }
-                let col = src[sbase + iq + lb * sl..].iter().step_by(sl);
-                for (o, &v) in row.iter_mut().zip(col) {
-                    *o = v;
-                }
+                copy_block_row(
+                    src,
+                    sbase + iq + lb * sl,
+                    sl,
+                    &mut rows[drow + lb..drow + le],
+                );
             }
         }
     }
-}
 
-impl Plane {
     /// Copies result columns `start..end` of every result row into `segments` (result row
     /// `iq`'s columns `start..end` are `segments[iq]`), block by block.
     fn column_run<E: Copy>(
@@ -357,20 +349,26 @@ impl Plane {
             let qe = (qb + BLOCK).min(nq);
             for lb in (start..end).step_by(BLOCK) {
                 let le = (lb + BLOCK).min(end);
-                for (iq, segment) in segments[qb..qe].iter_mut().enumerate() {
-                    let iq = qb + iq;
+                for (iq, segment) in (qb..qe).zip(&mut segments[qb..qe]) {
                     let row = &mut segment[lb - start..le - start];
-                    if sl == 0 {
-                        row.fill(src[sbase + iq]);
-                        continue;
-                    }
-                    let col = src[sbase + iq + lb * sl..].iter().step_by(sl);
-                    for (o, &v) in row.iter_mut().zip(col) {
-                        *o = v;
-                    }
+                    copy_block_row(src, sbase + iq + lb * sl, sl, row);
                 }
             }
         }
+    }
+}
+
+/// One row of a block: `row.len()` elements of `src` from `at`, `sl` apart (one element
+/// repeated when `sl` is 0, a broadcast innermost axis). Slices and iterators rather than
+/// indices: no bounds check per element.
+#[inline(always)]
+fn copy_block_row<E: Copy>(src: &[E], at: usize, sl: usize, row: &mut [E]) {
+    if sl == 0 {
+        row.fill(src[at]);
+        return;
+    }
+    for (o, &v) in row.iter_mut().zip(src[at..].iter().step_by(sl)) {
+        *o = v;
     }
 }
 

@@ -102,6 +102,49 @@ impl GemmElem for f32 {
     }
 }
 
+/// Defines the kernel `$name` (generic over [`GemmElem`]), which runs the
+/// `#[inline(always)]` body `$body` compiled with AVX-512F and FMA where the CPU has them,
+/// else with AVX2 and FMA, else for the baseline, and clears the upper vector state after a
+/// vector build. The bodies use only `mul_add` and IEEE operations, and the baseline's
+/// `mul_add` is the correctly rounded libm `fma`, so every build gives the same bits.
+macro_rules! fma_builds {
+    ($(#[$doc:meta])* fn $name:ident => $body:ident($($arg:ident: $ty:ty),* $(,)?)) => {
+        $(#[$doc])*
+        fn $name<T: GemmElem>($($arg: $ty),*) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,fma")]
+                unsafe fn avx512<T: GemmElem>($($arg: $ty),*) {
+                    $body($($arg),*)
+                }
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn avx2<T: GemmElem>($($arg: $ty),*) {
+                    $body($($arg),*)
+                }
+                if std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("fma")
+                {
+                    // SAFETY: AVX-512F and FMA were just detected at run time; the body is
+                    // safe code.
+                    unsafe { avx512($($arg),*) };
+                    clear_upper_vector_state();
+                    return;
+                }
+                if std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+                {
+                    // SAFETY: AVX2 and FMA were just detected at run time; the body is safe
+                    // code.
+                    unsafe { avx2($($arg),*) };
+                    clear_upper_vector_state();
+                    return;
+                }
+            }
+            $body($($arg),*)
+        }
+    };
+}
+
 /// One row-major `m x k` times `k x n` product into `c` (`m x n`), sequential: [`matvec`] for
 /// one column, [`small_gemm`] up to [`SMALL_MAX_FLOPS`] multiply-adds, faer's GEMM above.
 pub(crate) fn gemm<T: GemmElem>(a: &[T], b: &[T], c: &mut [T], m: usize, k: usize, n: usize) {
@@ -128,47 +171,16 @@ fn small_or_matvec<T: GemmElem>(a: &[T], b: &[T], c: &mut [T], m: usize, k: usiz
 /// block, combined by the same [`combine_lanes`] (numerics.md §1.5).
 const MATVEC_LANES: usize = SUM_LANES;
 
-/// `c = a v` for a row-major `m x k` matrix `a` and a vector `v` of `k` elements (a product of
-/// one column), in our own order, whatever the size and layout: term `p` of an element goes
-/// to accumulator `p mod 8` by one fused multiply-add (each accumulator from `+0.0`, its
-/// terms in order), and the eight are combined by [`combine_lanes`]. The order reads a row
-/// (eight consecutive terms per vector) and a transposed matrix (eight accumulators per
-/// element of a row of `c`, [`matvec_transposed`]) at full vector speed, so a transposed
-/// operand is read in place with the same bits; faer's matrix-vector products change their
-/// order with the layout.
-fn matvec<T: GemmElem>(a: &[T], v: &[T], c: &mut [T], m: usize, k: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: AVX-512F and FMA were just detected at run time; the body is safe code.
-            unsafe { matvec_avx512(a, v, c, m, k) };
-            clear_upper_vector_state();
-            return;
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: AVX2 and FMA were just detected at run time; the body is safe code.
-            unsafe { matvec_avx2(a, v, c, m, k) };
-            clear_upper_vector_state();
-            return;
-        }
-    }
-    matvec_body(a, v, c, m, k);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn matvec_avx2<T: GemmElem>(a: &[T], v: &[T], c: &mut [T], m: usize, k: usize) {
-    matvec_body(a, v, c, m, k);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma")]
-unsafe fn matvec_avx512<T: GemmElem>(a: &[T], v: &[T], c: &mut [T], m: usize, k: usize) {
-    matvec_body(a, v, c, m, k);
-}
+fma_builds!(
+    /// `c = a v` for a row-major `m x k` matrix `a` and a vector `v` of `k` elements (a product of
+    /// one column), in our own order, whatever the size and layout: term `p` of an element goes to
+    /// accumulator `p mod 8` by one fused multiply-add (each accumulator from `+0.0`, its terms in
+    /// order), and the eight are combined by [`combine_lanes`]. The order reads a row (eight
+    /// consecutive terms per vector) and a transposed matrix (eight accumulators per element of a
+    /// row of `c`, [`matvec_transposed`]) at full vector speed, so a transposed operand is read in
+    /// place with the same bits; faer's matrix-vector products change their order with the layout.
+    fn matvec => matvec_body(a: &[T], v: &[T], c: &mut [T], m: usize, k: usize)
+);
 
 /// Rows of [`matvec`] computed together: their accumulator chains interleave, so the
 /// multiply-adds are not waiting on each other.
@@ -212,60 +224,18 @@ fn matvec_body<T: GemmElem>(a: &[T], v: &[T], c: &mut [T], m: usize, k: usize) {
 /// each stay in the first-level cache).
 const MATVEC_COLUMNS: usize = 256;
 
-/// `c = xᵀ v` for columns `first..first + c.len()` of the row-major `k x m` matrix `x`, with
-/// the bits of [`matvec`] on the copied transpose: element `i` accumulates `x[p][i] v[p]` into
-/// accumulator `p mod 8`, for `p` in order.
-fn matvec_transposed<T: GemmElem>(
-    x: &[T],
-    v: &[T],
-    c: &mut [T],
-    (k, m): (usize, usize),
-    first: usize,
-) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: AVX-512F and FMA were just detected at run time; the body is safe code.
-            unsafe { matvec_transposed_avx512(x, v, c, (k, m), first) };
-            clear_upper_vector_state();
-            return;
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: AVX2 and FMA were just detected at run time; the body is safe code.
-            unsafe { matvec_transposed_avx2(x, v, c, (k, m), first) };
-            clear_upper_vector_state();
-            return;
-        }
-    }
-    matvec_transposed_body(x, v, c, (k, m), first);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn matvec_transposed_avx2<T: GemmElem>(
-    x: &[T],
-    v: &[T],
-    c: &mut [T],
-    shape: (usize, usize),
-    first: usize,
-) {
-    matvec_transposed_body(x, v, c, shape, first);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma")]
-unsafe fn matvec_transposed_avx512<T: GemmElem>(
-    x: &[T],
-    v: &[T],
-    c: &mut [T],
-    shape: (usize, usize),
-    first: usize,
-) {
-    matvec_transposed_body(x, v, c, shape, first);
-}
+fma_builds!(
+    /// `c = xᵀ v` for columns `first..first + c.len()` of the row-major `k x m` matrix `x`, with
+    /// the bits of [`matvec`] on the copied transpose: element `i` accumulates `x[p][i] v[p]` into
+    /// accumulator `p mod 8`, for `p` in order.
+    fn matvec_transposed => matvec_transposed_body(
+        x: &[T],
+        v: &[T],
+        c: &mut [T],
+        shape: (usize, usize),
+        first: usize,
+    )
+);
 
 #[inline(always)]
 fn matvec_transposed_body<T: GemmElem>(
@@ -296,69 +266,22 @@ fn matvec_transposed_body<T: GemmElem>(
     }
 }
 
-/// Products of at most this many multiply-adds (and two or more columns) run [`small_gemm`]. faer's GEMM costs about a
-/// microsecond per call before it multiplies anything (dispatch on shape and instruction
-/// set, packing), which dominated the small products of a per-point derivative: a `vmap` over
-/// 32 points of a 16-wide layer is 32 products of `1 x 16` by `16 x 16`, 1.6 us through faer
-/// and 0.15 us here. Above it, faer's blocked kernels win.
+/// Products of at most this many multiply-adds (and two or more columns) run [`small_gemm`]. faer's
+/// GEMM costs about a microsecond per call before it multiplies anything (dispatch on shape and
+/// instruction set, packing), which dominated the small products of a per-point derivative: a
+/// `vmap` over 32 points of a 16-wide layer is 32 products of `1 x 16` by `16 x 16`, 1.6 us through
+/// faer and 0.15 us here. Above it, faer's blocked kernels win.
 const SMALL_MAX_FLOPS: usize = 1 << 13;
 
-/// `c = a b` for small row-major matrices. Every element is accumulated from `+0.0` over
-/// `p = 0..k` in order, each term added by one fused multiply-add (`acc = fma(a_ip, b_pj,
-/// acc)`, one rounding per term). The order does not depend on the shape around the
-/// element, so a row of a batched or stacked product has the bits of the same row multiplied
-/// alone, and the vector width (AVX-512, AVX2 or the scalar fallback, whose `mul_add` is the
-/// correctly rounded libm `fma`) changes nothing.
-fn small_gemm<T: GemmElem>(a: &[T], b: &[T], c: &mut [T], m: usize, k: usize, n: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: AVX-512F and FMA were just detected at run time; the body is safe code.
-            unsafe { small_gemm_avx512(a, b, c, m, k, n) };
-            clear_upper_vector_state();
-            return;
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: AVX2 and FMA were just detected at run time; the body is safe code.
-            unsafe { small_gemm_avx2(a, b, c, m, k, n) };
-            clear_upper_vector_state();
-            return;
-        }
-    }
-    small_gemm_body(a, b, c, m, k, n);
-}
-
-/// [`small_gemm_body`] compiled with AVX2 and FMA: 256-bit lanes, `mul_add` as one
-/// instruction.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn small_gemm_avx2<T: GemmElem>(
-    a: &[T],
-    b: &[T],
-    c: &mut [T],
-    m: usize,
-    k: usize,
-    n: usize,
-) {
-    small_gemm_body(a, b, c, m, k, n);
-}
-
-/// [`small_gemm_body`] compiled with AVX-512F and FMA (512-bit lanes).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma")]
-unsafe fn small_gemm_avx512<T: GemmElem>(
-    a: &[T],
-    b: &[T],
-    c: &mut [T],
-    m: usize,
-    k: usize,
-    n: usize,
-) {
-    small_gemm_body(a, b, c, m, k, n);
-}
+fma_builds!(
+    /// `c = a b` for small row-major matrices. Every element is accumulated from `+0.0` over
+    /// `p = 0..k` in order, each term added by one fused multiply-add (`acc = fma(a_ip, b_pj,
+    /// acc)`, one rounding per term). The order does not depend on the shape around the element,
+    /// so a row of a batched or stacked product has the bits of the same row multiplied alone,
+    /// and the vector width (AVX-512, AVX2 or the scalar fallback, whose `mul_add` is the
+    /// correctly rounded libm `fma`) changes nothing.
+    fn small_gemm => small_gemm_body(a: &[T], b: &[T], c: &mut [T], m: usize, k: usize, n: usize)
+);
 
 #[inline(always)]
 fn small_gemm_body<T: GemmElem>(a: &[T], b: &[T], c: &mut [T], m: usize, k: usize, n: usize) {

@@ -68,8 +68,13 @@ pub fn unfused() -> CpuOptions {
 }
 
 pub fn single_thread() -> CpuOptions {
+    on_threads(1)
+}
+
+/// The default options with `threads` threads.
+pub fn on_threads(threads: usize) -> CpuOptions {
     CpuOptions {
-        threads: 1,
+        threads,
         ..CpuOptions::default()
     }
 }

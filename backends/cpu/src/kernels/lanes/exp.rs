@@ -9,10 +9,7 @@
 //! Flagged for the scalar routine: `exp` of |x| ≥ 708.39 (overflow, subnormal results,
 //! infinities, NaN); `expm1` of NaN and of x ≥ 700 (overflow, and the `k = 1024` scaling).
 
-use super::{choose, high_word_abs, one_result_lane, pow2, LN2_HI, LN2_LO};
-
-/// 1/ln 2.
-const INV_LN2: f64 = f64::from_bits(0x3ff7_1547_652b_82fe);
+use super::{choose, high_word_abs, one_result_lane, pow2, INV_LN2, LN2_HI, LN2_LO};
 
 // Coefficients of the `exp` rational approximation.
 const P1: f64 = f64::from_bits(0x3fc5_5555_5555_553e);

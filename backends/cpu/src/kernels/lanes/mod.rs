@@ -31,6 +31,8 @@ use quabla_ir::UnaryOp;
 /// share them).
 const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
 const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
+/// 1/ln 2 (the `exp` family's reduction multiple).
+const INV_LN2: f64 = f64::from_bits(0x3ff7_1547_652b_82fe);
 
 /// Elements whose lane flags are checked together before the fix-up.
 const BLOCK: usize = 256;

@@ -18,10 +18,7 @@
 //! lane with the rounded routine for every float32 argument; the default run checks a
 //! stride through all of them.
 
-use super::{choose, one_result_lane, pow2, LN2_HI, LN2_LO};
-
-/// 1/ln 2.
-const INV_LN2: f64 = f64::from_bits(0x3ff7_1547_652b_82fe);
+use super::{choose, one_result_lane, pow2, INV_LN2, LN2_HI, LN2_LO};
 
 /// Float64 ulps from a float32 rounding boundary within which the routine decides.
 ///
