@@ -14,13 +14,16 @@
 //! needs only a few registers. Large groups split their tiles over threads; every element is
 //! computed independently, so the split never changes a value. A group of one element (the
 //! scalar arithmetic of a loop body) skips the tiles: its registers are plain float64 values
-//! and each instruction calls the same scalar semantics once.
+//! and each instruction calls the same scalar semantics once. A group of float32 nodes whose
+//! ops are exact in float32 runs in float32 registers instead ([`float32`]).
 
 use crate::buffer::{Elem, View, ViewMut};
 use crate::kernels::{lanes, par_for_each, split_ranges, PAR_MIN_ELEMENTS};
 use quabla_ir::eval::{binary_f64, compare_f64, powi_f64, unary_f64};
 use quabla_ir::{BinaryOp, Comparison, DType, Op, UnaryOp};
 use std::collections::{HashMap, VecDeque};
+
+mod float32;
 
 /// Elements per tile: 16 KiB per float64 register, so a program's registers stay in L1/L2.
 pub(crate) const TILE: usize = 2048;
@@ -30,6 +33,8 @@ pub(crate) const TILE: usize = 2048;
 #[derive(Debug, Default)]
 pub(crate) struct Scratch {
     tiles: Vec<Vec<f64>>,
+    /// The tiles of an [`Program::in_f32`] program.
+    tiles32: Vec<Vec<f32>>,
     /// The external values of a one-element program.
     values: Vec<f64>,
     /// The registers of a one-element program.
@@ -99,7 +104,8 @@ impl EwOp {
 pub(crate) enum Src {
     /// A tile register.
     Reg(usize),
-    /// A contiguous float64 external, read in place.
+    /// A contiguous external of the registers' type, read in place (float64, or float32 in
+    /// an [`Program::in_f32`] program).
     Direct(usize),
     /// An external of one element, broadcast.
     Scalar(usize),
@@ -186,6 +192,10 @@ pub(crate) struct Program {
     /// the threads (set by the schedule): the group then splits the same way from
     /// [`PAR_MIN_SPREAD_ELEMENTS`], so each thread reads what its own cache holds.
     pub spread_input: bool,
+    /// Every member is a float32 node whose op is exact in float32, and every external and
+    /// output is float32: the tiles run in float32 registers ([`float32`]), and contiguous
+    /// externals are read in place.
+    pub in_f32: bool,
 }
 
 /// Work of a group (elements times cost per element) from which it is split over threads
@@ -312,6 +322,12 @@ impl Program {
         outs: Vec<(usize, DType)>,
     ) -> Program {
         let size = dims.iter().product();
+        let in_f32 = !members.is_empty()
+            && members
+                .iter()
+                .all(|m| m.dtype == DType::F32 && float32::exact_in_f32(m.op))
+            && exts.iter().all(|e| e.dtype == DType::F32)
+            && outs.iter().all(|&(_, dtype)| dtype == DType::F32);
         // Last instruction (member index) reading each member and each external.
         let mut last = LastReaders {
             member: vec![None; members.len()],
@@ -354,6 +370,7 @@ impl Program {
                     Operand::Ext(e) => match (&exts[e].access, exts[e].dtype) {
                         (Access::Scalar, _) => Src::Scalar(e),
                         (Access::Full, DType::F64) => Src::Direct(e),
+                        (Access::Full, DType::F32) if in_f32 => Src::Direct(e),
                         _ => {
                             let r = match ext_reg[e] {
                                 Some(r) => r,
@@ -425,6 +442,7 @@ impl Program {
             nodes: members.len(),
             cost,
             spread_input: false,
+            in_f32,
         }
     }
 
@@ -442,16 +460,13 @@ impl Program {
     ) {
         let tile = TILE.min(self.size);
         if !self.splits(threads) {
-            let regs = &mut scratch.tiles;
-            if regs.len() < self.nregs {
-                regs.resize_with(self.nregs, Vec::new);
+            if self.in_f32 {
+                let regs = registers(&mut scratch.tiles32, self.nregs, tile);
+                self.run_range_f32(exts, outs, (0, self.size), regs);
+            } else {
+                let regs = registers(&mut scratch.tiles, self.nregs, tile);
+                self.run_range(exts, outs, 0, self.size, regs);
             }
-            for r in regs.iter_mut().take(self.nregs) {
-                if r.len() < tile {
-                    r.resize(tile, 0.0);
-                }
-            }
-            self.run_range(exts, outs, 0, self.size, regs);
             return;
         }
         let ranges = split_ranges(self.size, threads, TILE);
@@ -473,8 +488,13 @@ impl Program {
             pieces.push(((start, end), mine));
         }
         par_for_each(pieces, threads, |((start, end), mut outs)| {
-            let mut regs = vec![vec![0.0f64; tile]; self.nregs];
-            self.run_range(exts, &mut outs, start, end, &mut regs);
+            if self.in_f32 {
+                let mut regs = vec![vec![0.0f32; tile]; self.nregs];
+                self.run_range_f32(exts, &mut outs, (start, end), &mut regs);
+            } else {
+                let mut regs = vec![vec![0.0f64; tile]; self.nregs];
+                self.run_range(exts, &mut outs, start, end, &mut regs);
+            }
         });
     }
 
@@ -709,6 +729,19 @@ impl Program {
     }
 }
 
+/// The first `n` of `tiles`, each at least `tile` elements long.
+fn registers<T: Copy + Default>(tiles: &mut Vec<Vec<T>>, n: usize, tile: usize) -> &mut [Vec<T>] {
+    if tiles.len() < n {
+        tiles.resize_with(n, Vec::new);
+    }
+    for r in tiles.iter_mut().take(n) {
+        if r.len() < tile {
+            r.resize(tile, T::default());
+        }
+    }
+    &mut tiles[..n]
+}
+
 /// The operand `s` over the tile of `len` elements at flat position `t`.
 #[inline(always)]
 fn tile_arg<'a>(
@@ -722,7 +755,7 @@ fn tile_arg<'a>(
         Src::Reg(r) => Arg::Slice(&regs[r][..len]),
         Src::Direct(e) => match exts[e] {
             View::F64(v) => Arg::Slice(&v[t..t + len]),
-            // Direct access is only compiled for float64 externals.
+            // The float64 loop reads only float64 externals in place.
             _ => Arg::Scalar(f64::NAN),
         },
         Src::Scalar(e) => Arg::Scalar(exts[e].get_f64(0)),
@@ -733,22 +766,25 @@ fn tile_arg<'a>(
 /// that reads `src` with `strides`.
 fn load_strided(src: &View<'_>, dims: &[usize], strides: &[usize], start: usize, dst: &mut [f64]) {
     match src {
-        View::F32(s) => gather_strided(s, dims, strides, start, dst),
-        View::F64(s) => gather_strided(s, dims, strides, start, dst),
-        View::Bool(s) => gather_strided(s, dims, strides, start, dst),
+        View::F32(s) => gather_strided(s, dims, strides, start, dst, Elem::to_f64),
+        View::F64(s) => gather_strided(s, dims, strides, start, dst, Elem::to_f64),
+        View::Bool(s) => gather_strided(s, dims, strides, start, dst, Elem::to_f64),
     }
 }
 
-fn gather_strided<T: Elem>(
+/// [`load_strided`] into `dst` of any element type, each element converted by `convert`.
+#[inline(always)]
+fn gather_strided<T: Copy, D: Copy>(
     src: &[T],
     dims: &[usize],
     strides: &[usize],
     start: usize,
-    dst: &mut [f64],
+    dst: &mut [D],
+    convert: impl Fn(T) -> D,
 ) {
     let rank = dims.len();
     if rank == 0 {
-        dst.fill(src[0].to_f64());
+        dst.fill(convert(src[0]));
         return;
     }
     let mut idx = vec![0usize; rank];
@@ -765,15 +801,15 @@ fn gather_strided<T: Elem>(
         let run = (extent - idx[last]).min(dst.len() - filled);
         let out = &mut dst[filled..filled + run];
         match stride {
-            0 => out.fill(src[base].to_f64()),
+            0 => out.fill(convert(src[base])),
             1 => {
-                for (d, s) in out.iter_mut().zip(&src[base..base + run]) {
-                    *d = s.to_f64();
+                for (d, &s) in out.iter_mut().zip(&src[base..base + run]) {
+                    *d = convert(s);
                 }
             }
             _ => {
                 for (j, d) in out.iter_mut().enumerate() {
-                    *d = src[base + j * stride].to_f64();
+                    *d = convert(src[base + j * stride]);
                 }
             }
         }
@@ -1103,15 +1139,15 @@ mod tests {
         let dims = [3, 2];
         let strides = [1, 3];
         let mut out = [0.0; 6];
-        gather_strided(&src, &dims, &strides, 0, &mut out);
+        gather_strided(&src, &dims, &strides, 0, &mut out, Elem::to_f64);
         assert_eq!(out, [0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
         let mut part = [0.0; 3];
-        gather_strided(&src, &dims, &strides, 3, &mut part);
+        gather_strided(&src, &dims, &strides, 3, &mut part, Elem::to_f64);
         assert_eq!(part, [4.0, 2.0, 5.0]);
         // A row broadcast over rows.
         let row = [7.0f32, 8.0];
         let mut b = [0.0; 6];
-        gather_strided(&row, &[3, 2], &[0, 1], 1, &mut b[..5]);
+        gather_strided(&row, &[3, 2], &[0, 1], 1, &mut b[..5], Elem::to_f64);
         assert_eq!(&b[..5], &[8.0, 7.0, 8.0, 7.0, 8.0]);
     }
 
