@@ -13,8 +13,11 @@
 //! reduction). The block is still written in full; the flagged elements are then recomputed
 //! with the scalar routine.
 //!
-//! On x86-64 the loop has AVX-512 and AVX2 builds chosen at run time; elsewhere the baseline
-//! build runs (the compiler still vectorizes it to the baseline SIMD width).
+//! On x86-64 the loop has AVX-512 and AVX2 builds (both with FMA) chosen at run time;
+//! elsewhere the baseline build runs (the compiler still vectorizes it to the baseline SIMD
+//! width). The bit-exact lanes never fuse a multiply-add (Rust does not contract `a * b + c`),
+//! so FMA changes none of their results; the [`narrow`] lanes, which are exact only after
+//! rounding, use `mul_add` (on a baseline x86-64 build, the C library's `fma`).
 //!
 //! Modules: [`trig`] (`sin`, `cos`, and both at once), [`exp`] (`exp`, `expm1`, `tanh`),
 //! [`log`] (`log`, `log1p`), and [`narrow`] (float32 results from a cheaper approximation,
@@ -153,12 +156,14 @@ fn fix_up<F: LaneFn>(x: &[f64], first: &mut [f64], second: &mut [f64]) {
 fn dispatch<F: LaneFn>(x: &[f64], first: &mut [f64], second: &mut [f64]) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: this build of the loop only requires AVX-512F, detected just above.
+        let fma = std::arch::is_x86_feature_detected!("fma");
+        if fma && std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: this build of the loop only requires AVX-512F and FMA, detected just
+            // above.
             return unsafe { lanes_avx512::<F>(x, first, second) };
         }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: this build of the loop only requires AVX2, detected just above.
+        if fma && std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: this build of the loop only requires AVX2 and FMA, detected just above.
             return unsafe { lanes_avx2::<F>(x, first, second) };
         }
     }
@@ -166,13 +171,13 @@ fn dispatch<F: LaneFn>(x: &[f64], first: &mut [f64], second: &mut [f64]) -> bool
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
+#[target_feature(enable = "avx512f,fma")]
 unsafe fn lanes_avx512<F: LaneFn>(x: &[f64], first: &mut [f64], second: &mut [f64]) -> bool {
     lanes::<F>(x, first, second)
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,fma")]
 unsafe fn lanes_avx2<F: LaneFn>(x: &[f64], first: &mut [f64], second: &mut [f64]) -> bool {
     lanes::<F>(x, first, second)
 }
@@ -240,12 +245,13 @@ pub(crate) mod testing {
         #[cfg(target_arch = "x86_64")]
         let out = {
             let mut out = out;
-            if std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: AVX2 was detected.
+            let fma = std::arch::is_x86_feature_detected!("fma");
+            if fma && std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: AVX2 and FMA were detected.
                 out.push(("avx2", |x, a, b| unsafe { lanes_avx2::<F>(x, a, b) }));
             }
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                // SAFETY: AVX-512F was detected.
+            if fma && std::arch::is_x86_feature_detected!("avx512f") {
+                // SAFETY: AVX-512F and FMA were detected.
                 out.push(("avx512", |x, a, b| unsafe { lanes_avx512::<F>(x, a, b) }));
             }
             out
