@@ -15,7 +15,8 @@
 //! computed independently, so the split never changes a value. A group of one element (the
 //! scalar arithmetic of a loop body) skips the tiles: its registers are plain float64 values
 //! and each instruction calls the same scalar semantics once. A group of float32 nodes whose
-//! ops are exact in float32 runs in float32 registers instead ([`float32`]).
+//! ops are exact in float32 or have a lane form runs in float32 registers instead
+//! ([`float32`]).
 
 use crate::buffer::{Elem, View, ViewMut};
 use crate::kernels::{lanes, par_for_each, split_ranges, PAR_MIN_ELEMENTS};
@@ -192,9 +193,9 @@ pub(crate) struct Program {
     /// the threads (set by the schedule): the group then splits the same way from
     /// [`PAR_MIN_SPREAD_ELEMENTS`], so each thread reads what its own cache holds.
     pub spread_input: bool,
-    /// Every member is a float32 node whose op is exact in float32, and every external and
-    /// output is float32: the tiles run in float32 registers ([`float32`]), and contiguous
-    /// externals are read in place.
+    /// Every member is a float32 node whose op is exact in float32 or has a lane form, and
+    /// every external and output is float32: the tiles run in float32 registers
+    /// ([`float32`]), and contiguous externals are read in place.
     pub in_f32: bool,
 }
 
@@ -325,7 +326,7 @@ impl Program {
         let in_f32 = !members.is_empty()
             && members
                 .iter()
-                .all(|m| m.dtype == DType::F32 && float32::exact_in_f32(m.op))
+                .all(|m| m.dtype == DType::F32 && float32::runs_in_f32(m.op))
             && exts.iter().all(|e| e.dtype == DType::F32)
             && outs.iter().all(|&(_, dtype)| dtype == DType::F32);
         // Last instruction (member index) reading each member and each external.

@@ -1,5 +1,5 @@
 //! The float32 tile loop: a group whose members are all float32 nodes with an op that is
-//! exact in float32 runs in float32 registers.
+//! exact in float32, or a function with a lane form ([`lanes`]), runs in float32 registers.
 //!
 //! numerics.md §1.5 evaluates a float32 node in float64 and rounds its result to float32. For
 //! `+ - * /` and `sqrt` that is bit for bit the native float32 operation (float64 carries more
@@ -11,14 +11,27 @@
 //! [`Program::build`] decides it ([`Program::in_f32`]); any other member keeps the group on
 //! the float64 loop. A NaN result is NaN either way (numerics.md §4.1 specifies no payload for
 //! arithmetic).
+//!
+//! The functions with a lane form (`sin`, `cos`, `exp`, `expm1`, `tanh`, `log`, `log1p`) are
+//! computed as every float32 node is, in float64 and rounded once, but a block at a time
+//! inside the float32 loop ([`lanes::unary_f32`]): the group's other nodes stay native and its
+//! registers float32.
 
 use super::{gather_strided, Access, EwOp, Instr, Program, Src, TILE};
 use crate::buffer::{View, ViewMut};
+use crate::kernels::lanes;
+use quabla_ir::eval::unary_f64;
 use quabla_ir::{BinaryOp, UnaryOp};
+
+/// Whether a float32 node with `op` runs in the float32 loop: natively ([`exact_in_f32`]),
+/// or, for a function with a lane form, widened and rounded block by block inside the loop.
+pub(super) fn runs_in_f32(op: EwOp) -> bool {
+    exact_in_f32(op) || matches!(op, EwOp::Unary(u) if lanes::has_lanes(u))
+}
 
 /// Whether a float32 node with `op` has the same bits computed natively in float32 as in
 /// float64 and rounded (see the module docs).
-pub(super) fn exact_in_f32(op: EwOp) -> bool {
+fn exact_in_f32(op: EwOp) -> bool {
     matches!(
         op,
         EwOp::Binary(BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div)
@@ -114,6 +127,10 @@ fn compute<'a>(op: EwOp, args: &[Src; 3], arg: impl Fn(Src) -> Arg<'a>, d: &mut 
         EwOp::Unary(UnaryOp::Sqrt) => with_args!(arg(args[0]) => x, map1(d, x, f32::sqrt)),
         EwOp::Powi(2) => with_args!(arg(args[0]) => x, map1(d, x, |v| v * v)),
         EwOp::Copy => with_args!(arg(args[0]) => x, map1(d, x, |v| v)),
+        EwOp::Unary(u) if lanes::has_lanes(u) => match arg(args[0]) {
+            Arg::Slice(x) => lanes::unary_f32(u, x, d),
+            Arg::Scalar(v) => d.fill(unary_f64(u, f64::from(v)) as f32),
+        },
         // `Program::build` sets `in_f32` only when every op is one of the above.
         _ => d.fill(f32::NAN),
     }
@@ -203,8 +220,20 @@ impl Program {
                         compute(op, &args, arg, &mut d[..len]);
                         regs[dst] = d;
                     }
-                    // `sin` and `cos` are not exact in float32: never in such a program.
-                    Instr::SinCos { .. } => {}
+                    Instr::SinCos { arg, sin, cos, .. } => {
+                        let mut s = std::mem::take(&mut regs[sin]);
+                        let mut c = std::mem::take(&mut regs[cos]);
+                        match tile_arg(regs, exts, arg, t, len) {
+                            Arg::Slice(x) => lanes::sin_cos_f32(x, &mut s[..len], &mut c[..len]),
+                            Arg::Scalar(v) => {
+                                let v = f64::from(v);
+                                s[..len].fill(unary_f64(UnaryOp::Sin, v) as f32);
+                                c[..len].fill(unary_f64(UnaryOp::Cos, v) as f32);
+                            }
+                        }
+                        regs[sin] = s;
+                        regs[cos] = c;
+                    }
                     Instr::Store { src, out } => {
                         if let ViewMut::F32(o) = &mut outs[out] {
                             let at = t - start;
@@ -387,15 +416,101 @@ mod tests {
         }
     }
 
+    /// `tanh(x + row)`, `exp`, `log` (output 0), `sin` and `cos` of one operand (paired into
+    /// one instruction), `expm1` and `log1p` of their sum, `tanh` of the scalar (output 1).
+    fn transcendental_chain() -> Vec<Member> {
+        use Operand::{Ext, Member as M};
+        let unary = |u, args: &[Operand], output| member(EwOp::Unary(u), args, output);
+        vec![
+            member(EwOp::Binary(BinaryOp::Add), &[Ext(0), Ext(3)], None),
+            unary(UnaryOp::Tanh, &[M(0)], None),
+            unary(UnaryOp::Exp, &[M(1)], None),
+            unary(UnaryOp::Log, &[M(2)], Some(0)),
+            unary(UnaryOp::Sin, &[Ext(1)], None),
+            unary(UnaryOp::Cos, &[Ext(1)], None),
+            member(EwOp::Binary(BinaryOp::Add), &[M(4), M(5)], None),
+            unary(UnaryOp::Expm1, &[M(6)], None),
+            unary(UnaryOp::Log1p, &[M(7)], None),
+            unary(UnaryOp::Tanh, &[Ext(2)], None),
+            member(EwOp::Binary(BinaryOp::Mul), &[M(8), M(9)], Some(1)),
+        ]
+    }
+
+    fn transcendental_reference(x: f32, y: f32, c: f32, row: f32) -> [f32; 2] {
+        let r = |v: f64| v as f32 as f64;
+        let f = |u, v| r(unary_f64(u, v));
+        let (x, y, c, row) = (x as f64, y as f64, c as f64, row as f64);
+        let m0 = r(binary_f64(BinaryOp::Add, x, row));
+        let m3 = f(UnaryOp::Log, f(UnaryOp::Exp, f(UnaryOp::Tanh, m0)));
+        let m6 = r(binary_f64(
+            BinaryOp::Add,
+            f(UnaryOp::Sin, y),
+            f(UnaryOp::Cos, y),
+        ));
+        let m8 = f(UnaryOp::Log1p, f(UnaryOp::Expm1, m6));
+        let m10 = r(binary_f64(BinaryOp::Mul, m8, f(UnaryOp::Tanh, c)));
+        [m3 as f32, m10 as f32]
+    }
+
     #[test]
-    fn only_exact_float32_groups_run_in_float32() {
+    fn float32_tiles_of_transcendental_functions_give_the_reference_bits() {
+        let n = ROWS * COLS;
+        let mut program = Program::build(
+            vec![ROWS, COLS],
+            externals(),
+            &transcendental_chain(),
+            vec![(4, DType::F32), (5, DType::F32)],
+        );
+        assert!(program.in_f32);
+        assert!(program
+            .instrs
+            .iter()
+            .any(|i| matches!(i, Instr::SinCos { .. })));
+        program.spread_input = true;
+        let (x, y, row) = (values(n, 7), values(n, 8), values(COLS, 9));
+        for c in [0.75f32, -20.5, f32::NAN] {
+            let cs = [c];
+            for threads in [1, 2] {
+                let (mut o0, mut o1) = (vec![0.0f32; n], vec![0.0f32; n]);
+                program.run(
+                    &[
+                        View::F32(&x),
+                        View::F32(&y),
+                        View::F32(&cs),
+                        View::F32(&row),
+                    ],
+                    &mut [ViewMut::F32(&mut o0), ViewMut::F32(&mut o1)],
+                    threads,
+                    &mut Scratch::default(),
+                );
+                for i in 0..n {
+                    let want = transcendental_reference(x[i], y[i], c, row[i % COLS]);
+                    for (k, got) in [o0[i], o1[i]].into_iter().enumerate() {
+                        assert!(
+                            same(got, want[k]),
+                            "output {k} at {i} on {threads} threads (x {:e}, y {:e}, c {c:e}, \
+                             row {:e}): {got:e}, the reference gives {:e}",
+                            x[i],
+                            y[i],
+                            row[i % COLS],
+                            want[k]
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn only_float32_groups_of_exact_or_lane_ops_run_in_float32() {
         let outs = || vec![(4, DType::F32), (5, DType::F32)];
         let build = |members: &[Member], exts: Vec<ExtSpec>, outs| {
             Program::build(vec![ROWS, COLS], exts, members, outs).in_f32
         };
         assert!(build(&chain(), externals(), outs()));
-        // A member that is not exact in float32 (`tanh`, `x³`).
-        for op in [EwOp::Unary(UnaryOp::Tanh), EwOp::Powi(3)] {
+        assert!(build(&transcendental_chain(), externals(), outs()));
+        // A member neither exact in float32 nor with a lane form (`erf`, `x³`).
+        for op in [EwOp::Unary(UnaryOp::Erf), EwOp::Powi(3)] {
             let mut members = chain();
             members[6].op = op;
             assert!(!build(&members, externals(), outs()), "{op:?}");

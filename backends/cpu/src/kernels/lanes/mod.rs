@@ -110,6 +110,59 @@ pub(crate) fn sin_cos(x: &[f64], sin: &mut [f64], cos: &mut [f64], round_f32: bo
     run::<trig::SinCos>(x, sin, cos, round_f32);
 }
 
+/// [`unary`] of float32 operands into float32 results (a float32 node: the float64 result
+/// rounded once), widening and rounding block by block.
+pub(crate) fn unary_f32(op: UnaryOp, x: &[f32], out: &mut [f32]) {
+    match op {
+        UnaryOp::Sin => run_f32::<trig::Sin>(x, out, &mut []),
+        UnaryOp::Cos => run_f32::<trig::Cos>(x, out, &mut []),
+        UnaryOp::Exp => run_f32::<exp::Exp>(x, out, &mut []),
+        UnaryOp::Expm1 => run_f32::<exp::Expm1>(x, out, &mut []),
+        UnaryOp::Tanh => run_f32::<narrow::TanhF32>(x, out, &mut []),
+        UnaryOp::Log => run_f32::<log::Log>(x, out, &mut []),
+        UnaryOp::Log1p => run_f32::<log::Log1p>(x, out, &mut []),
+        _ => {}
+    }
+}
+
+/// [`sin_cos`] of float32 operands into float32 results.
+pub(crate) fn sin_cos_f32(x: &[f32], sin: &mut [f32], cos: &mut [f32]) {
+    run_f32::<trig::SinCos>(x, sin, cos);
+}
+
+/// [`run`] with float32 operands and results: each block is widened, computed (and fixed
+/// up) in float64 and rounded as it is written out.
+fn run_f32<F: LaneFn>(x: &[f32], first: &mut [f32], second: &mut [f32]) {
+    let mut wide = [0.0f64; BLOCK];
+    let (mut a, mut b) = ([0.0f64; BLOCK], [0.0f64; BLOCK]);
+    let mut at = 0;
+    while at < x.len() {
+        let end = (at + BLOCK).min(x.len());
+        let n = end - at;
+        for (w, &v) in wide.iter_mut().zip(&x[at..end]) {
+            *w = f64::from(v);
+        }
+        let (xs, a) = (&wide[..n], &mut a[..n]);
+        let b: &mut [f64] = if F::RESULTS == 2 {
+            &mut b[..n]
+        } else {
+            &mut []
+        };
+        if dispatch::<F>(xs, a, b) {
+            fix_up::<F>(xs, a, b);
+        }
+        for (o, &v) in first[at..end].iter_mut().zip(a.iter()) {
+            *o = v as f32;
+        }
+        if F::RESULTS == 2 {
+            for (o, &v) in second[at..end].iter_mut().zip(b.iter()) {
+                *o = v as f32;
+            }
+        }
+        at = end;
+    }
+}
+
 /// Runs `F` over `x` into `first` (and `second` for a pair), block by block.
 fn run<F: LaneFn>(x: &[f64], first: &mut [f64], second: &mut [f64], round_f32: bool) {
     let mut at = 0;
