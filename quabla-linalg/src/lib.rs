@@ -49,7 +49,8 @@
 //! Every faer call runs with [`faer::Par::Seq`], whatever faer's global parallelism setting is, so
 //! results are bit-for-bit reproducible from run to run and do not depend on the thread count
 //! (numerics.md §1.5 asks eager and `jit` execution to agree bit for bit on the CPU). The one
-//! split over threads, [`LuFactors::solve_on`], runs whole faer calls on fixed panels of
+//! split over threads, [`LuFactors::solve_on`] (or [`LuFactors::solve_with`] on the caller's
+//! [`Threads`]), runs whole faer calls on fixed panels of
 //! right-hand-side columns ([`SOLVE_PANEL`]), which are the same for every thread count.
 
 mod batch;
@@ -65,7 +66,7 @@ mod triangular;
 pub use batch::batch_size;
 pub use cholesky::cholesky;
 pub use eigh::eigh;
-pub use lu::{lu_factor, slogdet, solve, LuFactors, SOLVE_PANEL};
+pub use lu::{lu_factor, slogdet, solve, LuFactors, RayonThreads, Threads, SOLVE_PANEL};
 pub use qr::qr;
 pub use sign::{largest_magnitude_sign, SIGN_RULE};
 pub use svd::{svd, SvdFactors};

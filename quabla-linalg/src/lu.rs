@@ -8,6 +8,7 @@
 use faer::linalg::lu::partial_pivoting::{factor, solve as lu_solve};
 use faer::perm::PermRef;
 use faer::{Mat, MatMut, MatRef, Par};
+use std::sync::Mutex;
 
 use crate::batch::{all_finite, matrix, matrix_len, push_nan, to_mat, with_stack};
 use crate::LinalgError;
@@ -22,6 +23,36 @@ pub const SOLVE_PANEL: usize = 64;
 /// Right-hand sides (`n * k` elements) below which the panels run one after another: a
 /// smaller solve takes less time than handing panels to other threads.
 const PARALLEL_SOLVE_ELEMENTS: usize = 1 << 14;
+
+/// Threads a kernel splits its work over.
+pub trait Threads: Sync {
+    /// How many parts are worth making.
+    fn count(&self) -> usize;
+    /// Calls `part(p)` once for every `p` in `0..parts`, on whatever threads it has, and
+    /// returns when all have returned.
+    fn run(&self, parts: usize, part: &(dyn Fn(usize) + Sync));
+}
+
+/// `count` threads of rayon's pool (the calling thread takes the first part).
+#[derive(Clone, Copy, Debug)]
+pub struct RayonThreads(pub usize);
+
+impl Threads for RayonThreads {
+    fn count(&self) -> usize {
+        self.0
+    }
+
+    fn run(&self, parts: usize, part: &(dyn Fn(usize) + Sync)) {
+        rayon::in_place_scope(|s| {
+            for p in 1..parts {
+                s.spawn(move |_| part(p));
+            }
+            if parts > 0 {
+                part(0);
+            }
+        });
+    }
+}
 
 /// A packed `P A = L U` factorization of one square matrix.
 struct Lu {
@@ -59,46 +90,43 @@ impl Lu {
     }
 
     /// Solves with the row-major `n x k` right-hand side `b` into the row-major `x`, one
-    /// [`SOLVE_PANEL`]-column panel at a time, the panels split over `threads` threads.
-    fn solve_panels(&self, b: &[f64], x: &mut [f64], k: usize, transpose: bool, threads: usize) {
+    /// [`SOLVE_PANEL`]-column panel at a time, the panels split over `threads`.
+    fn solve_panels(
+        &self,
+        b: &[f64],
+        x: &mut [f64],
+        k: usize,
+        transpose: bool,
+        threads: &dyn Threads,
+    ) {
         let n = self.packed.nrows();
         let panels: Vec<(usize, usize)> = (0..k)
             .step_by(SOLVE_PANEL)
             .map(|c| (c, (c + SOLVE_PANEL).min(k) - c))
             .collect();
-        let solve_panel = |(col, width): (usize, usize)| -> Mat<f64> {
+        let solve_panel = |&(col, width): &(usize, usize)| -> Mat<f64> {
             let mut p = MatRef::from_row_major_slice(b, n, k)
                 .subcols(col, width)
                 .to_owned();
             self.solve_in_place(p.as_mut(), transpose);
             p
         };
+        let count = threads.count();
         let solved: Vec<Mat<f64>> =
-            if threads <= 1 || panels.len() == 1 || n * k < PARALLEL_SOLVE_ELEMENTS {
-                panels.iter().map(|&p| solve_panel(p)).collect()
+            if count <= 1 || panels.len() == 1 || n * k < PARALLEL_SOLVE_ELEMENTS {
+                panels.iter().map(solve_panel).collect()
             } else {
-                let mut slots: Vec<Option<Mat<f64>>> = panels.iter().map(|_| None).collect();
-                let per_thread = panels.len().div_ceil(threads);
-                let solve_panel = &solve_panel;
-                let solve_share = move |mine: &[(usize, usize)], slots: &mut [Option<Mat<f64>>]| {
-                    for (&p, slot) in mine.iter().zip(slots) {
-                        *slot = Some(solve_panel(p));
-                    }
-                };
-                let mut shares = panels.chunks(per_thread).zip(slots.chunks_mut(per_thread));
-                let first = shares.next();
-                rayon::in_place_scope(|s| {
-                    for (mine, slots) in shares {
-                        s.spawn(move |_| solve_share(mine, slots));
-                    }
-                    // The calling thread solves the first share itself rather than wait.
-                    if let Some((mine, slots)) = first {
-                        solve_share(mine, slots);
-                    }
+                let shares: Vec<&[(usize, usize)]> =
+                    panels.chunks(panels.len().div_ceil(count)).collect();
+                let solved: Vec<Mutex<Vec<Mat<f64>>>> =
+                    shares.iter().map(|_| Mutex::new(Vec::new())).collect();
+                threads.run(shares.len(), &|s| {
+                    let mine: Vec<Mat<f64>> = shares[s].iter().map(solve_panel).collect();
+                    *solved[s].lock().unwrap_or_else(|p| p.into_inner()) = mine;
                 });
-                slots
+                solved
                     .into_iter()
-                    .map(|p| p.expect("every panel is solved inside the scope"))
+                    .flat_map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
                     .collect()
             };
         let mut x = MatMut::from_row_major_slice_mut(x, n, k);
@@ -205,6 +233,22 @@ impl LuFactors {
         k: usize,
         transpose: bool,
         threads: usize,
+    ) -> Result<Vec<f64>, LinalgError> {
+        self.solve_with(b, k, transpose, &RayonThreads(threads))
+    }
+
+    /// [`LuFactors::solve_on`] with the panels spread over the caller's [`Threads`] (an
+    /// executor's own helper threads).
+    ///
+    /// # Errors
+    ///
+    /// As [`LuFactors::solve`].
+    pub fn solve_with(
+        &self,
+        b: &[f64],
+        k: usize,
+        transpose: bool,
+        threads: &dyn Threads,
     ) -> Result<Vec<f64>, LinalgError> {
         let n = self.n;
         let b_len = matrix_len("solve", "b", b.len(), self.batch(), n, k)?;

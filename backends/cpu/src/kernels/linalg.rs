@@ -8,7 +8,7 @@
 
 use crate::buffer::{View, ViewMut};
 use crate::kernels::matmul::gemm;
-use crate::kernels::{internal, scratch, scratch_oom};
+use crate::kernels::{internal, par_for_each, scratch, scratch_oom};
 use quabla_backend::{BackendError, Result};
 use quabla_ir::LinalgKind;
 use quabla_linalg::{LinalgError, LuFactors};
@@ -80,6 +80,19 @@ impl Lu<'_> {
     }
 }
 
+/// The executor's threads ([`par_for_each`]) for a linear-algebra kernel that splits its work.
+struct TeamThreads(usize);
+
+impl quabla_linalg::Threads for TeamThreads {
+    fn count(&self) -> usize {
+        self.0
+    }
+
+    fn run(&self, parts: usize, part: &(dyn Fn(usize) + Sync)) {
+        par_for_each((0..parts).collect(), self.0, part);
+    }
+}
+
 /// `solve(a, b)`, or `solve(aᵀ, b)` when `transpose_a`, with the LU factors of `a`:
 /// `a [..., n, n]`, `b [..., n, k]`. Panels of many right-hand sides split over `threads`
 /// (the same bits for every thread count, see `LuFactors::solve_on`).
@@ -97,7 +110,8 @@ pub(crate) fn solve(
     let k = b_dims[b_dims.len() - 1];
     let b = b.as_f64().map_err(scratch_oom)?;
     let x = lu.with(a, a_dims, |f| {
-        f.solve_on(&b, k, transpose_a, threads).map_err(map_err)
+        f.solve_with(&b, k, transpose_a, &TeamThreads(threads))
+            .map_err(map_err)
     })?;
     store(out, &x)
 }

@@ -593,6 +593,7 @@ fn product_lhs_transposed<T: GemmElem>(
             multiply(start..end, c, Par::Seq)
         });
     } else if m * k * n >= PAR_MIN_FLOPS && threads > 1 && n > 1 {
+        super::team::rest();
         multiply(0..m, c, Par::rayon(threads));
     } else {
         multiply(0..m, c, Par::Seq);
@@ -818,6 +819,7 @@ fn product<T: GemmElem>(
                 gemm(&a[start * k..end * k], b, c, end - start, k, n);
             });
         } else if large && threads > 1 && n > 1 {
+            super::team::rest();
             gemm_on(a, b, c, m, k, n, Par::rayon(threads));
         } else {
             gemm(a, b, c, m, k, n);

@@ -13,9 +13,11 @@ pub(crate) mod layout;
 pub(crate) mod linalg;
 pub(crate) mod matmul;
 pub(crate) mod reduce;
+pub(crate) mod team;
 
 use quabla_backend::{BackendError, Result};
 use quabla_ir::alloc::{self, AllocError};
+use std::sync::Mutex;
 
 /// Kernels over at least this many elements use every thread of the executor.
 pub(crate) const PAR_MIN_ELEMENTS: usize = 100_000;
@@ -39,9 +41,11 @@ pub(crate) fn split_ranges(total: usize, parts: usize, align: usize) -> Vec<(usi
     out
 }
 
-/// Runs `work(item)` for every item, the items handed to the threads of rayon's pool (the
-/// current thread takes the last one and waits for the others). Which thread runs an item
-/// never changes its result: the items are fixed parts of the work.
+/// Runs `work(item)` for every item over up to `threads` threads: item `i` goes to
+/// participant `i mod p` of `p = min(threads, items)`, the helpers of [`team`] first and the
+/// current thread last, which waits for the others. When the team is busy the items go to
+/// rayon's pool instead (the current thread takes the last). Which thread runs an item never
+/// changes its result: the items are fixed parts of the work.
 pub(crate) fn par_for_each<T: Send, F>(items: Vec<T>, threads: usize, work: F)
 where
     F: Fn(T) + Sync,
@@ -50,14 +54,36 @@ where
         items.into_iter().for_each(work);
         return;
     }
-    let work = &work;
-    rayon::in_place_scope(|s| {
-        let mut items = items;
-        let last = items.pop();
-        for item in items {
-            s.spawn(move |_| work(item));
+    let participants = threads.min(items.len());
+    let slots: Vec<Mutex<Option<T>>> = items.into_iter().map(|i| Mutex::new(Some(i))).collect();
+    let take = |i: usize| {
+        slots[i]
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take()
+    };
+    let part = |p: usize| {
+        for i in (p..slots.len()).step_by(participants) {
+            if let Some(item) = take(i) {
+                work(item);
+            }
         }
-        if let Some(item) = last {
+    };
+    if team::run_parts(participants, &part) {
+        return;
+    }
+    let work = &work;
+    let take = &take;
+    rayon::in_place_scope(|s| {
+        let last = slots.len() - 1;
+        for i in 0..last {
+            s.spawn(move |_| {
+                if let Some(item) = take(i) {
+                    work(item);
+                }
+            });
+        }
+        if let Some(item) = take(last) {
             work(item);
         }
     });

@@ -1,0 +1,306 @@
+//! The executor's helper threads: a team that runs the parts of a split kernel with a
+//! hand-off of well under a microsecond.
+//!
+//! A plan runs its large steps one after another, each split into one part per thread, with
+//! a few microseconds of serial work between them. Handing a part to rayon's pool wakes a
+//! sleeping worker: on the two-core machines we measure on, the part then starts 17 µs
+//! (back to back) to 44 µs (after 200 µs of serial work) late, the caller waits for it, and
+//! the MLP training step's products and `tanh` groups took 20–40 µs longer split than the
+//! even halves of their single-thread time.
+//!
+//! The team's helpers spin on a generation counter for [`SPIN`] after each part (so the next
+//! step of a plan finds them awake) and then park; publishing a job bumps the counter and
+//! unparks the parked ones. Part `p` always goes to participant `p` (helper `p`, the calling
+//! thread last), so a step that splits the rows of a value the same way as the step that
+//! wrote it reads its part from the same core's cache.
+//!
+//! Kernels that split their work on rayon's pool instead call [`rest`] first, which parks
+//! the spinning helpers at once.
+//!
+//! The team is one per process and serves one job at a time: a caller that finds it busy
+//! (another executor running on another thread, or a part that splits its own work) runs its
+//! job on rayon's pool as before. A panic in a part is caught on the helper and resumed on
+//! the caller once every part has finished, so no part outlives the borrowed data it runs on.
+//! Which thread runs a part never changes a result: the parts are fixed pieces of the work.
+
+use std::any::Any;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, TryLockError};
+use std::thread::{self, Thread};
+use std::time::{Duration, Instant};
+
+/// How long a helper spins for the next job before it parks. The serial work between two
+/// split steps of a plan is shorter; a caller that runs no plan for this long finds the
+/// helpers parked and pays the wake-up once.
+const SPIN: Duration = Duration::from_micros(300);
+/// After this much of [`SPIN`] a waiting helper yields its core between checks, so threads
+/// that have work there (rayon's workers in a parallel factorization, another process) get it.
+const SPIN_ALONE: Duration = Duration::from_micros(5);
+
+/// Helpers the team starts at most (a machine with more threads splits among these).
+const MAX_HELPERS: usize = 63;
+
+/// The job of one hand-off: `run(p)` runs participant `p`'s parts, for `participants`
+/// participants. It lives on the caller's stack until every helper has finished with it.
+struct Job<'a> {
+    run: &'a (dyn Fn(usize) + Sync),
+    participants: usize,
+}
+
+/// What the caller and the helpers share.
+struct Shared {
+    /// Bumped (with release ordering) once the job pointer is published.
+    generation: AtomicU64,
+    /// The current job (a `Job` on the caller's stack, with its lifetime erased).
+    job: AtomicPtr<Job<'static>>,
+    /// Helpers done with the current job.
+    finished: AtomicUsize,
+    /// The first panic payload of the current job's helpers.
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+    /// Set by [`rest`]: waiting helpers park now instead of spinning out [`SPIN`].
+    rest: AtomicBool,
+}
+
+struct Helper {
+    thread: Thread,
+    /// The helper has parked, or is about to: the caller must unpark it.
+    sleeping: Arc<AtomicBool>,
+}
+
+/// The process's team: its helpers, guarded by the lock a caller holds for one job.
+struct Team {
+    shared: Arc<Shared>,
+    helpers: Vec<Helper>,
+    /// The process the helpers run in: a child made by `fork` has none of them, and
+    /// starts its own (see [`Team::forked`]).
+    process: u32,
+}
+
+fn team() -> &'static Mutex<Team> {
+    static TEAM: OnceLock<Mutex<Team>> = OnceLock::new();
+    TEAM.get_or_init(|| Mutex::new(Team::new()))
+}
+
+/// Runs `run(p)` for every participant `p` in `0..participants`, participant `p < last` on
+/// helper `p` and the last on the calling thread, and returns when all have finished (a
+/// panic in any of them is resumed here). Returns `false`, having run nothing, when the team
+/// is busy or cannot start enough helpers.
+pub(crate) fn run_parts(participants: usize, run: &(dyn Fn(usize) + Sync)) -> bool {
+    let mut team = match team().try_lock() {
+        Ok(team) => team,
+        Err(TryLockError::WouldBlock) => return false,
+        // A poisoned lock: a caller panicked outside a part (never expected); the helpers
+        // and the shared state are still consistent, since every job waits for its helpers.
+        Err(TryLockError::Poisoned(p)) => p.into_inner(),
+    };
+    team.forked();
+    let helpers = participants.saturating_sub(1).min(MAX_HELPERS);
+    if helpers == 0 || !team.grow(helpers) {
+        return false;
+    }
+    let shared = Arc::clone(&team.shared);
+    let job = Job {
+        run,
+        participants: helpers + 1,
+    };
+    shared.finished.store(0, Ordering::Relaxed);
+    shared.rest.store(false, Ordering::Relaxed);
+    // SAFETY of the erased lifetime: the job is read only by helpers between the bump below
+    // and their increment of `finished`, and this function does not return (or unwind)
+    // before every started helper has incremented it.
+    let erased = (&job as *const Job<'_>).cast::<Job<'static>>().cast_mut();
+    shared.job.store(erased, Ordering::Relaxed);
+    shared.generation.fetch_add(1, Ordering::SeqCst);
+    for h in &team.helpers {
+        if h.sleeping.swap(false, Ordering::SeqCst) {
+            h.thread.unpark();
+        }
+    }
+    let mine = panic::catch_unwind(AssertUnwindSafe(|| run(helpers)));
+    // Every helper, the ones beyond this job's participants included, answers each job.
+    let all = team.helpers.len();
+    while shared.finished.load(Ordering::Acquire) < all {
+        std::hint::spin_loop();
+    }
+    shared.job.store(std::ptr::null_mut(), Ordering::Relaxed);
+    let theirs = shared
+        .panic
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    drop(team);
+    if let Err(payload) = mine {
+        panic::resume_unwind(payload);
+    }
+    if let Some(payload) = theirs {
+        panic::resume_unwind(payload);
+    }
+    true
+}
+
+/// Parks the waiting helpers now: called before a kernel that splits its work on rayon's
+/// pool, whose workers need the cores the helpers would spin on (the panels of a large LU
+/// solve, faer's parallel product). A no-op while the team runs a job.
+pub(crate) fn rest() {
+    if let Ok(team) = team().try_lock() {
+        team.shared.rest.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Team {
+    fn new() -> Team {
+        Team {
+            shared: Arc::new(Shared {
+                generation: AtomicU64::new(0),
+                job: AtomicPtr::new(std::ptr::null_mut()),
+                finished: AtomicUsize::new(0),
+                panic: Mutex::new(None),
+                rest: AtomicBool::new(false),
+            }),
+            helpers: Vec::new(),
+            process: std::process::id(),
+        }
+    }
+
+    /// Starts afresh in a child process made by `fork` (a Python `multiprocessing` worker,
+    /// say), where the parent's helper threads do not exist: waiting for them would hang.
+    /// The parent's shared state is left to them (leaked in the child).
+    fn forked(&mut self) {
+        if self.process != std::process::id() {
+            std::mem::forget(std::mem::replace(self, Team::new()));
+        }
+    }
+
+    /// Starts helpers until there are at least `n`; false if a thread cannot be started.
+    fn grow(&mut self, n: usize) -> bool {
+        while self.helpers.len() < n {
+            let index = self.helpers.len();
+            let shared = Arc::clone(&self.shared);
+            let sleeping = Arc::new(AtomicBool::new(false));
+            let flag = Arc::clone(&sleeping);
+            // A new helper must not take the job already published as its first.
+            let seen = shared.generation.load(Ordering::SeqCst);
+            let started = thread::Builder::new()
+                .name(format!("quabla-cpu-{}", index + 1))
+                .spawn(move || helper(index, seen, &shared, &flag));
+            match started {
+                Ok(handle) => self.helpers.push(Helper {
+                    thread: handle.thread().clone(),
+                    sleeping,
+                }),
+                Err(_) => return false,
+            }
+        }
+        true
+    }
+}
+
+/// A helper's loop: wait for the next generation (spinning, then parked), run its part of
+/// the job, report.
+fn helper(index: usize, mut seen: u64, shared: &Shared, sleeping: &AtomicBool) {
+    loop {
+        let since = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            let now = shared.generation.load(Ordering::Acquire);
+            if now != seen {
+                seen = now;
+                break;
+            }
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(64) {
+                let waited = since.elapsed();
+                if waited > SPIN || shared.rest.load(Ordering::Relaxed) {
+                    sleeping.store(true, Ordering::SeqCst);
+                    if shared.generation.load(Ordering::SeqCst) == seen {
+                        thread::park();
+                    }
+                    sleeping.store(false, Ordering::SeqCst);
+                    continue;
+                }
+                if waited > SPIN_ALONE {
+                    thread::yield_now();
+                }
+            }
+            std::hint::spin_loop();
+        }
+        // SAFETY: published before the generation bump this helper just observed, and kept
+        // alive by the caller until this helper increments `finished`.
+        let job = unsafe { &*shared.job.load(Ordering::Acquire) };
+        if index < job.participants - 1 {
+            if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| (job.run)(index))) {
+                let mut slot = shared.panic.lock().unwrap_or_else(|p| p.into_inner());
+                slot.get_or_insert(payload);
+            }
+        }
+        shared.finished.fetch_add(1, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`run_parts`], waiting while another test of this process holds the team.
+    fn run_parts(participants: usize, run: &(dyn Fn(usize) + Sync)) -> bool {
+        while !super::run_parts(participants, run) {
+            thread::sleep(Duration::from_millis(1));
+        }
+        true
+    }
+
+    #[test]
+    fn every_participant_runs_once_on_its_own_thread() {
+        for participants in [2, 3, 2] {
+            let ran: Vec<Mutex<Option<thread::ThreadId>>> =
+                (0..participants).map(|_| Mutex::new(None)).collect();
+            let counts: Vec<AtomicUsize> = (0..participants).map(|_| AtomicUsize::new(0)).collect();
+            assert!(run_parts(participants, &|p| {
+                counts[p].fetch_add(1, Ordering::SeqCst);
+                *ran[p].lock().unwrap() = Some(thread::current().id());
+            }));
+            assert!(counts.iter().all(|c| c.load(Ordering::SeqCst) == 1));
+            let ids: Vec<_> = ran.iter().map(|r| r.lock().unwrap().unwrap()).collect();
+            assert_eq!(ids[participants - 1], thread::current().id());
+            for (i, a) in ids.iter().enumerate() {
+                assert!(ids[i + 1..].iter().all(|b| b != a), "{ids:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_panic_in_a_helper_reaches_the_caller_after_every_part() {
+        let finished = AtomicUsize::new(0);
+        let result = panic::catch_unwind(AssertUnwindSafe(|| {
+            run_parts(2, &|p| {
+                if p == 0 {
+                    panic!("part zero");
+                }
+                thread::sleep(Duration::from_millis(20));
+                finished.fetch_add(1, Ordering::SeqCst);
+            })
+        }));
+        let payload = result.expect_err("the helper's panic is resumed");
+        assert_eq!(payload.downcast_ref::<&str>(), Some(&"part zero"));
+        assert_eq!(finished.load(Ordering::SeqCst), 1);
+        // The team still works.
+        let sum = AtomicUsize::new(0);
+        assert!(run_parts(2, &|p| {
+            sum.fetch_add(p + 1, Ordering::SeqCst);
+        }));
+        assert_eq!(sum.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn parked_helpers_wake_for_the_next_job() {
+        let count = AtomicUsize::new(0);
+        for _ in 0..3 {
+            thread::sleep(SPIN * 3);
+            assert!(run_parts(2, &|_| {
+                count.fetch_add(1, Ordering::SeqCst);
+            }));
+        }
+        assert_eq!(count.load(Ordering::SeqCst), 6);
+    }
+}
