@@ -28,6 +28,11 @@ use smallvec::{smallvec, SmallVec};
 /// `cargo xtask bench --scaling` on two cores: a 64x64 product (2^18) takes 10 us on one thread
 /// and 18-30 us split, a 128x128 one (2^21) 76 us on one and 63 us split.
 const PAR_MIN_FLOPS: usize = 1 << 21;
+/// One-column products of at least this many multiply-adds split into bands of rows. They
+/// read their matrix once at memory speed, and handing a band to the executor's helpers
+/// (`team`) costs well under a microsecond: `1024x64 · 64x1` took 12.8 µs on one thread and
+/// 7.2 µs split, its transposed-operand form 14.7 and 8.3 µs (in the MLP step).
+const PAR_MIN_MATVEC_FLOPS: usize = 1 << 16;
 /// A large product with at least this many rows per thread splits into bands of rows, each
 /// a multiple of [`SPLIT_ALIGN_ROWS`] rows (the last takes the rest); a shorter one is left
 /// to faer's parallel product, which splits columns too.
@@ -65,12 +70,12 @@ pub(crate) fn splits_rows_when_threaded(m: usize, k: usize, n: usize) -> bool {
 /// one-column product needs only one aligned block of rows per thread: it never takes faer's
 /// parallel product (see [`matvec`]), so a short and wide one splits here.
 fn in_bands(m: usize, k: usize, n: usize, threads: usize) -> bool {
-    let min_rows = if n == 1 {
-        SPLIT_ALIGN_ROWS
+    let (min_rows, min_flops) = if n == 1 {
+        (SPLIT_ALIGN_ROWS, PAR_MIN_MATVEC_FLOPS)
     } else {
-        SPLIT_MIN_ROWS
+        (SPLIT_MIN_ROWS, PAR_MIN_FLOPS)
     };
-    threads > 1 && m * k * n >= PAR_MIN_FLOPS && m >= min_rows * threads
+    threads > 1 && m * k * n >= min_flops && m >= min_rows * threads
 }
 
 /// The element types faer multiplies for us: float64 (the reference) and float32 (native, at
