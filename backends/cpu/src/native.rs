@@ -1396,7 +1396,7 @@ impl Emitter<'_, '_> {
                         *regs.get_mut(dst)? = Some(v);
                     }
                 }
-                Instr::Store { src, out } => {
+                Instr::Store { src, out, .. } => {
                     *results.get_mut(out)? = Some(regs.get(src).copied().flatten()?);
                 }
             }

@@ -152,7 +152,16 @@ pub(crate) enum Instr {
         round_f32: bool,
     },
     /// Writes a register to a group output, rounding to the output's dtype.
-    Store { src: usize, out: usize },
+    ///
+    /// `direct`: the [`Instr::Compute`] just before it produced `src`, which nothing reads
+    /// afterwards, and the output has the tile loop's register type; the tile loops then
+    /// compute straight into the output and skip this copy (a one-element program and
+    /// native code store the register as usual).
+    Store {
+        src: usize,
+        out: usize,
+        direct: bool,
+    },
 }
 
 /// An operand of a member while a program is being built.
@@ -406,7 +415,11 @@ impl Program {
                     round_f32,
                 });
                 if let Some(out) = members[j].output {
-                    instrs.push(Instr::Store { src: other, out });
+                    instrs.push(Instr::Store {
+                        src: other,
+                        out,
+                        direct: false,
+                    });
                 }
             } else {
                 instrs.push(Instr::Compute {
@@ -417,7 +430,15 @@ impl Program {
                 });
             }
             if let Some(out) = m.output {
-                instrs.push(Instr::Store { src: dst, out });
+                let register_type = if in_f32 { DType::F32 } else { DType::F64 };
+                let direct = partner[i].is_none()
+                    && last.member[i].is_none()
+                    && outs[out].1 == register_type;
+                instrs.push(Instr::Store {
+                    src: dst,
+                    out,
+                    direct,
+                });
             }
             release_args(i, m, &last, &mut member_reg, &mut ext_reg, &mut free);
             if last.member[i].is_none() {
@@ -499,6 +520,22 @@ impl Program {
         });
     }
 
+    /// The output that instruction `j` (a compute) writes straight into, if the next
+    /// instruction is its [`Instr::Store`] marked `direct`.
+    #[inline(always)]
+    fn direct_output<'o, 'v>(
+        &self,
+        j: usize,
+        outs: &'o mut [ViewMut<'v>],
+    ) -> Option<&'o mut ViewMut<'v>> {
+        match self.instrs.get(j + 1) {
+            Some(&Instr::Store {
+                out, direct: true, ..
+            }) => outs.get_mut(out),
+            _ => None,
+        }
+    }
+
     /// Whether a run with `threads` threads splits the elements over them: for many elements,
     /// or much work (see [`PAR_MIN_WORK`]), and at least two tiles.
     fn splits(&self, threads: usize) -> bool {
@@ -560,7 +597,7 @@ impl Program {
                     cos,
                     round_f32,
                 },
-                Instr::Store { src, out } => Instr::Store { src, out },
+                Instr::Store { src, out, direct } => Instr::Store { src, out, direct },
             });
         }
         // The externals now live in the caller's value array: none are bound as views.
@@ -625,7 +662,7 @@ impl Program {
                     regs[sin] = round(round_f32, unary_f64(UnaryOp::Sin, x));
                     regs[cos] = round(round_f32, unary_f64(UnaryOp::Cos, x));
                 }
-                Instr::Store { src, out } => results[out] = regs[src],
+                Instr::Store { src, out, .. } => results[out] = regs[src],
             }
         }
     }
@@ -677,7 +714,7 @@ impl Program {
         let mut t = start;
         while t < end {
             let len = TILE.min(end - t);
-            for instr in &self.instrs {
+            for (j, instr) in self.instrs.iter().enumerate() {
                 match *instr {
                     Instr::Load { ext, dst } => {
                         let d = &mut regs[dst][..len];
@@ -694,9 +731,21 @@ impl Program {
                         args,
                         round_f32,
                     } => {
+                        let at = t - start;
+                        let direct = self.direct_output(j, outs);
+                        if let Some(ViewMut::F64(o)) = direct {
+                            let arg = |s: Src| tile_arg(regs, exts, s, t, len);
+                            compute(op, round_f32, &args, arg, &mut o[at..at + len]);
+                            continue;
+                        }
                         let mut d = std::mem::take(&mut regs[dst]);
                         let arg = |s: Src| tile_arg(regs, exts, s, t, len);
                         compute(op, round_f32, &args, arg, &mut d[..len]);
+                        // A direct store whose output is not float64 (never built so) is
+                        // made here, since its `Store` is skipped.
+                        if let Some(o) = direct {
+                            o.store_f64(at, &d[..len]);
+                        }
                         regs[dst] = d;
                     }
                     Instr::SinCos {
@@ -720,7 +769,8 @@ impl Program {
                         regs[sin] = s;
                         regs[cos] = c;
                     }
-                    Instr::Store { src, out } => {
+                    Instr::Store { direct: true, .. } => {}
+                    Instr::Store { src, out, .. } => {
                         outs[out].store_f64(t - start, &regs[src][..len]);
                     }
                 }

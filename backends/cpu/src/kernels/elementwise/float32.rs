@@ -201,7 +201,7 @@ impl Program {
         let mut t = start;
         while t < end {
             let len = TILE.min(end - t);
-            for instr in &self.instrs {
+            for (j, instr) in self.instrs.iter().enumerate() {
                 match *instr {
                     Instr::Load { ext, dst } => {
                         let d = &mut regs[dst][..len];
@@ -215,6 +215,12 @@ impl Program {
                         }
                     }
                     Instr::Compute { op, dst, args, .. } => {
+                        if let Some(ViewMut::F32(o)) = self.direct_output(j, outs) {
+                            let at = t - start;
+                            let arg = |s: Src| tile_arg(regs, exts, s, t, len);
+                            compute(op, &args, arg, &mut o[at..at + len]);
+                            continue;
+                        }
                         let mut d = std::mem::take(&mut regs[dst]);
                         let arg = |s: Src| tile_arg(regs, exts, s, t, len);
                         compute(op, &args, arg, &mut d[..len]);
@@ -234,7 +240,8 @@ impl Program {
                         regs[sin] = s;
                         regs[cos] = c;
                     }
-                    Instr::Store { src, out } => {
+                    Instr::Store { direct: true, .. } => {}
+                    Instr::Store { src, out, .. } => {
                         if let ViewMut::F32(o) = &mut outs[out] {
                             let at = t - start;
                             o[at..at + len].copy_from_slice(&regs[src][..len]);
@@ -371,6 +378,17 @@ mod tests {
             vec![(4, DType::F32), (5, DType::F32)],
         );
         assert!(program.in_f32);
+        // Output 0 is read again (stored from its register), output 1 is not (computed
+        // straight into the output).
+        let stores: Vec<bool> = program
+            .instrs
+            .iter()
+            .filter_map(|i| match *i {
+                Instr::Store { direct, .. } => Some(direct),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(stores, [false, true]);
         // Both ways of running it: on the calling thread, and split over two threads.
         program.spread_input = true;
         assert!(program.splits(2) && !program.splits(1));
