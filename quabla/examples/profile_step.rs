@@ -8,7 +8,8 @@
 //! outside the steps (binding, dispatch, outputs), and the step's memory: the schedule's largest
 //! live set, what the executor keeps pooled between runs, and what keeping every value would
 //! take. docs/performance.md reads its output.
-//! Run with `cargo run --release --example profile_step`.
+//! Run with `cargo run --release --example profile_step`; `-- --steps` also lists every step
+//! of the two MLP steps with its time.
 
 use qb::Tensor;
 use quabla as qb;
@@ -67,6 +68,9 @@ pub fn run(out: &mut impl Write, runs: usize) -> qb::Result<()> {
         exe.profile(&inputs, 10).map_err(qb::Error::from)?;
         let profile = exe.profile(&inputs, runs).map_err(qb::Error::from)?;
         write_table(out, name, exe.stats().steps, &profile)?;
+        if std::env::args().any(|a| a == "--steps") {
+            write_steps(out, &profile)?;
+        }
         write_memory(out, &exe, &plan)?;
     }
     run_pinn(out, runs)
@@ -102,6 +106,15 @@ fn run_pinn(out: &mut impl Write, runs: usize) -> qb::Result<()> {
     let profile = exe.profile(&inputs, runs).map_err(qb::Error::from)?;
     write_table(out, "PINN float64", exe.stats().steps, &profile)?;
     write_memory(out, &exe, &plan)
+}
+
+/// Every step of a profile with its time per run, in plan order.
+fn write_steps(out: &mut impl Write, profile: &[(String, f64)]) -> qb::Result<()> {
+    for (label, seconds) in &profile[..profile.len().saturating_sub(1)] {
+        writeln!(out, "    {:>8.1} us  {label}", seconds * 1e6)
+            .map_err(|e| qb::Error::user(e.to_string()))?;
+    }
+    Ok(())
 }
 
 /// The memory line of a profiled plan.

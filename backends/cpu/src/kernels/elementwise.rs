@@ -210,13 +210,14 @@ pub(crate) struct Program {
 
 /// Work of a group (elements times cost per element) from which it is split over threads
 /// even below [`PAR_MIN_ELEMENTS`]: a small group is worth splitting only when each element
-/// is expensive (a chain of transcendental functions over a hidden layer, say). Handing a
-/// part to rayon's pool costs only microseconds, but the pool's threads then keep spinning
-/// for a while, and on this two-core machine that slows whatever runs next on the calling
-/// thread: at 2^18 the backward groups of the MLP step (a few operations over 1024x64) split
-/// and the step got 5–10% faster, but the gradient of `slogdet` at 256x256 went from 1.35 to
-/// 1.58 ms, its identity-building group from 55 to 81 µs and the LU solve after it from
-/// 1.29 to 1.50 ms.
+/// is expensive (a chain of transcendental functions over a hidden layer, say). Measured
+/// when parts went to rayon's pool, whose threads kept spinning after a part and slowed what
+/// the calling thread ran next on a two-core machine: at 2^18 the backward groups of the MLP
+/// step (a few operations over 1024x64) split and the step got 5–10% faster, but the
+/// gradient of `slogdet` at 256x256 went from 1.35 to 1.58 ms, its identity-building group
+/// from 55 to 81 µs and the LU solve after it from 1.29 to 1.50 ms. The executor's helper
+/// team (`team`) also spins after a part, yielding its core; the MLP step's backward groups
+/// now split anyway, as groups that follow a split step's parts.
 const PAR_MIN_WORK: usize = 800_000;
 
 /// Elements from which a group whose operand was written by a split step splits too (see
