@@ -81,7 +81,7 @@ fn in_bands(m: usize, k: usize, n: usize, threads: usize) -> bool {
 /// The element types faer multiplies for us: float64 (the reference) and float32 (native, at
 /// `Precision::Float32`).
 pub(crate) trait GemmElem:
-    faer::traits::ComplexField + Copy + Send + Sync + std::ops::Add<Output = Self>
+    faer::traits::ComplexField + Copy + Send + Sync + std::ops::Add<Output = Self> + std::ops::AddAssign
 {
     const ZERO: Self;
     const ONE: Self;
@@ -592,6 +592,9 @@ fn product_lhs_transposed<T: GemmElem>(
         faer::linalg::matmul::matmul(c, Accum::Replace, lhs, b_mat, T::ONE, par);
         clear_upper_vector_state();
     };
+    if splits_depth(m, k, n, threads) && product_in_depth_parts(&xt, &b_mat, c, threads) {
+        return;
+    }
     if in_bands(m, k, n, threads) {
         let bands = row_bands(c, m, n, threads, SPLIT_ALIGN_ROWS);
         par_for_each(bands, threads, |(start, end, c)| {
@@ -603,6 +606,106 @@ fn product_lhs_transposed<T: GemmElem>(
     } else {
         multiply(0..m, c, Par::Seq);
     }
+}
+
+/// The depth of faer's x86 products (its AVX2 and AVX-512 kernels) goes in blocks of this
+/// many terms from the first: each block summed from zero in the kernel, then added to the
+/// result, in order.
+const DEPTH_BLOCK: usize = 512;
+
+/// Whether `xᵀ b` (`m x k` by `k x n`) splits over its depth instead of its rows: a weight
+/// gradient, whose depth (the batch) is much longer than the result's sides. Split by rows,
+/// each thread reads the whole of `b`, half of it from the other core's cache when the step
+/// that wrote `b` split its rows (in the MLP step's `hᵀ g`: 121 µs on two threads, where one
+/// band alone takes 63 µs); split by depth, each reads the rows its own core wrote.
+///
+/// Only where faer's product sums the depth in [`DEPTH_BLOCK`]s (x86 with AVX2 and FMA, or
+/// AVX-512), and only where every block is a GEMM of faer's (two rows and two columns at
+/// least, more than its small-product threshold of 4096 multiply-adds), so that each part
+/// gives the block sums the one-thread product adds.
+fn splits_depth(m: usize, k: usize, n: usize, threads: usize) -> bool {
+    let last_block = match k % DEPTH_BLOCK {
+        0 => DEPTH_BLOCK,
+        rest => rest,
+    };
+    threads > 1
+        && m >= 2
+        && n >= 2
+        && k >= 2 * DEPTH_BLOCK
+        && k >= 4 * m.max(n)
+        && m * k * n >= PAR_MIN_FLOPS
+        && m * n * last_block > 4096
+        && faer_sums_depth_in_blocks()
+}
+
+#[cfg(target_arch = "x86_64")]
+fn faer_sums_depth_in_blocks() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f")
+        || (std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma"))
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn faer_sums_depth_in_blocks() -> bool {
+    false
+}
+
+/// `c = xt b` split over the depth, with the bits of one sequential product: the first
+/// thread multiplies its leading blocks as one product (the one-thread product's running sum
+/// after them), every other block is multiplied alone into its own buffer, and the blocks are
+/// then added to `c` in order. `false` (and `c` untouched) when those buffers cannot be had;
+/// the caller then splits by rows.
+fn product_in_depth_parts<T: GemmElem>(
+    xt: &MatRef<'_, T>,
+    b: &MatRef<'_, T>,
+    c: &mut [T],
+    threads: usize,
+) -> bool {
+    let (m, k, n) = (xt.nrows(), xt.ncols(), b.ncols());
+    let blocks = k.div_ceil(DEPTH_BLOCK);
+    let parts = split_ranges(blocks, threads, 1);
+    let Some(&(_, lead_end)) = parts.first() else {
+        return false;
+    };
+    let Ok(mut sums) = alloc::try_vec_with_capacity::<T>((blocks - lead_end) * m * n) else {
+        return false;
+    };
+    sums.resize((blocks - lead_end) * m * n, T::ZERO);
+    let depth = |first: usize, end: usize| first * DEPTH_BLOCK..(end * DEPTH_BLOCK).min(k);
+    let multiply = |c: &mut [T], rows: std::ops::Range<usize>| {
+        let c = MatMut::from_row_major_slice_mut(c, m, n);
+        let (lhs, rhs) = (
+            xt.subcols(rows.start, rows.len()),
+            b.subrows(rows.start, rows.len()),
+        );
+        faer::linalg::matmul::matmul(c, Accum::Replace, lhs, rhs, T::ONE, Par::Seq);
+        clear_upper_vector_state();
+    };
+    // Part 0 writes `c`; each later part its own blocks' sums.
+    let mut items: Vec<(usize, usize, &mut [T])> = Vec::with_capacity(parts.len());
+    items.push((0, lead_end, &mut *c));
+    let mut rest = sums.as_mut_slice();
+    for &(first, end) in &parts[1..] {
+        let (mine, next) = std::mem::take(&mut rest).split_at_mut((end - first) * m * n);
+        rest = next;
+        items.push((first, end, mine));
+    }
+    par_for_each(items, threads, |(first, end, out)| {
+        if first == 0 {
+            multiply(out, depth(0, end));
+        } else {
+            for (block, out) in (first..end).zip(out.chunks_mut(m * n)) {
+                multiply(out, depth(block, block + 1));
+            }
+        }
+    });
+    // Each block's sum added to the running sum in order, as the one-thread product does.
+    for block in sums.chunks(m * n) {
+        for (total, &sum) in c.iter_mut().zip(block) {
+            *total += sum;
+        }
+    }
+    true
 }
 
 /// The reference float32 product of one large `m x k` by `k x n` pair that splits into bands
@@ -942,7 +1045,8 @@ mod tests {
 
     /// `xᵀ b` read through a transposed view has the bits of the product of the copied
     /// transpose, for every shape the fold takes and every path (one GEMM, faer's parallel
-    /// product, bands, bands small enough for `small_gemm`), in float64 and float32.
+    /// product, bands, bands small enough for `small_gemm`, parts of the depth), in float64
+    /// and float32.
     #[test]
     fn products_of_a_transposed_view_have_the_bits_of_the_copy() {
         fn check<T: GemmElem + PartialEq + std::fmt::Debug>(
@@ -982,6 +1086,11 @@ mod tests {
             (256, 8192, 1),
             (24, 1024, 128),
             (1, 4096, 600),
+            // Split over the depth (`splits_depth`): whole blocks, a short last block, many
+            // blocks over three threads.
+            (16, 4096, 16),
+            (64, 1300, 64),
+            (8, 2048, 24),
         ];
         // Random shapes the fold takes.
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
@@ -1002,6 +1111,9 @@ mod tests {
                 shapes.push((m, k, n));
             }
         }
+        // Where faer sums the depth in blocks, the weight gradients above split over it.
+        assert_eq!(splits_depth(64, 1024, 64, 2), faer_sums_depth_in_blocks());
+        assert!(!splits_depth(64, 1024, 64, 1) && !splits_depth(64, 512, 64, 2));
         for &shape in &shapes {
             for threads in [1, 2, 3] {
                 check::<f64>(shape, threads, |i| (i as f64 * 0.731).sin());
