@@ -612,6 +612,9 @@ fn product_lhs_transposed<T: GemmElem>(
 /// many terms from the first: each block summed from zero in the kernel, then added to the
 /// result, in order.
 const DEPTH_BLOCK: usize = 512;
+/// faer multiplies products of at most this many multiply-adds with its small-product kernels
+/// (`nano-gemm`), whose order of summation is their own.
+const FAER_SMALL_MAX_FLOPS: usize = 16 * 16 * 16;
 
 /// Whether `xᵀ b` (`m x k` by `k x n`) splits over its depth instead of its rows: a weight
 /// gradient, whose depth (the batch) is much longer than the result's sides. Split by rows,
@@ -621,8 +624,8 @@ const DEPTH_BLOCK: usize = 512;
 ///
 /// Only where faer's product sums the depth in [`DEPTH_BLOCK`]s (x86 with AVX2 and FMA, or
 /// AVX-512), and only where every block is a GEMM of faer's (two rows and two columns at
-/// least, more than its small-product threshold of 4096 multiply-adds), so that each part
-/// gives the block sums the one-thread product adds.
+/// least, more than [`FAER_SMALL_MAX_FLOPS`]), so that each part gives the block sums the
+/// one-thread product adds.
 fn splits_depth(m: usize, k: usize, n: usize, threads: usize) -> bool {
     let last_block = match k % DEPTH_BLOCK {
         0 => DEPTH_BLOCK,
@@ -634,7 +637,7 @@ fn splits_depth(m: usize, k: usize, n: usize, threads: usize) -> bool {
         && k >= 2 * DEPTH_BLOCK
         && k >= 4 * m.max(n)
         && m * k * n >= PAR_MIN_FLOPS
-        && m * n * last_block > 4096
+        && m * n * last_block > FAER_SMALL_MAX_FLOPS
         && faer_sums_depth_in_blocks()
 }
 
