@@ -23,6 +23,7 @@ use quabla_ir::alloc::{self, AllocError};
 use quabla_ir::eval::{combine_lanes, SUM_LANES};
 use quabla_ir::DType;
 use smallvec::{smallvec, SmallVec};
+use std::ops::{Add, AddAssign};
 
 /// Products of at least this many multiply-adds use more than one thread. Measured with
 /// `cargo xtask bench --scaling` on two cores: a 64x64 product (2^18) takes 10 us on one thread
@@ -81,7 +82,7 @@ fn in_bands(m: usize, k: usize, n: usize, threads: usize) -> bool {
 /// The element types faer multiplies for us: float64 (the reference) and float32 (native, at
 /// `Precision::Float32`).
 pub(crate) trait GemmElem:
-    faer::traits::ComplexField + Copy + Send + Sync + std::ops::Add<Output = Self> + std::ops::AddAssign
+    faer::traits::ComplexField + Copy + Send + Sync + Add<Output = Self> + AddAssign
 {
     const ZERO: Self;
     const ONE: Self;
@@ -358,7 +359,12 @@ fn small_rows<T: GemmElem, const R: usize>(
 fn gemm_on<T: GemmElem>(a: &[T], b: &[T], c: &mut [T], m: usize, k: usize, n: usize, par: Par) {
     let a = MatRef::from_row_major_slice(a, m, k);
     let b = MatRef::from_row_major_slice(b, k, n);
-    let c = MatMut::from_row_major_slice_mut(c, m, n);
+    faer_product(MatMut::from_row_major_slice_mut(c, m, n), a, b, par);
+}
+
+/// `c = a b` by faer's product: every path that multiplies with faer calls it the same way,
+/// which the bit-identity of bands, transposed views and depth parts relies on.
+fn faer_product<T: GemmElem>(c: MatMut<'_, T>, a: MatRef<'_, T>, b: MatRef<'_, T>, par: Par) {
     faer::linalg::matmul::matmul(c, Accum::Replace, a, b, T::ONE, par);
     clear_upper_vector_state();
 }
@@ -588,9 +594,7 @@ fn product_lhs_transposed<T: GemmElem>(
             return;
         }
         let c = MatMut::from_row_major_slice_mut(c, h, n);
-        let lhs = xt.subrows(first, h);
-        faer::linalg::matmul::matmul(c, Accum::Replace, lhs, b_mat, T::ONE, par);
-        clear_upper_vector_state();
+        faer_product(c, xt.subrows(first, h), b_mat, par);
     };
     if splits_depth(m, k, n, threads) && product_in_depth_parts(&xt, &b_mat, c, threads) {
         return;
@@ -675,14 +679,10 @@ fn product_in_depth_parts<T: GemmElem>(
     };
     sums.resize((blocks - lead_end) * m * n, T::ZERO);
     let depth = |first: usize, end: usize| first * DEPTH_BLOCK..(end * DEPTH_BLOCK).min(k);
-    let multiply = |c: &mut [T], rows: std::ops::Range<usize>| {
+    let multiply = |c: &mut [T], terms: std::ops::Range<usize>| {
         let c = MatMut::from_row_major_slice_mut(c, m, n);
-        let (lhs, rhs) = (
-            xt.subcols(rows.start, rows.len()),
-            b.subrows(rows.start, rows.len()),
-        );
-        faer::linalg::matmul::matmul(c, Accum::Replace, lhs, rhs, T::ONE, Par::Seq);
-        clear_upper_vector_state();
+        let (first, len) = (terms.start, terms.len());
+        faer_product(c, xt.subcols(first, len), b.subrows(first, len), Par::Seq);
     };
     // Part 0 writes `c`; each later part its own blocks' sums.
     let mut items: Vec<(usize, usize, &mut [T])> = Vec::with_capacity(parts.len());
