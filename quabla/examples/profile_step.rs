@@ -153,7 +153,8 @@ fn host(t: &Tensor) -> qb::Result<HostTensor> {
 
 /// The kind of step a label names, for the breakdown.
 fn kind(label: &str) -> &'static str {
-    match label {
+    // A node step's label is its op's name and its operands' shapes.
+    match label.split(' ').next().unwrap_or_default() {
         "matmul" => "GEMM (matmul)",
         l if l.starts_with("fused") => "fused elementwise",
         "sum" | "sum_axis" | "mean" | "mean_axis" | "max_axis" | "min_axis" | "cumsum" => {

@@ -636,7 +636,17 @@ fn run_node(
             if kind.is_whole() {
                 reduce::reduce_all(kind.reducer(), x, out, threads, native)
             } else {
-                reduce::reduce_axes(kind.reducer(), x, dims, axes, out, threads, native)
+                let rows_split = node.first_rows_split;
+                reduce::reduce_axes(
+                    kind.reducer(),
+                    x,
+                    dims,
+                    axes,
+                    out,
+                    threads,
+                    native,
+                    rows_split,
+                )
             }
         }
         Op::Cumsum { axis, reverse } => {
@@ -686,6 +696,7 @@ fn run_node(
                 threads,
                 native_f32: node.native_f32,
                 lhs_transposed: node.lhs_transposed,
+                lhs_rows_split: node.first_rows_split,
             };
             matmul::matmul((a, ad), (b, bd), out_dims, out, product, pool)
         }

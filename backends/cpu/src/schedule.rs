@@ -127,6 +127,10 @@ pub(crate) struct NodeStep {
     /// A `matmul` whose left operand is a folded `transpose`: `args[0]` is the transpose's
     /// operand, read through a transposed view (`matmul::lhs_transpose_folds`).
     pub lhs_transposed: bool,
+    /// `args[0]` is written by a step that splits its rows over the threads (when there are
+    /// several): a kernel that must go through those rows in order relays from core to core
+    /// (`team::relay`) instead of reading half of them from the other core's cache.
+    pub first_rows_split: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -159,12 +163,20 @@ impl Schedule {
 }
 
 impl Step {
-    /// What the step runs, for profiles: the op's name, `fused[k]` for an elementwise group of
-    /// `k` nodes, or the region's form.
+    /// What the step runs, for profiles: the op's name and its operands' shapes (`matmul
+    /// 1024x64 64x64`), `fused[k]` for an elementwise group of `k` nodes, or the region's form.
     pub(crate) fn label(&self) -> String {
         match &self.kind {
             StepKind::Fused(p) => format!("fused[{}]", p.nodes),
-            StepKind::Node(n) => n.op.name().to_string(),
+            StepKind::Node(n) => {
+                let mut label = n.op.name().to_string();
+                for (_, dims) in &n.args {
+                    let dims: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
+                    label.push(' ');
+                    label.push_str(&dims.join("x"));
+                }
+                label
+            }
             StepKind::Region(r) => r.form_name().to_string(),
         }
     }
@@ -548,6 +560,7 @@ impl Schedule {
                     Ok((slot(o.index())?, nodes[o.index()].ty.shape.dims().to_vec()))
                 })
                 .collect::<Result<Vec<_>>>()?;
+            let first_rows_split = args.first().is_some_and(|&(s, _)| spread[s]);
             steps.push(Step {
                 kind: StepKind::Node(NodeStep {
                     op: node.op.clone(),
@@ -574,6 +587,7 @@ impl Schedule {
                             _ => false,
                         },
                     lhs_transposed,
+                    first_rows_split,
                 }),
                 free: Vec::new(),
                 check: nan_check(build, graph, i, &slot_of),

@@ -9,7 +9,8 @@
 //! Flagged for the scalar routine: `exp` of |x| ≥ 708.39 (overflow, subnormal results,
 //! infinities, NaN); `expm1` of NaN and of x ≥ 700 (overflow, and the `k = 1024` scaling).
 
-use super::{choose, high_word_abs, one_result_lane, pow2, INV_LN2, LN2_HI, LN2_LO};
+use super::wide::{select, select_const, F64s, Masks, Words};
+use super::{wide_lane, INV_LN2, LN2_HI, LN2_LO};
 
 // Coefficients of the `exp` rational approximation.
 const P1: f64 = f64::from_bits(0x3fc5_5555_5555_553e);
@@ -47,19 +48,19 @@ const TANH_MIDDLE: i64 = 0x3fd0_58ae;
 /// `tanh`: below the smallest normal, `x`.
 const TANH_SUBNORMAL: i64 = 0x0010_0000;
 
-one_result_lane!(
+wide_lane!(
     /// `exp`.
     Exp,
     exp_lane,
     libm::exp
 );
-one_result_lane!(
+wide_lane!(
     /// `expm1`.
     Expm1,
     expm1_lane,
     libm::expm1
 );
-one_result_lane!(
+wide_lane!(
     /// `tanh`.
     Tanh,
     tanh_lane,
@@ -72,23 +73,23 @@ one_result_lane!(
 /// Truncating in float64 equals the conversion to `i32` wherever the lane is not flagged
 /// (|k| < 1100), and unlike the saturating conversion it is one vector instruction.
 #[inline(always)]
-fn rounded_multiple(x: f64, negative: bool) -> f64 {
-    (INV_LN2 * x + choose(negative, -0.5, 0.5)).trunc()
+fn rounded_multiple<const W: usize>(x: F64s<W>, negative: Masks<W>) -> F64s<W> {
+    (INV_LN2 * x + select_const(negative, -0.5, 0.5)).trunc()
 }
 
 #[inline(always)]
-fn exp_lane(x: f64) -> (f64, bool) {
-    let hx = high_word_abs(x);
+fn exp_lane<const W: usize>(x: F64s<W>) -> (F64s<W>, Masks<W>) {
+    let hx = x.high_words();
     let negative = x.is_sign_negative();
-    let reduce = hx > HALF_LN2;
-    let k = choose(
+    let reduce = hx.gt(HALF_LN2);
+    let k = select(
         reduce,
-        choose(
-            hx >= THREE_HALVES_LN2,
+        select(
+            hx.ge(THREE_HALVES_LN2),
             rounded_multiple(x, negative),
-            choose(negative, -1.0, 1.0),
+            select_const(negative, -1.0, 1.0),
         ),
-        0.0,
+        F64s::splat(0.0),
     );
     // With k = 0 these are hi = x, lo = 0, r = x, as the unreduced branch has them.
     let hi = x - k * LN2_HI;
@@ -98,45 +99,45 @@ fn exp_lane(x: f64) -> (f64, bool) {
     let c = r - xx * (P1 + xx * (P2 + xx * (P3 + xx * (P4 + xx * P5))));
     let y = 1.0 + (r * c / (2.0 - c) - lo + hi);
     // `scalbn(y, k)` is one multiplication by 2^k for |k| ≤ 1022; y·1 = y for k = 0.
-    let value = choose(hx <= EXP_TINY, 1.0 + x, y * pow2(k));
-    (value, hx >= EXP_EDGE)
+    let value = select(hx.le(EXP_TINY), 1.0 + x, y * k.pow2());
+    (value, hx.ge(EXP_EDGE))
 }
 
 /// What the musl `expm1` computes for an argument before choosing its result: the reduction
 /// `x = k·ln2 + r` (thresholds on the high word `hx`), the rational approximation, and every
 /// reconstruction it may pick by `k`, each as the scalar routine computes it. The choice is
 /// left to [`expm1_lane`] and to [`expm1_for_tanh`], which needs fewer of them.
-struct Expm1Parts {
-    hx: i64,
-    k: f64,
-    xr: f64,
-    e: f64,
-    two_k: f64,
-    at_zero: f64,
-    at_minus_one: f64,
-    at_one: f64,
-    below_20: f64,
-    from_20: f64,
+struct Expm1Parts<const W: usize> {
+    hx: Words<W>,
+    k: F64s<W>,
+    xr: F64s<W>,
+    e: F64s<W>,
+    two_k: F64s<W>,
+    at_zero: F64s<W>,
+    at_minus_one: F64s<W>,
+    at_one: F64s<W>,
+    below_20: F64s<W>,
+    from_20: F64s<W>,
 }
 
 #[inline(always)]
-fn expm1_parts(x: f64) -> Expm1Parts {
-    let hx = high_word_abs(x);
+fn expm1_parts<const W: usize>(x: F64s<W>) -> Expm1Parts<W> {
+    let hx = x.high_words();
     let negative = x.is_sign_negative();
-    let reduce = hx > HALF_LN2;
-    let k = choose(
+    let reduce = hx.gt(HALF_LN2);
+    let k = select(
         reduce,
-        choose(
-            hx < THREE_HALVES_LN2,
-            choose(negative, -1.0, 1.0),
+        select(
+            hx.lt(THREE_HALVES_LN2),
+            select_const(negative, -1.0, 1.0),
             rounded_multiple(x, negative),
         ),
-        0.0,
+        F64s::splat(0.0),
     );
     let hi = x - k * LN2_HI;
     let lo = k * LN2_LO;
-    let xr = choose(reduce, hi - lo, x);
-    let c = choose(reduce, (hi - xr) - lo, 0.0);
+    let xr = select(reduce, hi - lo, x);
+    let c = select(reduce, (hi - xr) - lo, F64s::splat(0.0));
 
     let hfx = 0.5 * xr;
     let hxs = xr * hfx;
@@ -147,10 +148,10 @@ fn expm1_parts(x: f64) -> Expm1Parts {
     let e = xr * (e0 - c) - c;
     let e = e - hxs;
     let at_minus_one = 0.5 * (xr - e) - 0.5;
-    let at_one = choose(xr < -0.25, -2.0 * (e - (xr + 0.5)), 1.0 + 2.0 * (xr - e));
+    let at_one = select(xr.lt(-0.25), -2.0 * (e - (xr + 0.5)), 1.0 + 2.0 * (xr - e));
     // Here -56 ≤ k ≤ 1010, so 2^k and 2^-k are normal.
-    let two_k = pow2(k);
-    let two_minus_k = pow2(-k);
+    let two_k = k.pow2();
+    let two_minus_k = (-k).pow2();
     Expm1Parts {
         hx,
         k,
@@ -165,39 +166,39 @@ fn expm1_parts(x: f64) -> Expm1Parts {
     }
 }
 
-impl Expm1Parts {
+impl<const W: usize> Expm1Parts<W> {
     /// The result for `k = 0`, `-1` or `1`, else `general`; the argument itself below 2^-54.
     #[inline(always)]
-    fn choose_result(&self, x: f64, general: f64) -> f64 {
+    fn choose_result(&self, x: F64s<W>, general: F64s<W>) -> F64s<W> {
         let k = self.k;
-        let value = choose(
-            k == 0.0,
+        let value = select(
+            k.eq(0.0),
             self.at_zero,
-            choose(
-                k == -1.0,
+            select(
+                k.eq(-1.0),
                 self.at_minus_one,
-                choose(k == 1.0, self.at_one, general),
+                select(k.eq(1.0), self.at_one, general),
             ),
         );
-        choose(self.hx < EXPM1_TINY, x, value)
+        select(self.hx.lt(EXPM1_TINY), x, value)
     }
 }
 
 #[inline(always)]
-fn expm1_lane(x: f64) -> (f64, bool) {
+fn expm1_lane<const W: usize>(x: F64s<W>) -> (F64s<W>, Masks<W>) {
     let p = expm1_parts(x);
     let negative = x.is_sign_negative();
-    let huge = p.hx >= EXPM1_HUGE;
+    let huge = p.hx.ge(EXPM1_HUGE);
     let nan = x.is_nan();
-    let flagged = huge & (nan | (!negative & (x >= 700.0)));
+    let flagged = huge & (nan | (!negative & x.ge(700.0)));
     let beyond = (p.xr - p.e + 1.0) * p.two_k - 1.0;
-    let general = choose(
-        !(0.0..=56.0).contains(&p.k),
+    let general = select(
+        !(p.k.ge(0.0) & p.k.le(56.0)),
         beyond,
-        choose(p.k < 20.0, p.below_20, p.from_20),
+        select(p.k.lt(20.0), p.below_20, p.from_20),
     );
     let value = p.choose_result(x, general);
-    let value = choose(huge & negative & !nan, -1.0, value);
+    let value = select(huge & negative & !nan, F64s::splat(-1.0), value);
     (value, flagged)
 }
 
@@ -209,19 +210,19 @@ fn expm1_lane(x: f64) -> (f64, bool) {
 /// `k` come from `|x| > 19.58`, where either result exceeds 2^55 and `tanh` rounds
 /// `1 - 2/(t + 2)` to exactly 1 (its quotient is below 2^-54, half an ulp under 1).
 #[inline(always)]
-fn expm1_for_tanh(u: f64) -> f64 {
+fn expm1_for_tanh<const W: usize>(u: F64s<W>) -> F64s<W> {
     let p = expm1_parts(u);
-    p.choose_result(u, choose(p.k < 20.0, p.below_20, p.from_20))
+    p.choose_result(u, select(p.k.lt(20.0), p.below_20, p.from_20))
 }
 
 #[inline(always)]
-fn tanh_lane(x: f64) -> (f64, bool) {
+fn tanh_lane<const W: usize>(x: F64s<W>) -> (F64s<W>, Masks<W>) {
     let a = x.abs();
-    let w = high_word_abs(x);
-    let one = w > TANH_ONE;
-    let upper = w > TANH_UPPER;
-    let middle = w > TANH_MIDDLE;
-    let em = expm1_for_tanh(choose(middle, 2.0 * a, -2.0 * a));
+    let w = x.high_words();
+    let one = w.gt(TANH_ONE);
+    let upper = w.gt(TANH_UPPER);
+    let middle = w.gt(TANH_MIDDLE);
+    let em = expm1_for_tanh(select(middle, 2.0 * a, -2.0 * a));
     // musl's `1 - 0/|x|` is 1 for every |x| above the threshold, and NaN (the operand's,
     // quieted) for a NaN, as `a + a` gives it: no division needed. Its `-t/(t + 2)` is the
     // exact negation of `t/(t + 2)`, and its `2/(t + 2)` has the same divisor, so every
@@ -229,18 +230,18 @@ fn tanh_lane(x: f64) -> (f64, bool) {
     // division per lane instead of four (every branch is computed in every lane, and the
     // divider is what bounds this loop).
     let d = em + 2.0;
-    let q = choose(upper, 2.0, em) / d;
-    let t = choose(
+    let q = select(upper, F64s::splat(2.0), em) / d;
+    let t = select(
         one,
-        choose(a.is_nan(), a + a, 1.0),
-        choose(
+        select(a.is_nan(), a + a, F64s::splat(1.0)),
+        select(
             upper,
             1.0 - q,
-            choose(middle, q, choose(w >= TANH_SUBNORMAL, -q, a)),
+            select(middle, q, select(w.ge(TANH_SUBNORMAL), -q, a)),
         ),
     );
     // Every argument has its result here: `expm1` is never flagged below the threshold.
-    (choose(x.is_sign_negative(), -t, t), false)
+    (select(x.is_sign_negative(), -t, t), Masks([false; W]))
 }
 
 #[cfg(test)]

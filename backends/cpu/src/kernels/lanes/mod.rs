@@ -19,14 +19,17 @@
 //! so FMA changes none of their results; the [`narrow`] lanes, which are exact only after
 //! rounding, use `mul_add` (on a baseline x86-64 build, the C library's `fma`).
 //!
-//! Modules: [`trig`] (`sin`, `cos`, and both at once), [`exp`] (`exp`, `expm1`, `tanh`),
-//! [`log`] (`log`, `log1p`), and [`narrow`] (float32 results from a cheaper approximation,
-//! exact after rounding: `tanh`).
+//! Modules: [`trig`] (`sin`, `cos`, and both at once), [`exp`] (`exp`, `expm1`, `tanh`,
+//! written over groups of lanes, [`wide`]), [`log`] (`log`, `log1p`), and [`narrow`] (float32
+//! results from a cheaper approximation, exact after rounding: `tanh`).
 
 pub(crate) mod exp;
 pub(crate) mod log;
 pub(crate) mod narrow;
 pub(crate) mod trig;
+pub(crate) mod wide;
+
+use wide::{F64s, WIDTH};
 
 use quabla_ir::UnaryOp;
 
@@ -44,8 +47,21 @@ const BLOCK: usize = 256;
 pub(crate) trait LaneFn {
     /// Results per element: 1, or 2 for a pair computed together.
     const RESULTS: usize;
+    /// Whether the function is written over groups of lanes ([`wide`]): the loop then runs
+    /// [`LaneFn::lanes`] on [`WIDTH`] elements at a time (one result each).
+    const WIDE: bool = false;
     /// The results for one element, and whether the lane form cannot produce them.
     fn lane(x: f64) -> ([f64; 2], bool);
+    /// The first results of [`WIDTH`] elements and their flags, as [`LaneFn::lane`] gives
+    /// them one by one (a wide function's own group form).
+    #[inline(always)]
+    fn lanes(x: F64s<WIDTH>) -> (F64s<WIDTH>, [bool; WIDTH]) {
+        let each: [([f64; 2], bool); WIDTH] = std::array::from_fn(|i| Self::lane(x.0[i]));
+        (
+            F64s(std::array::from_fn(|i| each[i].0[0])),
+            std::array::from_fn(|i| each[i].1),
+        )
+    }
     /// The scalar routine, for flagged elements.
     fn exact(x: f64) -> [f64; 2];
 }
@@ -72,6 +88,41 @@ macro_rules! one_result_lane {
     };
 }
 use one_result_lane;
+
+/// Declares a one-result [`LaneFn`] written over groups of lanes, from its group function
+/// (`fn<const W: usize>(F64s<W>) -> (F64s<W>, Masks<W>)`) and its scalar routine: the group
+/// of [`WIDTH`] runs in the loop, the group of one for single elements.
+macro_rules! wide_lane {
+    ($(#[$doc:meta])* $name:ident, $lanes:ident, $exact:path) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub(crate) struct $name;
+
+        impl $crate::kernels::lanes::LaneFn for $name {
+            const RESULTS: usize = 1;
+            const WIDE: bool = true;
+            #[inline(always)]
+            fn lane(x: f64) -> ([f64; 2], bool) {
+                let (value, flagged) = $lanes($crate::kernels::lanes::wide::F64s([x]));
+                ([value.0[0], 0.0], flagged.0[0])
+            }
+            #[inline(always)]
+            fn lanes(
+                x: $crate::kernels::lanes::wide::F64s<{ $crate::kernels::lanes::wide::WIDTH }>,
+            ) -> (
+                $crate::kernels::lanes::wide::F64s<{ $crate::kernels::lanes::wide::WIDTH }>,
+                [bool; $crate::kernels::lanes::wide::WIDTH],
+            ) {
+                let (value, flagged) = $lanes(x);
+                (value, flagged.0)
+            }
+            fn exact(x: f64) -> [f64; 2] {
+                [$exact(x), 0.0]
+            }
+        }
+    };
+}
+use wide_lane;
 
 /// Whether `op` has a lane form.
 pub(crate) fn has_lanes(op: UnaryOp) -> bool {
@@ -243,7 +294,22 @@ unsafe fn lanes_avx2<F: LaneFn>(x: &[f64], first: &mut [f64], second: &mut [f64]
 fn lanes<F: LaneFn>(x: &[f64], first: &mut [f64], second: &mut [f64]) -> bool {
     let n = x.len();
     let mut flagged = 0u64;
-    if F::RESULTS == 2 {
+    if F::WIDE {
+        let (x_groups, x_rest) = x.as_chunks::<WIDTH>();
+        let (out_groups, out_rest) = first[..n].as_chunks_mut::<WIDTH>();
+        for (&group, out) in x_groups.iter().zip(out_groups) {
+            let (values, flags) = F::lanes(F64s(group));
+            *out = values.0;
+            for flag in flags {
+                flagged |= flag as u64;
+            }
+        }
+        for (&v, a) in x_rest.iter().zip(out_rest) {
+            let (r, flag) = F::lane(v);
+            *a = r[0];
+            flagged |= flag as u64;
+        }
+    } else if F::RESULTS == 2 {
         for ((&v, a), b) in x.iter().zip(&mut first[..n]).zip(&mut second[..n]) {
             let (r, flag) = F::lane(v);
             *a = r[0];
