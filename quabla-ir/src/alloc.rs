@@ -136,6 +136,37 @@ fn check_shared<T>(n: usize) -> Result<(), AllocError> {
     probe(layout, bytes)
 }
 
+/// Allocations of at least this many bytes ask for transparent huge pages.
+const HUGE_PAGES_MIN_BYTES: usize = 32 << 20;
+
+/// Asks Linux to back the pages of a fresh allocation of `bytes` bytes at `ptr` with
+/// transparent huge pages, for an allocation of at least [`HUGE_PAGES_MIN_BYTES`]; other
+/// systems and smaller allocations are left alone. A pass over such an array with 4 KiB
+/// pages misses the TLB about once per page: reading 80 MB (`sum` over 10^7 float64 values)
+/// went about 10% faster with huge pages. Only these large allocations are advised: huge
+/// pages for every allocation (glibc's `hugetlb` tunable) slowed the products and the
+/// eager chains, whose buffers of a few MiB are allocated and freed call after call. The
+/// call is advice: on a kernel with huge pages off, or a failed call, nothing changes.
+fn advise_huge_pages(ptr: *const u8, bytes: usize) {
+    #[cfg(target_os = "linux")]
+    if bytes >= HUGE_PAGES_MIN_BYTES {
+        // SAFETY: `sysconf` reads a constant of the system.
+        let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+            p if p > 0 => p as usize,
+            _ => return,
+        };
+        let start = (ptr as usize).next_multiple_of(page);
+        let end = (ptr as usize + bytes) / page * page;
+        if end > start {
+            // SAFETY: the pages `start..end` lie inside the caller's allocation, and
+            // `MADV_HUGEPAGE` changes how they are backed, never their contents.
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (ptr, bytes);
+}
+
 /// `n` zeros in a vector of length `n`, from zeroed allocation.
 pub fn try_zeroed_vec<T: Zeroable>(n: usize) -> Result<Vec<T>, AllocError> {
     let bytes = request_bytes::<T>(n);
@@ -148,6 +179,7 @@ pub fn try_zeroed_vec<T: Zeroable>(n: usize) -> Result<Vec<T>, AllocError> {
     if ptr.is_null() {
         return Err(AllocError { bytes });
     }
+    advise_huge_pages(ptr.cast(), layout.size());
     // SAFETY: `ptr` comes from the global allocator with the layout of `n` elements of `T`
     // (the layout `Vec` uses for capacity `n`, with `T`'s alignment), and all of its bytes are
     // zero, which is a valid `T` (`Zeroable`), so all `n` elements are initialized.
@@ -156,10 +188,11 @@ pub fn try_zeroed_vec<T: Zeroable>(n: usize) -> Result<Vec<T>, AllocError> {
 
 /// An empty vector with room for exactly `n` elements.
 pub fn try_vec_with_capacity<T>(n: usize) -> Result<Vec<T>, AllocError> {
-    let mut v = Vec::new();
+    let mut v: Vec<T> = Vec::new();
     v.try_reserve_exact(n).map_err(|_| AllocError {
         bytes: request_bytes::<T>(n),
     })?;
+    advise_huge_pages(v.as_ptr().cast(), n * std::mem::size_of::<T>());
     Ok(v)
 }
 
@@ -168,14 +201,18 @@ pub fn try_vec_with_capacity<T>(n: usize) -> Result<Vec<T>, AllocError> {
 /// an output pays for its pages once, on the threads that write them).
 pub fn try_shared_zeroed<T: Zeroable>(n: usize) -> Result<Arc<[T]>, AllocError> {
     check_shared::<T>(n)?;
+    let data = Arc::<[T]>::new_zeroed_slice(n);
+    advise_huge_pages(data.as_ptr().cast(), n * std::mem::size_of::<T>());
     // SAFETY: the all-zero bit pattern is a valid `T` (`Zeroable`).
-    Ok(unsafe { Arc::<[T]>::new_zeroed_slice(n).assume_init() })
+    Ok(unsafe { data.assume_init() })
 }
 
 /// Fresh shared storage for `n` elements, uninitialized.
 pub fn try_shared_uninit<T>(n: usize) -> Result<Arc<[MaybeUninit<T>]>, AllocError> {
     check_shared::<T>(n)?;
-    Ok(Arc::<[T]>::new_uninit_slice(n))
+    let data = Arc::<[T]>::new_uninit_slice(n);
+    advise_huge_pages(data.as_ptr().cast(), n * std::mem::size_of::<T>());
+    Ok(data)
 }
 
 /// `n` copies of `value` in fresh shared storage; zeros come from zeroed allocation, other
@@ -237,6 +274,45 @@ pub fn try_shared_from_iter<T: Copy>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The `VmFlags` line of the mapping of this process that holds `address`.
+    #[cfg(target_os = "linux")]
+    fn vm_flags_at(address: usize) -> String {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        for line in smaps.lines() {
+            if let Some((range, _)) = line.split_once(' ') {
+                if let Some((start, end)) = range.split_once('-') {
+                    if let (Ok(start), Ok(end)) = (
+                        usize::from_str_radix(start, 16),
+                        usize::from_str_radix(end, 16),
+                    ) {
+                        inside = (start..end).contains(&address);
+                        continue;
+                    }
+                }
+            }
+            if inside && line.starts_with("VmFlags:") {
+                return line.to_string();
+            }
+        }
+        panic!("no mapping holds {address:#x}");
+    }
+
+    /// Large allocations (and only those) are advised to use huge pages: their mapping
+    /// carries the `hg` flag (`MADV_HUGEPAGE`) whether or not the kernel has huge pages on.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn large_allocations_ask_for_huge_pages() {
+        let n = (HUGE_PAGES_MIN_BYTES + (4 << 20)) / 8;
+        let advised = |address: usize| vm_flags_at(address).split(' ').any(|f| f == "hg");
+        let zeroed = try_zeroed_vec::<f64>(n).unwrap();
+        assert!(advised(zeroed.as_ptr() as usize + n * 4));
+        let shared = try_shared_uninit::<f64>(n).unwrap();
+        assert!(advised(shared.as_ptr() as usize + n * 4));
+        let small = try_shared_uninit::<f64>(1 << 17).unwrap();
+        assert!(!advised(small.as_ptr() as usize + (1 << 19)));
+    }
 
     /// More than any address space (x86-64 and aarch64 user space are at most 2^57 bytes) but
     /// less than `isize::MAX`: refused by the allocator itself, whatever the overcommit policy.
