@@ -115,7 +115,10 @@ struct Expm1Parts<const W: usize> {
     two_k: F64s<W>,
     at_zero: F64s<W>,
     at_minus_one: F64s<W>,
+    /// The `k = 1` results for `xr ≥ -0.25` and for `xr < -0.25` (which `tanh` never
+    /// reaches, [`expm1_for_tanh`]).
     at_one: F64s<W>,
+    at_one_below: F64s<W>,
     below_20: F64s<W>,
     from_20: F64s<W>,
 }
@@ -148,7 +151,8 @@ fn expm1_parts<const W: usize>(x: F64s<W>) -> Expm1Parts<W> {
     let e = xr * (e0 - c) - c;
     let e = e - hxs;
     let at_minus_one = 0.5 * (xr - e) - 0.5;
-    let at_one = select(xr.lt(-0.25), -2.0 * (e - (xr + 0.5)), 1.0 + 2.0 * (xr - e));
+    let at_one = 1.0 + 2.0 * (xr - e);
+    let at_one_below = -2.0 * (e - (xr + 0.5));
     // Here -56 ≤ k ≤ 1010, so 2^k and 2^-k are normal.
     let two_k = k.pow2();
     let two_minus_k = (-k).pow2();
@@ -161,15 +165,17 @@ fn expm1_parts<const W: usize>(x: F64s<W>) -> Expm1Parts<W> {
         at_zero,
         at_minus_one,
         at_one,
+        at_one_below,
         below_20: (xr - e + (1.0 - two_minus_k)) * two_k,
         from_20: (xr - (e + two_minus_k) + 1.0) * two_k,
     }
 }
 
 impl<const W: usize> Expm1Parts<W> {
-    /// The result for `k = 0`, `-1` or `1`, else `general`; the argument itself below 2^-54.
+    /// The result for `k = 0`, `-1` or `1` (`at_one` the `k = 1` one), else `general`; the
+    /// argument itself below 2^-54.
     #[inline(always)]
-    fn choose_result(&self, x: F64s<W>, general: F64s<W>) -> F64s<W> {
+    fn choose_result(&self, x: F64s<W>, at_one: F64s<W>, general: F64s<W>) -> F64s<W> {
         let k = self.k;
         let value = select(
             k.eq(0.0),
@@ -177,7 +183,7 @@ impl<const W: usize> Expm1Parts<W> {
             select(
                 k.eq(-1.0),
                 self.at_minus_one,
-                select(k.eq(1.0), self.at_one, general),
+                select(k.eq(1.0), at_one, general),
             ),
         );
         select(self.hx.lt(EXPM1_TINY), x, value)
@@ -197,7 +203,8 @@ fn expm1_lane<const W: usize>(x: F64s<W>) -> (F64s<W>, Masks<W>) {
         beyond,
         select(p.k.lt(20.0), p.below_20, p.from_20),
     );
-    let value = p.choose_result(x, general);
+    let at_one = select(p.xr.lt(-0.25), p.at_one_below, p.at_one);
+    let value = p.choose_result(x, at_one, general);
     let value = select(huge & negative & !nan, F64s::splat(-1.0), value);
     (value, flagged)
 }
@@ -206,13 +213,15 @@ fn expm1_lane<const W: usize>(x: F64s<W>) -> (F64s<W>, Masks<W>) {
 /// above log(5/3) (so `k ≥ 1`, and `k ≤ 58` up to `|x| = 20`), or `u = -2|x|` down to
 /// -log(5/3) (`k` is 0 or -1). [`expm1_lane`] less what those never reach: the flags (no
 /// overflow, no NaN: `tanh` takes its own branch for those), the `-1` of large negative
-/// arguments, and the reconstruction for `k > 56`, which the `k ≥ 20` one replaces: those
-/// `k` come from `|x| > 19.58`, where either result exceeds 2^55 and `tanh` rounds
-/// `1 - 2/(t + 2)` to exactly 1 (its quotient is below 2^-54, half an ulp under 1).
+/// arguments, the `k = 1` reconstruction for `xr < -0.25` (`k = 1` comes from `u` in
+/// (0.51, 1.04) here, so `xr` lies in (-0.19, 0.35)), and the reconstruction for `k > 56`,
+/// which the `k ≥ 20` one replaces: those `k` come from `|x| > 19.58`, where either result
+/// exceeds 2^55 and `tanh` rounds `1 - 2/(t + 2)` to exactly 1 (its quotient is below
+/// 2^-54, half an ulp under 1).
 #[inline(always)]
 fn expm1_for_tanh<const W: usize>(u: F64s<W>) -> F64s<W> {
     let p = expm1_parts(u);
-    p.choose_result(u, select(p.k.lt(20.0), p.below_20, p.from_20))
+    p.choose_result(u, p.at_one, select(p.k.lt(20.0), p.below_20, p.from_20))
 }
 
 #[inline(always)]
