@@ -157,8 +157,17 @@ pub(crate) fn relay(stages: usize, run: &(dyn Fn(usize) + Sync)) {
     }
     let done = AtomicUsize::new(0);
     let stage = |p: usize| {
+        // A stage waits as long as the one before it runs: it spins, and past a few
+        // microseconds yields its core between checks (on a machine with fewer cores than
+        // threads the stage it waits for may need this core).
+        let mut spins = 0u32;
         while done.load(Ordering::Acquire) != p {
-            std::hint::spin_loop();
+            spins = spins.saturating_add(1);
+            if spins > 1 << 12 {
+                thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
         }
         let _next = Next(&done, p + 1);
         run(p);
