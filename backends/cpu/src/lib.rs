@@ -372,10 +372,11 @@ impl CpuExecutable {
     }
 
     /// Runs the plan `runs` times on `inputs` and returns, for each step of the schedule in
-    /// order, what it runs (an op's name and its operands' shapes, `matmul 1024x64 64x64`, `fused[k]` for an elementwise group of `k` nodes, a
-    /// region's form, ...) and its mean seconds per run, with the mean seconds of a whole
-    /// run (binding, steps, outputs) last under `"run"`: the executor's per-node timing, for
-    /// profiles (the difference between the run and its steps is dispatch and binding).
+    /// order, what it runs (an op's name and its operands' shapes, `matmul 1024x64 64x64`;
+    /// `fused[k]` for an elementwise group of `k` nodes; a region's form, ...) and its mean
+    /// seconds per run, with the mean seconds of a whole run (binding, steps, outputs) last
+    /// under `"run"`: the executor's per-node timing, for profiles (the difference between
+    /// the run and its steps is dispatch and binding).
     pub fn profile(&self, inputs: &[HostTensor], runs: usize) -> Result<Vec<(String, f64)>> {
         let runs = runs.max(1);
         let mut total = 0.0;

@@ -164,7 +164,9 @@ impl Schedule {
 
 impl Step {
     /// What the step runs, for profiles: the op's name and its operands' shapes (`matmul
-    /// 1024x64 64x64`), `fused[k]` for an elementwise group of `k` nodes, or the region's form.
+    /// 1024x64 64x64`; a product reading a folded transpose shows that operand as stored,
+    /// `matmul 1024x64 1024x1` for `hᵀ g`), `fused[k]` for an elementwise group of `k` nodes,
+    /// or the region's form.
     pub(crate) fn label(&self) -> String {
         match &self.kind {
             StepKind::Fused(p) => format!("fused[{}]", p.nodes),

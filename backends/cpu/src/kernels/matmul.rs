@@ -274,8 +274,8 @@ fn matvec_transposed_body<T: GemmElem>(
 }
 
 /// [`matvec_transposed`] of all of `c` with the rows of `x` gone through in order by a relay
-/// of the threads (`team::relay`), each taking the band of rows its own core wrote (the
-/// bands of a split step), with the accumulators `acc` (`8 m`, zeroed) handed from one to
+/// of the threads (`team::relay`), each taking (about) the band of rows its own core wrote
+/// (the bands of a split step), with the accumulators `acc` (`8 m`, zeroed) handed from one to
 /// the next. Split by columns instead, each thread reads every row, half of them from the
 /// other core's cache: the MLP step's `hᵀ g` took 28 µs that way, for 512 KiB.
 fn matvec_transposed_relayed<T: GemmElem>(
@@ -322,12 +322,17 @@ fn matvec_transposed_rows_body<T: GemmElem>(
     (_, m): (usize, usize),
     rows: std::ops::Range<usize>,
 ) {
-    for p in rows {
-        let lane = p % MATVEC_LANES;
-        let lane = &mut acc[lane * m..(lane + 1) * m];
-        let vp = v[p];
-        for (a, &xp) in lane.iter_mut().zip(&x[p * m..(p + 1) * m]) {
-            *a = xp.mul_add(vp, *a);
+    // In chunks of columns whose eight lanes stay in the first-level cache (a column's terms
+    // keep their order; the chunks are independent).
+    for first in (0..m).step_by(MATVEC_COLUMNS) {
+        let end = (first + MATVEC_COLUMNS).min(m);
+        for p in rows.clone() {
+            let lane = p % MATVEC_LANES;
+            let lane = &mut acc[lane * m + first..lane * m + end];
+            let vp = v[p];
+            for (a, &xp) in lane.iter_mut().zip(&x[p * m + first..p * m + end]) {
+                *a = xp.mul_add(vp, *a);
+            }
         }
     }
 }
@@ -641,7 +646,13 @@ fn product_lhs_transposed<T: GemmElem>(
     threads: usize,
     rows_split: bool,
 ) {
-    if n == 1 && rows_split && threads > 1 && in_bands(m, k, n, threads) {
+    let relays = super::team::relays(threads, std::mem::size_of_val(x));
+    if n == 1
+        && rows_split
+        && relays
+        && k >= SPLIT_ALIGN_ROWS * threads
+        && in_bands(m, k, n, threads)
+    {
         // A refused allocation takes the split by columns, which needs none.
         if let Ok(mut acc) = alloc::try_vec_with_capacity(MATVEC_LANES * m) {
             acc.resize(MATVEC_LANES * m, T::ZERO);

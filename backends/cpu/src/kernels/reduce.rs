@@ -216,7 +216,11 @@ fn sum_blocks<T: Elem, A: Acc>(
                 slab_sums(xs, rest, acc, 1)
             })
         }
-        &[(rows, true), (cols, false)] if rows_split && threads > 1 && rows >= 2 * SUM_LANES => {
+        &[(rows, true), (cols, false)]
+            if rows_split
+                && rows >= SUM_LANES * threads
+                && super::team::relays(threads, std::mem::size_of_val(x)) =>
+        {
             column_sums_relayed(x, cols, acc, threads)
         }
         _ => slab_sums(x, blocks, acc, threads),
@@ -305,7 +309,8 @@ fn slab_sums<T: Elem, A: Acc>(
 /// Blocked sums down the `rows` of a row-major matrix with `cols` columns, for the columns
 /// `start..start + acc.len()`: row `r` of a block goes to lane `r % 8` of every column, so a
 /// row is added to one contiguous lane of accumulators at a time. `lanes` holds
-/// `SUM_LANES * width` accumulators and `sums` the `nblocks * width` block sums.
+/// `SUM_LANES * width` accumulators, all `+0.0` on entry, and `sums` the `nblocks * width`
+/// block sums.
 fn column_sums<T: Elem, A: Acc>(
     x: &[T],
     cols: usize,
@@ -326,8 +331,8 @@ fn column_sums<T: Elem, A: Acc>(
 }
 
 /// [`column_sums`] of all the columns with the rows gone through in order by a relay of the
-/// threads (`team::relay`), each taking the band of rows its own core wrote (a split step's
-/// bands), the lanes and block sums handed from one to the next. Split by columns, each
+/// threads (`team::relay`), each taking (about) the band of rows its own core wrote (a split
+/// step's bands), the lanes and block sums handed from one to the next. Split by columns, each
 /// thread reads every row, half of them from the other core's cache: the MLP step's bias
 /// gradients (1024 x 64 float64) took 27 µs each that way.
 fn column_sums_relayed<T: Elem, A: Acc>(
@@ -720,7 +725,15 @@ mod tests {
     /// relay the same way.
     #[test]
     fn column_sums_relayed_over_rows_have_the_bits_of_the_definition() {
-        for (rows, cols) in [(1024, 64), (2 * 1024 + 37, 5), (24, 1), (3001, 9)] {
+        // One block; several, a band boundary inside one; a band boundary on a block
+        // boundary (2048 rows on two threads); a short last block.
+        for (rows, cols) in [
+            (1024, 64),
+            (2 * 1024 + 37, 5),
+            (2048, 3),
+            (24, 1),
+            (3001, 9),
+        ] {
             let x: Vec<f64> = (0..rows * cols)
                 .map(|i| (i as f64 * 0.731).sin() * 10f64.powi((i % 7) as i32 - 3))
                 .collect();

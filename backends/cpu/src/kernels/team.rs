@@ -85,8 +85,12 @@ fn team() -> &'static Mutex<Team> {
 /// Runs `run(p)` for every participant `p` in `0..participants`, participant `p < last` on
 /// helper `p` and the last on the calling thread, and returns when all have finished (a
 /// panic in any of them is resumed here). Returns `false`, having run nothing, when the team
-/// is busy or cannot start enough helpers.
+/// is busy, cannot start enough helpers, or would need more than [`MAX_HELPERS`] of them.
 pub(crate) fn run_parts(participants: usize, run: &(dyn Fn(usize) + Sync)) -> bool {
+    // More participants than helpers plus the caller would leave the rest unrun.
+    if participants > MAX_HELPERS + 1 {
+        return false;
+    }
     let mut team = match team().try_lock() {
         Ok(team) => team,
         Err(TryLockError::WouldBlock) => return false,
@@ -139,14 +143,30 @@ pub(crate) fn run_parts(participants: usize, run: &(dyn Fn(usize) + Sync)) -> bo
     true
 }
 
+/// Whether a kernel that goes through the rows of a value in order relays over the threads
+/// ([`relay`]) instead of splitting its columns: for an operand of `bytes` split by rows over
+/// `threads` threads, when those bands are still in the cores' caches (a few MiB) and the
+/// threads are few. A relay runs its stages one after another, so it wins only while reading
+/// every band from its own core's cache beats reading the bands in parallel from the others'.
+pub(crate) fn relays(threads: usize, bytes: usize) -> bool {
+    (2..=RELAY_MAX_THREADS).contains(&threads) && bytes <= RELAY_MAX_BYTES
+}
+
+/// The most threads a [`relay`] runs on (see [`relays`]).
+const RELAY_MAX_THREADS: usize = 4;
+/// The largest operand a [`relay`] goes through (see [`relays`]).
+const RELAY_MAX_BYTES: usize = 4 << 20;
+
 /// Runs `run(0)`, `run(1)`, ..., `run(stages - 1)` one after another, stage `p` on
 /// participant `p`'s thread (helper `p`, the calling thread last): a sequential computation
-/// over a value an earlier step split by rows over the threads, each stage reading the rows
-/// its own core wrote (reading them from the other core's cache took three times as long in
-/// the MLP step). Stage `p` starts once stage `p - 1` has returned, so the stages may hand
-/// state to each other through the closure, and the result is the one-thread result. When the
-/// team is busy the stages run in order on the calling thread. A stage that panics still
-/// lets the next ones run; the first panic is resumed here.
+/// over a value an earlier step split by rows over the threads, each stage reading (about)
+/// the band of rows its own core wrote; in the MLP step, reading half of them from the other
+/// core's cache had taken 27–28 µs where the relay takes 17–18. Stage `p` starts once stage
+/// `p - 1` has returned, so the stages may hand state to each other through the closure, and
+/// the result is the one-thread result. When the team is busy the stages run in order on
+/// the calling thread. On the team a stage that panics still lets the next ones run, and a
+/// panic is resumed here once every stage has finished (the caller's own first); in order
+/// on the calling thread the first panic ends the relay.
 pub(crate) fn relay(stages: usize, run: &(dyn Fn(usize) + Sync)) {
     /// Advances the relay when its stage returns or unwinds.
     struct Next<'a>(&'a AtomicUsize, usize);
@@ -330,41 +350,84 @@ mod tests {
         assert_eq!(sum.load(Ordering::SeqCst), 3);
     }
 
+    /// Runs `body` until one of its runs took the team (it returns whether it did): while
+    /// another test of this process holds the team, a relay runs on the calling thread.
+    fn until_on_the_team(mut body: impl FnMut() -> bool) {
+        for _ in 0..1000 {
+            if body() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(1));
+        }
+        panic!("the team stayed busy");
+    }
+
     #[test]
     fn a_relay_runs_its_stages_in_order_each_on_its_participant() {
         for stages in [2, 3] {
-            // Stage `p` sleeps longer the earlier it is, so stages that did not wait for
-            // their predecessors would record themselves out of order.
-            let order = Mutex::new(Vec::new());
-            let threads: Vec<Mutex<Option<thread::ThreadId>>> =
-                (0..stages).map(|_| Mutex::new(None)).collect();
-            // (While another test holds the team the stages run on this thread, in order.)
-            relay(stages, &|p| {
-                thread::sleep(Duration::from_millis(5 * (stages - p) as u64));
-                order.lock().unwrap().push(p);
-                *threads[p].lock().unwrap() = Some(thread::current().id());
+            until_on_the_team(|| {
+                // Stage `p` sleeps longer the earlier it is, so stages that did not wait for
+                // their predecessors would record themselves out of order.
+                let order = Mutex::new(Vec::new());
+                let threads: Vec<Mutex<Option<thread::ThreadId>>> =
+                    (0..stages).map(|_| Mutex::new(None)).collect();
+                relay(stages, &|p| {
+                    thread::sleep(Duration::from_millis(5 * (stages - p) as u64));
+                    order.lock().unwrap().push(p);
+                    *threads[p].lock().unwrap() = Some(thread::current().id());
+                });
+                assert_eq!(*order.lock().unwrap(), (0..stages).collect::<Vec<_>>());
+                let ids: Vec<_> = threads.iter().map(|t| t.lock().unwrap().unwrap()).collect();
+                assert_eq!(ids[stages - 1], thread::current().id());
+                // On the team every stage has a thread of its own.
+                (0..stages).all(|i| ids[i + 1..].iter().all(|b| *b != ids[i]))
             });
-            assert_eq!(*order.lock().unwrap(), (0..stages).collect::<Vec<_>>());
-            let ids: Vec<_> = threads.iter().map(|t| t.lock().unwrap().unwrap()).collect();
-            assert_eq!(ids[stages - 1], thread::current().id());
         }
     }
 
     #[test]
     fn a_panicking_stage_lets_the_relay_finish() {
-        let later = AtomicUsize::new(0);
-        let result = panic::catch_unwind(AssertUnwindSafe(|| {
-            relay(2, &|p| {
-                if p == 0 {
-                    panic!("stage zero");
-                }
-                later.fetch_add(1, Ordering::SeqCst);
-            })
+        until_on_the_team(|| {
+            let first = Mutex::new(None);
+            let later = AtomicUsize::new(0);
+            let result = panic::catch_unwind(AssertUnwindSafe(|| {
+                relay(2, &|p| {
+                    if p == 0 {
+                        *first.lock().unwrap() = Some(thread::current().id());
+                        panic!("stage zero");
+                    }
+                    later.fetch_add(1, Ordering::SeqCst);
+                })
+            }));
+            let payload = result.expect_err("the stage's panic is resumed");
+            assert_eq!(payload.downcast_ref::<&str>(), Some(&"stage zero"));
+            let on_the_team = *first.lock().unwrap() != Some(thread::current().id());
+            // On the team the later stage still ran; on this thread the panic ended it.
+            assert_eq!(later.load(Ordering::SeqCst), usize::from(on_the_team));
+            on_the_team
+        });
+    }
+
+    #[test]
+    fn more_participants_than_helpers_run_elsewhere_or_all() {
+        let ran = AtomicUsize::new(0);
+        assert!(!super::run_parts(MAX_HELPERS + 2, &|_| {
+            ran.fetch_add(1, Ordering::SeqCst);
         }));
-        // On the team the panic is resumed after the later stage ran; in the fallback the
-        // stages run on this thread and the panic ends the relay at once.
-        assert!(result.is_err());
-        assert!(later.load(Ordering::SeqCst) <= 1);
+        assert_eq!(ran.load(Ordering::SeqCst), 0);
+        // A relay of that many stages runs every one of them, in order.
+        let order = Mutex::new(Vec::new());
+        relay(MAX_HELPERS + 2, &|p| order.lock().unwrap().push(p));
+        assert_eq!(
+            *order.lock().unwrap(),
+            (0..MAX_HELPERS + 2).collect::<Vec<_>>()
+        );
+        // And a split of that many items runs every item once.
+        let counts: Vec<AtomicUsize> = (0..MAX_HELPERS + 6).map(|_| AtomicUsize::new(0)).collect();
+        crate::kernels::par_for_each((0..counts.len()).collect(), counts.len(), |i| {
+            counts[i].fetch_add(1, Ordering::SeqCst);
+        });
+        assert!(counts.iter().all(|c| c.load(Ordering::SeqCst) == 1));
     }
 
     #[test]

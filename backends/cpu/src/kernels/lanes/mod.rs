@@ -294,6 +294,8 @@ unsafe fn lanes_avx2<F: LaneFn>(x: &[f64], first: &mut [f64], second: &mut [f64]
 fn lanes<F: LaneFn>(x: &[f64], first: &mut [f64], second: &mut [f64]) -> bool {
     let n = x.len();
     let mut flagged = 0u64;
+    // The group form gives one result per element.
+    const { assert!(!F::WIDE || F::RESULTS == 1) };
     if F::WIDE {
         let (x_groups, x_rest) = x.as_chunks::<WIDTH>();
         let (out_groups, out_rest) = first[..n].as_chunks_mut::<WIDTH>();
