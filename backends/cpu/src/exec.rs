@@ -636,7 +636,7 @@ fn run_node(
             if kind.is_whole() {
                 reduce::reduce_all(kind.reducer(), x, out, threads, native)
             } else {
-                let rows_split = node.first_rows_split;
+                let rows_split = node.rows_split[0];
                 reduce::reduce_axes(
                     kind.reducer(),
                     x,
@@ -696,7 +696,7 @@ fn run_node(
                 threads,
                 native_f32: node.native_f32,
                 lhs_transposed: node.lhs_transposed,
-                lhs_rows_split: node.first_rows_split,
+                rows_split: node.rows_split,
             };
             matmul::matmul((a, ad), (b, bd), out_dims, out, product, pool)
         }

@@ -127,10 +127,11 @@ pub(crate) struct NodeStep {
     /// A `matmul` whose left operand is a folded `transpose`: `args[0]` is the transpose's
     /// operand, read through a transposed view (`matmul::lhs_transpose_folds`).
     pub lhs_transposed: bool,
-    /// `args[0]` is written by a step that splits its rows over the threads (when there are
-    /// several): a kernel that must go through those rows in order relays from core to core
-    /// (`team::relay`) instead of reading half of them from the other core's cache.
-    pub first_rows_split: bool,
+    /// Whether `args[0]` and `args[1]` are written by a step that splits its rows over the
+    /// threads (when there are several): a kernel that must go through those rows in order
+    /// relays from core to core (`team::relay`) instead of reading half of them from the
+    /// other core's cache.
+    pub rows_split: [bool; 2],
 }
 
 #[derive(Clone, Debug)]
@@ -562,7 +563,7 @@ impl Schedule {
                     Ok((slot(o.index())?, nodes[o.index()].ty.shape.dims().to_vec()))
                 })
                 .collect::<Result<Vec<_>>>()?;
-            let first_rows_split = args.first().is_some_and(|&(s, _)| spread[s]);
+            let rows_split = [0, 1].map(|a| args.get(a).is_some_and(|&(s, _)| spread[s]));
             steps.push(Step {
                 kind: StepKind::Node(NodeStep {
                     op: node.op.clone(),
@@ -589,7 +590,7 @@ impl Schedule {
                             _ => false,
                         },
                     lhs_transposed,
-                    first_rows_split,
+                    rows_split,
                 }),
                 free: Vec::new(),
                 check: nan_check(build, graph, i, &slot_of),

@@ -142,7 +142,7 @@ fn contiguous_sum<T: Elem, A: Acc>(x: &[T], threads: usize) -> Result<A> {
 
 /// A reduction over `axes` (sorted, distinct) of an operand of shape `dims`; sums and means
 /// in float32 accumulators when `native_f32`. `rows_split`: the operand was written split
-/// by rows over the threads (`NodeStep::first_rows_split`).
+/// by rows over the threads (`NodeStep::rows_split`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn reduce_axes(
     kind: Reducer,
