@@ -8,9 +8,12 @@
 //! sequential GEMM each), and a short one runs faer's parallel GEMM. None changes the order
 //! in which an element accumulates, so a product has the same bits whatever the thread count
 //! (tested against the sequential GEMM). Small products run our own kernel ([`small_gemm`]),
-//! and products of one column our own order at every size ([`matvec`]). A left operand that
-//! is a transposed matrix is read in place, with the bits of its copy's product
-//! ([`lhs_transpose_folds`]).
+//! products of one column our own order at every size ([`matvec`]), and the outer products
+//! faer would multiply one pass with its bits ([`outer`]). A left operand that is a
+//! transposed matrix is read in place, with the bits of its copy's product
+//! ([`lhs_transpose_folds`]). Products that go through the rows of an operand written split
+//! over the threads, in an order that cannot split, relay over those rows
+//! ([`matvec_transposed_relayed`], [`row_product_relayed`]).
 
 use crate::buffer::{Buffer, Elem, Pool, Storage, View, ViewMut};
 use crate::kernels::layout::broadcast_strides;
@@ -23,7 +26,7 @@ use quabla_ir::alloc::{self, AllocError};
 use quabla_ir::eval::{combine_lanes, SUM_LANES};
 use quabla_ir::DType;
 use smallvec::{smallvec, SmallVec};
-use std::ops::{Add, AddAssign};
+use std::ops::{Add, AddAssign, Mul};
 use std::sync::Mutex;
 
 /// Products of at least this many multiply-adds use more than one thread. Measured with
@@ -35,6 +38,10 @@ const PAR_MIN_FLOPS: usize = 1 << 21;
 /// (`team`) costs well under a microsecond: `1024x64 · 64x1` took 12.8 µs on one thread and
 /// 7.2 µs split, its transposed-operand form 14.7 and 8.3 µs (in the MLP step).
 const PAR_MIN_MATVEC_FLOPS: usize = 1 << 16;
+/// Outer products ([`outer`]) of at least this many elements split into bands of rows: they
+/// write their result at memory speed, and the step that reads it (the MLP step's `g W₃ᵀ`,
+/// 1024×64) splits the same way, so each core writes what it reads next.
+const PAR_MIN_OUTER: usize = 1 << 15;
 /// A large product with at least this many rows per thread splits into bands of rows, each
 /// a multiple of [`SPLIT_ALIGN_ROWS`] rows (the last takes the rest); a shorter one is left
 /// to faer's parallel product, which splits columns too.
@@ -70,8 +77,12 @@ pub(crate) fn splits_rows_when_threaded(m: usize, k: usize, n: usize) -> bool {
 
 /// Whether one large `m x k` by `k x n` product splits into bands of rows over `threads`. A
 /// one-column product needs only one aligned block of rows per thread: it never takes faer's
-/// parallel product (see [`matvec`]), so a short and wide one splits here.
+/// parallel product (see [`matvec`]), so a short and wide one splits here. An outer product
+/// ([`outer`]) splits from [`PAR_MIN_OUTER`] elements.
 fn in_bands(m: usize, k: usize, n: usize, threads: usize) -> bool {
+    if k == 1 && outer_is_faers(m, n) {
+        return threads > 1 && m * n >= PAR_MIN_OUTER && m >= SPLIT_ALIGN_ROWS * threads;
+    }
     let (min_rows, min_flops) = if n == 1 {
         (SPLIT_ALIGN_ROWS, PAR_MIN_MATVEC_FLOPS)
     } else {
@@ -83,7 +94,13 @@ fn in_bands(m: usize, k: usize, n: usize, threads: usize) -> bool {
 /// The element types faer multiplies for us: float64 (the reference) and float32 (native, at
 /// `Precision::Float32`).
 pub(crate) trait GemmElem:
-    faer::traits::ComplexField + Copy + Send + Sync + Add<Output = Self> + AddAssign
+    faer::traits::ComplexField
+    + Copy
+    + Send
+    + Sync
+    + Add<Output = Self>
+    + AddAssign
+    + Mul<Output = Self>
 {
     const ZERO: Self;
     const ONE: Self;
@@ -157,6 +174,8 @@ macro_rules! fma_builds {
 pub(crate) fn gemm<T: GemmElem>(a: &[T], b: &[T], c: &mut [T], m: usize, k: usize, n: usize) {
     if n == 1 {
         matvec(a, b, c, m, k);
+    } else if k == 1 && outer_is_faers(m, n) {
+        outer(a, b, c, m, n);
     } else if m * k * n <= SMALL_MAX_FLOPS {
         small_gemm(a, b, c, m, k, n);
     } else {
@@ -386,6 +405,31 @@ fn matvec_transposed_rows_body<T: GemmElem>(
             for (a, &xp) in lane.iter_mut().zip(&x[p * m + first..p * m + end]) {
                 *a = xp.mul_add(vp, *a);
             }
+        }
+    }
+}
+
+/// Whether faer's GEMM would multiply the outer product of an `m x 1` and a `1 x n` matrix
+/// (two or more columns, more than [`SMALL_MAX_FLOPS`] terms): [`outer`] then gives its bits.
+/// Smaller ones run [`small_gemm`], which adds the one term to `+0.0` (an exact zero product
+/// of either sign is `+0.0` there), and one-column ones [`matvec`].
+fn outer_is_faers(m: usize, n: usize) -> bool {
+    n >= 2 && m * n > SMALL_MAX_FLOPS
+}
+
+fma_builds!(
+    /// `c = a b` for `a` of `m x 1` and `b` of `1 x n`: every element the one IEEE product
+    /// `a[i] * b[j]`, which is what faer's GEMM computes for a product of depth one of two
+    /// or more rows (it takes the one term as it is, so an exact zero product keeps its sign;
+    /// tested against faer on signed zeros, underflow, infinities and NaN).
+    fn outer => outer_body(a: &[T], b: &[T], c: &mut [T], m: usize, n: usize)
+);
+
+#[inline(always)]
+fn outer_body<T: GemmElem>(a: &[T], b: &[T], c: &mut [T], m: usize, n: usize) {
+    for (row, &ai) in c.chunks_exact_mut(n).zip(&a[..m]) {
+        for (cij, &bj) in row.iter_mut().zip(&b[..n]) {
+            *cij = ai * bj;
         }
     }
 }
@@ -1191,6 +1235,88 @@ mod tests {
             let mut got = vec![f64::NAN; m - first];
             matvec_transposed(&x, &v, &mut got, (k, m), first);
             assert_eq!(got, want[first..], "transposed {m}x{k} from column {first}");
+        }
+    }
+
+    /// Outer products that faer would multiply have faer's bits through `outer`, in one
+    /// piece and in bands over threads, in float64, native float32 and the float32 reference
+    /// (widened, multiplied in float64, rounded): on ordinary values, exact zero products of
+    /// both signs (which keep their sign in faer's kernels), products that underflow,
+    /// `inf · 0` and NaN.
+    #[test]
+    fn outer_products_have_the_bits_of_faers_product() {
+        let specials = [
+            -1.0,
+            1e-200,
+            -1e-200,
+            0.0,
+            -0.0,
+            f64::INFINITY,
+            f64::NAN,
+            3.5,
+            1e-30,
+            -1e-30,
+        ];
+        let same = |x: f64, y: f64| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan());
+        for (m, n) in [(1024, 64), (4097, 2), (2, 8192), (300, 29)] {
+            assert!(outer_is_faers(m, n), "{m}x{n}");
+            let value = |i: usize, salt: f64| {
+                specials
+                    .get(i)
+                    .copied()
+                    .unwrap_or_else(|| (i as f64 * salt).sin() * 1e3)
+            };
+            let a: Vec<f64> = (0..m).map(|i| value(i, 0.37)).collect();
+            let b: Vec<f64> = (0..n).map(|j| value(j, 0.11)).collect();
+            let mut want = vec![0.0; m * n];
+            gemm_on(&a, &b, &mut want, m, 1, n, Par::Seq);
+            let a32: Vec<f32> = a.iter().map(|&x| x as f32).collect();
+            let b32: Vec<f32> = b.iter().map(|&x| x as f32).collect();
+            let mut want32 = vec![0.0f32; m * n];
+            gemm_on(&a32, &b32, &mut want32, m, 1, n, Par::Seq);
+            // The float32 reference: faer's float64 product of the widened operands, rounded.
+            let (a64, b64): (Vec<f64>, Vec<f64>) = (
+                a32.iter().map(|&x| f64::from(x)).collect(),
+                b32.iter().map(|&x| f64::from(x)).collect(),
+            );
+            let mut wide = vec![0.0; m * n];
+            gemm_on(&a64, &b64, &mut wide, m, 1, n, Par::Seq);
+            let reference32: Vec<f32> = wide.iter().map(|&x| x as f32).collect();
+            let mut pool = Pool::default();
+            for threads in [1, 2, 3] {
+                let context = format!("{m}x1x{n} on {threads} threads");
+                let mut got = vec![f64::NAN; m * n];
+                product(&a, &b, &[(0, 0)], &mut got, m, 1, n, threads);
+                assert!(
+                    got.iter().zip(&want).all(|(&g, &w)| same(g, w)),
+                    "{context}"
+                );
+                for native_f32 in [true, false] {
+                    let mut got = vec![f32::NAN; m * n];
+                    let how = Product {
+                        threads,
+                        native_f32,
+                        lhs_transposed: false,
+                        rows_split: [false, false],
+                    };
+                    matmul(
+                        (View::F32(&a32), &[m, 1]),
+                        (View::F32(&b32), &[1, n]),
+                        &[m, n],
+                        ViewMut::F32(&mut got),
+                        how,
+                        &mut pool,
+                    )
+                    .unwrap();
+                    let want = if native_f32 { &want32 } else { &reference32 };
+                    assert!(
+                        got.iter()
+                            .zip(want)
+                            .all(|(&g, &w)| same(f64::from(g), f64::from(w))),
+                        "float32 {context}, native: {native_f32}"
+                    );
+                }
+            }
         }
     }
 
