@@ -636,7 +636,6 @@ fn run_node(
             if kind.is_whole() {
                 reduce::reduce_all(kind.reducer(), x, out, threads, native)
             } else {
-                let rows_split = node.rows_split[0];
                 reduce::reduce_axes(
                     kind.reducer(),
                     x,
@@ -645,7 +644,7 @@ fn run_node(
                     out,
                     threads,
                     native,
-                    rows_split,
+                    node.rows_split[0],
                 )
             }
         }

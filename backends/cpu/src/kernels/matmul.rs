@@ -27,7 +27,6 @@ use quabla_ir::eval::{combine_lanes, SUM_LANES};
 use quabla_ir::DType;
 use smallvec::{smallvec, SmallVec};
 use std::ops::{Add, AddAssign, Mul};
-use std::sync::Mutex;
 
 /// Products of at least this many multiply-adds use more than one thread. Measured with
 /// `cargo xtask bench --scaling` on two cores: a 64x64 product (2^18) takes 10 us on one thread
@@ -305,16 +304,9 @@ fn matvec_transposed_relayed<T: GemmElem>(
     acc: &mut [T],
     threads: usize,
 ) {
-    let bands = split_ranges(k, threads, SPLIT_ALIGN_ROWS);
-    let acc = Mutex::new(acc);
-    super::team::relay(bands.len(), &|stage| {
-        let (first, end) = bands[stage];
-        let mut acc = acc.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        matvec_transposed_rows(x, v, &mut acc, (k, m), first..end);
+    super::team::relay_rows(k, (threads, SPLIT_ALIGN_ROWS), acc, |acc, rows| {
+        matvec_transposed_rows(x, v, acc, m, rows);
     });
-    let acc = acc
-        .into_inner()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
     for (j, cj) in c.iter_mut().enumerate() {
         let lanes: [T; MATVEC_LANES] = std::array::from_fn(|l| acc[l * m + j]);
         *cj = combine_lanes(&lanes);
@@ -337,12 +329,8 @@ fn row_product_relayed<T: GemmElem>(
     threads: usize,
 ) {
     c.fill(T::ZERO);
-    let bands = split_ranges(k, threads, SPLIT_ALIGN_ROWS);
-    let c = Mutex::new(c);
-    super::team::relay(bands.len(), &|stage| {
-        let (first, end) = bands[stage];
-        let mut c = c.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        row_product_rows(x, b, &mut c, n, first..end);
+    super::team::relay_rows(k, (threads, SPLIT_ALIGN_ROWS), c, |c, rows| {
+        row_product_rows(x, b, c, n, rows);
     });
 }
 
@@ -381,7 +369,7 @@ fma_builds!(
         x: &[T],
         v: &[T],
         acc: &mut [T],
-        shape: (usize, usize),
+        m: usize,
         rows: std::ops::Range<usize>,
     )
 );
@@ -391,7 +379,7 @@ fn matvec_transposed_rows_body<T: GemmElem>(
     x: &[T],
     v: &[T],
     acc: &mut [T],
-    (_, m): (usize, usize),
+    m: usize,
     rows: std::ops::Range<usize>,
 ) {
     // In chunks of columns whose eight lanes stay in the first-level cache (a column's terms
@@ -754,10 +742,9 @@ fn product_lhs_transposed<T: GemmElem>(
         row_product_relayed(x, b, c, (k, n), threads);
         return;
     }
-    let relays = super::team::relays(threads, std::mem::size_of_val(x));
     if n == 1
         && rows_split[0]
-        && relays
+        && super::team::relays(threads, std::mem::size_of_val(x))
         && k >= SPLIT_ALIGN_ROWS * threads
         && in_bands(m, k, n, threads)
     {

@@ -350,16 +350,15 @@ fn column_sums_relayed<T: Elem, A: Acc>(
     };
     let mut lanes = accumulators::<A>(SUM_LANES * cols)?;
     let mut sums = accumulators::<A>(rows.div_ceil(SUM_BLOCK) * cols)?;
-    let bands = split_ranges(rows, threads, SUM_LANES);
-    let state = Mutex::new((&mut lanes[..], &mut sums[..]));
-    super::team::relay(bands.len(), &|stage| {
-        let (first, end) = bands[stage];
-        let mut state = state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let (lanes, sums) = &mut *state;
-        column_rows(x, columns, first..end, lanes, sums);
-    });
+    let mut state = (&mut lanes[..], &mut sums[..]);
+    super::team::relay_rows(
+        rows,
+        (threads, SUM_LANES),
+        &mut state,
+        |(lanes, sums), band| {
+            column_rows(x, columns, band, lanes, sums);
+        },
+    );
     finish_columns(columns, &mut sums, acc);
     Ok(())
 }

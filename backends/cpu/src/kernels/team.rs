@@ -197,6 +197,27 @@ pub(crate) fn relay(stages: usize, run: &(dyn Fn(usize) + Sync)) {
     }
 }
 
+/// [`relay`] over the rows `0..rows` cut into one band per thread, with boundaries at
+/// multiples of `align` as a split step cuts them (`kernels::split_ranges`): `work(state,
+/// band)` for each band in order, each on its participant, `state` handed from one to the
+/// next.
+pub(crate) fn relay_rows<S: ?Sized + Send>(
+    rows: usize,
+    (threads, align): (usize, usize),
+    state: &mut S,
+    work: impl Fn(&mut S, std::ops::Range<usize>) + Sync,
+) {
+    let bands = super::split_ranges(rows, threads, align);
+    let state = Mutex::new(state);
+    relay(bands.len(), &|stage| {
+        let (first, end) = bands[stage];
+        let mut state = state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        work(&mut state, first..end);
+    });
+}
+
 /// Parks the waiting helpers now: called before a kernel that splits its work on rayon's
 /// pool, whose workers need the cores the helpers would spin on (the panels of a large LU
 /// solve, faer's parallel product). A no-op while the team runs a job.
