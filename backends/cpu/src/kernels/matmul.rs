@@ -2,8 +2,9 @@
 //! faer's GEMM in float64.
 //!
 //! float32 operands are widened to float64, multiplied, and the result rounded to float32 once
-//! (numerics.md §1.5); a plan compiled at `Precision::Float32` multiplies them natively in
-//! float32 instead. Batches are independent faer calls; large batched products split over
+//! (numerics.md §1.5); a large product on a machine with AVX-512 does that in one GEMM that
+//! widens while it packs ([`widening`], with faer's bits); a plan compiled at
+//! `Precision::Float32` multiplies them natively in float32 instead. Batches are independent faer calls; large batched products split over
 //! threads by batch, a single large product of many rows splits into bands of rows (one
 //! sequential GEMM each), and a short one runs faer's parallel GEMM. None changes the order
 //! in which an element accumulates, so a product has the same bits whatever the thread count
@@ -27,6 +28,9 @@ use quabla_ir::eval::{combine_lanes, SUM_LANES};
 use quabla_ir::DType;
 use smallvec::{smallvec, SmallVec};
 use std::ops::{Add, AddAssign, Mul};
+
+mod widening;
+use widening::Lhs;
 
 /// Products of at least this many multiply-adds use more than one thread. Measured with
 /// `cargo xtask bench --scaling` on two cores: a 64x64 product (2^18) takes 10 us on one thread
@@ -599,6 +603,19 @@ pub(crate) fn matmul(
         product(a, b, &pairs, c, m, k, n, threads);
         return Ok(());
     }
+    if let (View::F32(a32), View::F32(b32), ViewMut::F32(_)) = (&a, &b, &out) {
+        if widening::runs(m, k, n, threads) {
+            let ViewMut::F32(c32) = out else {
+                return Err(internal("a float32 matmul result is not float32"));
+            };
+            for (c, &(ia, ib)) in c32.chunks_mut(m * n).zip(&pairs) {
+                let a = Lhs::Rows(&a32[ia * m * k..(ia + 1) * m * k]);
+                let b = &b32[ib * k * n..(ib + 1) * k * n];
+                widening::product(a, b, c, (m, k, n), threads, pool)?;
+            }
+            return Ok(());
+        }
+    }
     if let ([(ia, ib)], View::F32(a32), View::F32(b32), ViewMut::F32(_)) =
         (pairs.as_slice(), &a, &b, &out)
     {
@@ -679,6 +696,9 @@ fn matmul_lhs_transposed(
         (View::F32(x), View::F32(b), ViewMut::F32(c)) if how.native_f32 => {
             product_lhs_transposed(x, b, c, (m, k, n), threads, how.rows_split);
             Ok(())
+        }
+        (View::F32(x), View::F32(b), ViewMut::F32(c)) if widening::runs(m, k, n, threads) => {
+            widening::product(Lhs::Transposed(x), b, c, (m, k, n), threads, pool)
         }
         (x, b, out) => {
             // The reference rule for float32 widens `x` anyway: widened as its transpose, the
@@ -891,7 +911,8 @@ fn product_in_depth_parts<T: GemmElem>(
 }
 
 /// The reference float32 product of one large `m x k` by `k x n` pair that splits into bands
-/// of rows: `b` is widened once, then each thread widens its band of `a`, multiplies it in
+/// of rows, where [`widening`] does not run (no AVX-512, or a shape it leaves): `b` is widened
+/// once, then each thread widens its band of `a`, multiplies it in
 /// float64 and rounds its band of the result, while the band is still in its cache. The bits
 /// are those of the product in [`matmul`]'s general path (the same bands, each the
 /// sequential product); two hand-offs to the threads instead of four (widening `b`, then the
