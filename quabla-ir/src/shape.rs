@@ -149,7 +149,13 @@ impl Default for Shape {
 
 impl PartialEq for Shape {
     fn eq(&self, other: &Shape) -> bool {
-        self.dims == other.dims
+        // The cached sizes first, then the extents one by one: shapes are short, and slice
+        // equality calls `memcmp`, which cost more than the comparison itself in the input
+        // checks of a small plan's call (an eighth of an L-BFGS evaluation, most of them of
+        // scalars, whose empty extents `memcmp` still took a slow path for).
+        self.size == other.size
+            && self.dims.len() == other.dims.len()
+            && self.dims.iter().zip(&other.dims).all(|(a, b)| a == b)
     }
 }
 

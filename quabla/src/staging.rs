@@ -821,6 +821,23 @@ impl Entry {
             .collect())
     }
 
+    /// Runs the plan on host buffers (in plan input order) and appends its outputs to
+    /// `outputs` in plan order, for a caller that keeps its inputs as host buffers and rewrites
+    /// them in place between runs (the L-BFGS evaluations). `false`, and nothing run, when the
+    /// result's leaves are not the plan's outputs in order; the caller then runs
+    /// [`Entry::run_leaves`].
+    pub(crate) fn run_host(
+        &self,
+        inputs: &[&HostTensor],
+        outputs: &mut Vec<HostTensor>,
+    ) -> Result<bool> {
+        if !self.outputs_in_order {
+            return Ok(false);
+        }
+        self.exe.run_borrowed(inputs, outputs)?;
+        Ok(true)
+    }
+
     /// Runs the plan on concrete inputs (in plan input order) and returns the result's leaves
     /// in flatten order, static leaves included, without building the result tree: what a
     /// caller that keeps a plan's state as flat buffers between runs (the optimizer's

@@ -638,3 +638,61 @@ fn lbfgs_traces_once_and_reports_its_limits() -> qb::Result<()> {
     assert_eq!(err.to_string(), "line_search must be \"strong_wolfe\"");
     Ok(())
 }
+
+#[test]
+fn an_lbfgs_minimizer_traces_once_per_signature_and_solves_as_minimize() -> qb::Result<()> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static TRACES: AtomicUsize = AtomicUsize::new(0);
+    // A float64 Rosenbrock in a dict and a float32 quadratic with a target argument.
+    let rosen = |p: &Params, scale: &Tensor| {
+        TRACES.fetch_add(1, Ordering::SeqCst);
+        let (x, y) = (&p["x"], &p["y"]);
+        ((1.0 - x)?.powi(2) + (y - x.powi(2)?)?.powi(2)?.mul(100.0)?)?.mul(scale)
+    };
+    let solver = optim::Lbfgs::new();
+    let bound = solver.minimizer(rosen);
+    let scale = qb::array(0.5)?;
+    for (x0, y0) in [(-1.2, 1.0), (0.5, -0.3), (2.0, 2.0)] {
+        let start = dict(&[("x", qb::array(x0)?), ("y", qb::array(y0)?)]);
+        let (sol, info) = bound.minimize(&start, &scale)?;
+        // The same iterates as a fresh `minimize`: the same solution and report, bit for bit.
+        let (want, want_info) = solver.minimize(rosen, &start, &scale)?;
+        assert_eq!(info, want_info);
+        for k in ["x", "y"] {
+            assert_eq!(sol[k].item()?.to_bits(), want[k].item()?.to_bits(), "{k}");
+        }
+        assert!(
+            info.converged && (sol["x"].item()? - 1.0).abs() < 1e-6,
+            "{info:?}"
+        );
+    }
+    // Three bound solves share one trace; each `minimize` traced its own.
+    assert_eq!(TRACES.load(Ordering::SeqCst), 1 + 3);
+
+    static QUADRATIC_TRACES: AtomicUsize = AtomicUsize::new(0);
+    let quadratic = |p: &Tensor, c: &Tensor| {
+        QUADRATIC_TRACES.fetch_add(1, Ordering::SeqCst);
+        (p - c).powi(2).sum()
+    };
+    let bound = optim::Lbfgs::new().minimizer(quadratic);
+    for target in [[1.5f32, -2.0, 0.25], [3.0, 0.5, -1.0]] {
+        let (sol, info) = bound.minimize(&qb::F32.zeros([3])?, &qb::F32.array(target)?)?;
+        assert_eq!(sol.dtype(), qb::F32);
+        assert_eq!(sol.to_vec::<f32>()?, target.to_vec());
+        assert!(info.converged, "{info:?}");
+    }
+    assert_eq!(QUADRATIC_TRACES.load(Ordering::SeqCst), 1);
+    // Another signature (four parameters) traces again; the first one stays cached.
+    let (sol, _) = bound.minimize(&qb::F32.zeros([4])?, &qb::F32.array([1.0, 2.0, 3.0, 4.0])?)?;
+    assert_eq!(sol.to_vec::<f32>()?, vec![1.0, 2.0, 3.0, 4.0]);
+    bound.minimize(&qb::F32.zeros([3])?, &qb::F32.zeros([3])?)?;
+    assert_eq!(QUADRATIC_TRACES.load(Ordering::SeqCst), 2);
+    // Option errors are reported by the bound solver too.
+    let err = optim::Lbfgs::new()
+        .history(0)
+        .minimizer(quadratic)
+        .minimize(&qb::F32.zeros([3])?, &qb::F32.zeros([3])?)
+        .unwrap_err();
+    assert_eq!(err.to_string(), "LBFGS history must be at least 1");
+    Ok(())
+}

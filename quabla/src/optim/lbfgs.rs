@@ -1,7 +1,10 @@
 //! L-BFGS (numerics.md §8.6): a full-batch quasi-Newton minimizer run on the host over one
 //! float64 vector that concatenates the parameter leaves in flatten order. The loss and its
-//! gradient come from one jitted `value_and_grad`, traced once per signature; float32 leaves are
-//! stored rounded to float32 and evaluated at float32.
+//! gradient come from one jitted `value_and_grad`, traced once per signature, whose compiled
+//! plan each evaluation runs on flat inputs (no tree built or looked up per evaluation);
+//! float32 leaves are stored rounded to float32 and evaluated at float32. [`Lbfgs::minimize`]
+//! traces per call, as a fresh closure must; [`Lbfgs::minimizer`] binds one objective and keeps
+//! its plans between solves.
 //!
 //! The direction is the two-loop recursion over the newest `history` curvature pairs; the step
 //! comes from a strong-Wolfe line search (bracketing, then zoom with safeguarded cubic
@@ -10,11 +13,16 @@
 
 use super::float_leaves;
 use crate::error::{Error, Result};
+use crate::staging::{with_host_refs, Entry};
 use crate::tensor::Tensor;
+use crate::transforms::jit::Jit;
 use crate::tree::{Tree, TreeDef};
 use crate::DType;
+use quabla_backend::HostTensor;
+use quabla_ir::HostData;
 use std::collections::VecDeque;
 use std::fmt;
+use std::sync::Arc;
 
 const C1: f64 = 1e-4;
 const C2: f64 = 0.9;
@@ -118,32 +126,125 @@ impl Layout {
         }
     }
 
-    fn tree<P: Tree>(&self, x: &[f64]) -> Result<P> {
+    /// The parameter leaves at `x`, appended to `out`.
+    fn tensors(&self, x: &[f64], out: &mut Vec<Tensor>) -> Result<()> {
         let mut at = 0;
-        let mut tensors = Vec::with_capacity(self.leaves.len());
         for (shape, dtype, n) in &self.leaves {
             let part = &x[at..at + n];
             at += n;
-            tensors.push(match dtype {
+            out.push(match dtype {
                 DType::F32 => Tensor::from_vec(shape, part.iter().map(|&v| v as f32).collect())?,
                 _ => Tensor::from_vec(shape, part.to_vec())?,
             });
         }
+        Ok(())
+    }
+
+    fn tree<P: Tree>(&self, x: &[f64]) -> Result<P> {
+        let mut tensors = Vec::with_capacity(self.leaves.len());
+        self.tensors(x, &mut tensors)?;
         super::rebuild(&self.def, tensors)
     }
 
-    fn flat<P: Tree>(&self, grads: &P) -> Result<Vec<f64>> {
-        let (tensors, def) = float_leaves("LBFGS", grads)?;
-        if def != self.def {
-            return Err(Error::Internal {
-                message: "the gradient tree differs from the parameters".into(),
-            });
+    /// Writes the parameter leaves at `x` into the first buffers of `host`, in place where
+    /// a buffer is not shared.
+    fn write(&self, x: &[f64], host: &mut [HostTensor]) {
+        let mut at = 0;
+        for ((_, _, n), buffer) in self.leaves.iter().zip(host) {
+            let part = &x[at..at + n];
+            at += n;
+            match &mut buffer.data {
+                HostData::F32(data) => match Arc::get_mut(data) {
+                    Some(data) => {
+                        for (d, &v) in data.iter_mut().zip(part) {
+                            *d = v as f32;
+                        }
+                    }
+                    None => *data = part.iter().map(|&v| v as f32).collect(),
+                },
+                HostData::F64(data) => match Arc::get_mut(data) {
+                    Some(data) => data.copy_from_slice(part),
+                    None => *data = Arc::from(part),
+                },
+                // `Layout::of` admits floating leaves only.
+                HostData::Bool(_) => {}
+            }
         }
-        let mut g = Vec::new();
-        for t in &tensors {
-            g.extend(t.astype(DType::F64)?.to_vec::<f64>()?);
+    }
+
+    /// The loss and the flat gradient from the outputs of the `value_and_grad` plan: the
+    /// loss, then one gradient leaf per parameter leaf.
+    fn loss_and_gradient(&self, outputs: &[HostTensor]) -> Result<(f64, Vec<f64>)> {
+        let widened = |t: &HostTensor| match &t.data {
+            HostData::F32(v) => Ok(v.iter().map(|&v| f64::from(v)).collect::<Vec<f64>>()),
+            HostData::F64(v) => Ok(v.to_vec()),
+            HostData::Bool(_) => Err(unexpected_outputs()),
+        };
+        let (Some(loss), grads) = (outputs.first(), &outputs[1.min(outputs.len())..]) else {
+            return Err(unexpected_outputs());
+        };
+        let loss = match widened(loss)?.as_slice() {
+            &[loss] => loss,
+            _ => return Err(unexpected_outputs()),
+        };
+        if grads.len() != self.leaves.len() {
+            return Err(unexpected_outputs());
         }
-        Ok(g)
+        let mut g = Vec::with_capacity(self.leaves.iter().map(|(_, _, n)| n).sum());
+        for (grad, (_, _, n)) in grads.iter().zip(&self.leaves) {
+            let part = widened(grad)?;
+            if part.len() != *n {
+                return Err(unexpected_outputs());
+            }
+            g.extend(part);
+        }
+        Ok((loss, g))
+    }
+}
+
+fn unexpected_outputs() -> Error {
+    Error::Internal {
+        message: "the LBFGS value_and_grad plan returned outputs of another form".into(),
+    }
+}
+
+/// The jitted `value_and_grad` of an objective, with respect to its parameters.
+type ValueAndGrad<'f, P, A> = Jit<Staged<'f, P, A>, (P, A), (Tensor, P)>;
+type Staged<'f, P, A> = Box<dyn Fn((P, A)) -> Result<(Tensor, P)> + 'f>;
+
+fn value_and_grad_of<'f, P, A, F>(f: F) -> ValueAndGrad<'f, P, A>
+where
+    P: Tree + 'f,
+    A: Tree + 'f,
+    F: Fn(&P, &A) -> Result<Tensor> + 'f,
+{
+    let staged: Staged<'f, P, A> = Box::new(move |(p, a): (P, A)| {
+        crate::value_and_grad(|(p, a): (P, A)| f(&p, &a)).call::<Tensor, (Tensor, P)>(&(p, a))
+    });
+    crate::jit(staged).name("LBFGS.minimize")
+}
+
+/// An [`Lbfgs`] configuration bound to one objective ([`Lbfgs::minimizer`]): every solve
+/// reuses the plans compiled for the signatures seen before (as a jitted function does), so
+/// only the first solve of a signature traces and compiles.
+pub struct LbfgsMinimizer<'f, P, A> {
+    config: Lbfgs,
+    value_and_grad: ValueAndGrad<'f, P, A>,
+}
+
+impl<P: Tree, A: Tree + Clone> LbfgsMinimizer<'_, P, A> {
+    /// Minimizes the bound objective from `params` with `args`: as [`Lbfgs::minimize`].
+    pub fn minimize(&self, params: &P, args: &A) -> Result<(P, LbfgsInfo)> {
+        self.config.validate()?;
+        self.config.solve(&self.value_and_grad, params, args)
+    }
+}
+
+impl<P, A> fmt::Debug for LbfgsMinimizer<'_, P, A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LbfgsMinimizer")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 
@@ -279,18 +380,84 @@ impl Lbfgs {
         F: Fn(&P, &A) -> Result<Tensor>,
     {
         self.validate()?;
+        self.solve(&value_and_grad_of(f), params, args)
+    }
+
+    /// This configuration bound to the objective `f`, for several solves: the solves of one
+    /// signature (the parameters' and arguments' structure, shapes and dtypes) share one
+    /// traced and compiled `value_and_grad`, where each [`Lbfgs::minimize`] call traces its
+    /// closure afresh. The objective is traced once per signature, so values it captures are
+    /// read at that trace, as in any jitted function.
+    ///
+    /// ```
+    /// use quabla as qb;
+    /// use qb::prelude::*;
+    /// let f = |p: &qb::Tensor, target: &qb::Tensor| (p - target).powi(2).sum();
+    /// let solver = qb::optim::Lbfgs::new().minimizer(f);
+    /// for target in [1.0, 2.0] {
+    ///     let (x, info) = solver.minimize(&qb::array([0.0, 0.0])?, &qb::array(target)?)?;
+    ///     assert!(info.converged && (x.to_vec::<f64>()?[1] - target).abs() < 1e-8);
+    /// }
+    /// # Ok::<(), qb::Error>(())
+    /// ```
+    pub fn minimizer<'f, P, A, F>(&self, f: F) -> LbfgsMinimizer<'f, P, A>
+    where
+        P: Tree + 'f,
+        A: Tree + Clone + 'f,
+        F: Fn(&P, &A) -> Result<Tensor> + 'f,
+    {
+        LbfgsMinimizer {
+            config: self.clone(),
+            value_and_grad: value_and_grad_of(f),
+        }
+    }
+
+    /// The minimization itself, evaluating through `value_and_grad`.
+    fn solve<P, A>(
+        &self,
+        value_and_grad: &ValueAndGrad<'_, P, A>,
+        params: &P,
+        args: &A,
+    ) -> Result<(P, LbfgsInfo)>
+    where
+        P: Tree,
+        A: Tree + Clone,
+    {
         let (layout, mut x) = Layout::of(params)?;
         layout.round(&mut x);
-        let value_and_grad = crate::jit(|(p, a): (P, A)| {
-            crate::value_and_grad(|(p, a): (P, A)| f(&p, &a)).call::<Tensor, (Tensor, P)>(&(p, a))
-        })
-        .name("LBFGS.minimize");
+        // The plan for the parameters as every evaluation builds them (fresh tensors of their
+        // dtypes), and the arguments' tensor leaves, its remaining inputs.
+        let entry: Arc<Entry> = value_and_grad.compiled(&(layout.tree::<P>(&x)?, args.clone()))?;
+        let (arg_leaves, _) = crate::tree::flatten(args);
+        let arg_tensors: Vec<Tensor> = arg_leaves
+            .iter()
+            .filter_map(|l| l.as_tensor().cloned())
+            .collect();
+        // The plan's inputs as host buffers: the parameter leaves, rewritten in place at each
+        // evaluation (no tensor is built per evaluation), then the arguments' leaves.
+        let mut host = Vec::with_capacity(layout.leaves.len() + arg_tensors.len());
+        let mut first = Vec::with_capacity(layout.leaves.len());
+        layout.tensors(&x, &mut first)?;
+        for t in first.iter().chain(&arg_tensors) {
+            host.push(t.host()?.clone());
+        }
+        drop(first);
+        let mut outputs = Vec::new();
         let evaluations = std::cell::Cell::new(0usize);
         let mut evaluate = |x: &[f64]| -> Result<(f64, Vec<f64>)> {
             evaluations.set(evaluations.get() + 1);
-            let p: P = layout.tree(x)?;
-            let (value, grads) = value_and_grad.call(&(p, args.clone()))?;
-            Ok((value.item()?, layout.flat(&grads)?))
+            // The last outputs go first: one may share an input's buffer.
+            outputs.clear();
+            layout.write(x, &mut host);
+            let ran = with_host_refs(host.iter().map(Ok), |refs| {
+                entry.run_host(refs, &mut outputs)
+            })?;
+            // Every leaf of `(loss, gradients)` is a tensor, so the plan's outputs are the
+            // result's leaves in order.
+            if !ran {
+                return Err(unexpected_outputs());
+            }
+            layout.loss_and_gradient(&outputs)
         };
         let (mut fx, mut g) = evaluate(&x)?;
         if !fx.is_finite() {

@@ -24,7 +24,7 @@ pub mod schedules;
 pub mod trainer;
 
 pub use clip::clip_by_global_norm;
-pub use lbfgs::{Lbfgs, LbfgsInfo, StopReason};
+pub use lbfgs::{Lbfgs, LbfgsInfo, LbfgsMinimizer, StopReason};
 pub use rules::{Adam, AdamW, Optimizer, Sgd, State};
 pub use schedules::{
     constant, cosine_decay, exponential_decay, piecewise_constant, warmup_cosine_decay, Constant,

@@ -202,27 +202,40 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
         CallScratch::with(|scratch| {
             let def = args.flatten(&mut scratch.leaves);
             let leaves = &scratch.leaves;
-            self.check_static(&def, leaves)?;
-            let entry =
-                match self
-                    .shell
-                    .cache
-                    .lookup(&def, leaves, Wrt::Nothing, &self.shell.target)
-                {
-                    Some(entry) => entry,
-                    None => {
-                        self.check_keys(&def, leaves)?;
-                        let signature =
-                            Signature::of(&def, leaves, Wrt::Nothing, &self.shell.target);
-                        let owner = self.shell.owner(&self.arg_names);
-                        self.shell.cache.get_or_build(&owner, signature, |sig| {
-                            let prepared =
-                                Prepared::new(&def, leaves, Wrt::Nothing, &self.arg_names, false)?;
-                            self.trace_and_compile(sig, &prepared)
-                        })?
-                    }
-                };
+            let entry = self.entry_for(&def, leaves)?;
             entry.call(&def, leaves, Wrt::Nothing, &[], &mut scratch.outputs)
+        })
+    }
+
+    /// The compiled plan for the signature of `args`, from the cache or traced now, for a
+    /// caller that runs it many times on flat inputs (`Entry::run_leaves`: the tensor leaves
+    /// of the arguments in flatten order) instead of calling with a tree each time. An error
+    /// inside another trace, where a jitted function has no plan of its own.
+    pub(crate) fn compiled(&self, args: &A) -> Result<Arc<Entry>> {
+        self.check_config()?;
+        if trace::active() {
+            return Err(Error::invalid(format!(
+                "{} runs compiled plans on the host and cannot be called inside a traced function",
+                self.shell.config.name
+            )));
+        }
+        let (leaves, def) = tree::flatten(args);
+        self.entry_for(&def, &leaves)
+    }
+
+    /// The cached entry for a call's leaves, or a new one traced and compiled.
+    fn entry_for(&self, def: &TreeDef, leaves: &[Leaf]) -> Result<Arc<Entry>> {
+        self.check_static(def, leaves)?;
+        let target = &self.shell.target;
+        if let Some(entry) = self.shell.cache.lookup(def, leaves, Wrt::Nothing, target) {
+            return Ok(entry);
+        }
+        self.check_keys(def, leaves)?;
+        let signature = Signature::of(def, leaves, Wrt::Nothing, target);
+        let owner = self.shell.owner(&self.arg_names);
+        self.shell.cache.get_or_build(&owner, signature, |sig| {
+            let prepared = Prepared::new(def, leaves, Wrt::Nothing, &self.arg_names, false)?;
+            self.trace_and_compile(sig, &prepared)
         })
     }
 
