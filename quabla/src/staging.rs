@@ -824,8 +824,8 @@ impl Entry {
     /// Runs the plan on host buffers (in plan input order) and appends its outputs to
     /// `outputs` in plan order, for a caller that keeps its inputs as host buffers and rewrites
     /// them in place between runs (the L-BFGS evaluations). `false`, and nothing run, when the
-    /// result's leaves are not the plan's outputs in order; the caller then runs
-    /// [`Entry::run_leaves`].
+    /// result's leaves are not the plan's outputs in order (a result with static leaves),
+    /// which such a caller must handle through [`Entry::run_leaves`] or reject.
     pub(crate) fn run_host(
         &self,
         inputs: &[&HostTensor],

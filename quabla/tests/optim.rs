@@ -696,3 +696,67 @@ fn an_lbfgs_minimizer_traces_once_per_signature_and_solves_as_minimize() -> qb::
     assert_eq!(err.to_string(), "LBFGS history must be at least 1");
     Ok(())
 }
+
+#[test]
+fn lbfgs_solves_mixed_trees_without_touching_its_inputs() -> qb::Result<()> {
+    // A float32 and a float64 leaf, arguments mixing a tensor with static numbers, and a
+    // gradient that is a parameter itself (`d/dp 0.5 p·p = p`, possibly its input buffer):
+    // minimum at `a = 2 c`, `b = -s` (closed form).
+    type Mixed = (Tensor, Tensor);
+    let f = |p: &Mixed, args: &(Tensor, f64, i64)| {
+        let (c, s, k) = args;
+        let fa = (&p.0 - c.mul(2.0)?.astype(qb::F32)?)?.powi(2)?.sum()?;
+        let fb = (&p.1 + *s)?.powi(2)?.sum()?.mul(*k as f64)?;
+        let half_norm = p.1.powi(2)?.sum()?.mul(0.0)?;
+        fa.astype(qb::F64)? + fb + half_norm
+    };
+    let start = (qb::F32.array([0.0, 1.0, -1.0])?, qb::array([[3.0, 4.0]])?);
+    let c = qb::array([0.5, -1.25, 3.0])?;
+    let args = (c.clone(), 1.5, 3i64);
+    let before = (
+        start.0.to_vec::<f32>()?,
+        start.1.to_vec::<f64>()?,
+        c.to_vec::<f64>()?,
+    );
+    let bound = optim::Lbfgs::new().minimizer(f);
+    for _ in 0..2 {
+        let ((a, b), info) = bound.minimize(&start, &args)?;
+        assert!(info.converged, "{info:?}");
+        assert_eq!((a.dtype(), b.dtype()), (qb::F32, qb::F64));
+        assert_eq!(a.to_vec::<f32>()?, vec![1.0, -2.5, 6.0]);
+        for v in b.to_vec::<f64>()? {
+            assert!((v + 1.5).abs() < 1e-9, "{v}");
+        }
+    }
+    // Nothing the caller passed changed.
+    let after = (
+        start.0.to_vec::<f32>()?,
+        start.1.to_vec::<f64>()?,
+        c.to_vec::<f64>()?,
+    );
+    assert_eq!(before, after);
+    // The gradient is the parameter: 0.5 |p|^2 from (3, -4) reaches 0.
+    let g = |p: &Tensor, _: &()| p.powi(2)?.sum()?.mul(0.5);
+    let p0 = qb::array([3.0, -4.0])?;
+    let (p, info) = optim::Lbfgs::new().minimize(g, &p0, &())?;
+    assert!(info.converged && p.to_vec::<f64>()?.iter().all(|v| v.abs() < 1e-9));
+    assert_eq!(p0.to_vec::<f64>()?, vec![3.0, -4.0]);
+    Ok(())
+}
+
+#[test]
+fn lbfgs_inside_a_trace_is_a_tracer_error() -> qb::Result<()> {
+    let inner = |p: &Tensor, _: &()| p.powi(2)?.sum();
+    let outer = qb::jit(|p: Tensor| {
+        let (x, _) = optim::Lbfgs::new().minimize(inner, &p, &())?;
+        Ok(x)
+    });
+    let err = outer.call(&qb::array([1.0, 2.0])?).unwrap_err();
+    assert!(matches!(err, qb::Error::Tracer { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("cannot be called inside a traced function"),
+        "{err}"
+    );
+    Ok(())
+}

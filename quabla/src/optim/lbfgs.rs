@@ -384,10 +384,14 @@ impl Lbfgs {
     }
 
     /// This configuration bound to the objective `f`, for several solves: the solves of one
-    /// signature (the parameters' and arguments' structure, shapes and dtypes) share one
-    /// traced and compiled `value_and_grad`, where each [`Lbfgs::minimize`] call traces its
-    /// closure afresh. The objective is traced once per signature, so values it captures are
-    /// read at that trace, as in any jitted function.
+    /// signature (the parameters' and arguments' structure, shapes and dtypes, and the values
+    /// of their static leaves) share one traced and compiled `value_and_grad`, where each
+    /// [`Lbfgs::minimize`] call traces its closure afresh. As in any jitted function, values
+    /// the objective captures are read when it is traced, and a number that changes between
+    /// solves should be passed as a tensor argument rather than a Rust `f64` (a static leaf:
+    /// each value traces again, and the cache keeps [`crate::Jit::max_traces`] of them). The
+    /// minimizer holds the objective as it is (a closure need not be `Send`), so it stays on
+    /// the thread that made it.
     ///
     /// ```
     /// use quabla as qb;
@@ -423,6 +427,14 @@ impl Lbfgs {
         P: Tree,
         A: Tree + Clone,
     {
+        if crate::trace::active() {
+            return Err(Error::Tracer {
+                kind: crate::error::TracerErrorKind::Concretization,
+                message: "LBFGS runs on the host with concrete values and cannot be called \
+                          inside a traced function; call minimize outside jit/grad/vmap"
+                    .into(),
+            });
+        }
         let (layout, mut x) = Layout::of(params)?;
         layout.round(&mut x);
         // The plan for the parameters as every evaluation builds them (fresh tensors of their

@@ -208,16 +208,21 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
     }
 
     /// The compiled plan for the signature of `args`, from the cache or traced now, for a
-    /// caller that runs it many times on flat inputs (`Entry::run_leaves`: the tensor leaves
-    /// of the arguments in flatten order) instead of calling with a tree each time. An error
-    /// inside another trace, where a jitted function has no plan of its own.
+    /// caller that runs it many times on flat inputs (`Entry::run_host` or
+    /// `Entry::run_leaves`: the tensor leaves of the arguments in flatten order) instead of
+    /// calling with a tree each time. A concretization error inside another trace, where a
+    /// jitted function has no plan of its own and the caller's host loop cannot run.
     pub(crate) fn compiled(&self, args: &A) -> Result<Arc<Entry>> {
         self.check_config()?;
         if trace::active() {
-            return Err(Error::invalid(format!(
-                "{} runs compiled plans on the host and cannot be called inside a traced function",
-                self.shell.config.name
-            )));
+            return Err(Error::Tracer {
+                kind: crate::error::TracerErrorKind::Concretization,
+                message: format!(
+                    "{} runs on the host with concrete values and cannot be called inside a \
+                     traced function; call it outside jit/grad/vmap",
+                    self.shell.config.name
+                ),
+            });
         }
         let (leaves, def) = tree::flatten(args);
         self.entry_for(&def, &leaves)

@@ -2,10 +2,11 @@
 //! faer's GEMM in float64.
 //!
 //! float32 operands are widened to float64, multiplied, and the result rounded to float32 once
-//! (numerics.md §1.5); a large product on a machine with AVX-512 does that in one GEMM that
-//! widens while it packs ([`widening`], with faer's bits); a plan compiled at
-//! `Precision::Float32` multiplies them natively in float32 instead. Batches are independent faer calls; large batched products split over
-//! threads by batch, a single large product of many rows splits into bands of rows (one
+//! (numerics.md §1.5); a large product on a machine with AVX-512 does that in one GEMM
+//! that widens while it packs ([`widening`], with faer's bits); a plan compiled at
+//! `Precision::Float32` multiplies them natively in float32 instead. Batches are
+//! independent faer calls; large batched products split over threads by batch (the widening
+//! GEMM's batches too), a single large product of many rows splits into bands of rows (one
 //! sequential GEMM each), and a short one runs faer's parallel GEMM. None changes the order
 //! in which an element accumulates, so a product has the same bits whatever the thread count
 //! (tested against the sequential GEMM). Small products run our own kernel ([`small_gemm`]),
@@ -604,16 +605,12 @@ pub(crate) fn matmul(
         return Ok(());
     }
     if let (View::F32(a32), View::F32(b32), ViewMut::F32(_)) = (&a, &b, &out) {
-        if widening::runs(m, k, n, threads) {
+        let threads_per_product = if pairs.len() == 1 { threads } else { 1 };
+        if widening::runs(m, k, n, threads_per_product) {
             let ViewMut::F32(c32) = out else {
                 return Err(internal("a float32 matmul result is not float32"));
             };
-            for (c, &(ia, ib)) in c32.chunks_mut(m * n).zip(&pairs) {
-                let a = Lhs::Rows(&a32[ia * m * k..(ia + 1) * m * k]);
-                let b = &b32[ib * k * n..(ib + 1) * k * n];
-                widening::product(a, b, c, (m, k, n), threads, pool)?;
-            }
-            return Ok(());
+            return widening::products(a32, b32, &pairs, c32, (m, k, n), threads, pool);
         }
     }
     if let ([(ia, ib)], View::F32(a32), View::F32(b32), ViewMut::F32(_)) =
@@ -1458,7 +1455,8 @@ mod tests {
 
     #[test]
     fn float32_reference_products_in_bands_have_the_bits_of_the_rounded_product() {
-        // Over the band threshold for 2 and 3 threads; one thread takes the general path.
+        // Over the band threshold for 2 and 3 threads. On a machine with AVX-512 `matmul`
+        // runs the widening GEMM; the bands of the general path are called directly.
         for (m, k, n) in [(70, 300, 110), (512, 64, 64), (49, 1001, 47)] {
             let a: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
             let b: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.11).cos() * 3.0).collect();
@@ -1488,7 +1486,87 @@ mod tests {
                 .unwrap();
                 let got: Vec<u32> = c.iter().map(|x| x.to_bits()).collect();
                 assert!(got == want, "{m}x{k}x{n} on {threads} threads");
+                if threads > 1 && in_bands(m, k, n, threads) {
+                    let mut c = vec![f32::NAN; m * n];
+                    reference_f32_in_bands(&a, &b, &mut c, (m, k, n), threads, &mut pool).unwrap();
+                    let got: Vec<u32> = c.iter().map(|x| x.to_bits()).collect();
+                    assert!(got == want, "bands of {m}x{k}x{n} on {threads} threads");
+                }
             }
+        }
+    }
+
+    #[test]
+    fn float32_reference_batches_and_folded_transposes_have_the_bits_of_the_rounded_products() {
+        // Shapes the widening GEMM takes on one thread (where the machine has AVX-512): a
+        // batch against a shared and against a batched right operand, and a folded transpose.
+        let (m, k, n, batch) = (40, 600, 50, 3);
+        let a: Vec<f32> = (0..batch * m * k)
+            .map(|i| (i as f32 * 0.37).sin())
+            .collect();
+        let b: Vec<f32> = (0..batch * k * n)
+            .map(|i| (i as f32 * 0.11).cos())
+            .collect();
+        let rounded = |a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize)| -> Vec<u32> {
+            let a64: Vec<f64> = a.iter().map(|&x| f64::from(x)).collect();
+            let b64: Vec<f64> = b.iter().map(|&x| f64::from(x)).collect();
+            let mut c = vec![0.0; m * n];
+            gemm(&a64, &b64, &mut c, m, k, n);
+            c.iter().map(|&x| (x as f32).to_bits()).collect()
+        };
+        let mut pool = Pool::default();
+        for threads in [1, 2, 3] {
+            let how = Product {
+                threads,
+                native_f32: false,
+                lhs_transposed: false,
+                rows_split: [false, false],
+            };
+            for b_dims in [vec![k, n], vec![batch, k, n]] {
+                let mut c = vec![f32::NAN; batch * m * n];
+                matmul(
+                    (View::F32(&a), &[batch, m, k]),
+                    (View::F32(&b[..b_dims.iter().product()]), &b_dims),
+                    &[batch, m, n],
+                    ViewMut::F32(&mut c),
+                    how,
+                    &mut pool,
+                )
+                .unwrap();
+                for i in 0..batch {
+                    let bi = if b_dims.len() == 3 { i } else { 0 };
+                    let want = rounded(
+                        &a[i * m * k..(i + 1) * m * k],
+                        &b[bi * k * n..(bi + 1) * k * n],
+                        (m, k, n),
+                    );
+                    let got: Vec<u32> = c[i * m * n..(i + 1) * m * n]
+                        .iter()
+                        .map(|x| x.to_bits())
+                        .collect();
+                    assert!(got == want, "batch {i}, b {b_dims:?}, {threads} threads");
+                }
+            }
+            // `xᵀ b` with `x` of `k x m` read as the left operand's transpose.
+            let x = &a[..k * m];
+            let copy: Vec<f32> = (0..m * k).map(|q| x[(q % k) * m + q / k]).collect();
+            let want = rounded(&copy, &b[..k * n], (m, k, n));
+            let mut c = vec![f32::NAN; m * n];
+            let folded = Product {
+                lhs_transposed: true,
+                ..how
+            };
+            matmul(
+                (View::F32(x), &[k, m]),
+                (View::F32(&b[..k * n]), &[k, n]),
+                &[m, n],
+                ViewMut::F32(&mut c),
+                folded,
+                &mut pool,
+            )
+            .unwrap();
+            let got: Vec<u32> = c.iter().map(|x| x.to_bits()).collect();
+            assert!(got == want, "folded transpose on {threads} threads");
         }
     }
 

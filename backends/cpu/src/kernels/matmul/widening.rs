@@ -14,7 +14,9 @@
 //! each block from `+0.0` by one fused multiply-add per term in order, and the blocks are
 //! added to the first in order. A test compares the two bit for bit over many shapes and
 //! special values, so the general path stays a valid fallback: which of the two runs may
-//! depend on the machine and the thread count ([`runs`]), the bits do not.
+//! depend on the machine and the thread count ([`runs`]), the bits do not. (Except in one
+//! respect no path promises: where two different NaNs meet in one sum, which payload
+//! survives depends on the operand order the compiler picks for an addition.)
 //!
 //! This module owns the packing, the register kernel and the split into bands of rows; it
 //! must not decide anything about float64 or native float32 products.
@@ -22,8 +24,9 @@
 // Off x86-64 `runs` is false and only the portable helpers below are compiled, unused.
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_imports))]
 
-use super::{in_bands, row_bands, splits_depth, DEPTH_BLOCK, SMALL_MAX_FLOPS};
+use super::{in_bands, row_bands, DEPTH_BLOCK, SMALL_MAX_FLOPS};
 use crate::buffer::{Pool, Storage, ViewMut};
+use crate::kernels::split_ranges;
 use crate::kernels::{internal, par_for_each, scratch_oom};
 use quabla_backend::Result;
 use quabla_ir::DType;
@@ -59,14 +62,12 @@ pub(super) enum Lhs<'a> {
 /// Whether the float32 reference product of an `m x k` by `k x n` pair on `threads` threads
 /// runs here. The machine needs AVX-512; the product must be too large for `small_gemm`,
 /// have rows for a few tiles and columns for a full one, and on several threads be one that
-/// the general path would split into bands of rows (the one split done here) rather than
-/// over faer's threads or over its depth. Everything else stays on the general path, which
-/// gives the same bits.
+/// the general path would split into bands of rows (the one split of a single product done
+/// here) rather than over faer's threads. Everything else stays on the general path, which
+/// gives the same bits. (A batch of products splits over its pairs: see [`products`].)
 pub(super) fn runs(m: usize, k: usize, n: usize, threads: usize) -> bool {
     let large = m * k * n > SMALL_MAX_FLOPS && m >= 2 * MR && n >= NR && k >= 2;
-    let split_here = threads <= 1
-        || m * k * n < super::PAR_MIN_FLOPS
-        || (in_bands(m, k, n, threads) && !splits_depth(m, k, n, threads));
+    let split_here = threads <= 1 || m * k * n < super::PAR_MIN_FLOPS || in_bands(m, k, n, threads);
     large && split_here && has_avx512()
 }
 
@@ -78,6 +79,89 @@ fn has_avx512() -> bool {
 #[cfg(not(target_arch = "x86_64"))]
 fn has_avx512() -> bool {
     false
+}
+
+/// `c = round(a_i · b_j)` for each batch pair `(i, j)` of `pairs` (`a` a stack of `m x k`
+/// matrices, `b` of `k x n`, `c` of `m x n`, row-major): one pair as [`product`]; several
+/// split over the threads by pairs, as the general path splits a batch, each pair one band.
+/// For products that [`runs`] takes on one thread.
+pub(super) fn products(
+    a: &[f32],
+    b: &[f32],
+    pairs: &[(usize, usize)],
+    c: &mut [f32],
+    (m, k, n): (usize, usize, usize),
+    threads: usize,
+    pool: &mut Pool,
+) -> Result<()> {
+    let (sa, sb, sc) = (m * k, k * n, m * n);
+    if let [(ia, ib)] = *pairs {
+        let lhs = Lhs::Rows(&a[ia * sa..(ia + 1) * sa]);
+        return product(lhs, &b[ib * sb..(ib + 1) * sb], c, (m, k, n), threads, pool);
+    }
+    if !runs(m, k, n, 1) {
+        return Err(internal(format!(
+            "a batch of {m}x{k} by {k}x{n} float32 products is not one for the widening GEMM"
+        )));
+    }
+    let large = pairs.len() * sa * n >= super::PAR_MIN_FLOPS;
+    let parts = split_ranges(pairs.len(), if large { threads } else { 1 }, 1);
+    let mut scratch = Vec::with_capacity(3 * parts.len());
+    let ran = (|| -> Result<()> {
+        for _ in &parts {
+            for len in scratch_lens(m, k, n) {
+                scratch.push(pool.alloc(DType::F64, len).map_err(scratch_oom)?);
+            }
+        }
+        let mut items = Vec::with_capacity(parts.len());
+        let (mut buffers, mut rest) = (scratch.iter_mut(), c);
+        for &(first, end) in &parts {
+            let (mine, next) = std::mem::take(&mut rest).split_at_mut((end - first) * sc);
+            rest = next;
+            let (packed_a, panel, sums) = (
+                f64_view(buffers.next())?,
+                f64_view(buffers.next())?,
+                f64_view(buffers.next())?,
+            );
+            items.push((&pairs[first..end], mine, packed_a, panel, sums));
+        }
+        par_for_each(items, threads, |(pairs, c, packed_a, panel, sums)| {
+            for (&(ia, ib), c) in pairs.iter().zip(c.chunks_mut(sc)) {
+                let band = Band {
+                    lhs: Lhs::Rows(&a[ia * sa..(ia + 1) * sa]),
+                    rows: 0..m,
+                    b: &b[ib * sb..(ib + 1) * sb],
+                    shape: (m, k, n),
+                };
+                // SAFETY: `runs` checked that the CPU has AVX-512.
+                unsafe { band.multiply(c, packed_a, panel, sums) };
+            }
+            super::clear_upper_vector_state();
+        });
+        Ok(())
+    })();
+    for buffer in scratch {
+        pool.recycle(Storage::Owned(buffer));
+    }
+    ran
+}
+
+/// The scratch of a band of `rows` rows: its packed rows of `a`, one packed panel of `b`, and
+/// its running float64 sums when the depth has more than one block.
+fn scratch_lens(rows: usize, k: usize, n: usize) -> [usize; 3] {
+    [
+        rows.div_ceil(MR) * MR * KC_STRIDE,
+        KC * NR,
+        if k > KC { rows * n } else { 1 },
+    ]
+}
+
+/// The float64 elements of a scratch buffer.
+fn f64_view(buffer: Option<&mut crate::buffer::Buffer>) -> Result<&mut [f64]> {
+    match buffer.map(|b| b.view_mut()) {
+        Some(ViewMut::F64(v)) => Ok(v),
+        _ => Err(internal("a float64 scratch buffer is not float64")),
+    }
 }
 
 /// `c = round(lhs · b)` for a product that [`runs`] here: `b` is `k x n`, `c` is `m x n`,
@@ -100,29 +184,21 @@ pub(super) fn product(
     } else {
         vec![(0, m, c)]
     };
-    // Each band's scratch: its packed rows of `a`, one packed panel of `b`, and its running
-    // float64 sums when the depth has more than one block.
-    let mut scratch = Vec::with_capacity(bands.len());
+    let mut scratch = Vec::with_capacity(3 * bands.len());
     let ran = (|| -> Result<()> {
         for &(start, end, _) in &bands {
-            let rows = end - start;
-            let lens = [
-                rows.div_ceil(MR) * MR * KC_STRIDE,
-                KC * NR,
-                if k > KC { rows * n } else { 0 },
-            ];
-            for len in lens {
-                scratch.push(pool.alloc(DType::F64, len.max(1)).map_err(scratch_oom)?);
+            for len in scratch_lens(end - start, k, n) {
+                scratch.push(pool.alloc(DType::F64, len).map_err(scratch_oom)?);
             }
         }
         let mut items = Vec::with_capacity(bands.len());
         let mut buffers = scratch.iter_mut();
         for (start, end, c) in bands {
-            let mut next = || match buffers.next().map(|b| b.view_mut()) {
-                Some(ViewMut::F64(v)) => Ok(v),
-                _ => Err(internal("a float64 scratch buffer is not float64")),
-            };
-            let (packed_a, panel, sums) = (next()?, next()?, next()?);
+            let (packed_a, panel, sums) = (
+                f64_view(buffers.next())?,
+                f64_view(buffers.next())?,
+                f64_view(buffers.next())?,
+            );
             items.push((start..end, c, packed_a, panel, sums));
         }
         par_for_each(items, threads, |(rows, c, packed_a, panel, sums)| {
@@ -493,8 +569,9 @@ mod tests {
 
     /// Ordinary values of several magnitudes, with special rows and columns: row 0 of `a`
     /// all `-0.0` (every product a signed zero), row 1 one infinity, row 2 one NaN, row 3
-    /// subnormal; column 0 of `b` near float32's largest (sums round to infinity), column 1
-    /// tiny (sums round to float32 subnormals or zero), column 2 all `-0.0`.
+    /// subnormal (its sums are float32 subnormals); column 0 of `b` near float32's largest
+    /// (sums round to infinity), column 1 tiny (sums of products near 1e-30), column 2 all
+    /// `-0.0`.
     fn operands(m: usize, k: usize, n: usize) -> (Vec<f32>, Vec<f32>) {
         let mut a: Vec<f32> = (0..m * k)
             .map(|i| (i as f32 * 0.37).sin() * [1.0, 1e-3, 7.5][i % 3])
@@ -512,8 +589,12 @@ mod tests {
         (a, b)
     }
 
+    /// A NaN no element of a result has (its payload is not the one a NaN sum produces), so
+    /// an element left unwritten shows.
+    const UNWRITTEN: u32 = 0x7fc0_1234;
+
     fn run(lhs: Lhs<'_>, b: &[f32], (m, k, n): (usize, usize, usize), threads: usize) -> Vec<u32> {
-        let mut c = vec![f32::NAN; m * n];
+        let mut c = vec![f32::from_bits(UNWRITTEN); m * n];
         product(lhs, b, &mut c, (m, k, n), threads, &mut Pool::default()).unwrap();
         c.iter().map(|x| x.to_bits()).collect()
     }
