@@ -750,12 +750,45 @@ mod tests {
                 }
             }
             let x32: Vec<f32> = x.iter().map(|&v| v as f32).collect();
-            let mut want32 = vec![f32::NAN; cols];
-            sum_blocks(&x32, &blocks, &mut want32, 1, false).unwrap();
-            let mut got32 = vec![f32::NAN; cols];
-            column_sums_relayed(&x32, cols, &mut got32, 2).unwrap();
-            assert_eq!(got32, want32, "float32 {rows}x{cols}");
+            let want32: Vec<u32> = (0..cols)
+                .map(|c| blocked_sum_f32((0..rows).map(|r| x32[r * cols + c])).to_bits())
+                .collect();
+            let mut one = vec![f32::NAN; cols];
+            sum_blocks(&x32, &blocks, &mut one, 1, false).unwrap();
+            let one: Vec<u32> = one.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(one, want32, "float32 {rows}x{cols} on one thread");
+            for threads in [2, 3] {
+                let mut got32 = vec![f32::NAN; cols];
+                column_sums_relayed(&x32, cols, &mut got32, threads).unwrap();
+                let got32: Vec<u32> = got32.iter().map(|v| v.to_bits()).collect();
+                assert_eq!(got32, want32, "float32 {rows}x{cols} relayed on {threads}");
+            }
         }
+    }
+
+    /// The blocked order of numerics.md §1.5 with float32 accumulators (what a plan at
+    /// `Precision::Float32` sums with), written out: blocks of 1024, element `k` of a block
+    /// into accumulator `k mod 8`, the eight combined pairwise, the block sums by the
+    /// pairwise tree.
+    fn blocked_sum_f32(values: impl Iterator<Item = f32>) -> f32 {
+        let values: Vec<f32> = values.collect();
+        let mut sums: Vec<f32> = values
+            .chunks(1024)
+            .map(|block| {
+                let mut acc = [0.0f32; 8];
+                for (k, &v) in block.iter().enumerate() {
+                    acc[k % 8] += v;
+                }
+                ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
+            })
+            .collect();
+        while sums.len() > 1 {
+            sums = sums
+                .chunks(2)
+                .map(|pair| pair.iter().skip(1).fold(pair[0], |a, &b| a + b))
+                .collect();
+        }
+        sums.first().copied().unwrap_or(0.0)
     }
 
     #[test]
