@@ -105,34 +105,62 @@ pub(super) fn products(
         )));
     }
     let large = pairs.len() * sa * n >= super::PAR_MIN_FLOPS;
-    let parts = split_ranges(pairs.len(), if large { threads } else { 1 }, 1);
+    let mut rest = c;
+    let mut parts = Vec::new();
+    for (first, end) in split_ranges(pairs.len(), if large { threads } else { 1 }, 1) {
+        let (mine, next) = std::mem::take(&mut rest).split_at_mut((end - first) * sc);
+        rest = next;
+        let bands = pairs[first..end].iter().zip(mine.chunks_mut(sc));
+        let part = bands.map(|(&(ia, ib), c)| {
+            let band = Band {
+                lhs: Lhs::Rows(&a[ia * sa..(ia + 1) * sa]),
+                rows: 0..m,
+                b: &b[ib * sb..(ib + 1) * sb],
+                shape: (m, k, n),
+            };
+            (band, c)
+        });
+        parts.push(part.collect());
+    }
+    run_parts(parts, threads, pool)
+}
+
+/// Multiplies each part's bands in order on one thread, the parts over `threads`: each part
+/// with its own scratch from `pool` (for its tallest band), given back afterwards. Only for
+/// products that [`runs`] takes.
+fn run_parts(
+    parts: Vec<Vec<(Band<'_>, &mut [f32])>>,
+    threads: usize,
+    pool: &mut Pool,
+) -> Result<()> {
     let mut scratch = Vec::with_capacity(3 * parts.len());
     let ran = (|| -> Result<()> {
-        for _ in &parts {
-            for len in scratch_lens(m, k, n) {
+        for part in &parts {
+            let Some((band, _)) = part.first() else {
+                continue;
+            };
+            let (_, k, n) = band.shape;
+            let rows = part
+                .iter()
+                .map(|(band, _)| band.rows.len())
+                .max()
+                .unwrap_or(0);
+            for len in scratch_lens(rows, k, n) {
                 scratch.push(pool.alloc(DType::F64, len).map_err(scratch_oom)?);
             }
         }
         let mut items = Vec::with_capacity(parts.len());
-        let (mut buffers, mut rest) = (scratch.iter_mut(), c);
-        for &(first, end) in &parts {
-            let (mine, next) = std::mem::take(&mut rest).split_at_mut((end - first) * sc);
-            rest = next;
+        let mut buffers = scratch.iter_mut();
+        for part in parts.into_iter().filter(|part| !part.is_empty()) {
             let (packed_a, panel, sums) = (
                 f64_view(buffers.next())?,
                 f64_view(buffers.next())?,
                 f64_view(buffers.next())?,
             );
-            items.push((&pairs[first..end], mine, packed_a, panel, sums));
+            items.push((part, packed_a, panel, sums));
         }
-        par_for_each(items, threads, |(pairs, c, packed_a, panel, sums)| {
-            for (&(ia, ib), c) in pairs.iter().zip(c.chunks_mut(sc)) {
-                let band = Band {
-                    lhs: Lhs::Rows(&a[ia * sa..(ia + 1) * sa]),
-                    rows: 0..m,
-                    b: &b[ib * sb..(ib + 1) * sb],
-                    shape: (m, k, n),
-                };
+        par_for_each(items, threads, |(part, packed_a, panel, sums)| {
+            for (band, c) in part {
                 // SAFETY: `runs` checked that the CPU has AVX-512.
                 unsafe { band.multiply(c, packed_a, panel, sums) };
             }
@@ -184,40 +212,16 @@ pub(super) fn product(
     } else {
         vec![(0, m, c)]
     };
-    let mut scratch = Vec::with_capacity(3 * bands.len());
-    let ran = (|| -> Result<()> {
-        for &(start, end, _) in &bands {
-            for len in scratch_lens(end - start, k, n) {
-                scratch.push(pool.alloc(DType::F64, len).map_err(scratch_oom)?);
-            }
-        }
-        let mut items = Vec::with_capacity(bands.len());
-        let mut buffers = scratch.iter_mut();
-        for (start, end, c) in bands {
-            let (packed_a, panel, sums) = (
-                f64_view(buffers.next())?,
-                f64_view(buffers.next())?,
-                f64_view(buffers.next())?,
-            );
-            items.push((start..end, c, packed_a, panel, sums));
-        }
-        par_for_each(items, threads, |(rows, c, packed_a, panel, sums)| {
-            let band = Band {
-                lhs,
-                rows,
-                b,
-                shape: (m, k, n),
-            };
-            // SAFETY: `runs` checked that the CPU has AVX-512.
-            unsafe { band.multiply(c, packed_a, panel, sums) };
-            super::clear_upper_vector_state();
-        });
-        Ok(())
-    })();
-    for buffer in scratch {
-        pool.recycle(Storage::Owned(buffer));
-    }
-    ran
+    let parts = bands.into_iter().map(|(start, end, c)| {
+        let band = Band {
+            lhs,
+            rows: start..end,
+            b,
+            shape: (m, k, n),
+        };
+        vec![(band, c)]
+    });
+    run_parts(parts.collect(), threads, pool)
 }
 
 /// One band of rows of a product: what a thread multiplies.
