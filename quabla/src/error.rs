@@ -137,6 +137,11 @@ pub enum Error {
     /// A failure inside a backend.
     #[error("{device}: {message}")]
     Device { device: String, message: String },
+    /// A tensor or buffer used after it was donated to a run (`donate_argnums`), whose storage
+    /// that run may have reused, or after it was freed (Python `RuntimeError`, as JAX raises for
+    /// a deleted array).
+    #[error("{message}")]
+    Deleted { message: String },
     /// A warning escalated by [`crate::warnings::Action::Error`] (boxed: a retrace warning
     /// carries four signatures, and every `Result` of the facade would pay for them).
     #[error("{0}")]
@@ -222,6 +227,7 @@ impl From<BackendError> for Error {
             BackendError::OutOfMemory { bytes, what } => Error::OutOfMemory { bytes, what },
             BackendError::Cancelled => Error::Cancelled,
             BackendError::NonFinite { message } => Error::NonFinite { message },
+            BackendError::InvalidBuffer { message } => Error::Deleted { message },
             other => Error::Internal {
                 message: other.to_string(),
             },

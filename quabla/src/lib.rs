@@ -40,6 +40,7 @@ pub mod optim;
 mod print;
 mod program;
 pub mod random;
+mod runtime;
 mod staging;
 mod tensor;
 pub mod testing;

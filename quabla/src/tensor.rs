@@ -61,6 +61,23 @@ impl Tensor {
         Tensor::from_host(HostTensor { shape, data }, weak)
     }
 
+    /// A rank-0 float64 tensor of `value` that is weak (it adopts the dtype of the array it
+    /// meets): the form of every Rust `f64` operand.
+    pub(crate) fn weak_scalar(value: f64) -> Tensor {
+        Tensor::from_parts(Shape::scalar(), HostData::F64([value].into()), true)
+    }
+
+    /// A rank-0 float64 tensor of `value`, not weak (what `qb::array(value)` makes of an
+    /// `f64`).
+    pub(crate) fn scalar_f64(value: f64) -> Tensor {
+        Tensor::from_parts(Shape::scalar(), HostData::F64([value].into()), false)
+    }
+
+    /// A rank-0 bool tensor of `value`.
+    pub(crate) fn scalar_bool(value: bool) -> Tensor {
+        Tensor::from_parts(Shape::scalar(), HostData::Bool([value].into()), false)
+    }
+
     pub(crate) fn traced(tracer: Tracer) -> Tensor {
         Tensor {
             inner: Arc::new(Repr::Traced(tracer)),

@@ -625,9 +625,9 @@ impl Tree for Tensor {
         }
         match next_leaf(leaves)? {
             Leaf::Tensor(t) => Ok(t),
-            Leaf::F64(v) => crate::creation::array(v),
-            Leaf::Bool(v) => crate::creation::array(v),
-            Leaf::Int(v) => crate::creation::array(v as f64),
+            Leaf::F64(v) => Ok(Tensor::scalar_f64(v)),
+            Leaf::Bool(v) => Ok(Tensor::scalar_bool(v)),
+            Leaf::Int(v) => Ok(Tensor::scalar_f64(v as f64)),
             Leaf::Abstract(s) => Err(Error::Structure {
                 message: format!("expected a tensor, got the abstract value {s:?}"),
             }),

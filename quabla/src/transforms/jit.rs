@@ -208,8 +208,8 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
     }
 
     /// The compiled plan for the signature of `args`, from the cache or traced now, for a
-    /// caller that runs it many times on flat inputs (`Entry::run_host` or
-    /// `Entry::run_leaves`: the tensor leaves of the arguments in flatten order) instead of
+    /// caller that runs its plan many times on flat inputs (through `Entry::runnable`: the
+    /// tensor leaves of the arguments in flatten order) instead of
     /// calling with a tree each time. A concretization error inside another trace, where a
     /// jitted function has no plan of its own and the caller's host loop cannot run.
     pub(crate) fn compiled(&self, args: &A) -> Result<Arc<Entry>> {
