@@ -58,7 +58,7 @@ pub use creation::{
     zeros, zeros_like, ArrayLike, DTypeExt, FillValue,
 };
 pub use debug::{debug_nans, debug_print, hide_source_dir};
-pub use devices::{devices, load_plugin, DeviceInfo, Origin};
+pub use devices::{devices, load_plugin, transfers, DeviceInfo, Origin, Transfers};
 pub use error::{Error, Result, TracerErrorKind};
 pub use io::{load, load_as, save, LoadSource, SaveTarget};
 pub use linalg::{cholesky, newton, solve};

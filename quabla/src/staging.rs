@@ -858,6 +858,53 @@ impl Entry {
         self.rebuild(outputs)
     }
 
+    /// Runs the plan on a `jit` call's leaves (every tensor leaf a plan input, in order),
+    /// donating the tensor leaves flagged in `donated` that nobody else holds: their storage is
+    /// given to the run, which may reuse it for outputs (on the CPU, for the outputs of the
+    /// next call). A flagged leaf that is shared is lent, never written. The leaves are
+    /// consumed; `outputs` is left empty.
+    pub(crate) fn call_donating<R: Tree>(
+        &self,
+        leaves: &mut Vec<Leaf>,
+        donated: &[bool],
+        outputs: &mut Vec<HostTensor>,
+    ) -> Result<R> {
+        let backend = self.runnable.backend().clone();
+        let mut buffers = Vec::with_capacity(leaves.len());
+        for (leaf, &donate) in leaves.drain(..).zip(donated) {
+            let Leaf::Tensor(t) = leaf else { continue };
+            let (host, donate) = match t.into_host() {
+                Ok(host) => (host, donate),
+                Err(shared) => (shared.host()?.clone(), false),
+            };
+            let memory = backend.upload(&host)?;
+            let buffer = quabla_backend::Buffer::new(
+                backend.name(),
+                host.dtype(),
+                host.shape.clone(),
+                memory,
+            );
+            drop(host);
+            buffers.push((buffer, donate));
+        }
+        let args = buffers
+            .iter()
+            .map(|(b, donate)| {
+                if *donate {
+                    quabla_backend::BufferArg::Donated(b.clone())
+                } else {
+                    quabla_backend::BufferArg::Lent(b)
+                }
+            })
+            .collect();
+        let outs = self.runnable.run_buffers(args)?;
+        drop(buffers);
+        for b in &outs {
+            outputs.push(backend.download(&b.memory()?)?);
+        }
+        self.rebuild(outputs)
+    }
+
     /// The result tree from the plan outputs in `outputs`, which is left empty.
     pub(crate) fn rebuild<R: Tree>(&self, outputs: &mut Vec<HostTensor>) -> Result<R> {
         if self.outputs_in_order && outputs.len() == self.runnable.outputs() {

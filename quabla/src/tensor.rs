@@ -122,6 +122,24 @@ impl Tensor {
         Ok(c.host.clone())
     }
 
+    /// The host buffers of a concrete tensor that nobody else holds, taken out of it (for a run
+    /// it is donated to); the tensor itself back when it is shared or a tracer.
+    pub(crate) fn into_host(self) -> std::result::Result<HostTensor, Tensor> {
+        match Arc::try_unwrap(self.inner) {
+            Ok(Repr::Concrete(mut c)) => {
+                let empty = HostTensor {
+                    shape: Shape::scalar(),
+                    data: HostData::F64(Arc::from([])),
+                };
+                Ok(std::mem::replace(&mut c.host, empty))
+            }
+            Ok(traced @ Repr::Traced(_)) => Err(Tensor {
+                inner: Arc::new(traced),
+            }),
+            Err(inner) => Err(Tensor { inner }),
+        }
+    }
+
     /// The host buffers of a concrete tensor, borrowed (TR2 for a tracer, like `to_host`).
     pub(crate) fn host(&self) -> Result<&HostTensor> {
         Ok(&self.concrete("to_host")?.host)

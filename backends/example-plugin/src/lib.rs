@@ -7,7 +7,7 @@
 //! The backend interprets a plan on the host, node by node, and computes every value itself
 //! with Rust's `f64` functions (a float32 node is computed in float64 and rounded once, as
 //! numerics.md asks of every backend). It supports inputs, float constants, the unary ops
-//! `neg`, `exp`, `log`, `sin`, `cos`, `sqrt`, `tanh`, `add`, `sub`, `mul`, `div` of two
+//! `neg`, `exp`, `log`, `sin`, `cos`, `sqrt`, `tanh`, `add`, `sub`, `mul`, `div`, `pow` of two
 //! operands of one shape or with a rank-0 operand, the whole-tensor `sum`, and the broadcast
 //! of a rank-0 value. It refuses every other op, and bool values, at compile time with
 //! [`BackendError::Unsupported`] rather than computing them wrongly, so the conformance matrix
@@ -267,6 +267,7 @@ fn step_of(node: &Node, plan: &Plan, inputs: &mut usize) -> Result<Step> {
                 BinaryOp::Sub => |a, b| a - b,
                 BinaryOp::Mul => |a, b| a * b,
                 BinaryOp::Div => |a, b| a / b,
+                BinaryOp::Pow => f64::powf,
                 _ => return Err(unsupported(node, "the toy device has no kernel for it")),
             })
         }
