@@ -13,8 +13,9 @@ use crate::print::format_tracer;
 use crate::tensor::{Tensor, Tracer};
 use crate::tree::{Leaf, Tree, TreeDef};
 use quabla_ir::{Graph, GraphBuilder, NodeId, Op, TensorType};
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 struct Frame {
     id: u64,
@@ -30,7 +31,15 @@ struct Frame {
 
 thread_local! {
     static FRAMES: RefCell<Vec<Frame>> = const { RefCell::new(Vec::new()) };
-    static NEXT_TRACE: Cell<u64> = const { Cell::new(1) };
+}
+
+/// The id of the next trace, unique across the process: a tracer that reaches another thread
+/// never carries the id of one of that thread's traces, so it is refused there (TR5) instead
+/// of being read as one of its inputs.
+static NEXT_TRACE: AtomicU64 = AtomicU64::new(1);
+
+fn next_trace_id() -> u64 {
+    NEXT_TRACE.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Whether any trace is active on this thread.
@@ -43,12 +52,15 @@ pub(crate) fn is_live(t: &Tracer) -> bool {
     FRAMES.with(|f| f.borrow().iter().any(|frame| frame.id == t.trace))
 }
 
-/// TR5.
+/// TR5: a tracer whose trace is not running on this thread, because it ended or because it
+/// runs on another thread (trace ids are unique across the process, so both look the same
+/// from here).
 pub(crate) fn leaked(t: &Tracer) -> Error {
     Error::Tracer {
         kind: TracerErrorKind::Leaked,
         message: format!(
-            "{} was used after its trace ended; do not store tracers outside the traced function",
+            "{} was used after its trace ended (or on a thread other than the one tracing it); \
+             do not store tracers outside the traced function or hand them to other threads",
             format_tracer(t.node.0, t.ty.shape.dims(), t.ty.dtype)
         ),
     }
@@ -236,11 +248,7 @@ pub(crate) fn trace_region_body(
     inputs: &[(String, TensorType)],
     f: impl FnOnce(Vec<Tensor>) -> Result<Vec<Tensor>>,
 ) -> Result<Graph> {
-    let id = NEXT_TRACE.with(|n| {
-        let id = n.get();
-        n.set(id + 1);
-        id
-    });
+    let id = next_trace_id();
     let mut builder = GraphBuilder::new();
     let mut params = Vec::with_capacity(inputs.len());
     for (name, ty) in inputs {
@@ -333,11 +341,7 @@ pub(crate) fn trace_function<A: Tree, R: Tree>(
     inputs: &[InputLeaf],
     names: &[String],
 ) -> Result<TracedFunction> {
-    let id = NEXT_TRACE.with(|n| {
-        let id = n.get();
-        n.set(id + 1);
-        id
-    });
+    let id = next_trace_id();
     let mut builder = GraphBuilder::new();
     let mut arg_leaves = Vec::with_capacity(inputs.len());
     for (i, leaf) in inputs.iter().enumerate() {
