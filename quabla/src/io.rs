@@ -88,7 +88,8 @@ impl<R: Read> LoadSource for &mut R {
 /// # Ok::<(), qb::Error>(())
 /// ```
 pub fn save<T: Tree>(target: impl SaveTarget, tree: &T) -> Result<()> {
-    let node = to_node(&tree.to_value())?;
+    // `try_to_value` bounds the depth before anything below recurses over the tree.
+    let node = to_node(&tree.try_to_value()?)?;
     target.save_node(&node)
 }
 

@@ -623,6 +623,8 @@ impl Prepared {
         arg_names: &[String],
         abstract_ok: bool,
     ) -> Result<Prepared> {
+        // A part of the arguments with no pytree form (too deep, ...) is refused first.
+        def.check()?;
         let mut inputs = Vec::with_capacity(leaves.len());
         let mut operands = Vec::new();
         let mut wrt_inputs = Vec::new();

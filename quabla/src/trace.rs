@@ -370,6 +370,11 @@ pub(crate) fn trace_function<A: Tree, R: Tree>(
     let args: A = in_def.unflatten(arg_leaves)?;
     let result = f(args)?;
     let (out_leaves, out_def) = crate::tree::flatten(&result);
+    if let Err(e) = out_def.check() {
+        // A result with no pytree form (e.g. nested too deep) is refused here.
+        crate::tree::dispose_refused(result, &out_def);
+        return Err(e);
+    }
     // Resolve output leaves into nodes of this frame (constants and captures included).
     let mut out_nodes = Vec::new();
     let mut out_slots = Vec::with_capacity(out_leaves.len());
