@@ -394,6 +394,15 @@ pub fn enter_container(depth: usize) -> PyResult<usize> {
     Ok(depth + 1)
 }
 
+/// A Python int as a tree integer (AR19 outside the signed 64-bit range: a tree never
+/// carries a wrapped or rounded integer).
+pub fn tree_int(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
+    obj.extract::<i64>().map_err(|_| {
+        let repr = obj.repr().map(|r| r.to_string()).unwrap_or_default();
+        crate::errors::to_py(qb::tree::integer_range_error(repr))
+    })
+}
+
 /// A Python pytree as a facade tree.
 pub fn value_from_py(obj: &Bound<'_, PyAny>, mode: Leaves) -> PyResult<Value> {
     value_from_py_at(obj, mode, 0)
@@ -417,10 +426,7 @@ pub fn value_from_py_at(obj: &Bound<'_, PyAny>, mode: Leaves, depth: usize) -> P
         return Ok(Value::Bool(obj.extract()?));
     }
     if obj.is_instance_of::<PyInt>() {
-        return Ok(match obj.extract::<i64>() {
-            Ok(i) => Value::Int(i),
-            Err(_) => Value::Float(obj.extract()?),
-        });
+        return Ok(Value::Int(tree_int(obj)?));
     }
     if obj.is_instance_of::<PyFloat>() {
         return Ok(Value::Float(obj.extract()?));
@@ -458,7 +464,7 @@ pub fn value_from_py_at(obj: &Bound<'_, PyAny>, mode: Leaves, depth: usize) -> P
         for (k, v) in dict.iter() {
             let key = if k.is_instance_of::<PyInt>() && !k.is_instance_of::<PyBool>() {
                 kinds.0 = true;
-                DictKey::Int(k.extract()?)
+                DictKey::Int(tree_int(&k)?)
             } else if k.is_instance_of::<PyString>() {
                 kinds.1 = true;
                 DictKey::Str(k.extract()?)

@@ -1,7 +1,7 @@
 //! `qb.save` and `qb.load` (api.md §15): a path (written atomically by the facade) or a
 //! binary file object.
 
-use crate::convert::{enter_container, type_name, value_to_py};
+use crate::convert::{enter_container, tree_int, type_name, value_to_py};
 use crate::errors::{type_error, OrRaise};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
@@ -25,11 +25,7 @@ fn saveable(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
         return Ok(Value::Bool(obj.extract()?));
     }
     if obj.is_instance_of::<PyInt>() {
-        return obj.extract::<i64>().map(Value::Int).map_err(|_| {
-            pyo3::exceptions::PyValueError::new_err(
-                "cannot save an int outside the signed 64-bit range",
-            )
-        });
+        return tree_int(obj).map(Value::Int);
     }
     if obj.is_exact_instance_of::<PyFloat>() {
         return Ok(Value::Float(obj.extract()?));
@@ -60,7 +56,7 @@ fn saveable(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
             let key = if k.is_instance_of::<PyString>() {
                 DictKey::Str(k.extract()?)
             } else if k.is_instance_of::<PyInt>() && !k.is_instance_of::<PyBool>() {
-                DictKey::Int(k.extract()?)
+                DictKey::Int(tree_int(&k)?)
             } else {
                 return Err(type_error(
                     "dict keys in a pytree must all be str or all be int",

@@ -196,3 +196,33 @@ def test_type_stubs_name_every_public_name():
         declared |= set(re.findall(r"(\w+) as \1", text))
         missing = [n for n in module.__all__ if n not in declared]
         assert not missing, (stub, missing)
+
+
+def test_integers_outside_int64_are_value_errors_and_edges_round_trip():
+    import io
+
+    def round_trip(tree):
+        buf = io.BytesIO()
+        qb.save(buf, tree)
+        buf.seek(0)
+        return qb.load(buf)
+
+    for v in [-2**63, -1, 0, 2**63 - 1]:
+        assert round_trip(v) == v
+        assert round_trip({v: [v]}) == {v: [v]}
+        assert qb.jit(lambda x, n: (x, n))(qb.ones((1,)), v)[1] == v
+    x = qb.ones((1,))
+    for v in [2**63, 2**64 - 1, -2**63 - 1, 2**70]:
+        msg = f"{v} is outside the signed 64-bit range"
+        for call in [
+            lambda: qb.save(io.BytesIO(), v),
+            lambda: qb.save(io.BytesIO(), [1, v]),
+            lambda: qb.save(io.BytesIO(), {v: 1.0}),
+            lambda: qb.jit(lambda x, n: x)(x, v),
+            lambda: qb.jit(lambda x, d: x)(x, {"n": v}),
+            lambda: qb.grad(lambda x, n: qb.sum(x))(x, v),
+            lambda: qb.vmap(lambda x, n: x, in_axes=(0, None))(x, v),
+            lambda: qb.jit(lambda x: (x, v))(x),
+        ]:
+            with pytest.raises(ValueError, match=msg):
+                call()

@@ -140,14 +140,14 @@ fn to_node(value: &Value) -> Result<Node> {
                 entries.push((Key::from(*field), to_node(v)?));
             }
             for (field, b) in meta {
-                let v = b.saved_value().ok_or_else(|| {
+                let v = b.saved_value()?.ok_or_else(|| {
                     unsupported(&format!("the static field {field} of {name} ({b:?})"))
                 })?;
                 entries.push((Key::from(*field), to_node(&v)?));
             }
             Node::Dict(entries)
         }
-        Value::Static(b) => match b.saved_value() {
+        Value::Static(b) => match b.saved_value()? {
             Some(v) => to_node(&v)?,
             None => return Err(unsupported(&format!("the static value {b:?}"))),
         },

@@ -12,7 +12,8 @@
 //!
 //! [`Tree::flatten`] cannot fail (api.md §13 fixes `flatten(&tree) -> (Vec<Leaf>, TreeDef)`), yet
 //! some values have no pytree form: containers nested more than [`MAX_DEPTH`] deep (every walk
-//! over a structure recurses, so an unbounded depth would overflow the stack). Such a part is flattened into a *refusal*: a static entry of
+//! over a structure recurses, so an unbounded depth would overflow the stack), an unsigned
+//! integer beyond the signed 64-bit range of [`Leaf::Int`] (AR19). Such a part is flattened into a *refusal*: a static entry of
 //! the structure that holds the error and has no leaves, and below which nothing is walked.
 //! Every fallible consumer raises the refusal's error where it meets it: unflattening into any
 //! type (through [`structure_mismatch`] or [`Value`]), [`map`], [`map_n`], transforms (which
@@ -107,6 +108,13 @@ pub fn nesting_error() -> Error {
     }
 }
 
+/// The AR19 error of an integer leaf outside the signed 64-bit range (`save`, transforms).
+pub fn integer_range_error(value: impl fmt::Display) -> Error {
+    Error::invalid(format!(
+        "{value} is outside the signed 64-bit range of pytree and file integers"
+    ))
+}
+
 /// A part of a value that has no pytree form, kept in the structure in its place (see the
 /// module documentation): the error to raise when the structure is used.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -116,12 +124,15 @@ struct Refusal(RefusalError);
 enum RefusalError {
     /// Containers nested past [`MAX_DEPTH`] ([`nesting_error`]).
     TooDeep,
+    /// AR19.
+    Invalid(String),
 }
 
 impl Refusal {
     fn error(&self) -> Error {
         match &self.0 {
             RefusalError::TooDeep => nesting_error(),
+            RefusalError::Invalid(m) => Error::invalid(m.clone()),
         }
     }
 }
@@ -225,27 +236,31 @@ impl StaticBox {
         None
     }
 
-    /// The value as a file can hold it (a string, an integer or a bool), if it is one.
-    pub(crate) fn saved_value(&self) -> Option<Value> {
+    /// The value as a file can hold it (a string, an integer or a bool); `None` for a value
+    /// of another type, AR19 for an integer outside the signed 64-bit range.
+    pub(crate) fn saved_value(&self) -> Result<Option<Value>> {
         if let Some(s) = self.get::<String>() {
-            return Some(Value::Str(s));
+            return Ok(Some(Value::Str(s)));
         }
         if let Some(b) = self.get::<bool>() {
-            return Some(Value::Bool(b));
+            return Ok(Some(Value::Bool(b)));
         }
         let any = self.0.as_any();
         macro_rules! int {
             ($($t:ty),*) => {$(
                 if let Some(v) = any.downcast_ref::<$t>() {
-                    return i64::try_from(*v).ok().map(Value::Int);
+                    return match i64::try_from(*v) {
+                        Ok(i) => Ok(Some(Value::Int(i))),
+                        Err(_) => Err(integer_range_error(v)),
+                    };
                 }
             )*};
         }
         int!(i64, i8, i16, i32, isize, u8, u16, u32, u64, usize, i128, u128);
         if let Some(s) = any.downcast_ref::<&'static str>() {
-            return Some(Value::Str((*s).to_string()));
+            return Ok(Some(Value::Str((*s).to_string())));
         }
-        None
+        Ok(None)
     }
 }
 
@@ -745,7 +760,8 @@ pub trait Tree: Sized {
         self.try_to_value().unwrap_or(Value::None)
     }
 
-    /// [`Tree::to_value`], with the error of a part that has no pytree form (too deep).
+    /// [`Tree::to_value`], with the error of a part that has no pytree form (too deep, an
+    /// integer out of range).
     #[doc(hidden)]
     fn try_to_value(&self) -> Result<Value> {
         let (leaves, def) = flatten(self);
@@ -834,9 +850,16 @@ impl Tree for bool {
 macro_rules! int_leaf {
     ($($t:ty),*) => {$(
         impl Tree for $t {
+            /// An integer leaf; an unsigned value beyond `i64::MAX` has no leaf form and
+            /// flattens into the AR19 refusal (never a wrapped negative number).
             fn flatten(&self, leaves: &mut Vec<Leaf>) -> TreeDef {
-                leaves.push(Leaf::Int(*self as i64));
-                TreeDef::Leaf
+                match i64::try_from(*self) {
+                    Ok(v) => {
+                        leaves.push(Leaf::Int(v));
+                        TreeDef::Leaf
+                    }
+                    Err(_) => refused(RefusalError::Invalid(integer_range_error(self).to_string())),
+                }
             }
             fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
                 if *def != TreeDef::Leaf {
