@@ -226,3 +226,27 @@ def test_integers_outside_int64_are_value_errors_and_edges_round_trip():
         ]:
             with pytest.raises(ValueError, match=msg):
                 call()
+
+
+def test_plan_input_names_never_collide():
+    keys = ["a", "0", "a/0", "a/0/b", "/", "~", "~1", "a~1b", ""]
+    x = qb.ones((1,))
+    shapes = [x, [x, x], [{"b": x}]] + [{k: x} for k in keys]
+    for i, k1 in enumerate(keys):
+        for k2 in keys[i + 1:]:
+            for s1 in shapes:
+                for s2 in shapes[:3]:
+                    tree = {k1: s1, k2: s2}
+                    names = qb.jit(lambda p: 0.0).lower(tree).program.input_names
+                    paths = [p for p, _ in qb.tree.flatten_with_path(tree)[0]]
+                    assert len(set(names)) == len(names) == len(paths), (tree, names)
+                    for name, path in zip(names, paths):
+                        parts = [s.replace("~1", "/").replace("~0", "~") for s in name.split("/")]
+                        assert parts == ["p"] + [str(e) for e in path], (name, path)
+    # The tree lowers to a program callable by name.
+    f = qb.jit(lambda p: p["a"][0]["b"] * 10.0 + p["a/0/b"])
+    program = f.lower({"a": [{"b": x}], "a/0/b": x}).program
+    assert program.input_names == ["p/a/0/b", "p/a~10~1b"]
+    exe = program.compile("cpu")
+    out = exe({"p/a/0/b": qb.asarray([2.0]), "p/a~10~1b": qb.asarray([3.0])})
+    assert out[0].tolist() == [23.0]

@@ -681,8 +681,10 @@ impl Prepared {
                 }
             }
         }
+        let names = def.leaf_names(arg_names);
+        tree::check_distinct_names(&names, |k| matches!(inputs[k], InputLeaf::Array(_)))?;
         Ok(Prepared {
-            names: def.leaf_names(arg_names),
+            names,
             def: def.clone(),
             inputs,
             operands,

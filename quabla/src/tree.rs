@@ -509,17 +509,21 @@ impl TreeDef {
     }
 
     /// The name of each leaf for plan inputs and messages: its path joined with `/`, rooted at
-    /// `arg_names[i]` (or `arg{i}`) for the `i`-th positional argument.
+    /// `arg_names[i]` (or `arg{i}`) for the `i`-th positional argument (transforms.md §15.2).
+    ///
+    /// Each part is escaped so that the join cannot collide: a `/` inside a key or name is
+    /// written `~1` and a `~` is written `~0` (as in a JSON pointer), so `{"a": [{"b": x}],
+    /// "a/0/b": y}` names its leaves `arg0/a/0/b` and `arg0/a~10~1b`. Within one structure
+    /// two leaves then always get different names; only the roots can repeat (duplicate
+    /// `arg_names`), which [`check_distinct_names`] refuses where names matter.
     pub fn leaf_names(&self, arg_names: &[String]) -> Vec<String> {
-        let root = |i: usize| {
-            arg_names
-                .get(i)
-                .cloned()
-                .unwrap_or_else(|| format!("arg{i}"))
+        let root = |i: usize| match arg_names.get(i) {
+            Some(name) => escape_name_part(name),
+            None => format!("arg{i}"),
         };
         let join = |root: String, rest: &[PathEntry]| {
             let mut parts = vec![root];
-            parts.extend(rest.iter().map(|p| p.to_string()));
+            parts.extend(rest.iter().map(|p| escape_name_part(&p.to_string())));
             parts.join("/")
         };
         self.leaf_paths()
@@ -606,6 +610,35 @@ impl Tree for quabla_random::Key {
             }),
         }
     }
+}
+
+/// One part of a leaf name with `~` written `~0` and `/` written `~1`, so that joining parts
+/// with `/` is unambiguous.
+fn escape_name_part(part: &str) -> String {
+    if !part.contains(['~', '/']) {
+        return part.to_string();
+    }
+    part.replace('~', "~0").replace('/', "~1")
+}
+
+/// Refuses plan input names that repeat (`names[k]` for each `k` where `is_input(k)`): the
+/// inputs of a `Program` are given by name, so each name must pick exactly one input. With
+/// escaped paths ([`TreeDef::leaf_names`]) only the roots can repeat: two `arg_names` alike,
+/// or a name equal to the default `arg{i}` of another position.
+pub(crate) fn check_distinct_names(
+    names: &[String],
+    mut is_input: impl FnMut(usize) -> bool,
+) -> Result<()> {
+    let mut seen = std::collections::HashSet::with_capacity(names.len());
+    for (k, name) in names.iter().enumerate() {
+        if is_input(k) && !seen.insert(name.as_str()) {
+            return Err(Error::invalid(format!(
+                "two inputs are both named {name}; give every positional argument a \
+                 distinct name (jit arg_names, or the function's parameter names)"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// `TreeDef({'a': [*, None], 'b': *})`.
