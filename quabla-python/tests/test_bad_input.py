@@ -250,3 +250,23 @@ def test_plan_input_names_never_collide():
     exe = program.compile("cpu")
     out = exe({"p/a/0/b": qb.asarray([2.0]), "p/a~10~1b": qb.asarray([3.0])})
     assert out[0].tolist() == [23.0]
+
+
+def test_dict_keys_mixing_kinds_are_type_errors_everywhere():
+    import io
+
+    x = qb.ones((2,))
+    for tree in [{1: x, "a": x}, [x, {1: x, "a": x}], {"p": {0: x, "a": x}}]:
+        for name, call in {
+            "jit": lambda: qb.jit(lambda d: d)(tree),
+            "grad": lambda: qb.grad(lambda d: qb.sum(qb.tree.leaves(d)[0]))(tree),
+            "vmap": lambda: qb.vmap(lambda d: d)(tree),
+            "jvp": lambda: qb.jvp(lambda d: qb.sum(qb.tree.leaves(d)[0]), (tree,), (tree,)),
+            "tree.map": lambda: qb.tree.map(lambda t: t, tree),
+            "tree.flatten": lambda: qb.tree.flatten(tree),
+            "save": lambda: qb.save(io.BytesIO(), tree),
+            "optimizer": lambda: qb.optim.SGD(0.1).init(tree),
+            "a jitted result": lambda: qb.jit(lambda v: {0: v, "a": v})(x),
+        }.items():
+            with pytest.raises(TypeError, match="dict keys in a pytree must all be str or all be int"):
+                call()

@@ -120,13 +120,7 @@ fn to_node(value: &Value) -> Result<Node> {
         Value::List(items) => Node::List(items.iter().map(to_node).collect::<Result<_>>()?),
         Value::Tuple(items) => Node::Tuple(items.iter().map(to_node).collect::<Result<_>>()?),
         Value::Dict(entries) => {
-            let all_str = entries.iter().all(|(k, _)| matches!(k, DictKey::Str(_)));
-            let all_int = entries.iter().all(|(k, _)| matches!(k, DictKey::Int(_)));
-            if !all_str && !all_int {
-                return Err(Error::Type {
-                    message: "dict keys in a pytree must all be str or all be int".into(),
-                });
-            }
+            // `try_to_value` refused mixed key kinds already.
             Node::Dict(
                 entries
                     .iter()

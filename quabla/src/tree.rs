@@ -13,7 +13,8 @@
 //! [`Tree::flatten`] cannot fail (api.md §13 fixes `flatten(&tree) -> (Vec<Leaf>, TreeDef)`), yet
 //! some values have no pytree form: containers nested more than [`MAX_DEPTH`] deep (every walk
 //! over a structure recurses, so an unbounded depth would overflow the stack), an unsigned
-//! integer beyond the signed 64-bit range of [`Leaf::Int`] (AR19). Such a part is flattened into a *refusal*: a static entry of
+//! integer beyond the signed 64-bit range of [`Leaf::Int`] (AR19), a [`Value::Dict`] mixing
+//! string and integer keys (TY8). Such a part is flattened into a *refusal*: a static entry of
 //! the structure that holds the error and has no leaves, and below which nothing is walked.
 //! Every fallible consumer raises the refusal's error where it meets it: unflattening into any
 //! type (through [`structure_mismatch`] or [`Value`]), [`map`], [`map_n`], transforms (which
@@ -115,6 +116,13 @@ pub fn integer_range_error(value: impl fmt::Display) -> Error {
     ))
 }
 
+/// The TY8 error of a dict mixing string and integer keys.
+pub fn mixed_keys_error() -> Error {
+    Error::Type {
+        message: "dict keys in a pytree must all be str or all be int".into(),
+    }
+}
+
 /// A part of a value that has no pytree form, kept in the structure in its place (see the
 /// module documentation): the error to raise when the structure is used.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -124,6 +132,8 @@ struct Refusal(RefusalError);
 enum RefusalError {
     /// Containers nested past [`MAX_DEPTH`] ([`nesting_error`]).
     TooDeep,
+    /// TY8.
+    Type(String),
     /// AR19.
     Invalid(String),
 }
@@ -132,6 +142,7 @@ impl Refusal {
     fn error(&self) -> Error {
         match &self.0 {
             RefusalError::TooDeep => nesting_error(),
+            RefusalError::Type(m) => Error::Type { message: m.clone() },
             RefusalError::Invalid(m) => Error::invalid(m.clone()),
         }
     }
@@ -794,7 +805,7 @@ pub trait Tree: Sized {
     }
 
     /// [`Tree::to_value`], with the error of a part that has no pytree form (too deep, an
-    /// integer out of range).
+    /// integer out of range, mixed dict keys).
     #[doc(hidden)]
     fn try_to_value(&self) -> Result<Value> {
         let (leaves, def) = flatten(self);
@@ -1147,11 +1158,16 @@ impl Value {
     }
 
     /// [`nesting_error`] when containers nest deeper than [`MAX_DEPTH`] below `depth`
-    /// enclosing ones; the recursion stops at the limit.
+    /// enclosing ones, TY8 for a dict mixing key kinds; the recursion stops at the limit.
     fn check_form(&self, depth: usize) -> Result<()> {
         let children: Box<dyn Iterator<Item = &Value>> = match self {
             Value::List(items) | Value::Tuple(items) => Box::new(items.iter()),
-            Value::Dict(entries) => Box::new(entries.iter().map(|(_, v)| v)),
+            Value::Dict(entries) => {
+                if mixes_key_kinds(entries) {
+                    return Err(mixed_keys_error());
+                }
+                Box::new(entries.iter().map(|(_, v)| v))
+            }
             Value::Node { fields, .. } => Box::new(fields.iter().map(|(_, v)| v)),
             _ => return Ok(()),
         };
@@ -1206,6 +1222,9 @@ impl Tree for Value {
                 TreeDef::Tuple(items.iter().map(|v| v.flatten(leaves)).collect())
             }),
             Value::Dict(entries) => {
+                if mixes_key_kinds(entries) {
+                    return refused(RefusalError::Type(mixed_keys_error().to_string()));
+                }
                 let mut sorted: Vec<&(DictKey, Value)> = entries.iter().collect();
                 sorted.sort_by(|a, b| a.0.cmp(&b.0));
                 flatten_container(|| {
@@ -1272,11 +1291,21 @@ impl Tree for Value {
     }
 
     /// The value itself, once it is known to have a pytree form: its containers nest at most
-    /// [`MAX_DEPTH`] deep (checked before anything recursive such as `clone` walks it).
+    /// [`MAX_DEPTH`] deep (checked before anything recursive such as `clone` walks it) and
+    /// its dicts do not mix key kinds.
     fn try_to_value(&self) -> Result<Value> {
         self.check_form(0)?;
         Ok(self.clone())
     }
+}
+
+/// Whether a dict's keys mix strings and integers (TY8).
+fn mixes_key_kinds(entries: &[(DictKey, Value)]) -> bool {
+    let strings = entries
+        .iter()
+        .filter(|(k, _)| matches!(k, DictKey::Str(_)))
+        .count();
+    strings != 0 && strings != entries.len()
 }
 
 /// A value that is always static: part of the structure (and so of every signature), never a

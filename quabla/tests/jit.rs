@@ -639,3 +639,75 @@ fn plan_input_names_never_collide() -> qb::Result<()> {
     assert!(default_clash.call(&two).is_err());
     Ok(())
 }
+
+/// A `Value::Dict` mixing string and integer keys is TY8 wherever a tree is walked: every
+/// transform's arguments and results, the tree functions and `save` (it used to be accepted
+/// by `jit`, with the integer keys sorted first).
+#[test]
+fn dict_keys_mixing_kinds_are_ty8_everywhere() -> qb::Result<()> {
+    use qb::tree::{DictKey, Value};
+    let x = || Value::Array(qb::ones([2]).unwrap());
+    let mixed = || Value::Dict(vec![(DictKey::Int(1), x()), (DictKey::from("a"), x())]);
+    let sum = |v: Value| -> qb::Result<Tensor> {
+        let mut total = qb::zeros([])?;
+        for l in qb::tree::leaves(&v) {
+            total = total.add(l.as_tensor().unwrap().sum()?)?;
+        }
+        Ok(total)
+    };
+    let trees = [
+        ("a dict", mixed()),
+        ("inside a list", Value::List(vec![x(), mixed()])),
+        (
+            "inside a str-keyed dict",
+            Value::Dict(vec![(DictKey::from("p"), mixed())]),
+        ),
+    ];
+    for (where_, tree) in trees {
+        let results: Vec<(&str, qb::Result<()>)> = vec![
+            (
+                "jit",
+                qb::jit(|v: Value| Ok(v)).call(&tree).map(|_: Value| ()),
+            ),
+            ("grad", qb::grad(sum).call(&tree).map(|_: Value| ())),
+            (
+                "vmap",
+                qb::vmap(|v: Value| Ok(v)).call(&tree).map(|_: Value| ()),
+            ),
+            ("jvp", qb::jvp(sum, &tree, &tree).map(|_| ())),
+            ("vjp", qb::vjp(sum, &tree).map(|_| ())),
+            ("tree::map", qb::tree::map(&tree, |t| t.sin()).map(|_| ())),
+            ("unflatten", {
+                let (leaves, def) = qb::tree::flatten(&tree);
+                qb::tree::unflatten::<Value>(&def, leaves).map(|_| ())
+            }),
+            ("save", qb::save(&mut Vec::new(), &tree)),
+            (
+                "a jitted result",
+                qb::jit(|v: Tensor| {
+                    Ok(Value::Dict(vec![
+                        (DictKey::Int(0), Value::Array(v.clone())),
+                        (DictKey::from("a"), Value::Array(v)),
+                    ]))
+                })
+                .call(&qb::ones([2])?)
+                .map(|_: Value| ()),
+            ),
+        ];
+        for (what, r) in results {
+            match r {
+                Err(Error::Type { message }) => assert_eq!(
+                    message, "dict keys in a pytree must all be str or all be int",
+                    "{what} of {where_}"
+                ),
+                other => panic!("{what} of {where_}: {other:?}"),
+            }
+        }
+    }
+    // Each kind alone is fine, integer keys in numeric order.
+    let ints = Value::Dict(vec![(DictKey::Int(10), x()), (DictKey::Int(2), x())]);
+    let back: Value = qb::jit(|v: Value| Ok(v)).call(&ints)?;
+    let Value::Dict(entries) = back else { panic!() };
+    assert_eq!(entries[0].0, DictKey::Int(2));
+    Ok(())
+}
