@@ -74,9 +74,33 @@ fn region_capture() -> Error {
     }
 }
 
-/// The innermost control-flow body being traced on this thread, if any (TF5 checks it).
+thread_local! {
+    /// The control-flow primitives whose bodies this thread runs eagerly, innermost last.
+    static EAGER_REGIONS: RefCell<Vec<&'static str>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The innermost control-flow body being traced, or run eagerly, on this thread, if any
+/// (TF5 checks it): an eager loop body refuses what its traced form refuses.
 pub(crate) fn enclosing_region() -> Option<&'static str> {
-    FRAMES.with(|f| f.borrow().iter().rev().find_map(|fr| fr.region))
+    FRAMES
+        .with(|f| f.borrow().iter().rev().find_map(|fr| fr.region))
+        .or_else(|| EAGER_REGIONS.with(|r| r.borrow().last().copied()))
+}
+
+/// Runs one eager execution of a body of `primitive` (a loop body or a `while_loop`
+/// condition run as plain Rust): inside it, [`enclosing_region`] names `primitive`, so that
+/// solvers and custom rules raise TF5 there exactly as in the traced body.
+pub(crate) fn eager_region_body<R>(primitive: &'static str, f: impl FnOnce() -> R) -> R {
+    /// Pops the marker when `f` returns or unwinds.
+    struct Pop;
+    impl Drop for Pop {
+        fn drop(&mut self) {
+            let _ = EAGER_REGIONS.try_with(|r| r.borrow_mut().pop());
+        }
+    }
+    EAGER_REGIONS.with(|r| r.borrow_mut().push(primitive));
+    let _pop = Pop;
+    f()
 }
 
 /// Resolves an operand into a node of the innermost frame.
