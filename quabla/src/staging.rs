@@ -624,6 +624,8 @@ impl Prepared {
         arg_names: &[String],
         abstract_ok: bool,
     ) -> Result<Prepared> {
+        // A part of the arguments with no pytree form (too deep, ...) is refused first.
+        def.check()?;
         let mut inputs = Vec::with_capacity(leaves.len());
         let mut operands = Vec::new();
         let mut wrt_inputs = Vec::new();
@@ -680,8 +682,10 @@ impl Prepared {
                 }
             }
         }
+        let names = def.leaf_names(arg_names);
+        tree::check_distinct_names(&names, |k| matches!(inputs[k], InputLeaf::Array(_)))?;
         Ok(Prepared {
-            names: def.leaf_names(arg_names),
+            names,
             def: def.clone(),
             inputs,
             operands,

@@ -13,8 +13,9 @@ use crate::print::format_tracer;
 use crate::tensor::{Tensor, Tracer};
 use crate::tree::{Leaf, Tree, TreeDef};
 use quabla_ir::{Graph, GraphBuilder, NodeId, Op, TensorType};
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 struct Frame {
     id: u64,
@@ -30,7 +31,15 @@ struct Frame {
 
 thread_local! {
     static FRAMES: RefCell<Vec<Frame>> = const { RefCell::new(Vec::new()) };
-    static NEXT_TRACE: Cell<u64> = const { Cell::new(1) };
+}
+
+/// The id of the next trace, unique across the process: a tracer that reaches another thread
+/// never carries the id of one of that thread's traces, so it is refused there (TR5) instead
+/// of being read as one of its inputs.
+static NEXT_TRACE: AtomicU64 = AtomicU64::new(1);
+
+fn next_trace_id() -> u64 {
+    NEXT_TRACE.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Whether any trace is active on this thread.
@@ -43,12 +52,15 @@ pub(crate) fn is_live(t: &Tracer) -> bool {
     FRAMES.with(|f| f.borrow().iter().any(|frame| frame.id == t.trace))
 }
 
-/// TR5.
+/// TR5: a tracer whose trace is not running on this thread, because it ended or because it
+/// runs on another thread (trace ids are unique across the process, so both look the same
+/// from here).
 pub(crate) fn leaked(t: &Tracer) -> Error {
     Error::Tracer {
         kind: TracerErrorKind::Leaked,
         message: format!(
-            "{} was used after its trace ended; do not store tracers outside the traced function",
+            "{} was used after its trace ended (or on a thread other than the one tracing it); \
+             do not store tracers outside the traced function or hand them to other threads",
             format_tracer(t.node.0, t.ty.shape.dims(), t.ty.dtype)
         ),
     }
@@ -62,9 +74,33 @@ fn region_capture() -> Error {
     }
 }
 
-/// The innermost control-flow body being traced on this thread, if any (TF5 checks it).
+thread_local! {
+    /// The control-flow primitives whose bodies this thread runs eagerly, innermost last.
+    static EAGER_REGIONS: RefCell<Vec<&'static str>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The innermost control-flow body being traced, or run eagerly, on this thread, if any
+/// (TF5 checks it): an eager loop body refuses what its traced form refuses.
 pub(crate) fn enclosing_region() -> Option<&'static str> {
-    FRAMES.with(|f| f.borrow().iter().rev().find_map(|fr| fr.region))
+    FRAMES
+        .with(|f| f.borrow().iter().rev().find_map(|fr| fr.region))
+        .or_else(|| EAGER_REGIONS.with(|r| r.borrow().last().copied()))
+}
+
+/// Runs one eager execution of a body of `primitive` (a loop body or a `while_loop`
+/// condition run as plain Rust): inside it, [`enclosing_region`] names `primitive`, so that
+/// solvers and custom rules raise TF5 there exactly as in the traced body.
+pub(crate) fn eager_region_body<R>(primitive: &'static str, f: impl FnOnce() -> R) -> R {
+    /// Pops the marker when `f` returns or unwinds.
+    struct Pop;
+    impl Drop for Pop {
+        fn drop(&mut self) {
+            let _ = EAGER_REGIONS.try_with(|r| r.borrow_mut().pop());
+        }
+    }
+    EAGER_REGIONS.with(|r| r.borrow_mut().push(primitive));
+    let _pop = Pop;
+    f()
 }
 
 /// Resolves an operand into a node of the innermost frame.
@@ -236,11 +272,7 @@ pub(crate) fn trace_region_body(
     inputs: &[(String, TensorType)],
     f: impl FnOnce(Vec<Tensor>) -> Result<Vec<Tensor>>,
 ) -> Result<Graph> {
-    let id = NEXT_TRACE.with(|n| {
-        let id = n.get();
-        n.set(id + 1);
-        id
-    });
+    let id = next_trace_id();
     let mut builder = GraphBuilder::new();
     let mut params = Vec::with_capacity(inputs.len());
     for (name, ty) in inputs {
@@ -333,11 +365,7 @@ pub(crate) fn trace_function<A: Tree, R: Tree>(
     inputs: &[InputLeaf],
     names: &[String],
 ) -> Result<TracedFunction> {
-    let id = NEXT_TRACE.with(|n| {
-        let id = n.get();
-        n.set(id + 1);
-        id
-    });
+    let id = next_trace_id();
     let mut builder = GraphBuilder::new();
     let mut arg_leaves = Vec::with_capacity(inputs.len());
     for (i, leaf) in inputs.iter().enumerate() {
@@ -366,6 +394,11 @@ pub(crate) fn trace_function<A: Tree, R: Tree>(
     let args: A = in_def.unflatten(arg_leaves)?;
     let result = f(args)?;
     let (out_leaves, out_def) = crate::tree::flatten(&result);
+    if let Err(e) = out_def.check() {
+        // A result with no pytree form (e.g. nested too deep) is refused here.
+        crate::tree::dispose_refused(result, &out_def);
+        return Err(e);
+    }
     // Resolve output leaves into nodes of this frame (constants and captures included).
     let mut out_nodes = Vec::new();
     let mut out_slots = Vec::with_capacity(out_leaves.len());
