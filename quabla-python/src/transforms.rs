@@ -407,8 +407,19 @@ fn axes_spec(obj: &Bound<'_, PyAny>, top: bool) -> PyResult<qb::InAxes> {
         entries.sort_by(|a, b| a.0.cmp(&b.0));
         return Ok(qb::InAxes::Dict(entries));
     }
+    if let Some((name, children)) = crate::tree::node_children(obj)? {
+        let fields = children
+            .iter()
+            .map(|(f, c)| Ok((f.to_string(), axes_spec(c, false)?)))
+            .collect::<PyResult<Vec<_>>>()?;
+        return Ok(qb::InAxes::Node {
+            name: name.to_string(),
+            fields,
+        });
+    }
     Err(type_error(format!(
-        "in_axes and out_axes take ints, None, or tuples, lists and dicts of them; got {}",
+        "in_axes and out_axes take ints, None, or tuples, lists, dicts, NamedTuples and \
+         registered dataclasses of them; got {}",
         type_name(obj)
     )))
 }
@@ -435,20 +446,18 @@ impl PyVmap {
     }
 }
 
+/// `vmap(fun, in_axes=0, out_axes=0)`: `None` is an axes value (unmapped), not "default".
 #[pyfunction]
-#[pyo3(signature = (fun, in_axes=None, out_axes=None))]
+#[pyo3(signature = (fun, in_axes, out_axes))]
 pub fn _vmap(
     fun: &Bound<'_, PyAny>,
-    in_axes: Option<&Bound<'_, PyAny>>,
-    out_axes: Option<&Bound<'_, PyAny>>,
+    in_axes: &Bound<'_, PyAny>,
+    out_axes: &Bound<'_, PyAny>,
 ) -> PyResult<PyVmap> {
-    let mut v = qb::vmap(callable(fun)?).name(function_name(fun));
-    if let Some(a) = in_axes {
-        v = v.in_axes_tree(axes_spec(a, true)?);
-    }
-    if let Some(a) = out_axes {
-        v = v.out_axes_tree(axes_spec(a, false)?);
-    }
+    let v = qb::vmap(callable(fun)?)
+        .name(function_name(fun))
+        .in_axes_tree(axes_spec(in_axes, true)?)
+        .out_axes_tree(axes_spec(out_axes, false)?);
     Ok(PyVmap { v })
 }
 

@@ -274,6 +274,15 @@ fn node_parts<'py>(
     }
 }
 
+/// The class name and data-field children of a NamedTuple or registered class instance
+/// (`None` for other objects): how a `vmap` axes prefix like `Point(0, None)` is read.
+#[allow(clippy::type_complexity)]
+pub fn node_children<'py>(
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<Option<(&'static str, Vec<(&'static str, Bound<'py, PyAny>)>)>> {
+    Ok(node_parts(obj)?.map(|(name, children, _)| (name, children)))
+}
+
 fn is_namedtuple(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
     Ok(obj.is_instance_of::<PyTuple>() && obj.get_type().hasattr("_fields")?)
 }
