@@ -23,9 +23,7 @@
 //!   and the body keeps the carries of finished examples bit for bit:
 //!   `where(cond(carry), body(carry), carry)` per example.
 
-use super::{
-    internal, lift_all, logical_rank, materialize, move_axis, prepend, sweep, Value,
-};
+use super::{internal, lift_all, logical_rank, materialize, move_axis, prepend, sweep, Value};
 use quabla_ir::{
     Comparison, DType, Graph, GraphBuilder, NodeId, Op, ReduceKind, Region, RegionKind, Result,
     ScanBody, TensorType,
@@ -289,11 +287,7 @@ fn branch_inputs(
             let rank = logical_rank(b, x);
             let live = materialize(b, x, size)?;
             let frozen = b.stop_gradient(live)?;
-            let (a, e) = if then {
-                (live, frozen)
-            } else {
-                (frozen, live)
-            };
+            let (a, e) = if then { (live, frozen) } else { (frozen, live) };
             let ids = lift_all(b, &[pred, Value::batched(a), Value::batched(e)], rank)?;
             Ok(Value::batched(b.push(Op::Where, &ids)?))
         })

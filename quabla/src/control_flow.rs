@@ -247,8 +247,16 @@ fn unify_branches(a: Graph, b: Graph) -> Result<(Graph, Graph)> {
     let ta = a.node(a.outputs()[0]).ty.clone();
     let tb = b.node(b.outputs()[0]).ty.clone();
     let dtype = unified_dtype(&ta, &tb)?;
-    let a = if ta.dtype == dtype { a } else { cast_output(&a, dtype)? };
-    let b = if tb.dtype == dtype { b } else { cast_output(&b, dtype)? };
+    let a = if ta.dtype == dtype {
+        a
+    } else {
+        cast_output(&a, dtype)?
+    };
+    let b = if tb.dtype == dtype {
+        b
+    } else {
+        cast_output(&b, dtype)?
+    };
     Ok((a, b))
 }
 

@@ -105,7 +105,9 @@ fn eager_cond_calls_each_branch_once_and_runs_the_selected_one() -> qb::Result<(
             &[&x],
         )
         .unwrap_err();
-        assert!(err.to_string().contains("cond branches return different shapes"));
+        assert!(err
+            .to_string()
+            .contains("cond branches return different shapes"));
     }
     Ok(())
 }

@@ -80,7 +80,11 @@ fn every_derivative_of_vmap_cond_ignores_the_unselected_branch() -> qb::Result<(
         let scale = qb::array([1.0, 2.0, -1.0, 0.5])?;
         let (_, pullback) = qb::vjp_fn(|v: Tensor| batched(&v, &w, flip)).call(&v)?;
         let ct: Tensor = pullback.call(&scale)?;
-        let scaled: Vec<f64> = column(1).iter().zip([1.0, 2.0, -1.0, 0.5]).map(|(a, b)| a * b).collect();
+        let scaled: Vec<f64> = column(1)
+            .iter()
+            .zip([1.0, 2.0, -1.0, 0.5])
+            .map(|(a, b)| a * b)
+            .collect();
         assert_close(&ct, &scaled, &what("vjp"));
         let (_, t): (Tensor, Tensor) =
             qb::jvp_fn(|v: Tensor| batched(&v, &w, flip)).call(&v, &scale)?;
@@ -88,12 +92,15 @@ fn every_derivative_of_vmap_cond_ignores_the_unselected_branch() -> qb::Result<(
 
         // Forward-mode jacobian ([4] -> [4]) and reverse-mode jacobian ([4] -> [2]).
         let diag = |d: &[f64]| -> Vec<f64> {
-            (0..16).map(|i| if i % 5 == 0 { d[i / 5] } else { 0.0 }).collect()
+            (0..16)
+                .map(|i| if i % 5 == 0 { d[i / 5] } else { 0.0 })
+                .collect()
         };
         let j: Tensor = qb::jacobian(|v: Tensor| batched(&v, &w, flip)).call(&v)?;
         assert_close(&j, &diag(&column(1)), &what("forward jacobian"));
-        let jr: Tensor = qb::jacobian(|v: Tensor| batched(&v, &w, flip)?.reshape([2, 2])?.sum_axes([1]))
-            .call(&v)?;
+        let jr: Tensor =
+            qb::jacobian(|v: Tensor| batched(&v, &w, flip)?.reshape([2, 2])?.sum_axes([1]))
+                .call(&v)?;
         let d1 = column(1);
         let pairs = [d1[0], d1[1], 0.0, 0.0, 0.0, 0.0, d1[2], d1[3]];
         assert_close(&jr, &pairs, &what("reverse jacobian"));
