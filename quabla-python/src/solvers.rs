@@ -8,8 +8,8 @@ use crate::tensor::{ret, wrap, PyTensor};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use quabla as qb;
-use quabla::tree::{Leaf, TreeDef, Value};
 use quabla::linalg as la;
+use quabla::tree::{Leaf, TreeDef, Value};
 
 /// The extra arguments of a solver callback (`args=`): a tuple (or list) of pytrees. Their
 /// array leaves go to the facade, which differentiates and batches through them; the structure
@@ -22,11 +22,16 @@ struct ExtraArgs {
 
 impl ExtraArgs {
     /// Reads `args=` of `solver`; a lone array is refused (it would be iterated row by row).
-    fn read(args: Option<&Bound<'_, PyAny>>, solver: &str) -> PyResult<(ExtraArgs, Vec<qb::Tensor>)> {
+    fn read(
+        args: Option<&Bound<'_, PyAny>>,
+        solver: &str,
+    ) -> PyResult<(ExtraArgs, Vec<qb::Tensor>)> {
         let value = match args {
             None => Value::Tuple(Vec::new()),
             Some(a) if a.is_none() => Value::Tuple(Vec::new()),
-            Some(a) if a.is_exact_instance_of::<PyTuple>() || a.is_exact_instance_of::<PyList>() => {
+            Some(a)
+                if a.is_exact_instance_of::<PyTuple>() || a.is_exact_instance_of::<PyList>() =>
+            {
                 let items = a
                     .try_iter()?
                     .map(|item| value_from_py(&item?, Leaves::Transform))
@@ -42,12 +47,19 @@ impl ExtraArgs {
             }
         };
         let (leaves, def) = qb::tree::flatten(&value);
-        let tensors = leaves.iter().filter_map(|l| l.as_tensor().cloned()).collect();
+        let tensors = leaves
+            .iter()
+            .filter_map(|l| l.as_tensor().cloned())
+            .collect();
         Ok((ExtraArgs { def, leaves }, tensors))
     }
 
     /// The Python arguments for the facade's current values of the array leaves.
-    fn rebuild<'py>(&self, py: Python<'py>, tensors: &[qb::Tensor]) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    fn rebuild<'py>(
+        &self,
+        py: Python<'py>,
+        tensors: &[qb::Tensor],
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let mut given = tensors.iter();
         let leaves = self
             .leaves
@@ -213,6 +225,64 @@ fn cho_solve<'py>(
             .lower(lower)
             .eval(),
     )
+}
+
+#[pyfunction]
+fn eigvalsh<'py>(py: Python<'py>, a: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    ret(py, la::eigvalsh(to_tensor(a)?))
+}
+
+#[pyfunction]
+fn expm<'py>(py: Python<'py>, a: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    ret(py, la::expm(to_tensor(a)?))
+}
+
+/// `lu_factor(a) -> (lu, piv)`.
+#[pyfunction]
+fn lu_factor<'py>(py: Python<'py>, a: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let f = la::lu_factor(to_tensor(a)?).or_raise()?;
+    pair(py, wrap(py, f.lu)?, wrap(py, f.piv)?)
+}
+
+/// `lu_solve((lu, piv), b, trans=0)`.
+#[pyfunction]
+#[pyo3(signature = (lu_and_piv, b, trans=None))]
+fn lu_solve<'py>(
+    py: Python<'py>,
+    lu_and_piv: &Bound<'py, PyAny>,
+    b: &Bound<'py, PyAny>,
+    trans: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let (lu, piv): (Bound<'py, PyAny>, Bound<'py, PyAny>) = lu_and_piv.extract().map_err(|_| {
+        type_error(format!(
+            "lu_solve: the first argument must be the pair (lu, piv) that lu_factor returned, \
+             got {}",
+            type_name(lu_and_piv)
+        ))
+    })?;
+    let transpose = match trans {
+        None => false,
+        Some(t) if t.is_none() => false,
+        Some(t) => match t.extract::<String>().ok().as_deref() {
+            Some("N") => false,
+            Some("T") => true,
+            _ => match t.extract::<i64>() {
+                Ok(0) => false,
+                Ok(1) => true,
+                _ => {
+                    return Err(value_error(format!(
+                        "lu_solve: trans must be 0, 1, \"N\" or \"T\", got {}",
+                        t.repr().map(|r| r.to_string()).unwrap_or_default()
+                    )))
+                }
+            },
+        },
+    };
+    let factor = la::LuFactor {
+        lu: to_tensor(&lu)?,
+        piv: to_tensor(&piv)?,
+    };
+    ret(py, la::lu_solve(&factor, to_tensor(b)?, transpose))
 }
 
 #[pyfunction]
@@ -565,6 +635,10 @@ pub fn add_to(
         wrap_pyfunction!(det, linalg)?,
         wrap_pyfunction!(inv, linalg)?,
         wrap_pyfunction!(eigh, linalg)?,
+        wrap_pyfunction!(eigvalsh, linalg)?,
+        wrap_pyfunction!(expm, linalg)?,
+        wrap_pyfunction!(lu_factor, linalg)?,
+        wrap_pyfunction!(lu_solve, linalg)?,
         wrap_pyfunction!(qr, linalg)?,
         wrap_pyfunction!(svd, linalg)?,
         wrap_pyfunction!(lstsq, linalg)?,

@@ -233,6 +233,8 @@ pub fn _value_and_grad(
 pub struct PyJacobian {
     j: Option<qb::Jacobian<PyCallable, Value>>,
     h: Option<qb::Hessian<PyCallable, Value>>,
+    /// `jacobian`, `jacfwd` or `jacrev` (for `j`).
+    name: &'static str,
 }
 
 #[pymethods]
@@ -247,7 +249,7 @@ impl PyJacobian {
         let args = args_value(args, &[])?;
         let out = match (&self.j, &self.h) {
             (Some(j), _) => {
-                positional_only("jacobian", kwargs)?;
+                positional_only(self.name, kwargs)?;
                 run(py, || j.call::<Value, Value>(&args))?
             }
             (_, Some(h)) => {
@@ -260,20 +262,50 @@ impl PyJacobian {
     }
 }
 
-#[pyfunction]
-#[pyo3(signature = (fun, argnums=None))]
-pub fn jacobian(
+fn make_jacobian(
     fun: &Bound<'_, PyAny>,
     argnums: Option<&Bound<'_, PyAny>>,
+    name: &'static str,
 ) -> PyResult<PyJacobian> {
-    let mut j = qb::jacobian(callable(fun)?).name(function_name(fun));
+    let f = callable(fun)?;
+    let j = match name {
+        "jacfwd" => qb::jacfwd(f),
+        "jacrev" => qb::jacrev(f),
+        _ => qb::jacobian(f),
+    };
+    let mut j = j.name(function_name(fun));
     if let Some(a) = argnums {
         j = select!(j, &Argnums::read(a)?);
     }
     Ok(PyJacobian {
         j: Some(j),
         h: None,
+        name,
     })
+}
+
+/// `jacobian(fun, argnums=0)`: forward or reverse mode by size (transforms.md §8).
+#[pyfunction]
+#[pyo3(signature = (fun, argnums=None))]
+pub fn jacobian(
+    fun: &Bound<'_, PyAny>,
+    argnums: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyJacobian> {
+    make_jacobian(fun, argnums, "jacobian")
+}
+
+/// `jacfwd(fun, argnums=0)`: the Jacobian in forward mode.
+#[pyfunction]
+#[pyo3(signature = (fun, argnums=None))]
+pub fn jacfwd(fun: &Bound<'_, PyAny>, argnums: Option<&Bound<'_, PyAny>>) -> PyResult<PyJacobian> {
+    make_jacobian(fun, argnums, "jacfwd")
+}
+
+/// `jacrev(fun, argnums=0)`: the Jacobian in reverse mode.
+#[pyfunction]
+#[pyo3(signature = (fun, argnums=None))]
+pub fn jacrev(fun: &Bound<'_, PyAny>, argnums: Option<&Bound<'_, PyAny>>) -> PyResult<PyJacobian> {
+    make_jacobian(fun, argnums, "jacrev")
 }
 
 #[pyfunction]
@@ -286,6 +318,7 @@ pub fn hessian(fun: &Bound<'_, PyAny>, argnums: Option<&Bound<'_, PyAny>>) -> Py
     Ok(PyJacobian {
         j: None,
         h: Some(h),
+        name: "hessian",
     })
 }
 
@@ -883,6 +916,8 @@ pub fn add_to(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(_grad, m)?,
         wrap_pyfunction!(_value_and_grad, m)?,
         wrap_pyfunction!(jacobian, m)?,
+        wrap_pyfunction!(jacfwd, m)?,
+        wrap_pyfunction!(jacrev, m)?,
         wrap_pyfunction!(hessian, m)?,
         wrap_pyfunction!(jvp, m)?,
         wrap_pyfunction!(vjp, m)?,
