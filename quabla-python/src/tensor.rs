@@ -33,8 +33,13 @@ impl PyDType {
         }
     }
 
+    /// `quabla.float64`, `quabla.float32`, `quabla.bool_`: the names the objects have in the
+    /// package.
     fn __repr__(&self) -> String {
-        format!("quabla.{}", py_name(self.dtype))
+        match self.dtype {
+            qb::DType::Bool => "quabla.bool_".into(),
+            d => format!("quabla.{}", py_name(d)),
+        }
     }
 
     fn __str__(&self) -> String {
@@ -104,6 +109,19 @@ pub fn ret_list(py: Python<'_>, r: qb::Result<Vec<qb::Tensor>>) -> PyResult<Boun
         .map(|t| wrap(py, t))
         .collect::<PyResult<Vec<_>>>()?;
     Ok(PyList::new(py, items)?.into_any())
+}
+
+/// `float(x)`, `int(x)` of a multi-element tensor: a `TypeError`, as NumPy's (`x.item()`
+/// keeps its `ValueError`).
+fn single_element(t: &qb::Tensor, op: &str) -> PyResult<()> {
+    if t.shape().iter().product::<usize>() != 1 {
+        return Err(type_error(format!(
+            "only single-element tensors can be converted by {op}(), got shape {:?}; select an \
+             element or reduce first",
+            t.shape()
+        )));
+    }
+    Ok(())
 }
 
 fn concrete_needed(t: &qb::Tensor, op: &str) -> PyResult<()> {
@@ -178,7 +196,8 @@ fn index_item(obj: &Bound<'_, PyAny>) -> PyResult<qb::IndexItem> {
             step,
         });
     }
-    Err(pyo3::exceptions::PyIndexError::new_err(format!(
+    // TY15: the kind of the index is wrong, a TypeError (an out-of-range int is IndexError).
+    Err(type_error(format!(
         "only integers, slices, None and Ellipsis are valid indices; got {}",
         type_name(obj)
     )))
@@ -313,12 +332,22 @@ impl PyTensor {
         let py = slf.py();
         let np = py.import("numpy")?;
         let view = np.call_method1("asarray", (ArrayInterface::new(slf)?,))?;
-        let out = match dtype {
-            Some(d) if !d.is_none() => view.call_method1("astype", (d,))?,
-            _ if copy == Some(true) => view.call_method0("copy")?,
-            _ => view,
+        // NumPy 2's protocol: `copy=None` copies only for a dtype change, `copy=True` always,
+        // `copy=False` never (ValueError when a dtype change needs one).
+        let target = match dtype {
+            Some(d) if !d.is_none() => np.call_method1("dtype", (d,))?,
+            _ => view.getattr("dtype")?,
         };
-        Ok(out)
+        let same = target.eq(view.getattr("dtype")?)?;
+        match (copy, same) {
+            (Some(false), false) => Err(value_error(format!(
+                "__array__: converting {} to {} needs a copy, but copy=False was given",
+                py_name(slf.get().t.dtype()),
+                target.getattr("name")?
+            ))),
+            (Some(true), _) | (_, false) => view.call_method1("astype", (target,)),
+            _ => Ok(view),
+        }
     }
 
     /// A read-only NumPy array sharing the host storage.
@@ -328,12 +357,24 @@ impl PyTensor {
 
     fn __float__(&self) -> PyResult<f64> {
         concrete_needed(&self.t, "float")?;
+        single_element(&self.t, "float")?;
         self.t.item().or_raise()
     }
 
     fn __int__(&self) -> PyResult<i64> {
         concrete_needed(&self.t, "int")?;
+        single_element(&self.t, "int")?;
         Ok(self.t.item().or_raise()?.trunc() as i64)
+    }
+
+    /// `[..][x]`, `range(x)`: a tracer has no value yet (TR2); a concrete tensor is a float
+    /// array, not an index (there are no integer dtypes), as for a NumPy float array.
+    fn __index__(&self) -> PyResult<i64> {
+        concrete_needed(&self.t, "__index__")?;
+        Err(type_error(format!(
+            "a {} tensor cannot be used as an index; convert it with int(x)",
+            py_name(self.t.dtype())
+        )))
     }
 
     fn __bool__(&self) -> PyResult<bool> {
@@ -545,7 +586,10 @@ impl PyTensor {
         }
         ret(
             py,
-            qb::power(self.reflected(other)?, qb::Exponent::Operand((&self.t).into())),
+            qb::power(
+                self.reflected(other)?,
+                qb::Exponent::Operand((&self.t).into()),
+            ),
         )
     }
 

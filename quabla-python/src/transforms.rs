@@ -103,9 +103,11 @@ pub fn install_warning_handler() {
                     Ok(py.get_type::<pyo3::exceptions::PyUserWarning>().into_any())
                 }
             };
+            // Stack level 1: the innermost Python frame is the user's line that called the
+            // transformed function (the binding adds no Python frame of its own).
             let result = category.and_then(|c| {
                 py.import("warnings")?
-                    .call_method1("warn", (w.to_string(), c, 2))
+                    .call_method1("warn", (w.to_string(), c, 1))
                     .map(|_| ())
             });
             if let Err(e) = result {
