@@ -167,7 +167,9 @@ where
     }
 
     /// Validates the configuration, traces and compiles the step plan, and places the state
-    /// and the data on the device.
+    /// and the data on the device. A schedule is traced into the plan once, here; one that
+    /// cannot be traced (a tracer error: it reads the step as a host number) is evaluated on
+    /// the host at every step instead, and its value uploaded.
     pub fn build(self) -> Result<Trainer<P, D, L>> {
         let rule = self.rule;
         rule.validate()?;
@@ -193,13 +195,7 @@ where
         } else {
             Vec::new()
         };
-        let host_rate = !rule.lr.runs_in_plan();
         let step0 = Tensor::scalar_f64(0.0);
-        let rate0 = if host_rate {
-            vec![Tensor::scalar_f64(rule.lr.at(0)?)]
-        } else {
-            Vec::new()
-        };
         let loss = &self.loss;
         let def = &params_def;
         let rule_ref = &rule;
@@ -219,18 +215,34 @@ where
             let (p, m, v) = apply(rule_ref.kind, &p, &g, &m, &v, &scalars)?;
             Ok((value, p, m, v, crate::add(&step, 1.0)?))
         };
-        let args: StepArgs<D> = (
-            params.clone(),
-            moments.clone(),
-            moments.clone(),
-            step0.clone(),
-            self.data,
-            rate0,
-        );
-        let lowered = crate::jit(fused)
-            .name("Trainer.step")
-            .device(self.device.clone())
-            .lower(&args)?;
+        let lower = |host_rate: bool| {
+            // A placeholder for the host rate: the plan takes its value at every step.
+            let rate = if host_rate {
+                vec![Tensor::scalar_f64(0.0)]
+            } else {
+                Vec::new()
+            };
+            let args: StepArgs<D> = (
+                params.clone(),
+                moments.clone(),
+                moments.clone(),
+                step0.clone(),
+                data_def.unflatten(data.clone())?,
+                rate,
+            );
+            crate::jit(&fused)
+                .name("Trainer.step")
+                .device(self.device.clone())
+                .lower(&args)
+        };
+        let mut host_rate = !rule.lr.runs_in_plan();
+        let lowered = match lower(host_rate) {
+            Err(Error::Tracer { .. }) if !host_rate && rule.lr.is_schedule() => {
+                host_rate = true;
+                lower(true)?
+            }
+            other => other?,
+        };
         let entry = lowered.compile().entry().clone();
         if !entry.outputs_in_order() {
             return Err(Error::Internal {
