@@ -114,29 +114,6 @@ impl<P, D, L> fmt::Debug for Trainer<P, D, L> {
     }
 }
 
-impl<P, D, L> Trainer<P, D, L>
-where
-    P: Tree,
-    D: Tree,
-    L: Fn(&P, &D) -> Result<Tensor>,
-{
-    /// A trainer of `params` for `loss(params, data)` with an [`super::Adam`],
-    /// [`super::AdamW`] or [`super::Sgd`] (constant rate or schedule, with or without
-    /// `clip_norm`). `data` is one argument or a tuple of them.
-    #[allow(clippy::new_ret_no_self)]
-    pub fn new(loss: L, params: P, optimizer: impl Optimizer, data: D) -> TrainerBuilder<P, D, L> {
-        TrainerBuilder {
-            loss,
-            params,
-            rule: optimizer.rule().clone(),
-            data,
-            device: "cpu".into(),
-            batch_argnums: Vec::new(),
-            check_every: None,
-        }
-    }
-}
-
 impl<P, D, L> TrainerBuilder<P, D, L>
 where
     P: Tree,
@@ -310,6 +287,22 @@ where
     D: Tree,
     L: Fn(&P, &D) -> Result<Tensor>,
 {
+    /// A trainer of `params` for `loss(params, data)` with an [`super::Adam`],
+    /// [`super::AdamW`] or [`super::Sgd`] (constant rate or schedule, with or without
+    /// `clip_norm`). `data` is one argument or a tuple of them.
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new(loss: L, params: P, optimizer: impl Optimizer, data: D) -> TrainerBuilder<P, D, L> {
+        TrainerBuilder {
+            loss,
+            params,
+            rule: optimizer.rule().clone(),
+            data,
+            device: "cpu".into(),
+            batch_argnums: Vec::new(),
+            check_every: None,
+        }
+    }
+
     /// One optimizer step on the current data.
     pub fn step(&mut self) -> Result<()> {
         self.run_step(None)
