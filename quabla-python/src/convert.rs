@@ -165,6 +165,15 @@ fn collect_nested(
         }
         return Ok(());
     }
+    if depth >= qb::tree::MAX_DEPTH {
+        // The one depth limit of every walk over user structure (an array of that many axes
+        // is far past any real use; NumPy stops at 64).
+        return Err(value_error(format!(
+            "nested sequence is more than {} levels deep; arrays built from nested lists \
+             have at most that many axes",
+            qb::tree::MAX_DEPTH
+        )));
+    }
     let len = obj.len()?;
     if len == 0 {
         return Err(value_error(
@@ -399,8 +408,32 @@ pub enum Leaves {
     Static,
 }
 
+/// The depth of the children of a container that sits inside `depth` containers: the
+/// facade's pytree depth limit (`qb::tree::MAX_DEPTH`, `ValueError`) applied while Python
+/// containers are read, so no walk over a Python tree recurses without bound.
+pub fn enter_container(depth: usize) -> PyResult<usize> {
+    if depth >= qb::tree::MAX_DEPTH {
+        return Err(crate::errors::to_py(qb::tree::nesting_error()));
+    }
+    Ok(depth + 1)
+}
+
+/// A Python int as a tree integer (AR19 outside the signed 64-bit range: a tree never
+/// carries a wrapped or rounded integer).
+pub fn tree_int(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
+    obj.extract::<i64>().map_err(|_| {
+        let repr = obj.repr().map(|r| r.to_string()).unwrap_or_default();
+        crate::errors::to_py(qb::tree::integer_range_error(repr))
+    })
+}
+
 /// A Python pytree as a facade tree.
 pub fn value_from_py(obj: &Bound<'_, PyAny>, mode: Leaves) -> PyResult<Value> {
+    value_from_py_at(obj, mode, 0)
+}
+
+/// [`value_from_py`] of an object that sits inside `depth` containers.
+pub fn value_from_py_at(obj: &Bound<'_, PyAny>, mode: Leaves, depth: usize) -> PyResult<Value> {
     if mode == Leaves::Static {
         return Ok(Value::Static(qb::tree::StaticBox::new(PyStatic::new(obj)?)));
     }
@@ -417,10 +450,7 @@ pub fn value_from_py(obj: &Bound<'_, PyAny>, mode: Leaves) -> PyResult<Value> {
         return Ok(Value::Bool(obj.extract()?));
     }
     if obj.is_instance_of::<PyInt>() {
-        return Ok(match obj.extract::<i64>() {
-            Ok(i) => Value::Int(i),
-            Err(_) => Value::Float(obj.extract()?),
-        });
+        return Ok(Value::Int(tree_int(obj)?));
     }
     if obj.is_instance_of::<PyFloat>() {
         return Ok(Value::Float(obj.extract()?));
@@ -435,27 +465,30 @@ pub fn value_from_py(obj: &Bound<'_, PyAny>, mode: Leaves) -> PyResult<Value> {
         return Ok(Value::Abstract(s.get().sd.clone()));
     }
     if obj.is_exact_instance_of::<PyTuple>() {
+        let inner = enter_container(depth)?;
         let items = obj
             .try_iter()?
-            .map(|item| value_from_py(&item?, mode))
+            .map(|item| value_from_py_at(&item?, mode, inner))
             .collect::<PyResult<_>>()?;
         return Ok(Value::Tuple(items));
     }
     if obj.is_exact_instance_of::<PyList>() {
+        let inner = enter_container(depth)?;
         let items = obj
             .try_iter()?
-            .map(|item| value_from_py(&item?, mode))
+            .map(|item| value_from_py_at(&item?, mode, inner))
             .collect::<PyResult<_>>()?;
         return Ok(Value::List(items));
     }
     if obj.is_exact_instance_of::<PyDict>() {
+        let inner = enter_container(depth)?;
         let dict = obj.cast::<PyDict>()?;
         let mut entries = Vec::with_capacity(dict.len());
         let mut kinds = (false, false);
         for (k, v) in dict.iter() {
             let key = if k.is_instance_of::<PyInt>() && !k.is_instance_of::<PyBool>() {
                 kinds.0 = true;
-                DictKey::Int(k.extract()?)
+                DictKey::Int(tree_int(&k)?)
             } else if k.is_instance_of::<PyString>() {
                 kinds.1 = true;
                 DictKey::Str(k.extract()?)
@@ -464,7 +497,7 @@ pub fn value_from_py(obj: &Bound<'_, PyAny>, mode: Leaves) -> PyResult<Value> {
                     "dict keys in a pytree must all be str or all be int",
                 ));
             };
-            entries.push((key, value_from_py(&v, mode)?));
+            entries.push((key, value_from_py_at(&v, mode, inner)?));
         }
         if kinds.0 && kinds.1 {
             return Err(type_error(
@@ -473,7 +506,7 @@ pub fn value_from_py(obj: &Bound<'_, PyAny>, mode: Leaves) -> PyResult<Value> {
         }
         return Ok(Value::Dict(entries));
     }
-    if let Some(node) = node_from_py(obj, mode)? {
+    if let Some(node) = node_from_py(obj, mode, depth)? {
         return Ok(node);
     }
     if obj.hasattr("__array_interface__")? || obj.hasattr("__array__")? {

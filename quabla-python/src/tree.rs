@@ -7,7 +7,9 @@
 //! so the class is part of every trace signature and rebuilds the instance on the way out.
 //! Traversal order, path naming and structure printing are the facade's.
 
-use crate::convert::{type_name, value_from_py, value_to_py, Leaves};
+use crate::convert::{
+    enter_container, type_name, value_from_py, value_from_py_at, value_to_py, Leaves,
+};
 use crate::errors::{type_error, value_error};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFloat, PyList, PyTuple, PyType};
@@ -287,14 +289,16 @@ fn is_namedtuple(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
     Ok(obj.is_instance_of::<PyTuple>() && obj.get_type().hasattr("_fields")?)
 }
 
-/// A registered or NamedTuple instance as a tree node (`None` for other objects).
-pub fn node_from_py(obj: &Bound<'_, PyAny>, mode: Leaves) -> PyResult<Option<Value>> {
+/// A registered or NamedTuple instance, inside `depth` containers, as a tree node (`None`
+/// for other objects).
+pub fn node_from_py(obj: &Bound<'_, PyAny>, mode: Leaves, depth: usize) -> PyResult<Option<Value>> {
     let Some((name, children, meta)) = node_parts(obj)? else {
         return Ok(None);
     };
+    let inner = enter_container(depth)?;
     let fields = children
         .into_iter()
-        .map(|(f, c)| Ok((f, value_from_py(&c, mode)?)))
+        .map(|(f, c)| Ok((f, value_from_py_at(&c, mode, inner)?)))
         .collect::<PyResult<Vec<_>>>()?;
     Ok(Some(Value::Node { name, fields, meta }))
 }
@@ -383,13 +387,24 @@ fn flatten_objects<'py>(
     obj: &Bound<'py, PyAny>,
     leaves: &mut Vec<Bound<'py, PyAny>>,
 ) -> PyResult<TreeDef> {
+    flatten_objects_at(obj, leaves, 0)
+}
+
+/// [`flatten_objects`] of an object inside `depth` containers (the depth limit of
+/// `enter_container`).
+fn flatten_objects_at<'py>(
+    obj: &Bound<'py, PyAny>,
+    leaves: &mut Vec<Bound<'py, PyAny>>,
+    depth: usize,
+) -> PyResult<TreeDef> {
     if obj.is_none() {
         return Ok(TreeDef::None);
     }
     if obj.is_exact_instance_of::<PyTuple>() || obj.is_exact_instance_of::<PyList>() {
+        let inner = enter_container(depth)?;
         let children = obj
             .try_iter()?
-            .map(|c| flatten_objects(&c?, leaves))
+            .map(|c| flatten_objects_at(&c?, leaves, inner))
             .collect::<PyResult<Vec<_>>>()?;
         return Ok(if obj.is_exact_instance_of::<PyTuple>() {
             TreeDef::Tuple(children)
@@ -398,17 +413,19 @@ fn flatten_objects<'py>(
         });
     }
     if obj.is_exact_instance_of::<PyDict>() {
+        let inner = enter_container(depth)?;
         let value = value_from_py_keys(obj.cast::<PyDict>()?)?;
         let mut out = Vec::with_capacity(value.len());
         for (k, child) in value {
-            out.push((k, flatten_objects(&child, leaves)?));
+            out.push((k, flatten_objects_at(&child, leaves, inner)?));
         }
         return Ok(TreeDef::Dict(out));
     }
     if let Some((name, children, meta)) = node_parts(obj)? {
+        let inner = enter_container(depth)?;
         let fields = children
             .iter()
-            .map(|(f, c)| Ok((*f, flatten_objects(c, leaves)?)))
+            .map(|(f, c)| Ok((*f, flatten_objects_at(c, leaves, inner)?)))
             .collect::<PyResult<Vec<_>>>()?;
         return Ok(TreeDef::Node { name, fields, meta });
     }

@@ -212,3 +212,77 @@ def test_type_stubs_are_typed_where_the_type_is_known():
     assert re.search(r"^def sum\(x: ArrayLike, .*\) -> Tensor: \.\.\.$", text, re.M)
     assert re.search(r"^def grad\(.*\) -> GradFunction: \.\.\.$", text, re.M)
     assert "def __eq__(self, other: object) -> Tensor" in text
+
+
+def test_integers_outside_int64_are_value_errors_and_edges_round_trip():
+    import io
+
+    def round_trip(tree):
+        buf = io.BytesIO()
+        qb.save(buf, tree)
+        buf.seek(0)
+        return qb.load(buf)
+
+    for v in [-2**63, -1, 0, 2**63 - 1]:
+        assert round_trip(v) == v
+        assert round_trip({v: [v]}) == {v: [v]}
+        assert qb.jit(lambda x, n: (x, n))(qb.ones((1,)), v)[1] == v
+    x = qb.ones((1,))
+    for v in [2**63, 2**64 - 1, -2**63 - 1, 2**70]:
+        msg = f"{v} is outside the signed 64-bit range"
+        for call in [
+            lambda: qb.save(io.BytesIO(), v),
+            lambda: qb.save(io.BytesIO(), [1, v]),
+            lambda: qb.save(io.BytesIO(), {v: 1.0}),
+            lambda: qb.jit(lambda x, n: x)(x, v),
+            lambda: qb.jit(lambda x, d: x)(x, {"n": v}),
+            lambda: qb.grad(lambda x, n: qb.sum(x))(x, v),
+            lambda: qb.vmap(lambda x, n: x, in_axes=(0, None))(x, v),
+            lambda: qb.jit(lambda x: (x, v))(x),
+        ]:
+            with pytest.raises(ValueError, match=msg):
+                call()
+
+
+def test_plan_input_names_never_collide():
+    keys = ["a", "0", "a/0", "a/0/b", "/", "~", "~1", "a~1b", ""]
+    x = qb.ones((1,))
+    shapes = [x, [x, x], [{"b": x}]] + [{k: x} for k in keys]
+    for i, k1 in enumerate(keys):
+        for k2 in keys[i + 1:]:
+            for s1 in shapes:
+                for s2 in shapes[:3]:
+                    tree = {k1: s1, k2: s2}
+                    names = qb.jit(lambda p: 0.0).lower(tree).program.input_names
+                    paths = [p for p, _ in qb.tree.flatten_with_path(tree)[0]]
+                    assert len(set(names)) == len(names) == len(paths), (tree, names)
+                    for name, path in zip(names, paths):
+                        parts = [s.replace("~1", "/").replace("~0", "~") for s in name.split("/")]
+                        assert parts == ["p"] + [str(e) for e in path], (name, path)
+    # The tree lowers to a program callable by name.
+    f = qb.jit(lambda p: p["a"][0]["b"] * 10.0 + p["a/0/b"])
+    program = f.lower({"a": [{"b": x}], "a/0/b": x}).program
+    assert program.input_names == ["p/a/0/b", "p/a~10~1b"]
+    exe = program.compile("cpu")
+    out = exe({"p/a/0/b": qb.asarray([2.0]), "p/a~10~1b": qb.asarray([3.0])})
+    assert out[0].tolist() == [23.0]
+
+
+def test_dict_keys_mixing_kinds_are_type_errors_everywhere():
+    import io
+
+    x = qb.ones((2,))
+    for tree in [{1: x, "a": x}, [x, {1: x, "a": x}], {"p": {0: x, "a": x}}]:
+        for name, call in {
+            "jit": lambda: qb.jit(lambda d: d)(tree),
+            "grad": lambda: qb.grad(lambda d: qb.sum(qb.tree.leaves(d)[0]))(tree),
+            "vmap": lambda: qb.vmap(lambda d: d)(tree),
+            "jvp": lambda: qb.jvp(lambda d: qb.sum(qb.tree.leaves(d)[0]), (tree,), (tree,)),
+            "tree.map": lambda: qb.tree.map(lambda t: t, tree),
+            "tree.flatten": lambda: qb.tree.flatten(tree),
+            "save": lambda: qb.save(io.BytesIO(), tree),
+            "optimizer": lambda: qb.optim.SGD(0.1).init(tree),
+            "a jitted result": lambda: qb.jit(lambda v: {0: v, "a": v})(x),
+        }.items():
+            with pytest.raises(TypeError, match="dict keys in a pytree must all be str or all be int"):
+                call()

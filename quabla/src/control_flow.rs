@@ -101,6 +101,17 @@ fn index_tensor(i: usize, dtype: DType) -> Result<Tensor> {
 }
 
 /// Operands given as tensors or references to them.
+/// Runs one iteration of an eager (or unrolled) loop body. A loop that is not unrolled is a
+/// region also eagerly: its body refuses solvers and custom rules (TF5) as its traced form
+/// does. An unrolled loop is plain code in both forms, so it refuses nothing.
+fn run_body<R>(primitive: &'static str, unrolled: bool, body: impl FnOnce() -> R) -> R {
+    if unrolled {
+        body()
+    } else {
+        trace::eager_region_body(primitive, body)
+    }
+}
+
 fn owned<O: AsRef<Tensor>>(operands: &[O]) -> Vec<Tensor> {
     operands.iter().map(|o| o.as_ref().clone()).collect()
 }
@@ -366,7 +377,9 @@ where
                     tensor: index_tensor(i, carry_ty.dtype)?,
                     value: Some(i),
                 };
-                let out = (self.body)(index, carry, &self.operands)?;
+                let out = run_body("fori_loop", self.unroll, || {
+                    (self.body)(index, carry, &self.operands)
+                })?;
                 carry = conform_carry("fori_loop", &carry_ty, out)?;
             }
             return Ok(carry);
@@ -471,7 +484,9 @@ where
                     tensor: index_tensor(i, carry_ty.dtype)?,
                     value: Some(i),
                 };
-                let (c, y) = (self.f)(carry, index, &self.operands)?;
+                let (c, y) = run_body("scan", self.unroll, || {
+                    (self.f)(carry, index, &self.operands)
+                })?;
                 carry = conform_carry("scan", &carry_ty, c)?;
                 if let Some(first) = ys.first() {
                     if first.shape() != y.shape() || first.dtype() != y.dtype() {
@@ -640,7 +655,9 @@ where
             let mut trips = 0usize;
             let success = loop {
                 quabla_backend::cancel::check()?;
-                let p = (self.cond_fn)(&carry, &self.operands)?;
+                let p = run_body("while_loop", false, || {
+                    (self.cond_fn)(&carry, &self.operands)
+                })?;
                 check_predicate(&p)?;
                 if !p.item_bool()? {
                     break true;
@@ -648,7 +665,9 @@ where
                 if Some(trips) == self.max_trips {
                     break false;
                 }
-                let out = (self.body_fn)(carry, &self.operands)?;
+                let out = run_body("while_loop", false, || {
+                    (self.body_fn)(carry, &self.operands)
+                })?;
                 carry = conform_carry("while_loop", &carry_ty, out)?;
                 trips += 1;
             };

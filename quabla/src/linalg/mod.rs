@@ -13,7 +13,6 @@ mod krylov;
 mod lu;
 mod newton;
 mod norm;
-mod run;
 
 pub use dense::{
     cho_solve, cholesky, det, eigh, eigvalsh, inv, lstsq, matrix_power, pinv, qr, slogdet, solve,
