@@ -222,3 +222,20 @@ def test_two_threads_stepping_one_trainer_take_turns():
 def test_the_cpu_moves_no_data():
     t = qb.transfers("cpu")
     assert t == {"uploads": 0, "downloads": 0, "bytes_uploaded": 0, "bytes_downloaded": 0}
+
+
+def test_donated_jit_arguments_are_lent_and_stay_valid():
+    f = qb.jit(lambda x, n: x * n, donate_argnums=0)
+    x = qb.array([1.0, 2.0, 3.0])
+    y = f(x, 2.0)
+    np.testing.assert_array_equal(np.asarray(y), [2.0, 4.0, 6.0])
+    np.testing.assert_array_equal(np.asarray(x), [1.0, 2.0, 3.0])  # still valid, unchanged
+    for _ in range(3):
+        x = f(x, 0.5)
+    np.testing.assert_array_equal(np.asarray(x), [0.125, 0.25, 0.375])
+    with pytest.raises(ValueError, match="both static and donated"):
+        qb.jit(lambda x, n: x * n, static_argnums=1, donate_argnums=(1,))
+    with pytest.raises(ValueError, match="non-negative"):
+        qb.jit(lambda x: x, donate_argnums=-1)
+    with pytest.raises(ValueError, match="donate_argnums names argument 2"):
+        qb.jit(lambda x, n: x * n, donate_argnums=(0, 2))(x, 1.0)

@@ -67,6 +67,7 @@ PARAM = {
     "matvec": "Callable[..., ArrayLike]", "M": "Optional[Callable[..., ArrayLike]]",
     "argnums": "Union[int, Sequence[int], None]",
     "static_argnums": "Union[int, Sequence[int], None]",
+    "donate_argnums": "Union[int, Sequence[int], None]",
     "static_argnames": "Union[str, Sequence[str], None]",
     "nondiff_argnums": "Union[int, Sequence[int], None]",
     "in_axes": "Any", "out_axes": "Any",
@@ -91,6 +92,7 @@ FUNC_PARAM = {
     ("odeint", "f"): "Callable[..., ArrayLike]",
     ("newton", "f"): "Callable[..., ArrayLike]",
     ("Tensor", "data"): "Any",
+    ("transfers", "device"): "str",
 }
 
 # Return types by function name; the default for module functions is Tensor.
@@ -100,6 +102,7 @@ RETURNS = {
     "vmap": "VmapFunction", "jit": "JitFunction", "jvp": "Tuple[PyTree, PyTree]",
     "vjp": "Tuple[Any, ...]", "scan": "Tuple[Tensor, Tensor]", "split": "List[Tensor]",
     "meshgrid": "List[Tensor]", "load": "PyTree", "save": "None", "devices": "List[Any]",
+    "transfers": "Dict[str, int]",
     "debug_nans": "None", "newton": "Any", "cond": "Tensor",
     # qb.linalg
     "slogdet": "SlogdetResult", "eigh": "EighResult", "qr": "Any", "svd": "Any",
@@ -312,6 +315,7 @@ def main():
     (OUT / "__init__.pyi").write_text(
         module_stub(qb, top) + "\nfrom . import tree as tree, random as random, optim as optim, linalg as linalg, ode as ode\n"
         + "__version__: str\n")
+    # optim.pyi is written by hand (its state and schedule types are not in the signatures).
     for sub in ("tree", "random", "linalg", "ode"):
         m = getattr(qb, sub)
         (OUT / f"{sub}.pyi").write_text(module_stub(m, list(m.__all__), submodule=sub))
