@@ -587,6 +587,13 @@ pub struct PyTrainer {
     batch_args: usize,
 }
 
+thread_local! {
+    /// The trainers whose lock this thread holds (by address): a callback of a step (the loss
+    /// while it is traced, a host schedule) that calls into the same trainer is refused instead
+    /// of waiting for a lock its own thread holds.
+    static HELD: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl PyTrainer {
     /// Runs `f` on the locked trainer with the GIL released.
     fn with<T: Send>(
@@ -594,9 +601,24 @@ impl PyTrainer {
         py: Python<'_>,
         f: impl FnOnce(&mut opt::Trainer<Value, Value, Loss>) -> qb::Result<T> + Send,
     ) -> PyResult<T> {
+        let me = self as *const PyTrainer as usize;
+        if HELD.with(|h| h.borrow().contains(&me)) {
+            return Err(pyo3::exceptions::PyRuntimeError::new_err(
+                "a Trainer was used from inside one of its own steps (its loss or learning-rate \
+                 schedule called it); a callback of a step must not step or read its trainer",
+            ));
+        }
         run(py, || {
             let mut guard = self.t.lock().unwrap_or_else(|e| e.into_inner());
-            f(&mut guard)
+            HELD.with(|h| h.borrow_mut().push(me));
+            let out = f(&mut guard);
+            HELD.with(|h| {
+                let mut h = h.borrow_mut();
+                if let Some(i) = h.iter().rposition(|&t| t == me) {
+                    h.remove(i);
+                }
+            });
+            out
         })
     }
 }

@@ -824,3 +824,34 @@ fn schedules_give_the_same_bits_on_the_host_and_in_a_plan() -> qb::Result<()> {
     assert!(err.to_string().contains("LearningRate::traced"), "{err}");
     Ok(())
 }
+
+/// The state's step must be a whole number in [0, 2^53): a counter a user sets out of range is
+/// AR4, never a wrapped or rounded count (u64::MAX used to overflow).
+#[test]
+fn a_state_step_out_of_range_is_an_invalid_argument() -> qb::Result<()> {
+    let p = qb::array([1.0, 2.0])?;
+    let opt = optim::Adam::new(0.1);
+    for bad in [
+        -1.0,
+        0.5,
+        9007199254740992.0,
+        u64::MAX as f64,
+        f64::INFINITY,
+        f64::NAN,
+    ] {
+        let mut state = opt.init(&p)?;
+        state.step = qb::array(bad)?;
+        let err = opt.update(&p, &p, &state).unwrap_err();
+        assert!(
+            matches!(err, qb::Error::InvalidArgument { .. })
+                && err
+                    .to_string()
+                    .contains("step must be a whole number in [0, 2**53)"),
+            "{bad}: {err}"
+        );
+    }
+    let mut state = opt.init(&p)?;
+    state.step = qb::array(9007199254740990.0)?;
+    assert_eq!(opt.update(&p, &p, &state)?.1.steps()?, 9007199254740991);
+    Ok(())
+}
