@@ -93,6 +93,7 @@ fn to_py_in(py: Python<'_>, err: qb::Error) -> PyErr {
         qb::Error::NotConverged { .. }
         | qb::Error::OdeMaxSteps { .. }
         | qb::Error::LoopMaxTrips { .. }
+        | qb::Error::Deleted { .. }
         | qb::Error::Device { .. } => PyRuntimeError::new_err(message),
         qb::Error::Io { .. } => PyOSError::new_err(message),
         qb::Error::NonFinite { .. } => pyo3::exceptions::PyFloatingPointError::new_err(message),

@@ -284,7 +284,7 @@ fn optim_workloads() -> qb::Result<()> {
         let start = Instant::now();
         let mut trainer = Trainer::new(pinn::loss, params.clone(), adam(), data.clone()).build()?;
         trainer.step()?;
-        std::hint::black_box(trainer.last_loss());
+        std::hint::black_box(trainer.last_loss()?);
         first.push(start.elapsed().as_secs_f64());
     }
     first.sort_by(f64::total_cmp);
@@ -300,7 +300,7 @@ fn optim_workloads() -> qb::Result<()> {
         for _ in 0..2000 {
             trainer.step()?;
         }
-        std::hint::black_box(trainer.last_loss());
+        std::hint::black_box(trainer.last_loss()?);
         runs.push(start.elapsed().as_secs_f64());
     }
     runs.sort_by(f64::total_cmp);

@@ -9,13 +9,12 @@
 
 use crate::error::{Error, Result, TracerErrorKind};
 use crate::operand::Operand;
-use crate::print::format_tracer;
-use crate::tensor::{Tensor, Tracer};
+use crate::liveness::LiveTrace;
+use crate::tensor::{leaked, Tensor, Tracer};
 use crate::tree::{Leaf, Tree, TreeDef};
 use quabla_ir::{Graph, GraphBuilder, NodeId, Op, TensorType};
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 struct Frame {
     id: u64,
@@ -33,38 +32,11 @@ thread_local! {
     static FRAMES: RefCell<Vec<Frame>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The id of the next trace, unique across the process: a tracer that reaches another thread
-/// never carries the id of one of that thread's traces, so it is refused there (TR5) instead
-/// of being read as one of its inputs.
-static NEXT_TRACE: AtomicU64 = AtomicU64::new(1);
-
-fn next_trace_id() -> u64 {
-    NEXT_TRACE.fetch_add(1, Ordering::Relaxed)
-}
-
 /// Whether any trace is active on this thread.
 pub(crate) fn active() -> bool {
     FRAMES.with(|f| !f.borrow().is_empty())
 }
 
-/// Whether the trace `t` belongs to is still running on this thread.
-pub(crate) fn is_live(t: &Tracer) -> bool {
-    FRAMES.with(|f| f.borrow().iter().any(|frame| frame.id == t.trace))
-}
-
-/// TR5: a tracer whose trace is not running on this thread, because it ended or because it
-/// runs on another thread (trace ids are unique across the process, so both look the same
-/// from here).
-pub(crate) fn leaked(t: &Tracer) -> Error {
-    Error::Tracer {
-        kind: TracerErrorKind::Leaked,
-        message: format!(
-            "{} was used after its trace ended (or on a thread other than the one tracing it); \
-             do not store tracers outside the traced function or hand them to other threads",
-            format_tracer(t.node.0, t.ty.shape.dims(), t.ty.dtype)
-        ),
-    }
-}
 
 /// TR3.
 fn region_capture() -> Error {
@@ -272,7 +244,8 @@ pub(crate) fn trace_region_body(
     inputs: &[(String, TensorType)],
     f: impl FnOnce(Vec<Tensor>) -> Result<Vec<Tensor>>,
 ) -> Result<Graph> {
-    let id = next_trace_id();
+    let live = LiveTrace::start();
+    let id = live.id();
     let mut builder = GraphBuilder::new();
     let mut params = Vec::with_capacity(inputs.len());
     for (name, ty) in inputs {
@@ -365,7 +338,8 @@ pub(crate) fn trace_function<A: Tree, R: Tree>(
     inputs: &[InputLeaf],
     names: &[String],
 ) -> Result<TracedFunction> {
-    let id = next_trace_id();
+    let live = LiveTrace::start();
+    let id = live.id();
     let mut builder = GraphBuilder::new();
     let mut arg_leaves = Vec::with_capacity(inputs.len());
     for (i, leaf) in inputs.iter().enumerate() {

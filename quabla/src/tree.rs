@@ -23,6 +23,7 @@
 
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use quabla_ir::HostData;
 use std::any::Any;
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
@@ -789,6 +790,50 @@ fn next_leaf(leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Leaf> {
     })
 }
 
+// The nested form of a tensor lives here, beside [`Value`], so that `tensor` need not import
+// this module.
+impl Tensor {
+    /// The values as nested lists with the tensor's rank (Python's `tolist`): a rank-0 tensor
+    /// is a scalar value, a rank-1 tensor a list of scalars, and so on. Floats come back as
+    /// `Value::Float` (float32 values widened exactly), bools as `Value::Bool`. TR2 for a
+    /// tracer.
+    ///
+    /// ```
+    /// use quabla as qb;
+    /// use qb::tree::Value;
+    /// let v = qb::array([[1.0, 2.0], [3.0, 4.0]])?.to_nested()?;
+    /// let Value::List(rows) = &v else { unreachable!() };
+    /// assert_eq!(rows.len(), 2);
+    /// assert!(matches!(&rows[1], Value::List(r) if matches!(r[0], Value::Float(x) if x == 3.0)));
+    /// # Ok::<(), qb::Error>(())
+    /// ```
+    pub fn to_nested(&self) -> Result<Value> {
+        let host = self.host_for("to_nested")?;
+        let scalar = |i: usize| match &host.data {
+            HostData::Bool(v) => Value::Bool(v[i]),
+            other => Value::Float(other.get_f64(i)),
+        };
+        fn nest(
+            dims: &[usize],
+            offset: usize,
+            scalar: &dyn Fn(usize) -> Value,
+        ) -> Value {
+            match dims.split_first() {
+                None => scalar(offset),
+                Some((&n, rest)) => {
+                    let stride: usize = rest.iter().product();
+                    Value::List(
+                        (0..n)
+                            .map(|i| nest(rest, offset + i * stride, scalar))
+                            .collect(),
+                    )
+                }
+            }
+        }
+        Ok(nest(host.shape.dims(), 0, &scalar))
+    }
+}
+
 /// A type that is a pytree.
 pub trait Tree: Sized {
     /// Appends the leaves in traversal order and returns the structure.
@@ -825,9 +870,9 @@ impl Tree for Tensor {
         }
         match next_leaf(leaves)? {
             Leaf::Tensor(t) => Ok(t),
-            Leaf::F64(v) => crate::creation::array(v),
-            Leaf::Bool(v) => crate::creation::array(v),
-            Leaf::Int(v) => crate::creation::array(v as f64),
+            Leaf::F64(v) => Ok(Tensor::scalar_f64(v)),
+            Leaf::Bool(v) => Ok(Tensor::scalar_bool(v)),
+            Leaf::Int(v) => Ok(Tensor::scalar_f64(v as f64)),
             Leaf::Abstract(s) => Err(Error::Structure {
                 message: format!("expected a tensor, got the abstract value {s:?}"),
             }),

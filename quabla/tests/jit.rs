@@ -533,6 +533,72 @@ fn precision_float32_runs_native_float32_contractions() -> qb::Result<()> {
     Ok(())
 }
 
+/// `x * 0.5 + 1`, one output of its input's shape and dtype.
+fn halve_and_add_one(x: Tensor) -> qb::Result<Tensor> {
+    x.mul(0.5).add(1.0)
+}
+
+#[test]
+fn donated_arguments_lend_their_storage_to_the_next_calls_outputs() -> qb::Result<()> {
+    let f = qb::jit(halve_and_add_one).donate_argnums(&[0]);
+    let plain = qb::jit(halve_and_add_one);
+    let x0 = qb::arange(64.0)?;
+    let expected = plain
+        .call(&plain.call(&plain.call(&x0)?)?)?
+        .to_vec::<f64>()?;
+    let x = qb::arange(64.0)?;
+    let storage = x.as_slice::<f64>()?.as_ptr() as usize;
+    // Each call donates its argument; the CPU writes the next call's output into it.
+    let y1 = f.call_donated(x)?;
+    let y2 = f.call_donated(y1)?;
+    assert_eq!(y2.as_slice::<f64>()?.as_ptr() as usize, storage);
+    let y3 = f.call_donated(y2)?;
+    assert_eq!(y3.to_vec::<f64>()?, expected);
+    Ok(())
+}
+
+#[test]
+fn a_donated_tensor_that_the_caller_still_holds_is_never_written() -> qb::Result<()> {
+    let f = qb::jit(halve_and_add_one).donate_argnums(&[0]);
+    let x = qb::arange(16.0)?;
+    let kept = x.clone();
+    let before = kept.to_vec::<f64>()?;
+    let mut y = f.call_donated(x)?;
+    for _ in 0..4 {
+        // Each call's argument is shared with a clone kept here: lent, not donated.
+        let clone = y.clone();
+        y = f.call_donated(y)?;
+        assert_eq!(clone.to_vec::<f64>()?.len(), 16);
+        let _ = f.call(&clone)?;
+    }
+    assert_eq!(kept.to_vec::<f64>()?, before);
+    // `call` borrows: donating nothing, it gives the same values.
+    assert_eq!(
+        f.call(&kept)?.to_vec::<f64>()?,
+        qb::jit(halve_and_add_one).call(&kept)?.to_vec::<f64>()?
+    );
+    Ok(())
+}
+
+#[test]
+fn donate_argnums_is_checked_against_the_call() {
+    let f = qb::jit(|(x, _): (Tensor, Tensor)| x.mul(2.0)).donate_argnums(&[2]);
+    let err = f
+        .call_donated((qb::ones([2]).unwrap(), qb::ones([2]).unwrap()))
+        .unwrap_err();
+    assert!(
+        err.to_string().contains(
+            "donate_argnums names argument 2, but the function was called with 2 arguments"
+        ),
+        "{err}"
+    );
+    let g = qb::jit(|(x, n): (Tensor, f64)| x.mul(n))
+        .static_argnums(&[1])
+        .donate_argnums(&[1]);
+    let err = g.call_donated((qb::ones([2]).unwrap(), 3.0)).unwrap_err();
+    assert!(err.to_string().contains("both static and donated"), "{err}");
+}
+
 /// A plan input name split back into its parts (`/` separates, `~1` and `~0` stand for `/`
 /// and `~` inside a part): names are a faithful encoding of leaf paths.
 fn decode_name(name: &str) -> Vec<String> {

@@ -4,8 +4,8 @@
 //! Derivatives, batching and kernels belong to the ops (`quabla-linalg`'s rules, the CPU
 //! backend); nothing here differentiates or batches by hand.
 
-use super::run::apply_many;
 use crate::dispatch::apply;
+use crate::dispatch::apply_many;
 use crate::error::{Error, Result};
 use crate::operand::Operand;
 use crate::tensor::Tensor;

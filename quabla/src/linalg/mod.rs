@@ -10,7 +10,6 @@ mod iterative;
 mod krylov;
 mod newton;
 mod norm;
-mod run;
 
 pub use dense::{
     cho_solve, cholesky, det, eigh, inv, lstsq, matrix_power, pinv, qr, slogdet, solve,
