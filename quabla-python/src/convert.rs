@@ -314,24 +314,48 @@ fn from_bytes(shape: &[usize], dtype: qb::DType, bytes: &[u8]) -> PyResult<qb::T
     }
 }
 
-/// An operand: Python numbers stay weak scalars (numerics.md §2), every other object goes
-/// through `asarray`. A NumPy array meeting a tracer is TY3: it is not captured silently.
+/// An operand: Python numbers stay weak scalars (numerics.md §2), and so do NumPy's numeric
+/// scalars (`np.float64`, `np.float32`, `np.int64`: constants like the Python numbers they
+/// stand for, `np.log(2 * np.pi)` in a formula); every other object goes through `asarray`.
 pub fn operand(obj: &Bound<'_, PyAny>) -> PyResult<qb::Operand> {
     if let Ok(t) = obj.cast::<PyTensor>() {
         return Ok(qb::Operand::Tensor(t.get().t.clone()));
     }
     if obj.is_instance_of::<PyFloat>()
         || (obj.is_instance_of::<PyInt>() && !obj.is_instance_of::<PyBool>())
+        || is_numpy_number(obj)?
     {
         return Ok(qb::Operand::Scalar(obj.extract::<f64>()?));
     }
     Ok(qb::Operand::Tensor(to_tensor(obj)?))
 }
 
+/// Whether `obj` is a NumPy scalar of a float or integer dtype (`numpy.generic`; NumPy is
+/// only looked up when it is already imported, as it must be to have made `obj`).
+pub fn is_numpy_number(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    if !obj.hasattr("__array_interface__")? {
+        return Ok(false);
+    }
+    let py = obj.py();
+    let modules = py.import("sys")?.getattr("modules")?;
+    let Ok(np) = modules.get_item("numpy") else {
+        return Ok(false);
+    };
+    if !obj.is_instance(&np.getattr("generic")?)? {
+        return Ok(false);
+    }
+    let kind: String = obj.getattr("dtype")?.getattr("kind")?.extract()?;
+    Ok(matches!(kind.as_str(), "f" | "i" | "u"))
+}
+
 /// The right operand of an operator whose left operand is `lhs`: as [`operand`], but a NumPy
 /// array next to a tracer is refused (TY3).
 pub fn operand_beside(lhs: &qb::Tensor, obj: &Bound<'_, PyAny>) -> PyResult<qb::Operand> {
-    if lhs.is_traced() && obj.cast::<PyTensor>().is_err() && obj.hasattr("__array_interface__")? {
+    if lhs.is_traced()
+        && obj.cast::<PyTensor>().is_err()
+        && obj.hasattr("__array_interface__")?
+        && !is_numpy_number(obj)?
+    {
         return Err(type_error(
             "NumPy arrays are not captured automatically; wrap the array with quabla.asarray",
         ));

@@ -12,7 +12,7 @@ use crate::convert::{
 };
 use crate::errors::{type_error, value_error};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple, PyType};
+use pyo3::types::{PyDict, PyFloat, PyList, PyTuple, PyType};
 use quabla::tree::{DictKey, PathEntry, StaticBox, TreeDef, Value};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -20,8 +20,12 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Mutex, OnceLock};
 
 /// A hashable Python object inside a tree structure: a static argument, a class, aux data.
-/// Equality is Python's `==`, the hash Python's `hash()` (computed once, so an unhashable
-/// value is refused when it enters, TY4).
+///
+/// Equality is stricter than Python's `==` (transforms.md §2.1): the types must be the same
+/// (`1`, `True` and `1.0` are different keys) and floats compare by bit pattern (`0.0` and
+/// `-0.0` differ, a NaN hits its own bits), also inside tuples; other values compare by `==`.
+/// The hash follows the same rule (a float's bits, not Python's `hash`, which is per object for
+/// NaN) and is computed once, so an unhashable value is refused when it enters (TY4).
 pub struct PyStatic {
     pub obj: Py<PyAny>,
     hash: isize,
@@ -29,7 +33,7 @@ pub struct PyStatic {
 
 impl PyStatic {
     pub fn new(obj: &Bound<'_, PyAny>) -> PyResult<PyStatic> {
-        let hash = obj.hash().map_err(|_| {
+        let hash = static_hash(obj).map_err(|_| {
             type_error(format!(
                 "static value {} is not hashable; static values must support hash()",
                 type_name(obj)
@@ -40,6 +44,46 @@ impl PyStatic {
             hash,
         })
     }
+}
+
+/// The hash of a static value under [`static_eq`]: floats by their bits, tuples by their
+/// items, everything else by Python's `hash()`.
+fn static_hash(obj: &Bound<'_, PyAny>) -> PyResult<isize> {
+    if obj.is_exact_instance_of::<PyFloat>() {
+        let bits = obj.extract::<f64>()?.to_bits();
+        return Ok(bits as isize ^ (bits >> 32) as isize);
+    }
+    if obj.is_exact_instance_of::<PyTuple>() {
+        let mut h: isize = 0x345678;
+        for item in obj.try_iter()? {
+            h = h.wrapping_mul(1_000_003) ^ static_hash(&item?)?;
+        }
+        return Ok(h);
+    }
+    obj.hash()
+}
+
+/// Whether two static values are the same key (see [`PyStatic`]).
+fn static_eq(a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>) -> bool {
+    if a.is(b) {
+        return true;
+    }
+    if !a.get_type().is(b.get_type()) {
+        return false;
+    }
+    if a.is_exact_instance_of::<PyFloat>() {
+        return match (a.extract::<f64>(), b.extract::<f64>()) {
+            (Ok(x), Ok(y)) => x.to_bits() == y.to_bits(),
+            _ => false,
+        };
+    }
+    if a.is_exact_instance_of::<PyTuple>() {
+        let (Ok(a), Ok(b)) = (a.cast::<PyTuple>(), b.cast::<PyTuple>()) else {
+            return false;
+        };
+        return a.len() == b.len() && a.iter().zip(b.iter()).all(|(x, y)| static_eq(&x, &y));
+    }
+    a.eq(b).unwrap_or(false)
 }
 
 impl Clone for PyStatic {
@@ -54,10 +98,7 @@ impl Clone for PyStatic {
 impl PartialEq for PyStatic {
     fn eq(&self, other: &PyStatic) -> bool {
         self.hash == other.hash
-            && Python::attach(|py| {
-                let (a, b) = (self.obj.bind(py), other.obj.bind(py));
-                a.is(b) || a.eq(b).unwrap_or(false)
-            })
+            && Python::attach(|py| static_eq(self.obj.bind(py), other.obj.bind(py)))
     }
 }
 
@@ -233,6 +274,15 @@ fn node_parts<'py>(
         }
         None => Ok(None),
     }
+}
+
+/// The class name and data-field children of a NamedTuple or registered class instance
+/// (`None` for other objects): how a `vmap` axes prefix like `Point(0, None)` is read.
+#[allow(clippy::type_complexity)]
+pub fn node_children<'py>(
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<Option<(&'static str, Vec<(&'static str, Bound<'py, PyAny>)>)>> {
+    Ok(node_parts(obj)?.map(|(name, children, _)| (name, children)))
 }
 
 fn is_namedtuple(obj: &Bound<'_, PyAny>) -> PyResult<bool> {

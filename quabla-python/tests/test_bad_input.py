@@ -135,8 +135,8 @@ def test_bool_and_item_rules():
     with pytest.raises(ValueError, match="exactly one element"):
         qb.ones((2,)).item()
     assert int(qb.array(-2.7)) == -2
-    with pytest.raises(ValueError, match="rank >= 2"):
-        qb.ones((2,)) @ qb.ones((2,))
+    # `@` is matmul (api.md §2.2 as amended): two vectors give their dot product.
+    assert (qb.ones((2,)) @ qb.ones((2,))).tolist() == 2.0
 
 
 def test_python_exceptions_pass_through_transforms_unchanged():

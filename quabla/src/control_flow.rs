@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::operand::Operand;
 use crate::tensor::Tensor;
 use crate::trace;
-use quabla_ir::{DType, Graph, Region, RegionForm, RegionKind, ScanBody, TensorType};
+use quabla_ir::{DType, Graph, Region, RegionForm, RegionKind, ScanBody, Shape, TensorType};
 use std::ops::Deref;
 use std::sync::Arc;
 
@@ -175,6 +175,10 @@ fn predicate(pred: &Tensor) -> Result<Tensor> {
 /// the other branch cannot inject NaN into values or gradients. `pred` is a rank-0 bool, or a
 /// float tested `!= 0`.
 ///
+/// Eagerly, each branch function is called once: the selected one on the operands (it runs),
+/// the other on tracers (it is only traced, so that `cond` checks eagerly what it checks under
+/// `jit`: one floating shape and dtype, SH13). Under a transform both are traced once.
+///
 /// ```
 /// use quabla as qb;
 /// # fn main() -> qb::Result<()> {
@@ -201,24 +205,34 @@ where
     let trace_branch = |f: &dyn Fn(&[Tensor]) -> Result<Tensor>| {
         trace::trace_region_body("cond", &inputs, |params| Ok(vec![f(&params)?]))
     };
-    // Both branches are traced also eagerly, so that `cond` accepts exactly what it accepts
-    // under `jit` (SH13: one shape and dtype); only the taken branch then runs.
-    let then_g = trace_branch(&true_fn)?;
-    let else_g = trace_branch(&false_fn)?;
-    let (then_g, else_g) = unify_branches(then_g, else_g)?;
     if !trace::active() {
-        let out = if pred.item_bool()? {
+        let taken = pred.item_bool()?;
+        let out = if taken {
             true_fn(operands)?
         } else {
             false_fn(operands)?
         };
-        let unified = then_g.node(then_g.outputs()[0]).ty.dtype;
-        return if out.dtype() == unified {
+        let other = trace_branch(if taken { &false_fn } else { &true_fn })?;
+        let out_ty = TensorType {
+            dtype: out.dtype(),
+            shape: Shape::new(out.shape().to_vec())?,
+            weak: out.is_weak(),
+        };
+        let other_ty = other.node(other.outputs()[0]).ty.clone();
+        let unified = if taken {
+            unified_dtype(&out_ty, &other_ty)?
+        } else {
+            unified_dtype(&other_ty, &out_ty)?
+        };
+        return if out.dtype() == unified && !out.is_weak() {
             Ok(out)
         } else {
             out.astype(unified)
         };
     }
+    let then_g = trace_branch(&true_fn)?;
+    let else_g = trace_branch(&false_fn)?;
+    let (then_g, else_g) = unify_branches(then_g, else_g)?;
     let kind = RegionKind::Cond {
         then_branch: freeze(then_g),
         else_branch: freeze(else_g),
@@ -243,7 +257,24 @@ fn branch_not_float(dtype: DType) -> Error {
 fn unify_branches(a: Graph, b: Graph) -> Result<(Graph, Graph)> {
     let ta = a.node(a.outputs()[0]).ty.clone();
     let tb = b.node(b.outputs()[0]).ty.clone();
-    for t in [&ta, &tb] {
+    let dtype = unified_dtype(&ta, &tb)?;
+    let a = if ta.dtype == dtype {
+        a
+    } else {
+        cast_output(&a, dtype)?
+    };
+    let b = if tb.dtype == dtype {
+        b
+    } else {
+        cast_output(&b, dtype)?
+    };
+    Ok((a, b))
+}
+
+/// The dtype of a `cond` whose branches return `ta` (then) and `tb` (else): SH13 for
+/// different shapes, a weak result adopting the other branch's dtype.
+fn unified_dtype(ta: &TensorType, tb: &TensorType) -> Result<DType> {
+    for t in [ta, tb] {
         if !t.dtype.is_float() {
             return Err(branch_not_float(t.dtype));
         }
@@ -259,14 +290,11 @@ fn unify_branches(a: Graph, b: Graph) -> Result<(Graph, Graph)> {
         ));
     }
     if ta.dtype == tb.dtype {
-        return Ok((a, b));
+        return Ok(ta.dtype);
     }
     match (ta.weak, tb.weak) {
-        (true, false) => Ok((cast_output(&a, tb.dtype)?, b)),
-        (false, true) => {
-            let b = cast_output(&b, ta.dtype)?;
-            Ok((a, b))
-        }
+        (true, false) => Ok(tb.dtype),
+        (false, true) => Ok(ta.dtype),
         _ => Err(Error::DtypeMismatch {
             op: "cond".into(),
             lhs: ta.dtype,

@@ -4,8 +4,8 @@
 
 use quabla_backend::BackendError;
 use quabla_ir::{DType, IrError};
-use thiserror::Error;
 use std::fmt;
+use thiserror::Error;
 
 /// `Result<T, quabla::Error>`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -89,7 +89,7 @@ pub use transforms::custom::{
     CustomJvpNondiff, CustomVjp, CustomVjpFn, CustomVjpNondiff,
 };
 pub use transforms::grad::{grad, value_and_grad, Grad};
-pub use transforms::jacobian::{hessian, jacobian, Hessian, Jacobian};
+pub use transforms::jacobian::{hessian, jacfwd, jacobian, jacrev, Hessian, Jacobian};
 pub use transforms::jit::{jit, Compiled, Jit, Lowered};
 pub use transforms::jvp::{jvp, jvp_fn, Jvp};
 pub use transforms::vjp::{vjp, vjp_fn, Vjp, VjpAux, VjpFn};

@@ -8,8 +8,8 @@
 //! [`trace_function`] runs a function on fresh tracers and returns its graph.
 
 use crate::error::{Error, Result, TracerErrorKind};
-use crate::operand::Operand;
 use crate::liveness::LiveTrace;
+use crate::operand::Operand;
 use crate::tensor::{leaked, Tensor, Tracer};
 use crate::tree::{Leaf, Tree, TreeDef};
 use quabla_ir::{Graph, GraphBuilder, NodeId, Op, TensorType};
@@ -36,7 +36,6 @@ thread_local! {
 pub(crate) fn active() -> bool {
     FRAMES.with(|f| !f.borrow().is_empty())
 }
-
 
 /// TR3.
 fn region_capture() -> Error {

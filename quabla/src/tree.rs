@@ -813,11 +813,7 @@ impl Tensor {
             HostData::Bool(v) => Value::Bool(v[i]),
             other => Value::Float(other.get_f64(i)),
         };
-        fn nest(
-            dims: &[usize],
-            offset: usize,
-            scalar: &dyn Fn(usize) -> Value,
-        ) -> Value {
+        fn nest(dims: &[usize], offset: usize, scalar: &dyn Fn(usize) -> Value) -> Value {
             match dims.split_first() {
                 None => scalar(offset),
                 Some((&n, rest)) => {

@@ -66,6 +66,53 @@ fn e43_cond_eager_jit_and_grad() -> qb::Result<()> {
 }
 
 #[test]
+fn eager_cond_calls_each_branch_once_and_runs_the_selected_one() -> qb::Result<()> {
+    use std::cell::RefCell;
+    let x = qb::array([1.0, 2.0])?;
+    for (pred, taken) in [(true, "then"), (false, "else")] {
+        let calls = RefCell::new(Vec::new());
+        let branch = |name: &'static str, scale: f64| {
+            let calls = &calls;
+            move |o: &[Tensor]| {
+                calls.borrow_mut().push((name, o[0].is_traced()));
+                o[0].mul(scale)
+            }
+        };
+        let p = qb::array(pred)?;
+        let out = qb::cond(&p, branch("then", 2.0), branch("else", 3.0), &[&x])?;
+        let scale = if pred { 2.0 } else { 3.0 };
+        assert_vec(&out, &[scale, 2.0 * scale], 0.0);
+        let mut seen = calls.borrow().clone();
+        seen.sort();
+        // The selected branch runs on the concrete operands, the other is traced for the
+        // checks only; each is called once.
+        let other = if pred { "else" } else { "then" };
+        let mut want = vec![(taken, false), (other, true)];
+        want.sort();
+        assert_eq!(seen, want);
+        calls.borrow_mut().clear();
+        let _: Tensor =
+            qb::jit(|x: Tensor| qb::cond(&p, branch("then", 2.0), branch("else", 3.0), &[&x]))
+                .call(&x)?;
+        assert_eq!(calls.borrow().len(), 2, "each branch traced once under jit");
+    }
+    // The eager checks are the traced ones: shapes (SH13) whichever branch is taken.
+    for pred in [true, false] {
+        let err = qb::cond(
+            &qb::array(pred)?,
+            |o| Ok(o[0].clone()),
+            |_| qb::ones([3]),
+            &[&x],
+        )
+        .unwrap_err();
+        assert!(err
+            .to_string()
+            .contains("cond branches return different shapes"));
+    }
+    Ok(())
+}
+
+#[test]
 fn e44_fori_loop_value_and_gradient() -> qb::Result<()> {
     let x0 = qb::array([1.0, 2.0])?;
     let a = qb::array(0.5)?;

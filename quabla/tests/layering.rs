@@ -31,7 +31,10 @@ fn modules() -> BTreeMap<Module, String> {
                 if let Some(dir) = name.strip_suffix("/mod") {
                     name = dir.to_string();
                 }
-                out.insert(name, strip_comments(&std::fs::read_to_string(&path).unwrap()));
+                out.insert(
+                    name,
+                    strip_comments(&std::fs::read_to_string(&path).unwrap()),
+                );
             }
         }
     }
@@ -237,7 +240,14 @@ fn defined_names(src: &str) -> Vec<String> {
     let mut names = Vec::new();
     for line in src.lines() {
         let t = line.trim_start();
-        for kw in ["pub fn ", "pub struct ", "pub enum ", "pub trait ", "pub type ", "pub const "] {
+        for kw in [
+            "pub fn ",
+            "pub struct ",
+            "pub enum ",
+            "pub trait ",
+            "pub type ",
+            "pub const ",
+        ] {
             if let Some(rest) = t.strip_prefix(kw) {
                 names.push(rest.chars().take_while(|&c| is_ident(c)).collect());
             }
@@ -267,7 +277,9 @@ fn documented_layers() -> Vec<(String, Vec<String>)> {
     let mut layers: Vec<(String, Vec<String>)> = Vec::new();
     for line in section.lines() {
         let t = line.trim_start();
-        let numbered = t.split_once(". ").is_some_and(|(n, _)| n.chars().all(|c| c.is_ascii_digit()) && !n.is_empty());
+        let numbered = t
+            .split_once(". ")
+            .is_some_and(|(n, _)| n.chars().all(|c| c.is_ascii_digit()) && !n.is_empty());
         if numbered && !line.starts_with(' ') {
             let title = t.split("**").nth(1).unwrap_or(t).to_string();
             layers.push((title, Vec::new()));
@@ -290,9 +302,8 @@ fn layer_of(module: &Module, layers: &[(String, Vec<String>)]) -> Option<usize> 
     for (i, (_, files)) in layers.iter().enumerate() {
         for f in files {
             let matches = *f == file
-                || f.strip_suffix('/').is_some_and(|dir| {
-                    module == dir || module.starts_with(&format!("{dir}/"))
-                });
+                || f.strip_suffix('/')
+                    .is_some_and(|dir| module == dir || module.starts_with(&format!("{dir}/")));
             if matches && best.is_none_or(|(_, len)| f.len() > len) {
                 best = Some((i, f.len()));
             }
@@ -452,5 +463,8 @@ fn the_reader_sees_imports_through_groups_super_and_root_re_exports() {
         resolve("crate::sin", &from, &modules, &roots).as_deref(),
         Some("ops/elementwise")
     );
-    assert_eq!(strip_comments("a // crate::b\n\"crate::c\" d"), "a \n\"\" d\n");
+    assert_eq!(
+        strip_comments("a // crate::b\n\"crate::c\" d"),
+        "a \n\"\" d\n"
+    );
 }

@@ -3,7 +3,6 @@
 //! the state before last. Measured with a counting allocator over the whole process (this test
 //! binary has one test, so nothing else allocates meanwhile).
 
-use qb::prelude::*;
 use qb::Tensor;
 use quabla as qb;
 use std::alloc::{GlobalAlloc, Layout, System};

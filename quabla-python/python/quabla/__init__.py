@@ -32,6 +32,22 @@ from ._errors import (
 from . import tree, random, optim, linalg, ode  # noqa: E402
 
 import abc as _abc
+import math as _math
+
+# Constants a port reaches for (as in NumPy and jax.numpy): Python floats, so weak scalars.
+pi = _math.pi
+e = _math.e
+inf = _math.inf
+nan = _math.nan
+newaxis = None
+
+# Aliases (api.md): the same function objects.
+remainder = mod  # noqa: F405
+
+
+def concatenate(arrays, axis=0):
+    """NumPy's name of :func:`concat`: joins ``arrays`` along an existing ``axis`` (default 0)."""
+    return concat(arrays, axis)  # noqa: F405
 
 
 class Array(_abc.ABC):
@@ -87,5 +103,5 @@ _NOT_IN_ALL = {"sum", "max", "min", "any", "all", "abs", "round", "random"}
 __all__ = sorted(
     name
     for name in list(globals())
-    if not name.startswith("_") and name not in _NOT_IN_ALL and name not in {"abc"}
+    if not name.startswith("_") and name not in _NOT_IN_ALL and name not in {"abc", "math"}
 )

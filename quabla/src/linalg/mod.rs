@@ -6,18 +6,22 @@
 //! are decided in `docs/linalg.md`.
 
 mod dense;
+mod expm;
 mod iterative;
 mod krylov;
+mod lu;
 mod newton;
 mod norm;
 
 pub use dense::{
-    cho_solve, cholesky, det, eigh, inv, lstsq, matrix_power, pinv, qr, slogdet, solve,
+    cho_solve, cholesky, det, eigh, eigvalsh, inv, lstsq, matrix_power, pinv, qr, slogdet, solve,
     solve_triangular, svd, ChoSolve, EighResult, IntoQrMode, IntoTrans, Lstsq, LstsqResult, Pinv,
     QRResult, Qr, QrMode, SVDResult, SlogdetResult, SolveTriangular, Svd, Trans,
 };
+pub use expm::{expm, MAX_SQUARINGS};
 pub use iterative::{SolverInfo, IMPLICIT_ORDER};
 pub use krylov::{cg, gmres, Cg, Gmres};
+pub use lu::{lu_factor, lu_solve, LuFactor};
 pub use newton::{newton, Newton};
 pub use norm::{norm, IntoOrd, Norm, NormAxis, Ord};
 
