@@ -4,7 +4,8 @@
 //! `int` whenever it is static.
 
 use crate::convert::{to_tensor, type_name};
-use crate::errors::{to_qb, type_error, OrRaise};
+use crate::errors::{to_qb, type_error};
+use crate::interrupt::run_holding_gil;
 use crate::tensor::{wrap, PyTensor};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
@@ -131,8 +132,8 @@ fn cond<'py>(
         callable_arg(true_fun, "true_fun")?,
         callable_arg(false_fun, "false_fun")?,
     );
-    let out = qb::cond(&pred, branch(&t), branch(&f), &ops);
-    crate::tensor::ret(py, out)
+    let out = run_holding_gil(py, || qb::cond(&pred, branch(&t), branch(&f), &ops))?;
+    wrap(py, out)
 }
 
 /// A static loop bound: a Python int `>= 0` (a `ValueError` naming the bound otherwise, not
@@ -192,11 +193,13 @@ fn fori_loop<'py>(
             tensor_result(&out, "the fori_loop carry")
         })
     };
-    let out = qb::fori_loop(lower, upper, run_body, &init)
-        .operands(&ops)
-        .unroll(unroll)
-        .eval();
-    crate::tensor::ret(py, out)
+    let out = run_holding_gil(py, || {
+        qb::fori_loop(lower, upper, run_body, &init)
+            .operands(&ops)
+            .unroll(unroll)
+            .eval()
+    })?;
+    wrap(py, out)
 }
 
 /// `scan(f, init, *, length, operands=(), unroll=False) -> (carry, ys)`.
@@ -236,11 +239,12 @@ fn scan<'py>(
             ))
         })
     };
-    let (carry, ys) = qb::scan(step, &init, length)
-        .operands(&ops)
-        .unroll(unroll)
-        .eval()
-        .or_raise()?;
+    let (carry, ys) = run_holding_gil(py, || {
+        qb::scan(step, &init, length)
+            .operands(&ops)
+            .unroll(unroll)
+            .eval()
+    })?;
     Ok(PyTuple::new(py, [wrap(py, carry)?, wrap(py, ys)?])?.into_any())
 }
 
@@ -282,7 +286,7 @@ fn while_loop<'py>(
     if let Some(n) = max_trips {
         looped = looped.max_trips(n);
     }
-    crate::tensor::ret(py, looped.eval())
+    wrap(py, run_holding_gil(py, || looped.eval())?)
 }
 
 /// Registers the control-flow functions on `m`.

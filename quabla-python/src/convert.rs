@@ -24,11 +24,12 @@ fn not_convertible(obj: &Bound<'_, PyAny>) -> PyErr {
     ))
 }
 
-/// `type(obj).__name__`.
+/// `type(obj).__name__`, read without `str()` (which would run pending signal handlers and
+/// lose what they raise).
 pub fn type_name(obj: &Bound<'_, PyAny>) -> String {
     obj.get_type()
         .name()
-        .map(|n| n.to_string())
+        .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "object".into())
 }
 

@@ -14,6 +14,7 @@ mod custom;
 
 mod errors;
 mod functions;
+mod interrupt;
 mod io;
 mod optim;
 mod program;

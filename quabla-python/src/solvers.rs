@@ -4,6 +4,7 @@
 
 use crate::convert::{to_tensor, type_name, value_from_py, value_to_py, Leaves};
 use crate::errors::{to_qb, type_error, value_error, OrRaise};
+use crate::interrupt::run_holding_gil;
 use crate::tensor::{ret, wrap, PyTensor};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
@@ -454,10 +455,10 @@ fn krylov<'py>(
                 call = call.m(move |x: &qb::Tensor, a: &[qb::Tensor]| pf(&[x], a));
             }
             if info {
-                let (x, i) = call.eval_with_info().or_raise()?;
+                let (x, i) = run_holding_gil(py, || call.eval_with_info())?;
                 pair(py, wrap(py, x)?, solver_info(py, i)?)
             } else {
-                ret(py, call.eval())
+                wrap(py, run_holding_gil(py, || call.eval())?)
             }
         }};
     }
@@ -543,10 +544,10 @@ pub fn newton<'py>(
         call = call.tol(t);
     }
     if info {
-        let (x, i) = call.eval_with_info().or_raise()?;
+        let (x, i) = run_holding_gil(py, || call.eval_with_info())?;
         pair(py, wrap(py, x)?, solver_info(py, i)?)
     } else {
-        ret(py, call.eval())
+        wrap(py, run_holding_gil(py, || call.eval())?)
     }
 }
 
@@ -604,7 +605,7 @@ fn odeint<'py>(
         call = call.saveat(&ts);
     }
     if info {
-        let (y, i) = call.eval_with_info().or_raise()?;
+        let (y, i) = run_holding_gil(py, || call.eval_with_info())?;
         let d = info_dict(
             py,
             vec![
@@ -616,7 +617,7 @@ fn odeint<'py>(
         )?;
         pair(py, wrap(py, y)?, d)
     } else {
-        ret(py, call.eval())
+        wrap(py, run_holding_gil(py, || call.eval())?)
     }
 }
 

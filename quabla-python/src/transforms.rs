@@ -9,7 +9,7 @@
 //! (see `errors.rs`), and a warning the facade emits goes through Python's `warnings`.
 
 use crate::convert::{type_name, value_from_py, value_to_py, Leaves};
-use crate::errors::{to_qb, type_error, value_error, OrRaise};
+use crate::errors::{to_qb, type_error, value_error};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use quabla as qb;
@@ -117,13 +117,14 @@ pub fn install_warning_handler() {
     });
 }
 
-/// Runs a facade call with the GIL released, then raises a warning that became an error.
+/// Runs a facade call with the GIL released and interruptible by Ctrl-C
+/// ([`crate::interrupt`]), then raises a warning that became an error.
 pub fn run<T: Send>(py: Python<'_>, f: impl FnOnce() -> qb::Result<T> + Send) -> PyResult<T> {
-    let out = py.detach(f);
+    let out = crate::interrupt::run(py, f);
     if let Some(e) = PENDING_WARNING.with(|p| p.borrow_mut().take()) {
         return Err(e);
     }
-    out.or_raise()
+    out
 }
 
 fn positional_only(transform: &str, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
