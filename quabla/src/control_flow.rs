@@ -207,11 +207,15 @@ where
     };
     if !trace::active() {
         let taken = pred.item_bool()?;
-        let out = if taken {
-            true_fn(operands)?
-        } else {
-            false_fn(operands)?
-        };
+        // The taken branch runs as a region body (TF5 for solvers and custom rules, as when
+        // traced); the other is traced, which refuses the same.
+        let out = trace::eager_region_body("cond", || {
+            if taken {
+                true_fn(operands)
+            } else {
+                false_fn(operands)
+            }
+        })?;
         let other = trace_branch(if taken { &false_fn } else { &true_fn })?;
         let out_ty = TensorType {
             dtype: out.dtype(),
