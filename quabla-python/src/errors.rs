@@ -191,6 +191,24 @@ pub fn type_error(message: impl Into<String>) -> PyErr {
     PyTypeError::new_err(message.into())
 }
 
+/// A `TypeError` raised by a callback's result (a user function returned the wrong kind of
+/// object: `None` from a schedule, a `str` from a `matvec`), carried through the facade like
+/// an exception the callback raised itself.
+pub fn user_type_error(message: impl Into<String>) -> qb::Error {
+    to_qb(type_error(message))
+}
+
+/// A conversion error of a callback's result: the `TypeError` of a wrong kind of object said
+/// in the callback's terms (`message`), any other exception (one the object's own
+/// `__array__` raised, a ragged list's `ValueError`) unchanged.
+pub fn result_error(py: Python<'_>, e: PyErr, message: impl FnOnce() -> String) -> qb::Error {
+    if e.get_type(py).is(py.get_type::<PyTypeError>()) {
+        user_type_error(message())
+    } else {
+        to_qb(e)
+    }
+}
+
 /// A `ValueError` with `message`.
 pub fn value_error(message: impl Into<String>) -> PyErr {
     PyValueError::new_err(message.into())

@@ -15,6 +15,7 @@ mod custom;
 mod errors;
 mod functions;
 mod interrupt;
+mod ints;
 mod io;
 mod optim;
 mod program;

@@ -20,11 +20,13 @@ impl opt::Schedule for PySchedule {
     fn value(&self, step: u64) -> qb::Result<f64> {
         Python::attach(|py| {
             let v = self.0.bind(py).call1((step,)).map_err(to_qb)?;
-            v.extract::<f64>().map_err(|_| {
-                qb::Error::user(format!(
-                    "a learning-rate schedule must return a float, got {}",
-                    type_name(&v)
-                ))
+            v.extract::<f64>().map_err(|e| {
+                crate::errors::result_error(py, e, || {
+                    format!(
+                        "a learning-rate schedule must return a float, got {}",
+                        type_name(&v)
+                    )
+                })
             })
         })
     }
@@ -39,7 +41,10 @@ pub struct PyBuiltinSchedule {
 
 #[pymethods]
 impl PyBuiltinSchedule {
-    fn __call__(&self, step: u64) -> PyResult<f64> {
+    fn __call__(
+        &self,
+        #[pyo3(from_py_with = crate::ints::param::schedule_step)] step: u64,
+    ) -> PyResult<f64> {
         self.inner.value(step).or_raise()
     }
 
@@ -64,9 +69,9 @@ fn constant(value: f64) -> PyBuiltinSchedule {
 #[pyo3(signature = (init_value, transition_steps, decay_rate, transition_begin=0, staircase=false, end_value=None))]
 fn exponential_decay(
     init_value: f64,
-    transition_steps: u64,
+    #[pyo3(from_py_with = crate::ints::param::transition_steps)] transition_steps: u64,
     decay_rate: f64,
-    transition_begin: u64,
+    #[pyo3(from_py_with = crate::ints::param::transition_begin)] transition_begin: u64,
     staircase: bool,
     end_value: Option<f64>,
 ) -> PyBuiltinSchedule {
@@ -84,7 +89,11 @@ fn exponential_decay(
 
 #[pyfunction]
 #[pyo3(signature = (init_value, decay_steps, alpha=0.0))]
-fn cosine_decay(init_value: f64, decay_steps: u64, alpha: f64) -> PyBuiltinSchedule {
+fn cosine_decay(
+    init_value: f64,
+    #[pyo3(from_py_with = crate::ints::param::decay_steps)] decay_steps: u64,
+    alpha: f64,
+) -> PyBuiltinSchedule {
     schedule(
         opt::cosine_decay(init_value, decay_steps).alpha(alpha),
         format!("cosine_decay({init_value}, {decay_steps}, alpha={alpha})"),
@@ -96,8 +105,8 @@ fn cosine_decay(init_value: f64, decay_steps: u64, alpha: f64) -> PyBuiltinSched
 fn warmup_cosine_decay(
     init_value: f64,
     peak_value: f64,
-    warmup_steps: u64,
-    decay_steps: u64,
+    #[pyo3(from_py_with = crate::ints::param::warmup_steps)] warmup_steps: u64,
+    #[pyo3(from_py_with = crate::ints::param::decay_steps)] decay_steps: u64,
     end_value: f64,
 ) -> PyBuiltinSchedule {
     schedule(
@@ -108,7 +117,10 @@ fn warmup_cosine_decay(
 }
 
 #[pyfunction]
-fn piecewise_constant(boundaries: Vec<u64>, values: Vec<f64>) -> PyBuiltinSchedule {
+fn piecewise_constant(
+    #[pyo3(from_py_with = crate::ints::list::boundaries)] boundaries: Vec<u64>,
+    values: Vec<f64>,
+) -> PyBuiltinSchedule {
     schedule(
         opt::piecewise_constant(&boundaries, &values),
         format!("piecewise_constant({boundaries:?}, {values:?})"),
@@ -195,7 +207,7 @@ fn state_from_py(obj: &Bound<'_, PyAny>, sgd: bool, schedule: bool) -> PyResult<
         d.get_item(k)?
             .ok_or_else(|| value_error(format!("optimizer state is missing {k:?}")))
     };
-    let step: u64 = get("step")?.extract()?;
+    let step: u64 = crate::ints::int_arg(&get("step")?, "step")?;
     if sgd {
         return Ok(opt::State {
             step,
@@ -358,9 +370,11 @@ impl PyLbfgs {
     #[new]
     #[pyo3(signature = (history=10, max_iterations=500, max_evaluations=None, tolerance_grad=1e-7, tolerance_change=1e-9, line_search="strong_wolfe"))]
     fn new(
-        history: usize,
-        max_iterations: usize,
-        max_evaluations: Option<usize>,
+        #[pyo3(from_py_with = crate::ints::param::history)] history: usize,
+        #[pyo3(from_py_with = crate::ints::param::max_iterations)] max_iterations: usize,
+        #[pyo3(from_py_with = crate::ints::param::opt_max_evaluations)] max_evaluations: Option<
+            usize,
+        >,
         tolerance_grad: f64,
         tolerance_change: f64,
         line_search: &str,
