@@ -168,18 +168,17 @@ fn load<'py>(py: Python<'py>, file: &Bound<'py, PyAny>) -> PyResult<Bound<'py, P
         Some(path) => crate::transforms::run(py, || qb::load(path.as_path()))?,
         None => {
             let data = file_method("load", file, "read")?.call0()?;
-            let bytes: Vec<u8> = data
-                .cast::<pyo3::types::PyBytes>()
-                .map(|b| b.as_bytes().to_vec())
-                .or_else(|_| data.extract::<Vec<u8>>().map_err(|e| e.into()))
-                .map_err(|_: PyErr| {
+            let bytes: Vec<u8> = match data.cast::<pyo3::types::PyBytes>() {
+                Ok(b) => b.as_bytes().to_vec(),
+                Err(_) => data.extract::<Vec<u8>>().map_err(|_| {
                     type_error(format!(
                         "load: {}.read() returned {}, expected bytes; open the file in binary \
                          mode ('rb')",
                         type_name(file),
                         type_name(&data)
                     ))
-                })?;
+                })?,
+            };
             qb::load(&mut bytes.as_slice()).or_raise()?
         }
     };
