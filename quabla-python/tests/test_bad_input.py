@@ -301,3 +301,39 @@ def test_every_output_of_every_custom_rule_is_checked(defect, rule):
     for call in calls:
         with pytest.raises(ValueError, match=prefix):
             call()
+
+
+def test_a_tracer_handed_to_another_thread_is_refused_there():
+    import queue
+
+    to_b, to_a = queue.Queue(), queue.Queue()
+
+    def thread_b():
+        a = to_b.get()
+        outcomes = {}
+        for name, call in {
+            "jit": lambda: qb.jit(lambda x: x + a)(qb.ones((2,))),
+            "grad": lambda: qb.grad(lambda x: qb.sum(x * a))(qb.ones((2,))),
+            "vmap": lambda: qb.vmap(lambda x: x + a)(qb.ones((3, 2))),
+            "eager": lambda: a + 1.0,
+        }.items():
+            try:
+                outcomes[name] = ("no error", call())
+            except qb.TracerError as e:
+                outcomes[name] = ("TracerError", str(e))
+        to_a.put(outcomes)
+
+    def f(x):
+        to_b.put(x)
+        seen.update(to_a.get(timeout=60))
+        return x * 2.0
+
+    seen = {}
+    b = threading.Thread(target=thread_b)
+    b.start()
+    out = qb.jit(f)(qb.full((2,), 7.0))
+    b.join(timeout=60)
+    assert out.tolist() == [14.0, 14.0]
+    assert set(seen) == {"jit", "grad", "vmap", "eager"}
+    for name, (kind, detail) in seen.items():
+        assert kind == "TracerError" and "was used after its trace ended" in detail, (name, detail)
