@@ -682,6 +682,10 @@ fn jit_callable(f: &Bound<'_, PyAny>, keywords: bool) -> PyResult<PyCallable> {
 #[pyclass(name = "JitFunction", module = "quabla", frozen)]
 pub struct PyJit {
     j: qb::Jit<PyCallable, Value, Value>,
+    /// `donate_argnums`: checked against each call. A Python caller holds every argument while
+    /// the call runs, so a donated argument is lent, never written (docs/python/optim.md,
+    /// "Donation in jit").
+    donate: Vec<usize>,
     binder: Arc<Binder>,
 }
 
@@ -694,6 +698,14 @@ impl PyJit {
         args: &Bound<'py, PyTuple>,
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        if let Some(&i) = self.donate.iter().find(|&&i| i >= args.len()) {
+            return Err(value_error(format!(
+                "donate_argnums names argument {i}, but the function was called with {} \
+                 positional argument{}",
+                args.len(),
+                if args.len() == 1 { "" } else { "s" }
+            )));
+        }
         let args = self.binder.bind(py, args, kwargs)?;
         let out = run(py, || self.j.call(&args))?;
         value_to_py(py, out)
@@ -733,7 +745,7 @@ fn precision_arg(p: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
 }
 
 #[pyfunction]
-#[pyo3(signature = (fun, device=None, static_argnums=None, max_traces=8, static_argnames=None, precision=None, check_nans=false))]
+#[pyo3(signature = (fun, device=None, static_argnums=None, max_traces=8, static_argnames=None, precision=None, check_nans=false, donate_argnums=None))]
 // One parameter per keyword of `qb.jit` (api.md §10).
 #[allow(clippy::too_many_arguments)]
 pub fn _jit(
@@ -745,8 +757,22 @@ pub fn _jit(
     static_argnames: Option<&Bound<'_, PyAny>>,
     precision: Option<&Bound<'_, PyAny>>,
     check_nans: bool,
+    donate_argnums: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyJit> {
     let precision = precision_arg(precision)?;
+    let donate: Vec<usize> = match donate_argnums {
+        None => Vec::new(),
+        Some(a) if a.is_none() => Vec::new(),
+        Some(a) => match a.extract::<i64>() {
+            Ok(i) => vec![argnum(i, "donate_argnums")?],
+            Err(_) => a
+                .extract::<Vec<i64>>()
+                .map_err(|_| type_error("donate_argnums must be an int or a tuple of ints"))?
+                .into_iter()
+                .map(|i| argnum(i, "donate_argnums"))
+                .collect::<PyResult<_>>()?,
+        },
+    };
     let static_argnums: Vec<usize> = match static_argnums {
         None => Vec::new(),
         Some(a) if a.is_none() => Vec::new(),
@@ -794,6 +820,11 @@ pub fn _jit(
             }
         }
     }
+    if let Some(&i) = donate.iter().find(|&&i| statics.contains(&(i + offset))) {
+        return Err(value_error(format!(
+            "argument {i} is both static and donated; a static argument has no buffers to donate"
+        )));
+    }
     if keywords {
         statics.push(0);
     }
@@ -812,7 +843,8 @@ pub fn _jit(
         .name(function_name(fun))
         .arg_names(&names)
         .max_traces(max_traces)
-        .static_argnums(&statics);
+        .static_argnums(&statics)
+        .donate_argnums(&donate.iter().map(|&i| i + offset).collect::<Vec<_>>());
     if let Some(d) = device {
         j = j.device(d);
     }
@@ -824,6 +856,7 @@ pub fn _jit(
     }
     Ok(PyJit {
         j,
+        donate,
         binder: Arc::new(Binder {
             statics,
             signature,
@@ -832,6 +865,11 @@ pub fn _jit(
             keywords,
         }),
     })
+}
+
+/// A non-negative argument index (ValueError naming `what` otherwise).
+fn argnum(i: i64, what: &str) -> PyResult<usize> {
+    usize::try_from(i).map_err(|_| value_error(format!("{what} must be non-negative, got {i}")))
 }
 
 /// `jit(f).lower(...)`: the frozen plan.

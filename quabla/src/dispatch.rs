@@ -35,6 +35,17 @@ fn resolve(operands: Vec<Operand>) -> Result<(Vec<Tensor>, bool)> {
     Ok((tensors, traced))
 }
 
+/// A builder with one input per tensor (`arg0`, `arg1`, ...), and those inputs.
+fn builder_over(tensors: &[Tensor]) -> (GraphBuilder, Vec<NodeId>) {
+    let mut b = GraphBuilder::new();
+    let inputs = tensors
+        .iter()
+        .enumerate()
+        .map(|(i, t)| b.input(format!("arg{i}"), t.ir_type()))
+        .collect();
+    (b, inputs)
+}
+
 /// Applies one operation built by `build` to `operands` and returns its single result: recorded
 /// into the innermost trace when an operand is a tracer, executed eagerly otherwise.
 #[track_caller]
@@ -55,12 +66,7 @@ pub(crate) fn apply(
         return trace::record(operands, build);
     }
     let (tensors, _) = resolve(operands)?;
-    let mut b = GraphBuilder::new();
-    let inputs: Vec<NodeId> = tensors
-        .iter()
-        .enumerate()
-        .map(|(i, t)| b.input(format!("arg{i}"), t.ir_type()))
-        .collect();
+    let (mut b, inputs) = builder_over(&tensors);
     let out = build(&mut b, &inputs)?;
     if let Some(i) = inputs.iter().position(|&n| n == out) {
         return Ok(tensors[i].clone());
@@ -83,12 +89,7 @@ pub(crate) fn apply_many(
     build: impl FnOnce(&mut GraphBuilder, &[NodeId]) -> quabla_ir::Result<Vec<NodeId>>,
 ) -> Result<Vec<Tensor>> {
     let (tensors, traced) = resolve(operands)?;
-    let mut b = GraphBuilder::new();
-    let inputs: Vec<NodeId> = tensors
-        .iter()
-        .enumerate()
-        .map(|(i, t)| b.input(format!("arg{i}"), t.ir_type()))
-        .collect();
+    let (mut b, inputs) = builder_over(&tensors);
     let outs = build(&mut b, &inputs)?;
     let op = outs.first().map_or("operation", |&o| b.node(o).op.name());
     let graph = b.finish(outs)?;

@@ -761,6 +761,70 @@ fn lbfgs_inside_a_trace_is_a_tracer_error() -> qb::Result<()> {
     Ok(())
 }
 
+/// Every built-in schedule gives the same bits on the host and as tensor operations of the
+/// step (concrete, and traced inside `jit`), over a sweep of steps through every branch.
+#[test]
+fn schedules_give_the_same_bits_on_the_host_and_in_a_plan() -> qb::Result<()> {
+    use optim::Schedule;
+    let schedules: Vec<(&str, Box<dyn Schedule>)> = vec![
+        ("constant", Box::new(optim::constant(0.3))),
+        (
+            "exponential",
+            Box::new(
+                optim::exponential_decay(0.1, 7, 0.5)
+                    .transition_begin(5)
+                    .end_value(0.01),
+            ),
+        ),
+        (
+            "exponential staircase up",
+            Box::new(
+                optim::exponential_decay(0.1, 3, 1.5)
+                    .staircase(true)
+                    .end_value(0.4),
+            ),
+        ),
+        ("cosine", Box::new(optim::cosine_decay(0.2, 17).alpha(0.05))),
+        (
+            "warmup",
+            Box::new(optim::warmup_cosine_decay(0.0, 0.3, 4, 19).end_value(0.01)),
+        ),
+        (
+            "piecewise",
+            Box::new(optim::piecewise_constant(
+                &[3, 9, 12],
+                &[0.1, 0.05, 0.02, 0.01],
+            )),
+        ),
+    ];
+    for (name, s) in &schedules {
+        let traced = qb::jit(|step: Tensor| s.value_at(&step).unwrap());
+        for step in 0..40u64 {
+            let host = s.value(step)?;
+            let t = qb::array(step as f64)?;
+            let eager = s.value_at(&t).unwrap()?.item()?;
+            let jitted = traced.call(&t)?.item()?;
+            assert_eq!(host.to_bits(), eager.to_bits(), "{name} at {step}");
+            assert_eq!(host.to_bits(), jitted.to_bits(), "{name} at {step} (jit)");
+        }
+    }
+    // A closure of the step number is host-only: inside a trace it is a tracer error.
+    let closure = optim::LearningRate::schedule(|step: u64| 1.0 / (1.0 + step as f64));
+    let err = qb::jit(|w: Tensor| {
+        let opt = optim::Sgd::new(closure.clone());
+        let state = qb::optim::State {
+            step: w.sum()?,
+            m: None,
+            v: None,
+        };
+        Ok(opt.update(&w, &w, &state)?.0)
+    })
+    .call(&qb::array([1.0])?)
+    .unwrap_err();
+    assert!(err.to_string().contains("LearningRate::traced"), "{err}");
+    Ok(())
+}
+
 /// A string (or another static value) among the parameters is TY12 naming its path, for
 /// every optimizer and the trainer, instead of being left alone (or handed to the loss).
 #[test]

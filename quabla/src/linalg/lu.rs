@@ -11,8 +11,8 @@
 //! float32 input is factored in float64 and rounded once (numerics.md §1.5).
 
 use super::dense::{broadcast_batch, check_rhs, dims, results, square, Built};
-use crate::dispatch::apply_many;
 use crate::dispatch::apply;
+use crate::dispatch::apply_many;
 use crate::error::Result;
 use crate::operand::Operand;
 use crate::tensor::Tensor;

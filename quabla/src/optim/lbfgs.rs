@@ -336,7 +336,9 @@ impl Lbfgs {
         self
     }
 
-    fn validate(&self) -> Result<()> {
+    /// Checks the configuration (AR4, AR9): what `minimize` checks first, for callers that
+    /// want the error at construction (the Python constructor).
+    pub fn validate(&self) -> Result<()> {
         if self.line_search != "strong_wolfe" {
             return Err(Error::invalid("line_search must be \"strong_wolfe\""));
         }

@@ -217,6 +217,14 @@ pub trait Optimizer {
     #[doc(hidden)]
     fn rule(&self) -> &Rule;
 
+    /// Checks the configuration (AR4, AR5, AR8: the rate or the schedule's configuration,
+    /// `clip_norm`, `b1`, `b2`, `eps`, `weight_decay`), which `init`, `update` and
+    /// `Trainer::build` check too; the Python constructors call it, so a bad option is an error
+    /// at construction.
+    fn validate(&self) -> Result<()> {
+        self.rule().validate()
+    }
+
     /// The initial state: `step` 0 and, for Adam, float64 zero moments of the parameters'
     /// shapes (TY12 for a leaf that is not a floating tensor).
     fn init<P: Tree>(&self, params: &P) -> Result<State<P>> {

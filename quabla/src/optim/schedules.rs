@@ -184,16 +184,14 @@ pub fn constant(value: f64) -> Constant {
     Constant { value }
 }
 
-impl Schedule for Constant {
-    fn value(&self, _step: u64) -> Result<f64> {
-        self.validate()?;
-        Ok(self.value)
+impl Constant {
+    fn formula<A: Arith>(&self, _step: &A) -> Result<A> {
+        Ok(A::num(self.value))
     }
-    fn validate(&self) -> Result<()> {
+
+    /// AR8 for an invalid configuration.
+    fn check(&self) -> Result<()> {
         finite("constant", "value", self.value)
-    }
-    fn value_at(&self, _step: &Tensor) -> Option<Result<Tensor>> {
-        Some(self.validate().map(|()| Tensor::scalar_f64(self.value)))
     }
 }
 
@@ -263,17 +261,9 @@ impl ExponentialDecay {
         }
         c.if_le(&A::num(0.0), &A::num(self.init), &v)
     }
-}
 
-impl Schedule for ExponentialDecay {
-    fn value(&self, step: u64) -> Result<f64> {
-        self.validate()?;
-        self.formula(&host_step(step))
-    }
-    fn value_at(&self, step: &Tensor) -> Option<Result<Tensor>> {
-        Some(self.validate().and_then(|()| self.formula(step)))
-    }
-    fn validate(&self) -> Result<()> {
+    /// AR8 for an invalid configuration.
+    fn check(&self) -> Result<()> {
         let name = "exponential_decay";
         finite(name, "init_value", self.init)?;
         finite(name, "decay_rate", self.rate)?;
@@ -330,17 +320,9 @@ impl CosineDecay {
         let scale = A::num(1.0 - self.alpha).mul(&cosine)?.add(&alpha)?;
         A::num(self.init).mul(&scale)
     }
-}
 
-impl Schedule for CosineDecay {
-    fn value(&self, step: u64) -> Result<f64> {
-        self.validate()?;
-        self.formula(&host_step(step))
-    }
-    fn value_at(&self, step: &Tensor) -> Option<Result<Tensor>> {
-        Some(self.validate().and_then(|()| self.formula(step)))
-    }
-    fn validate(&self) -> Result<()> {
+    /// AR8 for an invalid configuration.
+    fn check(&self) -> Result<()> {
         let name = "cosine_decay";
         finite(name, "init_value", self.init)?;
         finite(name, "alpha", self.alpha)?;
@@ -406,17 +388,9 @@ impl WarmupCosineDecay {
         let after = step.if_lt(&d, &decay, &end)?;
         step.if_lt(&w, &warm, &after)
     }
-}
 
-impl Schedule for WarmupCosineDecay {
-    fn value(&self, step: u64) -> Result<f64> {
-        self.validate()?;
-        self.formula(&host_step(step))
-    }
-    fn value_at(&self, step: &Tensor) -> Option<Result<Tensor>> {
-        Some(self.validate().and_then(|()| self.formula(step)))
-    }
-    fn validate(&self) -> Result<()> {
+    /// AR8 for an invalid configuration.
+    fn check(&self) -> Result<()> {
         let name = "warmup_cosine_decay";
         finite(name, "init_value", self.init)?;
         finite(name, "peak_value", self.peak)?;
@@ -463,17 +437,9 @@ impl PiecewiseConstant {
         }
         Ok(rate)
     }
-}
 
-impl Schedule for PiecewiseConstant {
-    fn value(&self, step: u64) -> Result<f64> {
-        self.validate()?;
-        self.formula(&host_step(step))
-    }
-    fn value_at(&self, step: &Tensor) -> Option<Result<Tensor>> {
-        Some(self.validate().and_then(|()| self.formula(step)))
-    }
-    fn validate(&self) -> Result<()> {
+    /// AR8 for an invalid configuration.
+    fn check(&self) -> Result<()> {
         let name = "piecewise_constant";
         if self.values.len() != self.boundaries.len() + 1 {
             return Err(invalid(
@@ -500,6 +466,33 @@ impl Schedule for PiecewiseConstant {
         Ok(())
     }
 }
+
+/// The [`Schedule`] of the built-in schedules: each has a `formula` generic over [`Arith`]
+/// and a `check` of its configuration, which both forms run first.
+macro_rules! formula_schedules {
+    ($($ty:ty),* $(,)?) => {$(
+        impl Schedule for $ty {
+            fn value(&self, step: u64) -> Result<f64> {
+                self.check()?;
+                self.formula(&host_step(step))
+            }
+            fn validate(&self) -> Result<()> {
+                self.check()
+            }
+            fn value_at(&self, step: &Tensor) -> Option<Result<Tensor>> {
+                Some(self.check().and_then(|()| self.formula(step)))
+            }
+        }
+    )*};
+}
+
+formula_schedules!(
+    Constant,
+    ExponentialDecay,
+    CosineDecay,
+    WarmupCosineDecay,
+    PiecewiseConstant
+);
 
 /// A learning rate: a constant or a schedule. Every optimizer's `new` takes
 /// `impl Into<LearningRate>`: an `f64`, a built-in schedule, [`LearningRate::schedule`] of any

@@ -114,29 +114,6 @@ impl<P, D, L> fmt::Debug for Trainer<P, D, L> {
     }
 }
 
-impl<P, D, L> Trainer<P, D, L>
-where
-    P: Tree,
-    D: Tree,
-    L: Fn(&P, &D) -> Result<Tensor>,
-{
-    /// A trainer of `params` for `loss(params, data)` with an [`super::Adam`],
-    /// [`super::AdamW`] or [`super::Sgd`] (constant rate or schedule, with or without
-    /// `clip_norm`). `data` is one argument or a tuple of them.
-    #[allow(clippy::new_ret_no_self)]
-    pub fn new(loss: L, params: P, optimizer: impl Optimizer, data: D) -> TrainerBuilder<P, D, L> {
-        TrainerBuilder {
-            loss,
-            params,
-            rule: optimizer.rule().clone(),
-            data,
-            device: "cpu".into(),
-            batch_argnums: Vec::new(),
-            check_every: None,
-        }
-    }
-}
-
 impl<P, D, L> TrainerBuilder<P, D, L>
 where
     P: Tree,
@@ -167,7 +144,9 @@ where
     }
 
     /// Validates the configuration, traces and compiles the step plan, and places the state
-    /// and the data on the device.
+    /// and the data on the device. A schedule is traced into the plan once, here; one that
+    /// cannot be traced (a tracer error: it reads the step as a host number) is evaluated on
+    /// the host at every step instead, and its value uploaded.
     pub fn build(self) -> Result<Trainer<P, D, L>> {
         let rule = self.rule;
         rule.validate()?;
@@ -193,13 +172,7 @@ where
         } else {
             Vec::new()
         };
-        let host_rate = !rule.lr.runs_in_plan();
         let step0 = Tensor::scalar_f64(0.0);
-        let rate0 = if host_rate {
-            vec![Tensor::scalar_f64(rule.lr.at(0)?)]
-        } else {
-            Vec::new()
-        };
         let loss = &self.loss;
         let def = &params_def;
         let rule_ref = &rule;
@@ -219,18 +192,34 @@ where
             let (p, m, v) = apply(rule_ref.kind, &p, &g, &m, &v, &scalars)?;
             Ok((value, p, m, v, crate::add(&step, 1.0)?))
         };
-        let args: StepArgs<D> = (
-            params.clone(),
-            moments.clone(),
-            moments.clone(),
-            step0.clone(),
-            self.data,
-            rate0,
-        );
-        let lowered = crate::jit(fused)
-            .name("Trainer.step")
-            .device(self.device.clone())
-            .lower(&args)?;
+        let lower = |host_rate: bool| {
+            // A placeholder for the host rate: the plan takes its value at every step.
+            let rate = if host_rate {
+                vec![Tensor::scalar_f64(0.0)]
+            } else {
+                Vec::new()
+            };
+            let args: StepArgs<D> = (
+                params.clone(),
+                moments.clone(),
+                moments.clone(),
+                step0.clone(),
+                data_def.unflatten(data.clone())?,
+                rate,
+            );
+            crate::jit(&fused)
+                .name("Trainer.step")
+                .device(self.device.clone())
+                .lower(&args)
+        };
+        let mut host_rate = !rule.lr.runs_in_plan();
+        let lowered = match lower(host_rate) {
+            Err(Error::Tracer { .. }) if !host_rate && rule.lr.is_schedule() => {
+                host_rate = true;
+                lower(true)?
+            }
+            other => other?,
+        };
         let entry = lowered.compile().entry().clone();
         if !entry.outputs_in_order() {
             return Err(Error::Internal {
@@ -298,6 +287,22 @@ where
     D: Tree,
     L: Fn(&P, &D) -> Result<Tensor>,
 {
+    /// A trainer of `params` for `loss(params, data)` with an [`super::Adam`],
+    /// [`super::AdamW`] or [`super::Sgd`] (constant rate or schedule, with or without
+    /// `clip_norm`). `data` is one argument or a tuple of them.
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new(loss: L, params: P, optimizer: impl Optimizer, data: D) -> TrainerBuilder<P, D, L> {
+        TrainerBuilder {
+            loss,
+            params,
+            rule: optimizer.rule().clone(),
+            data,
+            device: "cpu".into(),
+            batch_argnums: Vec::new(),
+            check_every: None,
+        }
+    }
+
     /// One optimizer step on the current data.
     pub fn step(&mut self) -> Result<()> {
         self.run_step(None)
