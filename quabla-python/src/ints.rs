@@ -137,7 +137,7 @@ pub fn is_int(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
 macro_rules! params {
     ($($function:ident, $optional:ident = $name:literal: $t:ty;)*) => {
         /// The converters of the integer parameters ([`super::int_arg`]), named after the
-        /// parameters (with the type when one name has two: `slice_step`, `schedule_step`).
+        /// parameters (with the type when one name has two: `slice_step`, `power`).
         #[allow(dead_code, reason = "each parameter uses the form its signature declares")]
         pub mod param {
             use pyo3::prelude::*;
@@ -175,8 +175,6 @@ params! {
     power, opt_power = "n": i64;
     m, opt_m = "m": usize;
     num, opt_num = "num": usize;
-    lower, opt_lower = "lower": i64;
-    upper, opt_upper = "upper": i64;
     max_trips, opt_max_trips = "max_trips": usize;
     max_traces, opt_max_traces = "max_traces": usize;
     maxiter, opt_maxiter = "maxiter": usize;
@@ -191,7 +189,6 @@ params! {
     transition_begin, opt_transition_begin = "transition_begin": u64;
     decay_steps, opt_decay_steps = "decay_steps": u64;
     warmup_steps, opt_warmup_steps = "warmup_steps": u64;
-    schedule_step, opt_schedule_step = "step": u64;
 }
 
 /// `from_py_with` converters of the integer-list parameters ([`int_list`]).

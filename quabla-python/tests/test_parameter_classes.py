@@ -28,8 +28,9 @@ def adam_step(step):
 
 
 # Integer parameters: (name as the error prints it, a call taking the value, signed).
-# An unsigned ("count") parameter refuses -1 and 2**70 with ValueError; a signed one (axes,
-# offsets, bounds) refuses 2**70; both refuse 1.5, "3" and None with TypeError.
+# An unsigned parameter refuses -1 and 2**70 with ValueError; a signed one (axes, offsets,
+# bounds) refuses 2**70; both refuse 1.5 and "3" with TypeError. A step count ("count") takes
+# whole floats too.
 INT_PARAMS = [
     ("max_traces", lambda v: qb.jit(lambda x: x, max_traces=v), False),
     ("lower", lambda v: qb.fori_loop(v, 3, lambda i, c: c, X), True),
@@ -57,9 +58,9 @@ INT_PARAMS = [
     ("decay_steps", lambda v: qb.optim.cosine_decay(0.1, v), False),
     ("warmup_steps", lambda v: qb.optim.warmup_cosine_decay(0.0, 0.1, v, 100), False),
     ("decay_steps", lambda v: qb.optim.warmup_cosine_decay(0.0, 0.1, 10, v), False),
-    ("step", lambda v: qb.optim.cosine_decay(0.1, 100)(v), False),
+    ("step", lambda v: qb.optim.cosine_decay(0.1, 100)(v), "count"),
     ("boundaries", lambda v: qb.optim.piecewise_constant([v], [0.1, 0.01]), False),
-    ("step", adam_step, False),
+    ("step", adam_step, "count"),
     ("ddof", lambda v: qb.var(X, ddof=v), False),
     ("ddof", lambda v: X.std(ddof=v), False),
     ("n", lambda v: qb.diff(X, n=v), False),
@@ -104,6 +105,13 @@ INT_PARAMS = [
 
 INT_CASES = []
 for name, call, signed in INT_PARAMS:
+    if signed == "count":
+        # A step count: a whole number (an int, or a float with no fraction, as optax's
+        # float counts are) in [0, 2**53).
+        for bad in (-1, HUGE, 1.5):
+            INT_CASES.append((name, call, bad, ValueError, f"{name} must be a whole number in \\[0, 2\\*\\*53\\)"))
+        INT_CASES.append((name, call, "3", TypeError, f"{name} must be an int"))
+        continue
     if not signed:
         INT_CASES.append((name, call, -1, ValueError, f"{name} must be a non-negative int, got -1"))
         INT_CASES.append((name, call, HUGE, ValueError, f"{name} must be an int from 0 to \\d+, got {HUGE}"))
@@ -169,9 +177,9 @@ TYPE_CASES = [
     ("load file None", lambda: qb.load(None), TypeError, "file must be a path"),
     ("load file int", lambda: qb.load(12345), TypeError, "file must be a path"),
     ("schedule returns None", lambda: sgd_update(lambda s: None), TypeError,
-     "a learning-rate schedule must return a float, got NoneType"),
+     "a learning-rate schedule must return a float or a rank-0 tensor, got NoneType"),
     ("schedule returns str", lambda: sgd_update(lambda s: "0.1"), TypeError,
-     "a learning-rate schedule must return a float, got str"),
+     "a learning-rate schedule must return a float or a rank-0 tensor, got str"),
     ("matvec returns None", lambda: qb.linalg.cg(lambda v: None, X), TypeError,
      "cg: matvec must return an array, got NoneType"),
     ("matvec returns str", lambda: qb.linalg.gmres(lambda v: "v", X), TypeError,
