@@ -855,3 +855,33 @@ fn a_state_step_out_of_range_is_an_invalid_argument() -> qb::Result<()> {
     assert_eq!(opt.update(&p, &p, &state)?.1.steps()?, 9007199254740991);
     Ok(())
 }
+
+/// A string (or another static value) among the parameters is TY12 naming its path, for
+/// every optimizer and the trainer, instead of being left alone (or handed to the loss).
+#[test]
+fn a_string_parameter_is_ty12() {
+    use qb::tree::{DictKey, Value};
+    let params = Value::Dict(vec![
+        (DictKey::from("w"), Value::Array(qb::ones([2]).unwrap())),
+        (DictKey::from("name"), Value::Str("mlp".into())),
+    ]);
+    let expect = |r: qb::Result<()>, who: &str| match r {
+        Err(qb::Error::Type { message }) => assert_eq!(
+            message,
+            format!("{who} parameters and gradients must be floating; got str at ['name']")
+        ),
+        other => panic!("{who}: {other:?}"),
+    };
+    expect(qb::optim::Sgd::new(0.1).init(&params).map(|_| ()), "SGD");
+    expect(qb::optim::Adam::new(0.1).init(&params).map(|_| ()), "Adam");
+    let static_box = Value::List(vec![Value::Static(qb::tree::StaticBox::new(3u8))]);
+    match qb::optim::Sgd::new(0.1).init(&static_box) {
+        Err(qb::Error::Type { message }) => {
+            assert!(
+                message.ends_with("got the static value 3 at [0]"),
+                "{message}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+}
