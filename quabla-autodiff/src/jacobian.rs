@@ -11,9 +11,28 @@ use quabla_ir::{
     Comparison, DType, Graph, GraphBuilder, HostData, NodeId, Op, Result, Shape, TensorType,
 };
 
+/// How a Jacobian is computed: chosen by size (transforms.md §8), or forced (`jacfwd`,
+/// `jacrev`). A forced forward mode through a `custom_vjp` raises like `jvp` does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum JacobianMode {
+    /// Forward mode unless the outputs have fewer elements than the inputs or the graph holds
+    /// a `custom_vjp`.
+    #[default]
+    Auto,
+    /// Forward mode over the input basis.
+    Forward,
+    /// Reverse mode over the output basis.
+    Reverse,
+}
+
 /// The graph of all Jacobian blocks of `g` with respect to the flagged inputs: for each float
 /// output in order, one block `[*out, *in]` per flagged input in order.
 pub fn jacobian_graph(g: &Graph, wrt: &[bool]) -> Result<Graph> {
+    jacobian_graph_with_mode(g, wrt, JacobianMode::Auto)
+}
+
+/// [`jacobian_graph`] in the given mode; the blocks are the same whatever the mode.
+pub fn jacobian_graph_with_mode(g: &Graph, wrt: &[bool], mode: JacobianMode) -> Result<Graph> {
     let inputs: Vec<(String, TensorType)> = g
         .inputs()
         .map(|(_, n, t)| (n.to_string(), t.clone()))
@@ -39,7 +58,12 @@ pub fn jacobian_graph(g: &Graph, wrt: &[bool]) -> Result<Graph> {
     if p == 0 {
         return b.finish(Vec::new());
     }
-    if q < p || has_custom_vjp(g) {
+    let reverse = match mode {
+        JacobianMode::Auto => q < p || has_custom_vjp(g),
+        JacobianMode::Forward => false,
+        JacobianMode::Reverse => true,
+    };
+    if reverse {
         // Reverse mode over the output basis (always for a custom_vjp, which has no forward
         // mode).
         let seeds: Vec<Seed> = (0..outs.len())

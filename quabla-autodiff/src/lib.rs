@@ -25,7 +25,7 @@ mod jvp;
 mod regions;
 mod vjp;
 
-pub use jacobian::{has_custom_vjp, jacobian_graph};
+pub use jacobian::{has_custom_vjp, jacobian_graph, jacobian_graph_with_mode, JacobianMode};
 pub use jvp::jvp_graph;
 pub use regions::{block_length, full_tape_loops, FullTapeGuard};
 pub use vjp::{vjp_graph, Seed};

@@ -37,6 +37,9 @@
 //!   'static`.
 //!
 //! Tuple structs name their fields `"0"`, `"1"`, ...; a unit struct is a node without fields.
+//! A struct is one container level: its flatten goes through
+//! `quabla::tree::flatten_container`, so a recursive struct nested past
+//! `quabla::tree::MAX_DEPTH` flattens into that limit's error instead of recursing on.
 //!
 //! `unflatten` accepts only a `Node` with the same name, the same data field names (in order)
 //! and the same static field names, whose static values have the field types; anything else is
@@ -171,11 +174,13 @@ fn expand(input: DeriveInput) -> syn::Result<TokenStream2> {
                 &self,
                 leaves: &mut ::std::vec::Vec<::quabla::tree::Leaf>,
             ) -> ::quabla::tree::TreeDef {
-                ::quabla::tree::TreeDef::Node {
+                // One container level: bounded by `quabla::tree::MAX_DEPTH` like every
+                // container, so a recursive struct cannot overflow the stack.
+                ::quabla::tree::flatten_container(|| ::quabla::tree::TreeDef::Node {
                     name: #name,
                     fields: ::std::vec![#(#flatten_fields),*],
                     meta: ::std::vec![#(#flatten_meta),*],
-                }
+                })
             }
 
             fn unflatten(

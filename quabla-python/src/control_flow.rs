@@ -7,13 +7,54 @@ use crate::convert::{to_tensor, type_name};
 use crate::errors::{to_qb, type_error, OrRaise};
 use crate::tensor::{wrap, PyTensor};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyDict, PyList, PyTuple};
 use quabla as qb;
+
+/// A carry, branch result or per-step output as one tensor (transforms.md §10: one floating
+/// array, no pytrees). A tuple, a dict or a list holding arrays is a pytree, which would
+/// otherwise be stacked into one array silently: it is refused with the packing advice.
+fn carry_tensor(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<qb::Tensor> {
+    if let Ok(t) = obj.cast::<PyTensor>() {
+        return Ok(t.get().t.clone());
+    }
+    if is_pytree(obj)? {
+        return Err(pytree_refused(obj, what));
+    }
+    to_tensor(obj)
+}
+
+fn pytree_refused(obj: &Bound<'_, PyAny>, what: &str) -> PyErr {
+    type_error(format!(
+        "{what} must be one array, got {}; regions take no pytree carries: pack several values \
+         with quabla.concat (or quabla.stack) and slice them apart in the body",
+        type_name(obj)
+    ))
+}
+
+/// Whether `obj` is a container of arrays rather than an array literal: any tuple or dict, or
+/// a list with an array inside.
+fn is_pytree(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    if obj.is_instance_of::<PyTuple>() || obj.is_instance_of::<PyDict>() {
+        return Ok(true);
+    }
+    if obj.is_instance_of::<PyList>() {
+        for item in obj.try_iter()? {
+            let item = item?;
+            if item.cast::<PyTensor>().is_ok() || is_pytree(&item)? {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
 
 /// A body's result as one tensor.
 fn tensor_result(out: &Bound<'_, PyAny>, what: &str) -> qb::Result<qb::Tensor> {
     if let Ok(t) = out.cast::<PyTensor>() {
         return Ok(t.get().t.clone());
+    }
+    if is_pytree(out).map_err(to_qb)? {
+        return Err(to_qb(pytree_refused(out, what)));
     }
     to_tensor(out).map_err(|_| {
         qb::Error::user(format!(
@@ -62,7 +103,14 @@ fn branch(fun: &Py<PyAny>) -> impl Fn(&[qb::Tensor]) -> qb::Result<qb::Tensor> +
         Python::attach(|py| {
             let args = tensors_tuple(py, Vec::new(), o).map_err(to_qb)?;
             let out = fun.bind(py).call1(args).map_err(to_qb)?;
-            tensor_result(&out, "a cond branch")
+            // A Python number is a weak constant: it adopts the other branch's dtype.
+            if out.is_instance_of::<pyo3::types::PyFloat>()
+                || (out.is_instance_of::<pyo3::types::PyInt>()
+                    && !out.is_instance_of::<pyo3::types::PyBool>())
+            {
+                return qb::mul(out.extract::<f64>().map_err(to_qb)?, 1.0);
+            }
+            tensor_result(&out, "a cond branch result")
         })
     }
 }
@@ -87,20 +135,48 @@ fn cond<'py>(
     crate::tensor::ret(py, out)
 }
 
+/// A static loop bound: a Python int `>= 0` (a `ValueError` naming the bound otherwise, not
+/// the `OverflowError` of a conversion to an unsigned integer).
+pub fn bound(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
+    let py = obj.py();
+    let index = py.import("operator")?.call_method1("index", (obj,));
+    let v: i128 = match index {
+        Ok(i) if !obj.is_instance_of::<pyo3::types::PyBool>() => i.extract()?,
+        // A tracer's __index__ says why it has no value (TR2).
+        Err(e) if e.is_instance(py, crate::errors::quabla_class(py, "TracerError")?.as_any()) => {
+            return Err(e)
+        }
+        _ => {
+            return Err(type_error(format!(
+                "{name} must be a static Python int >= 0, got {}",
+                type_name(obj)
+            )))
+        }
+    };
+    usize::try_from(v)
+        .map_err(|_| crate::errors::value_error(format!("{name} must be an int >= 0, got {v}")))
+}
+
 /// `fori_loop(lower, upper, body, init, *, operands=(), unroll=False)`.
 #[pyfunction]
 #[pyo3(signature = (lower, upper, body, init, *, operands=None, unroll=false))]
 fn fori_loop<'py>(
     py: Python<'py>,
-    lower: usize,
-    upper: usize,
+    lower: &Bound<'py, PyAny>,
+    upper: &Bound<'py, PyAny>,
     body: &Bound<'py, PyAny>,
     init: &Bound<'py, PyAny>,
     operands: Option<&Bound<'py, PyAny>>,
     unroll: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let (lower, upper) = (bound(lower, "lower")?, bound(upper, "upper")?);
     let body = callable_arg(body, "body")?;
-    let init = to_tensor(init)?;
+    let init_obj = init;
+    let init = carry_tensor(init, "the fori_loop carry")?;
+    if upper <= lower && init_obj.cast::<PyTensor>().is_ok() {
+        // No iteration: the carry is `init` itself, the same object (api.md §11).
+        return Ok(init_obj.clone());
+    }
     let ops = operands
         .map(operand_tensors)
         .transpose()?
@@ -113,7 +189,7 @@ fn fori_loop<'py>(
             ];
             let args = tensors_tuple(py, head, o).map_err(to_qb)?;
             let out = body.bind(py).call1(args).map_err(to_qb)?;
-            tensor_result(&out, "the fori_loop body")
+            tensor_result(&out, "the fori_loop carry")
         })
     };
     let out = qb::fori_loop(lower, upper, run_body, &init)
@@ -135,7 +211,7 @@ fn scan<'py>(
     unroll: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let f = callable_arg(f, "f")?;
-    let init = to_tensor(init)?;
+    let init = carry_tensor(init, "the scan carry")?;
     let ops = operands
         .map(operand_tensors)
         .transpose()?
@@ -155,8 +231,8 @@ fn scan<'py>(
                 .extract()
                 .map_err(|_| qb::Error::user("the scan function must return a pair (carry, y)"))?;
             Ok((
-                tensor_result(&pair.0, "the scan function")?,
-                tensor_result(&pair.1, "the scan function")?,
+                tensor_result(&pair.0, "the scan carry")?,
+                tensor_result(&pair.1, "the scan per-step output y")?,
             ))
         })
     };
@@ -182,7 +258,7 @@ fn while_loop<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let cf = callable_arg(cond_fun, "cond_fun")?;
     let bf = callable_arg(body_fun, "body_fun")?;
-    let init = to_tensor(init)?;
+    let init = carry_tensor(init, "the while_loop carry")?;
     let ops = operands
         .map(operand_tensors)
         .transpose()?
@@ -199,7 +275,7 @@ fn while_loop<'py>(
         Python::attach(|py| {
             let args = tensors_tuple(py, vec![wrap(py, c).map_err(to_qb)?], o).map_err(to_qb)?;
             let out = bf.bind(py).call1(args).map_err(to_qb)?;
-            tensor_result(&out, "body_fun")
+            tensor_result(&out, "the while_loop carry")
         })
     };
     let mut looped = qb::while_loop(test, body, &init).operands(&ops);

@@ -165,6 +165,15 @@ fn collect_nested(
         }
         return Ok(());
     }
+    if depth >= qb::tree::MAX_DEPTH {
+        // The one depth limit of every walk over user structure (an array of that many axes
+        // is far past any real use; NumPy stops at 64).
+        return Err(value_error(format!(
+            "nested sequence is more than {} levels deep; arrays built from nested lists \
+             have at most that many axes",
+            qb::tree::MAX_DEPTH
+        )));
+    }
     let len = obj.len()?;
     if len == 0 {
         return Err(value_error(
@@ -305,24 +314,48 @@ fn from_bytes(shape: &[usize], dtype: qb::DType, bytes: &[u8]) -> PyResult<qb::T
     }
 }
 
-/// An operand: Python numbers stay weak scalars (numerics.md §2), every other object goes
-/// through `asarray`. A NumPy array meeting a tracer is TY3: it is not captured silently.
+/// An operand: Python numbers stay weak scalars (numerics.md §2), and so do NumPy's numeric
+/// scalars (`np.float64`, `np.float32`, `np.int64`: constants like the Python numbers they
+/// stand for, `np.log(2 * np.pi)` in a formula); every other object goes through `asarray`.
 pub fn operand(obj: &Bound<'_, PyAny>) -> PyResult<qb::Operand> {
     if let Ok(t) = obj.cast::<PyTensor>() {
         return Ok(qb::Operand::Tensor(t.get().t.clone()));
     }
     if obj.is_instance_of::<PyFloat>()
         || (obj.is_instance_of::<PyInt>() && !obj.is_instance_of::<PyBool>())
+        || is_numpy_number(obj)?
     {
         return Ok(qb::Operand::Scalar(obj.extract::<f64>()?));
     }
     Ok(qb::Operand::Tensor(to_tensor(obj)?))
 }
 
+/// Whether `obj` is a NumPy scalar of a float or integer dtype (`numpy.generic`; NumPy is
+/// only looked up when it is already imported, as it must be to have made `obj`).
+pub fn is_numpy_number(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    if !obj.hasattr("__array_interface__")? {
+        return Ok(false);
+    }
+    let py = obj.py();
+    let modules = py.import("sys")?.getattr("modules")?;
+    let Ok(np) = modules.get_item("numpy") else {
+        return Ok(false);
+    };
+    if !obj.is_instance(&np.getattr("generic")?)? {
+        return Ok(false);
+    }
+    let kind: String = obj.getattr("dtype")?.getattr("kind")?.extract()?;
+    Ok(matches!(kind.as_str(), "f" | "i" | "u"))
+}
+
 /// The right operand of an operator whose left operand is `lhs`: as [`operand`], but a NumPy
 /// array next to a tracer is refused (TY3).
 pub fn operand_beside(lhs: &qb::Tensor, obj: &Bound<'_, PyAny>) -> PyResult<qb::Operand> {
-    if lhs.is_traced() && obj.cast::<PyTensor>().is_err() && obj.hasattr("__array_interface__")? {
+    if lhs.is_traced()
+        && obj.cast::<PyTensor>().is_err()
+        && obj.hasattr("__array_interface__")?
+        && !is_numpy_number(obj)?
+    {
         return Err(type_error(
             "NumPy arrays are not captured automatically; wrap the array with quabla.asarray",
         ));
@@ -375,8 +408,32 @@ pub enum Leaves {
     Static,
 }
 
+/// The depth of the children of a container that sits inside `depth` containers: the
+/// facade's pytree depth limit (`qb::tree::MAX_DEPTH`, `ValueError`) applied while Python
+/// containers are read, so no walk over a Python tree recurses without bound.
+pub fn enter_container(depth: usize) -> PyResult<usize> {
+    if depth >= qb::tree::MAX_DEPTH {
+        return Err(crate::errors::to_py(qb::tree::nesting_error()));
+    }
+    Ok(depth + 1)
+}
+
+/// A Python int as a tree integer (AR19 outside the signed 64-bit range: a tree never
+/// carries a wrapped or rounded integer).
+pub fn tree_int(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
+    obj.extract::<i64>().map_err(|_| {
+        let repr = obj.repr().map(|r| r.to_string()).unwrap_or_default();
+        crate::errors::to_py(qb::tree::integer_range_error(repr))
+    })
+}
+
 /// A Python pytree as a facade tree.
 pub fn value_from_py(obj: &Bound<'_, PyAny>, mode: Leaves) -> PyResult<Value> {
+    value_from_py_at(obj, mode, 0)
+}
+
+/// [`value_from_py`] of an object that sits inside `depth` containers.
+pub fn value_from_py_at(obj: &Bound<'_, PyAny>, mode: Leaves, depth: usize) -> PyResult<Value> {
     if mode == Leaves::Static {
         return Ok(Value::Static(qb::tree::StaticBox::new(PyStatic::new(obj)?)));
     }
@@ -393,10 +450,7 @@ pub fn value_from_py(obj: &Bound<'_, PyAny>, mode: Leaves) -> PyResult<Value> {
         return Ok(Value::Bool(obj.extract()?));
     }
     if obj.is_instance_of::<PyInt>() {
-        return Ok(match obj.extract::<i64>() {
-            Ok(i) => Value::Int(i),
-            Err(_) => Value::Float(obj.extract()?),
-        });
+        return Ok(Value::Int(tree_int(obj)?));
     }
     if obj.is_instance_of::<PyFloat>() {
         return Ok(Value::Float(obj.extract()?));
@@ -411,27 +465,30 @@ pub fn value_from_py(obj: &Bound<'_, PyAny>, mode: Leaves) -> PyResult<Value> {
         return Ok(Value::Abstract(s.get().sd.clone()));
     }
     if obj.is_exact_instance_of::<PyTuple>() {
+        let inner = enter_container(depth)?;
         let items = obj
             .try_iter()?
-            .map(|item| value_from_py(&item?, mode))
+            .map(|item| value_from_py_at(&item?, mode, inner))
             .collect::<PyResult<_>>()?;
         return Ok(Value::Tuple(items));
     }
     if obj.is_exact_instance_of::<PyList>() {
+        let inner = enter_container(depth)?;
         let items = obj
             .try_iter()?
-            .map(|item| value_from_py(&item?, mode))
+            .map(|item| value_from_py_at(&item?, mode, inner))
             .collect::<PyResult<_>>()?;
         return Ok(Value::List(items));
     }
     if obj.is_exact_instance_of::<PyDict>() {
+        let inner = enter_container(depth)?;
         let dict = obj.cast::<PyDict>()?;
         let mut entries = Vec::with_capacity(dict.len());
         let mut kinds = (false, false);
         for (k, v) in dict.iter() {
             let key = if k.is_instance_of::<PyInt>() && !k.is_instance_of::<PyBool>() {
                 kinds.0 = true;
-                DictKey::Int(k.extract()?)
+                DictKey::Int(tree_int(&k)?)
             } else if k.is_instance_of::<PyString>() {
                 kinds.1 = true;
                 DictKey::Str(k.extract()?)
@@ -440,7 +497,7 @@ pub fn value_from_py(obj: &Bound<'_, PyAny>, mode: Leaves) -> PyResult<Value> {
                     "dict keys in a pytree must all be str or all be int",
                 ));
             };
-            entries.push((key, value_from_py(&v, mode)?));
+            entries.push((key, value_from_py_at(&v, mode, inner)?));
         }
         if kinds.0 && kinds.1 {
             return Err(type_error(
@@ -449,7 +506,7 @@ pub fn value_from_py(obj: &Bound<'_, PyAny>, mode: Leaves) -> PyResult<Value> {
         }
         return Ok(Value::Dict(entries));
     }
-    if let Some(node) = node_from_py(obj, mode)? {
+    if let Some(node) = node_from_py(obj, mode, depth)? {
         return Ok(node);
     }
     if obj.hasattr("__array_interface__")? || obj.hasattr("__array__")? {

@@ -74,6 +74,17 @@ fn args_count(args: &Value) -> usize {
     }
 }
 
+/// The facade's rule arguments for `count` positional arguments (the argument itself for
+/// one, a tuple for several) as the tuple Python's rules take: one entry per argument, even
+/// when the only argument is itself a tuple.
+fn tuple_of(v: Value, count: usize) -> Value {
+    if count == 1 {
+        Value::Tuple(vec![v])
+    } else {
+        v
+    }
+}
+
 /// Splits a Python `(a, b)` result.
 fn pair(v: Value, what: &str) -> qb::Result<(Value, Value)> {
     match v {
@@ -193,10 +204,11 @@ impl PyCustomVjp {
         } else {
             // Python's bwd returns a tuple with one cotangent per differentiable argument; the
             // facade takes a single differentiable argument's cotangent bare.
-            let n_diff = args_count(&args).saturating_sub(self.nondiff.len());
+            let n_nondiff = self.nondiff.len();
+            let n_diff = args_count(&args).saturating_sub(n_nondiff);
             let bwd_f = move |(n, res, g): (Value, Value, Value)| match call_spread(
                 &bwd,
-                Some(n),
+                Some(tuple_of(n, n_nondiff)),
                 vec![res, g],
             )? {
                 Value::Tuple(mut items) if n_diff == 1 && items.len() == 1 => Ok(items.remove(0)),
@@ -285,8 +297,16 @@ impl PyCustomJvp {
             let c = qb::custom_jvp(f).name(self.name.clone()).defjvp(r);
             c.call(&args).or_raise()?
         } else {
+            // Python's rule takes `primals` and `tangents` as tuples with one entry per
+            // differentiable argument; the facade passes a single one bare.
+            let n_nondiff = self.nondiff.len();
+            let n_diff = args_count(&args).saturating_sub(n_nondiff);
             let r = move |(n, p, t): (Value, Value, Value)| {
-                pair(call_spread(&rule, Some(n), vec![p, t])?, "the jvp rule")
+                let (p, t) = (tuple_of(p, n_diff), tuple_of(t, n_diff));
+                pair(
+                    call_spread(&rule, Some(tuple_of(n, n_nondiff)), vec![p, t])?,
+                    "the jvp rule",
+                )
             };
             let c = qb::custom_jvp(f)
                 .name(self.name.clone())

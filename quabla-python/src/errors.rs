@@ -74,8 +74,40 @@ pub fn to_py(err: qb::Error) -> PyErr {
     Python::attach(|py| to_py_in(py, err))
 }
 
+/// A facade message in Python spelling: the few advice phrases the facade writes in Rust
+/// (`qb::where_`, builder calls like `while_loop(..).max_trips(n)`) become the Python calls
+/// that do the same.
+pub fn python_spelling(message: &str) -> String {
+    const SAME: [(&str, &str); 4] = [
+        ("use qb::where_ or qb::cond", "use qb.where or qb.cond"),
+        (
+            "bound it with while_loop(..).max_trips(n)",
+            "bound it with while_loop(..., max_trips=n)",
+        ),
+        ("set it with max_trips(n)", "set it with max_trips=n"),
+        ("jit(f).lower(..)", "jit(f).lower(...)"),
+    ];
+    let mut out = message.to_string();
+    for (rust, python) in SAME {
+        out = out.replace(rust, python);
+    }
+    // Solver closures: "pass it through args (cg(..).args(&[..])) and read it from matvec's
+    // second argument", and odeint's form of the same.
+    if let Some(start) = out.find("pass it through args") {
+        if let Some(len) = out[start..].find(" argument") {
+            let end = start + len + " argument".len();
+            out.replace_range(
+                start..end,
+                "pass it with args=(value, ...) and read it from the callback's extra arguments \
+                 (after its own: matvec(v, *args), f(x, *args), f(y, t, *args))",
+            );
+        }
+    }
+    out
+}
+
 fn to_py_in(py: Python<'_>, err: qb::Error) -> PyErr {
-    let message = err.to_string();
+    let message = python_spelling(&err.to_string());
     match err {
         qb::Error::User {
             source: Some(source),
@@ -93,6 +125,7 @@ fn to_py_in(py: Python<'_>, err: qb::Error) -> PyErr {
         qb::Error::NotConverged { .. }
         | qb::Error::OdeMaxSteps { .. }
         | qb::Error::LoopMaxTrips { .. }
+        | qb::Error::Deleted { .. }
         | qb::Error::Device { .. } => PyRuntimeError::new_err(message),
         qb::Error::Io { .. } => PyOSError::new_err(message),
         qb::Error::NonFinite { .. } => pyo3::exceptions::PyFloatingPointError::new_err(message),

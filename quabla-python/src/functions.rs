@@ -767,6 +767,37 @@ mod shapes {
         ret(py, call.eval())
     }
 
+    /// `isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False)`: NumPy's elementwise test.
+    #[pyfunction]
+    #[pyo3(signature = (a, b, rtol=1e-5, atol=1e-8, equal_nan=false))]
+    pub fn isclose<'py>(
+        py: Python<'py>,
+        a: &Bound<'py, PyAny>,
+        b: &Bound<'py, PyAny>,
+        rtol: f64,
+        atol: f64,
+        equal_nan: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let call = qb::isclose(operand(a)?, operand(b)?);
+        ret(py, call.rtol(rtol).atol(atol).equal_nan(equal_nan).eval())
+    }
+
+    /// `allclose(a, b, ...)`: whether every element is close, a rank-0 `bool_` tensor (JAX's
+    /// convention; `bool()` of it, or an `if`, reads it eagerly).
+    #[pyfunction]
+    #[pyo3(signature = (a, b, rtol=1e-5, atol=1e-8, equal_nan=false))]
+    pub fn allclose<'py>(
+        py: Python<'py>,
+        a: &Bound<'py, PyAny>,
+        b: &Bound<'py, PyAny>,
+        rtol: f64,
+        atol: f64,
+        equal_nan: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let call = qb::allclose(operand(a)?, operand(b)?);
+        ret(py, call.rtol(rtol).atol(atol).equal_nan(equal_nan).eval())
+    }
+
     #[pyfunction]
     #[pyo3(signature = (x, indices, axis=0))]
     pub fn gather<'py>(
@@ -835,6 +866,8 @@ mod shapes {
             wrap_pyfunction!(diff, m)?,
             wrap_pyfunction!(trapezoid, m)?,
             wrap_pyfunction!(interp, m)?,
+            wrap_pyfunction!(isclose, m)?,
+            wrap_pyfunction!(allclose, m)?,
             wrap_pyfunction!(gather, m)?,
             wrap_pyfunction!(scatter_add, m)?,
         ] {

@@ -1,7 +1,7 @@
 //! `qb.save` and `qb.load` (api.md §15): a path (written atomically by the facade) or a
 //! binary file object.
 
-use crate::convert::{type_name, value_to_py};
+use crate::convert::{enter_container, tree_int, type_name, value_to_py};
 use crate::errors::{type_error, OrRaise};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
@@ -9,8 +9,9 @@ use quabla as qb;
 use quabla::tree::{DictKey, Value};
 use std::path::PathBuf;
 
-/// A tree of saveable leaves (TY9 for anything else; a tracer is TR2).
-fn saveable(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
+/// A tree of saveable leaves (TY9 for anything else; a tracer is TR2), inside `depth`
+/// containers (the pytree depth limit, checked before the file crate's own).
+fn saveable(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
     if obj.is_none() {
         return Ok(Value::None);
     }
@@ -24,11 +25,7 @@ fn saveable(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
         return Ok(Value::Bool(obj.extract()?));
     }
     if obj.is_instance_of::<PyInt>() {
-        return obj.extract::<i64>().map(Value::Int).map_err(|_| {
-            pyo3::exceptions::PyValueError::new_err(
-                "cannot save an int outside the signed 64-bit range",
-            )
-        });
+        return tree_int(obj).map(Value::Int);
     }
     if obj.is_exact_instance_of::<PyFloat>() {
         return Ok(Value::Float(obj.extract()?));
@@ -37,32 +34,35 @@ fn saveable(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
         return Ok(Value::Str(obj.extract()?));
     }
     if obj.is_exact_instance_of::<PyList>() {
+        let inner = enter_container(depth)?;
         let items = obj
             .try_iter()?
-            .map(|o| saveable(&o?))
+            .map(|o| saveable(&o?, inner))
             .collect::<PyResult<_>>()?;
         return Ok(Value::List(items));
     }
     if obj.is_exact_instance_of::<PyTuple>() {
+        let inner = enter_container(depth)?;
         let items = obj
             .try_iter()?
-            .map(|o| saveable(&o?))
+            .map(|o| saveable(&o?, inner))
             .collect::<PyResult<_>>()?;
         return Ok(Value::Tuple(items));
     }
     if obj.is_exact_instance_of::<PyDict>() {
+        let inner = enter_container(depth)?;
         let mut entries = Vec::new();
         for (k, v) in obj.cast::<PyDict>()?.iter() {
             let key = if k.is_instance_of::<PyString>() {
                 DictKey::Str(k.extract()?)
             } else if k.is_instance_of::<PyInt>() && !k.is_instance_of::<PyBool>() {
-                DictKey::Int(k.extract()?)
+                DictKey::Int(tree_int(&k)?)
             } else {
                 return Err(type_error(
                     "dict keys in a pytree must all be str or all be int",
                 ));
             };
-            entries.push((key, saveable(&v)?));
+            entries.push((key, saveable(&v, inner)?));
         }
         return Ok(Value::Dict(entries));
     }
@@ -83,7 +83,7 @@ fn as_path(file: &Bound<'_, PyAny>) -> Option<PathBuf> {
 /// `save(file, tree)`.
 #[pyfunction]
 fn save(py: Python<'_>, file: &Bound<'_, PyAny>, tree: &Bound<'_, PyAny>) -> PyResult<()> {
-    let value = saveable(tree)?;
+    let value = saveable(tree, 0)?;
     match as_path(file) {
         Some(path) => crate::transforms::run(py, || qb::save(path.as_path(), &value)),
         None => {

@@ -54,6 +54,7 @@ fn _quabla(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_submodule(&linalg_mod)?;
     m.add_submodule(&ode_mod)?;
     m.add_function(wrap_pyfunction!(devices, m)?)?;
+    m.add_function(wrap_pyfunction!(transfers, m)?)?;
     m.add_function(wrap_pyfunction!(debug_nans, m)?)?;
     m.add_function(wrap_pyfunction!(debug_print, m)?)?;
     Ok(())
@@ -69,6 +70,21 @@ fn devices() -> Vec<String> {
         .collect();
     names.dedup();
     names
+}
+
+/// `transfers(device)`: the copies between the host and the device's memory so far, as a dict
+/// `{"uploads", "downloads", "bytes_uploaded", "bytes_downloaded"}` (all zero for the CPU,
+/// whose memory is the host's; docs/devices.md).
+#[pyfunction]
+fn transfers<'py>(py: Python<'py>, device: &str) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    use crate::errors::OrRaise;
+    let t = quabla::transfers(device).or_raise()?;
+    let d = pyo3::types::PyDict::new(py);
+    d.set_item("uploads", t.uploads)?;
+    d.set_item("downloads", t.downloads)?;
+    d.set_item("bytes_uploaded", t.bytes_uploaded)?;
+    d.set_item("bytes_downloaded", t.bytes_downloaded)?;
+    Ok(d)
 }
 
 /// `debug_nans(enable)`: the process-wide non-finite check (docs/debugging.md).

@@ -13,20 +13,55 @@ use quabla::optim::{self as opt, Optimizer};
 use quabla::tree::Value;
 use std::sync::{Arc, Mutex};
 
-/// A Python callable `f(step) -> float` as a schedule; its exceptions propagate.
+/// A Python callable `f(step) -> rate` as a schedule. As in optax, the step count it receives is
+/// a float64 rank-0 tensor (a `TraceTensor` inside `jit` and in the `Trainer`'s plan), and it
+/// returns a float or a rank-0 tensor; its exceptions propagate.
 struct PySchedule(Py<PyAny>);
+
+impl PySchedule {
+    /// The rate at `step` as a float64 rank-0 tensor.
+    fn call(&self, step: &qb::Tensor) -> qb::Result<qb::Tensor> {
+        Python::attach(|py| {
+            let arg = wrap(py, step.clone()).map_err(to_qb)?;
+            let v = self.0.bind(py).call1((arg,)).map_err(|e| {
+                // A schedule that reads the traced step as a number is a tracer error of the
+                // library's own (the `Trainer` then evaluates it on the host).
+                let tracer = crate::errors::quabla_class(py, "TracerError")
+                    .is_ok_and(|class| e.is_instance(py, &class));
+                if tracer {
+                    qb::Error::Tracer {
+                        kind: qb::TracerErrorKind::Concretization,
+                        message: e.value(py).to_string(),
+                    }
+                } else {
+                    to_qb(e)
+                }
+            })?;
+            if let Ok(t) = v.cast::<PyTensor>() {
+                return t.get().t.astype(qb::F64);
+            }
+            if v.is_instance_of::<PyFloat>() || v.is_instance_of::<PyInt>() {
+                if let Ok(x) = v.extract::<f64>() {
+                    return qb::array(x);
+                }
+            }
+            Err(qb::Error::Type {
+                message: format!(
+                    "a learning-rate schedule must return a float or a rank-0 tensor, got {}",
+                    type_name(&v)
+                ),
+            })
+        })
+    }
+}
 
 impl opt::Schedule for PySchedule {
     fn value(&self, step: u64) -> qb::Result<f64> {
-        Python::attach(|py| {
-            let v = self.0.bind(py).call1((step,)).map_err(to_qb)?;
-            v.extract::<f64>().map_err(|_| {
-                qb::Error::user(format!(
-                    "a learning-rate schedule must return a float, got {}",
-                    type_name(&v)
-                ))
-            })
-        })
+        self.call(&qb::array(step as f64)?)?.item()
+    }
+
+    fn value_at(&self, step: &qb::Tensor) -> Option<qb::Result<qb::Tensor>> {
+        Some(self.call(step))
     }
 }
 
@@ -39,8 +74,28 @@ pub struct PyBuiltinSchedule {
 
 #[pymethods]
 impl PyBuiltinSchedule {
-    fn __call__(&self, step: u64) -> PyResult<f64> {
-        self.inner.value(step).or_raise()
+    /// The rate at `step`: a float for an int step; a rank-0 tensor for a tensor step (the
+    /// state's count, concrete or traced), with the same value.
+    fn __call__<'py>(
+        &self,
+        py: Python<'py>,
+        step: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        if let Ok(t) = step.cast::<PyTensor>() {
+            let step = t.get().t.astype(qb::F64).or_raise()?;
+            let rate = match self.inner.value_at(&step) {
+                Some(rate) => rate.or_raise()?,
+                None => return Err(value_error("this schedule runs on the host only")),
+            };
+            return wrap(py, rate);
+        }
+        let n = step_count(step, "step")?;
+        Ok(self
+            .inner
+            .value(n)
+            .or_raise()?
+            .into_pyobject(py)?
+            .into_any())
     }
 
     fn __repr__(&self) -> String {
@@ -48,15 +103,43 @@ impl PyBuiltinSchedule {
     }
 }
 
-fn schedule(inner: impl opt::Schedule + 'static, repr: String) -> PyBuiltinSchedule {
-    PyBuiltinSchedule {
+/// A built-in schedule, validated now (numerics.md §8.4: at construction).
+fn schedule(inner: impl opt::Schedule + 'static, repr: String) -> PyResult<PyBuiltinSchedule> {
+    inner.validate().or_raise()?;
+    Ok(PyBuiltinSchedule {
         inner: Arc::new(inner),
         repr,
+    })
+}
+
+/// A step count given as a Python number: a whole number in `[0, 2**53)` (ValueError
+/// otherwise; a bool is a TypeError).
+fn step_count(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<u64> {
+    if obj.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(type_error(format!("{name} must be an int, got bool")));
+    }
+    let value: f64 = if let Ok(i) = obj.extract::<i128>() {
+        i as f64
+    } else if obj.is_instance_of::<PyFloat>() {
+        obj.extract::<f64>()?
+    } else {
+        return Err(type_error(format!(
+            "{name} must be an int, got {}",
+            type_name(obj)
+        )));
+    };
+    if value.is_finite() && value >= 0.0 && value.fract() == 0.0 && value < 9007199254740992.0 {
+        Ok(value as u64)
+    } else {
+        Err(value_error(format!(
+            "{name} must be a whole number in [0, 2**53), got {}",
+            obj.repr().map(|r| r.to_string()).unwrap_or_default()
+        )))
     }
 }
 
 #[pyfunction]
-fn constant(value: f64) -> PyBuiltinSchedule {
+fn constant(value: f64) -> PyResult<PyBuiltinSchedule> {
     schedule(opt::constant(value), format!("constant({value})"))
 }
 
@@ -69,7 +152,7 @@ fn exponential_decay(
     transition_begin: u64,
     staircase: bool,
     end_value: Option<f64>,
-) -> PyBuiltinSchedule {
+) -> PyResult<PyBuiltinSchedule> {
     let mut s = opt::exponential_decay(init_value, transition_steps, decay_rate)
         .transition_begin(transition_begin)
         .staircase(staircase);
@@ -84,7 +167,7 @@ fn exponential_decay(
 
 #[pyfunction]
 #[pyo3(signature = (init_value, decay_steps, alpha=0.0))]
-fn cosine_decay(init_value: f64, decay_steps: u64, alpha: f64) -> PyBuiltinSchedule {
+fn cosine_decay(init_value: f64, decay_steps: u64, alpha: f64) -> PyResult<PyBuiltinSchedule> {
     schedule(
         opt::cosine_decay(init_value, decay_steps).alpha(alpha),
         format!("cosine_decay({init_value}, {decay_steps}, alpha={alpha})"),
@@ -99,7 +182,7 @@ fn warmup_cosine_decay(
     warmup_steps: u64,
     decay_steps: u64,
     end_value: f64,
-) -> PyBuiltinSchedule {
+) -> PyResult<PyBuiltinSchedule> {
     schedule(
         opt::warmup_cosine_decay(init_value, peak_value, warmup_steps, decay_steps)
             .end_value(end_value),
@@ -108,7 +191,7 @@ fn warmup_cosine_decay(
 }
 
 #[pyfunction]
-fn piecewise_constant(boundaries: Vec<u64>, values: Vec<f64>) -> PyBuiltinSchedule {
+fn piecewise_constant(boundaries: Vec<u64>, values: Vec<f64>) -> PyResult<PyBuiltinSchedule> {
     schedule(
         opt::piecewise_constant(&boundaries, &values),
         format!("piecewise_constant({boundaries:?}, {values:?})"),
@@ -169,7 +252,7 @@ fn state_to_py<'py>(
         return Ok(py.None().into_bound(py));
     }
     let d = PyDict::new(py);
-    d.set_item("step", s.step)?;
+    d.set_item("step", wrap(py, s.step)?)?;
     if !sgd {
         d.set_item("m", value_to_py(py, s.m.unwrap_or(Value::None))?)?;
         d.set_item("v", value_to_py(py, s.v.unwrap_or(Value::None))?)?;
@@ -177,25 +260,62 @@ fn state_to_py<'py>(
     Ok(d.into_any())
 }
 
-fn state_from_py(obj: &Bound<'_, PyAny>, sgd: bool, schedule: bool) -> PyResult<opt::State<Value>> {
+/// The state's step: a tensor (the form `init` and `update` return, traced inside `jit`) or a
+/// Python number (a whole number in `[0, 2**53)`).
+fn step_from_py(obj: &Bound<'_, PyAny>) -> PyResult<qb::Tensor> {
+    if let Ok(t) = obj.cast::<PyTensor>() {
+        return Ok(t.get().t.clone());
+    }
+    let n = step_count(obj, "the optimizer state's step")?;
+    qb::array(n as f64).or_raise()
+}
+
+/// TypeError for arguments in optax's order (`update(grads, state, params)`): the second
+/// argument is a state dict and the third is not.
+fn optax_order(who: &str, grads: &Bound<'_, PyAny>, state: &Bound<'_, PyAny>) -> PyResult<()> {
+    let is_state = |o: &Bound<'_, PyAny>| {
+        o.cast::<PyDict>()
+            .is_ok_and(|d| d.contains("step").unwrap_or(false))
+    };
+    if is_state(grads) && !is_state(state) {
+        return Err(type_error(format!(
+            "{who}.update(params, grads, state): the second argument is an optimizer state and \
+             the third is not; the order here is update(params, grads, state) (optax's update \
+             is update(grads, state, params))"
+        )));
+    }
+    Ok(())
+}
+
+fn state_from_py(
+    obj: &Bound<'_, PyAny>,
+    who: &str,
+    sgd: bool,
+    schedule: bool,
+) -> PyResult<opt::State<Value>> {
     if sgd && !schedule && obj.is_none() {
         return Ok(opt::State {
-            step: 0,
+            step: qb::array(0.0).or_raise()?,
             m: None,
             v: None,
         });
     }
     let d = obj.cast::<PyDict>().map_err(|_| {
-        value_error(format!(
-            "optimizer state must be the dict that init returned, got {}",
+        type_error(format!(
+            "{who}.update(params, grads, state): state must be the dict that init returned, got \
+             {} (note the order: optax's update is update(grads, state, params))",
             type_name(obj)
         ))
     })?;
     let get = |k: &str| -> PyResult<Bound<'_, PyAny>> {
-        d.get_item(k)?
-            .ok_or_else(|| value_error(format!("optimizer state is missing {k:?}")))
+        d.get_item(k)?.ok_or_else(|| {
+            let _ = k;
+            value_error(format!(
+                "{who} state is missing one of the keys \"step\", \"m\", \"v\""
+            ))
+        })
     };
-    let step: u64 = get("step")?.extract()?;
+    let step = step_from_py(&get("step")?)?;
     if sgd {
         return Ok(opt::State {
             step,
@@ -230,9 +350,15 @@ impl PyOptimizer {
         state: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let sgd = matches!(self.rule, Rule::Sgd(_));
+        let who = match self.rule {
+            Rule::Adam(_) => "Adam",
+            Rule::AdamW(_) => "AdamW",
+            Rule::Sgd(_) => "SGD",
+        };
+        optax_order(who, grads, state)?;
+        let s = state_from_py(state, who, sgd, self.is_schedule)?;
         let p = value_from_py(params, Leaves::Transform)?;
         let g = value_from_py(grads, Leaves::Transform)?;
-        let s = state_from_py(state, sgd, self.is_schedule)?;
         let (np, ns) = with_rule!(&self.rule, o => o.update(&p, &g, &s)).or_raise()?;
         Ok(PyTuple::new(
             py,
@@ -249,12 +375,15 @@ impl PyOptimizer {
     }
 }
 
-fn optimizer(rule: Rule, lr: &opt::LearningRate, repr: String) -> PyOptimizer {
-    PyOptimizer {
+/// An optimizer object, its configuration validated now (an error at construction, not at
+/// first use).
+fn optimizer(rule: Rule, lr: &opt::LearningRate, repr: String) -> PyResult<PyOptimizer> {
+    with_rule!(&rule, o => o.validate()).or_raise()?;
+    Ok(PyOptimizer {
         rule,
         is_schedule: lr.is_schedule(),
         repr,
-    }
+    })
 }
 
 #[pyfunction]
@@ -274,11 +403,11 @@ fn adam(
     if let Some(c) = clip_norm {
         o = o.clip_norm(c);
     }
-    Ok(optimizer(
+    optimizer(
         Rule::Adam(o),
         &lr,
         format!("Adam(learning_rate={lr:?}, b1={b1}, b2={b2}, eps={eps})"),
-    ))
+    )
 }
 
 #[pyfunction]
@@ -303,11 +432,11 @@ fn adamw(
     if let Some(c) = clip_norm {
         o = o.clip_norm(c);
     }
-    Ok(optimizer(
+    optimizer(
         Rule::AdamW(o),
         &lr,
         format!("AdamW(learning_rate={lr:?}, weight_decay={weight_decay})"),
-    ))
+    )
 }
 
 #[pyfunction]
@@ -321,11 +450,7 @@ fn sgd(learning_rate: Option<&Bound<'_, PyAny>>, clip_norm: Option<f64>) -> PyRe
     if let Some(c) = clip_norm {
         o = o.clip_norm(c);
     }
-    Ok(optimizer(
-        Rule::Sgd(o),
-        &lr,
-        format!("SGD(learning_rate={lr:?})"),
-    ))
+    optimizer(Rule::Sgd(o), &lr, format!("SGD(learning_rate={lr:?})"))
 }
 
 /// `clip_by_global_norm(grads, max_norm) -> (clipped, norm)`.
@@ -356,7 +481,7 @@ pub struct PyLbfgs {
 #[pymethods]
 impl PyLbfgs {
     #[new]
-    #[pyo3(signature = (history=10, max_iterations=500, max_evaluations=None, tolerance_grad=1e-7, tolerance_change=1e-9, line_search="strong_wolfe"))]
+    #[pyo3(signature = (history=10, max_iterations=500, max_evaluations=None, tolerance_grad=1e-7, tolerance_change=1e-9, line_search="strong_wolfe", **options))]
     fn new(
         history: usize,
         max_iterations: usize,
@@ -364,7 +489,27 @@ impl PyLbfgs {
         tolerance_grad: f64,
         tolerance_change: f64,
         line_search: &str,
+        options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
+        if let Some((key, _)) = options.and_then(|o| o.iter().next()) {
+            let key = key.to_string();
+            let hint = match key.as_str() {
+                "max_iters" | "maxiter" | "max_iter" | "iterations" => {
+                    " (did you mean max_iterations?)"
+                }
+                "maxfun" | "max_eval" | "max_evals" | "maxfev" => {
+                    " (did you mean max_evaluations?)"
+                }
+                "tol" | "gtol" | "tolerance" => " (did you mean tolerance_grad?)",
+                "m" | "maxcor" | "memory" => " (did you mean history?)",
+                _ => "",
+            };
+            return Err(type_error(format!(
+                "LBFGS() got an unexpected keyword argument {key:?}{hint}; its options are \
+                 history, max_iterations, max_evaluations, tolerance_grad, tolerance_change and \
+                 line_search"
+            )));
+        }
         if line_search != "strong_wolfe" {
             return Err(value_error(format!(
                 "LBFGS: line_search must be \"strong_wolfe\", got {line_search:?}"
@@ -379,6 +524,7 @@ impl PyLbfgs {
         if let Some(n) = max_evaluations {
             l = l.max_evaluations(n);
         }
+        l.validate().or_raise()?;
         Ok(PyLbfgs { l })
     }
 
@@ -430,9 +576,29 @@ fn call_loss(f: &Py<PyAny>, params: &Value, data: &Value) -> qb::Result<qb::Tens
 type Loss = Box<dyn Fn(&Value, &Value) -> qb::Result<qb::Tensor> + Send + Sync>;
 
 /// `Trainer(loss, params, optimizer, *data, device="cpu", batch_argnums=(), precision=None)`.
+///
+/// The trainer is locked for each call, and the lock is only ever waited for with the GIL
+/// released (inside `run`), so a thread holding the lock can always take the GIL back for a
+/// Python callback: two threads stepping one trainer take turns, never deadlock.
 #[pyclass(name = "Trainer", module = "quabla.optim")]
 pub struct PyTrainer {
     t: Mutex<opt::Trainer<Value, Value, Loss>>,
+    /// How many data arguments each step may replace (`batch_argnums`).
+    batch_args: usize,
+}
+
+impl PyTrainer {
+    /// Runs `f` on the locked trainer with the GIL released.
+    fn with<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut opt::Trainer<Value, Value, Loss>) -> qb::Result<T> + Send,
+    ) -> PyResult<T> {
+        run(py, || {
+            let mut guard = self.t.lock().unwrap_or_else(|e| e.into_inner());
+            f(&mut guard)
+        })
+    }
 }
 
 #[pymethods]
@@ -462,40 +628,68 @@ impl PyTrainer {
         let p = value_from_py(params, Leaves::Transform)?;
         let d = crate::transforms::args_value(data, &[])?;
         let batch = batch_argnums.unwrap_or_default();
+        let batch_args = batch.len();
         let t = with_rule!(&optimizer.get().rule, o => {
             let o = o.clone();
             run(py, move || opt::Trainer::new(l, p, o, d).device(device).batch_argnums(&batch).build())
         })?;
-        Ok(PyTrainer { t: Mutex::new(t) })
+        Ok(PyTrainer {
+            t: Mutex::new(t),
+            batch_args,
+        })
     }
 
-    /// One optimizer step (with arguments, first replaces the `batch_argnums` data).
+    /// One optimizer step; with arguments, first replaces the `batch_argnums` data (one value
+    /// per name in `batch_argnums`, in that order). Returns `None`; the loss the step computed
+    /// is `last_loss`.
     #[pyo3(signature = (*batch))]
     fn step(&self, py: Python<'_>, batch: &Bound<'_, PyTuple>) -> PyResult<()> {
-        let mut guard = self.t.lock().unwrap_or_else(|e| e.into_inner());
-        let t = &mut *guard;
         if batch.is_empty() {
-            run(py, || t.step())
-        } else {
-            let b = crate::transforms::args_value(batch, &[])?;
-            run(py, || t.step_with(&b))
+            return self.with(py, |t| t.step());
         }
+        if batch.len() != self.batch_args {
+            return Err(type_error(format!(
+                "Trainer.step takes one batch value per name in batch_argnums ({}), got {}",
+                self.batch_args,
+                batch.len()
+            )));
+        }
+        // One argument replaces one data argument: pass it itself, not a 1-tuple.
+        let b = if batch.len() == 1 {
+            value_from_py(&batch.get_item(0)?, Leaves::Transform)?
+        } else {
+            crate::transforms::args_value(batch, &[])?
+        };
+        self.with(py, |t| t.step_with(&b))
     }
 
-    /// The loss at the current parameters and latest data.
+    /// The loss at the current parameters and latest data (computed on the device; one
+    /// readback).
     fn loss<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let guard = self.t.lock().unwrap_or_else(|e| e.into_inner());
-        let t = &*guard;
-        let l = run(py, || t.loss())?;
+        let l = self.with(py, |t| t.loss())?;
         wrap(py, l)
     }
 
-    /// The current parameters in the original structure.
+    /// The loss the last step computed, at the parameters before its update (one readback);
+    /// `None` before the first step.
+    #[getter]
+    fn last_loss<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        match self.with(py, |t| t.last_loss())? {
+            Some(l) => wrap(py, l),
+            None => Ok(py.None().into_bound(py)),
+        }
+    }
+
+    /// The number of steps taken.
+    #[getter]
+    fn steps(&self, py: Python<'_>) -> PyResult<u64> {
+        self.with(py, |t| Ok(t.steps()))
+    }
+
+    /// The current parameters in the original structure (read back from the device).
     #[getter]
     fn params<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let guard = self.t.lock().unwrap_or_else(|e| e.into_inner());
-        let t = &*guard;
-        let p = run(py, || t.params())?;
+        let p = self.with(py, |t| t.params())?;
         value_to_py(py, p)
     }
 }

@@ -27,8 +27,19 @@ impl PyKey {
     }
 }
 
-/// An int reduced modulo 2**64.
-fn modulo_64(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
+/// An int reduced modulo 2**64 (`what` names it in errors: a tracer is TR6).
+fn modulo_64(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
+    if let Ok(t) = obj.cast::<crate::tensor::PyTensor>() {
+        if t.get().t.is_traced() {
+            return Err(crate::errors::to_py(qb::Error::Tracer {
+                kind: qb::TracerErrorKind::RandomTraced,
+                message: format!(
+                    "{what} is a tracer: quabla.random samples on the host and keys are not \
+                     traced; draw samples outside the transform and pass them in"
+                ),
+            }));
+        }
+    }
     if !obj.is_instance_of::<PyInt>() {
         return Err(type_error(format!(
             "expected an int, got {}",
@@ -58,7 +69,7 @@ fn param(obj: &Bound<'_, PyAny>) -> PyResult<qb::random::Param> {
 #[pyfunction]
 fn key(seed: &Bound<'_, PyAny>) -> PyResult<PyKey> {
     Ok(PyKey {
-        key: qb::random::key(modulo_64(seed)?),
+        key: qb::random::key(modulo_64(seed, "the seed of quabla.random.key")?),
     })
 }
 
@@ -76,7 +87,10 @@ fn split<'py>(
 #[pyfunction]
 fn fold_in(key: &Bound<'_, PyAny>, data: &Bound<'_, PyAny>) -> PyResult<PyKey> {
     Ok(PyKey {
-        key: qb::random::fold_in(&key_arg(key)?, modulo_64(data)?),
+        key: qb::random::fold_in(
+            &key_arg(key)?,
+            modulo_64(data, "the data of quabla.random.fold_in")?,
+        ),
     })
 }
 

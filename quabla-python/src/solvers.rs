@@ -2,39 +2,108 @@
 //! fields come back as tuples in field order; `quabla/linalg.py` gives them their NamedTuple
 //! classes. Callbacks (`matvec`, `M`, `f`) are Python functions called with `Tensor`s.
 
-use crate::convert::{to_tensor, type_name};
+use crate::convert::{to_tensor, type_name, value_from_py, value_to_py, Leaves};
 use crate::errors::{to_qb, type_error, value_error, OrRaise};
 use crate::tensor::{ret, wrap, PyTensor};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyFloat, PyInt, PyString, PyTuple};
+use pyo3::types::{PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use quabla as qb;
 use quabla::linalg as la;
+use quabla::tree::{Leaf, TreeDef, Value};
 
-/// A Python function `f(x, *args)` (or `f(y, t, *args)`) as a facade callback.
+/// The extra arguments of a solver callback (`args=`): a tuple (or list) of pytrees. Their
+/// array leaves go to the facade, which differentiates and batches through them; the structure
+/// (containers, Python numbers, strings) rebuilds the Python arguments for every call.
+struct ExtraArgs {
+    def: TreeDef,
+    /// The leaves, with the array leaves replaced on each call by what the facade passes.
+    leaves: Vec<Leaf>,
+}
+
+impl ExtraArgs {
+    /// Reads `args=` of `solver`; a lone array is refused (it would be iterated row by row).
+    fn read(
+        args: Option<&Bound<'_, PyAny>>,
+        solver: &str,
+    ) -> PyResult<(ExtraArgs, Vec<qb::Tensor>)> {
+        let value = match args {
+            None => Value::Tuple(Vec::new()),
+            Some(a) if a.is_none() => Value::Tuple(Vec::new()),
+            Some(a)
+                if a.is_exact_instance_of::<PyTuple>() || a.is_exact_instance_of::<PyList>() =>
+            {
+                let items = a
+                    .try_iter()?
+                    .map(|item| value_from_py(&item?, Leaves::Transform))
+                    .collect::<PyResult<Vec<_>>>()?;
+                Value::Tuple(items)
+            }
+            Some(a) => {
+                return Err(type_error(format!(
+                    "{solver}: args must be a tuple of extra arguments, got {}; write \
+                     args=(value,) for one argument",
+                    type_name(a)
+                )))
+            }
+        };
+        let (leaves, def) = qb::tree::flatten(&value);
+        let tensors = leaves
+            .iter()
+            .filter_map(|l| l.as_tensor().cloned())
+            .collect();
+        Ok((ExtraArgs { def, leaves }, tensors))
+    }
+
+    /// The Python arguments for the facade's current values of the array leaves.
+    fn rebuild<'py>(
+        &self,
+        py: Python<'py>,
+        tensors: &[qb::Tensor],
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        let mut given = tensors.iter();
+        let leaves = self
+            .leaves
+            .iter()
+            .map(|l| match l {
+                Leaf::Tensor(_) => given.next().cloned().map(Leaf::Tensor).ok_or_else(|| {
+                    value_error("internal: a solver passed fewer extra arrays than it was given")
+                }),
+                other => Ok(other.clone()),
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        match Value::from_parts(&self.def, leaves).or_raise()? {
+            Value::Tuple(items) => items.into_iter().map(|v| value_to_py(py, v)).collect(),
+            other => Ok(vec![value_to_py(py, other)?]),
+        }
+    }
+}
+
+/// A Python callback of a solver: `f(x, *args)` (or `f(y, t, *args)`) as a facade callback.
+/// `call` is its Python calling form, used in messages (`"matvec(v, *args)"`).
 fn tensor_fn<'a>(
     f: &'a Py<PyAny>,
-    what: &'a str,
+    extra: &'a ExtraArgs,
+    solver: &'a str,
+    call: &'a str,
 ) -> impl Fn(&[&qb::Tensor], &[qb::Tensor]) -> qb::Result<qb::Tensor> + 'a {
+    let what = call.split('(').next().unwrap_or(call);
     move |head: &[&qb::Tensor], args: &[qb::Tensor]| {
         Python::attach(|py| {
             let mut items = Vec::with_capacity(head.len() + args.len());
-            for t in head
-                .iter()
-                .map(|t| (*t).clone())
-                .chain(args.iter().cloned())
-            {
-                items.push(wrap(py, t).map_err(to_qb)?);
+            for t in head {
+                items.push(wrap(py, (*t).clone()).map_err(to_qb)?);
             }
+            items.extend(extra.rebuild(py, args).map_err(to_qb)?);
             let out = f
                 .bind(py)
                 .call1(PyTuple::new(py, items).map_err(to_qb)?)
-                .map_err(to_qb)?;
+                .map_err(|e| to_qb(name_args(py, e, solver, call)))?;
             if let Ok(t) = out.cast::<PyTensor>() {
                 return Ok(t.get().t.clone());
             }
             to_tensor(&out).map_err(|_| {
                 qb::Error::user(format!(
-                    "{what} must return an array, got {}",
+                    "{solver}: {what} must return an array, got {}",
                     type_name(&out)
                 ))
             })
@@ -42,19 +111,36 @@ fn tensor_fn<'a>(
     }
 }
 
+/// TR3/TR4 raised inside a solver callback, said in the solver's Python terms: the callback
+/// read a tracer of the enclosing function instead of receiving it through `args=`.
+fn name_args(py: Python<'_>, e: PyErr, solver: &str, call: &str) -> PyErr {
+    let is_capture = crate::errors::quabla_class(py, "TracerError")
+        .map(|c| e.is_instance(py, &c))
+        .unwrap_or(false)
+        && {
+            let m = e.value(py).to_string();
+            m.starts_with("control-flow regions cannot close over an outer tracer")
+                || m.contains("cannot close over tracers of an enclosing transform")
+        };
+    if !is_capture {
+        return e;
+    }
+    let what = call.split('(').next().unwrap_or(call);
+    crate::errors::to_py(qb::Error::Tracer {
+        kind: qb::TracerErrorKind::RegionCapture,
+        message: format!(
+            "{solver}: {what} closes over a traced value of the enclosing function; pass it \
+             with args=(value, ...) and read it from the extra arguments of {call} (solvers \
+             cannot close over tracers of an enclosing transform)"
+        ),
+    })
+}
+
 fn callable(f: &Bound<'_, PyAny>, solver: &str, argument: &str) -> PyResult<Py<PyAny>> {
     if !f.is_callable() {
         return Err(type_error(format!("{solver}: {argument} must be callable")));
     }
     Ok(f.clone().unbind())
-}
-
-fn tensors(seq: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<qb::Tensor>> {
-    match seq {
-        None => Ok(Vec::new()),
-        Some(s) if s.is_none() => Ok(Vec::new()),
-        Some(s) => s.try_iter()?.map(|t| to_tensor(&t?)).collect(),
-    }
 }
 
 fn info_dict<'py>(
@@ -139,6 +225,64 @@ fn cho_solve<'py>(
             .lower(lower)
             .eval(),
     )
+}
+
+#[pyfunction]
+fn eigvalsh<'py>(py: Python<'py>, a: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    ret(py, la::eigvalsh(to_tensor(a)?))
+}
+
+#[pyfunction]
+fn expm<'py>(py: Python<'py>, a: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    ret(py, la::expm(to_tensor(a)?))
+}
+
+/// `lu_factor(a) -> (lu, piv)`.
+#[pyfunction]
+fn lu_factor<'py>(py: Python<'py>, a: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let f = la::lu_factor(to_tensor(a)?).or_raise()?;
+    pair(py, wrap(py, f.lu)?, wrap(py, f.piv)?)
+}
+
+/// `lu_solve((lu, piv), b, trans=0)`.
+#[pyfunction]
+#[pyo3(signature = (lu_and_piv, b, trans=None))]
+fn lu_solve<'py>(
+    py: Python<'py>,
+    lu_and_piv: &Bound<'py, PyAny>,
+    b: &Bound<'py, PyAny>,
+    trans: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let (lu, piv): (Bound<'py, PyAny>, Bound<'py, PyAny>) = lu_and_piv.extract().map_err(|_| {
+        type_error(format!(
+            "lu_solve: the first argument must be the pair (lu, piv) that lu_factor returned, \
+             got {}",
+            type_name(lu_and_piv)
+        ))
+    })?;
+    let transpose = match trans {
+        None => false,
+        Some(t) if t.is_none() => false,
+        Some(t) => match t.extract::<String>().ok().as_deref() {
+            Some("N") => false,
+            Some("T") => true,
+            _ => match t.extract::<i64>() {
+                Ok(0) => false,
+                Ok(1) => true,
+                _ => {
+                    return Err(value_error(format!(
+                        "lu_solve: trans must be 0, 1, \"N\" or \"T\", got {}",
+                        t.repr().map(|r| r.to_string()).unwrap_or_default()
+                    )))
+                }
+            },
+        },
+    };
+    let factor = la::LuFactor {
+        lu: to_tensor(&lu)?,
+        piv: to_tensor(&piv)?,
+    };
+    ret(py, la::lu_solve(&factor, to_tensor(b)?, transpose))
 }
 
 #[pyfunction]
@@ -292,9 +436,9 @@ fn krylov<'py>(
         .map(|m| callable(m, solver, "M"))
         .transpose()?;
     let b = to_tensor(b)?;
-    let args = tensors(args)?;
+    let (extra, args) = ExtraArgs::read(args, solver)?;
     let x0 = x0.filter(|x| !x.is_none()).map(to_tensor).transpose()?;
-    let mvf = tensor_fn(&mv, "matvec");
+    let mvf = tensor_fn(&mv, &extra, solver, "matvec(v, *args)");
     let mv_call = move |x: &qb::Tensor, a: &[qb::Tensor]| mvf(&[x], a);
     macro_rules! configure {
         ($call:expr) => {{
@@ -306,7 +450,7 @@ fn krylov<'py>(
                 call = call.maxiter(n);
             }
             if let Some(p) = &pre {
-                let pf = tensor_fn(p, "M");
+                let pf = tensor_fn(p, &extra, solver, "M(v, *args)");
                 call = call.m(move |x: &qb::Tensor, a: &[qb::Tensor]| pf(&[x], a));
             }
             if info {
@@ -389,9 +533,9 @@ pub fn newton<'py>(
     info: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let fun = callable(f, "newton", "f")?;
-    let ff = tensor_fn(&fun, "f");
+    let (extra, args) = ExtraArgs::read(args, "newton")?;
+    let ff = tensor_fn(&fun, &extra, "newton", "f(x, *args)");
     let x0 = to_tensor(x0)?;
-    let args = tensors(args)?;
     let mut call = qb::newton(move |x: &qb::Tensor, a: &[qb::Tensor]| ff(&[x], a), &x0)
         .args(&args)
         .maxiter(maxiter);
@@ -426,7 +570,8 @@ fn odeint<'py>(
     info: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let fun = callable(f, "odeint", "f")?;
-    let ff = tensor_fn(&fun, "f");
+    let (extra, args) = ExtraArgs::read(args, "odeint")?;
+    let ff = tensor_fn(&fun, &extra, "odeint", "f(y, t, *args)");
     let y0 = to_tensor(y0)?;
     let (t0, t1): (Bound<'py, PyAny>, Bound<'py, PyAny>) = t_span
         .extract()
@@ -439,7 +584,6 @@ fn odeint<'py>(
         }
     };
     let method: qb::ode::Method = method.parse().or_raise()?;
-    let args = tensors(args)?;
     let mut call = qb::ode::odeint(
         move |y: &qb::Tensor, t: &qb::Tensor, a: &[qb::Tensor]| ff(&[y, t], a),
         &y0,
@@ -491,6 +635,10 @@ pub fn add_to(
         wrap_pyfunction!(det, linalg)?,
         wrap_pyfunction!(inv, linalg)?,
         wrap_pyfunction!(eigh, linalg)?,
+        wrap_pyfunction!(eigvalsh, linalg)?,
+        wrap_pyfunction!(expm, linalg)?,
+        wrap_pyfunction!(lu_factor, linalg)?,
+        wrap_pyfunction!(lu_solve, linalg)?,
         wrap_pyfunction!(qr, linalg)?,
         wrap_pyfunction!(svd, linalg)?,
         wrap_pyfunction!(lstsq, linalg)?,

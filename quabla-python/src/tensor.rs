@@ -33,8 +33,13 @@ impl PyDType {
         }
     }
 
+    /// `quabla.float64`, `quabla.float32`, `quabla.bool_`: the names the objects have in the
+    /// package.
     fn __repr__(&self) -> String {
-        format!("quabla.{}", py_name(self.dtype))
+        match self.dtype {
+            qb::DType::Bool => "quabla.bool_".into(),
+            d => format!("quabla.{}", py_name(d)),
+        }
     }
 
     fn __str__(&self) -> String {
@@ -104,6 +109,19 @@ pub fn ret_list(py: Python<'_>, r: qb::Result<Vec<qb::Tensor>>) -> PyResult<Boun
         .map(|t| wrap(py, t))
         .collect::<PyResult<Vec<_>>>()?;
     Ok(PyList::new(py, items)?.into_any())
+}
+
+/// `float(x)`, `int(x)` of a multi-element tensor: a `TypeError`, as NumPy's (`x.item()`
+/// keeps its `ValueError`).
+fn single_element(t: &qb::Tensor, op: &str) -> PyResult<()> {
+    if t.shape().iter().product::<usize>() != 1 {
+        return Err(type_error(format!(
+            "only single-element tensors can be converted by {op}(), got shape {:?}; select an \
+             element or reduce first",
+            t.shape()
+        )));
+    }
+    Ok(())
 }
 
 fn concrete_needed(t: &qb::Tensor, op: &str) -> PyResult<()> {
@@ -178,7 +196,8 @@ fn index_item(obj: &Bound<'_, PyAny>) -> PyResult<qb::IndexItem> {
             step,
         });
     }
-    Err(pyo3::exceptions::PyIndexError::new_err(format!(
+    // TY15: the kind of the index is wrong, a TypeError (an out-of-range int is IndexError).
+    Err(type_error(format!(
         "only integers, slices, None and Ellipsis are valid indices; got {}",
         type_name(obj)
     )))
@@ -313,12 +332,22 @@ impl PyTensor {
         let py = slf.py();
         let np = py.import("numpy")?;
         let view = np.call_method1("asarray", (ArrayInterface::new(slf)?,))?;
-        let out = match dtype {
-            Some(d) if !d.is_none() => view.call_method1("astype", (d,))?,
-            _ if copy == Some(true) => view.call_method0("copy")?,
-            _ => view,
+        // NumPy 2's protocol: `copy=None` copies only for a dtype change, `copy=True` always,
+        // `copy=False` never (ValueError when a dtype change needs one).
+        let target = match dtype {
+            Some(d) if !d.is_none() => np.call_method1("dtype", (d,))?,
+            _ => view.getattr("dtype")?,
         };
-        Ok(out)
+        let same = target.eq(view.getattr("dtype")?)?;
+        match (copy, same) {
+            (Some(false), false) => Err(value_error(format!(
+                "__array__: converting {} to {} needs a copy, but copy=False was given",
+                py_name(slf.get().t.dtype()),
+                target.getattr("name")?
+            ))),
+            (Some(true), _) | (_, false) => view.call_method1("astype", (target,)),
+            _ => Ok(view),
+        }
     }
 
     /// A read-only NumPy array sharing the host storage.
@@ -328,12 +357,24 @@ impl PyTensor {
 
     fn __float__(&self) -> PyResult<f64> {
         concrete_needed(&self.t, "float")?;
+        single_element(&self.t, "float")?;
         self.t.item().or_raise()
     }
 
     fn __int__(&self) -> PyResult<i64> {
         concrete_needed(&self.t, "int")?;
+        single_element(&self.t, "int")?;
         Ok(self.t.item().or_raise()?.trunc() as i64)
+    }
+
+    /// `[..][x]`, `range(x)`: a tracer has no value yet (TR2); a concrete tensor is a float
+    /// array, not an index (there are no integer dtypes), as for a NumPy float array.
+    fn __index__(&self) -> PyResult<i64> {
+        concrete_needed(&self.t, "__index__")?;
+        Err(type_error(format!(
+            "a {} tensor cannot be used as an index; convert it with int(x)",
+            py_name(self.t.dtype())
+        )))
     }
 
     fn __bool__(&self) -> PyResult<bool> {
@@ -454,7 +495,7 @@ impl PyTensor {
         py: Python<'py>,
         other: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        ret(py, qb::add(operand(other)?, &self.t))
+        ret(py, qb::add(self.reflected(other)?, &self.t))
     }
 
     fn __sub__<'py>(
@@ -470,7 +511,7 @@ impl PyTensor {
         py: Python<'py>,
         other: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        ret(py, qb::sub(operand(other)?, &self.t))
+        ret(py, qb::sub(self.reflected(other)?, &self.t))
     }
 
     fn __mul__<'py>(
@@ -486,7 +527,7 @@ impl PyTensor {
         py: Python<'py>,
         other: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        ret(py, qb::mul(operand(other)?, &self.t))
+        ret(py, qb::mul(self.reflected(other)?, &self.t))
     }
 
     fn __truediv__<'py>(
@@ -502,7 +543,7 @@ impl PyTensor {
         py: Python<'py>,
         other: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        ret(py, qb::div(operand(other)?, &self.t))
+        ret(py, qb::div(self.reflected(other)?, &self.t))
     }
 
     fn __neg__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -545,7 +586,10 @@ impl PyTensor {
         }
         ret(
             py,
-            qb::power(operand(other)?, qb::Exponent::Operand((&self.t).into())),
+            qb::power(
+                self.reflected(other)?,
+                qb::Exponent::Operand((&self.t).into()),
+            ),
         )
     }
 
@@ -554,9 +598,8 @@ impl PyTensor {
         py: Python<'py>,
         other: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let rhs = to_tensor(other)?;
-        check_matmul_ranks(&self.t, &rhs)?;
-        ret(py, qb::matmul(&self.t, &rhs))
+        // `@` is exactly `matmul`, rank-1 operands included (api.md §2.2).
+        ret(py, qb::matmul(&self.t, operand_beside(&self.t, other)?))
     }
 
     fn __rmatmul__<'py>(
@@ -564,9 +607,7 @@ impl PyTensor {
         py: Python<'py>,
         other: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let lhs = to_tensor(other)?;
-        check_matmul_ranks(&lhs, &self.t)?;
-        ret(py, qb::matmul(&lhs, &self.t))
+        ret(py, qb::matmul(self.reflected(other)?, &self.t))
     }
 
     fn __lt__<'py>(
@@ -621,7 +662,7 @@ impl PyTensor {
         py: Python<'py>,
         other: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        ret(py, qb::logical_and(operand(other)?, &self.t))
+        ret(py, qb::logical_and(self.reflected(other)?, &self.t))
     }
 
     fn __or__<'py>(
@@ -637,26 +678,81 @@ impl PyTensor {
         py: Python<'py>,
         other: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        ret(py, qb::logical_or(operand(other)?, &self.t))
+        ret(py, qb::logical_or(self.reflected(other)?, &self.t))
     }
 
-    /// Identity hash: `==` is not elementwise (api.md §2.1).
-    fn __hash__(slf: &Bound<'_, Self>) -> isize {
-        slf.as_ptr() as isize
+    /// `x == y`: elementwise `equal` (api.md §2.1), a `bool_` tensor. An object that is no
+    /// array and no number (`None`, a string) gives `NotImplemented`, so Python compares it by
+    /// identity.
+    fn __eq__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        if !comparable(other)? {
+            return Ok(py.NotImplemented().into_bound(py));
+        }
+        ret(py, qb::equal(&self.t, operand_beside(&self.t, other)?))
+    }
+
+    /// `x != y`: elementwise `not_equal` (api.md §2.1).
+    fn __ne__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        if !comparable(other)? {
+            return Ok(py.NotImplemented().into_bound(py));
+        }
+        ret(py, qb::not_equal(&self.t, operand_beside(&self.t, other)?))
+    }
+
+    /// Tensors are unhashable, as in NumPy and JAX (`==` is elementwise): `hash(x)` raises
+    /// `TypeError: unhashable type: 'Tensor'` (api.md §2.1); `id(x)` is the identity.
+    fn __hash__(slf: &Bound<'_, Self>) -> PyResult<isize> {
+        Err(type_error(format!(
+            "unhashable type: '{}'",
+            slf.get_type().name()?
+        )))
+    }
+
+    /// Above NumPy's, so that a NumPy scalar or array on the left of a tensor defers to the
+    /// tensor's reflected operator (`np.float64(2.0) * x` is the weak-scalar product, also
+    /// for a tracer) instead of converting the tensor.
+    #[classattr]
+    #[allow(non_upper_case_globals)]
+    const __array_priority__: f64 = 100.0;
+}
+
+impl PyTensor {
+    /// The left operand of a reflected operator (`other + self`): as [`operand`], but a NumPy
+    /// array on the left of a tracer (NumPy deferred to the tensor, `__array_priority__`)
+    /// would need the tracer's value (TR2), as NumPy's own conversion would have.
+    fn reflected(&self, other: &Bound<'_, PyAny>) -> PyResult<qb::Operand> {
+        if self.t.is_traced()
+            && other.cast::<PyTensor>().is_err()
+            && other.hasattr("__array_interface__")?
+            && !crate::convert::is_numpy_number(other)?
+        {
+            concrete_needed(&self.t, "__array__")?;
+        }
+        operand(other)
     }
 }
 
-/// `@` needs two operands of rank >= 2 (api.md §2.2); `matmul` takes any.
-fn check_matmul_ranks(a: &qb::Tensor, b: &qb::Tensor) -> PyResult<()> {
-    if a.ndim() < 2 || b.ndim() < 2 {
-        return Err(value_error(format!(
-            "the @ operator needs operands of rank >= 2, got ranks {} and {}; use quabla.matmul \
-             or quabla.dot for vectors",
-            a.ndim(),
-            b.ndim()
-        )));
-    }
-    Ok(())
+/// Whether `==`/`!=` compare elementwise with `other`: tensors, numbers, sequences and
+/// array-likes do; anything else (`None`, strings, arbitrary objects) is compared by Python.
+fn comparable(other: &Bound<'_, PyAny>) -> PyResult<bool> {
+    use pyo3::types::{PyBool, PyFloat};
+    Ok(other.cast::<PyTensor>().is_ok()
+        || other.cast::<PyTensorView>().is_ok()
+        || other.is_instance_of::<PyBool>()
+        || other.is_instance_of::<PyInt>()
+        || other.is_instance_of::<PyFloat>()
+        || other.is_instance_of::<PyList>()
+        || other.is_instance_of::<PyTuple>()
+        || other.hasattr("__array_interface__")?
+        || other.hasattr("__array__")?)
 }
 
 /// `qb.TensorView`: a zero-copy, read-only strided view of a tensor.

@@ -15,6 +15,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 use quabla as qb;
 use quabla::tree::{DictKey, Value};
 use std::cell::RefCell;
+use std::sync::Arc;
 
 /// A Python function as a facade closure over its positional-argument tuple.
 pub type PyCallable = Box<dyn Fn(Value) -> qb::Result<Value> + Send + Sync>;
@@ -102,9 +103,11 @@ pub fn install_warning_handler() {
                     Ok(py.get_type::<pyo3::exceptions::PyUserWarning>().into_any())
                 }
             };
+            // Stack level 1: the innermost Python frame is the user's line that called the
+            // transformed function (the binding adds no Python frame of its own).
             let result = category.and_then(|c| {
                 py.import("warnings")?
-                    .call_method1("warn", (w.to_string(), c, 2))
+                    .call_method1("warn", (w.to_string(), c, 1))
                     .map(|_| ())
             });
             if let Err(e) = result {
@@ -232,6 +235,8 @@ pub fn _value_and_grad(
 pub struct PyJacobian {
     j: Option<qb::Jacobian<PyCallable, Value>>,
     h: Option<qb::Hessian<PyCallable, Value>>,
+    /// `jacobian`, `jacfwd` or `jacrev` (for `j`).
+    name: &'static str,
 }
 
 #[pymethods]
@@ -246,7 +251,7 @@ impl PyJacobian {
         let args = args_value(args, &[])?;
         let out = match (&self.j, &self.h) {
             (Some(j), _) => {
-                positional_only("jacobian", kwargs)?;
+                positional_only(self.name, kwargs)?;
                 run(py, || j.call::<Value, Value>(&args))?
             }
             (_, Some(h)) => {
@@ -259,20 +264,50 @@ impl PyJacobian {
     }
 }
 
-#[pyfunction]
-#[pyo3(signature = (fun, argnums=None))]
-pub fn jacobian(
+fn make_jacobian(
     fun: &Bound<'_, PyAny>,
     argnums: Option<&Bound<'_, PyAny>>,
+    name: &'static str,
 ) -> PyResult<PyJacobian> {
-    let mut j = qb::jacobian(callable(fun)?).name(function_name(fun));
+    let f = callable(fun)?;
+    let j = match name {
+        "jacfwd" => qb::jacfwd(f),
+        "jacrev" => qb::jacrev(f),
+        _ => qb::jacobian(f),
+    };
+    let mut j = j.name(function_name(fun));
     if let Some(a) = argnums {
         j = select!(j, &Argnums::read(a)?);
     }
     Ok(PyJacobian {
         j: Some(j),
         h: None,
+        name,
     })
+}
+
+/// `jacobian(fun, argnums=0)`: forward or reverse mode by size (transforms.md §8).
+#[pyfunction]
+#[pyo3(signature = (fun, argnums=None))]
+pub fn jacobian(
+    fun: &Bound<'_, PyAny>,
+    argnums: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyJacobian> {
+    make_jacobian(fun, argnums, "jacobian")
+}
+
+/// `jacfwd(fun, argnums=0)`: the Jacobian in forward mode.
+#[pyfunction]
+#[pyo3(signature = (fun, argnums=None))]
+pub fn jacfwd(fun: &Bound<'_, PyAny>, argnums: Option<&Bound<'_, PyAny>>) -> PyResult<PyJacobian> {
+    make_jacobian(fun, argnums, "jacfwd")
+}
+
+/// `jacrev(fun, argnums=0)`: the Jacobian in reverse mode.
+#[pyfunction]
+#[pyo3(signature = (fun, argnums=None))]
+pub fn jacrev(fun: &Bound<'_, PyAny>, argnums: Option<&Bound<'_, PyAny>>) -> PyResult<PyJacobian> {
+    make_jacobian(fun, argnums, "jacrev")
 }
 
 #[pyfunction]
@@ -285,6 +320,7 @@ pub fn hessian(fun: &Bound<'_, PyAny>, argnums: Option<&Bound<'_, PyAny>>) -> Py
     Ok(PyJacobian {
         j: None,
         h: Some(h),
+        name: "hessian",
     })
 }
 
@@ -407,8 +443,19 @@ fn axes_spec(obj: &Bound<'_, PyAny>, top: bool) -> PyResult<qb::InAxes> {
         entries.sort_by(|a, b| a.0.cmp(&b.0));
         return Ok(qb::InAxes::Dict(entries));
     }
+    if let Some((name, children)) = crate::tree::node_children(obj)? {
+        let fields = children
+            .iter()
+            .map(|(f, c)| Ok((f.to_string(), axes_spec(c, false)?)))
+            .collect::<PyResult<Vec<_>>>()?;
+        return Ok(qb::InAxes::Node {
+            name: name.to_string(),
+            fields,
+        });
+    }
     Err(type_error(format!(
-        "in_axes and out_axes take ints, None, or tuples, lists and dicts of them; got {}",
+        "in_axes and out_axes take ints, None, or tuples, lists, dicts, NamedTuples and \
+         registered dataclasses of them; got {}",
         type_name(obj)
     )))
 }
@@ -435,20 +482,18 @@ impl PyVmap {
     }
 }
 
+/// `vmap(fun, in_axes=0, out_axes=0)`: `None` is an axes value (unmapped), not "default".
 #[pyfunction]
-#[pyo3(signature = (fun, in_axes=None, out_axes=None))]
+#[pyo3(signature = (fun, in_axes, out_axes))]
 pub fn _vmap(
     fun: &Bound<'_, PyAny>,
-    in_axes: Option<&Bound<'_, PyAny>>,
-    out_axes: Option<&Bound<'_, PyAny>>,
+    in_axes: &Bound<'_, PyAny>,
+    out_axes: &Bound<'_, PyAny>,
 ) -> PyResult<PyVmap> {
-    let mut v = qb::vmap(callable(fun)?).name(function_name(fun));
-    if let Some(a) = in_axes {
-        v = v.in_axes_tree(axes_spec(a, true)?);
-    }
-    if let Some(a) = out_axes {
-        v = v.out_axes_tree(axes_spec(a, false)?);
-    }
+    let v = qb::vmap(callable(fun)?)
+        .name(function_name(fun))
+        .in_axes_tree(axes_spec(in_axes, true)?)
+        .out_axes_tree(axes_spec(out_axes, false)?);
     Ok(PyVmap { v })
 }
 
@@ -489,55 +534,160 @@ impl PyShapeDtype {
     }
 }
 
-/// `jit(fun, ...)`.
-#[pyclass(name = "JitFunction", module = "quabla", frozen)]
-pub struct PyJit {
-    j: qb::Jit<PyCallable, Value, Value>,
-    /// Static positions: `static_argnums` and the positions of `static_argnames`.
-    static_argnums: Vec<usize>,
+/// How a call of a jitted function becomes the facade's positional argument tuple
+/// (transforms.md §6): keyword arguments bound through the function's signature, static
+/// positions marked. Shared by the function, its `Lowered` and its `Compiled`.
+struct Binder {
+    /// Static positions of the facade's tuple: `static_argnums` and the positions of
+    /// `static_argnames`, shifted by one when `keywords` is set.
+    statics: Vec<usize>,
     /// `inspect.Signature` of the function, to bind keyword arguments.
     signature: Option<Py<PyAny>>,
     /// The names of the function's parameters, in order.
     param_names: Vec<String>,
     static_argnames: Vec<String>,
+    /// The function has keyword-only parameters (or `**kwargs`): the facade's tuple then
+    /// starts with one static entry, the keyword arguments as a tuple of `(name, value)` pairs
+    /// sorted by name, which [`jit_callable`] passes back as keywords.
+    keywords: bool,
 }
 
-impl PyJit {
-    /// The positional arguments of a call, with keyword arguments bound by the function's
-    /// signature (transforms.md §6): a keyword argument must be static (TY5).
-    fn bind<'py>(
+impl Binder {
+    /// The facade's argument tuple of a call (TY5 for a keyword argument that is not static).
+    fn bind(
         &self,
-        py: Python<'py>,
-        args: &Bound<'py, PyTuple>,
-        kwargs: Option<&Bound<'py, PyDict>>,
-    ) -> PyResult<(Bound<'py, PyTuple>, Vec<usize>)> {
-        let Some(kwargs) = kwargs.filter(|k| !k.is_empty()) else {
-            return Ok((args.clone(), self.static_argnums.clone()));
-        };
-        let Some(sig) = &self.signature else {
-            return Err(type_error(
-                "jit: keyword arguments need a function with an inspectable signature",
-            ));
-        };
-        for (k, _) in kwargs.iter() {
-            let k: String = k.extract()?;
-            let pos = self.param_names.iter().position(|n| *n == k);
-            let is_static = self.static_argnames.contains(&k)
-                || pos.is_some_and(|p| self.static_argnums.contains(&p));
-            if !is_static {
-                return Err(type_error(format!(
-                    "keyword argument {k} must be static; declare it in static_argnames or pass \
-                     it positionally"
-                )));
+        py: Python<'_>,
+        args: &Bound<'_, PyTuple>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Value> {
+        let kwargs = kwargs.filter(|k| !k.is_empty());
+        let (positional, keywords) = match (kwargs, &self.signature) {
+            (None, _) if !self.keywords => (args.clone(), None),
+            (_, None) => {
+                return Err(type_error(
+                    "jit: keyword arguments need a function with an inspectable signature",
+                ))
             }
+            (kwargs, Some(sig)) => {
+                if let Some(kwargs) = kwargs {
+                    for (k, _) in kwargs.iter() {
+                        let k: String = k.extract()?;
+                        if !self.is_static_name(&k) {
+                            return Err(type_error(format!(
+                                "keyword argument {k} must be static; declare it in \
+                                 static_argnames or pass it positionally"
+                            )));
+                        }
+                    }
+                }
+                let bound = sig.bind(py).call_method("bind", args.clone(), kwargs)?;
+                bound.call_method0("apply_defaults")?;
+                let positional: Bound<'_, PyTuple> = bound.getattr("args")?.cast_into()?;
+                let keywords = bound.getattr("kwargs")?;
+                (positional, self.keywords.then_some(keywords))
+            }
+        };
+        let mut items = Vec::with_capacity(positional.len() + 1);
+        if let Some(keywords) = keywords {
+            let dict = keywords.cast::<PyDict>()?;
+            let mut pairs: Vec<(String, Bound<'_, PyAny>)> = dict
+                .iter()
+                .map(|(k, v)| Ok((k.extract::<String>()?, v)))
+                .collect::<PyResult<_>>()?;
+            // Keyword-only arguments are static (a passed one was checked above; a default
+            // is a constant of the function).
+            pairs.sort_by(|a, b| a.0.cmp(&b.0));
+            let pairs = PyTuple::new(
+                py,
+                pairs
+                    .into_iter()
+                    .map(|(k, v)| PyTuple::new(py, [k.into_pyobject(py)?.into_any(), v]))
+                    .collect::<PyResult<Vec<_>>>()?,
+            )?;
+            let value = value_from_py(&pairs, Leaves::Static).map_err(|_| {
+                type_error(
+                    "static keyword arguments must be hashable; static values must support hash()",
+                )
+            })?;
+            items.push(value);
         }
-        let bound = sig
-            .bind(py)
-            .call_method("bind", args.clone(), Some(kwargs))?;
-        bound.call_method0("apply_defaults")?;
-        let positional: Bound<'py, PyTuple> = bound.getattr("args")?.cast_into()?;
-        Ok((positional, self.static_argnums.clone()))
+        let offset = usize::from(self.keywords);
+        match args_value(&positional, &self.statics_of_positional(offset))? {
+            Value::Tuple(rest) => items.extend(rest),
+            other => items.push(other),
+        }
+        Ok(Value::Tuple(items))
     }
+
+    fn is_static_name(&self, name: &str) -> bool {
+        let offset = usize::from(self.keywords);
+        self.static_argnames.iter().any(|n| n == name)
+            || self
+                .param_names
+                .iter()
+                .position(|n| n == name)
+                .is_some_and(|p| self.statics.contains(&(p + offset)))
+    }
+
+    /// The static positions among the positional arguments alone.
+    fn statics_of_positional(&self, offset: usize) -> Vec<usize> {
+        self.statics
+            .iter()
+            .filter(|&&i| i >= offset)
+            .map(|&i| i - offset)
+            .collect()
+    }
+}
+
+/// The facade closure of a jitted function: with [`Binder::keywords`], the first entry of the
+/// tuple is the static keyword arguments, passed back as keywords.
+fn jit_callable(f: &Bound<'_, PyAny>, keywords: bool) -> PyResult<PyCallable> {
+    if !keywords {
+        return callable(f);
+    }
+    if !f.is_callable() {
+        return Err(type_error(format!(
+            "expected a callable, got {}",
+            type_name(f)
+        )));
+    }
+    let f = f.clone().unbind();
+    Ok(Box::new(move |args: Value| {
+        Python::attach(|py| {
+            let Value::Tuple(mut items) = args else {
+                return Err(qb::Error::user("jit: expected an argument tuple"));
+            };
+            let kw = if items.is_empty() {
+                Value::None
+            } else {
+                items.remove(0)
+            };
+            let kwargs = PyDict::new(py);
+            if let Value::Static(b) = &kw {
+                if let Some(s) = b.get::<crate::tree::PyStatic>() {
+                    for pair in s.obj.bind(py).try_iter().map_err(to_qb)? {
+                        let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) =
+                            pair.map_err(to_qb)?.extract().map_err(to_qb)?;
+                        kwargs.set_item(k, v).map_err(to_qb)?;
+                    }
+                }
+            }
+            let args = positional(py, Value::Tuple(items)).map_err(to_qb)?;
+            let out = f.bind(py).call(args, Some(&kwargs)).map_err(to_qb)?;
+            value_from_py(&out, Leaves::Transform).map_err(to_qb)
+        })
+    }))
+}
+
+/// `jit(fun, ...)`.
+#[pyclass(name = "JitFunction", module = "quabla", frozen)]
+pub struct PyJit {
+    j: qb::Jit<PyCallable, Value, Value>,
+    /// `donate_argnums`: checked against each call. A Python caller holds every argument while
+    /// the call runs, so a donated argument is lent, never written (docs/python/optim.md,
+    /// "Donation in jit").
+    donate: Vec<usize>,
+    binder: Arc<Binder>,
 }
 
 #[pymethods]
@@ -549,8 +699,15 @@ impl PyJit {
         args: &Bound<'py, PyTuple>,
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let (args, statics) = self.bind(py, args, kwargs)?;
-        let args = args_value(&args, &statics)?;
+        if let Some(&i) = self.donate.iter().find(|&&i| i >= args.len()) {
+            return Err(value_error(format!(
+                "donate_argnums names argument {i}, but the function was called with {} \
+                 positional argument{}",
+                args.len(),
+                if args.len() == 1 { "" } else { "s" }
+            )));
+        }
+        let args = self.binder.bind(py, args, kwargs)?;
         let out = run(py, || self.j.call(&args))?;
         value_to_py(py, out)
     }
@@ -563,15 +720,33 @@ impl PyJit {
         args: &Bound<'py, PyTuple>,
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<PyLowered> {
-        let (args, statics) = self.bind(py, args, kwargs)?;
-        let args = args_value(&args, &statics)?;
+        let args = self.binder.bind(py, args, kwargs)?;
         let l = run(py, || self.j.lower(&args))?;
-        Ok(PyLowered { l })
+        Ok(PyLowered {
+            l,
+            binder: self.binder.clone(),
+        })
+    }
+}
+
+/// `precision=`: `None` or a string the facade checks (AR2); anything else is the same
+/// `ValueError`, not a conversion `TypeError`.
+fn precision_arg(p: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
+    match p {
+        None => Ok(None),
+        Some(p) if p.is_none() => Ok(None),
+        Some(p) => match p.extract::<String>() {
+            Ok(s) if s == "float32" || s == "float64" => Ok(Some(s)),
+            _ => Err(value_error(format!(
+                "precision must be None, \"float32\" or \"float64\", got {}",
+                p.repr().map(|r| r.to_string()).unwrap_or_default()
+            ))),
+        },
     }
 }
 
 #[pyfunction]
-#[pyo3(signature = (fun, device=None, static_argnums=None, max_traces=8, static_argnames=None, precision=None, check_nans=false))]
+#[pyo3(signature = (fun, device=None, static_argnums=None, max_traces=8, static_argnames=None, precision=None, check_nans=false, donate_argnums=None))]
 // One parameter per keyword of `qb.jit` (api.md §10).
 #[allow(clippy::too_many_arguments)]
 pub fn _jit(
@@ -581,9 +756,24 @@ pub fn _jit(
     static_argnums: Option<&Bound<'_, PyAny>>,
     max_traces: usize,
     static_argnames: Option<&Bound<'_, PyAny>>,
-    precision: Option<String>,
+    precision: Option<&Bound<'_, PyAny>>,
     check_nans: bool,
+    donate_argnums: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyJit> {
+    let precision = precision_arg(precision)?;
+    let donate: Vec<usize> = match donate_argnums {
+        None => Vec::new(),
+        Some(a) if a.is_none() => Vec::new(),
+        Some(a) => match a.extract::<i64>() {
+            Ok(i) => vec![argnum(i, "donate_argnums")?],
+            Err(_) => a
+                .extract::<Vec<i64>>()
+                .map_err(|_| type_error("donate_argnums must be an int or a tuple of ints"))?
+                .into_iter()
+                .map(|i| argnum(i, "donate_argnums"))
+                .collect::<PyResult<_>>()?,
+        },
+    };
     let static_argnums: Vec<usize> = match static_argnums {
         None => Vec::new(),
         Some(a) if a.is_none() => Vec::new(),
@@ -609,7 +799,8 @@ pub fn _jit(
         .call_method1("signature", (fun,))
         .ok()
         .map(|s| s.unbind());
-    // The parameters (name, kind), read once.
+    // The parameters (name, kind), read once. Kinds: POSITIONAL_ONLY = 0,
+    // POSITIONAL_OR_KEYWORD = 1, VAR_POSITIONAL = 2, KEYWORD_ONLY = 3, VAR_KEYWORD = 4.
     let params: Vec<(String, i64)> = match &signature {
         Some(sig) => sig
             .bind(py)
@@ -623,28 +814,43 @@ pub fn _jit(
             .collect::<PyResult<_>>()?,
         None => Vec::new(),
     };
+    let keywords = params.iter().any(|(_, kind)| *kind >= 3);
+    let offset = usize::from(keywords);
     let param_names: Vec<String> = params.iter().map(|(n, _)| n.clone()).collect();
     // Names given in static_argnames that are positional parameters are static positions.
-    let mut statics = static_argnums.clone();
+    let mut statics: Vec<usize> = static_argnums.iter().map(|&i| i + offset).collect();
     for n in &static_argnames {
-        if let Some(p) = param_names.iter().position(|m| m == n) {
-            if !statics.contains(&p) {
-                statics.push(p);
+        if let Some(p) = params.iter().position(|(m, kind)| m == n && *kind <= 1) {
+            if !statics.contains(&(p + offset)) {
+                statics.push(p + offset);
             }
         }
     }
-    // Plan inputs are named by the positional parameters (kinds POSITIONAL_ONLY = 0 and
-    // POSITIONAL_OR_KEYWORD = 1), so `lower` prints `params/w`.
-    let names: Vec<&str> = params
-        .iter()
-        .filter(|(_, kind)| *kind <= 1)
-        .map(|(n, _)| n.as_str())
-        .collect();
-    let mut j = qb::jit(callable(fun)?)
+    if let Some(&i) = donate.iter().find(|&&i| statics.contains(&(i + offset))) {
+        return Err(value_error(format!(
+            "argument {i} is both static and donated; a static argument has no buffers to donate"
+        )));
+    }
+    if keywords {
+        statics.push(0);
+    }
+    // Plan inputs are named by the positional parameters, so `lower` prints `params/w`.
+    let mut names: Vec<&str> = Vec::new();
+    if keywords {
+        names.push("**kwargs");
+    }
+    names.extend(
+        params
+            .iter()
+            .filter(|(_, kind)| *kind <= 1)
+            .map(|(n, _)| n.as_str()),
+    );
+    let mut j = qb::jit(jit_callable(fun, keywords)?)
         .name(function_name(fun))
         .arg_names(&names)
         .max_traces(max_traces)
-        .static_argnums(&statics);
+        .static_argnums(&statics)
+        .donate_argnums(&donate.iter().map(|&i| i + offset).collect::<Vec<_>>());
     if let Some(d) = device {
         j = j.device(d);
     }
@@ -656,17 +862,27 @@ pub fn _jit(
     }
     Ok(PyJit {
         j,
-        static_argnums: statics,
-        signature,
-        param_names,
-        static_argnames,
+        donate,
+        binder: Arc::new(Binder {
+            statics,
+            signature,
+            param_names,
+            static_argnames,
+            keywords,
+        }),
     })
+}
+
+/// A non-negative argument index (ValueError naming `what` otherwise).
+fn argnum(i: i64, what: &str) -> PyResult<usize> {
+    usize::try_from(i).map_err(|_| value_error(format!("{what} must be non-negative, got {i}")))
 }
 
 /// `jit(f).lower(...)`: the frozen plan.
 #[pyclass(name = "Lowered", module = "quabla", frozen)]
 pub struct PyLowered {
     l: qb::Lowered<Value, Value>,
+    binder: Arc<Binder>,
 }
 
 #[pymethods]
@@ -688,10 +904,12 @@ impl PyLowered {
         self.l.compile_report()
     }
 
-    /// A positional callable bound to the lowered signature.
+    /// A callable bound to the lowered signature: called with the arguments `lower` was
+    /// called with (static ones included, by position or keyword).
     fn compile(&self) -> PyCompiled {
         PyCompiled {
             c: self.l.compile(),
+            binder: self.binder.clone(),
         }
     }
 
@@ -706,17 +924,19 @@ impl PyLowered {
 #[pyclass(name = "Compiled", module = "quabla", frozen)]
 pub struct PyCompiled {
     c: qb::Compiled<Value, Value>,
+    binder: Arc<Binder>,
 }
 
 #[pymethods]
 impl PyCompiled {
-    #[pyo3(signature = (*args))]
+    #[pyo3(signature = (*args, **kwargs))]
     fn __call__<'py>(
         &self,
         py: Python<'py>,
         args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let args = args_value(args, &[])?;
+        let args = self.binder.bind(py, args, kwargs)?;
         let out = run(py, || self.c.call(&args))?;
         value_to_py(py, out)
     }
@@ -736,6 +956,8 @@ pub fn add_to(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(_grad, m)?,
         wrap_pyfunction!(_value_and_grad, m)?,
         wrap_pyfunction!(jacobian, m)?,
+        wrap_pyfunction!(jacfwd, m)?,
+        wrap_pyfunction!(jacrev, m)?,
         wrap_pyfunction!(hessian, m)?,
         wrap_pyfunction!(jvp, m)?,
         wrap_pyfunction!(vjp, m)?,

@@ -7,10 +7,12 @@
 //! so the class is part of every trace signature and rebuilds the instance on the way out.
 //! Traversal order, path naming and structure printing are the facade's.
 
-use crate::convert::{type_name, value_from_py, value_to_py, Leaves};
+use crate::convert::{
+    enter_container, type_name, value_from_py, value_from_py_at, value_to_py, Leaves,
+};
 use crate::errors::{type_error, value_error};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple, PyType};
+use pyo3::types::{PyDict, PyFloat, PyList, PyTuple, PyType};
 use quabla::tree::{DictKey, PathEntry, StaticBox, TreeDef, Value};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -18,8 +20,12 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Mutex, OnceLock};
 
 /// A hashable Python object inside a tree structure: a static argument, a class, aux data.
-/// Equality is Python's `==`, the hash Python's `hash()` (computed once, so an unhashable
-/// value is refused when it enters, TY4).
+///
+/// Equality is stricter than Python's `==` (transforms.md §2.1): the types must be the same
+/// (`1`, `True` and `1.0` are different keys) and floats compare by bit pattern (`0.0` and
+/// `-0.0` differ, a NaN hits its own bits), also inside tuples; other values compare by `==`.
+/// The hash follows the same rule (a float's bits, not Python's `hash`, which is per object for
+/// NaN) and is computed once, so an unhashable value is refused when it enters (TY4).
 pub struct PyStatic {
     pub obj: Py<PyAny>,
     hash: isize,
@@ -27,7 +33,7 @@ pub struct PyStatic {
 
 impl PyStatic {
     pub fn new(obj: &Bound<'_, PyAny>) -> PyResult<PyStatic> {
-        let hash = obj.hash().map_err(|_| {
+        let hash = static_hash(obj).map_err(|_| {
             type_error(format!(
                 "static value {} is not hashable; static values must support hash()",
                 type_name(obj)
@@ -38,6 +44,46 @@ impl PyStatic {
             hash,
         })
     }
+}
+
+/// The hash of a static value under [`static_eq`]: floats by their bits, tuples by their
+/// items, everything else by Python's `hash()`.
+fn static_hash(obj: &Bound<'_, PyAny>) -> PyResult<isize> {
+    if obj.is_exact_instance_of::<PyFloat>() {
+        let bits = obj.extract::<f64>()?.to_bits();
+        return Ok(bits as isize ^ (bits >> 32) as isize);
+    }
+    if obj.is_exact_instance_of::<PyTuple>() {
+        let mut h: isize = 0x345678;
+        for item in obj.try_iter()? {
+            h = h.wrapping_mul(1_000_003) ^ static_hash(&item?)?;
+        }
+        return Ok(h);
+    }
+    obj.hash()
+}
+
+/// Whether two static values are the same key (see [`PyStatic`]).
+fn static_eq(a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>) -> bool {
+    if a.is(b) {
+        return true;
+    }
+    if !a.get_type().is(b.get_type()) {
+        return false;
+    }
+    if a.is_exact_instance_of::<PyFloat>() {
+        return match (a.extract::<f64>(), b.extract::<f64>()) {
+            (Ok(x), Ok(y)) => x.to_bits() == y.to_bits(),
+            _ => false,
+        };
+    }
+    if a.is_exact_instance_of::<PyTuple>() {
+        let (Ok(a), Ok(b)) = (a.cast::<PyTuple>(), b.cast::<PyTuple>()) else {
+            return false;
+        };
+        return a.len() == b.len() && a.iter().zip(b.iter()).all(|(x, y)| static_eq(&x, &y));
+    }
+    a.eq(b).unwrap_or(false)
 }
 
 impl Clone for PyStatic {
@@ -52,10 +98,7 @@ impl Clone for PyStatic {
 impl PartialEq for PyStatic {
     fn eq(&self, other: &PyStatic) -> bool {
         self.hash == other.hash
-            && Python::attach(|py| {
-                let (a, b) = (self.obj.bind(py), other.obj.bind(py));
-                a.is(b) || a.eq(b).unwrap_or(false)
-            })
+            && Python::attach(|py| static_eq(self.obj.bind(py), other.obj.bind(py)))
     }
 }
 
@@ -233,18 +276,29 @@ fn node_parts<'py>(
     }
 }
 
+/// The class name and data-field children of a NamedTuple or registered class instance
+/// (`None` for other objects): how a `vmap` axes prefix like `Point(0, None)` is read.
+#[allow(clippy::type_complexity)]
+pub fn node_children<'py>(
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<Option<(&'static str, Vec<(&'static str, Bound<'py, PyAny>)>)>> {
+    Ok(node_parts(obj)?.map(|(name, children, _)| (name, children)))
+}
+
 fn is_namedtuple(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
     Ok(obj.is_instance_of::<PyTuple>() && obj.get_type().hasattr("_fields")?)
 }
 
-/// A registered or NamedTuple instance as a tree node (`None` for other objects).
-pub fn node_from_py(obj: &Bound<'_, PyAny>, mode: Leaves) -> PyResult<Option<Value>> {
+/// A registered or NamedTuple instance, inside `depth` containers, as a tree node (`None`
+/// for other objects).
+pub fn node_from_py(obj: &Bound<'_, PyAny>, mode: Leaves, depth: usize) -> PyResult<Option<Value>> {
     let Some((name, children, meta)) = node_parts(obj)? else {
         return Ok(None);
     };
+    let inner = enter_container(depth)?;
     let fields = children
         .into_iter()
-        .map(|(f, c)| Ok((f, value_from_py(&c, mode)?)))
+        .map(|(f, c)| Ok((f, value_from_py_at(&c, mode, inner)?)))
         .collect::<PyResult<Vec<_>>>()?;
     Ok(Some(Value::Node { name, fields, meta }))
 }
@@ -333,13 +387,24 @@ fn flatten_objects<'py>(
     obj: &Bound<'py, PyAny>,
     leaves: &mut Vec<Bound<'py, PyAny>>,
 ) -> PyResult<TreeDef> {
+    flatten_objects_at(obj, leaves, 0)
+}
+
+/// [`flatten_objects`] of an object inside `depth` containers (the depth limit of
+/// `enter_container`).
+fn flatten_objects_at<'py>(
+    obj: &Bound<'py, PyAny>,
+    leaves: &mut Vec<Bound<'py, PyAny>>,
+    depth: usize,
+) -> PyResult<TreeDef> {
     if obj.is_none() {
         return Ok(TreeDef::None);
     }
     if obj.is_exact_instance_of::<PyTuple>() || obj.is_exact_instance_of::<PyList>() {
+        let inner = enter_container(depth)?;
         let children = obj
             .try_iter()?
-            .map(|c| flatten_objects(&c?, leaves))
+            .map(|c| flatten_objects_at(&c?, leaves, inner))
             .collect::<PyResult<Vec<_>>>()?;
         return Ok(if obj.is_exact_instance_of::<PyTuple>() {
             TreeDef::Tuple(children)
@@ -348,17 +413,19 @@ fn flatten_objects<'py>(
         });
     }
     if obj.is_exact_instance_of::<PyDict>() {
+        let inner = enter_container(depth)?;
         let value = value_from_py_keys(obj.cast::<PyDict>()?)?;
         let mut out = Vec::with_capacity(value.len());
         for (k, child) in value {
-            out.push((k, flatten_objects(&child, leaves)?));
+            out.push((k, flatten_objects_at(&child, leaves, inner)?));
         }
         return Ok(TreeDef::Dict(out));
     }
     if let Some((name, children, meta)) = node_parts(obj)? {
+        let inner = enter_container(depth)?;
         let fields = children
             .iter()
-            .map(|(f, c)| Ok((*f, flatten_objects(c, leaves)?)))
+            .map(|(f, c)| Ok((*f, flatten_objects_at(c, leaves, inner)?)))
             .collect::<PyResult<Vec<_>>>()?;
         return Ok(TreeDef::Node { name, fields, meta });
     }

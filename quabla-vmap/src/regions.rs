@@ -9,8 +9,10 @@
 //! - `cond` with an unmapped predicate stays one `cond`; an output batched in either branch is
 //!   made batched in both. With a mapped predicate both branches are inlined and run for every
 //!   example, and each output is `where(pred, then, else)`, so nothing computed by the
-//!   unselected branch reaches an example's result (and `where` gives the unselected branch a
-//!   zero cotangent when the result is differentiated later).
+//!   unselected branch reaches an example's result. Each branch reads its floating operands
+//!   through `where(pred, x, stop_gradient(x))` (the same values), so that nothing of the
+//!   unselected branch's derivative reaches an example's derivative either: a zero cotangent
+//!   times an infinite local derivative would be NaN, a `where` drops it.
 //! - `scan` (and `fori_loop`, a scan without `xs` and `ys`): a carry is batched when its
 //!   initial value is, or when the body makes it depend on a batched value; the set is grown to
 //!   its fixed point and such initial carries are broadcast. Batched `xs` are stored as
@@ -21,7 +23,7 @@
 //!   and the body keeps the carries of finished examples bit for bit:
 //!   `where(cond(carry), body(carry), carry)` per example.
 
-use super::{internal, lift_all, materialize, move_axis, prepend, sweep, Value};
+use super::{internal, lift_all, logical_rank, materialize, move_axis, prepend, sweep, Value};
 use quabla_ir::{
     Comparison, DType, Graph, GraphBuilder, NodeId, Op, ReduceKind, Region, RegionKind, Result,
     ScanBody, TensorType,
@@ -241,8 +243,10 @@ fn cond_mapped(
 ) -> Result<Vec<Value>> {
     let pred = c.args[0];
     let xs = &c.args[1..];
-    let then_values = inline(b, then_branch, xs, c.size)?;
-    let else_values = inline(b, else_branch, xs, c.size)?;
+    let then_xs = branch_inputs(b, pred, xs, true, c.size)?;
+    let else_xs = branch_inputs(b, pred, xs, false, c.size)?;
+    let then_values = inline(b, then_branch, &then_xs, c.size)?;
+    let else_values = inline(b, else_branch, &else_xs, c.size)?;
     let mut selected: Vec<Option<NodeId>> = vec![None; then_values.len()];
     let mut results = Vec::with_capacity(c.outputs.len());
     for &k in c.outputs {
@@ -258,6 +262,36 @@ fn cond_mapped(
         results.push(Value::batched(id));
     }
     Ok(results)
+}
+
+/// The inputs of one branch of a `cond` with a mapped predicate: each floating operand `x`
+/// becomes `where(pred, x, stop_gradient(x))` for the `then` branch (`where(pred,
+/// stop_gradient(x), x)` for `else`), batched. The values are those of `x`, but a derivative
+/// reaches `x` only from the examples that select the branch: the unselected branch's
+/// derivative at its example (`0 * inf` from `log(-1)`, say) is dropped by the `where` instead
+/// of being multiplied by the zero cotangent the result's `where` gives it, which would be
+/// NaN. Unbatched operands are broadcast first, so that their derivative is selected per
+/// example before the batch sums it.
+fn branch_inputs(
+    b: &mut GraphBuilder,
+    pred: Value,
+    xs: &[Value],
+    then: bool,
+    size: usize,
+) -> Result<Vec<Value>> {
+    xs.iter()
+        .map(|&x| {
+            if !b.ty(x.id).dtype.is_float() {
+                return Ok(x);
+            }
+            let rank = logical_rank(b, x);
+            let live = materialize(b, x, size)?;
+            let frozen = b.stop_gradient(live)?;
+            let (a, e) = if then { (live, frozen) } else { (frozen, live) };
+            let ids = lift_all(b, &[pred, Value::batched(a), Value::batched(e)], rank)?;
+            Ok(Value::batched(b.push(Op::Where, &ids)?))
+        })
+        .collect()
 }
 
 fn scan(b: &mut GraphBuilder, c: &Call<'_>, s: &ScanBody) -> Result<Vec<Value>> {

@@ -680,7 +680,15 @@ fn a_cond_with_a_mapped_predicate_inside_a_fori_body() {
         panic!("not a scan: {bg}")
     };
     assert!(regions_of(&s.body).is_empty(), "{}", s.body);
-    assert_eq!(nodes_named(&s.body, "where").len(), 2, "{}", s.body);
+    // One `where` per output, and one per floating operand (`x`, `i`) and branch: each branch
+    // reads its operands through `where(pred, x, stop_gradient(x))`.
+    assert_eq!(nodes_named(&s.body, "where").len(), 2 + 2 * 2, "{}", s.body);
+    assert_eq!(
+        nodes_named(&s.body, "stop_gradient").len(),
+        2 * 2,
+        "{}",
+        s.body
+    );
 }
 
 #[test]

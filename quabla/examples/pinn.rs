@@ -118,7 +118,7 @@ pub fn run(
     let started = std::time::Instant::now();
     for i in 0..adam_steps {
         trainer.step()?;
-        let value = trainer.last_loss().map_or(Ok(f64::NAN), Tensor::item)?;
+        let value = trainer.last_loss()?.map_or(Ok(f64::NAN), |l| l.item())?;
         losses.push(value);
         if i % 20 == 0 {
             let rate = (i + 1) as f64 / started.elapsed().as_secs_f64();

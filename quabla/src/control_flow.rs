@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::operand::Operand;
 use crate::tensor::Tensor;
 use crate::trace;
-use quabla_ir::{DType, Graph, Region, RegionForm, RegionKind, ScanBody, TensorType};
+use quabla_ir::{DType, Graph, Region, RegionForm, RegionKind, ScanBody, Shape, TensorType};
 use std::ops::Deref;
 use std::sync::Arc;
 
@@ -101,6 +101,17 @@ fn index_tensor(i: usize, dtype: DType) -> Result<Tensor> {
 }
 
 /// Operands given as tensors or references to them.
+/// Runs one iteration of an eager (or unrolled) loop body. A loop that is not unrolled is a
+/// region also eagerly: its body refuses solvers and custom rules (TF5) as its traced form
+/// does. An unrolled loop is plain code in both forms, so it refuses nothing.
+fn run_body<R>(primitive: &'static str, unrolled: bool, body: impl FnOnce() -> R) -> R {
+    if unrolled {
+        body()
+    } else {
+        trace::eager_region_body(primitive, body)
+    }
+}
+
 fn owned<O: AsRef<Tensor>>(operands: &[O]) -> Vec<Tensor> {
     operands.iter().map(|o| o.as_ref().clone()).collect()
 }
@@ -164,6 +175,11 @@ fn predicate(pred: &Tensor) -> Result<Tensor> {
 /// the other branch cannot inject NaN into values or gradients. `pred` is a rank-0 bool, or a
 /// float tested `!= 0`.
 ///
+/// Eagerly, each branch function is called once: the selected one on the operands (it runs,
+/// as a region body: solvers and custom rules are TF5 there too), the other on tracers (it is
+/// only traced, so that `cond` checks eagerly what it checks under `jit`: one floating shape
+/// and dtype, SH13). Under a transform both are traced once.
+///
 /// ```
 /// use quabla as qb;
 /// # fn main() -> qb::Result<()> {
@@ -190,24 +206,38 @@ where
     let trace_branch = |f: &dyn Fn(&[Tensor]) -> Result<Tensor>| {
         trace::trace_region_body("cond", &inputs, |params| Ok(vec![f(&params)?]))
     };
-    // Both branches are traced also eagerly, so that `cond` accepts exactly what it accepts
-    // under `jit` (SH13: one shape and dtype); only the taken branch then runs.
-    let then_g = trace_branch(&true_fn)?;
-    let else_g = trace_branch(&false_fn)?;
-    let (then_g, else_g) = unify_branches(then_g, else_g)?;
     if !trace::active() {
-        let out = if pred.item_bool()? {
-            true_fn(operands)?
-        } else {
-            false_fn(operands)?
+        let taken = pred.item_bool()?;
+        // The selected branch runs as a region body (TF5 for solvers and custom rules, as
+        // in the traced branch).
+        let out = trace::eager_region_body("cond", || {
+            if taken {
+                true_fn(operands)
+            } else {
+                false_fn(operands)
+            }
+        })?;
+        let other = trace_branch(if taken { &false_fn } else { &true_fn })?;
+        let out_ty = TensorType {
+            dtype: out.dtype(),
+            shape: Shape::new(out.shape().to_vec())?,
+            weak: out.is_weak(),
         };
-        let unified = then_g.node(then_g.outputs()[0]).ty.dtype;
-        return if out.dtype() == unified {
+        let other_ty = other.node(other.outputs()[0]).ty.clone();
+        let unified = if taken {
+            unified_dtype(&out_ty, &other_ty)?
+        } else {
+            unified_dtype(&other_ty, &out_ty)?
+        };
+        return if out.dtype() == unified && !out.is_weak() {
             Ok(out)
         } else {
             out.astype(unified)
         };
     }
+    let then_g = trace_branch(&true_fn)?;
+    let else_g = trace_branch(&false_fn)?;
+    let (then_g, else_g) = unify_branches(then_g, else_g)?;
     let kind = RegionKind::Cond {
         then_branch: freeze(then_g),
         else_branch: freeze(else_g),
@@ -232,7 +262,24 @@ fn branch_not_float(dtype: DType) -> Error {
 fn unify_branches(a: Graph, b: Graph) -> Result<(Graph, Graph)> {
     let ta = a.node(a.outputs()[0]).ty.clone();
     let tb = b.node(b.outputs()[0]).ty.clone();
-    for t in [&ta, &tb] {
+    let dtype = unified_dtype(&ta, &tb)?;
+    let a = if ta.dtype == dtype {
+        a
+    } else {
+        cast_output(&a, dtype)?
+    };
+    let b = if tb.dtype == dtype {
+        b
+    } else {
+        cast_output(&b, dtype)?
+    };
+    Ok((a, b))
+}
+
+/// The dtype of a `cond` whose branches return `ta` (then) and `tb` (else): SH13 for
+/// different shapes, a weak result adopting the other branch's dtype.
+fn unified_dtype(ta: &TensorType, tb: &TensorType) -> Result<DType> {
+    for t in [ta, tb] {
         if !t.dtype.is_float() {
             return Err(branch_not_float(t.dtype));
         }
@@ -248,14 +295,11 @@ fn unify_branches(a: Graph, b: Graph) -> Result<(Graph, Graph)> {
         ));
     }
     if ta.dtype == tb.dtype {
-        return Ok((a, b));
+        return Ok(ta.dtype);
     }
     match (ta.weak, tb.weak) {
-        (true, false) => Ok((cast_output(&a, tb.dtype)?, b)),
-        (false, true) => {
-            let b = cast_output(&b, ta.dtype)?;
-            Ok((a, b))
-        }
+        (true, false) => Ok(tb.dtype),
+        (false, true) => Ok(ta.dtype),
         _ => Err(Error::DtypeMismatch {
             op: "cond".into(),
             lhs: ta.dtype,
@@ -338,7 +382,9 @@ where
                     tensor: index_tensor(i, carry_ty.dtype)?,
                     value: Some(i),
                 };
-                let out = (self.body)(index, carry, &self.operands)?;
+                let out = run_body("fori_loop", self.unroll, || {
+                    (self.body)(index, carry, &self.operands)
+                })?;
                 carry = conform_carry("fori_loop", &carry_ty, out)?;
             }
             return Ok(carry);
@@ -443,7 +489,9 @@ where
                     tensor: index_tensor(i, carry_ty.dtype)?,
                     value: Some(i),
                 };
-                let (c, y) = (self.f)(carry, index, &self.operands)?;
+                let (c, y) = run_body("scan", self.unroll, || {
+                    (self.f)(carry, index, &self.operands)
+                })?;
                 carry = conform_carry("scan", &carry_ty, c)?;
                 if let Some(first) = ys.first() {
                     if first.shape() != y.shape() || first.dtype() != y.dtype() {
@@ -612,7 +660,9 @@ where
             let mut trips = 0usize;
             let success = loop {
                 quabla_backend::cancel::check()?;
-                let p = (self.cond_fn)(&carry, &self.operands)?;
+                let p = run_body("while_loop", false, || {
+                    (self.cond_fn)(&carry, &self.operands)
+                })?;
                 check_predicate(&p)?;
                 if !p.item_bool()? {
                     break true;
@@ -620,7 +670,9 @@ where
                 if Some(trips) == self.max_trips {
                     break false;
                 }
-                let out = (self.body_fn)(carry, &self.operands)?;
+                let out = run_body("while_loop", false, || {
+                    (self.body_fn)(carry, &self.operands)
+                })?;
                 carry = conform_carry("while_loop", &carry_ty, out)?;
                 trips += 1;
             };

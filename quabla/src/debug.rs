@@ -1,9 +1,10 @@
 //! Debugging aids: the process-wide non-finite check ([`debug_nans`]) and its eager form, and
-//! [`debug_print`]. The check of compiled plans and the printing of `debug_print` nodes live in
-//! the CPU backend; this module owns the switch, the eager check and the entry point.
+//! the source directories hidden from node origins. The check of compiled plans lives in the
+//! CPU backend, and `debug_print` with the array library (`ops/effects.rs`); this module owns
+//! the switch and the eager check, and sits below the runtime (it must not import the layers
+//! that record or run operations).
 
 use crate::error::{Error, Result};
-use crate::operand::Operand;
 use crate::tensor::Tensor;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -76,33 +77,4 @@ pub(crate) fn check_eager(
             site.column()
         ),
     })
-}
-
-/// Prints `format` with `{}` replaced by the value of `x`: immediately when `x` is concrete,
-/// and each time the plan runs when `x` is traced (an effect node that `jit`'s passes keep and
-/// never merge, so a print inside a jitted or differentiated function shows the run-time
-/// value; under `vmap` each example prints on its own line, prefixed `[k]`). Derivatives pass
-/// through it; values are printed as nested lists.
-///
-/// ```
-/// use quabla as qb;
-/// # fn main() -> qb::Result<()> {
-/// let f = qb::jit(|x: qb::Tensor| {
-///     let y = x.sin()?;
-///     qb::debug_print("sin(x) = {}", &y)?;
-///     y.sum()
-/// });
-/// let total: qb::Tensor = f.call(&qb::array([0.0, 1.0])?)?; // prints sin(x) = [0, 0.84...]
-/// # let _ = total;
-/// # Ok(())
-/// # }
-/// ```
-#[track_caller]
-pub fn debug_print(format: &str, x: &Tensor) -> Result<()> {
-    let op = quabla_ir::Op::DebugPrint {
-        format: format.to_string(),
-        per_example: false,
-    };
-    crate::dispatch::apply(vec![Operand::from(x)], move |b, x| b.push(op, &[x[0]]))?;
-    Ok(())
 }

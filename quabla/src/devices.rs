@@ -12,6 +12,8 @@
 use crate::{Error, Result};
 use quabla_backend::registry::{Registry, ResolveError};
 use quabla_backend::Backend;
+
+pub use quabla_backend::Transfers;
 use std::sync::Arc;
 
 pub use quabla_backend::registry::{DeviceInfo, Origin};
@@ -75,6 +77,20 @@ pub(crate) fn backend_for(device: &str) -> Result<Arc<dyn Backend>> {
         },
         Err(ResolveError::NotFound { plugins, .. }) => Err(unavailable(target, device, &plugins)),
     }
+}
+
+/// The copies between the host and the memory of `device`'s backend since it was opened:
+/// uploads, downloads and their bytes. A backend whose memory is the host's (the CPU) moves
+/// nothing and reports zeros; a device counts every copy, so a loop that should keep its values
+/// resident (a `Trainer`'s steps) can be checked to move none.
+///
+/// ```
+/// let t = quabla::transfers("cpu")?;
+/// assert_eq!((t.uploads, t.downloads), (0, 0));
+/// # Ok::<(), quabla::Error>(())
+/// ```
+pub fn transfers(device: &str) -> Result<Transfers> {
+    Ok(backend_for(device)?.transfers())
 }
 
 /// Loads the backend plugin library at `path` into this process and returns its row of

@@ -1,57 +1,49 @@
 //! How an operation runs: it is recorded as a small graph with the checked builder of
-//! `quabla-ir` (which owns promotion, broadcasting and every type error) and executed on the
-//! CPU backend, resolved through the registry like every `jit` target (the same road: the
-//! backend is looked up once per process). The compiled plan of each distinct graph is
-//! cached per thread, so a repeated eager operation pays only for building its key graph and
-//! binding buffers.
+//! `quabla-ir` (which owns promotion, broadcasting and every type error), inlined into the
+//! innermost trace when an operand is a tracer, and otherwise run eagerly through
+//! [`crate::runtime::run_eager`], on the CPU backend resolved through the registry like every
+//! `jit` target (the same road, the same kernels, the same bits).
 //!
-//! Every operand, including a Rust `f64` (a weak rank-0 input), is a plan input, so the cache
-//! holds one entry per op and operand signature, not per value.
+//! Every operand, including a Rust `f64` (a weak rank-0 input), is a plan input, so the eager
+//! cache holds one entry per op and operand signature, not per value. [`apply`] is the road of
+//! one-result operations and [`apply_many`] of operations with several results (a
+//! factorization's outputs, computed by one kernel run).
+//!
+//! It must not keep a cache of its own (the runtime's is the one eager cache).
 
 use crate::error::{Error, Result};
 use crate::operand::Operand;
-use crate::staging::with_host_refs;
 use crate::tensor::Tensor;
 use crate::trace;
-use quabla_backend::{Backend, Executable};
-use quabla_ir::{DType, Graph, GraphBuilder, HostData, NodeId, Plan, Shape};
-use std::cell::RefCell;
-use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use quabla_ir::{DType, GraphBuilder, HostData, NodeId, Shape};
 
-/// How many compiled eager plans each thread keeps before starting over.
-const EAGER_CACHE_CAPACITY: usize = 4096;
-
-thread_local! {
-    static EAGER_CACHE: RefCell<HashMap<Graph, Arc<dyn Executable>>> = RefCell::new(HashMap::new());
-}
-
-/// The backend eager operations run on: the registry's `cpu`, which is always available.
-#[track_caller]
-fn eager_backend() -> Result<&'static Arc<dyn Backend>> {
-    static CPU: OnceLock<Arc<dyn Backend>> = OnceLock::new();
-    if let Some(backend) = CPU.get() {
-        return Ok(backend);
+/// Resolves operands to tensors; a Rust `f64` becomes a weak float64 scalar. Returns the
+/// tensors and whether any is a tracer; the first error among them is returned instead.
+fn resolve(operands: Vec<Operand>) -> Result<(Vec<Tensor>, bool)> {
+    let mut tensors = Vec::with_capacity(operands.len());
+    let mut traced = false;
+    for operand in operands {
+        match operand {
+            Operand::Tensor(t) => {
+                traced |= t.is_traced();
+                tensors.push(t);
+            }
+            Operand::Scalar(v) => tensors.push(Tensor::weak_scalar(v)),
+            Operand::Error(e) => return Err(e),
+        }
     }
-    let backend = crate::devices::backend_for("cpu")?;
-    Ok(CPU.get_or_init(|| backend))
+    Ok((tensors, traced))
 }
 
-/// Resolves operands to tensors; a Rust `f64` becomes a weak float64 scalar.
-#[track_caller]
-fn resolve(operands: Vec<Operand>) -> Result<Vec<Tensor>> {
-    operands
-        .into_iter()
-        .map(|o| match o {
-            Operand::Tensor(t) => Ok(t),
-            Operand::Scalar(v) => Ok(Tensor::from_parts(
-                Shape::scalar(),
-                HostData::F64([v].into()),
-                true,
-            )),
-            Operand::Error(e) => Err(e),
-        })
-        .collect()
+/// A builder with one input per tensor (`arg0`, `arg1`, ...), and those inputs.
+fn builder_over(tensors: &[Tensor]) -> (GraphBuilder, Vec<NodeId>) {
+    let mut b = GraphBuilder::new();
+    let inputs = tensors
+        .iter()
+        .enumerate()
+        .map(|(i, t)| b.input(format!("arg{i}"), t.ir_type()))
+        .collect();
+    (b, inputs)
 }
 
 /// Applies one operation built by `build` to `operands` and returns its single result: recorded
@@ -73,49 +65,38 @@ pub(crate) fn apply(
     if traced {
         return trace::record(operands, build);
     }
-    let tensors = resolve(operands)?;
-    let mut b = GraphBuilder::new();
-    let inputs: Vec<NodeId> = tensors
-        .iter()
-        .enumerate()
-        .map(|(i, t)| b.input(format!("arg{i}"), t.ir_type()))
-        .collect();
+    let (tensors, _) = resolve(operands)?;
+    let (mut b, inputs) = builder_over(&tensors);
     let out = build(&mut b, &inputs)?;
     if let Some(i) = inputs.iter().position(|&n| n == out) {
         return Ok(tensors[i].clone());
     }
-    let weak = b.ty(out).weak;
-    let checked_op = crate::debug::nans_checked().then(|| b.node(out).op.name());
+    let op = b.node(out).op.name();
     let graph = b.finish(vec![out])?;
-    let exe = compiled(graph)?;
-    let mut outs = Vec::with_capacity(1);
-    with_host_refs(tensors.iter().map(Tensor::host), |host| {
-        Ok(exe.run_borrowed(host, &mut outs)?)
-    })?;
-    let result = outs.pop().ok_or_else(|| Error::Internal {
+    let mut results =
+        crate::runtime::run_eager(graph, &tensors, op, std::panic::Location::caller())?;
+    results.pop().ok_or_else(|| Error::Internal {
         message: "a plan returned no output".into(),
-    })?;
-    let result = Tensor::from_host(result, weak);
-    if let Some(op) = checked_op {
-        crate::debug::check_eager(op, &tensors, &result, std::panic::Location::caller())?;
-    }
-    Ok(result)
+    })
 }
 
+/// Applies the graph `build` makes of `operands` and returns its results (in order): inlined
+/// into the innermost trace when an operand is traced, else run eagerly as one plan, so the CPU
+/// backend computes one factorization for all of its outputs.
 #[track_caller]
-fn compiled(graph: Graph) -> Result<Arc<dyn Executable>> {
-    if let Some(exe) = EAGER_CACHE.with(|c| c.borrow().get(&graph).cloned()) {
-        return Ok(exe);
+pub(crate) fn apply_many(
+    operands: Vec<Operand>,
+    build: impl FnOnce(&mut GraphBuilder, &[NodeId]) -> quabla_ir::Result<Vec<NodeId>>,
+) -> Result<Vec<Tensor>> {
+    let (tensors, traced) = resolve(operands)?;
+    let (mut b, inputs) = builder_over(&tensors);
+    let outs = build(&mut b, &inputs)?;
+    let op = outs.first().map_or("operation", |&o| b.node(o).op.name());
+    let graph = b.finish(outs)?;
+    if traced {
+        return trace::inline(&graph, tensors.into_iter().map(Operand::Tensor).collect());
     }
-    let exe = eager_backend()?.compile(&Plan::compile(&graph))?;
-    EAGER_CACHE.with(|c| {
-        let mut c = c.borrow_mut();
-        if c.len() >= EAGER_CACHE_CAPACITY {
-            c.clear();
-        }
-        c.insert(graph, exe.clone());
-    });
-    Ok(exe)
+    crate::runtime::run_eager(graph, &tensors, op, std::panic::Location::caller())
 }
 
 /// A constant tensor filled with one value, built on the host.

@@ -4,6 +4,7 @@
 
 use quabla_backend::BackendError;
 use quabla_ir::{DType, IrError};
+use std::fmt;
 use thiserror::Error;
 
 /// `Result<T, quabla::Error>`.
@@ -141,10 +142,15 @@ pub enum Error {
     /// A failure inside a backend.
     #[error("{device}: {message}")]
     Device { device: String, message: String },
+    /// A tensor or buffer used after it was donated to a run (`donate_argnums`), whose storage
+    /// that run may have reused, or after it was freed (Python `RuntimeError`, as JAX raises for
+    /// a deleted array).
+    #[error("{message}")]
+    Deleted { message: String },
     /// A warning escalated by [`crate::warnings::Action::Error`] (boxed: a retrace warning
     /// carries four signatures, and every `Result` of the facade would pay for them).
     #[error("{0}")]
-    Warning(Box<crate::warnings::Warning>),
+    Warning(Box<Warning>),
     /// An error of the caller's own code inside a transformed function (a loss that checks its
     /// data, a callback that reads a file), carried out of every transform unchanged. Build it
     /// with [`Error::user`], or with `?` on a `Box<dyn std::error::Error + Send + Sync>`; the
@@ -226,6 +232,7 @@ impl From<BackendError> for Error {
             BackendError::OutOfMemory { bytes, what } => Error::OutOfMemory { bytes, what },
             BackendError::Cancelled => Error::Cancelled,
             BackendError::NonFinite { message } => Error::NonFinite { message },
+            BackendError::InvalidBuffer { message } => Error::Deleted { message },
             other => Error::Internal {
                 message: other.to_string(),
             },
@@ -397,5 +404,66 @@ mod tests {
         );
         assert_eq!(scientific(123456.0), "1.235e+05");
         assert_eq!(scientific(0.0), "0.000e+00");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Warnings: the values (their policy and handler are `crate::warnings`)
+
+/// A warning.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Warning {
+    /// WR1: a trace cache evicted its least recently used entry.
+    Retrace {
+        transform: &'static str,
+        function: String,
+        max_traces: usize,
+        evicted: String,
+        new: String,
+        changed: String,
+    },
+    /// WR2: a float64 program runs as float32 on a device.
+    Float64AsFloat32 { backend: String },
+}
+
+/// The kinds of warning a policy is set for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WarningKind {
+    Retrace,
+    Float64AsFloat32,
+}
+
+impl Warning {
+    pub fn kind(&self) -> WarningKind {
+        match self {
+            Warning::Retrace { .. } => WarningKind::Retrace,
+            Warning::Float64AsFloat32 { .. } => WarningKind::Float64AsFloat32,
+        }
+    }
+}
+
+/// The fixed advice line of WR1 (transforms.md §2.2).
+pub const RETRACE_ADVICE: &str =
+    "to stop retracing, pass changing scalars as quabla.array(value, dtype=...) or raise max_traces";
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Warning::Retrace {
+                transform,
+                function,
+                max_traces,
+                evicted,
+                new,
+                changed,
+            } => write!(
+                f,
+                "{transform}({function}) exceeded max_traces={max_traces}; evicted the least recently used trace:\n  {evicted}\nnew signature:\n  {new}\nchanged: {changed}\n{RETRACE_ADVICE}"
+            ),
+            Warning::Float64AsFloat32 { backend } => {
+                write!(f, "{backend} runs float64 programs in float32")
+            }
+        }
     }
 }

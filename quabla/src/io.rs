@@ -88,7 +88,8 @@ impl<R: Read> LoadSource for &mut R {
 /// # Ok::<(), qb::Error>(())
 /// ```
 pub fn save<T: Tree>(target: impl SaveTarget, tree: &T) -> Result<()> {
-    let node = to_node(&tree.to_value())?;
+    // `try_to_value` bounds the depth before anything below recurses over the tree.
+    let node = to_node(&tree.try_to_value()?)?;
     target.save_node(&node)
 }
 
@@ -119,13 +120,7 @@ fn to_node(value: &Value) -> Result<Node> {
         Value::List(items) => Node::List(items.iter().map(to_node).collect::<Result<_>>()?),
         Value::Tuple(items) => Node::Tuple(items.iter().map(to_node).collect::<Result<_>>()?),
         Value::Dict(entries) => {
-            let all_str = entries.iter().all(|(k, _)| matches!(k, DictKey::Str(_)));
-            let all_int = entries.iter().all(|(k, _)| matches!(k, DictKey::Int(_)));
-            if !all_str && !all_int {
-                return Err(Error::Type {
-                    message: "dict keys in a pytree must all be str or all be int".into(),
-                });
-            }
+            // `try_to_value` refused mixed key kinds already.
             Node::Dict(
                 entries
                     .iter()
@@ -139,14 +134,14 @@ fn to_node(value: &Value) -> Result<Node> {
                 entries.push((Key::from(*field), to_node(v)?));
             }
             for (field, b) in meta {
-                let v = b.saved_value().ok_or_else(|| {
+                let v = b.saved_value()?.ok_or_else(|| {
                     unsupported(&format!("the static field {field} of {name} ({b:?})"))
                 })?;
                 entries.push((Key::from(*field), to_node(&v)?));
             }
             Node::Dict(entries)
         }
-        Value::Static(b) => match b.saved_value() {
+        Value::Static(b) => match b.saved_value()? {
             Some(v) => to_node(&v)?,
             None => return Err(unsupported(&format!("the static value {b:?}"))),
         },

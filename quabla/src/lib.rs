@@ -32,6 +32,7 @@ mod dispatch;
 mod error;
 mod io;
 pub mod linalg;
+mod liveness;
 pub mod ode;
 mod operand;
 mod operators;
@@ -40,6 +41,7 @@ pub mod optim;
 mod print;
 mod program;
 pub mod random;
+mod runtime;
 mod staging;
 mod tensor;
 pub mod testing;
@@ -56,8 +58,8 @@ pub use creation::{
     arange, arange_from, array, asarray, eye, eye_rect, full, full_like, linspace, ones, ones_like,
     zeros, zeros_like, ArrayLike, DTypeExt, FillValue,
 };
-pub use debug::{debug_nans, debug_print, hide_source_dir};
-pub use devices::{devices, load_plugin, DeviceInfo, Origin};
+pub use debug::{debug_nans, hide_source_dir};
+pub use devices::{devices, load_plugin, transfers, DeviceInfo, Origin, Transfers};
 pub use error::{Error, Result, TracerErrorKind};
 pub use io::{load, load_as, save, LoadSource, SaveTarget};
 pub use linalg::{cholesky, newton, solve};
@@ -67,6 +69,7 @@ pub use operand::Operand;
 pub use ops::calculus::*;
 pub use ops::compare::*;
 pub use ops::composite::*;
+pub use ops::effects::*;
 pub use ops::elementwise::*;
 pub use ops::index::*;
 pub use ops::layout::*;
@@ -86,7 +89,7 @@ pub use transforms::custom::{
     CustomJvpNondiff, CustomVjp, CustomVjpFn, CustomVjpNondiff,
 };
 pub use transforms::grad::{grad, value_and_grad, Grad};
-pub use transforms::jacobian::{hessian, jacobian, Hessian, Jacobian};
+pub use transforms::jacobian::{hessian, jacfwd, jacobian, jacrev, Hessian, Jacobian};
 pub use transforms::jit::{jit, Compiled, Jit, Lowered};
 pub use transforms::jvp::{jvp, jvp_fn, Jvp};
 pub use transforms::vjp::{vjp, vjp_fn, Vjp, VjpAux, VjpFn};

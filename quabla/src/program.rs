@@ -7,11 +7,11 @@
 //! target exactly as `jit(f).device(..)` does); this module builds or rewrites no graph.
 
 use crate::error::{Error, Result};
+use crate::runtime::Runnable;
 use crate::tensor::Tensor;
 use quabla_backend::HostTensor;
 use quabla_ir::{Plan, TensorType};
 use std::fmt;
-use std::sync::Arc;
 
 /// A frozen plan with named inputs (pytree paths, in plan order) and ordered outputs, from
 /// [`crate::Lowered::program`].
@@ -103,7 +103,12 @@ impl CompileProgram<'_> {
             None => self.target.clone(),
         };
         let backend = crate::devices::backend_for(&device)?;
-        let exe = backend.compile(&self.program.plan)?;
+        let runnable = Runnable::compile(
+            backend,
+            &self.program.plan,
+            quabla_backend::Precision::Reference,
+            false,
+        )?;
         let inputs = self
             .program
             .plan
@@ -114,7 +119,7 @@ impl CompileProgram<'_> {
         Ok(Executable {
             device,
             inputs,
-            exe,
+            runnable,
         })
     }
 }
@@ -123,7 +128,7 @@ impl CompileProgram<'_> {
 pub struct Executable {
     device: String,
     inputs: Vec<(String, TensorType)>,
-    exe: Arc<dyn quabla_backend::Executable>,
+    runnable: Runnable,
 }
 
 impl fmt::Debug for Executable {
@@ -197,11 +202,10 @@ impl Executable {
                 b.ok_or_else(|| Error::invalid(format!("input {name:?} is missing")))
             })
             .collect::<Result<_>>()?;
-        let outputs = self.exe.run(&host)?;
-        Ok(outputs
-            .into_iter()
-            .map(|h| Tensor::from_parts(h.shape, h.data, false))
-            .collect())
+        let refs: Vec<&HostTensor> = host.iter().collect();
+        let mut outputs = Vec::with_capacity(self.runnable.outputs());
+        self.runnable.run(&refs, &mut outputs)?;
+        Ok(self.runnable.tensors(outputs))
     }
 
     /// The input names, in plan order.

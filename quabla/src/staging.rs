@@ -24,11 +24,12 @@
 
 use crate::error::{Error, Result};
 use crate::operand::Operand;
+use crate::runtime::{with_host_refs, Runnable};
 use crate::tensor::Tensor;
 use crate::trace::{self, InputLeaf, OutSlot, TracedFunction};
 use crate::tree::{self, Leaf, Tree, TreeDef};
 use crate::warnings::{self, Warning};
-use quabla_backend::{Executable, HostTensor};
+use quabla_backend::HostTensor;
 use quabla_ir::{DType, HostData, Plan, Shape, TensorType};
 use std::cell::RefCell;
 use std::fmt;
@@ -623,6 +624,8 @@ impl Prepared {
         arg_names: &[String],
         abstract_ok: bool,
     ) -> Result<Prepared> {
+        // A part of the arguments with no pytree form (too deep, ...) is refused first.
+        def.check()?;
         let mut inputs = Vec::with_capacity(leaves.len());
         let mut operands = Vec::new();
         let mut wrt_inputs = Vec::new();
@@ -658,7 +661,7 @@ impl Prepared {
                         DType::F64,
                         Shape::scalar(),
                     )));
-                    operands.push(crate::creation::array(*v)?);
+                    operands.push(Tensor::scalar_f64(*v));
                     wrt_inputs.push(true);
                     leaf_wrt.push(true);
                 }
@@ -679,8 +682,10 @@ impl Prepared {
                 }
             }
         }
+        let names = def.leaf_names(arg_names);
+        tree::check_distinct_names(&names, |k| matches!(inputs[k], InputLeaf::Array(_)))?;
         Ok(Prepared {
-            names: def.leaf_names(arg_names),
+            names,
             def: def.clone(),
             inputs,
             operands,
@@ -748,16 +753,14 @@ impl Prepared {
 // ---------------------------------------------------------------------------------------------
 // Compiled traces
 
-/// A compiled trace: the plan, its executable, and how results are rebuilt.
+/// A compiled trace: the plan, the [`Runnable`] it compiled to, and how results are rebuilt.
 pub(crate) struct Entry {
     hash: u64,
     pub signature: Signature,
     pub plan: Plan,
-    exe: Arc<dyn Executable>,
+    runnable: Runnable,
     pub out_def: TreeDef,
     pub out_slots: Vec<OutSlot>,
-    /// The weak flag of each plan output.
-    out_weak: Vec<bool>,
     /// Whether the result's leaves are exactly the plan outputs in order (no static leaves,
     /// none repeated), so the result is rebuilt straight from the outputs.
     outputs_in_order: bool,
@@ -766,7 +769,19 @@ pub(crate) struct Entry {
 impl Entry {
     /// How the backend runs the compiled plan ([`quabla_backend::Executable::report`]).
     pub(crate) fn report(&self) -> String {
-        self.exe.report()
+        self.runnable.report()
+    }
+
+    /// The compiled plan, for callers that run it themselves on flat inputs (VJP pullbacks,
+    /// L-BFGS, the `Trainer`).
+    pub(crate) fn runnable(&self) -> &Runnable {
+        &self.runnable
+    }
+
+    /// Whether the result's leaves are the plan's outputs in order (no static leaf), so a
+    /// caller that runs the plan itself can read the result from the outputs directly.
+    pub(crate) fn outputs_in_order(&self) -> bool {
+        self.outputs_in_order
     }
 
     /// Compiles a traced (and possibly transformed) graph for the signature's device.
@@ -782,15 +797,10 @@ impl Entry {
             _ => quabla_backend::Precision::Reference,
         };
         let backend = crate::devices::backend_for(&signature.device)?;
-        let exe = if signature.check_nans {
-            backend.compile_checking_nans(&plan, precision)?
-        } else {
-            backend.compile_with(&plan, precision)?
-        };
-        let out_weak: Vec<bool> = plan.output_types().iter().map(|ty| ty.weak).collect();
+        let runnable = Runnable::compile(backend, &plan, precision, signature.check_nans)?;
         let out_slots = staged.out_slots;
         let out_def = staged.out_def;
-        let outputs_in_order = out_slots.len() == out_weak.len()
+        let outputs_in_order = out_slots.len() == runnable.outputs()
             && out_def.num_leaves() == out_slots.len()
             && out_slots
                 .iter()
@@ -800,67 +810,11 @@ impl Entry {
             hash: signature_hash(&signature),
             signature,
             plan,
-            exe,
+            runnable,
             out_def,
             out_slots,
-            out_weak,
             outputs_in_order,
         })
-    }
-
-    /// Runs the plan on concrete inputs (in plan input order) and returns its outputs.
-    pub(crate) fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        let mut outs = Vec::with_capacity(self.out_weak.len());
-        with_host_refs(inputs.iter().map(Tensor::host), |host| {
-            Ok(self.exe.run_borrowed(host, &mut outs)?)
-        })?;
-        Ok(outs
-            .into_iter()
-            .zip(&self.out_weak)
-            .map(|(h, &weak)| Tensor::from_host(h, weak))
-            .collect())
-    }
-
-    /// Runs the plan on host buffers (in plan input order) and appends its outputs to
-    /// `outputs` in plan order, for a caller that keeps its inputs as host buffers and rewrites
-    /// them in place between runs (the L-BFGS evaluations). `false`, and nothing run, when the
-    /// result's leaves are not the plan's outputs in order (a result with static leaves),
-    /// which such a caller must handle through [`Entry::run_leaves`] or reject.
-    pub(crate) fn run_host(
-        &self,
-        inputs: &[&HostTensor],
-        outputs: &mut Vec<HostTensor>,
-    ) -> Result<bool> {
-        if !self.outputs_in_order {
-            return Ok(false);
-        }
-        self.exe.run_borrowed(inputs, outputs)?;
-        Ok(true)
-    }
-
-    /// Runs the plan on concrete inputs (in plan input order) and returns the result's leaves
-    /// in flatten order, static leaves included, without building the result tree: what a
-    /// caller that keeps a plan's state as flat buffers between runs (the optimizer's
-    /// `Trainer`) needs.
-    pub(crate) fn run_leaves(&self, inputs: &[Tensor]) -> Result<Vec<Leaf>> {
-        let outs = self.run(inputs)?;
-        if self.outputs_in_order {
-            return Ok(outs.into_iter().map(Leaf::Tensor).collect());
-        }
-        self.out_slots
-            .iter()
-            .map(|slot| match slot {
-                OutSlot::Plan(i) => {
-                    outs.get(*i)
-                        .cloned()
-                        .map(Leaf::Tensor)
-                        .ok_or_else(|| Error::Internal {
-                            message: format!("plan output {i} is missing"),
-                        })
-                }
-                OutSlot::Static(l) => Ok(l.clone()),
-            })
-            .collect()
     }
 
     /// Runs the plan on a call's leaves and rebuilds the result tree. The plan's inputs are
@@ -900,7 +854,7 @@ impl Entry {
                 }
             })
             .chain(extra.iter().map(Tensor::host));
-        let ran = with_host_refs(inputs, |host| Ok(self.exe.run_borrowed(host, outputs)?));
+        let ran = with_host_refs(inputs, |host| self.runnable.run(host, outputs));
         if let Err(e) = ran {
             outputs.clear();
             return Err(e);
@@ -908,51 +862,67 @@ impl Entry {
         self.rebuild(outputs)
     }
 
+    /// Runs the plan on a `jit` call's leaves (every tensor leaf a plan input, in order),
+    /// donating the tensor leaves flagged in `donated` that nobody else holds: their storage is
+    /// given to the run, which may reuse it for outputs (on the CPU, for the outputs of the
+    /// next call). A flagged leaf that is shared is lent, never written. The leaves are
+    /// consumed; `outputs` is left empty.
+    pub(crate) fn call_donating<R: Tree>(
+        &self,
+        leaves: &mut Vec<Leaf>,
+        donated: &[bool],
+        outputs: &mut Vec<HostTensor>,
+    ) -> Result<R> {
+        let backend = self.runnable.backend().clone();
+        let mut buffers = Vec::with_capacity(leaves.len());
+        for (leaf, &donate) in leaves.drain(..).zip(donated) {
+            let Leaf::Tensor(t) = leaf else { continue };
+            let (host, donate) = match t.into_host() {
+                Ok(host) => (host, donate),
+                Err(shared) => (shared.host()?.clone(), false),
+            };
+            let memory = backend.upload(&host)?;
+            let buffer = quabla_backend::Buffer::new(
+                backend.name(),
+                host.dtype(),
+                host.shape.clone(),
+                memory,
+            );
+            drop(host);
+            buffers.push((buffer, donate));
+        }
+        let args = buffers
+            .iter()
+            .map(|(b, donate)| {
+                if *donate {
+                    quabla_backend::BufferArg::Donated(b.clone())
+                } else {
+                    quabla_backend::BufferArg::Lent(b)
+                }
+            })
+            .collect();
+        let outs = self.runnable.run_buffers(args)?;
+        drop(buffers);
+        for b in &outs {
+            outputs.push(backend.download(&b.memory()?)?);
+        }
+        self.rebuild(outputs)
+    }
+
     /// The result tree from the plan outputs in `outputs`, which is left empty.
-    fn rebuild<R: Tree>(&self, outputs: &mut Vec<HostTensor>) -> Result<R> {
-        if self.outputs_in_order && outputs.len() == self.out_weak.len() {
+    pub(crate) fn rebuild<R: Tree>(&self, outputs: &mut Vec<HostTensor>) -> Result<R> {
+        if self.outputs_in_order && outputs.len() == self.runnable.outputs() {
+            let runnable = &self.runnable;
             let mut results = outputs
                 .drain(..)
-                .zip(&self.out_weak)
-                .map(|(h, &weak)| Leaf::Tensor(Tensor::from_host(h, weak)));
+                .enumerate()
+                .map(|(i, h)| Leaf::Tensor(Tensor::from_host(h, runnable.weak(i))));
             // The structure holds exactly one leaf per output (checked at compile).
             return R::unflatten(&self.out_def, &mut results);
         }
-        let outs = outputs
-            .drain(..)
-            .zip(&self.out_weak)
-            .map(|(h, &weak)| Tensor::from_host(h, weak))
-            .collect();
+        let outs = self.runnable.tensors(std::mem::take(outputs));
         rebuild(&self.out_def, &self.out_slots, outs)
     }
-}
-
-/// Calls `f` with the host buffers of `buffers` (TR2 for a tracer), lent by reference from a
-/// stack array for the usual argument counts.
-pub(crate) fn with_host_refs<'t, T>(
-    mut buffers: impl Iterator<Item = Result<&'t HostTensor>>,
-    f: impl FnOnce(&[&HostTensor]) -> Result<T>,
-) -> Result<T> {
-    const INLINE: usize = 8;
-    let Some(first) = buffers.next() else {
-        return f(&[]);
-    };
-    // Unused positions hold the first buffer; only the filled prefix is passed on.
-    let mut inline = [first?; INLINE];
-    let mut n = 1;
-    while let Some(buffer) = buffers.next() {
-        if n == INLINE {
-            let mut heap = inline.to_vec();
-            heap.push(buffer?);
-            for buffer in buffers {
-                heap.push(buffer?);
-            }
-            return f(&heap);
-        }
-        inline[n] = buffer?;
-        n += 1;
-    }
-    f(&inline[..n])
 }
 
 /// Rebuilds a result tree from plan outputs and static output leaves.
@@ -1073,7 +1043,7 @@ impl TraceCache {
         build: impl FnOnce(Signature) -> Result<Entry>,
     ) -> Result<Arc<Entry>> {
         let hash = signature_hash(&signature);
-        {
+        let evicted = {
             let mut cache = self.entries.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(pos) = cache
                 .iter()
@@ -1083,23 +1053,34 @@ impl TraceCache {
                 cache.push(hit.clone());
                 return Ok(hit);
             }
-            if cache.len() >= owner.max_traces {
-                let evicted = cache.remove(0);
-                warnings::warn(Warning::Retrace {
-                    transform: owner.transform,
-                    function: owner.function.to_string(),
-                    max_traces: owner.max_traces,
-                    evicted: evicted.signature.to_string(),
-                    new: signature.to_string(),
-                    changed: evicted.signature.difference(&signature, owner.arg_names),
-                })?;
-            }
+            (cache.len() >= owner.max_traces).then(|| cache.remove(0))
+        };
+        // The warning runs the user's handler, which may call this very function: never with
+        // the cache locked.
+        if let Some(evicted) = evicted {
+            warnings::warn(Warning::Retrace {
+                transform: owner.transform,
+                function: owner.function.to_string(),
+                max_traces: owner.max_traces,
+                evicted: evicted.signature.to_string(),
+                new: signature.to_string(),
+                changed: evicted.signature.difference(&signature, owner.arg_names),
+            })?;
         }
         let entry = Arc::new(build(signature)?);
-        self.entries
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(entry.clone());
+        let mut cache = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        // A call made meanwhile (by the handler, or another thread) may have built the same
+        // signature: keep one entry per signature, within the capacity.
+        if let Some(pos) = cache
+            .iter()
+            .rposition(|e| e.hash == entry.hash && e.signature == entry.signature)
+        {
+            cache.remove(pos);
+        }
+        while cache.len() >= owner.max_traces.max(1) {
+            cache.remove(0);
+        }
+        cache.push(entry.clone());
         Ok(entry)
     }
 
@@ -1142,7 +1123,7 @@ pub(crate) fn input_tensors(def: &TreeDef, leaves: &[Leaf], wrt: Wrt<'_>) -> Res
         .zip(wrt.leaf_flags(def))
         .filter_map(|(leaf, promoted)| match leaf {
             Leaf::Tensor(t) => Some(Ok(t.clone())),
-            Leaf::F64(v) if promoted => Some(crate::creation::array(*v)),
+            Leaf::F64(v) if promoted => Some(Ok(Tensor::scalar_f64(*v))),
             _ => None,
         })
         .collect()

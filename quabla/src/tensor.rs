@@ -47,6 +47,20 @@ impl Drop for Concrete {
     }
 }
 
+/// TR5: a tracer whose trace is not running on this thread, because it ended or because it
+/// runs on another thread (trace ids are unique across the process, so both look the same
+/// from here).
+pub(crate) fn leaked(t: &Tracer) -> Error {
+    Error::Tracer {
+        kind: TracerErrorKind::Leaked,
+        message: format!(
+            "{} was used after its trace ended (or on a thread other than the one tracing it); \
+             do not store tracers outside the traced function or hand them to other threads",
+            format_tracer(t.node.0, t.ty.shape.dims(), t.ty.dtype)
+        ),
+    }
+}
+
 /// A node of a live trace. `trace` identifies the trace, so a tracer used after its trace
 /// ended is detected (errors.md TR5).
 #[derive(Debug, Clone)]
@@ -59,6 +73,23 @@ pub(crate) struct Tracer {
 impl Tensor {
     pub(crate) fn from_parts(shape: Shape, data: HostData, weak: bool) -> Tensor {
         Tensor::from_host(HostTensor { shape, data }, weak)
+    }
+
+    /// A rank-0 float64 tensor of `value` that is weak (it adopts the dtype of the array it
+    /// meets): the form of every Rust `f64` operand.
+    pub(crate) fn weak_scalar(value: f64) -> Tensor {
+        Tensor::from_parts(Shape::scalar(), HostData::F64([value].into()), true)
+    }
+
+    /// A rank-0 float64 tensor of `value`, not weak (what `qb::array(value)` makes of an
+    /// `f64`).
+    pub(crate) fn scalar_f64(value: f64) -> Tensor {
+        Tensor::from_parts(Shape::scalar(), HostData::F64([value].into()), false)
+    }
+
+    /// A rank-0 bool tensor of `value`.
+    pub(crate) fn scalar_bool(value: bool) -> Tensor {
+        Tensor::from_parts(Shape::scalar(), HostData::Bool([value].into()), false)
     }
 
     pub(crate) fn traced(tracer: Tracer) -> Tensor {
@@ -88,7 +119,7 @@ impl Tensor {
             Repr::Concrete(c) => Ok(c),
             // A tracer whose trace has ended is a leak (TR5), not a value unknown while
             // tracing: say so instead of giving tracing advice.
-            Repr::Traced(t) if !crate::trace::is_live(t) => Err(crate::trace::leaked(t)),
+            Repr::Traced(t) if !crate::liveness::is_live(t.trace) => Err(leaked(t)),
             Repr::Traced(t) => Err(Error::Tracer {
                 kind: TracerErrorKind::Concretization,
                 message: format!(
@@ -103,6 +134,24 @@ impl Tensor {
     pub(crate) fn to_host(&self) -> Result<HostTensor> {
         let c = self.concrete("to_host")?;
         Ok(c.host.clone())
+    }
+
+    /// The host buffers of a concrete tensor that nobody else holds, taken out of it (for a run
+    /// it is donated to); the tensor itself back when it is shared or a tracer.
+    pub(crate) fn into_host(self) -> std::result::Result<HostTensor, Tensor> {
+        match Arc::try_unwrap(self.inner) {
+            Ok(Repr::Concrete(mut c)) => {
+                let empty = HostTensor {
+                    shape: Shape::scalar(),
+                    data: HostData::F64(Arc::from([])),
+                };
+                Ok(std::mem::replace(&mut c.host, empty))
+            }
+            Ok(traced @ Repr::Traced(_)) => Err(Tensor {
+                inner: Arc::new(traced),
+            }),
+            Err(inner) => Err(Tensor { inner }),
+        }
     }
 
     /// The host buffers of a concrete tensor, borrowed (TR2 for a tracer, like `to_host`).
@@ -139,47 +188,6 @@ impl Tensor {
     /// The id of a tracer's IR node in its trace (`None` for concrete tensors).
     pub fn node_id(&self) -> Option<u32> {
         self.tracer().map(|t| t.node.0)
-    }
-
-    /// The values as nested lists with the tensor's rank (Python's `tolist`): a rank-0 tensor
-    /// is a scalar value, a rank-1 tensor a list of scalars, and so on. Floats come back as
-    /// `Value::Float` (float32 values widened exactly), bools as `Value::Bool`. TR2 for a
-    /// tracer.
-    ///
-    /// ```
-    /// use quabla as qb;
-    /// use qb::tree::Value;
-    /// let v = qb::array([[1.0, 2.0], [3.0, 4.0]])?.to_nested()?;
-    /// let Value::List(rows) = &v else { unreachable!() };
-    /// assert_eq!(rows.len(), 2);
-    /// assert!(matches!(&rows[1], Value::List(r) if matches!(r[0], Value::Float(x) if x == 3.0)));
-    /// # Ok::<(), qb::Error>(())
-    /// ```
-    pub fn to_nested(&self) -> Result<crate::tree::Value> {
-        use crate::tree::Value;
-        let host = self.host_for("to_nested")?;
-        let scalar = |i: usize| match &host.data {
-            HostData::Bool(v) => Value::Bool(v[i]),
-            other => Value::Float(other.get_f64(i)),
-        };
-        fn nest(
-            dims: &[usize],
-            offset: usize,
-            scalar: &dyn Fn(usize) -> crate::tree::Value,
-        ) -> crate::tree::Value {
-            match dims.split_first() {
-                None => scalar(offset),
-                Some((&n, rest)) => {
-                    let stride: usize = rest.iter().product();
-                    crate::tree::Value::List(
-                        (0..n)
-                            .map(|i| nest(rest, offset + i * stride, scalar))
-                            .collect(),
-                    )
-                }
-            }
-        }
-        Ok(nest(host.shape.dims(), 0, &scalar))
     }
 
     /// Builds a float64 tensor (or bool, for `bool` data) from a shape and row-major data;

@@ -8,12 +8,12 @@
 //! [`trace_function`] runs a function on fresh tracers and returns its graph.
 
 use crate::error::{Error, Result, TracerErrorKind};
+use crate::liveness::LiveTrace;
 use crate::operand::Operand;
-use crate::print::format_tracer;
-use crate::tensor::{Tensor, Tracer};
+use crate::tensor::{leaked, Tensor, Tracer};
 use crate::tree::{Leaf, Tree, TreeDef};
 use quabla_ir::{Graph, GraphBuilder, NodeId, Op, TensorType};
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 struct Frame {
@@ -30,28 +30,11 @@ struct Frame {
 
 thread_local! {
     static FRAMES: RefCell<Vec<Frame>> = const { RefCell::new(Vec::new()) };
-    static NEXT_TRACE: Cell<u64> = const { Cell::new(1) };
 }
 
 /// Whether any trace is active on this thread.
 pub(crate) fn active() -> bool {
     FRAMES.with(|f| !f.borrow().is_empty())
-}
-
-/// Whether the trace `t` belongs to is still running on this thread.
-pub(crate) fn is_live(t: &Tracer) -> bool {
-    FRAMES.with(|f| f.borrow().iter().any(|frame| frame.id == t.trace))
-}
-
-/// TR5.
-pub(crate) fn leaked(t: &Tracer) -> Error {
-    Error::Tracer {
-        kind: TracerErrorKind::Leaked,
-        message: format!(
-            "{} was used after its trace ended; do not store tracers outside the traced function",
-            format_tracer(t.node.0, t.ty.shape.dims(), t.ty.dtype)
-        ),
-    }
 }
 
 /// TR3.
@@ -62,9 +45,33 @@ fn region_capture() -> Error {
     }
 }
 
-/// The innermost control-flow body being traced on this thread, if any (TF5 checks it).
+thread_local! {
+    /// The control-flow primitives whose bodies this thread runs eagerly, innermost last.
+    static EAGER_REGIONS: RefCell<Vec<&'static str>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The innermost control-flow body being traced, or run eagerly, on this thread, if any
+/// (TF5 checks it): an eager loop body refuses what its traced form refuses.
 pub(crate) fn enclosing_region() -> Option<&'static str> {
-    FRAMES.with(|f| f.borrow().iter().rev().find_map(|fr| fr.region))
+    FRAMES
+        .with(|f| f.borrow().iter().rev().find_map(|fr| fr.region))
+        .or_else(|| EAGER_REGIONS.with(|r| r.borrow().last().copied()))
+}
+
+/// Runs one eager execution of a body of `primitive` (a loop body or a `while_loop`
+/// condition run as plain Rust): inside it, [`enclosing_region`] names `primitive`, so that
+/// solvers and custom rules raise TF5 there exactly as in the traced body.
+pub(crate) fn eager_region_body<R>(primitive: &'static str, f: impl FnOnce() -> R) -> R {
+    /// Pops the marker when `f` returns or unwinds.
+    struct Pop;
+    impl Drop for Pop {
+        fn drop(&mut self) {
+            let _ = EAGER_REGIONS.try_with(|r| r.borrow_mut().pop());
+        }
+    }
+    EAGER_REGIONS.with(|r| r.borrow_mut().push(primitive));
+    let _pop = Pop;
+    f()
 }
 
 /// Resolves an operand into a node of the innermost frame.
@@ -236,11 +243,8 @@ pub(crate) fn trace_region_body(
     inputs: &[(String, TensorType)],
     f: impl FnOnce(Vec<Tensor>) -> Result<Vec<Tensor>>,
 ) -> Result<Graph> {
-    let id = NEXT_TRACE.with(|n| {
-        let id = n.get();
-        n.set(id + 1);
-        id
-    });
+    let live = LiveTrace::start();
+    let id = live.id();
     let mut builder = GraphBuilder::new();
     let mut params = Vec::with_capacity(inputs.len());
     for (name, ty) in inputs {
@@ -333,11 +337,8 @@ pub(crate) fn trace_function<A: Tree, R: Tree>(
     inputs: &[InputLeaf],
     names: &[String],
 ) -> Result<TracedFunction> {
-    let id = NEXT_TRACE.with(|n| {
-        let id = n.get();
-        n.set(id + 1);
-        id
-    });
+    let live = LiveTrace::start();
+    let id = live.id();
     let mut builder = GraphBuilder::new();
     let mut arg_leaves = Vec::with_capacity(inputs.len());
     for (i, leaf) in inputs.iter().enumerate() {
@@ -366,6 +367,11 @@ pub(crate) fn trace_function<A: Tree, R: Tree>(
     let args: A = in_def.unflatten(arg_leaves)?;
     let result = f(args)?;
     let (out_leaves, out_def) = crate::tree::flatten(&result);
+    if let Err(e) = out_def.check() {
+        // A result with no pytree form (e.g. nested too deep) is refused here.
+        crate::tree::dispose_refused(result, &out_def);
+        return Err(e);
+    }
     // Resolve output leaves into nodes of this frame (constants and captures included).
     let mut out_nodes = Vec::new();
     let mut out_slots = Vec::with_capacity(out_leaves.len());

@@ -7,10 +7,25 @@
 //! without leaves), `()`, and structs with `#[derive(Tree)]`. Leaves: tensors and scalars
 //! (`f64`, `bool`, integers). Static meta fields (`#[tree(static)]`) and [`Static`] values live
 //! in the structure, so they are part of every trace signature.
+//!
+//! # What a flatten cannot represent
+//!
+//! [`Tree::flatten`] cannot fail (api.md §13 fixes `flatten(&tree) -> (Vec<Leaf>, TreeDef)`), yet
+//! some values have no pytree form: containers nested more than [`MAX_DEPTH`] deep (every walk
+//! over a structure recurses, so an unbounded depth would overflow the stack), an unsigned
+//! integer beyond the signed 64-bit range of [`Leaf::Int`] (AR19), a [`Value::Dict`] mixing
+//! string and integer keys (TY8). Such a part is flattened into a *refusal*: a static entry of
+//! the structure that holds the error and has no leaves, and below which nothing is walked.
+//! Every fallible consumer raises the refusal's error where it meets it: unflattening into any
+//! type (through [`structure_mismatch`] or [`Value`]), [`map`], [`map_n`], transforms (which
+//! unflatten their arguments and results) and `save`. The infallible `flatten`, `leaves` and
+//! `structure` return the refusal inside the structure, printed as `<refused: ...>`.
 
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use quabla_ir::HostData;
 use std::any::Any;
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -77,6 +92,102 @@ impl Leaf {
     }
 }
 
+/// The deepest nesting of containers (lists, tuples, dicts, `#[derive(Tree)]` structs) a
+/// pytree may have: the depth limit of the file format (`quabla_io::MAX_DEPTH`), so every tree
+/// a transform accepts can be saved. Deeper parts flatten into a refusal (module docs) whose
+/// error is [`nesting_error`]; the Python package applies the same limit when it reads Python
+/// containers (docs/python.md, "Limits").
+pub const MAX_DEPTH: usize = quabla_io::MAX_DEPTH;
+
+/// The error of a tree nested more than [`MAX_DEPTH`] containers deep (`ValueError` in
+/// Python).
+pub fn nesting_error() -> Error {
+    Error::Structure {
+        message: format!(
+            "pytree nests containers more than {MAX_DEPTH} deep, the limit of every pytree \
+             walk and of the file format; keep long chains in arrays or in flat lists"
+        ),
+    }
+}
+
+/// The AR19 error of an integer leaf outside the signed 64-bit range (`save`, transforms).
+pub fn integer_range_error(value: impl fmt::Display) -> Error {
+    Error::invalid(format!(
+        "{value} is outside the signed 64-bit range of pytree and file integers"
+    ))
+}
+
+/// The TY8 error of a dict mixing string and integer keys.
+pub fn mixed_keys_error() -> Error {
+    Error::Type {
+        message: "dict keys in a pytree must all be str or all be int".into(),
+    }
+}
+
+/// A part of a value that has no pytree form, kept in the structure in its place (see the
+/// module documentation): the error to raise when the structure is used.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Refusal(RefusalError);
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum RefusalError {
+    /// Containers nested past [`MAX_DEPTH`] ([`nesting_error`]).
+    TooDeep,
+    /// TY8.
+    Type(String),
+    /// AR19.
+    Invalid(String),
+}
+
+impl Refusal {
+    fn error(&self) -> Error {
+        match &self.0 {
+            RefusalError::TooDeep => nesting_error(),
+            RefusalError::Type(m) => Error::Type { message: m.clone() },
+            RefusalError::Invalid(m) => Error::invalid(m.clone()),
+        }
+    }
+}
+
+impl fmt::Debug for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "<refused: {}>", self.error())
+    }
+}
+
+/// The structure standing for a part that has no pytree form (module docs): no leaves, and
+/// the refusal's error when anything fallible uses it.
+fn refused(error: RefusalError) -> TreeDef {
+    TreeDef::Static(StaticBox::new(Refusal(error)))
+}
+
+thread_local! {
+    /// How many containers enclose the part being flattened on this thread.
+    static FLATTEN_DEPTH: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Flattens one container level: `build` flattens the container's children (one level
+/// deeper). Past [`MAX_DEPTH`] the container is not walked and flattens into the refusal of
+/// [`nesting_error`]. Every container's `flatten` goes through here (derived impls too), so
+/// the recursion of a flatten is bounded whatever the value.
+#[doc(hidden)]
+pub fn flatten_container(build: impl FnOnce() -> TreeDef) -> TreeDef {
+    let depth = FLATTEN_DEPTH.with(Cell::get);
+    if depth >= MAX_DEPTH {
+        return refused(RefusalError::TooDeep);
+    }
+    /// Restores the depth when `build` returns or unwinds.
+    struct Restore(usize);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = FLATTEN_DEPTH.try_with(|d| d.set(self.0));
+        }
+    }
+    FLATTEN_DEPTH.with(|d| d.set(depth + 1));
+    let _restore = Restore(depth);
+    build()
+}
+
 /// A static (hashable) value carried in a tree structure: a `#[tree(static)]` field or a
 /// [`Static`] leaf. Compared by `==` and hashed by `Hash` of the concrete type.
 pub trait StaticValue: Any + fmt::Debug + Send + Sync {
@@ -137,27 +248,31 @@ impl StaticBox {
         None
     }
 
-    /// The value as a file can hold it (a string, an integer or a bool), if it is one.
-    pub(crate) fn saved_value(&self) -> Option<Value> {
+    /// The value as a file can hold it (a string, an integer or a bool); `None` for a value
+    /// of another type, AR19 for an integer outside the signed 64-bit range.
+    pub(crate) fn saved_value(&self) -> Result<Option<Value>> {
         if let Some(s) = self.get::<String>() {
-            return Some(Value::Str(s));
+            return Ok(Some(Value::Str(s)));
         }
         if let Some(b) = self.get::<bool>() {
-            return Some(Value::Bool(b));
+            return Ok(Some(Value::Bool(b)));
         }
         let any = self.0.as_any();
         macro_rules! int {
             ($($t:ty),*) => {$(
                 if let Some(v) = any.downcast_ref::<$t>() {
-                    return i64::try_from(*v).ok().map(Value::Int);
+                    return match i64::try_from(*v) {
+                        Ok(i) => Ok(Some(Value::Int(i))),
+                        Err(_) => Err(integer_range_error(v)),
+                    };
                 }
             )*};
         }
         int!(i64, i8, i16, i32, isize, u8, u16, u32, u64, usize, i128, u128);
         if let Some(s) = any.downcast_ref::<&'static str>() {
-            return Some(Value::Str((*s).to_string()));
+            return Ok(Some(Value::Str((*s).to_string())));
         }
-        None
+        Ok(None)
     }
 }
 
@@ -265,6 +380,46 @@ impl fmt::Display for PathEntry {
 }
 
 impl TreeDef {
+    /// This structure's refusal, when it is one (module docs).
+    fn as_refusal(&self) -> Option<&Refusal> {
+        match self {
+            TreeDef::Static(b) => b.0.as_any().downcast_ref::<Refusal>(),
+            _ => None,
+        }
+    }
+
+    /// The error of this structure when it is a refusal (module docs).
+    fn refusal_here(&self) -> Option<Error> {
+        self.as_refusal().map(Refusal::error)
+    }
+
+    /// Whether some part of this structure nests past [`MAX_DEPTH`].
+    fn nests_too_deep(&self) -> bool {
+        if let Some(r) = self.as_refusal() {
+            return r.0 == RefusalError::TooDeep;
+        }
+        match self {
+            TreeDef::Leaf | TreeDef::None | TreeDef::Static(_) => false,
+            TreeDef::Tuple(c) | TreeDef::List(c) => c.iter().any(TreeDef::nests_too_deep),
+            TreeDef::Dict(c) => c.iter().any(|(_, d)| d.nests_too_deep()),
+            TreeDef::Node { fields, .. } => fields.iter().any(|(_, d)| d.nests_too_deep()),
+        }
+    }
+
+    /// The error of the first refusal in this structure (module docs), in flatten order:
+    /// what a consumer raises before it uses the structure.
+    pub fn check(&self) -> Result<()> {
+        if let Some(e) = self.refusal_here() {
+            return Err(e);
+        }
+        match self {
+            TreeDef::Leaf | TreeDef::None | TreeDef::Static(_) => Ok(()),
+            TreeDef::Tuple(c) | TreeDef::List(c) => c.iter().try_for_each(TreeDef::check),
+            TreeDef::Dict(c) => c.iter().try_for_each(|(_, d)| d.check()),
+            TreeDef::Node { fields, .. } => fields.iter().try_for_each(|(_, d)| d.check()),
+        }
+    }
+
     /// Number of leaves.
     pub fn num_leaves(&self) -> usize {
         match self {
@@ -366,17 +521,21 @@ impl TreeDef {
     }
 
     /// The name of each leaf for plan inputs and messages: its path joined with `/`, rooted at
-    /// `arg_names[i]` (or `arg{i}`) for the `i`-th positional argument.
+    /// `arg_names[i]` (or `arg{i}`) for the `i`-th positional argument (transforms.md §15.2).
+    ///
+    /// Each part is escaped so that the join cannot collide: a `/` inside a key or name is
+    /// written `~1` and a `~` is written `~0` (as in a JSON pointer), so `{"a": [{"b": x}],
+    /// "a/0/b": y}` names its leaves `arg0/a/0/b` and `arg0/a~10~1b`. Within one structure
+    /// two leaves then always get different names; only the roots can repeat (duplicate
+    /// `arg_names`), which [`check_distinct_names`] refuses where names matter.
     pub fn leaf_names(&self, arg_names: &[String]) -> Vec<String> {
-        let root = |i: usize| {
-            arg_names
-                .get(i)
-                .cloned()
-                .unwrap_or_else(|| format!("arg{i}"))
+        let root = |i: usize| match arg_names.get(i) {
+            Some(name) => escape_name_part(name),
+            None => format!("arg{i}"),
         };
         let join = |root: String, rest: &[PathEntry]| {
             let mut parts = vec![root];
-            parts.extend(rest.iter().map(|p| p.to_string()));
+            parts.extend(rest.iter().map(|p| escape_name_part(&p.to_string())));
             parts.join("/")
         };
         self.leaf_paths()
@@ -465,6 +624,35 @@ impl Tree for quabla_random::Key {
     }
 }
 
+/// One part of a leaf name with `~` written `~0` and `/` written `~1`, so that joining parts
+/// with `/` is unambiguous.
+fn escape_name_part(part: &str) -> String {
+    if !part.contains(['~', '/']) {
+        return part.to_string();
+    }
+    part.replace('~', "~0").replace('/', "~1")
+}
+
+/// Refuses plan input names that repeat (`names[k]` for each `k` where `is_input(k)`): the
+/// inputs of a `Program` are given by name, so each name must pick exactly one input. With
+/// escaped paths ([`TreeDef::leaf_names`]) only the roots can repeat: two `arg_names` alike,
+/// or a name equal to the default `arg{i}` of another position.
+pub(crate) fn check_distinct_names(
+    names: &[String],
+    mut is_input: impl FnMut(usize) -> bool,
+) -> Result<()> {
+    let mut seen = std::collections::HashSet::with_capacity(names.len());
+    for (k, name) in names.iter().enumerate() {
+        if is_input(k) && !seen.insert(name.as_str()) {
+            return Err(Error::invalid(format!(
+                "two inputs are both named {name}; give every positional argument a \
+                 distinct name (jit arg_names, or the function's parameter names)"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// `TreeDef({'a': [*, None], 'b': *})`.
 impl fmt::Display for TreeDef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -477,7 +665,12 @@ pub fn structure_mismatch(expected: &str, def: &TreeDef) -> Error {
     mismatch(expected, def)
 }
 
+/// TF8, or the refusal's own error when `def` is a refusal (a part of the value that had no
+/// pytree form): every typed `unflatten` reports a structure it cannot use through here.
 fn mismatch(expected: &str, def: &TreeDef) -> Error {
+    if let Some(e) = def.refusal_here() {
+        return e;
+    }
     Error::Structure {
         message: format!("{MISMATCH}: expected {expected}, got {def}"),
     }
@@ -597,6 +790,46 @@ fn next_leaf(leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Leaf> {
     })
 }
 
+// The nested form of a tensor lives here, beside [`Value`], so that `tensor` need not import
+// this module.
+impl Tensor {
+    /// The values as nested lists with the tensor's rank (Python's `tolist`): a rank-0 tensor
+    /// is a scalar value, a rank-1 tensor a list of scalars, and so on. Floats come back as
+    /// `Value::Float` (float32 values widened exactly), bools as `Value::Bool`. TR2 for a
+    /// tracer.
+    ///
+    /// ```
+    /// use quabla as qb;
+    /// use qb::tree::Value;
+    /// let v = qb::array([[1.0, 2.0], [3.0, 4.0]])?.to_nested()?;
+    /// let Value::List(rows) = &v else { unreachable!() };
+    /// assert_eq!(rows.len(), 2);
+    /// assert!(matches!(&rows[1], Value::List(r) if matches!(r[0], Value::Float(x) if x == 3.0)));
+    /// # Ok::<(), qb::Error>(())
+    /// ```
+    pub fn to_nested(&self) -> Result<Value> {
+        let host = self.host_for("to_nested")?;
+        let scalar = |i: usize| match &host.data {
+            HostData::Bool(v) => Value::Bool(v[i]),
+            other => Value::Float(other.get_f64(i)),
+        };
+        fn nest(dims: &[usize], offset: usize, scalar: &dyn Fn(usize) -> Value) -> Value {
+            match dims.split_first() {
+                None => scalar(offset),
+                Some((&n, rest)) => {
+                    let stride: usize = rest.iter().product();
+                    Value::List(
+                        (0..n)
+                            .map(|i| nest(rest, offset + i * stride, scalar))
+                            .collect(),
+                    )
+                }
+            }
+        }
+        Ok(nest(host.shape.dims(), 0, &scalar))
+    }
+}
+
 /// A type that is a pytree.
 pub trait Tree: Sized {
     /// Appends the leaves in traversal order and returns the structure.
@@ -606,11 +839,19 @@ pub trait Tree: Sized {
     fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self>;
 
     /// The tree as a dynamic [`Value`] (what `qb::save` writes). A [`Value`] returns itself,
-    /// so a dict keeps its written order.
+    /// so a dict keeps its written order. A tree with a part that has no pytree form (module
+    /// docs) gives `Value::None`; [`Tree::try_to_value`] reports it.
     fn to_value(&self) -> Value {
+        self.try_to_value().unwrap_or(Value::None)
+    }
+
+    /// [`Tree::to_value`], with the error of a part that has no pytree form (too deep, an
+    /// integer out of range, mixed dict keys).
+    #[doc(hidden)]
+    fn try_to_value(&self) -> Result<Value> {
         let (leaves, def) = flatten(self);
-        // A structure and its own leaves always fit.
-        Value::from_parts(&def, leaves).unwrap_or(Value::None)
+        def.check()?;
+        Value::from_parts(&def, leaves)
     }
 }
 
@@ -625,9 +866,9 @@ impl Tree for Tensor {
         }
         match next_leaf(leaves)? {
             Leaf::Tensor(t) => Ok(t),
-            Leaf::F64(v) => crate::creation::array(v),
-            Leaf::Bool(v) => crate::creation::array(v),
-            Leaf::Int(v) => crate::creation::array(v as f64),
+            Leaf::F64(v) => Ok(Tensor::scalar_f64(v)),
+            Leaf::Bool(v) => Ok(Tensor::scalar_bool(v)),
+            Leaf::Int(v) => Ok(Tensor::scalar_f64(v as f64)),
             Leaf::Abstract(s) => Err(Error::Structure {
                 message: format!("expected a tensor, got the abstract value {s:?}"),
             }),
@@ -694,9 +935,16 @@ impl Tree for bool {
 macro_rules! int_leaf {
     ($($t:ty),*) => {$(
         impl Tree for $t {
+            /// An integer leaf; an unsigned value beyond `i64::MAX` has no leaf form and
+            /// flattens into the AR19 refusal (never a wrapped negative number).
             fn flatten(&self, leaves: &mut Vec<Leaf>) -> TreeDef {
-                leaves.push(Leaf::Int(*self as i64));
-                TreeDef::Leaf
+                match i64::try_from(*self) {
+                    Ok(v) => {
+                        leaves.push(Leaf::Int(v));
+                        TreeDef::Leaf
+                    }
+                    Err(_) => refused(RefusalError::Invalid(integer_range_error(self).to_string())),
+                }
             }
             fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
                 if *def != TreeDef::Leaf {
@@ -747,7 +995,7 @@ impl<T: Tree> Tree for Option<T> {
 
 impl<T: Tree> Tree for Vec<T> {
     fn flatten(&self, leaves: &mut Vec<Leaf>) -> TreeDef {
-        TreeDef::List(self.iter().map(|v| v.flatten(leaves)).collect())
+        flatten_container(|| TreeDef::List(self.iter().map(|v| v.flatten(leaves)).collect()))
     }
     fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
         match def {
@@ -763,7 +1011,7 @@ impl<T: Tree> Tree for Vec<T> {
 
 impl<T: Tree, const N: usize> Tree for [T; N] {
     fn flatten(&self, leaves: &mut Vec<Leaf>) -> TreeDef {
-        TreeDef::List(self.iter().map(|v| v.flatten(leaves)).collect())
+        flatten_container(|| TreeDef::List(self.iter().map(|v| v.flatten(leaves)).collect()))
     }
     fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
         let v: Vec<T> = Vec::unflatten(def, leaves)?;
@@ -828,11 +1076,13 @@ fn dict_entries<K: TreeKey, T: Tree>(
 
 impl<K: TreeKey, T: Tree> Tree for BTreeMap<K, T> {
     fn flatten(&self, leaves: &mut Vec<Leaf>) -> TreeDef {
-        TreeDef::Dict(
-            self.iter()
-                .map(|(k, v)| (k.to_key(), v.flatten(leaves)))
-                .collect(),
-        )
+        flatten_container(|| {
+            TreeDef::Dict(
+                self.iter()
+                    .map(|(k, v)| (k.to_key(), v.flatten(leaves)))
+                    .collect(),
+            )
+        })
     }
     fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
         Ok(dict_entries(def, leaves)?.into_iter().collect())
@@ -843,11 +1093,13 @@ impl<K: TreeKey + Hash, T: Tree, S: std::hash::BuildHasher + Default> Tree for H
     fn flatten(&self, leaves: &mut Vec<Leaf>) -> TreeDef {
         let mut keys: Vec<&K> = self.keys().collect();
         keys.sort();
-        TreeDef::Dict(
-            keys.into_iter()
-                .map(|k| (k.to_key(), self[k].flatten(leaves)))
-                .collect(),
-        )
+        flatten_container(|| {
+            TreeDef::Dict(
+                keys.into_iter()
+                    .map(|k| (k.to_key(), self[k].flatten(leaves)))
+                    .collect(),
+            )
+        })
     }
     fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
         Ok(dict_entries(def, leaves)?.into_iter().collect())
@@ -858,7 +1110,7 @@ macro_rules! tuple_tree {
     ($(($($t:ident $i:tt),+))*) => {$(
         impl<$($t: Tree),+> Tree for ($($t,)+) {
             fn flatten(&self, leaves: &mut Vec<Leaf>) -> TreeDef {
-                TreeDef::Tuple(vec![$(self.$i.flatten(leaves)),+])
+                flatten_container(|| TreeDef::Tuple(vec![$(self.$i.flatten(leaves)),+]))
             }
             fn unflatten(def: &TreeDef, leaves: &mut dyn Iterator<Item = Leaf>) -> Result<Self> {
                 const N: usize = [$($i),+].len();
@@ -946,6 +1198,28 @@ impl Value {
         }
     }
 
+    /// [`nesting_error`] when containers nest deeper than [`MAX_DEPTH`] below `depth`
+    /// enclosing ones, TY8 for a dict mixing key kinds; the recursion stops at the limit.
+    fn check_form(&self, depth: usize) -> Result<()> {
+        let children: Box<dyn Iterator<Item = &Value>> = match self {
+            Value::List(items) | Value::Tuple(items) => Box::new(items.iter()),
+            Value::Dict(entries) => {
+                if mixes_key_kinds(entries) {
+                    return Err(mixed_keys_error());
+                }
+                Box::new(entries.iter().map(|(_, v)| v))
+            }
+            Value::Node { fields, .. } => Box::new(fields.iter().map(|(_, v)| v)),
+            _ => return Ok(()),
+        };
+        if depth >= MAX_DEPTH {
+            return Err(nesting_error());
+        }
+        children
+            .into_iter()
+            .try_for_each(|v| v.check_form(depth + 1))
+    }
+
     /// What the value is, in Python's words, for messages (`dict`, `Tensor`, `NamedTuple`, ...).
     pub fn type_name(&self) -> &'static str {
         match self {
@@ -982,28 +1256,35 @@ impl Tree for Value {
             Value::Key(k) => leaf(Leaf::Key(*k)),
             Value::Str(s) => TreeDef::Static(StaticBox::new(s.clone())),
             Value::Static(b) => TreeDef::Static(b.clone()),
-            Value::List(items) => TreeDef::List(items.iter().map(|v| v.flatten(leaves)).collect()),
-            Value::Tuple(items) => {
+            Value::List(items) => flatten_container(|| {
+                TreeDef::List(items.iter().map(|v| v.flatten(leaves)).collect())
+            }),
+            Value::Tuple(items) => flatten_container(|| {
                 TreeDef::Tuple(items.iter().map(|v| v.flatten(leaves)).collect())
-            }
+            }),
             Value::Dict(entries) => {
+                if mixes_key_kinds(entries) {
+                    return refused(RefusalError::Type(mixed_keys_error().to_string()));
+                }
                 let mut sorted: Vec<&(DictKey, Value)> = entries.iter().collect();
                 sorted.sort_by(|a, b| a.0.cmp(&b.0));
-                TreeDef::Dict(
-                    sorted
-                        .into_iter()
-                        .map(|(k, v)| (k.clone(), v.flatten(leaves)))
-                        .collect(),
-                )
+                flatten_container(|| {
+                    TreeDef::Dict(
+                        sorted
+                            .into_iter()
+                            .map(|(k, v)| (k.clone(), v.flatten(leaves)))
+                            .collect(),
+                    )
+                })
             }
-            Value::Node { name, fields, meta } => TreeDef::Node {
+            Value::Node { name, fields, meta } => flatten_container(|| TreeDef::Node {
                 name,
                 fields: fields
                     .iter()
                     .map(|(k, v)| (*k, v.flatten(leaves)))
                     .collect(),
                 meta: meta.clone(),
-            },
+            }),
         }
     }
 
@@ -1023,7 +1304,10 @@ impl Tree for Value {
             TreeDef::None => Value::None,
             TreeDef::Static(b) => match b.get::<String>() {
                 Some(s) => Value::Str(s),
-                None => Value::Static(b.clone()),
+                None => match def.refusal_here() {
+                    Some(e) => return Err(e),
+                    None => Value::Static(b.clone()),
+                },
             },
             TreeDef::Tuple(c) => Value::Tuple(each(c)?),
             TreeDef::List(c) => Value::List(each(c)?),
@@ -1046,6 +1330,23 @@ impl Tree for Value {
     fn to_value(&self) -> Value {
         self.clone()
     }
+
+    /// The value itself, once it is known to have a pytree form: its containers nest at most
+    /// [`MAX_DEPTH`] deep (checked before anything recursive such as `clone` walks it) and
+    /// its dicts do not mix key kinds.
+    fn try_to_value(&self) -> Result<Value> {
+        self.check_form(0)?;
+        Ok(self.clone())
+    }
+}
+
+/// Whether a dict's keys mix strings and integers (TY8).
+fn mixes_key_kinds(entries: &[(DictKey, Value)]) -> bool {
+    let strings = entries
+        .iter()
+        .filter(|(k, _)| matches!(k, DictKey::Str(_)))
+        .count();
+    strings != 0 && strings != entries.len()
 }
 
 /// A value that is always static: part of the structure (and so of every signature), never a
@@ -1065,6 +1366,16 @@ impl<T: StaticValue + Clone> Tree for Static<T> {
                 .ok_or_else(|| mismatch("a static value of another type", def)),
             other => Err(mismatch("a static value", other)),
         }
+    }
+}
+
+/// Disposes of a value whose structure `def` came from flattening it: dropped, except when
+/// it nests past [`MAX_DEPTH`], where it is leaked instead. Dropping a recursive value
+/// recurses once per level, so a transform that refuses a too-deep result of the user's
+/// function (which it must then dispose of) would otherwise overflow the stack doing so.
+pub(crate) fn dispose_refused<T>(value: T, def: &TreeDef) {
+    if def.nests_too_deep() {
+        std::mem::forget(value);
     }
 }
 
@@ -1099,6 +1410,7 @@ pub fn flatten_with_path<T: Tree>(tree: &T) -> (Vec<(Vec<PathEntry>, Leaf)>, Tre
 /// Applies `f` to every tensor leaf; other leaves are kept.
 pub fn map<T: Tree>(tree: &T, mut f: impl FnMut(&Tensor) -> Result<Tensor>) -> Result<T> {
     let (leaves, def) = flatten(tree);
+    def.check()?;
     let mapped = leaves
         .into_iter()
         .map(|l| match l {
@@ -1116,6 +1428,7 @@ pub fn map_n<T: Tree>(trees: &[&T], mut f: impl FnMut(&[Leaf]) -> Result<Leaf>) 
         .first()
         .ok_or_else(|| Error::invalid("map_n needs at least one tree"))?;
     let (_, def) = flatten(*first);
+    def.check()?;
     let mut columns: Vec<Vec<Leaf>> = Vec::with_capacity(trees.len());
     for t in trees {
         let (leaves, d) = flatten(*t);

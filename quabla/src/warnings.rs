@@ -2,69 +2,14 @@
 //! `warnings.simplefilter`. The default handler prints every warning to standard error; the
 //! default action is [`Action::Always`]. [`Action::Error`] turns the warning into
 //! `Err(Error::Warning(..))` of the operation that raised it.
+//!
+//! This module owns the policy and the handler; the [`Warning`] values are defined beside the
+//! errors they can become (`error.rs`), so that the two modules do not import each other.
 
 use crate::error::{Error, Result};
+pub use crate::error::{Warning, WarningKind, RETRACE_ADVICE};
 use std::collections::HashSet;
-use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
-
-/// A warning.
-#[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
-pub enum Warning {
-    /// WR1: a trace cache evicted its least recently used entry.
-    Retrace {
-        transform: &'static str,
-        function: String,
-        max_traces: usize,
-        evicted: String,
-        new: String,
-        changed: String,
-    },
-    /// WR2: a float64 program runs as float32 on a device.
-    Float64AsFloat32 { backend: String },
-}
-
-/// The kinds of warning a policy is set for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum WarningKind {
-    Retrace,
-    Float64AsFloat32,
-}
-
-impl Warning {
-    pub fn kind(&self) -> WarningKind {
-        match self {
-            Warning::Retrace { .. } => WarningKind::Retrace,
-            Warning::Float64AsFloat32 { .. } => WarningKind::Float64AsFloat32,
-        }
-    }
-}
-
-/// The fixed advice line of WR1 (transforms.md §2.2).
-pub const RETRACE_ADVICE: &str =
-    "to stop retracing, pass changing scalars as quabla.array(value, dtype=...) or raise max_traces";
-
-impl fmt::Display for Warning {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Warning::Retrace {
-                transform,
-                function,
-                max_traces,
-                evicted,
-                new,
-                changed,
-            } => write!(
-                f,
-                "{transform}({function}) exceeded max_traces={max_traces}; evicted the least recently used trace:\n  {evicted}\nnew signature:\n  {new}\nchanged: {changed}\n{RETRACE_ADVICE}"
-            ),
-            Warning::Float64AsFloat32 { backend } => {
-                write!(f, "{backend} runs float64 programs in float32")
-            }
-        }
-    }
-}
 
 /// What happens to a warning of one kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

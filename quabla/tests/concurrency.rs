@@ -1,5 +1,6 @@
 //! Concurrent use: transformed functions are `Send + Sync` and give every thread the results a
-//! single thread gets; a non-terminating loop is stopped from another thread through a
+//! single thread gets; a tracer handed to another thread is refused there (TR5) by every
+//! operation and transform; a non-terminating loop is stopped from another thread through a
 //! `CancelToken`, eagerly and compiled.
 
 use qb::prelude::*;
@@ -123,4 +124,100 @@ fn a_runaway_compiled_while_loop_is_cancelled_from_another_thread() {
         qb::while_loop(|c: &Tensor, _: &[Tensor]| c.sum()?.less(10.0), step, &x).eval()
     });
     assert_eq!(bounded.call(&x).unwrap().to_vec::<f64>().unwrap(), [3.0; 4]);
+}
+
+/// What thread B does with thread A's tracer `a` (value 7, shape [2]) while A's trace runs:
+/// every way a tracer can enter a computation on B. Each must be TR5; before trace ids were
+/// unique across the process, B's first trace shared A's id and `jit(|x| x + a)(1)` gave
+/// `[2, 2]` (the tracer read as B's own input).
+fn use_foreign_tracer(a: Tensor) -> Vec<(&'static str, qb::Result<Tensor>)> {
+    let one = qb::ones([2]).unwrap();
+    let a2 = a.clone();
+    let jitted = qb::jit(move |x: Tensor| x.add(&a2));
+    let a2 = a.clone();
+    let grad = qb::grad(move |x: Tensor| x.mul(&a2)?.sum());
+    let a2 = a.clone();
+    let vmapped = qb::vmap(move |x: Tensor| x.add(&a2));
+    let a2 = a.clone();
+    let a3 = a.clone();
+    let a4 = a.clone();
+    let a5 = a.clone();
+    vec![
+        ("jit", jitted.call(&one)),
+        ("grad", grad.call(&one)),
+        ("vmap", vmapped.call(&qb::ones([3, 2]).unwrap())),
+        (
+            "jvp",
+            qb::jvp(move |x: Tensor| x.mul(&a2), &one, &one).map(|(y, _)| y),
+        ),
+        (
+            "vjp",
+            qb::vjp(move |x: Tensor| x.mul(&a3), &one).map(|(y, _)| y),
+        ),
+        (
+            "nested jit",
+            qb::jit(move |x: Tensor| {
+                let a4 = a4.clone();
+                qb::jit(move |y: Tensor| y.add(&a4)).call(&x)
+            })
+            .call(&one),
+        ),
+        (
+            "fori_loop body",
+            qb::jit(move |x: Tensor| {
+                let a5 = a5.clone();
+                qb::fori_loop(0, 2, move |_i, c: Tensor, _: &[Tensor]| c.add(&a5), &x).eval()
+            })
+            .call(&one),
+        ),
+        ("eager op", a.add(1.0)),
+        ("eager op with a tensor", one.add(&a)),
+        ("read back", a.to_vec::<f64>().map(|_| one.clone())),
+    ]
+}
+
+#[test]
+fn a_tracer_handed_to_another_thread_is_refused_there() {
+    // Fresh threads, so that with per-thread counters both would have started at the same id.
+    let (to_b, from_a) = std::sync::mpsc::channel::<Tensor>();
+    let (to_a, from_b) = std::sync::mpsc::channel::<Vec<(&'static str, String)>>();
+    let b = std::thread::spawn(move || {
+        let a = from_a.recv().unwrap();
+        let outcomes = use_foreign_tracer(a)
+            .into_iter()
+            .map(|(what, r)| {
+                let outcome = match r {
+                    Err(qb::Error::Tracer {
+                        kind: qb::TracerErrorKind::Leaked,
+                        message,
+                    }) => format!("TR5 {message}"),
+                    Err(e) => format!("other error: {e:?}"),
+                    Ok(t) => format!("no error: {:?}", t.to_vec::<f64>()),
+                };
+                (what, outcome)
+            })
+            .collect();
+        to_a.send(outcomes).unwrap();
+    });
+    let a = std::thread::spawn(move || {
+        let seen = std::sync::Mutex::new(Vec::new());
+        let f = qb::jit(|x: Tensor| {
+            to_b.send(x.clone()).unwrap();
+            *seen.lock().unwrap() = from_b.recv().unwrap();
+            // A's own trace is unaffected by what B did.
+            x.mul(2.0)
+        });
+        let y = f.call(&qb::full([2], 7.0).unwrap()).unwrap();
+        (y.to_vec::<f64>().unwrap(), seen.into_inner().unwrap())
+    });
+    let (y, outcomes) = a.join().unwrap();
+    b.join().unwrap();
+    assert_eq!(y, [14.0, 14.0]);
+    assert_eq!(outcomes.len(), 10);
+    for (what, outcome) in outcomes {
+        assert!(
+            outcome.starts_with("TR5 ") && outcome.contains("was used after its trace ended"),
+            "{what}: {outcome}"
+        );
+    }
 }

@@ -66,6 +66,53 @@ fn e43_cond_eager_jit_and_grad() -> qb::Result<()> {
 }
 
 #[test]
+fn eager_cond_calls_each_branch_once_and_runs_the_selected_one() -> qb::Result<()> {
+    use std::cell::RefCell;
+    let x = qb::array([1.0, 2.0])?;
+    for (pred, taken) in [(true, "then"), (false, "else")] {
+        let calls = RefCell::new(Vec::new());
+        let branch = |name: &'static str, scale: f64| {
+            let calls = &calls;
+            move |o: &[Tensor]| {
+                calls.borrow_mut().push((name, o[0].is_traced()));
+                o[0].mul(scale)
+            }
+        };
+        let p = qb::array(pred)?;
+        let out = qb::cond(&p, branch("then", 2.0), branch("else", 3.0), &[&x])?;
+        let scale = if pred { 2.0 } else { 3.0 };
+        assert_vec(&out, &[scale, 2.0 * scale], 0.0);
+        let mut seen = calls.borrow().clone();
+        seen.sort();
+        // The selected branch runs on the concrete operands, the other is traced for the
+        // checks only; each is called once.
+        let other = if pred { "else" } else { "then" };
+        let mut want = vec![(taken, false), (other, true)];
+        want.sort();
+        assert_eq!(seen, want);
+        calls.borrow_mut().clear();
+        let _: Tensor =
+            qb::jit(|x: Tensor| qb::cond(&p, branch("then", 2.0), branch("else", 3.0), &[&x]))
+                .call(&x)?;
+        assert_eq!(calls.borrow().len(), 2, "each branch traced once under jit");
+    }
+    // The eager checks are the traced ones: shapes (SH13) whichever branch is taken.
+    for pred in [true, false] {
+        let err = qb::cond(
+            &qb::array(pred)?,
+            |o| Ok(o[0].clone()),
+            |_| qb::ones([3]),
+            &[&x],
+        )
+        .unwrap_err();
+        assert!(err
+            .to_string()
+            .contains("cond branches return different shapes"));
+    }
+    Ok(())
+}
+
+#[test]
 fn e44_fori_loop_value_and_gradient() -> qb::Result<()> {
     let x0 = qb::array([1.0, 2.0])?;
     let a = qb::array(0.5)?;
@@ -778,4 +825,134 @@ fn while_loop_trips_and_its_bound_eagerly_and_traced() -> qb::Result<()> {
         "{err}"
     );
     Ok(())
+}
+
+/// Every solver and custom rule (TF5's list) in every kind of region body, eagerly and under
+/// `jit`: the same program is refused with the same TF5 in both (an eager loop body used to run
+/// `cg` and `newton` that its traced form refused). An unrolled loop is plain code in both
+/// forms and accepts them.
+#[test]
+fn solvers_and_custom_rules_in_region_bodies_are_tf5_eagerly_and_traced() {
+    type Inner = fn(&Tensor) -> qb::Result<Tensor>;
+    let calls: [(&str, Inner); 6] = [
+        ("cg", |x| {
+            qb::linalg::cg(|v: &Tensor, _: &[Tensor]| v.mul(2.0), x).eval()
+        }),
+        ("gmres", |x| {
+            qb::linalg::gmres(|v: &Tensor, _: &[Tensor]| v.mul(2.0), x).eval()
+        }),
+        ("newton", |x| {
+            qb::newton(|v: &Tensor, a: &[Tensor]| v.mul(2.0)?.sub(&a[0]), x)
+                .args(&[x])
+                .eval()
+        }),
+        ("custom_vjp", |x| {
+            qb::custom_vjp(|x: Tensor| x.sin())
+                .defvjp(
+                    |x: Tensor| Ok((x.sin()?, x)),
+                    |(x, g): (Tensor, Tensor)| g.mul(x.cos()?),
+                )
+                .call(x)
+        }),
+        ("custom_jvp", |x| {
+            qb::custom_jvp(|x: Tensor| x.sin())
+                .defjvp(|(x, t): (Tensor, Tensor)| Ok((x.sin()?, t.mul(x.cos()?)?)))
+                .call(x)
+        }),
+        ("checkpoint", |x| {
+            qb::checkpoint(|x: Tensor| x.sin()).call(x)
+        }),
+    ];
+    type Region = fn(Inner, &Tensor) -> qb::Result<Tensor>;
+    let regions: [(&str, &str, Region); 6] = [
+        ("cond true branch", "cond", |inner, x| {
+            qb::cond(
+                &qb::array(true)?,
+                |o: &[Tensor]| inner(&o[0]),
+                |o: &[Tensor]| Ok(o[0].clone()),
+                &[x],
+            )
+        }),
+        ("cond false branch", "cond", |inner, x| {
+            qb::cond(
+                &qb::array(false)?,
+                |o: &[Tensor]| Ok(o[0].clone()),
+                |o: &[Tensor]| inner(&o[0]),
+                &[x],
+            )
+        }),
+        ("fori_loop", "fori_loop", |inner, x| {
+            qb::fori_loop(0, 2, move |_, c: Tensor, _: &[Tensor]| inner(&c), x).eval()
+        }),
+        ("scan", "scan", |inner, x| {
+            qb::scan(move |c: Tensor, _, _: &[Tensor]| Ok((inner(&c)?, c)), x, 2)
+                .eval()
+                .map(|(c, _)| c)
+        }),
+        ("while_loop body", "while_loop", |inner, x| {
+            qb::while_loop(
+                |c: &Tensor, _: &[Tensor]| c.sum()?.less(1e9),
+                move |c: Tensor, _: &[Tensor]| inner(&c),
+                x,
+            )
+            .max_trips(2)
+            .eval_with_info()
+            .map(|(c, _)| c)
+        }),
+        ("while_loop cond", "while_loop", |inner, x| {
+            qb::while_loop(
+                move |c: &Tensor, _: &[Tensor]| inner(c)?.sum()?.less(1e9),
+                |c: Tensor, _: &[Tensor]| c.mul(2.0),
+                x,
+            )
+            .max_trips(2)
+            .eval_with_info()
+            .map(|(c, _)| c)
+        }),
+    ];
+    let x = qb::array([1.0, 2.0]).unwrap();
+    let mut checked = 0;
+    for (call_name, inner) in calls {
+        for (region_name, primitive, region) in regions {
+            let eager = region(inner, &x);
+            let traced = qb::jit(|x: Tensor| region(inner, &x)).call(&x);
+            for (mode, r) in [("eagerly", eager), ("under jit", traced)] {
+                match r {
+                    Err(Error::InvalidArgument { message }) => assert!(
+                        message.starts_with(&format!(
+                            "{} functions and solvers cannot be called inside a {primitive} body",
+                            match call_name {
+                                "cg" | "gmres" | "newton" => "custom_vjp",
+                                other => other,
+                            }
+                        )),
+                        "{call_name} in {region_name} {mode}: {message}"
+                    ),
+                    other => panic!("{call_name} in {region_name} {mode}: {other:?}"),
+                }
+                checked += 1;
+            }
+        }
+        // Unrolled, the loops are plain code eagerly and traced: the call runs in both and
+        // gives the same value.
+        let unrolled = |x: &Tensor| {
+            let c = qb::fori_loop(0, 2, move |_, c: Tensor, _: &[Tensor]| inner(&c), x)
+                .unroll(true)
+                .eval()?;
+            qb::scan(move |c: Tensor, _, _: &[Tensor]| Ok((inner(&c)?, c)), &c, 1)
+                .unroll(true)
+                .eval()
+                .map(|(c, _)| c)
+        };
+        let eager = unrolled(&x).unwrap().to_vec::<f64>().unwrap();
+        let traced = qb::jit(|x: Tensor| unrolled(&x)).call(&x).unwrap();
+        let traced = traced.to_vec::<f64>().unwrap();
+        for (e, t) in eager.iter().zip(&traced) {
+            assert!(
+                (e - t).abs() <= 1e-6 * e.abs().max(1.0),
+                "{call_name}: {eager:?} vs {traced:?}"
+            );
+        }
+    }
+    assert_eq!(checked, 6 * 6 * 2);
 }

@@ -532,3 +532,248 @@ fn precision_float32_runs_native_float32_contractions() -> qb::Result<()> {
         .contains("precision must be None, \"float32\" or \"float64\""));
     Ok(())
 }
+
+/// `x * 0.5 + 1`, one output of its input's shape and dtype.
+fn halve_and_add_one(x: Tensor) -> qb::Result<Tensor> {
+    x.mul(0.5).add(1.0)
+}
+
+#[test]
+fn donated_arguments_lend_their_storage_to_the_next_calls_outputs() -> qb::Result<()> {
+    let f = qb::jit(halve_and_add_one).donate_argnums(&[0]);
+    let plain = qb::jit(halve_and_add_one);
+    let x0 = qb::arange(64.0)?;
+    let expected = plain
+        .call(&plain.call(&plain.call(&x0)?)?)?
+        .to_vec::<f64>()?;
+    let x = qb::arange(64.0)?;
+    let storage = x.as_slice::<f64>()?.as_ptr() as usize;
+    // Each call donates its argument; the CPU writes the next call's output into it.
+    let y1 = f.call_donated(x)?;
+    let y2 = f.call_donated(y1)?;
+    assert_eq!(y2.as_slice::<f64>()?.as_ptr() as usize, storage);
+    let y3 = f.call_donated(y2)?;
+    assert_eq!(y3.to_vec::<f64>()?, expected);
+    Ok(())
+}
+
+#[test]
+fn a_donated_tensor_that_the_caller_still_holds_is_never_written() -> qb::Result<()> {
+    let f = qb::jit(halve_and_add_one).donate_argnums(&[0]);
+    let x = qb::arange(16.0)?;
+    let kept = x.clone();
+    let before = kept.to_vec::<f64>()?;
+    let mut y = f.call_donated(x)?;
+    for _ in 0..4 {
+        // Each call's argument is shared with a clone kept here: lent, not donated.
+        let clone = y.clone();
+        y = f.call_donated(y)?;
+        assert_eq!(clone.to_vec::<f64>()?.len(), 16);
+        let _ = f.call(&clone)?;
+    }
+    assert_eq!(kept.to_vec::<f64>()?, before);
+    // `call` borrows: donating nothing, it gives the same values.
+    assert_eq!(
+        f.call(&kept)?.to_vec::<f64>()?,
+        qb::jit(halve_and_add_one).call(&kept)?.to_vec::<f64>()?
+    );
+    Ok(())
+}
+
+#[test]
+fn donate_argnums_is_checked_against_the_call() {
+    let f = qb::jit(|(x, _): (Tensor, Tensor)| x.mul(2.0)).donate_argnums(&[2]);
+    let err = f
+        .call_donated((qb::ones([2]).unwrap(), qb::ones([2]).unwrap()))
+        .unwrap_err();
+    assert!(
+        err.to_string().contains(
+            "donate_argnums names argument 2, but the function was called with 2 arguments"
+        ),
+        "{err}"
+    );
+    let g = qb::jit(|(x, n): (Tensor, f64)| x.mul(n))
+        .static_argnums(&[1])
+        .donate_argnums(&[1]);
+    let err = g.call_donated((qb::ones([2]).unwrap(), 3.0)).unwrap_err();
+    assert!(err.to_string().contains("both static and donated"), "{err}");
+}
+
+/// A plan input name split back into its parts (`/` separates, `~1` and `~0` stand for `/`
+/// and `~` inside a part): names are a faithful encoding of leaf paths.
+fn decode_name(name: &str) -> Vec<String> {
+    name.split('/')
+        .map(|p| p.replace("~1", "/").replace("~0", "~"))
+        .collect()
+}
+
+/// Plan input names never collide: a dict key holding `/` (or `~`) is escaped, so every leaf
+/// name decodes back to its own path, for every tree of a family built from keys that look
+/// like paths; the tree lowers to a program callable by name; repeated argument names
+/// are refused.
+#[test]
+fn plan_input_names_never_collide() -> qb::Result<()> {
+    use qb::tree::{DictKey, Value};
+    let keys = [
+        "a", "b", "0", "a/0", "a/0/b", "0/b", "/", "//", "~", "~1", "~0", "a~1b", "", "a/",
+    ];
+    let leaf = || Value::Array(qb::ones([1]).unwrap());
+    let dict = |entries: Vec<(&str, Value)>| {
+        Value::Dict(
+            entries
+                .into_iter()
+                .map(|(k, v)| (DictKey::from(k), v))
+                .collect(),
+        )
+    };
+    // Values a key can hold: a leaf, a list, a list of dicts, a dict keyed by any key.
+    let mut shapes: Vec<Value> = vec![
+        leaf(),
+        Value::List(vec![leaf(), leaf()]),
+        Value::List(vec![dict(vec![("b", leaf())])]),
+    ];
+    shapes.extend(keys.iter().map(|k| dict(vec![(k, leaf())])));
+    let mut trees = 0;
+    for (i, k1) in keys.iter().enumerate() {
+        for k2 in &keys[i + 1..] {
+            for s1 in &shapes {
+                for s2 in [&shapes[0], &shapes[2], &shapes[3 + i]] {
+                    let tree = Value::Tuple(vec![dict(vec![(k1, s1.clone()), (k2, s2.clone())])]);
+                    let def = qb::tree::structure(&tree);
+                    let names = def.leaf_names(&["p".to_string()]);
+                    let paths = def.leaf_paths();
+                    assert_eq!(names.len(), paths.len());
+                    let distinct: std::collections::HashSet<&String> = names.iter().collect();
+                    assert_eq!(distinct.len(), names.len(), "{def}: {names:?}");
+                    for (name, path) in names.iter().zip(&paths) {
+                        let mut want = vec!["p".to_string()];
+                        want.extend(path[1..].iter().map(|e| e.to_string()));
+                        assert_eq!(decode_name(name), want, "{def}");
+                    }
+                    trees += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(trees, 91 * 17 * 3);
+
+    // The tree: two inputs, callable by name, each bound to its own leaf.
+    let f = qb::jit(|v: Value| {
+        let Value::Dict(entries) = &v else {
+            unreachable!()
+        };
+        let a = qb::tree::leaves(&entries[0].1)[0]
+            .as_tensor()
+            .unwrap()
+            .clone();
+        let b = qb::tree::leaves(&entries[1].1)[0]
+            .as_tensor()
+            .unwrap()
+            .clone();
+        a.mul(10.0)?.add(&b)
+    });
+    let tree = dict(vec![
+        ("a", Value::List(vec![dict(vec![("b", leaf())])])),
+        ("a/0/b", leaf()),
+    ]);
+    let lowered = f.lower(&tree)?;
+    let names = lowered.program().input_names();
+    assert_eq!(names, ["arg0/a/0/b", "arg0/a~10~1b"]);
+    let exe = lowered.program().compile("cpu").eval()?;
+    let (x, y) = (qb::array([2.0])?, qb::array([3.0])?);
+    let out = exe.call([(names[0].as_str(), &x), (names[1].as_str(), &y)])?;
+    assert_eq!(out[0].to_vec::<f64>()?, [23.0]);
+    // Ordinary names are unchanged (transforms.md §15.2).
+    let plain = qb::jit(|(p, _x): (Value, Tensor)| Ok(qb::tree::leaves(&p).len() as f64))
+        .arg_names(&["params", "x"]);
+    let lowered = plain.lower(&(dict(vec![("w", leaf()), ("b", leaf())]), qb::ones([1])?))?;
+    assert_eq!(
+        lowered.program().input_names(),
+        ["params/b", "params/w", "x"]
+    );
+    // Argument names are escaped too, and may not repeat.
+    let slash = qb::jit(|(a, b): (Tensor, Tensor)| a.add(&b)).arg_names(&["a/0", "a"]);
+    let two = (qb::ones([1])?, qb::ones([1])?);
+    assert_eq!(slash.lower(&two)?.program().input_names(), ["a~10", "a"]);
+    let twice = qb::jit(|(a, b): (Tensor, Tensor)| a.add(&b)).arg_names(&["x", "x"]);
+    let err = twice.call(&two).unwrap_err();
+    assert!(
+        err.to_string().starts_with("two inputs are both named x"),
+        "{err}"
+    );
+    let default_clash = qb::jit(|(a, b): (Tensor, Tensor)| a.add(&b)).arg_names(&["arg1"]);
+    assert!(default_clash.call(&two).is_err());
+    Ok(())
+}
+
+/// A `Value::Dict` mixing string and integer keys is TY8 wherever a tree is walked: every
+/// transform's arguments and results, the tree functions and `save` (it used to be accepted
+/// by `jit`, with the integer keys sorted first).
+#[test]
+fn dict_keys_mixing_kinds_are_ty8_everywhere() -> qb::Result<()> {
+    use qb::tree::{DictKey, Value};
+    let x = || Value::Array(qb::ones([2]).unwrap());
+    let mixed = || Value::Dict(vec![(DictKey::Int(1), x()), (DictKey::from("a"), x())]);
+    let sum = |v: Value| -> qb::Result<Tensor> {
+        let mut total = qb::zeros([])?;
+        for l in qb::tree::leaves(&v) {
+            total = total.add(l.as_tensor().unwrap().sum()?)?;
+        }
+        Ok(total)
+    };
+    let trees = [
+        ("a dict", mixed()),
+        ("inside a list", Value::List(vec![x(), mixed()])),
+        (
+            "inside a str-keyed dict",
+            Value::Dict(vec![(DictKey::from("p"), mixed())]),
+        ),
+    ];
+    for (where_, tree) in trees {
+        let results: Vec<(&str, qb::Result<()>)> = vec![
+            (
+                "jit",
+                qb::jit(|v: Value| Ok(v)).call(&tree).map(|_: Value| ()),
+            ),
+            ("grad", qb::grad(sum).call(&tree).map(|_: Value| ())),
+            (
+                "vmap",
+                qb::vmap(|v: Value| Ok(v)).call(&tree).map(|_: Value| ()),
+            ),
+            ("jvp", qb::jvp(sum, &tree, &tree).map(|_| ())),
+            ("vjp", qb::vjp(sum, &tree).map(|_| ())),
+            ("tree::map", qb::tree::map(&tree, |t| t.sin()).map(|_| ())),
+            ("unflatten", {
+                let (leaves, def) = qb::tree::flatten(&tree);
+                qb::tree::unflatten::<Value>(&def, leaves).map(|_| ())
+            }),
+            ("save", qb::save(&mut Vec::new(), &tree)),
+            (
+                "a jitted result",
+                qb::jit(|v: Tensor| {
+                    Ok(Value::Dict(vec![
+                        (DictKey::Int(0), Value::Array(v.clone())),
+                        (DictKey::from("a"), Value::Array(v)),
+                    ]))
+                })
+                .call(&qb::ones([2])?)
+                .map(|_: Value| ()),
+            ),
+        ];
+        for (what, r) in results {
+            match r {
+                Err(Error::Type { message }) => assert_eq!(
+                    message, "dict keys in a pytree must all be str or all be int",
+                    "{what} of {where_}"
+                ),
+                other => panic!("{what} of {where_}: {other:?}"),
+            }
+        }
+    }
+    // Each kind alone is fine, integer keys in numeric order.
+    let ints = Value::Dict(vec![(DictKey::Int(10), x()), (DictKey::Int(2), x())]);
+    let back: Value = qb::jit(|v: Value| Ok(v)).call(&ints)?;
+    let Value::Dict(entries) = back else { panic!() };
+    assert_eq!(entries[0].0, DictKey::Int(2));
+    Ok(())
+}

@@ -267,6 +267,68 @@ fn prod_is_the_pairwise_tree() -> qb::Result<()> {
     Ok(())
 }
 
+/// The pairwise tree of numerics.md §4.4 in float64.
+fn pairwise_f64(v: &[f64]) -> f64 {
+    let mut cur = v.to_vec();
+    while cur.len() > 1 {
+        // Neighbours multiply; an odd last element is a chunk of one, carried unchanged.
+        cur = cur.chunks(2).map(|c| c.iter().product()).collect();
+    }
+    cur[0]
+}
+
+#[test]
+fn float32_prod_is_one_float64_tree_rounded_once() -> qb::Result<()> {
+    // The reported case: float32 partial products would overflow (1e30 * 1e30) and underflow.
+    let x = qb::array([1e30f32, 1e30, 1e-30, 1e-30])?;
+    assert_eq!(x.prod()?.item()?, 1.0);
+    // Every axis form, eager, under jit and under vmap, against the float64 tree rounded once.
+    let data: Vec<f32> = (0..24)
+        .map(|i| {
+            let e = [30.0f32, -30.0, 20.0, -25.0, 1.0, 0.5][i % 6];
+            (if i % 5 == 0 { -1.0 } else { 1.0 }) * 10f32.powf(e) * (1.0 + i as f32 / 7.0)
+        })
+        .collect();
+    let m = qb::Tensor::from_vec([4, 6], data.clone())?;
+    let rows: Vec<f32> = data
+        .chunks(6)
+        .map(|r| pairwise_f64(&r.iter().map(|&v| f64::from(v)).collect::<Vec<_>>()) as f32)
+        .collect();
+    let cols: Vec<f32> = (0..6)
+        .map(|j| {
+            let col: Vec<f64> = (0..4).map(|i| f64::from(data[i * 6 + j])).collect();
+            pairwise_f64(&col) as f32
+        })
+        .collect();
+    let all = pairwise_f64(&data.iter().map(|&v| f64::from(v)).collect::<Vec<_>>()) as f32;
+    assert_eq!(m.prod_axes(1)?.to_vec::<f32>()?, rows);
+    assert_eq!(m.prod_keepdims(1)?.to_vec::<f32>()?, rows);
+    assert_eq!(m.prod_axes(0)?.to_vec::<f32>()?, cols);
+    assert_eq!(m.prod()?.to_vec::<f32>()?, vec![all]);
+    assert_eq!(m.prod()?.dtype(), qb::F32);
+    let jitted: Tensor = qb::jit(|m: Tensor| m.prod_axes(1)).call(&m)?;
+    assert_eq!(jitted.to_vec::<f32>()?, rows);
+    let mapped: Tensor = qb::vmap(|r: Tensor| r.prod()).call(&m)?;
+    assert_eq!(mapped.to_vec::<f32>()?, rows);
+    // The gradient: the product of the others, also one float64 tree rounded once.
+    let v = [1e30f32, 1e30, 1e-30, 2e-30];
+    let g: Tensor = qb::grad(|x: Tensor| x.prod()).call(&qb::array(v)?)?;
+    assert_eq!(g.dtype(), qb::F32);
+    let want: Vec<f32> = (0..4)
+        .map(|i| {
+            (0..4)
+                .filter(|&j| j != i)
+                .map(|j| f64::from(v[j]))
+                .product::<f64>() as f32
+        })
+        .collect();
+    let got = g.to_vec::<f32>()?;
+    for (a, b) in got.iter().zip(&want) {
+        assert!((a - b).abs() <= 1e-6 * b.abs(), "{got:?} vs {want:?}");
+    }
+    Ok(())
+}
+
 #[test]
 fn shape_ops() -> qb::Result<()> {
     let x = qb::arange(6.0)?.reshape([2, -1])?;

@@ -57,7 +57,7 @@ fn e68_adam_on_linear_regression_gives_the_spec_bits() -> qb::Result<()> {
         (last - 6.49246356e-14).abs() <= 5e-2 * 6.49246356e-14,
         "{last:e}"
     );
-    assert_eq!(state.step, 300);
+    assert_eq!(state.steps().unwrap(), 300);
     Ok(())
 }
 
@@ -96,7 +96,7 @@ fn adamw_decays_the_pre_update_parameter_and_sgd_steps_against_the_gradient() ->
     let sgd = optim::Sgd::new(0.25);
     let (new, state) = sgd.update(&p, &qb::array([4.0])?, &sgd.init(&p)?)?;
     assert_eq!(new.to_vec::<f64>()?, vec![1.0]);
-    assert!(state.m.is_none() && state.step == 1);
+    assert!(state.m.is_none() && state.steps().unwrap() == 1);
     Ok(())
 }
 
@@ -262,7 +262,7 @@ fn the_optimizer_state_round_trips_through_save_and_load() -> qb::Result<()> {
     let mut bytes = Vec::new();
     qb::save(&mut bytes, &state)?;
     let back: optim::State<Params> = qb::load_as(&mut bytes.as_slice())?;
-    assert_eq!(back.step, 3);
+    assert_eq!(back.steps().unwrap(), 3);
     for (a, b) in [(&state.m, &back.m), (&state.v, &back.v)] {
         for (k, t) in a.as_ref().unwrap() {
             let u = &b.as_ref().unwrap()[k];
@@ -322,7 +322,7 @@ fn bad_options_and_inputs_are_typed_errors() -> qb::Result<()> {
     );
     let opt = optim::Adam::new(0.1);
     let empty = optim::State {
-        step: 0,
+        step: qb::array(0.0)?,
         m: None,
         v: None,
     };
@@ -390,7 +390,7 @@ fn e69_the_trainer_is_bit_identical_to_the_functional_loop() -> qb::Result<()> {
         assert_eq!(bits(&params[k]), bits(&reference[k]), "{k}");
     }
     let state = trainer.opt_state()?;
-    assert_eq!(state.step, 300);
+    assert_eq!(state.steps().unwrap(), 300);
     assert_eq!(
         bits(&state.v.unwrap()["w"]),
         bits(&ref_state.v.unwrap()["w"])
@@ -758,5 +758,69 @@ fn lbfgs_inside_a_trace_is_a_tracer_error() -> qb::Result<()> {
             .contains("cannot be called inside a traced function"),
         "{err}"
     );
+    Ok(())
+}
+
+/// Every built-in schedule gives the same bits on the host and as tensor operations of the
+/// step (concrete, and traced inside `jit`), over a sweep of steps through every branch.
+#[test]
+fn schedules_give_the_same_bits_on_the_host_and_in_a_plan() -> qb::Result<()> {
+    use optim::Schedule;
+    let schedules: Vec<(&str, Box<dyn Schedule>)> = vec![
+        ("constant", Box::new(optim::constant(0.3))),
+        (
+            "exponential",
+            Box::new(
+                optim::exponential_decay(0.1, 7, 0.5)
+                    .transition_begin(5)
+                    .end_value(0.01),
+            ),
+        ),
+        (
+            "exponential staircase up",
+            Box::new(
+                optim::exponential_decay(0.1, 3, 1.5)
+                    .staircase(true)
+                    .end_value(0.4),
+            ),
+        ),
+        ("cosine", Box::new(optim::cosine_decay(0.2, 17).alpha(0.05))),
+        (
+            "warmup",
+            Box::new(optim::warmup_cosine_decay(0.0, 0.3, 4, 19).end_value(0.01)),
+        ),
+        (
+            "piecewise",
+            Box::new(optim::piecewise_constant(
+                &[3, 9, 12],
+                &[0.1, 0.05, 0.02, 0.01],
+            )),
+        ),
+    ];
+    for (name, s) in &schedules {
+        let traced = qb::jit(|step: Tensor| s.value_at(&step).unwrap());
+        for step in 0..40u64 {
+            let host = s.value(step)?;
+            let t = qb::array(step as f64)?;
+            let eager = s.value_at(&t).unwrap()?.item()?;
+            let jitted = traced.call(&t)?.item()?;
+            assert_eq!(host.to_bits(), eager.to_bits(), "{name} at {step}");
+            assert_eq!(host.to_bits(), jitted.to_bits(), "{name} at {step} (jit)");
+        }
+    }
+    // A closure of the step number is host-only: inside a trace it is a tracer error.
+    let closure = optim::LearningRate::schedule(|step: u64| 1.0 / (1.0 + step as f64));
+    let err = qb::jit(|w: Tensor| {
+        let opt = optim::Sgd::new(closure.clone());
+        let state = qb::optim::State {
+            step: w.sum()?,
+            m: None,
+            v: None,
+        };
+        Ok(opt.update(&w, &w, &state)?.0)
+    })
+    .call(&qb::array([1.0])?)
+    .unwrap_err();
+    assert!(err.to_string().contains("LearningRate::traced"), "{err}");
     Ok(())
 }

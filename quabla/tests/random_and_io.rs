@@ -533,3 +533,145 @@ fn static_integers_of_any_width_are_restored() -> qb::Result<()> {
     assert_eq!((back.wide, back.small), (300, 7));
     Ok(())
 }
+
+#[derive(Clone, Debug, qb::Tree)]
+struct Counted {
+    x: Tensor,
+    #[tree(static)]
+    count: u64,
+}
+
+/// The integer edges in every place a tree holds an integer: leaves of `save` (also inside
+/// containers and as a static field or `qb::Static`), and static leaves of transforms. Every
+/// value in the signed 64-bit range round-trips exactly; every value past it is AR19, never a
+/// wrapped negative number (`u64::MAX` used to be saved as -1, and `jit` said "integer -1 out
+/// of range").
+#[test]
+fn integer_edges_round_trip_or_are_ar19() -> qb::Result<()> {
+    fn is_ar19<T: std::fmt::Debug>(r: qb::Result<T>, value: &str, what: &str) {
+        match r {
+            Err(qb::Error::InvalidArgument { message }) => assert_eq!(
+                message,
+                format!("{value} is outside the signed 64-bit range of pytree and file integers"),
+                "{what}"
+            ),
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+    fn round_trip<T: Tree + PartialEq + std::fmt::Debug>(v: T) -> qb::Result<()> {
+        let mut bytes = Vec::new();
+        qb::save(&mut bytes, &v)?;
+        assert_eq!(qb::load_as::<T>(&mut bytes.as_slice())?, v);
+        Ok(())
+    }
+    // In range: exact, whatever the Rust type.
+    round_trip(i64::MIN)?;
+    round_trip(i64::MAX)?;
+    round_trip(i64::MAX as u64)?;
+    round_trip(i64::MAX as usize)?;
+    round_trip(u32::MAX)?;
+    round_trip(vec![i64::MIN, -1, 0, i64::MAX])?;
+    assert_eq!(
+        qb::load(
+            &mut {
+                let mut b = Vec::new();
+                qb::save(&mut b, &Value::Int(i64::MIN))?;
+                b
+            }
+            .as_slice()
+        )?
+        .into_typed::<i64>()?,
+        i64::MIN
+    );
+    // Past it: AR19 from save, with nothing written.
+    let past = (i64::MAX as u64 + 1).to_string();
+    let max = u64::MAX.to_string();
+    let usize_max = usize::MAX.to_string();
+    for (r, value, what) in [
+        (qb::save(&mut Vec::new(), &u64::MAX), &max, "u64::MAX"),
+        (
+            qb::save(&mut Vec::new(), &usize::MAX),
+            &usize_max,
+            "usize::MAX",
+        ),
+        (
+            qb::save(&mut Vec::new(), &(i64::MAX as u64 + 1)),
+            &past,
+            "i64::MAX + 1",
+        ),
+        (
+            qb::save(&mut Vec::new(), &vec![1u64, u64::MAX]),
+            &max,
+            "in a list",
+        ),
+        (
+            qb::save(&mut Vec::new(), &(qb::ones([1])?, u64::MAX)),
+            &max,
+            "in a tuple",
+        ),
+        (
+            qb::save(&mut Vec::new(), &qb::Static(u64::MAX)),
+            &max,
+            "qb::Static",
+        ),
+        (
+            qb::save(
+                &mut Vec::new(),
+                &Counted {
+                    x: qb::ones([1])?,
+                    count: u64::MAX,
+                },
+            ),
+            &max,
+            "a static field",
+        ),
+    ] {
+        is_ar19(r, value, what);
+    }
+    let mut bytes = Vec::new();
+    assert!(qb::save(&mut bytes, &u64::MAX).is_err() && bytes.is_empty());
+    // Transforms: an integer leaf is static; in range it reaches the function exactly.
+    let echo = |n: i64| qb::jit(move |(x, m): (Tensor, i64)| Ok((x, m))).call(&(qb::ones([1])?, n));
+    for n in [i64::MIN, -1, 0, i64::MAX] {
+        assert_eq!(echo(n)?.1, n);
+    }
+    let jit_u = qb::jit(|(x, n): (Tensor, u64)| x.mul(n as f64));
+    assert_eq!(
+        jit_u.call(&(qb::ones([1])?, i64::MAX as u64))?.item()?,
+        i64::MAX as f64
+    );
+    is_ar19(
+        jit_u.call(&(qb::ones([1])?, u64::MAX)),
+        &max,
+        "jit u64::MAX",
+    );
+    let jit_usize = qb::jit(|(x, n): (Tensor, usize)| x.mul(n as f64));
+    is_ar19(
+        jit_usize.call(&(qb::ones([1])?, usize::MAX)),
+        &usize_max,
+        "jit usize::MAX",
+    );
+    let grad_usize = qb::grad(|(x, n): (Tensor, usize)| x.mul(n as f64)?.sum());
+    is_ar19(
+        grad_usize
+            .call(&(qb::ones([1])?, usize::MAX))
+            .map(|g: Tensor| g),
+        &usize_max,
+        "grad usize::MAX",
+    );
+    let vmap_u = qb::vmap(|(x, n): (Tensor, u64)| x.mul(n as f64)).in_axes(&[Some(0), None]);
+    is_ar19(
+        vmap_u.call(&(qb::ones([2])?, u64::MAX)).map(|y: Tensor| y),
+        &max,
+        "vmap u64::MAX",
+    );
+    // A result the function returns.
+    is_ar19(
+        qb::jit(|x: Tensor| Ok((x, u64::MAX)))
+            .call(&qb::ones([1])?)
+            .map(|r: (Tensor, u64)| r.1),
+        &max,
+        "a jitted result",
+    );
+    Ok(())
+}

@@ -65,3 +65,112 @@ fn loading_a_file_that_is_not_a_plugin_is_a_device_error_naming_the_path() {
     }
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// `sum((w * x - y)^2)`: what the toy device can run, gradient and Adam update included.
+fn squared_error(w: &Tensor, data: &(Tensor, Tensor)) -> qb::Result<Tensor> {
+    let (x, y) = data;
+    let r = (w * x - y)?;
+    (&r * &r)?.sum()
+}
+
+fn toy_loaded() -> qb::Result<()> {
+    let path = quabla_conformance::plugins::build()
+        .unwrap_or_else(|e| panic!("{e}"))
+        .toy_plugin();
+    qb::load_plugin(&path).map(|_| ())
+}
+
+#[test]
+fn a_trainer_on_a_resident_backend_moves_nothing_between_reads_of_the_loss() -> qb::Result<()> {
+    toy_loaded()?;
+    let data = (
+        qb::array([0.5, -1.0, 2.0, 3.0])?,
+        qb::array([1.0, -2.0, 4.5, 5.0])?,
+    );
+    let w0 = qb::array([0.1, 0.2, 0.3, 0.4])?;
+    let build = |device: &str| {
+        qb::optim::Trainer::new(
+            squared_error,
+            w0.clone(),
+            qb::optim::Adam::new(0.05),
+            data.clone(),
+        )
+        .device(device)
+        .build()
+    };
+    let mut toy = build("toy")?;
+    let mut cpu = build("cpu")?;
+    let first = toy.loss()?.item()?;
+    let before = qb::transfers("toy")?;
+    for _ in 0..100 {
+        toy.step()?;
+        cpu.step()?;
+    }
+    let between = qb::transfers("toy")?;
+    assert_eq!(
+        (between.uploads, between.downloads),
+        (before.uploads, before.downloads),
+        "100 steps moved data: {before} -> {between}"
+    );
+    // Reading the loss is one download.
+    let last = toy.loss()?.item()?;
+    let after = qb::transfers("toy")?;
+    assert_eq!(after.downloads, between.downloads + 1);
+    assert_eq!(after.uploads, between.uploads);
+    assert!(last < first / 10.0, "{first} -> {last}");
+    // The toy computes the CPU's formulas in float64 with Rust's own functions: the same
+    // parameters to rounding.
+    let (w_toy, w_cpu) = (
+        toy.params()?.to_vec::<f64>()?,
+        cpu.params()?.to_vec::<f64>()?,
+    );
+    for (a, b) in w_toy.iter().zip(&w_cpu) {
+        assert!(
+            (a - b).abs() <= 1e-12 * b.abs().max(1.0),
+            "{w_toy:?} vs {w_cpu:?}"
+        );
+    }
+    assert_eq!(toy.steps(), 100);
+    assert_eq!(toy.opt_state()?.steps()?, 100);
+    Ok(())
+}
+
+#[test]
+fn a_host_only_schedule_uploads_its_rate_each_step_and_nothing_else() -> qb::Result<()> {
+    toy_loaded()?;
+    let data = (qb::array([1.0, 2.0])?, qb::array([2.0, 3.0])?);
+    let rate = qb::optim::LearningRate::schedule(|step: u64| 0.1 / (1.0 + step as f64));
+    let mut toy = qb::optim::Trainer::new(
+        squared_error,
+        qb::array([0.0, 0.0])?,
+        qb::optim::Sgd::new(rate),
+        data,
+    )
+    .device("toy")
+    .build()?;
+    let before = qb::transfers("toy")?;
+    for _ in 0..10 {
+        toy.step()?;
+    }
+    let after = qb::transfers("toy")?;
+    assert_eq!(after.uploads - before.uploads, 10);
+    assert_eq!(after.bytes_uploaded - before.bytes_uploaded, 80);
+    assert_eq!(after.downloads, before.downloads);
+    Ok(())
+}
+
+#[test]
+fn donation_crosses_the_plugin_boundary() -> qb::Result<()> {
+    toy_loaded()?;
+    let f = qb::jit(|x: Tensor| x.mul(0.5).add(1.0))
+        .device("toy")
+        .donate_argnums(&[0]);
+    let mut x = qb::array([4.0, -2.0, 8.0])?;
+    let mut expected = vec![4.0, -2.0, 8.0];
+    for _ in 0..5 {
+        x = f.call_donated(x)?;
+        expected = expected.iter().map(|v| v * 0.5 + 1.0).collect();
+    }
+    assert_eq!(x.to_vec::<f64>()?, expected);
+    Ok(())
+}

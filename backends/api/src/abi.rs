@@ -34,11 +34,15 @@
 //!   [`quabla_ir::wire::decode_plan`], which validates everything (structure, every type rule)
 //!   and never panics, so a plugin needs no trust in the loader's memory layout of `Plan`.
 //! - **Buffers** are opaque objects owned by the plugin ([`BufferBox`]). The loader uploads host
-//!   data into one ([`BackendObject::upload`]), binds buffers to an executable's inputs
-//!   ([`ExecutableObject::run`], which borrows them) and reads results back
-//!   ([`BufferObject::download`]). A device backend keeps its buffers in device memory. Buffers
-//!   of one plugin are only valid with that plugin: the adapter creates them with
-//!   `TD_CanDowncast` and reports a typed error for a buffer it cannot downcast.
+//!   data into one ([`BackendObject::upload`]) or allocates one ([`BackendObject::allocate`]),
+//!   binds buffers to an executable's inputs ([`ExecutableObject::run`], which borrows them;
+//!   an input marked donated ([`AbiInput::donated`]) is one the host gives up, whose storage
+//!   the plugin may reuse for an output) and reads results back ([`BufferObject::download`]).
+//!   Outputs stay in the plugin's buffers until the host downloads them, so a device backend
+//!   keeps a training step's state in device memory. Buffers of one plugin are only valid with
+//!   that plugin: the adapter creates them with `TD_CanDowncast` and reports a typed error for
+//!   a buffer it cannot downcast, and for a buffer whose storage a donation took
+//!   ([`PluginError::InvalidBuffer`]).
 //! - **Host data** crosses as [`AbiHostTensor`]: the shape as `u64` extents and the elements in
 //!   row-major order, `f32`/`f64` as they are and bool as bytes that must be 0 or 1.
 //! - **Errors** cross as [`PluginError`], a plain `#[repr(u8)]` enum of owned strings; the
@@ -97,7 +101,9 @@
 //! `docs/writing-a-backend-plugin.md` in the repository is the step-by-step guide, and
 //! `backends/example-plugin` a complete small plugin.
 
-use crate::{Backend, BackendError, Capabilities, Executable, HostTensor, Unavailable};
+use crate::{
+    Backend, BackendError, Bound, Capabilities, Executable, HostTensor, Memory, Unavailable,
+};
 use abi_stable::library::RootModule;
 use abi_stable::prefix_type::PrefixTypeTrait;
 use abi_stable::sabi_trait::prelude::{TD_CanDowncast, TD_Opaque};
@@ -122,12 +128,14 @@ pub use abi_stable;
 ///
 /// History: 1, the first interface; 2, [`PluginError::OutOfMemory`] and
 /// [`PluginError::Cancelled`], and [`ExecutableObject::run`] takes the host's cancellation
-/// flags ([`AbiCancel`]).
-pub const INTERFACE_VERSION: u32 = 2;
+/// flags ([`AbiCancel`]); 3, backend-owned buffers: [`BackendObject::allocate`], inputs of
+/// [`ExecutableObject::run`] that the host donates ([`AbiInput`]), and
+/// [`PluginError::InvalidBuffer`].
+pub const INTERFACE_VERSION: u32 = 3;
 
 /// [`INTERFACE_VERSION`] as the `abi_stable` version string of the root module (its major
 /// version; `abi_stable` refuses a different major version before it checks layouts).
-pub const INTERFACE_VERSION_STRING: &str = "2.0.0";
+pub const INTERFACE_VERSION_STRING: &str = "3.0.0";
 
 /// The root module every plugin exports (through [`crate::export_plugin!`] or
 /// `#[abi_stable::export_root_module]` on a function returning [`QuablaPluginRef`]).
@@ -466,6 +474,8 @@ pub enum PluginError {
     OutOfMemory { bytes: u64, what: RString },
     /// The run was cancelled (the host's token or interrupt).
     Cancelled,
+    /// A buffer used after a run took its storage (donation), or a buffer of another plugin.
+    InvalidBuffer { message: RString },
 }
 
 impl PluginError {
@@ -500,6 +510,9 @@ impl PluginError {
                 what: what.as_str().into(),
             },
             BackendError::Cancelled => PluginError::Cancelled,
+            BackendError::InvalidBuffer { message } => PluginError::InvalidBuffer {
+                message: message.as_str().into(),
+            },
             // Plugins compile no checked plans; the ABI carries the message as a device error.
             BackendError::NonFinite { message } => PluginError::Device {
                 device: "check_nans".into(),
@@ -557,6 +570,9 @@ impl PluginError {
                 what: what.into(),
             },
             PluginError::Cancelled => BackendError::Cancelled,
+            PluginError::InvalidBuffer { message } => BackendError::InvalidBuffer {
+                message: message.into(),
+            },
         }
     }
 }
@@ -591,7 +607,7 @@ mod objects {
     #![allow(non_local_definitions)]
 
     use super::{
-        AbiCancel, AbiCapabilities, AbiHostTensor, AbiTensorType, BufferBox, BufferRef,
+        AbiCancel, AbiCapabilities, AbiHostTensor, AbiInput, AbiTensorType, BufferBox,
         ExecutableBox, PluginError,
     };
     use abi_stable::sabi_trait;
@@ -607,21 +623,27 @@ mod objects {
         fn compile(&self, plan: RSlice<'_, u8>) -> RResult<ExecutableBox, PluginError>;
 
         /// Copies host data into a new buffer of this backend.
-        #[sabi(last_prefix_field)]
         fn upload(&self, tensor: &AbiHostTensor) -> RResult<BufferBox, PluginError>;
+
+        /// A new buffer of this backend for a tensor of `ty`, filled with zeros
+        /// ([`PluginError::OutOfMemory`] when the memory cannot be had).
+        #[sabi(last_prefix_field)]
+        fn allocate(&self, ty: &AbiTensorType) -> RResult<BufferBox, PluginError>;
     }
 
     /// A compiled plan.
     #[sabi_trait]
     pub trait ExecutableObject: Send + Sync {
-        /// Runs the plan with `inputs` (borrowed buffers of the same plugin) bound to its inputs
-        /// in order; returns the outputs in the plan's output order. `cancel` holds the
-        /// host's cancellation flags for this run (make them current with
-        /// [`crate::cancel::with_abi`]; a cancelled run returns [`PluginError::Cancelled`]).
+        /// Runs the plan with `inputs` (borrowed buffers of the same plugin, some donated)
+        /// bound to its inputs in order; returns the outputs in the plan's output order, as
+        /// new buffers. A run that fails leaves every input buffer as it was, donated ones
+        /// included (storage taken from them is put back). `cancel` holds the host's cancellation flags for this run (make them
+        /// current with [`crate::cancel::with_abi`]; a cancelled run returns
+        /// [`PluginError::Cancelled`]).
         #[sabi(last_prefix_field)]
         fn run<'a, 'b>(
             &self,
-            inputs: RSlice<'a, BufferRef<'b>>,
+            inputs: RSlice<'a, AbiInput<'b>>,
             cancel: &AbiCancel,
         ) -> RResult<RVec<BufferBox>, PluginError>;
     }
@@ -651,6 +673,26 @@ pub type ExecutableBox = ExecutableObject_TO<'static, RBox<()>>;
 pub type BufferBox = BufferObject_TO<'static, RBox<()>>;
 /// A borrowed buffer object (`buffer.sabi_reborrow()`).
 pub type BufferRef<'a> = BufferObject_TO<'a, RRef<'a, ()>>;
+
+/// One input of [`ExecutableObject::run`]: a buffer of the plugin, and whether the host donates
+/// it. The host never uses a donated buffer again (it drops it after the run), so the plugin
+/// may take its storage for an output; a buffer whose storage was taken answers every later
+/// call with [`PluginError::InvalidBuffer`].
+#[repr(C)]
+#[derive(StableAbi)]
+pub struct AbiInput<'a> {
+    pub buffer: BufferRef<'a>,
+    pub donated: bool,
+}
+
+impl fmt::Debug for AbiInput<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AbiInput")
+            .field("type", &self.buffer.tensor_type())
+            .field("donated", &self.donated)
+            .finish()
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Plugin side: the adapter from a plain `Backend` to the objects above.
@@ -753,7 +795,7 @@ impl<T> Drop for NoUnwindDrop<T> {
     }
 }
 
-/// A plain backend seen through the ABI; its buffers are host tensors.
+/// A plain backend seen through the ABI; its buffers hold the backend's own [`Memory`].
 struct HostBackend<B> {
     name: String,
     backend: NoUnwindDrop<Arc<B>>,
@@ -775,9 +817,19 @@ impl<B: Backend + 'static> BackendObject for HostBackend<B> {
                 .backend
                 .compile(&plan)
                 .map_err(|e| PluginError::from_backend(&e))?;
+            let outputs = plan
+                .output_types()
+                .iter()
+                .map(|ty| AbiTensorType {
+                    dtype: ty.dtype.into(),
+                    shape: abi_shape(&ty.shape),
+                })
+                .collect();
             let adapter = HostExecutable {
                 name: self.name.clone(),
                 exe: NoUnwindDrop::new(exe),
+                outputs,
+                backend: NoUnwindDrop::new(Arc::clone(&*self.backend) as Arc<dyn DownloadMemory>),
             };
             Ok(ExecutableBox::from_value(adapter, TD_Opaque))
         })
@@ -786,9 +838,32 @@ impl<B: Backend + 'static> BackendObject for HostBackend<B> {
     fn upload(&self, tensor: &AbiHostTensor) -> RResult<BufferBox, PluginError> {
         guard(|| {
             let host = tensor.try_to_host()?;
-            Ok(BufferBox::from_value(
-                HostBuffer { tensor: host },
-                TD_CanDowncast,
+            let memory = self
+                .backend
+                .upload(&host)
+                .map_err(|e| PluginError::from_backend(&e))?;
+            Ok(HostBuffer::boxed(
+                tensor.tensor_type(),
+                memory,
+                Arc::clone(&*self.backend) as Arc<dyn DownloadMemory>,
+            ))
+        })
+    }
+
+    fn allocate(&self, ty: &AbiTensorType) -> RResult<BufferBox, PluginError> {
+        guard(|| {
+            let shape =
+                shape_from_abi(&ty.shape).map_err(|message| PluginError::InvalidArgument {
+                    message: message.into(),
+                })?;
+            let memory = self
+                .backend
+                .allocate(ty.dtype.into(), &shape)
+                .map_err(|e| PluginError::from_backend(&e))?;
+            Ok(HostBuffer::boxed(
+                ty.clone(),
+                memory,
+                Arc::clone(&*self.backend) as Arc<dyn DownloadMemory>,
             ))
         })
     }
@@ -797,55 +872,158 @@ impl<B: Backend + 'static> BackendObject for HostBackend<B> {
 struct HostExecutable {
     name: String,
     exe: NoUnwindDrop<Arc<dyn Executable>>,
+    /// The type of each plan output (what the output buffers report).
+    outputs: Vec<AbiTensorType>,
+    /// The backend, which reads the output buffers back.
+    backend: NoUnwindDrop<Arc<dyn DownloadMemory>>,
 }
 
 impl ExecutableObject for HostExecutable {
     fn run<'a, 'b>(
         &self,
-        inputs: RSlice<'a, BufferRef<'b>>,
+        inputs: RSlice<'a, AbiInput<'b>>,
         cancel: &AbiCancel,
     ) -> RResult<RVec<BufferBox>, PluginError> {
         guard(|| {
-            let inputs = inputs
-                .iter()
-                .enumerate()
-                .map(|(i, b)| match b.obj.downcast_as::<HostBuffer>() {
-                    Ok(buffer) => Ok(buffer.tensor.clone()),
-                    Err(_) => Err(PluginError::InvalidArgument {
+            let mut buffers = Vec::with_capacity(inputs.len());
+            for (i, input) in inputs.iter().enumerate() {
+                let Ok(buffer) = input.buffer.obj.downcast_as::<HostBuffer>() else {
+                    return Err(PluginError::InvalidBuffer {
                         message: format!(
                             "input {i} is not a buffer of the {} plugin (buffers cannot move \
                              between backends)",
                             self.name
                         )
                         .into(),
-                    }),
+                    });
+                };
+                // Every input is checked before any donated storage is taken.
+                if let Err(message) = buffer.memory() {
+                    return Err(PluginError::InvalidBuffer {
+                        message: format!("input {i}: {message}").into(),
+                    });
+                }
+                buffers.push((buffer, input.donated));
+            }
+            let bound = buffers
+                .iter()
+                .map(|&(buffer, donated)| {
+                    let memory = if donated {
+                        buffer.take()
+                    } else {
+                        buffer.memory()
+                    };
+                    memory.map(|memory| Bound { memory, donated })
                 })
-                .collect::<Result<Vec<HostTensor>, PluginError>>()?;
-            let outputs = crate::cancel::with_abi(cancel, || self.exe.run(&inputs))
-                .map_err(|e| PluginError::from_backend(&e))?;
+                .collect::<Result<Vec<_>, String>>()
+                .map_err(|message| PluginError::InvalidBuffer {
+                    message: message.into(),
+                })?;
+            let outputs = match crate::cancel::with_abi(cancel, || self.exe.run_resident(bound)) {
+                Ok(outputs) => outputs,
+                Err(failure) => {
+                    // The backend gave the inputs back: donated storage returns to its buffer,
+                    // so the host still holds everything it donated to the failed run.
+                    if failure.inputs.len() == buffers.len() {
+                        for ((buffer, donated), bound) in buffers.iter().zip(failure.inputs) {
+                            if *donated {
+                                *buffer.lock() = Some(bound.memory);
+                            }
+                        }
+                    }
+                    return Err(PluginError::from_backend(&failure.error));
+                }
+            };
+            if outputs.len() != self.outputs.len() {
+                return Err(PluginError::Device {
+                    device: self.name.as_str().into(),
+                    message: format!(
+                        "the backend returned {} outputs for a plan with {}",
+                        outputs.len(),
+                        self.outputs.len()
+                    )
+                    .into(),
+                });
+            }
             Ok(outputs
                 .into_iter()
-                .map(|tensor| BufferBox::from_value(HostBuffer { tensor }, TD_CanDowncast))
+                .zip(&self.outputs)
+                .map(|(memory, ty)| {
+                    HostBuffer::boxed(ty.clone(), memory, Arc::clone(&self.backend))
+                })
                 .collect())
         })
     }
 }
 
-/// A host tensor held by the plugin as a buffer.
+/// What a buffer of the adapter needs of its backend: reading its memory back.
+trait DownloadMemory: Send + Sync {
+    fn download_memory(&self, memory: &Memory) -> crate::Result<HostTensor>;
+}
+
+impl<B: Backend> DownloadMemory for B {
+    fn download_memory(&self, memory: &Memory) -> crate::Result<HostTensor> {
+        self.download(memory)
+    }
+}
+
+/// A buffer of the adapter: the backend's memory for one tensor, until a donation takes it.
+/// Its parts are dropped under `catch_unwind` (a device's free may panic).
 struct HostBuffer {
-    tensor: HostTensor,
+    ty: AbiTensorType,
+    memory: NoUnwindDrop<std::sync::Mutex<Option<Memory>>>,
+    backend: NoUnwindDrop<Arc<dyn DownloadMemory>>,
+}
+
+impl HostBuffer {
+    fn boxed(ty: AbiTensorType, memory: Memory, backend: Arc<dyn DownloadMemory>) -> BufferBox {
+        BufferBox::from_value(
+            HostBuffer {
+                ty,
+                memory: NoUnwindDrop::new(std::sync::Mutex::new(Some(memory))),
+                backend: NoUnwindDrop::new(backend),
+            },
+            TD_CanDowncast,
+        )
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Memory>> {
+        self.memory.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A handle on the memory, or why there is none.
+    fn memory(&self) -> Result<Memory, String> {
+        self.lock().clone().ok_or_else(taken)
+    }
+
+    /// The memory itself, for a run it is donated to.
+    fn take(&self) -> Result<Memory, String> {
+        self.lock().take().ok_or_else(taken)
+    }
+}
+
+fn taken() -> String {
+    "the buffer's storage was taken by a run it was donated to".into()
 }
 
 impl BufferObject for HostBuffer {
     fn tensor_type(&self) -> AbiTensorType {
-        AbiTensorType {
-            dtype: self.tensor.dtype().into(),
-            shape: abi_shape(&self.tensor.shape),
-        }
+        self.ty.clone()
     }
 
     fn download(&self) -> RResult<AbiHostTensor, PluginError> {
-        guard(|| AbiHostTensor::try_from_host(&self.tensor))
+        guard(|| {
+            let memory = self
+                .memory()
+                .map_err(|message| PluginError::InvalidBuffer {
+                    message: message.into(),
+                })?;
+            let host = self
+                .backend
+                .download_memory(&memory)
+                .map_err(|e| PluginError::from_backend(&e))?;
+            AbiHostTensor::try_from_host(&host)
+        })
     }
 }
 

@@ -6,15 +6,25 @@
 //! Quabla compiles once and runs many times, so the interface has exactly two phases:
 //! [`Backend::compile`] turns a frozen [`Plan`] into an [`Executable`] once per signature
 //! (where a backend does its liveness analysis, fusion and kernel generation), and
-//! [`Executable::run`] binds host buffers to the plan's inputs and returns its outputs. A
-//! backend receives only frozen plans: every transform, every pass and every custom rule has
-//! been applied before, so a backend is an interpreter or compiler of the closed op set of
-//! `quabla-ir` and nothing else.
+//! [`Executable::run_resident`] runs it on storage the backend owns ([`Memory`]: host memory
+//! for the CPU, device memory for a device) and leaves the outputs there. A backend receives
+//! only frozen plans: every transform, every pass and every custom rule has been applied
+//! before, so a backend is an interpreter or compiler of the closed op set of `quabla-ir` and
+//! nothing else.
 //!
-//! The interface is deliberately narrow (plans in, typed host buffers in and out, typed
-//! errors) so that it can be carried across a stable plugin ABI without change of meaning.
-//! Optional capabilities are reported by [`Capabilities`]; an op a backend cannot lower is a
-//! typed [`BackendError::Unsupported`] at compile time, never a silent fallback.
+//! Storage crosses between the host and a backend only when asked: [`Backend::upload`],
+//! [`Backend::download`] and [`Backend::allocate`] make and read a backend's memory, every
+//! copy is counted ([`Backend::transfers`]), and a run may reuse the storage of inputs the
+//! caller donates ([`Bound::donated`]), so a training step can update its state where it
+//! lives. The caller's handles on that memory, with their freed and donated states, are
+//! [`Buffer`]s ([`buffer`]). [`Executable::run`] and [`Executable::run_borrowed`] are the
+//! convenience on top for host tensors, and the fast path of backends whose memory is the
+//! host's.
+//!
+//! The interface is deliberately narrow (plans in, typed storage in and out, typed errors) so
+//! that it can be carried across a stable plugin ABI without change of meaning. Optional
+//! capabilities are reported by [`Capabilities`]; an op a backend cannot lower is a typed
+//! [`BackendError::Unsupported`] at compile time, never a silent fallback.
 //!
 //! # Backends outside the program
 //!
@@ -38,11 +48,13 @@
 //! rest of Quabla never knows whether a backend is linked or loaded.
 
 pub mod abi;
+pub mod buffer;
 pub mod cancel;
 mod layout;
 pub mod library_file;
 pub mod registry;
 
+pub use buffer::{Bound, Buffer, BufferArg, Memory, TransferCounter, Transfers};
 use quabla_ir::{DType, HostData, Plan, Shape};
 use std::fmt;
 use std::sync::Arc;
@@ -97,6 +109,10 @@ pub enum BackendError {
     /// names the node, its operands' ranges and the user's source line.
     #[error("{message}")]
     NonFinite { message: String },
+    /// A [`Buffer`] used after it was freed or donated, or given to a backend that does not
+    /// own it.
+    #[error("{message}")]
+    InvalidBuffer { message: String },
 }
 
 impl BackendError {
@@ -213,6 +229,46 @@ pub trait Backend: Send + Sync + fmt::Debug {
             reason: "the non-finite check runs on the CPU; debug with device=\"cpu\"".into(),
         })
     }
+
+    /// Copies host data into new memory of this backend. The default, for a backend whose
+    /// memory is the host's, shares the data (no copy, nothing counted); a device backend
+    /// copies and counts the upload.
+    fn upload(&self, tensor: &HostTensor) -> Result<Memory> {
+        Ok(Memory::Host(tensor.clone()))
+    }
+
+    /// Copies this backend's memory to the host. The default reads host memory and refuses
+    /// anything else (a backend with memory of its own overrides it).
+    fn download(&self, memory: &Memory) -> Result<HostTensor> {
+        match memory {
+            Memory::Host(t) => Ok(t.clone()),
+            Memory::Backend(_) => Err(foreign_memory(self.name())),
+        }
+    }
+
+    /// New memory of this backend for a tensor of `dtype` and `shape`, filled with zeros
+    /// (`OutOfMemory` when it cannot be had).
+    fn allocate(&self, dtype: DType, shape: &Shape) -> Result<Memory> {
+        let data = HostData::try_zeroed(dtype, shape.size())
+            .map_err(|_| BackendError::tensor_out_of_memory(dtype, shape))?;
+        Ok(Memory::Host(HostTensor::new(shape.clone(), data)))
+    }
+
+    /// The copies between the host and this backend's memory so far (zeros for a backend whose
+    /// memory is the host's).
+    fn transfers(&self) -> Transfers {
+        Transfers::default()
+    }
+}
+
+/// `InvalidBuffer` for memory that `backend` did not make.
+pub fn foreign_memory(backend: &str) -> BackendError {
+    BackendError::InvalidBuffer {
+        message: format!(
+            "{backend} was given memory of another backend; buffers do not move between \
+             backends (download it and upload it to {backend})"
+        ),
+    }
 }
 
 /// A compiled plan, ready to run on buffers.
@@ -237,6 +293,46 @@ pub trait Executable: Send + Sync + fmt::Debug {
     fn report(&self) -> String {
         "this backend gives no report of its compiled form\n".into()
     }
+
+    /// Runs the plan on memory of this backend, bound to the plan's inputs in order, and
+    /// returns the outputs in the plan's output order, left in the backend's memory. A donated
+    /// input ([`Bound::donated`]) may have its storage reused for an output when no other
+    /// handle on it exists; the caller never reads a donated input again. A run that fails
+    /// gives every input back unchanged ([`RunFailure`]), so a caller that donated its state
+    /// keeps it: a backend reuses donated storage only in a run that succeeds. The default, for
+    /// a backend whose memory is the host's, runs [`Executable::run_borrowed`] on the host
+    /// tensors and ignores donation (the storage is released after the run).
+    fn run_resident(&self, inputs: Vec<Bound>) -> std::result::Result<Vec<Memory>, RunFailure> {
+        let mut host = Vec::with_capacity(inputs.len());
+        for bound in &inputs {
+            match &bound.memory {
+                Memory::Host(t) => host.push(t),
+                Memory::Backend(_) => {
+                    let error = BackendError::InvalidBuffer {
+                        message: "a host-memory backend was given memory of another backend; \
+                                  buffers do not move between backends"
+                            .into(),
+                    };
+                    return Err(RunFailure { error, inputs });
+                }
+            }
+        }
+        let mut outputs = Vec::new();
+        let ran = self.run_borrowed(&host, &mut outputs);
+        drop(host);
+        match ran {
+            Ok(()) => Ok(outputs.into_iter().map(Memory::Host).collect()),
+            Err(error) => Err(RunFailure { error, inputs }),
+        }
+    }
+}
+
+/// A run on resident memory that failed: the error, and the inputs given back unchanged
+/// (donated ones included).
+#[derive(Debug)]
+pub struct RunFailure {
+    pub error: BackendError,
+    pub inputs: Vec<Bound>,
 }
 
 /// Checks buffers against a plan's inputs (shared by backends so that every backend reports

@@ -42,16 +42,17 @@
 //! [`Registry::load_plugin`] calls).
 
 use crate::abi::{
-    BackendBox, BufferBox, BufferRef, ExecutableBox, PluginError, QuablaPluginRef,
+    AbiInput, AbiTensorType, BackendBox, BufferBox, ExecutableBox, PluginError, QuablaPluginRef,
     INTERFACE_VERSION,
 };
 use crate::library_file::{check_library_file, FileProblem};
 use crate::{
-    check_inputs, Backend, BackendError, Capabilities, Executable, HostTensor, Result, Unavailable,
+    check_inputs, Backend, BackendError, Bound, Capabilities, Executable, HostTensor, Memory,
+    Result, RunFailure, TransferCounter, Transfers, Unavailable,
 };
 use abi_stable::library::{lib_header_from_path, LibraryError};
 use abi_stable::std_types::{RResult, RSlice};
-use quabla_ir::Plan;
+use quabla_ir::{DType, Plan, Shape};
 use std::env::consts::{DLL_PREFIX, DLL_SUFFIX};
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -484,6 +485,7 @@ impl Plugin {
                 path: self.path,
                 capabilities,
                 backend,
+                transfers: TransferCounter::default(),
             }),
         })
     }
@@ -526,10 +528,15 @@ struct PluginInner {
     path: &'static Path,
     capabilities: Capabilities,
     backend: BackendBox,
+    /// Every copy between the host and the plugin's buffers, counted here on the host's side.
+    transfers: TransferCounter,
 }
 
 /// A backend opened from a plugin, usable like any linked [`Backend`]: plans are encoded in
-/// the wire format, host inputs uploaded into plugin buffers, and outputs downloaded.
+/// the wire format, and the plugin's buffers are the backend's [`Memory`]
+/// ([`Memory::Backend`] holding a [`PluginMemory`]). Uploads and downloads are counted
+/// ([`Backend::transfers`]), including those of [`Executable::run`], which uploads every input
+/// and downloads every output.
 #[derive(Clone)]
 pub struct PluginBackend {
     inner: Arc<PluginInner>,
@@ -567,25 +574,41 @@ impl PluginBackend {
             exe,
         })
     }
-
-    /// Copies host data into a buffer of the plugin.
-    pub fn upload(&self, tensor: &HostTensor) -> Result<PluginBuffer> {
-        upload(&self.inner, tensor)
-    }
 }
 
-fn upload(inner: &Arc<PluginInner>, tensor: &HostTensor) -> Result<PluginBuffer> {
-    let abi = crate::abi::AbiHostTensor::try_from_host(tensor)
-        .map_err(|e| e.into_backend(&inner.name))?;
-    let buffer = inner
-        .backend
-        .upload(&abi)
-        .into_result()
-        .map_err(|e| e.into_backend(&inner.name))?;
-    Ok(PluginBuffer {
-        backend: inner.clone(),
-        buffer,
-    })
+impl PluginInner {
+    fn upload(self: &Arc<Self>, tensor: &HostTensor) -> Result<Memory> {
+        let abi = crate::abi::AbiHostTensor::try_from_host(tensor)
+            .map_err(|e| e.into_backend(&self.name))?;
+        let buffer = self
+            .backend
+            .upload(&abi)
+            .into_result()
+            .map_err(|e| e.into_backend(&self.name))?;
+        self.transfers.upload(tensor.shape.nbytes(tensor.dtype()));
+        Ok(self.memory(buffer))
+    }
+
+    fn memory(self: &Arc<Self>, buffer: BufferBox) -> Memory {
+        Memory::Backend(Arc::new(PluginMemory {
+            plugin: self.clone(),
+            buffer,
+        }))
+    }
+
+    /// The plugin buffer behind `memory` (`InvalidBuffer` for another backend's memory).
+    fn buffer<'m>(&self, memory: &'m Memory) -> Result<&'m PluginMemory> {
+        match memory.backend::<PluginMemory>() {
+            Some(m) if std::ptr::eq(Arc::as_ptr(&m.plugin), self) => Ok(m),
+            _ => Err(crate::foreign_memory(&self.name)),
+        }
+    }
+
+    fn download(&self, memory: &Memory) -> Result<HostTensor> {
+        let host = self.buffer(memory)?.read()?;
+        self.transfers.download(host.shape.nbytes(host.dtype()));
+        Ok(host)
+    }
 }
 
 impl Backend for PluginBackend {
@@ -599,6 +622,32 @@ impl Backend for PluginBackend {
 
     fn compile(&self, plan: &Plan) -> Result<Arc<dyn Executable>> {
         Ok(Arc::new(self.compile_plan(plan)?))
+    }
+
+    fn upload(&self, tensor: &HostTensor) -> Result<Memory> {
+        self.inner.upload(tensor)
+    }
+
+    fn download(&self, memory: &Memory) -> Result<HostTensor> {
+        self.inner.download(memory)
+    }
+
+    fn allocate(&self, dtype: DType, shape: &Shape) -> Result<Memory> {
+        let ty = AbiTensorType {
+            dtype: dtype.into(),
+            shape: shape.dims().iter().map(|&d| d as u64).collect(),
+        };
+        let buffer = self
+            .inner
+            .backend
+            .allocate(&ty)
+            .into_result()
+            .map_err(|e| e.into_backend(&self.inner.name))?;
+        Ok(self.inner.memory(buffer))
+    }
+
+    fn transfers(&self) -> Transfers {
+        self.inner.transfers.read()
     }
 }
 
@@ -618,41 +667,13 @@ impl fmt::Debug for PluginExecutable {
 }
 
 impl PluginExecutable {
-    /// Runs on buffers of the same plugin, leaving the outputs in the plugin's buffers.
-    pub fn run_buffers(&self, inputs: &[PluginBuffer]) -> Result<Vec<PluginBuffer>> {
-        let name = &self.backend.name;
-        let borrowed: Vec<BufferRef<'_>> =
-            inputs.iter().map(|b| b.buffer.sabi_reborrow()).collect();
-        // The plugin watches this thread's token and the host's interrupt through its own copy
-        // of the cancel module (see `crate::cancel`).
-        let cancel = crate::cancel::watch().to_abi();
-        let result = self
-            .exe
-            .run(RSlice::from_slice(&borrowed), &cancel)
-            .into_result();
-        let outputs = result.map_err(|e| e.into_backend(name))?;
-        Ok(outputs
-            .into_iter()
-            .map(|buffer| PluginBuffer {
-                backend: self.backend.clone(),
-                buffer,
-            })
-            .collect())
-    }
-}
-
-impl Executable for PluginExecutable {
-    fn run(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
-        check_inputs(&self.plan, inputs)?;
-        let buffers = inputs
-            .iter()
-            .map(|t| upload(&self.backend, t))
-            .collect::<Result<Vec<_>>>()?;
-        let outputs = self.run_buffers(&buffers)?;
+    /// Checks what the plugin returned against the plan's outputs (count, dtypes, shapes).
+    fn check_outputs(&self, outputs: &[BufferBox]) -> Result<()> {
         let expected = self.plan.output_types();
+        let device = || self.backend.name.clone();
         if outputs.len() != expected.len() {
             return Err(BackendError::Device {
-                device: self.backend.name.clone(),
+                device: device(),
                 message: format!(
                     "the plugin returned {} outputs for a plan with {}",
                     outputs.len(),
@@ -660,49 +681,157 @@ impl Executable for PluginExecutable {
                 ),
             });
         }
-        outputs
-            .iter()
-            .zip(expected)
-            .enumerate()
-            .map(|(i, (buffer, ty))| {
-                let host = buffer.download()?;
-                if host.dtype() != ty.dtype || host.shape != ty.shape {
-                    return Err(BackendError::Device {
-                        device: self.backend.name.clone(),
-                        message: format!(
-                            "the plugin returned {}{} for output {i}, which is {}{}",
-                            host.dtype().name(),
-                            host.shape,
-                            ty.dtype.name(),
-                            ty.shape
-                        ),
-                    });
-                }
-                Ok(host)
-            })
-            .collect()
+        for (i, (buffer, ty)) in outputs.iter().zip(expected).enumerate() {
+            let got = buffer.tensor_type();
+            let same = DType::from(got.dtype) == ty.dtype
+                && got.shape.len() == ty.shape.rank()
+                && got
+                    .shape
+                    .iter()
+                    .zip(ty.shape.dims())
+                    .all(|(&a, &b)| a == b as u64);
+            if !same {
+                return Err(BackendError::Device {
+                    device: device(),
+                    message: format!(
+                        "the plugin returned {:?}{:?} for output {i}, which is {}{}",
+                        got.dtype,
+                        got.shape.as_slice(),
+                        ty.dtype.name(),
+                        ty.shape
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 }
 
-/// A buffer owned by a plugin.
-pub struct PluginBuffer {
-    backend: Arc<PluginInner>,
+impl Executable for PluginExecutable {
+    fn run(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+        check_inputs(&self.plan, inputs)?;
+        let bound = inputs
+            .iter()
+            .map(|t| {
+                Ok(Bound {
+                    memory: self.backend.upload(t)?,
+                    donated: true,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let outputs = self.run_resident(bound).map_err(|failure| failure.error)?;
+        outputs.iter().map(|m| self.backend.download(m)).collect()
+    }
+
+    fn run_resident(&self, inputs: Vec<Bound>) -> std::result::Result<Vec<Memory>, RunFailure> {
+        let name = &self.backend.name;
+        let abi_inputs = self.abi_inputs(&inputs);
+        if let Err(error) = &abi_inputs {
+            let error = error.clone();
+            drop(abi_inputs);
+            return Err(RunFailure { error, inputs });
+        }
+        let abi_inputs = abi_inputs.unwrap_or_default();
+        // The plugin watches this thread's token and the host's interrupt through its own copy
+        // of the cancel module (see `crate::cancel`).
+        let cancel = crate::cancel::watch().to_abi();
+        let result = self
+            .exe
+            .run(RSlice::from_slice(&abi_inputs), &cancel)
+            .into_result();
+        drop(abi_inputs);
+        let outputs = match result {
+            Ok(outputs) => outputs,
+            // The plugin restored what it took from donated buffers (interface version 3).
+            Err(e) => {
+                return Err(RunFailure {
+                    error: e.into_backend(name),
+                    inputs,
+                })
+            }
+        };
+        // The donated inputs are dropped now, after the run: the plugin has taken what it
+        // reused.
+        drop(inputs);
+        if let Err(error) = self.check_outputs(&outputs) {
+            return Err(RunFailure {
+                error,
+                inputs: Vec::new(),
+            });
+        }
+        Ok(outputs
+            .into_iter()
+            .map(|buffer| self.backend.memory(buffer))
+            .collect())
+    }
+}
+
+impl PluginExecutable {
+    /// The boundary form of a run's inputs, checked against the plan's inputs.
+    fn abi_inputs<'i>(&self, inputs: &'i [Bound]) -> Result<Vec<AbiInput<'i>>> {
+        let count = self.plan.graph().inputs().count();
+        if inputs.len() != count {
+            return Err(BackendError::InputMismatch {
+                index: inputs.len().min(count),
+                name: "<count>".into(),
+                expected: format!("{count} inputs"),
+                got: format!("{} inputs", inputs.len()),
+            });
+        }
+        let mut abi_inputs = Vec::with_capacity(inputs.len());
+        for (index, (bound, (_, input_name, ty))) in
+            inputs.iter().zip(self.plan.graph().inputs()).enumerate()
+        {
+            let buffer = self.backend.buffer(&bound.memory)?;
+            let got = buffer.buffer.tensor_type();
+            let same = DType::from(got.dtype) == ty.dtype
+                && got
+                    .shape
+                    .iter()
+                    .map(|&d| d as usize)
+                    .eq(ty.shape.dims().iter().copied());
+            if !same {
+                return Err(BackendError::InputMismatch {
+                    index,
+                    name: input_name.to_string(),
+                    expected: format!("{}{}", ty.dtype.name(), ty.shape),
+                    got: format!("{:?}{:?}", got.dtype, got.shape.as_slice()),
+                });
+            }
+            // A donated input goes to the plugin as donated only when this handle is the last
+            // one on it: otherwise someone else still reads it, and the plugin must not reuse
+            // its storage.
+            let donated = bound.donated
+                && matches!(&bound.memory, Memory::Backend(m) if Arc::strong_count(m) == 1);
+            abi_inputs.push(AbiInput {
+                buffer: buffer.buffer.sabi_reborrow(),
+                donated,
+            });
+        }
+        Ok(abi_inputs)
+    }
+}
+
+/// A plugin's buffer as the host holds it: the memory of a [`PluginBackend`].
+pub struct PluginMemory {
+    plugin: Arc<PluginInner>,
     buffer: BufferBox,
 }
 
-impl fmt::Debug for PluginBuffer {
+impl fmt::Debug for PluginMemory {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PluginBuffer")
-            .field("backend", &self.backend.name)
+        f.debug_struct("PluginMemory")
+            .field("backend", &self.plugin.name)
             .field("type", &self.buffer.tensor_type())
             .finish()
     }
 }
 
-impl PluginBuffer {
-    /// Copies the buffer to the host, checking what the plugin returns.
-    pub fn download(&self) -> Result<HostTensor> {
-        let name = &self.backend.name;
+impl PluginMemory {
+    /// Copies the buffer to the host, checking what the plugin returns (uncounted: the
+    /// backend's `download` counts).
+    fn read(&self) -> Result<HostTensor> {
+        let name = &self.plugin.name;
         let abi = self
             .buffer
             .download()

@@ -4,7 +4,10 @@
 //! This crate owns three things:
 //!
 //! - the **cases** ([`CASES`], in `cases.rs`): one per op family, and one per transform as
-//!   transforms land, each a few frozen plans with deterministic inputs;
+//!   transforms land, each a few frozen plans with deterministic inputs; and the **buffer
+//!   cases** ([`BUFFER_CASES`], in `buffers.rs`): the backend's own memory (round trips,
+//!   `allocate` and `OutOfMemory`, runs on resident buffers, donation, freed buffers, failed
+//!   runs, transfer counts);
 //! - the **harness** ([`run_case`]): runs a case's plans on the reference (the linked CPU
 //!   backend, node by node on one thread) and on a backend, and compares. The CPU backend, linked
 //!   or as a plugin, must be bit-identical to the reference (NaN payloads aside); every other
@@ -23,8 +26,11 @@
 //! [`conformance_tests!`]; the `quabla-conformance` binary prints the matrix. [`plugins`]
 //! builds the plugin libraries the tests load.
 
+mod buffers;
 mod cases;
 pub mod plugins;
+
+pub use buffers::{buffer_case, run_buffer_case, BufferCase, BUFFER_CASES};
 
 // Linked for their registrations: their columns report why they are unavailable here.
 use quabla_cuda as _;
@@ -410,17 +416,35 @@ pub struct Matrix {
     pub rows: Vec<(&'static str, Vec<Outcome>)>,
 }
 
-/// Runs every case on every column.
+/// Runs one buffer case on a column.
+pub fn run_buffer_case_on(case: &BufferCase, column: &Column) -> Outcome {
+    match &column.subject {
+        Subject::Skipped(why) => Outcome::Skipped(why.clone()),
+        Subject::Broken(why) => Outcome::Fail(why.clone()),
+        Subject::Ready { backend, agreement } => {
+            run_buffer_case(case, backend.as_ref(), *agreement)
+        }
+    }
+}
+
+/// Runs every case and every buffer case on every column.
 pub fn run_matrix(columns: Vec<Column>) -> Matrix {
-    let rows = CASES
-        .iter()
-        .map(|case| {
-            (
-                case.name,
-                columns.iter().map(|c| run_case(case, c)).collect(),
-            )
-        })
-        .collect();
+    let plans = CASES.iter().map(|case| {
+        (
+            case.name,
+            columns.iter().map(|c| run_case(case, c)).collect(),
+        )
+    });
+    let buffers = BUFFER_CASES.iter().map(|case| {
+        (
+            case.name,
+            columns
+                .iter()
+                .map(|c| run_buffer_case_on(case, c))
+                .collect(),
+        )
+    });
+    let rows = plans.chain(buffers).collect();
     Matrix { columns, rows }
 }
 
@@ -553,7 +577,14 @@ macro_rules! conformance_tests {
             fused_chain,
             large_reduction,
             non_finite_constants,
-            outputs_and_passthrough
+            outputs_and_passthrough;
+            buffer_round_trip,
+            buffer_allocate,
+            buffer_resident_run,
+            buffer_donation,
+            buffer_freed_use,
+            buffer_failed_run_keeps_donated,
+            buffer_transfers_counted
         );
     };
 }
@@ -561,7 +592,7 @@ macro_rules! conformance_tests {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __conformance_tests {
-    ($module:ident, $column:expr; $($case:ident),* $(,)?) => {
+    ($module:ident, $column:expr; $($case:ident),* ; $($buffer_case:ident),* $(,)?) => {
         mod $module {
             #[allow(unused_imports)]
             use super::*;
@@ -577,6 +608,16 @@ macro_rules! __conformance_tests {
                 assert_eq!(listed, cases, "conformance_tests! must list every case of CASES");
             }
 
+            #[test]
+            fn every_buffer_case_is_instantiated() {
+                let listed: Vec<&str> = vec![$(stringify!($buffer_case)),*];
+                let cases: Vec<&str> = $crate::BUFFER_CASES.iter().map(|c| c.name).collect();
+                assert_eq!(
+                    listed, cases,
+                    "conformance_tests! must list every case of BUFFER_CASES"
+                );
+            }
+
             $(
                 #[test]
                 fn $case() {
@@ -584,6 +625,18 @@ macro_rules! __conformance_tests {
                         .expect(concat!("no conformance case named ", stringify!($case)));
                     let column = column();
                     $crate::run_case(case, &column).assert_ok(case.name, &column.label);
+                }
+            )*
+
+            $(
+                #[test]
+                fn $buffer_case() {
+                    let case = $crate::buffer_case(stringify!($buffer_case)).expect(concat!(
+                        "no buffer case named ",
+                        stringify!($buffer_case)
+                    ));
+                    let column = column();
+                    $crate::run_buffer_case_on(case, &column).assert_ok(case.name, &column.label);
                 }
             )*
         }
@@ -748,9 +801,10 @@ mod tests {
             text.contains("dev: skipped: unavailable (no device)"),
             "{text}"
         );
+        assert!(text.contains("buffer_donation"), "{text}");
         assert!(text.ends_with(&format!(
             "{n} passed, 0 failed, 0 unsupported, {n} skipped",
-            n = CASES.len()
+            n = CASES.len() + BUFFER_CASES.len()
         )));
     }
 }

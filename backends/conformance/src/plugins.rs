@@ -1,7 +1,8 @@
 //! Building the plugin libraries that the tests load: the CPU plugin (`quabla-cpu-plugin`), the
 //! example third-party plugin (`quabla-example-plugin`, the `toy` device) and the test
-//! fixtures (examples of this crate built as `cdylib`s: `fixture_next_interface`, a plugin of
-//! the next interface version; `fixture_changed_layout`, one of this version with another
+//! fixtures (examples of this crate built as `cdylib`s: `fixture_next_interface` and
+//! `fixture_previous_interface`, plugins of the interface versions after and before this
+//! build's; `fixture_changed_layout`, one of this version with another
 //! layout; `fixture_panicking_backend`, whose backend panics; `fixture_aborting_plugin`, built
 //! with `-C panic=abort` by [`build_aborting_fixture`]).
 //!
@@ -116,6 +117,8 @@ fn build_now() -> Result<Built, String> {
             "--example",
             "fixture_next_interface",
             "--example",
+            "fixture_previous_interface",
+            "--example",
             "fixture_changed_layout",
             "--example",
             "fixture_panicking_backend",
@@ -127,6 +130,7 @@ fn build_now() -> Result<Built, String> {
         built.cpu_plugin(),
         built.toy_plugin(),
         built.fixture("fixture_next_interface"),
+        built.fixture("fixture_previous_interface"),
         built.fixture("fixture_changed_layout"),
         built.fixture("fixture_panicking_backend"),
     ] {

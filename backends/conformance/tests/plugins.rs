@@ -5,7 +5,7 @@ use quabla_backend::abi::INTERFACE_VERSION;
 use quabla_backend::registry::{
     plugin_file_name, LoadError, Origin, Plugin, PluginSearch, Registry, ResolveError,
 };
-use quabla_backend::{Backend, BackendError, Executable, HostTensor};
+use quabla_backend::{Backend, BackendError, Bound, Executable, HostTensor, Memory};
 use quabla_conformance::plugins::{build, cpu_plugin_folder, install, scratch_dir};
 use quabla_conformance::tensor;
 use quabla_ir::{DType, GraphBuilder, Plan, TensorType, UnaryOp};
@@ -44,6 +44,29 @@ fn the_cpu_plugin_loads_with_its_name_version_and_capabilities() {
         .unwrap();
     let direct = quabla_cpu::run_plan(&exp_plan("x"), &[x3()]).unwrap();
     assert_eq!(out, direct);
+}
+
+#[test]
+fn a_plugin_of_the_previous_interface_version_is_refused_with_a_typed_error() {
+    let previous = (INTERFACE_VERSION - 1).to_string();
+    let path = built().fixture("fixture_previous_interface");
+    let err = Plugin::load(&path).unwrap_err();
+    match &err {
+        LoadError::InterfaceVersion {
+            expected, found, ..
+        } => {
+            assert_eq!(*expected, INTERFACE_VERSION);
+            assert_eq!(found, &previous);
+        }
+        other => panic!("expected an interface version error, got {other:?}"),
+    }
+    let message = err.to_string();
+    assert!(
+        message.contains(&format!(
+            "plugin interface version {previous} is not supported"
+        )),
+        "{message}"
+    );
 }
 
 #[test]
@@ -149,25 +172,37 @@ fn buffers_stay_with_their_plugin() {
 
     // Buffers of the same plugin: outputs stay in the plugin until downloaded.
     let input = cpu.upload(&x3()).unwrap();
-    let outputs = exe.run_buffers(&[input]).unwrap();
+    let outputs = exe
+        .run_resident(vec![Bound {
+            memory: input,
+            donated: false,
+        }])
+        .unwrap();
+    assert!(matches!(outputs[0], Memory::Backend(_)));
     assert_eq!(
-        outputs[0].download().unwrap(),
+        cpu.download(&outputs[0]).unwrap(),
         quabla_cpu::run_plan(&exp_plan("x"), &[x3()]).unwrap()[0]
     );
 
-    // A buffer of another plugin is a typed error, not a crash.
+    // Memory of another plugin is a typed error, not a crash, and comes back with the failure.
     let foreign = other.upload(&x3()).unwrap();
-    let err = exe.run_buffers(&[foreign]).unwrap_err();
-    match err {
-        BackendError::Device { device, message } => {
-            assert_eq!(device, "cpu");
+    let failure = exe
+        .run_resident(vec![Bound {
+            memory: foreign,
+            donated: true,
+        }])
+        .unwrap_err();
+    match failure.error {
+        BackendError::InvalidBuffer { message } => {
             assert!(
-                message.contains("input 0 is not a buffer of the cpu plugin"),
+                message.contains("cpu was given memory of another backend"),
                 "{message}"
             );
         }
         other => panic!("{other:?}"),
     }
+    assert_eq!(failure.inputs.len(), 1);
+    assert_eq!(other.download(&failure.inputs[0].memory).unwrap(), x3());
 
     // Host inputs that do not match the plan are refused before they cross.
     let err = exe

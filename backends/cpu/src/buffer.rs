@@ -450,6 +450,11 @@ pub(crate) struct Pool {
     pub(crate) allocations: usize,
     /// Buffers handed out (fresh or reused) over the pool's lifetime.
     pub(crate) acquisitions: usize,
+    /// The storage of inputs donated to earlier runs that nobody else holds, kept for the
+    /// outputs of the next run ([`Pool::alloc_shared`]): a training step's new state is written
+    /// into the buffers of the state it replaced a step before, so a loop of steps allocates
+    /// nothing for its state.
+    donated: Vec<HostData>,
 }
 
 /// The most free buffers a pool keeps; beyond it the smallest are dropped.
@@ -535,6 +540,16 @@ impl Pool {
     /// unspecified contents: a buffer an earlier output released ([`quabla_ir::recycle`]),
     /// else fresh zeroed allocation (fallible).
     pub(crate) fn alloc_shared(&mut self, dtype: DType, len: usize) -> Result<Buffer, AllocError> {
+        let donated = self
+            .donated
+            .iter()
+            .position(|d| d.dtype() == dtype && d.len() == len);
+        if let Some(i) = donated {
+            return Ok(Buffer {
+                data: TypedVec::Shared(self.donated.swap_remove(i)),
+                len,
+            });
+        }
         if let Some(data) = quabla_ir::recycle::take(dtype, len) {
             return Ok(Buffer {
                 data: TypedVec::Shared(data),
@@ -550,6 +565,31 @@ impl Pool {
             data: TypedVec::Shared(data),
             len,
         })
+    }
+
+    /// Keeps the storage of a donated input for the outputs of a later run when nobody else
+    /// holds it and it fits one of `outputs` (dtype and length) not already covered; drops it
+    /// otherwise. At most one kept buffer per output, so what a plan keeps between runs is at
+    /// most the size of its outputs.
+    pub(crate) fn keep_donated(&mut self, data: HostData, outputs: &[(DType, usize)]) {
+        let unique = match &data {
+            HostData::F32(v) => Arc::strong_count(v) == 1 && Arc::weak_count(v) == 0,
+            HostData::F64(v) => Arc::strong_count(v) == 1 && Arc::weak_count(v) == 0,
+            HostData::Bool(v) => Arc::strong_count(v) == 1 && Arc::weak_count(v) == 0,
+        };
+        if !unique {
+            return;
+        }
+        let key = (data.dtype(), data.len());
+        let wanted = outputs.iter().filter(|&&o| o == key).count();
+        let kept = self
+            .donated
+            .iter()
+            .filter(|d| (d.dtype(), d.len()) == key)
+            .count();
+        if kept < wanted {
+            self.donated.push(data);
+        }
     }
 
     /// Returns a dead value's storage (host and shared data are simply dropped).

@@ -75,8 +75,8 @@ use exec::{Frame, Mode, Workspace};
 use kernels::internal;
 use native::NativePlan;
 use quabla_backend::{
-    check_input_refs, check_inputs, Backend, Capabilities, Executable, HostTensor, Precision,
-    Result,
+    check_input_refs, check_inputs, Backend, Bound, Capabilities, Executable, HostTensor, Memory,
+    Precision, Result, RunFailure,
 };
 use quabla_ir::{DType, HostData, Plan, Shape};
 use schedule::{Build, Schedule};
@@ -190,11 +190,17 @@ impl CpuBackend {
             .inputs()
             .map(|(_, _, ty)| (ty.dtype, ty.shape.clone(), ty.shape.size()))
             .collect();
+        let outputs = plan
+            .output_types()
+            .iter()
+            .map(|ty| (ty.dtype, ty.shape.size()))
+            .collect();
         Ok(CpuExecutable {
             plan: plan.clone(),
             schedule,
             threads: self.options.threads.max(1),
             inputs,
+            outputs,
             workspaces: std::array::from_fn(|_| Mutex::default()),
             native,
         })
@@ -247,6 +253,9 @@ pub struct CpuExecutable {
     /// Dtype, shape and element count of each plan input: the per-call binding check compares
     /// against these directly and leaves the error text to [`check_inputs`].
     inputs: Vec<(DType, Shape, usize)>,
+    /// Dtype and element count of each plan output: which donated inputs are worth keeping
+    /// for the next run's outputs ([`Executable::run_resident`]).
+    outputs: Vec<(DType, usize)>,
     /// Workspaces (buffer pools, scratch, slot tables) kept between runs, one per concurrent
     /// run: a run takes the first that is free, and one beyond these gets a fresh workspace
     /// that is dropped afterwards.
@@ -512,6 +521,45 @@ impl Executable for CpuExecutable {
             check_input_refs(&self.plan, inputs)?;
         }
         self.with_workspace(|ws| self.execute(inputs, ws, outputs))
+    }
+
+    /// The CPU's memory is the host's. A donated input that nobody else holds is kept by the
+    /// workspace after a successful run and becomes the storage of a same-sized output of the
+    /// next run (its elements overwritten), so a loop of training steps that donates its state
+    /// writes each step's state into the buffers of the state before last and allocates
+    /// nothing for it. What a plan keeps this way is at most one buffer per output.
+    fn run_resident(&self, inputs: Vec<Bound>) -> std::result::Result<Vec<Memory>, RunFailure> {
+        // Handles of their own (not borrows of `inputs`), dropped before the donated inputs are
+        // kept, so that those are unique again.
+        let mut host = Vec::with_capacity(inputs.len());
+        for bound in &inputs {
+            match &bound.memory {
+                Memory::Host(t) => host.push(t.clone()),
+                Memory::Backend(_) => {
+                    let error = quabla_backend::foreign_memory("cpu");
+                    return Err(RunFailure { error, inputs });
+                }
+            }
+        }
+        if !self.inputs_match(&host) {
+            if let Err(error) = check_inputs(&self.plan, &host) {
+                return Err(RunFailure { error, inputs });
+            }
+        }
+        let mut outputs = Vec::with_capacity(self.outputs.len());
+        self.with_workspace(|ws| {
+            let ran = self.execute(&host, ws, &mut outputs);
+            drop(host);
+            if let Err(error) = ran {
+                return Err(RunFailure { error, inputs });
+            }
+            for bound in inputs {
+                if let (true, Memory::Host(t)) = (bound.donated, bound.memory) {
+                    ws.pool.keep_donated(t.data, &self.outputs);
+                }
+            }
+            Ok(outputs.into_iter().map(Memory::Host).collect())
+        })
     }
 
     fn report(&self) -> String {

@@ -7,25 +7,132 @@
 //! The backend interprets a plan on the host, node by node, and computes every value itself
 //! with Rust's `f64` functions (a float32 node is computed in float64 and rounded once, as
 //! numerics.md asks of every backend). It supports inputs, float constants, the unary ops
-//! `neg`, `exp`, `log`, `sin`, `cos`, `sqrt`, `tanh`, and `add`, `sub`, `mul`, `div` of two
-//! operands of one shape or with a rank-0 operand. It refuses every other op, and bool
-//! values, at compile time with [`BackendError::Unsupported`] rather than computing them
-//! wrongly, so the conformance matrix shows it as `partial k/n` on the elementwise cases and
-//! `unsupported` on the rest. It must not fall back to another backend for what it refuses.
+//! `neg`, `exp`, `log`, `sin`, `cos`, `sqrt`, `tanh`, `add`, `sub`, `mul`, `div`, `pow` of two
+//! operands of one shape or with a rank-0 operand, the whole-tensor `sum`, and the broadcast
+//! of a rank-0 value. It refuses every other op, and bool values, at compile time with
+//! [`BackendError::Unsupported`] rather than computing them wrongly, so the conformance matrix
+//! shows it as `partial k/n` on the elementwise cases and `unsupported` on the rest. It must
+//! not fall back to another backend for what it refuses.
+//!
+//! It keeps its values in memory of its own, as a device does ([`ToyMemory`]: `f64` elements
+//! whatever the dtype, counted against a fixed capacity of [`CAPACITY_BYTES`]), so it shows
+//! what a backend with device memory implements: `upload`, `download` and `allocate`
+//! (`OutOfMemory` past the capacity), runs on its own memory that leave the outputs there,
+//! reuse of donated inputs, and counted transfers.
 
 use quabla_backend::{
-    check_inputs, Backend, BackendError, Capabilities, Executable, HostTensor, Result, Unavailable,
+    check_inputs, Backend, BackendError, Bound, Capabilities, Executable, HostTensor, Memory,
+    Result, RunFailure, TransferCounter, Transfers, Unavailable,
 };
-use quabla_ir::{BinaryOp, DType, HostData, Node, Op, Plan, UnaryOp};
+use quabla_ir::{BinaryOp, DType, HostData, Node, Op, Plan, ReduceKind, Shape, UnaryOp};
+use std::any::Any;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// The device name: what `jit(f).device("toy")` selects. `Backend::name` and
 /// `export_plugin!` both use it, as they must.
 pub const NAME: &str = "toy";
 
-/// The toy backend. It has no state: everything is decided per plan in `compile`.
+/// How much memory the toy device has: allocations past it are `OutOfMemory`, as on a GPU.
+pub const CAPACITY_BYTES: usize = 1 << 30;
+
+/// The toy backend: its memory accounting and transfer counts; everything else is decided per
+/// plan in `compile`.
 #[derive(Debug, Default)]
-pub struct ToyBackend;
+pub struct ToyBackend {
+    memory: Arc<Accounting>,
+    transfers: TransferCounter,
+}
+
+/// The bytes of toy memory in use (8 per element, whatever the dtype).
+#[derive(Debug, Default)]
+pub struct Accounting {
+    in_use: AtomicUsize,
+}
+
+impl Accounting {
+    /// Bytes in use now.
+    pub fn in_use(&self) -> usize {
+        self.in_use.load(Ordering::Relaxed)
+    }
+
+    /// Reserves room for `elements` elements (`OutOfMemory` naming `dtype` and `shape` past the
+    /// capacity).
+    fn reserve(&self, elements: usize, dtype: DType, shape: &Shape) -> Result<usize> {
+        let bytes = elements.saturating_mul(8);
+        let mut used = self.in_use.load(Ordering::Relaxed);
+        loop {
+            if bytes > CAPACITY_BYTES - used.min(CAPACITY_BYTES) {
+                return Err(BackendError::OutOfMemory {
+                    bytes: bytes as u128,
+                    what: format!(
+                        "a tensor of shape {shape} {} on the toy device ({} of {CAPACITY_BYTES} bytes in use)",
+                        dtype.name(),
+                        used
+                    ),
+                });
+            }
+            match self.in_use.compare_exchange_weak(
+                used,
+                used + bytes,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Ok(bytes),
+                Err(now) => used = now,
+            }
+        }
+    }
+}
+
+/// One tensor in toy memory: its elements as `f64` (exact for every dtype the toy runs).
+#[derive(Debug)]
+pub struct ToyMemory {
+    dtype: DType,
+    shape: Shape,
+    values: Vec<f64>,
+    accounting: Arc<Accounting>,
+    bytes: usize,
+}
+
+impl ToyMemory {
+    fn new(
+        accounting: &Arc<Accounting>,
+        dtype: DType,
+        shape: Shape,
+        values: Vec<f64>,
+    ) -> Result<ToyMemory> {
+        let bytes = accounting.reserve(values.len(), dtype, &shape)?;
+        Ok(ToyMemory {
+            dtype,
+            shape,
+            values,
+            accounting: accounting.clone(),
+            bytes,
+        })
+    }
+}
+
+impl Drop for ToyMemory {
+    fn drop(&mut self) {
+        self.accounting
+            .in_use
+            .fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
+impl ToyBackend {
+    /// The toy memory in use, in bytes (what tests of residency and donation read).
+    pub fn memory_in_use(&self) -> usize {
+        self.memory.in_use()
+    }
+
+    fn toy_memory<'m>(&self, memory: &'m Memory) -> Result<&'m ToyMemory> {
+        memory
+            .backend::<ToyMemory>()
+            .ok_or_else(|| quabla_backend::foreign_memory(NAME))
+    }
+}
 
 impl Backend for ToyBackend {
     fn name(&self) -> &str {
@@ -49,7 +156,40 @@ impl Backend for ToyBackend {
         Ok(Arc::new(ToyExecutable {
             plan: plan.clone(),
             steps,
+            memory: self.memory.clone(),
         }))
+    }
+
+    fn upload(&self, tensor: &HostTensor) -> Result<Memory> {
+        let memory = ToyMemory::new(
+            &self.memory,
+            tensor.dtype(),
+            tensor.shape.clone(),
+            tensor.data.to_f64_vec(),
+        )?;
+        self.transfers.upload(tensor.shape.nbytes(tensor.dtype()));
+        Ok(Memory::Backend(Arc::new(memory)))
+    }
+
+    fn download(&self, memory: &Memory) -> Result<HostTensor> {
+        let m = self.toy_memory(memory)?;
+        self.transfers.download(m.shape.nbytes(m.dtype));
+        Ok(HostTensor::new(
+            m.shape.clone(),
+            HostData::from_f64(m.dtype, m.values.iter().copied()),
+        ))
+    }
+
+    fn allocate(&self, dtype: DType, shape: &Shape) -> Result<Memory> {
+        // Reserve before allocating, so an impossible size is refused without trying.
+        let bytes = self.memory.reserve(shape.size(), dtype, shape)?;
+        self.memory.in_use.fetch_sub(bytes, Ordering::Relaxed);
+        let memory = ToyMemory::new(&self.memory, dtype, shape.clone(), vec![0.0; shape.size()])?;
+        Ok(Memory::Backend(Arc::new(memory)))
+    }
+
+    fn transfers(&self) -> Transfers {
+        self.transfers.read()
     }
 }
 
@@ -61,6 +201,10 @@ enum Step {
     Constant(Vec<f64>),
     Unary(fn(f64) -> f64),
     Binary(fn(f64, f64) -> f64),
+    /// The sum of every element, accumulated in float64 in order and rounded once.
+    Sum,
+    /// A rank-0 value repeated to the node's shape.
+    Fill,
 }
 
 fn unsupported(node: &Node, reason: &str) -> BackendError {
@@ -94,6 +238,18 @@ fn step_of(node: &Node, plan: &Plan, inputs: &mut usize) -> Result<Step> {
             UnaryOp::Tanh => f64::tanh,
             _ => return Err(unsupported(node, "the toy device has no kernel for it")),
         }),
+        Op::Reduce {
+            kind: ReduceKind::Sum,
+            ..
+        } if node.ty.shape.rank() == 0 => Step::Sum,
+        Op::Broadcast { .. }
+            if node
+                .operands
+                .iter()
+                .all(|&id| plan.graph().node(id).ty.shape.rank() == 0) =>
+        {
+            Step::Fill
+        }
         Op::Binary(op) => {
             // Broadcasting beyond a rank-0 operand is more than this example needs.
             let same_or_scalar = node.operands.iter().all(|&id| {
@@ -111,6 +267,7 @@ fn step_of(node: &Node, plan: &Plan, inputs: &mut usize) -> Result<Step> {
                 BinaryOp::Sub => |a, b| a - b,
                 BinaryOp::Mul => |a, b| a * b,
                 BinaryOp::Div => |a, b| a / b,
+                BinaryOp::Pow => f64::powf,
                 _ => return Err(unsupported(node, "the toy device has no kernel for it")),
             })
         }
@@ -129,6 +286,7 @@ fn step_of(node: &Node, plan: &Plan, inputs: &mut usize) -> Result<Step> {
 struct ToyExecutable {
     plan: Plan,
     steps: Vec<Step>,
+    memory: Arc<Accounting>,
 }
 
 impl ToyExecutable {
@@ -144,21 +302,16 @@ impl ToyExecutable {
                 message: format!("operand {i} of a {} node is missing", node.op.name()),
             })
     }
-}
 
-impl Executable for ToyExecutable {
-    fn run(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
-        check_inputs(&self.plan, inputs)?;
+    /// Every node's value, the inputs read by `input(k)`.
+    fn evaluate(&self, input: impl Fn(usize) -> Vec<f64>) -> Result<Vec<Vec<f64>>> {
         let graph = self.plan.graph();
         let mut values: Vec<Vec<f64>> = Vec::with_capacity(graph.len());
         for (node, step) in graph.nodes().iter().zip(&self.steps) {
             let f32_node = node.ty.dtype == DType::F32;
             let round = |x: f64| if f32_node { x as f32 as f64 } else { x };
             let value = match step {
-                // `check_inputs` has matched every input with the plan's.
-                Step::Input(k) => inputs
-                    .get(*k)
-                    .map_or_else(Vec::new, |t| t.data.to_f64_vec()),
+                Step::Input(k) => input(*k),
                 Step::Constant(v) => v.clone(),
                 Step::Unary(f) => self
                     .operand(&values, node, 0)?
@@ -179,9 +332,20 @@ impl Executable for ToyExecutable {
                         .map(|i| round(f(at(a, i), at(b, i))))
                         .collect()
                 }
+                Step::Sum => vec![round(self.operand(&values, node, 0)?.iter().sum())],
+                Step::Fill => {
+                    let v = self.operand(&values, node, 0)?.first().copied();
+                    vec![v.unwrap_or(f64::NAN); node.ty.shape.size()]
+                }
             };
             values.push(value);
         }
+        Ok(values)
+    }
+
+    /// The value of each output node.
+    fn outputs(&self, values: &[Vec<f64>]) -> Result<Vec<(DType, Shape, Vec<f64>)>> {
+        let graph = self.plan.graph();
         graph
             .outputs()
             .iter()
@@ -191,18 +355,118 @@ impl Executable for ToyExecutable {
                     device: NAME.to_string(),
                     message: format!("output node {} was not computed", id.index()),
                 })?;
-                Ok(HostTensor::new(
-                    ty.shape.clone(),
-                    HostData::from_f64(ty.dtype, value.iter().copied()),
-                ))
+                Ok((ty.dtype, ty.shape.clone(), value.clone()))
             })
             .collect()
     }
 }
 
+impl Executable for ToyExecutable {
+    fn run(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+        check_inputs(&self.plan, inputs)?;
+        // `check_inputs` has matched every input with the plan's.
+        let values =
+            self.evaluate(|k| inputs.get(k).map_or_else(Vec::new, |t| t.data.to_f64_vec()))?;
+        Ok(self
+            .outputs(&values)?
+            .into_iter()
+            .map(|(dtype, shape, v)| HostTensor::new(shape, HostData::from_f64(dtype, v)))
+            .collect())
+    }
+
+    /// Runs on toy memory. An output is written into the memory of a donated input of its
+    /// dtype and shape when nobody else holds that input (the whole run has read it by then:
+    /// the toy computes every value before it writes any output), else into new toy memory.
+    fn run_resident(&self, inputs: Vec<Bound>) -> std::result::Result<Vec<Memory>, RunFailure> {
+        let values = match self.evaluate_resident(&inputs) {
+            Ok(values) => values,
+            Err(error) => return Err(RunFailure { error, inputs }),
+        };
+        let outputs = match self.outputs(&values) {
+            Ok(outputs) => outputs,
+            Err(error) => return Err(RunFailure { error, inputs }),
+        };
+        // The run has succeeded: from here the donated inputs are the toy's to reuse.
+        let mut donated: Vec<Arc<dyn quabla_backend::buffer::BackendMemory>> = inputs
+            .into_iter()
+            .filter(|b| b.donated)
+            .filter_map(|b| match b.memory {
+                Memory::Backend(m) => Some(m),
+                Memory::Host(_) => None,
+            })
+            .collect();
+        let mut memories = Vec::with_capacity(outputs.len());
+        for (dtype, shape, v) in outputs {
+            let reusable = donated
+                .iter_mut()
+                .position(|m| toy_mut(m).is_some_and(|m| m.dtype == dtype && m.shape == shape));
+            let memory = match reusable {
+                Some(i) => {
+                    let mut m = donated.swap_remove(i);
+                    if let Some(toy) = toy_mut(&mut m) {
+                        toy.values.copy_from_slice(&v);
+                    }
+                    m
+                }
+                None => match ToyMemory::new(&self.memory, dtype, shape, v) {
+                    Ok(m) => Arc::new(m),
+                    // The inputs are spent; what is lost is this run's result only.
+                    Err(error) => {
+                        return Err(RunFailure {
+                            error,
+                            inputs: Vec::new(),
+                        })
+                    }
+                },
+            };
+            memories.push(Memory::Backend(memory));
+        }
+        Ok(memories)
+    }
+}
+
+/// The toy memory behind `m` for writing, when `m` is toy memory that nobody else holds.
+fn toy_mut(m: &mut Arc<dyn quabla_backend::buffer::BackendMemory>) -> Option<&mut ToyMemory> {
+    Arc::get_mut(m).and_then(|m| (m as &mut dyn Any).downcast_mut::<ToyMemory>())
+}
+
+impl ToyExecutable {
+    /// Every node's value, the inputs read from toy memory (checked against the plan's
+    /// inputs).
+    fn evaluate_resident(&self, inputs: &[Bound]) -> Result<Vec<Vec<f64>>> {
+        let graph = self.plan.graph();
+        let count = graph.inputs().count();
+        if inputs.len() != count {
+            return Err(BackendError::InputMismatch {
+                index: inputs.len().min(count),
+                name: "<count>".into(),
+                expected: format!("{count} inputs"),
+                got: format!("{} inputs", inputs.len()),
+            });
+        }
+        let mut read = Vec::with_capacity(inputs.len());
+        for (index, ((_, name, ty), bound)) in graph.inputs().zip(inputs).enumerate() {
+            let m = bound
+                .memory
+                .backend::<ToyMemory>()
+                .ok_or_else(|| quabla_backend::foreign_memory(NAME))?;
+            if m.dtype != ty.dtype || m.shape != ty.shape {
+                return Err(BackendError::InputMismatch {
+                    index,
+                    name: name.to_string(),
+                    expected: format!("{}{}", ty.dtype.name(), ty.shape),
+                    got: format!("{}{}", m.dtype.name(), m.shape),
+                });
+            }
+            read.push(m.values.as_slice());
+        }
+        self.evaluate(|k| read.get(k).map_or_else(Vec::new, |v| v.to_vec()))
+    }
+}
+
 quabla_backend::export_plugin! {
     name: NAME,
-    open: || -> std::result::Result<ToyBackend, Unavailable> { Ok(ToyBackend) },
+    open: || -> std::result::Result<ToyBackend, Unavailable> { Ok(ToyBackend::default()) },
 }
 
 #[cfg(test)]
@@ -246,7 +510,7 @@ mod tests {
 
     #[test]
     fn refuses_what_it_does_not_support_at_compile_time() {
-        let err = ToyBackend
+        let err = ToyBackend::default()
             .compile(&plan(|b, x| b.unary(UnaryOp::Erf, x).unwrap()))
             .unwrap_err();
         assert_eq!(

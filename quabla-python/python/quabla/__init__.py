@@ -32,6 +32,22 @@ from ._errors import (
 from . import tree, random, optim, linalg, ode  # noqa: E402
 
 import abc as _abc
+import math as _math
+
+# Constants a port reaches for (as in NumPy and jax.numpy): Python floats, so weak scalars.
+pi = _math.pi
+e = _math.e
+inf = _math.inf
+nan = _math.nan
+newaxis = None
+
+# Aliases (api.md): the same function objects.
+remainder = mod  # noqa: F405
+
+
+def concatenate(arrays, axis=0):
+    """NumPy's name of :func:`concat`: joins ``arrays`` along an existing ``axis`` (default 0)."""
+    return concat(arrays, axis)  # noqa: F405
 
 
 class Array(_abc.ABC):
@@ -61,8 +77,11 @@ def value_and_grad(fun=None, argnums=0, has_aux=False):
 
 
 def jit(fun=None, device=None, static_argnums=(), max_traces=8, static_argnames=(), precision=None,
-        check_nans=False):
-    """Traces ``fun`` once per signature, compiles the plan and caches ``max_traces`` plans."""
+        check_nans=False, donate_argnums=()):
+    """Traces ``fun`` once per signature, compiles the plan and caches ``max_traces`` plans.
+
+    ``donate_argnums`` is accepted as in JAX; a Python caller holds its arguments while the call
+    runs, so they are lent, never written, and stay valid (docs/python/optim.md)."""
     return _decorator_or_call(
         _jit,
         fun,
@@ -73,6 +92,7 @@ def jit(fun=None, device=None, static_argnums=(), max_traces=8, static_argnames=
             static_argnames=static_argnames,
             precision=precision,
             check_nans=check_nans,
+            donate_argnums=donate_argnums,
         ),
     )
 
@@ -87,5 +107,5 @@ _NOT_IN_ALL = {"sum", "max", "min", "any", "all", "abs", "round", "random"}
 __all__ = sorted(
     name
     for name in list(globals())
-    if not name.startswith("_") and name not in _NOT_IN_ALL and name not in {"abc"}
+    if not name.startswith("_") and name not in _NOT_IN_ALL and name not in {"abc", "math"}
 )

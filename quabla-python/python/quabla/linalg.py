@@ -36,7 +36,6 @@ class LstsqResult(_NamedTuple):
 solve = _native.solve
 solve_triangular = _native.solve_triangular
 cholesky = _native.cholesky
-cho_solve = _native.cho_solve
 det = _native.det
 inv = _native.inv
 norm = _native.norm
@@ -44,6 +43,30 @@ matrix_power = _native.matrix_power
 pinv = _native.pinv
 cg = _native.cg
 gmres = _native.gmres
+eigvalsh = _native.eigvalsh
+expm = _native.expm
+lu_factor = _native.lu_factor
+lu_solve = _native.lu_solve
+
+
+def cho_factor(a, lower=False):
+    """``(c, lower)``: the Cholesky factor of ``a`` for :func:`cho_solve`, lower (``a = c cᵀ``)
+    or upper (``a = cᵀ c``, the default, as SciPy's). Only the lower triangle of ``a`` is
+    read; the other triangle of ``c`` is zero."""
+    c = _native.cholesky(a)
+    return (c, True) if lower else (c.swapaxes(-1, -2), False)
+
+
+def cho_solve(c_and_lower, b, lower=True):
+    """Solves ``a x = b`` from a Cholesky factor: ``cho_solve((c, lower), b)`` with the pair
+    :func:`cho_factor` returns (SciPy's form), or ``cho_solve(c, b, lower=True)``."""
+    if isinstance(c_and_lower, tuple):
+        if len(c_and_lower) != 2:
+            raise TypeError("cho_solve: the first argument must be a factor or the pair (c, lower) "
+                            "that cho_factor returned")
+        c, lower = c_and_lower
+        return _native.cho_solve(c, b, bool(lower))
+    return _native.cho_solve(c_and_lower, b, lower)
 
 
 def slogdet(a):
@@ -77,5 +100,6 @@ def lstsq(a, b, return_residuals=False):
 __all__ = [
     "solve", "solve_triangular", "cholesky", "cho_solve", "slogdet", "det", "inv", "eigh",
     "qr", "svd", "lstsq", "norm", "matrix_power", "pinv", "cg", "gmres", "SlogdetResult",
-    "EighResult", "QRResult", "SVDResult", "LstsqResult",
+    "EighResult", "QRResult", "SVDResult", "LstsqResult", "eigvalsh", "expm", "lu_factor",
+    "lu_solve", "cho_factor",
 ]

@@ -4,8 +4,8 @@
 //! Derivatives, batching and kernels belong to the ops (`quabla-linalg`'s rules, the CPU
 //! backend); nothing here differentiates or batches by hand.
 
-use super::run::apply_many;
 use crate::dispatch::apply;
+use crate::dispatch::apply_many;
 use crate::error::{Error, Result};
 use crate::operand::Operand;
 use crate::tensor::Tensor;
@@ -78,7 +78,7 @@ pub(super) fn square(b: &GraphBuilder, x: NodeId, name: &str) -> quabla_ir::Resu
 /// A right-hand side for a matrix with `rows` rows: a vector `[rows]` or a stack `[..., rows,
 /// k]` of the matrix's dtype (SH8, DT1).
 #[track_caller]
-fn check_rhs(
+pub(super) fn check_rhs(
     b: &GraphBuilder,
     a: NodeId,
     rows: usize,
@@ -175,7 +175,7 @@ fn drop_last(b: &mut GraphBuilder, x: NodeId) -> Built {
 
 /// `a` and `rhs` (a matrix right-hand side) with their batch axes broadcast together.
 #[track_caller]
-fn broadcast_batch(
+pub(super) fn broadcast_batch(
     b: &mut GraphBuilder,
     a: NodeId,
     rhs: NodeId,
@@ -200,7 +200,7 @@ fn linalg(b: &mut GraphBuilder, kind: LinalgKind, a: NodeId) -> Built {
 
 /// One finished call of several results.
 #[track_caller]
-fn results<const N: usize>(tensors: Vec<Tensor>) -> Result<[Tensor; N]> {
+pub(super) fn results<const N: usize>(tensors: Vec<Tensor>) -> Result<[Tensor; N]> {
     tensors
         .try_into()
         .map_err(|v: Vec<Tensor>| Error::Internal {
@@ -622,6 +622,16 @@ pub fn eigh(a: impl Into<Operand>) -> Result<EighResult> {
     Ok(EighResult {
         eigenvalues,
         eigenvectors,
+    })
+}
+
+/// The eigenvalues (ascending) of the symmetric part of each `[..., n, n]` matrix: the
+/// `eigenvalues` of [`eigh`] without computing the eigenvectors' outputs.
+#[track_caller]
+pub fn eigvalsh(a: impl Into<Operand>) -> Result<Tensor> {
+    apply(vec![a.into()], |g, x| {
+        square(g, x[0], "eigvalsh")?;
+        linalg(g, LinalgKind::EighValues, x[0])
     })
 }
 

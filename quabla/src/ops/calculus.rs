@@ -369,8 +369,11 @@ impl Interp {
                 let dx = b.sub(x1, x0)?;
                 b.div(df, dx)
             };
-            // fp[i] + (x - xp[i]) * s: exactly fp[i] at x == xp[i].
-            let line = |b: &mut GraphBuilder, i: usize, s: NodeId| -> Built {
+            // fp[i] + (x - xp[i]) * s: exactly fp[i] at x == xp[i]. Each interval reads `x`
+            // only where it selects it (elsewhere its own knot), so an infinite or far query
+            // point, whose result comes from another branch, puts no `0 * inf` into the
+            // derivatives with respect to `xp` and `fp`.
+            let line = |b: &mut GraphBuilder, i: usize, s: NodeId, x: NodeId| -> Built {
                 let (xi, fi) = (knot(b, i)?, value(b, i)?);
                 let dx = b.sub(x, xi)?;
                 let t = b.mul(dx, s)?;
@@ -389,7 +392,8 @@ impl Interp {
             let at_last = b.compare(Comparison::Equal, x, last)?;
             let last_v = if k >= 2 {
                 let s = slope(b, k - 2)?;
-                line(b, k - 1, s)?
+                let x_here = b.select(at_last, x, last)?;
+                line(b, k - 1, s, x_here)?
             } else {
                 value(b, 0)?
             };
@@ -400,7 +404,8 @@ impl Interp {
                 let lt = b.compare(Comparison::Less, x, x1)?;
                 let inside = build_and(b, ge, lt)?;
                 let s = slope(b, i)?;
-                let val = line(b, i, s)?;
+                let x_here = b.select(inside, x, x0)?;
+                let val = line(b, i, s, x_here)?;
                 res = b.select(inside, val, res)?;
             }
             let first = knot(b, 0)?;

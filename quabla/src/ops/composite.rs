@@ -444,3 +444,104 @@ binary_composites! {
     /// Alias of [`mod_`].
     remainder => build_mod;
 }
+
+/// `isclose(a, c)`: elementwise `|a - c| <= atol + rtol * |c|` (NumPy's asymmetric test,
+/// `rtol = 1e-5`, `atol = 1e-8` by default) for finite values; infinities are close only to an
+/// equal infinity and NaN to nothing (to NaN with [`IsClose::equal_nan`]). Finish with
+/// [`IsClose::eval`]; [`allclose`] reduces with `all`.
+#[track_caller]
+pub fn isclose(a: impl Into<Operand>, c: impl Into<Operand>) -> IsClose {
+    IsClose {
+        a: a.into(),
+        c: c.into(),
+        rtol: 1e-5,
+        atol: 1e-8,
+        equal_nan: false,
+        all: false,
+    }
+}
+
+/// `allclose(a, c)`: whether every element [`isclose`], as a rank-0 bool tensor (so it can be
+/// used under a transform; `item_bool` reads it eagerly).
+#[track_caller]
+pub fn allclose(a: impl Into<Operand>, c: impl Into<Operand>) -> IsClose {
+    IsClose {
+        all: true,
+        ..isclose(a, c)
+    }
+}
+
+/// An `isclose` or `allclose` call being configured.
+#[derive(Debug)]
+#[must_use = "finish the call with .eval()"]
+pub struct IsClose {
+    a: Operand,
+    c: Operand,
+    rtol: f64,
+    atol: f64,
+    equal_nan: bool,
+    all: bool,
+}
+
+impl IsClose {
+    /// The relative tolerance (default `1e-5`), relative to `|c|`.
+    pub fn rtol(mut self, rtol: f64) -> Self {
+        self.rtol = rtol;
+        self
+    }
+
+    /// The absolute tolerance (default `1e-8`).
+    pub fn atol(mut self, atol: f64) -> Self {
+        self.atol = atol;
+        self
+    }
+
+    /// Whether two NaNs are close (default `false`).
+    pub fn equal_nan(mut self, equal_nan: bool) -> Self {
+        self.equal_nan = equal_nan;
+        self
+    }
+
+    #[track_caller]
+    pub fn eval(self) -> Result<Tensor> {
+        let IsClose {
+            a,
+            c,
+            rtol,
+            atol,
+            equal_nan,
+            all,
+        } = self;
+        apply(vec![a, c], |b, x| {
+            let (a, c) = (x[0], x[1]);
+            let d = b.sub(a, c)?;
+            let diff = build_abs(b, d)?;
+            let mag = build_abs(b, c)?;
+            let r = b.weak_scalar(rtol);
+            let scaled = b.mul(r, mag)?;
+            let t = b.weak_scalar(atol);
+            let bound = b.add(t, scaled)?;
+            let within = b.compare(Comparison::LessEqual, diff, bound)?;
+            let fa = build_isfinite(b, a)?;
+            let fc = build_isfinite(b, c)?;
+            let finite = build_and(b, fa, fc)?;
+            let same = b.compare(Comparison::Equal, a, c)?;
+            let mut close = b.select(finite, within, same)?;
+            if equal_nan {
+                let na = build_isnan(b, a)?;
+                let nc = build_isnan(b, c)?;
+                let both = build_and(b, na, nc)?;
+                close = build_or(b, close, both)?;
+            }
+            if !all {
+                return Ok(close);
+            }
+            // all: no element is false (counted in float64, exact below 2^53).
+            let not = build_not(b, close)?;
+            let count = b.astype(not, DType::F64)?;
+            let n = b.sum(count, None, false)?;
+            let zero = b.weak_scalar(0.0);
+            b.compare(Comparison::Equal, n, zero)
+        })
+    }
+}

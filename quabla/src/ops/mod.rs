@@ -54,6 +54,7 @@ pub(crate) use tensor_methods;
 pub mod calculus;
 pub mod compare;
 pub mod composite;
+pub mod effects;
 pub mod elementwise;
 pub mod index;
 pub mod layout;

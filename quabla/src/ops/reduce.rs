@@ -7,7 +7,7 @@ use crate::dispatch::apply;
 use crate::error::Result;
 use crate::operand::Operand;
 use crate::tensor::Tensor;
-use quabla_ir::{Comparison, DType, GraphBuilder, IrError, NodeId, Shape};
+use quabla_ir::{Comparison, DType, GraphBuilder, IrError, NodeId, Op, Shape};
 
 /// Which axes a reduction runs over. Converts from `isize`, `[isize; N]`, `&[isize]` and
 /// `Vec<isize>`; [`Axes::All`] reduces everything.
@@ -126,6 +126,10 @@ fn build(
 
 /// The pairwise product tree: neighbours `(0,1), (2,3), ...` multiply, an odd last element is
 /// carried unchanged, until one value remains (numerics.md §4.4).
+///
+/// A float32 product is one reduction to the user, so it follows the float32 rule of
+/// numerics.md §1.5 for a node: the tree runs in float64 and the result is rounded once
+/// (`[1e30, 1e30, 1e-30, 1e-30]` is `1`, where float32 partial products would overflow).
 #[track_caller]
 fn build_prod(
     b: &mut GraphBuilder,
@@ -133,10 +137,38 @@ fn build_prod(
     axes: Option<&[isize]>,
     keep: bool,
 ) -> quabla_ir::Result<NodeId> {
-    let shape = b.ty(x).shape.clone();
-    if b.ty(x).dtype == DType::Bool {
+    let ty = b.ty(x).clone();
+    if ty.dtype == DType::Bool {
         return Err(IrError::BoolOperand { op: "prod".into() });
     }
+    if ty.dtype == DType::F32 {
+        let wide = b.push(
+            Op::Cast {
+                to: DType::F64,
+                weak: false,
+            },
+            &[x],
+        )?;
+        let p = build_prod_tree(b, wide, axes, keep)?;
+        return b.push(
+            Op::Cast {
+                to: DType::F32,
+                weak: ty.weak,
+            },
+            &[p],
+        );
+    }
+    build_prod_tree(b, x, axes, keep)
+}
+
+#[track_caller]
+fn build_prod_tree(
+    b: &mut GraphBuilder,
+    x: NodeId,
+    axes: Option<&[isize]>,
+    keep: bool,
+) -> quabla_ir::Result<NodeId> {
+    let shape = b.ty(x).shape.clone();
     let mut reduced = match axes {
         None => (0..shape.rank()).collect(),
         Some(a) => shape.axes("prod", a)?,

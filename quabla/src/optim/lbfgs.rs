@@ -13,7 +13,8 @@
 
 use super::float_leaves;
 use crate::error::{Error, Result};
-use crate::staging::{with_host_refs, Entry};
+use crate::runtime::with_host_refs;
+use crate::staging::Entry;
 use crate::tensor::Tensor;
 use crate::transforms::jit::Jit;
 use crate::tree::{Tree, TreeDef};
@@ -335,7 +336,9 @@ impl Lbfgs {
         self
     }
 
-    fn validate(&self) -> Result<()> {
+    /// Checks the configuration (AR4, AR9): what `minimize` checks first, for callers that
+    /// want the error at construction (the Python constructor).
+    pub fn validate(&self) -> Result<()> {
         if self.line_search != "strong_wolfe" {
             return Err(Error::invalid("line_search must be \"strong_wolfe\""));
         }
@@ -461,14 +464,14 @@ impl Lbfgs {
             // The last outputs go first: one may share an input's buffer.
             outputs.clear();
             layout.write(x, &mut host);
-            let ran = with_host_refs(host.iter().map(Ok), |refs| {
-                entry.run_host(refs, &mut outputs)
-            })?;
             // Every leaf of `(loss, gradients)` is a tensor, so the plan's outputs are the
             // result's leaves in order.
-            if !ran {
+            if !entry.outputs_in_order() {
                 return Err(unexpected_outputs());
             }
+            with_host_refs(host.iter().map(Ok), |refs| {
+                entry.runnable().run(refs, &mut outputs)
+            })?;
             layout.loss_and_gradient(&outputs)
         };
         let (mut fx, mut g) = evaluate(&x)?;

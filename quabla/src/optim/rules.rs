@@ -4,9 +4,11 @@
 //!
 //! [`apply`] is written over tensors and never looks at values: eagerly it runs as host
 //! float64 arithmetic (one eager operation per node), and recorded under a trace it becomes the
-//! update part of the trainer's plan. The step-dependent numbers (the rate and the bias
-//! corrections `1 - b^t`) are computed on the host by [`Rule::step_scalars`] and enter as
-//! float64 rank-0 tensors in both cases, so neither path retraces and both round alike.
+//! update part of a jitted step or of the trainer's plan. The step count is a float64 rank-0
+//! tensor of the state, and the numbers that depend on it (the rate and the bias corrections
+//! `1 - b^t`) are tensor operations of it ([`Rule::step_tensors`]), so a jitted update traces
+//! once for every step, a `Trainer` step needs nothing from the host, and every path rounds
+//! alike.
 
 use super::clip::clip_leaves;
 use super::schedules::{positive, LearningRate};
@@ -16,14 +18,24 @@ use crate::tensor::Tensor;
 use crate::tree::{Tree, TreeDef};
 use crate::DType;
 
-/// The state of an optimizer: `step` counts completed updates; `m` and `v` are Adam's
-/// float64 moment trees (`None` for SGD). A pytree, so it saves with [`crate::save`] and loads
-/// back with [`crate::load_as`].
+/// The state of an optimizer: `step` counts completed updates, as a float64 rank-0 tensor (so
+/// that a jitted update traces once, whatever the step; a whole number below 2^53); `m` and `v`
+/// are Adam's float64 moment trees (`None` for SGD). A pytree, so it saves with
+/// [`crate::save`] and loads back with [`crate::load_as`] (a file whose step is an integer
+/// loads too).
 #[derive(Clone, Debug, crate::Tree)]
 pub struct State<P> {
-    pub step: u64,
+    pub step: Tensor,
     pub m: Option<P>,
     pub v: Option<P>,
+}
+
+impl<P> State<P> {
+    /// The completed updates as a host number (TR2 inside a trace; AR4 when the step is not a
+    /// whole number in `[0, 2^53)`).
+    pub fn steps(&self) -> Result<u64> {
+        super::schedules::step_number(self.step.item()?)
+    }
 }
 
 /// Which update formula a rule applies.
@@ -82,17 +94,31 @@ impl Rule {
         matches!(self.kind, Kind::Adam { .. })
     }
 
-    /// The host numbers of the update after `step` completed updates: `[lr]` for SGD,
-    /// `[lr, 1 - b1^t, 1 - b2^t]` for Adam with `t = step + 1` (AR7 for a bad scheduled rate).
-    pub(crate) fn step_scalars(&self, step: u64) -> Result<Vec<f64>> {
-        let lr = self.lr.at(step)?;
+    /// The numbers of the update after `step` completed updates (a float64 rank-0 tensor,
+    /// concrete or traced), as float64 rank-0 tensors: `[lr]` for SGD, `[lr, 1 - b1^t,
+    /// 1 - b2^t]` for Adam with `t = step + 1`. The one place they are formed, so the
+    /// functional update, a jitted update and the trainer's plan compute them alike.
+    pub(crate) fn step_tensors(&self, step: &Tensor) -> Result<Vec<Tensor>> {
+        let lr = self.lr.at_tensor(step)?;
+        self.step_tensors_with(step, lr)
+    }
+
+    /// [`Rule::step_tensors`] with the rate given (a host-only schedule's value, uploaded).
+    pub(crate) fn step_tensors_with(&self, step: &Tensor, lr: Tensor) -> Result<Vec<Tensor>> {
         Ok(match self.kind {
             Kind::Sgd => vec![lr],
             Kind::Adam { b1, b2, .. } => {
-                let t = (step + 1) as f64;
-                vec![lr, 1.0 - b1.powf(t), 1.0 - b2.powf(t)]
+                let t = crate::add(step, 1.0)?;
+                let correction = |b: f64| crate::sub(1.0, crate::pow(Tensor::scalar_f64(b), &t)?);
+                vec![lr, correction(b1)?, correction(b2)?]
             }
         })
+    }
+
+    /// AR7 for a rate that is negative or non-finite at `step` (a host number), checked with
+    /// the schedule's host value.
+    pub(crate) fn check_rate(&self, step: u64) -> Result<()> {
+        self.lr.at(step).map(|_| ())
     }
 
     /// The moment leaves of `state` for parameters `params` of structure `def` (AR6 when
@@ -117,7 +143,11 @@ impl Rule {
             same_layout("optimizer state", def, params, &mdef, &leaves)?;
             if let Some(t) = leaves.iter().find(|t| t.dtype() != DType::F64) {
                 return Err(Error::Type {
-                    message: format!("{} moments must be float64, got {:?}", self.name, t.dtype()),
+                    message: format!(
+                        "{} moments must be float64, got {}",
+                        self.name,
+                        t.dtype().name()
+                    ),
                 });
             }
             out.push(leaves);
@@ -130,7 +160,7 @@ impl Rule {
 
 /// The update formula for every leaf (numerics.md §8.1–8.3): returns the new parameters
 /// (each in its own dtype) and, for Adam, the new float64 moments. `scalars` are
-/// [`Rule::step_scalars`] as float64 rank-0 tensors; `grads` are already clipped.
+/// [`Rule::step_tensors`]; `grads` are already clipped.
 pub(crate) fn apply(
     kind: Kind,
     params: &[Tensor],
@@ -187,6 +217,14 @@ pub trait Optimizer {
     #[doc(hidden)]
     fn rule(&self) -> &Rule;
 
+    /// Checks the configuration (AR4, AR5, AR8: the rate or the schedule's configuration,
+    /// `clip_norm`, `b1`, `b2`, `eps`, `weight_decay`), which `init`, `update` and
+    /// `Trainer::build` check too; the Python constructors call it, so a bad option is an error
+    /// at construction.
+    fn validate(&self) -> Result<()> {
+        self.rule().validate()
+    }
+
     /// The initial state: `step` 0 and, for Adam, float64 zero moments of the parameters'
     /// shapes (TY12 for a leaf that is not a floating tensor).
     fn init<P: Tree>(&self, params: &P) -> Result<State<P>> {
@@ -205,7 +243,11 @@ pub trait Optimizer {
         } else {
             (None, None)
         };
-        Ok(State { step: 0, m, v })
+        Ok(State {
+            step: Tensor::scalar_f64(0.0),
+            m,
+            v,
+        })
     }
 
     /// One update: with `clip_norm` the gradients first pass through
@@ -218,11 +260,11 @@ pub trait Optimizer {
         let (g, gdef) = float_leaves(rule.name, grads)?;
         same_layout("update", &def, &p, &gdef, &g)?;
         let (m, v) = rule.moments(&def, &p, state)?;
-        let scalars = rule
-            .step_scalars(state.step)?
-            .into_iter()
-            .map(crate::creation::array)
-            .collect::<Result<Vec<_>>>()?;
+        let step = step_tensor(&state.step)?;
+        if !step.is_traced() {
+            rule.check_rate(super::schedules::step_number(step.item()?)?)?;
+        }
+        let scalars = rule.step_tensors(&step)?;
         let g = match rule.clip_norm {
             Some(max_norm) => clip_leaves(&g, max_norm)?.0,
             None => g,
@@ -238,12 +280,26 @@ pub trait Optimizer {
         Ok((
             rebuild(&def, new_p)?,
             State {
-                step: state.step + 1,
+                step: crate::add(&step, 1.0)?,
                 m: moments(new_m)?,
                 v: moments(new_v)?,
             },
         ))
     }
+}
+
+/// The state's step as a float64 rank-0 tensor (TY12-style type error for anything else).
+fn step_tensor(step: &Tensor) -> Result<Tensor> {
+    if !step.shape().is_empty() || step.dtype() == DType::Bool {
+        return Err(Error::Type {
+            message: format!(
+                "the optimizer state's step must be a rank-0 number, got a {} tensor of shape {:?}",
+                step.dtype().name(),
+                step.shape()
+            ),
+        });
+    }
+    step.astype(DType::F64)
 }
 
 macro_rules! common_options {

@@ -1,15 +1,31 @@
 //! Learning-rate schedules (numerics.md §8.4): functions of the number of updates completed so
-//! far, evaluated on the host. Every built-in schedule validates its configuration (AR8) when
-//! it is first used through [`Schedule::validate`] or [`Schedule::value`]; a rate that comes
-//! out negative or non-finite is AR7 at the step that produced it ([`LearningRate::at`]).
+//! far.
+//!
+//! A schedule has two forms, which give the same bits. On the host, [`Schedule::value`] of a
+//! step number; and in tensors, [`Schedule::value_at`] of the step as a float64 rank-0 tensor,
+//! concrete or traced, which is how the rate enters a jitted `update` or the `Trainer`'s plan
+//! without a retrace or an upload per step. The built-in schedules write each formula once,
+//! generic over [`Arith`], the arithmetic of both forms (host `f64` through the IR's scalar
+//! functions, which are the CPU kernels' values, and tensor operations). A schedule given as a
+//! Rust closure of a `u64` step is host-only: inside a trace it is an error, and a `Trainer`
+//! uploads its value each step. [`LearningRate::traced`] takes a closure over the step tensor
+//! instead (as optax's schedules are written).
+//!
+//! Every built-in schedule validates its configuration (AR8) through [`Schedule::validate`],
+//! which the optimizers call when they are first used (the Python constructors call it at
+//! construction); a rate that comes out negative or non-finite is AR7 at the step that produced
+//! it, whenever the step is a host number ([`LearningRate::at`]).
 
 use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+use quabla_ir::eval::{binary_f64, unary_f64};
+use quabla_ir::{BinaryOp, UnaryOp};
 use std::fmt;
 use std::sync::Arc;
 
 /// A learning-rate schedule: the rate after `step` completed updates.
 ///
-/// Any `Fn(u64) -> f64 + Send + Sync` is a schedule; the built-in ones are
+/// Any `Fn(u64) -> f64 + Send + Sync` is a (host-only) schedule; the built-in ones are
 /// [`constant`], [`exponential_decay`], [`cosine_decay`], [`warmup_cosine_decay`] and
 /// [`piecewise_constant`].
 pub trait Schedule: Send + Sync {
@@ -20,12 +36,125 @@ pub trait Schedule: Send + Sync {
     fn validate(&self) -> Result<()> {
         Ok(())
     }
+
+    /// The rate at `step`, a float64 rank-0 tensor (concrete or traced), as a float64 rank-0
+    /// tensor with the bits of [`Schedule::value`]; `None` for a schedule that runs on the host
+    /// only.
+    fn value_at(&self, step: &Tensor) -> Option<Result<Tensor>> {
+        let _ = step;
+        None
+    }
 }
 
 impl<F: Fn(u64) -> f64 + Send + Sync> Schedule for F {
     fn value(&self, step: u64) -> Result<f64> {
         Ok(self(step))
     }
+}
+
+/// The arithmetic a built-in schedule's formula is written in: host `f64` or tensors.
+trait Arith: Sized {
+    fn num(v: f64) -> Self;
+    fn add(&self, o: &Self) -> Result<Self>;
+    fn sub(&self, o: &Self) -> Result<Self>;
+    fn mul(&self, o: &Self) -> Result<Self>;
+    fn div(&self, o: &Self) -> Result<Self>;
+    fn pow(&self, o: &Self) -> Result<Self>;
+    fn cos(&self) -> Result<Self>;
+    fn floor(&self) -> Result<Self>;
+    /// IEEE maximum and minimum as `qb::maximum`/`qb::minimum` define them.
+    fn maximum(&self, o: &Self) -> Result<Self>;
+    fn minimum(&self, o: &Self) -> Result<Self>;
+    /// `where(self <= o, yes, no)`.
+    fn if_le(&self, o: &Self, yes: &Self, no: &Self) -> Result<Self>;
+    /// `where(self < o, yes, no)`.
+    fn if_lt(&self, o: &Self, yes: &Self, no: &Self) -> Result<Self>;
+}
+
+/// Host arithmetic: IEEE operations and the IR's scalar functions (`quabla_ir::eval`), whose
+/// values the CPU kernels reproduce bit for bit.
+impl Arith for f64 {
+    fn num(v: f64) -> f64 {
+        v
+    }
+    fn add(&self, o: &f64) -> Result<f64> {
+        Ok(self + o)
+    }
+    fn sub(&self, o: &f64) -> Result<f64> {
+        Ok(self - o)
+    }
+    fn mul(&self, o: &f64) -> Result<f64> {
+        Ok(self * o)
+    }
+    fn div(&self, o: &f64) -> Result<f64> {
+        Ok(self / o)
+    }
+    fn pow(&self, o: &f64) -> Result<f64> {
+        Ok(binary_f64(BinaryOp::Pow, *self, *o))
+    }
+    fn cos(&self) -> Result<f64> {
+        Ok(unary_f64(UnaryOp::Cos, *self))
+    }
+    fn floor(&self) -> Result<f64> {
+        Ok(unary_f64(UnaryOp::Floor, *self))
+    }
+    fn maximum(&self, o: &f64) -> Result<f64> {
+        Ok(if self.is_nan() || self > o { *self } else { *o })
+    }
+    fn minimum(&self, o: &f64) -> Result<f64> {
+        Ok(if self.is_nan() || self < o { *self } else { *o })
+    }
+    fn if_le(&self, o: &f64, yes: &f64, no: &f64) -> Result<f64> {
+        Ok(if self <= o { *yes } else { *no })
+    }
+    fn if_lt(&self, o: &f64, yes: &f64, no: &f64) -> Result<f64> {
+        Ok(if self < o { *yes } else { *no })
+    }
+}
+
+/// Tensor arithmetic: the same operations recorded (or run eagerly) as IR nodes.
+impl Arith for Tensor {
+    fn num(v: f64) -> Tensor {
+        Tensor::scalar_f64(v)
+    }
+    fn add(&self, o: &Tensor) -> Result<Tensor> {
+        crate::add(self, o)
+    }
+    fn sub(&self, o: &Tensor) -> Result<Tensor> {
+        crate::sub(self, o)
+    }
+    fn mul(&self, o: &Tensor) -> Result<Tensor> {
+        crate::mul(self, o)
+    }
+    fn div(&self, o: &Tensor) -> Result<Tensor> {
+        crate::div(self, o)
+    }
+    fn pow(&self, o: &Tensor) -> Result<Tensor> {
+        crate::pow(self, o)
+    }
+    fn cos(&self) -> Result<Tensor> {
+        crate::cos(self)
+    }
+    fn floor(&self) -> Result<Tensor> {
+        crate::floor(self)
+    }
+    fn maximum(&self, o: &Tensor) -> Result<Tensor> {
+        crate::maximum(self, o)
+    }
+    fn minimum(&self, o: &Tensor) -> Result<Tensor> {
+        crate::minimum(self, o)
+    }
+    fn if_le(&self, o: &Tensor, yes: &Tensor, no: &Tensor) -> Result<Tensor> {
+        crate::where_(crate::less_equal(self, o)?, yes, no)
+    }
+    fn if_lt(&self, o: &Tensor, yes: &Tensor, no: &Tensor) -> Result<Tensor> {
+        crate::where_(crate::less(self, o)?, yes, no)
+    }
+}
+
+/// The host step number as a formula's step (exact below 2^53).
+fn host_step(step: u64) -> f64 {
+    step as f64
 }
 
 /// AR8.
@@ -55,12 +184,13 @@ pub fn constant(value: f64) -> Constant {
     Constant { value }
 }
 
-impl Schedule for Constant {
-    fn value(&self, _step: u64) -> Result<f64> {
-        self.validate()?;
-        Ok(self.value)
+impl Constant {
+    fn formula<A: Arith>(&self, _step: &A) -> Result<A> {
+        Ok(A::num(self.value))
     }
-    fn validate(&self) -> Result<()> {
+
+    /// AR8 for an invalid configuration.
+    fn check(&self) -> Result<()> {
         finite("constant", "value", self.value)
     }
 }
@@ -112,25 +242,28 @@ impl ExponentialDecay {
     }
 }
 
-impl Schedule for ExponentialDecay {
-    fn value(&self, step: u64) -> Result<f64> {
-        self.validate()?;
-        if step <= self.begin {
-            return Ok(self.init);
-        }
-        let c = (step - self.begin) as f64;
-        let mut e = c / self.transition_steps as f64;
+impl ExponentialDecay {
+    /// `c = step - begin`; `init` where `c <= 0`, else `init * rate^e` with `e = c / T`
+    /// (floored with `staircase`), bounded by `end`.
+    fn formula<A: Arith>(&self, step: &A) -> Result<A> {
+        let c = step.sub(&A::num(self.begin as f64))?;
+        let mut e = c.div(&A::num(self.transition_steps as f64))?;
         if self.staircase {
-            e = e.floor();
+            e = e.floor()?;
         }
-        let v = self.init * self.rate.powf(e);
-        Ok(match self.end {
-            Some(end) if self.rate < 1.0 => v.max(end),
-            Some(end) => v.min(end),
-            None => v,
-        })
+        let mut v = A::num(self.init).mul(&A::num(self.rate).pow(&e)?)?;
+        if let Some(end) = self.end {
+            v = if self.rate < 1.0 {
+                v.maximum(&A::num(end))?
+            } else {
+                v.minimum(&A::num(end))?
+            };
+        }
+        c.if_le(&A::num(0.0), &A::num(self.init), &v)
     }
-    fn validate(&self) -> Result<()> {
+
+    /// AR8 for an invalid configuration.
+    fn check(&self) -> Result<()> {
         let name = "exponential_decay";
         finite(name, "init_value", self.init)?;
         finite(name, "decay_rate", self.rate)?;
@@ -176,15 +309,20 @@ impl CosineDecay {
     }
 }
 
-impl Schedule for CosineDecay {
-    fn value(&self, step: u64) -> Result<f64> {
-        self.validate()?;
-        let d = self.decay_steps as f64;
-        let c = step.min(self.decay_steps) as f64;
-        let cosine = 0.5 * (1.0 + (std::f64::consts::PI * c / d).cos());
-        Ok(self.init * ((1.0 - self.alpha) * cosine + self.alpha))
+impl CosineDecay {
+    /// `c = min(step, D)`; `init * ((1 - alpha) * 0.5 * (1 + cos(pi c / D)) + alpha)`.
+    fn formula<A: Arith>(&self, step: &A) -> Result<A> {
+        let d = A::num(self.decay_steps as f64);
+        let c = step.minimum(&d)?;
+        let angle = A::num(std::f64::consts::PI).mul(&c)?.div(&d)?;
+        let cosine = A::num(0.5).mul(&A::num(1.0).add(&angle.cos()?)?)?;
+        let alpha = A::num(self.alpha);
+        let scale = A::num(1.0 - self.alpha).mul(&cosine)?.add(&alpha)?;
+        A::num(self.init).mul(&scale)
     }
-    fn validate(&self) -> Result<()> {
+
+    /// AR8 for an invalid configuration.
+    fn check(&self) -> Result<()> {
         let name = "cosine_decay";
         finite(name, "init_value", self.init)?;
         finite(name, "alpha", self.alpha)?;
@@ -230,20 +368,29 @@ impl WarmupCosineDecay {
     }
 }
 
-impl Schedule for WarmupCosineDecay {
-    fn value(&self, step: u64) -> Result<f64> {
-        self.validate()?;
-        let (w, d) = (self.warmup_steps, self.decay_steps);
-        if step < w {
-            return Ok(self.init + (self.peak - self.init) * step as f64 / w as f64);
-        }
-        if step >= d {
-            return Ok(self.end);
-        }
-        let phase = std::f64::consts::PI * (step - w) as f64 / (d - w) as f64;
-        Ok(self.end + (self.peak - self.end) * 0.5 * (1.0 + phase.cos()))
+impl WarmupCosineDecay {
+    /// `init + (peak - init) step / W` before `W`; `end` from `D` on; in between
+    /// `end + (peak - end) * 0.5 * (1 + cos(pi (step - W) / (D - W)))`. Every branch is
+    /// computed and one selected (a branch that divides by zero is never the selected one).
+    fn formula<A: Arith>(&self, step: &A) -> Result<A> {
+        let (w, d) = (
+            A::num(self.warmup_steps as f64),
+            A::num(self.decay_steps as f64),
+        );
+        let (init, peak, end) = (A::num(self.init), A::num(self.peak), A::num(self.end));
+        let warm = init.add(&A::num(self.peak - self.init).mul(step)?.div(&w)?)?;
+        let span = A::num((self.decay_steps - self.warmup_steps) as f64);
+        let phase = A::num(std::f64::consts::PI)
+            .mul(&step.sub(&w)?)?
+            .div(&span)?;
+        let wave = A::num(0.5).mul(&A::num(1.0).add(&phase.cos()?)?)?;
+        let decay = end.add(&peak.sub(&end)?.mul(&wave)?)?;
+        let after = step.if_lt(&d, &decay, &end)?;
+        step.if_lt(&w, &warm, &after)
     }
-    fn validate(&self) -> Result<()> {
+
+    /// AR8 for an invalid configuration.
+    fn check(&self) -> Result<()> {
         let name = "warmup_cosine_decay";
         finite(name, "init_value", self.init)?;
         finite(name, "peak_value", self.peak)?;
@@ -280,13 +427,19 @@ pub fn piecewise_constant(boundaries: &[u64], values: &[f64]) -> PiecewiseConsta
     }
 }
 
-impl Schedule for PiecewiseConstant {
-    fn value(&self, step: u64) -> Result<f64> {
-        self.validate()?;
-        let i = self.boundaries.iter().take_while(|&&b| b <= step).count();
-        Ok(self.values[i])
+impl PiecewiseConstant {
+    /// `values[i]` where `i` counts the boundaries `<= step`.
+    fn formula<A: Arith>(&self, step: &A) -> Result<A> {
+        let mut rate = A::num(self.values[0]);
+        for (&b, &v) in self.boundaries.iter().zip(&self.values[1..]) {
+            // From boundary `b` on (b <= step), the value after it.
+            rate = A::num(b as f64).if_le(step, &A::num(v), &rate)?;
+        }
+        Ok(rate)
     }
-    fn validate(&self) -> Result<()> {
+
+    /// AR8 for an invalid configuration.
+    fn check(&self) -> Result<()> {
         let name = "piecewise_constant";
         if self.values.len() != self.boundaries.len() + 1 {
             return Err(invalid(
@@ -314,9 +467,36 @@ impl Schedule for PiecewiseConstant {
     }
 }
 
+/// The [`Schedule`] of the built-in schedules: each has a `formula` generic over [`Arith`]
+/// and a `check` of its configuration, which both forms run first.
+macro_rules! formula_schedules {
+    ($($ty:ty),* $(,)?) => {$(
+        impl Schedule for $ty {
+            fn value(&self, step: u64) -> Result<f64> {
+                self.check()?;
+                self.formula(&host_step(step))
+            }
+            fn validate(&self) -> Result<()> {
+                self.check()
+            }
+            fn value_at(&self, step: &Tensor) -> Option<Result<Tensor>> {
+                Some(self.check().and_then(|()| self.formula(step)))
+            }
+        }
+    )*};
+}
+
+formula_schedules!(
+    Constant,
+    ExponentialDecay,
+    CosineDecay,
+    WarmupCosineDecay,
+    PiecewiseConstant
+);
+
 /// A learning rate: a constant or a schedule. Every optimizer's `new` takes
-/// `impl Into<LearningRate>`: an `f64`, a built-in schedule, or [`LearningRate::schedule`]
-/// of any `Fn(u64) -> f64`.
+/// `impl Into<LearningRate>`: an `f64`, a built-in schedule, [`LearningRate::schedule`] of any
+/// `Fn(u64) -> f64` (host-only), or [`LearningRate::traced`] of a function of the step tensor.
 #[derive(Clone)]
 pub enum LearningRate {
     Constant(f64),
@@ -333,9 +513,47 @@ impl fmt::Debug for LearningRate {
 }
 
 impl LearningRate {
-    /// Any schedule, e.g. a closure `|step| 0.1 / (1.0 + step as f64)`.
+    /// Any schedule, e.g. a closure `|step| 0.1 / (1.0 + step as f64)` (which runs on the host
+    /// only: see the module docs).
     pub fn schedule(s: impl Schedule + 'static) -> LearningRate {
         LearningRate::Schedule(Arc::new(s))
+    }
+
+    /// A schedule written in tensor operations of the step (a float64 rank-0 tensor counting
+    /// the completed updates), which runs inside jitted updates and the `Trainer`'s plan, as
+    /// optax's schedules do: `LearningRate::traced(|step| (step.mul(-0.01)?).exp()?.mul(0.1))`.
+    /// Its host value evaluates the same function on a concrete step.
+    pub fn traced(f: impl Fn(&Tensor) -> Result<Tensor> + Send + Sync + 'static) -> LearningRate {
+        LearningRate::Schedule(Arc::new(TensorSchedule(f)))
+    }
+
+    /// The rate for the update after `step` completed updates, `step` a float64 rank-0 tensor
+    /// (concrete or traced), as a float64 rank-0 tensor. A host-only schedule needs a concrete
+    /// step; traced, it is a tracer error that says how to write it.
+    pub(crate) fn at_tensor(&self, step: &Tensor) -> Result<Tensor> {
+        match self {
+            LearningRate::Constant(v) => {
+                positive("learning_rate", *v)?;
+                Ok(Tensor::scalar_f64(*v))
+            }
+            LearningRate::Schedule(s) => match s.value_at(step) {
+                Some(rate) => rate,
+                None if step.is_traced() => Err(host_only_schedule()),
+                None => {
+                    let n = step_number(step.item()?)?;
+                    Ok(Tensor::scalar_f64(self.at(n)?))
+                }
+            },
+        }
+    }
+
+    /// Whether the rate can be computed inside a plan from a traced step (a constant, a
+    /// built-in schedule, a [`LearningRate::traced`] one); a host-only schedule cannot.
+    pub(crate) fn runs_in_plan(&self) -> bool {
+        match self {
+            LearningRate::Constant(_) => true,
+            LearningRate::Schedule(s) => s.value_at(&Tensor::scalar_f64(0.0)).is_some(),
+        }
     }
 
     /// AR4 for a constant rate that is not finite and positive, AR8 for a schedule's
@@ -371,6 +589,40 @@ impl LearningRate {
     /// Whether the rate is a schedule (an SGD state then counts its steps).
     pub fn is_schedule(&self) -> bool {
         matches!(self, LearningRate::Schedule(_))
+    }
+}
+
+/// A schedule over tensors ([`LearningRate::traced`]).
+struct TensorSchedule<F>(F);
+
+impl<F: Fn(&Tensor) -> Result<Tensor> + Send + Sync> Schedule for TensorSchedule<F> {
+    fn value(&self, step: u64) -> Result<f64> {
+        (self.0)(&Tensor::scalar_f64(host_step(step)))?.item()
+    }
+    fn value_at(&self, step: &Tensor) -> Option<Result<Tensor>> {
+        Some((self.0)(step).and_then(|rate| rate.astype(quabla_ir::DType::F64)))
+    }
+}
+
+/// TR2 for a host-only schedule asked for its rate inside a trace.
+fn host_only_schedule() -> Error {
+    Error::Tracer {
+        kind: crate::error::TracerErrorKind::Concretization,
+        message: "this learning-rate schedule is a host function of the step number and cannot \
+                  run inside a traced function; use a built-in schedule, or write it in tensor \
+                  operations of the step with LearningRate::traced"
+            .into(),
+    }
+}
+
+/// The step count a float holds: a whole number in `[0, 2^53)` (AR4 otherwise).
+pub(crate) fn step_number(step: f64) -> Result<u64> {
+    if step.is_finite() && step >= 0.0 && step.fract() == 0.0 && step < 9007199254740992.0 {
+        Ok(step as u64)
+    } else {
+        Err(Error::invalid(format!(
+            "the optimizer state's step must be a whole number in [0, 2**53), got {step}"
+        )))
     }
 }
 

@@ -363,6 +363,18 @@ fn with_zero_outputs(
     })?)
 }
 
+/// TF5 for a custom rule called eagerly inside an eager loop body: the same call in the
+/// loop's traced body is refused when it is recorded (`trace::record_custom`), and eager and
+/// traced code accept the same programs.
+fn refuse_in_eager_region(wrapper: &str) -> Result<()> {
+    match trace::enclosing_region() {
+        Some(region) => Err(Error::invalid(format!(
+            "{wrapper} functions and solvers cannot be called inside a {region} body"
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// A copy of the argument tree (trees are rebuilt from their leaves).
 fn copy_args<A: Tree>(args: &A) -> Result<A> {
     let (leaves, def) = tree::flatten(args);
@@ -589,6 +601,9 @@ impl<A: Tree, R: Tree, Res: Tree, G: Tree> CustomVjpFn<'_, A, R, Res, G> {
     pub fn call(&self, args: &A) -> Result<R> {
         let wrapper = "custom_vjp";
         if !trace::active() || in_own_rule(self.id) {
+            if !in_own_rule(self.id) {
+                refuse_in_eager_region(wrapper)?;
+            }
             if let Some(nondiff) = &self.nondiff {
                 check_nondiff(wrapper, &self.name, nondiff, &tree::structure(args))?;
             }
@@ -843,6 +858,9 @@ impl<A: Tree, R: Tree> CustomJvpFn<'_, A, R> {
     pub fn call(&self, args: &A) -> Result<R> {
         let wrapper = "custom_jvp";
         if !trace::active() || in_own_rule(self.id) {
+            if !in_own_rule(self.id) {
+                refuse_in_eager_region(wrapper)?;
+            }
             if let Some(nondiff) = &self.nondiff {
                 check_nondiff(wrapper, &self.name, nondiff, &tree::structure(args))?;
             }
@@ -951,6 +969,7 @@ impl<A: Tree, R: Tree> Checkpoint<'_, A, R> {
     /// Calls the function: `f(args)` outside any trace, a staged checkpoint inside one.
     pub fn call(&self, args: &A) -> Result<R> {
         if !trace::active() {
+            refuse_in_eager_region("checkpoint")?;
             return (self.f)(copy_args(args)?);
         }
         let st = RuleArgs::new(args, None, "checkpoint", &self.name)?;

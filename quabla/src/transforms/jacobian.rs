@@ -13,7 +13,7 @@ use crate::staging::{
 };
 use crate::trace::{OutSlot, TracedFunction};
 use crate::tree::{self, Tree, TreeDef};
-use quabla_autodiff::jacobian_graph;
+use quabla_autodiff::{jacobian_graph_with_mode, JacobianMode};
 use quabla_ir::DType;
 
 /// `jacobian(f)`: dense blocks `[*out.shape, *in.shape]` (transforms.md §8). Build with
@@ -21,6 +21,7 @@ use quabla_ir::DType;
 pub struct Jacobian<F, A> {
     shell: Shell<F, A>,
     selection: Selection,
+    mode: JacobianMode,
 }
 
 /// The dense Jacobian of `f` with respect to its first argument. Forward mode over the input
@@ -30,6 +31,27 @@ pub fn jacobian<A: Tree, F>(f: F) -> Jacobian<F, A> {
     Jacobian {
         shell: Shell::new("jacobian", f),
         selection: Selection::default(),
+        mode: JacobianMode::Auto,
+    }
+}
+
+/// [`jacobian`] in forward mode whatever the sizes (JAX's `jacfwd`): cheaper for few inputs
+/// and many outputs; through a `custom_vjp` it raises like [`crate::jvp`].
+pub fn jacfwd<A: Tree, F>(f: F) -> Jacobian<F, A> {
+    Jacobian {
+        shell: Shell::new("jacfwd", f),
+        selection: Selection::default(),
+        mode: JacobianMode::Forward,
+    }
+}
+
+/// [`jacobian`] in reverse mode whatever the sizes (JAX's `jacrev`): cheaper for many inputs
+/// and few outputs.
+pub fn jacrev<A: Tree, F>(f: F) -> Jacobian<F, A> {
+    Jacobian {
+        shell: Shell::new("jacrev", f),
+        selection: Selection::default(),
+        mode: JacobianMode::Reverse,
     }
 }
 
@@ -43,7 +65,13 @@ impl<A: Tree, F> Jacobian<F, A> {
     where
         F: Fn(A) -> Result<R>,
     {
-        jacobian_call::<A, R, J, F>(&|a| (self.shell.f)(a), &self.selection, &self.shell, args)
+        jacobian_call::<A, R, J, F>(
+            &|a| (self.shell.f)(a),
+            &self.selection,
+            self.mode,
+            &self.shell,
+            args,
+        )
     }
 }
 
@@ -51,6 +79,7 @@ impl<A: Tree, F> Jacobian<F, A> {
 fn jacobian_call<A: Tree, R: Tree, J: Tree, G>(
     f: &dyn Fn(A) -> Result<R>,
     selection: &Selection,
+    mode: JacobianMode,
     shell: &Shell<G, A>,
     args: &impl Tree,
 ) -> Result<J> {
@@ -63,7 +92,7 @@ fn jacobian_call<A: Tree, R: Tree, J: Tree, G>(
         target: &shell.target,
         extra: None,
     };
-    staging::execute(&call, args, |prepared| stage(f, prepared, selection))
+    staging::execute(&call, args, |prepared| stage(f, prepared, selection, mode))
 }
 
 /// The graph of every block, and the result structure: per float output leaf (in order) the
@@ -72,6 +101,7 @@ fn stage<A: Tree, R: Tree>(
     f: &dyn Fn(A) -> Result<R>,
     prepared: &Prepared,
     selection: &Selection,
+    mode: JacobianMode,
 ) -> Result<TracedFunction> {
     let TracedFunction {
         graph,
@@ -95,7 +125,7 @@ fn stage<A: Tree, R: Tree>(
         ));
     }
     let wrt = prepared.wrt_with_captures(captures.len());
-    let blocks = jacobian_graph(&graph, &wrt)?;
+    let blocks = jacobian_graph_with_mode(&graph, &wrt, mode)?;
     let (in_def, order) = prepared.gradient_def(&selection.argnums, selection.as_tuple)?;
     // Blocks come in output-major order; bool outputs have none. Every output leaf is a plan
     // output here (checked above), leaf `k` being output `k`.
@@ -170,6 +200,12 @@ impl<A: Tree, F> Hessian<F, A> {
         // The gradient is staged inside the Jacobian's trace, which inlines it.
         let grad = &self.shell.f;
         let gradient = |a: A| -> Result<tree::Value> { grad.call::<R, tree::Value>(&a) };
-        jacobian_call::<A, tree::Value, H, _>(&gradient, grad.selection(), &self.shell, args)
+        jacobian_call::<A, tree::Value, H, _>(
+            &gradient,
+            grad.selection(),
+            JacobianMode::Auto,
+            &self.shell,
+            args,
+        )
     }
 }

@@ -46,6 +46,7 @@ fn parse_device(name: &str) -> Device {
 pub struct Jit<F, A, R> {
     shell: Shell<F, A>,
     static_argnums: Vec<usize>,
+    donate_argnums: Vec<usize>,
     arg_names: Vec<String>,
     /// Set once the configuration has been validated and the target resolved, so cached calls
     /// skip both.
@@ -69,6 +70,7 @@ pub fn jit<A: Tree, R: Tree, F: Fn(A) -> Result<R>>(f: F) -> Jit<F, A, R> {
     Jit {
         shell: Shell::new("jit", f),
         static_argnums: Vec::new(),
+        donate_argnums: Vec::new(),
         arg_names: Vec::new(),
         configured: std::sync::OnceLock::new(),
         _types: PhantomData,
@@ -82,6 +84,16 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
     /// appear in them (a tensor there is TY4).
     pub fn static_argnums(mut self, argnums: &[usize]) -> Self {
         self.static_argnums = argnums.to_vec();
+        self
+    }
+
+    /// Positional arguments whose tensors a call gives to the run (JAX's `donate_argnums`):
+    /// the run may reuse their storage for its outputs, so a loop `x = f(x)` stops allocating
+    /// a new `x` each time. Donating needs ownership: [`Jit::call_donated`] takes the
+    /// arguments by value, and a tensor the caller still holds a clone of is lent, never
+    /// written; [`Jit::call`] borrows and donates nothing (`docs/devices.md`).
+    pub fn donate_argnums(mut self, argnums: &[usize]) -> Self {
+        self.donate_argnums = argnums.to_vec();
         self
     }
 
@@ -207,9 +219,47 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
         })
     }
 
+    /// Calls the compiled function, giving it the arguments: the tensors of the
+    /// `donate_argnums` arguments that nobody else holds are donated to the run (see
+    /// [`Jit::donate_argnums`]); the others are lent as by [`Jit::call`]. The values are
+    /// those of [`Jit::call`].
+    pub fn call_donated(&self, args: A) -> Result<R> {
+        self.check_config()?;
+        if self.donate_argnums.is_empty() || trace::active() {
+            return self.call(&args);
+        }
+        let (mut leaves, def) = tree::flatten(&args);
+        // The arguments' own handles go now, so the leaves are the last holders of tensors the
+        // caller gave up.
+        drop(args);
+        let n_args = def.positional_args().len();
+        if let Some(&arg) = self.donate_argnums.iter().find(|&&a| a >= n_args) {
+            return Err(Error::invalid(format!(
+                "donate_argnums names argument {arg}, but the function was called with {n_args} argument{}",
+                if n_args == 1 { "" } else { "s" }
+            )));
+        }
+        if let Some(&arg) = self
+            .donate_argnums
+            .iter()
+            .find(|a| self.static_argnums.contains(a))
+        {
+            return Err(Error::invalid(format!(
+                "argument {arg} is both static and donated; a static argument has no buffers to donate"
+            )));
+        }
+        let entry = self.entry_for(&def, &leaves)?;
+        let donated: Vec<bool> = def
+            .leaf_args()
+            .map(|arg| self.donate_argnums.contains(&arg))
+            .collect();
+        let mut outputs = Vec::new();
+        entry.call_donating(&mut leaves, &donated, &mut outputs)
+    }
+
     /// The compiled plan for the signature of `args`, from the cache or traced now, for a
-    /// caller that runs it many times on flat inputs (`Entry::run_host` or
-    /// `Entry::run_leaves`: the tensor leaves of the arguments in flatten order) instead of
+    /// caller that runs its plan many times on flat inputs (through `Entry::runnable`: the
+    /// tensor leaves of the arguments in flatten order) instead of
     /// calling with a tree each time. A concretization error inside another trace, where a
     /// jitted function has no plan of its own and the caller's host loop cannot run.
     pub(crate) fn compiled(&self, args: &A) -> Result<Arc<Entry>> {

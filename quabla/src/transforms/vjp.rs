@@ -168,7 +168,7 @@ impl<A: Tree, R: Tree> VjpFn<A, R> {
         let outs = if trace::active() {
             trace::inline(&p.graph, operands.iter().map(Operand::from).collect())?
         } else {
-            p.entry()?.run(&operands)?
+            p.entry()?.runnable().run_tensors(&operands)?
         };
         let slots: Vec<OutSlot> = p
             .grad_order

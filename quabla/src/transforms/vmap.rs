@@ -13,13 +13,20 @@ use crate::tree::{self, Tree};
 use quabla_ir::{normalize_axis, Shape, TensorType};
 
 /// A pytree prefix of mapped axes (transforms.md §9): an axis (or `None`) applies to every
-/// leaf below it; tuples, lists and dicts follow the argument's structure.
+/// leaf below it; tuples, lists, dicts and class nodes (NamedTuples, registered dataclasses,
+/// `#[derive(Tree)]` structs) follow the argument's structure.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InAxes {
     Axis(Option<isize>),
     Tuple(Vec<InAxes>),
     List(Vec<InAxes>),
     Dict(Vec<(tree::DictKey, InAxes)>),
+    /// An instance of a class node: the class name and one prefix per data field, in field
+    /// order (`in_axes=(Point(0, None),)`). Meta fields are not mapped and are not listed.
+    Node {
+        name: String,
+        fields: Vec<(String, InAxes)>,
+    },
 }
 
 impl From<Option<isize>> for InAxes {
@@ -34,12 +41,44 @@ impl From<isize> for InAxes {
     }
 }
 
+impl std::fmt::Display for InAxes {
+    /// In the spelling of the argument it mirrors: `(0, None)`, `[0]`, `{'w': None}`,
+    /// `Point(x=0, y=None)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let join = |items: &mut dyn Iterator<Item = String>| items.collect::<Vec<_>>().join(", ");
+        match self {
+            InAxes::Axis(Some(a)) => write!(f, "{a}"),
+            InAxes::Axis(None) => f.write_str("None"),
+            InAxes::Tuple(items) if items.len() == 1 => write!(f, "({},)", items[0]),
+            InAxes::Tuple(items) => {
+                write!(f, "({})", join(&mut items.iter().map(|i| i.to_string())))
+            }
+            InAxes::List(items) => {
+                write!(f, "[{}]", join(&mut items.iter().map(|i| i.to_string())))
+            }
+            InAxes::Dict(entries) => write!(
+                f,
+                "{{{}}}",
+                join(&mut entries.iter().map(|(k, v)| match k {
+                    tree::DictKey::Str(s) => format!("'{s}': {v}"),
+                    tree::DictKey::Int(i) => format!("{i}: {v}"),
+                }))
+            ),
+            InAxes::Node { name, fields } => write!(
+                f,
+                "{name}({})",
+                join(&mut fields.iter().map(|(k, v)| format!("{k}={v}")))
+            ),
+        }
+    }
+}
+
 impl InAxes {
     /// The axis of every leaf of `def`, in flatten order (TF8 when the prefix does not fit).
     fn resolve(&self, def: &tree::TreeDef, out: &mut Vec<Option<isize>>) -> Result<()> {
         use tree::TreeDef as D;
         let mismatch = || Error::Structure {
-            message: format!("pytree structures differ: in_axes {self:?} vs {def}"),
+            message: format!("pytree structures differ: in_axes {self} vs {def}"),
         };
         match (self, def) {
             (InAxes::Axis(a), d) => out.extend(std::iter::repeat_n(*a, d.num_leaves())),
@@ -52,6 +91,19 @@ impl InAxes {
             }
             (InAxes::Dict(s), D::Dict(c)) if s.len() == c.len() => {
                 for ((k, d), (sk, spec)) in c.iter().zip(s) {
+                    if k != sk {
+                        return Err(mismatch());
+                    }
+                    spec.resolve(d, out)?;
+                }
+            }
+            (
+                InAxes::Node { name, fields },
+                D::Node {
+                    name: n, fields: c, ..
+                },
+            ) if name == n && fields.len() == c.len() => {
+                for ((k, d), (sk, spec)) in c.iter().zip(fields) {
                     if k != sk {
                         return Err(mismatch());
                     }

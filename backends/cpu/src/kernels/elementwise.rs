@@ -511,13 +511,23 @@ impl Program {
             pieces.push(((start, end), mine));
         }
         par_for_each(pieces, threads, |((start, end), mut outs)| {
-            if self.in_f32 {
-                let mut regs = vec![vec![0.0f32; tile]; self.nregs];
-                self.run_range_f32(exts, &mut outs, (start, end), &mut regs);
-            } else {
-                let mut regs = vec![vec![0.0f64; tile]; self.nregs];
-                self.run_range(exts, &mut outs, start, end, &mut regs);
-            }
+            // Each thread keeps its registers for the next split run (a training step runs
+            // many), so a split run allocates nothing once warm.
+            SPLIT_SCRATCH.with(|cell| {
+                let mut own = Scratch::default();
+                let mut kept = cell.try_borrow_mut();
+                let scratch = match kept.as_deref_mut() {
+                    Ok(s) => s,
+                    Err(_) => &mut own,
+                };
+                if self.in_f32 {
+                    let regs = registers(&mut scratch.tiles32, self.nregs, tile);
+                    self.run_range_f32(exts, &mut outs, (start, end), regs);
+                } else {
+                    let regs = registers(&mut scratch.tiles, self.nregs, tile);
+                    self.run_range(exts, &mut outs, start, end, regs);
+                }
+            })
         });
     }
 
@@ -779,6 +789,11 @@ impl Program {
             t += len;
         }
     }
+}
+
+thread_local! {
+    /// The registers of the split runs a thread takes part in (see [`Program::run`]).
+    static SPLIT_SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
 }
 
 /// The first `n` of `tiles`, each at least `tile` elements long.

@@ -1,0 +1,112 @@
+"""Control-flow regions as a port writes them (api.md §11, transforms.md §10): the carry is one
+array, so a tuple, list or dict of arrays is refused with the packing advice instead of being
+stacked into one array; eager `cond` calls each branch function once; `fori_loop` bounds and
+the empty loop."""
+
+import numpy as np
+import pytest
+
+import quabla as qb
+
+X = qb.array([1.0, 2.0])
+PYTREES = {
+    "tuple": (X, X),
+    "list": [X, X],
+    "dict": {"a": X},
+    "nested": ((X,), X),
+}
+
+
+def runners(carry_fn, y_fn=lambda c: c):
+    """Each loop primitive with an initial carry `init` and a body returning `carry_fn(c)`."""
+    return {
+        "fori_loop": lambda init: qb.fori_loop(0, 2, lambda i, c: carry_fn(c), init),
+        "scan": lambda init: qb.scan(lambda c, i: (carry_fn(c), y_fn(c)), init, length=2),
+        "while_loop": lambda init: qb.while_loop(
+            lambda c: qb.sum(c) < 10.0, lambda c: carry_fn(c), init, max_trips=5
+        ),
+    }
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_pytree_carries_are_refused_with_the_packing_advice(staged):
+    def run(f, *args):
+        return qb.jit(f)(*args) if staged else f(*args)
+
+    for name, init in PYTREES.items():
+        for primitive, loop in runners(lambda c: c * 2.0).items():
+            with pytest.raises(TypeError, match=f"{primitive} carry must be one array, got {type(init).__name__}; .*quabla.concat"):
+                if staged:
+                    qb.jit(lambda v, loop=loop, init=init: loop(init) if False else loop(qb.tree.map(lambda _: v, init)))(X)
+                else:
+                    loop(init)
+    # A body returning a pytree carry, and a scan returning a pytree y.
+    for primitive, loop in runners(lambda c: (c, c)).items():
+        with pytest.raises(TypeError, match=f"{primitive} carry must be one array, got tuple"):
+            run(lambda v, loop=loop: loop(v), X)
+    with pytest.raises(TypeError, match="scan per-step output y must be one array, got dict"):
+        run(lambda v: qb.scan(lambda c, i: (c, {"y": c}), v, length=2), X)
+    with pytest.raises(TypeError, match="cond branch result must be one array, got tuple"):
+        run(lambda v: qb.cond(True, lambda u: (u, u), lambda u: (u, u), v), X)
+    # Array literals are still arrays: a list of numbers, a nested list, a Python number.
+    assert qb.fori_loop(0, 2, lambda i, c: c * 2.0, [1.0, 2.0]).tolist() == [4.0, 8.0]
+    assert qb.fori_loop(0, 1, lambda i, c: c + 1.0, [[1.0], [2.0]]).tolist() == [[2.0], [3.0]]
+    assert qb.fori_loop(0, 3, lambda i, c: c + 1.0, 0.0).tolist() == 3.0
+    carry, ys = qb.scan(lambda c, i: (c + 1.0, c), 0.0, length=3)
+    assert (carry.tolist(), ys.tolist()) == (3.0, [0.0, 1.0, 2.0])
+
+
+def test_eager_cond_calls_each_branch_function_once():
+    for pred in (True, False, qb.array(True), qb.array(0.0), qb.array(2.0)):
+        calls = []
+
+        def branch(name, scale):
+            def f(v):
+                calls.append((name, type(v).__name__))
+                return v * scale
+            return f
+
+        out = qb.cond(pred, branch("t", 2.0), branch("f", 3.0), X)
+        taken = "t" if bool(np.asarray(pred)) else "f"
+        other = "f" if taken == "t" else "t"
+        assert out.tolist() == ([2.0, 4.0] if taken == "t" else [3.0, 6.0])
+        # The selected branch runs on the operands; the other is traced once for the checks.
+        assert sorted(calls) == sorted([(taken, "Tensor"), (other, "TraceTensor")]), (pred, calls)
+        # Under a transform each branch is traced once.
+        calls.clear()
+        qb.jit(lambda v, p=pred: qb.cond(p, branch("t", 2.0), branch("f", 3.0), v))(X)
+        assert sorted(calls) == [("f", "TraceTensor"), ("t", "TraceTensor")]
+    # The eager checks are those of a traced cond: one shape, a weak branch adopts the dtype.
+    x32 = qb.ones((2,), dtype=qb.float32)
+    for pred in (True, False):
+        out = qb.cond(pred, lambda v: v, lambda v: 0.0 * qb.ones((2,)).astype(qb.float32), x32)
+        assert out.dtype == qb.float32
+        weak = qb.cond(pred, lambda v: v, lambda v: 0.5, qb.ones(()).astype(qb.float32))
+        assert weak.dtype == qb.float32
+        with pytest.raises(ValueError, match="cond branches return different shapes"):
+            qb.cond(pred, lambda v: v, lambda v: qb.ones((3,)), X)
+
+
+def test_fori_loop_bounds_and_the_empty_loop():
+    calls = []
+
+    def body(i, c):
+        calls.append(i)
+        return c + 1.0
+
+    for lower, upper in ((2, 2), (3, 2), (0, 0)):
+        assert qb.fori_loop(lower, upper, body, X) is X
+        assert qb.jit(lambda v, lo=lower, hi=upper: qb.fori_loop(lo, hi, body, v))(X).tolist() == [1.0, 2.0]
+    assert calls == []
+    assert qb.fori_loop(np.int64(0), np.int32(2), body, X).tolist() == [3.0, 4.0]
+    for bad, error, message in (
+        (-1, ValueError, "lower must be an int >= 0, got -1"),
+        (True, TypeError, "lower must be a static Python int >= 0, got bool"),
+        (1.0, TypeError, "lower must be a static Python int >= 0, got float"),
+    ):
+        with pytest.raises(error, match=message):
+            qb.fori_loop(bad, 2, body, X)
+    with pytest.raises(ValueError, match="upper must be an int >= 0, got -3"):
+        qb.fori_loop(0, -3, body, X)
+    with pytest.raises(qb.TracerError, match="needs a concrete value"):
+        qb.jit(lambda n: qb.fori_loop(0, n, body, X))(qb.array(2.0))
