@@ -55,11 +55,13 @@ mod sealed {
     impl Sealed for f32 {}
     impl Sealed for f64 {}
     impl Sealed for bool {}
+    impl Sealed for i32 {}
+    impl Sealed for i64 {}
     impl Sealed for u8 {}
 }
 
 /// Element types whose all-zero bit pattern is a valid value: the storage types of Quabla
-/// (`f32`, `f64`, `bool`) and bytes. Sealed: zeroed allocation of any other type could create
+/// (`f32`, `f64`, `bool`, `i32`, `i64`) and bytes. Sealed: zeroed allocation of any other type could create
 /// invalid values.
 pub trait Zeroable: Copy + sealed::Sealed {
     /// Whether this value's bits are all zero.
@@ -81,6 +83,18 @@ impl Zeroable for f64 {
 impl Zeroable for bool {
     fn is_zero_bits(&self) -> bool {
         !*self
+    }
+}
+
+impl Zeroable for i32 {
+    fn is_zero_bits(&self) -> bool {
+        *self == 0
+    }
+}
+
+impl Zeroable for i64 {
+    fn is_zero_bits(&self) -> bool {
+        *self == 0
     }
 }
 

@@ -3,7 +3,11 @@
 //!
 //! Promotion is recorded explicitly: a weak scalar meeting a float32 array is cast to float32
 //! (`0.5 * x32` stays float32), a bool meeting a float array is cast to 0/1 in that dtype, and
-//! strong float32 and float64 never mix (DT1 names `astype`). The strict type rules of
+//! strong float32 and float64 never mix (DT1 names `astype`). Integers follow the chain
+//! `bool < int32 < int64 < float32 < float64` (numerics.md §12): a weak int adopts the array's
+//! dtype, a weak float meeting an integer array gives float64, and float-only functions
+//! (transcendentals, `/`, `mean`, linear algebra) convert integer operands to float64 first,
+//! while the rounding functions are the identity on integers. The strict type rules of
 //! [`crate::infer`] then see operands of one dtype.
 
 use crate::error::{IrError, Result};
@@ -20,6 +24,20 @@ fn display_name(op: BinaryOp) -> &'static str {
         BinaryOp::Mul => "*",
         BinaryOp::Div => "/",
         other => other.name(),
+    }
+}
+
+/// The dtype and weak flag of a weak operand of `weak` meeting a strong one of `strong`
+/// (numerics.md §2.1, §12).
+fn adopt(weak: DType, strong: DType) -> (DType, bool) {
+    if strong == DType::Bool {
+        // A bool array meeting a weak scalar: a weak result that still adopts a later array.
+        (weak, true)
+    } else if weak.is_float() && strong.is_integer() {
+        // A weak float meeting an integer array: the default float dtype.
+        (DType::F64, false)
+    } else {
+        (strong, false)
     }
 }
 
@@ -58,6 +76,33 @@ impl GraphBuilder {
         self.scalar(value, DType::F64, true)
     }
 
+    /// A weak int64 scalar: the IR form of a Python `int` (Rust `i64`) operand, which adopts
+    /// the dtype of the array it meets (numerics.md §12).
+    pub fn weak_int(&mut self, value: i64) -> NodeId {
+        let ty = TensorType {
+            dtype: DType::I64,
+            shape: Shape::scalar(),
+            weak: true,
+        };
+        let op = Op::Constant {
+            data: HostData::I64(vec![value].into()),
+            shape: Shape::scalar(),
+            weak: true,
+        };
+        self.push_typed(op, Vec::new(), ty)
+    }
+
+    /// `x` converted to float64 when it is an integer (keeping its weak flag), for the
+    /// float-only functions (numerics.md §12); `x` itself otherwise.
+    pub fn float_if_integer(&mut self, x: NodeId) -> Result<NodeId> {
+        let ty = self.ty(x).clone();
+        if ty.dtype.is_integer() {
+            self.cast_to(x, DType::F64, ty.weak)
+        } else {
+            Ok(x)
+        }
+    }
+
     /// `astype`: explicit conversion; returns `x` itself when the dtype already matches and
     /// `x` is strong (numerics.md §1.4). The result is strong.
     pub fn astype(&mut self, x: NodeId, to: DType) -> Result<NodeId> {
@@ -76,8 +121,9 @@ impl GraphBuilder {
         self.push(Op::Cast { to, weak }, &[x])
     }
 
-    /// Brings two operands to one dtype under the table of numerics.md §2.1. `arith` is false
-    /// for `equal`/`not_equal`/`where`, where two bools are fine.
+    /// Brings two operands to one dtype under the table of numerics.md §2.1 and the integer
+    /// chain of §12. `arith` is false for `equal`/`not_equal`/`where` and the bitwise
+    /// functions, where two bools are fine.
     fn promote(
         &mut self,
         name: &str,
@@ -86,40 +132,46 @@ impl GraphBuilder {
         arith: bool,
     ) -> Result<(NodeId, NodeId)> {
         let (ta, tb) = (self.ty(a).clone(), self.ty(b).clone());
-        match (ta.dtype, tb.dtype) {
-            (DType::Bool, DType::Bool) => {
-                if arith {
-                    Err(IrError::BoolOperand { op: name.into() })
-                } else {
-                    Ok((a, b))
-                }
-            }
-            (DType::Bool, to) => Ok((self.cast_to(a, to, tb.weak)?, b)),
-            (to, DType::Bool) => Ok((a, self.cast_to(b, to, ta.weak)?)),
-            (da, db) if da == db => Ok((a, b)),
-            (da, db) => match (ta.weak, tb.weak) {
-                (true, false) => Ok((self.cast_to(a, db, false)?, b)),
-                (false, true) => Ok((a, self.cast_to(b, da, false)?)),
-                (true, true) => {
-                    // Two weak values of different float dtypes: float32 wins, like a
-                    // float32 array meeting a weak scalar.
-                    Ok((
-                        self.cast_to(a, DType::F32, true)?,
-                        self.cast_to(b, DType::F32, true)?,
-                    ))
-                }
-                (false, false) => Err(IrError::DtypeMismatch {
-                    op: name.into(),
-                    lhs: da,
-                    rhs: db,
-                }),
-            },
+        let (da, db) = (ta.dtype, tb.dtype);
+        if da == DType::Bool && db == DType::Bool {
+            return if arith {
+                Err(IrError::BoolOperand { op: name.into() })
+            } else {
+                Ok((a, b))
+            };
         }
+        if da == db && ta.weak == tb.weak {
+            return Ok((a, b));
+        }
+        let (dtype, weak) = match (ta.weak, tb.weak) {
+            (false, false) => match da.join(db) {
+                Some(d) => (d, false),
+                None => {
+                    return Err(IrError::DtypeMismatch {
+                        op: name.into(),
+                        lhs: da,
+                        rhs: db,
+                    })
+                }
+            },
+            (true, false) => adopt(da, db),
+            (false, true) => adopt(db, da),
+            // Two weak values of different float dtypes: float32 wins, like a float32 array
+            // meeting a weak scalar; a weak int meeting a weak float becomes that float.
+            (true, true) if da.is_float() && db.is_float() => (DType::F32, true),
+            (true, true) => (da.join(db).unwrap_or(DType::F64), true),
+        };
+        Ok((self.cast_to(a, dtype, weak)?, self.cast_to(b, dtype, weak)?))
     }
 
-    /// Broadcasting arithmetic with promotion.
+    /// Broadcasting arithmetic with promotion; integer operands of a float-only function
+    /// (`div`, `atan2`, `fmod`) are converted to float64.
     pub fn binary(&mut self, op: BinaryOp, a: NodeId, b: NodeId) -> Result<NodeId> {
-        let (a, b) = self.promote(display_name(op), a, b, true)?;
+        let (mut a, mut b) = self.promote(display_name(op), a, b, !op.is_bitwise())?;
+        if op.is_float_only() {
+            a = self.float_if_integer(a)?;
+            b = self.float_if_integer(b)?;
+        }
         self.push(Op::Binary(op), &[a, b])
     }
 
@@ -162,7 +214,16 @@ impl GraphBuilder {
         self.push(Op::Where, &[pred, a, b])
     }
 
+    /// A unary function; integer operands of a float-only function are converted to float64,
+    /// and the rounding functions return an integer operand unchanged.
     pub fn unary(&mut self, op: UnaryOp, x: NodeId) -> Result<NodeId> {
+        if self.ty(x).dtype.is_integer() && !op.takes_integers() {
+            if op.is_rounding() {
+                return Ok(x);
+            }
+            let x = self.float_if_integer(x)?;
+            return self.push(Op::Unary(op), &[x]);
+        }
         self.push(Op::Unary(op), &[x])
     }
 
@@ -212,6 +273,11 @@ impl GraphBuilder {
         if self.ty(x).dtype == DType::Bool {
             return Err(IrError::BoolOperand { op: name.into() });
         }
+        let x = if kind == Reducer::Mean {
+            self.float_if_integer(x)?
+        } else {
+            x
+        };
         let shape = self.ty(x).shape.clone();
         let axes = self.reduction_axes(name, x, axes)?;
         let op = Op::reduce(kind, axes.clone(), shape.rank());
@@ -412,6 +478,8 @@ impl GraphBuilder {
     /// matrix right-hand side: a vector `b` becomes one column and the batch axes broadcast.
     fn batched_solve(&mut self, op: Op, a: NodeId, rhs: NodeId) -> Result<NodeId> {
         let name = op.name();
+        let a = self.float_if_integer(a)?;
+        let rhs = self.float_if_integer(rhs)?;
         let (sa, sb) = (self.ty(a).shape.clone(), self.ty(rhs).shape.clone());
         if sa.rank() < 2 {
             // The node's own check gives the square-matrix message.
@@ -456,6 +524,8 @@ impl GraphBuilder {
     /// operand a column vector, their unit axes removed from the result; batch axes broadcast.
     pub fn matmul(&mut self, a: NodeId, b: NodeId) -> Result<NodeId> {
         let (a, b) = self.promote("matmul", a, b, true)?;
+        let a = self.float_if_integer(a)?;
+        let b = self.float_if_integer(b)?;
         let (ra, rb) = (self.ty(a).shape.rank(), self.ty(b).shape.rank());
         if ra == 0 || rb == 0 {
             return Err(IrError::shape(

@@ -16,6 +16,15 @@ pub enum IrError {
     /// DT2: an operation not defined for bool tensors.
     #[error("{op} is not defined for bool tensors; convert with astype(quabla.float64) or astype(quabla.float32) first")]
     BoolOperand { op: String },
+    /// DT2 for integers: a float-only op (a transcendental, `mean`, linear algebra) given an
+    /// integer tensor in a raw graph (the builder promotes such operands to float64), or an
+    /// integer-only op (`floor_divide`, bitwise, shifts) given a float tensor.
+    #[error("{op} is not defined for {dtype} tensors; {fix}")]
+    WrongDtypeKind {
+        op: String,
+        dtype: DType,
+        fix: String,
+    },
     /// DT3: a logical operation on float operands.
     #[error("{op} requires bool operands")]
     RequiresBool { op: String },

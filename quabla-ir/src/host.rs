@@ -1,7 +1,7 @@
 //! Typed host data: the one representation of concrete element values shared by plan
 //! constants, backend buffers and eager tensors.
 //!
-//! Storage is physically typed (8/4/1 bytes per element), immutable and reference counted
+//! Storage is physically typed (8/4/1 bytes per element; integers in their own width), immutable and reference counted
 //! (numerics.md §1.2). Equality and hashing compare bit patterns, so `-0.0` and `0.0` differ and
 //! identical NaN payloads are equal — the rule constant deduplication needs (transforms.md §17).
 //!
@@ -22,6 +22,22 @@ pub enum HostData {
     F32(Arc<[f32]>),
     F64(Arc<[f64]>),
     Bool(Arc<[bool]>),
+    I32(Arc<[i32]>),
+    I64(Arc<[i64]>),
+}
+
+/// Applies `$body` to the storage of any variant, bound as `$v` (the element type differs per
+/// arm, so the body must be generic in it), and wraps the result with the same variant.
+macro_rules! same_variant {
+    ($data:expr, $v:ident => $body:expr) => {
+        match $data {
+            HostData::F32($v) => HostData::F32($body),
+            HostData::F64($v) => HostData::F64($body),
+            HostData::Bool($v) => HostData::Bool($body),
+            HostData::I32($v) => HostData::I32($body),
+            HostData::I64($v) => HostData::I64($body),
+        }
+    };
 }
 
 impl HostData {
@@ -30,6 +46,8 @@ impl HostData {
             HostData::F32(_) => DType::F32,
             HostData::F64(_) => DType::F64,
             HostData::Bool(_) => DType::Bool,
+            HostData::I32(_) => DType::I32,
+            HostData::I64(_) => DType::I64,
         }
     }
 
@@ -38,6 +56,8 @@ impl HostData {
             HostData::F32(v) => v.len(),
             HostData::F64(v) => v.len(),
             HostData::Bool(v) => v.len(),
+            HostData::I32(v) => v.len(),
+            HostData::I64(v) => v.len(),
         }
     }
 
@@ -45,7 +65,8 @@ impl HostData {
         self.len() == 0
     }
 
-    /// Element `i` widened to f64 (bool as 0/1); exact for every dtype.
+    /// Element `i` as f64 (bool as 0/1); exact for every dtype except int64 values beyond
+    /// 2^53, which round to nearest.
     pub fn get_f64(&self, i: usize) -> f64 {
         match self {
             HostData::F32(v) => v[i] as f64,
@@ -57,20 +78,75 @@ impl HostData {
                     0.0
                 }
             }
+            HostData::I32(v) => v[i] as f64,
+            HostData::I64(v) => v[i] as f64,
         }
     }
 
-    /// All elements widened to f64.
+    /// All elements as f64 (see [`HostData::get_f64`]).
     pub fn to_f64_vec(&self) -> Vec<f64> {
         match self {
             HostData::F32(v) => v.iter().map(|&x| x as f64).collect(),
             HostData::F64(v) => v.to_vec(),
             HostData::Bool(v) => v.iter().map(|&b| if b { 1.0 } else { 0.0 }).collect(),
+            HostData::I32(v) => v.iter().map(|&x| x as f64).collect(),
+            HostData::I64(v) => v.iter().map(|&x| x as f64).collect(),
+        }
+    }
+
+    /// Element `i` as i64: integers exactly, bool as 0/1, floats converted like a cast to
+    /// int64 (numerics.md §12: truncation, NaN and out of range give the minimum).
+    pub fn get_i64(&self, i: usize) -> i64 {
+        match self {
+            HostData::F32(v) => DType::I64.float_to_int(v[i] as f64),
+            HostData::F64(v) => DType::I64.float_to_int(v[i]),
+            HostData::Bool(v) => v[i] as i64,
+            HostData::I32(v) => v[i] as i64,
+            HostData::I64(v) => v[i],
+        }
+    }
+
+    /// All elements as i64 (see [`HostData::get_i64`]).
+    pub fn to_i64_vec(&self) -> Vec<i64> {
+        match self {
+            HostData::I32(v) => v.iter().map(|&x| x as i64).collect(),
+            HostData::I64(v) => v.to_vec(),
+            HostData::Bool(v) => v.iter().map(|&b| b as i64).collect(),
+            _ => (0..self.len()).map(|i| self.get_i64(i)).collect(),
+        }
+    }
+
+    /// Builds storage of `dtype` from i64 values: integer dtypes wrap (two's complement),
+    /// bool is `v != 0`, floats take the nearest value (one rounding, also for float32).
+    pub fn from_i64(dtype: DType, values: impl IntoIterator<Item = i64>) -> HostData {
+        let it = values.into_iter();
+        match dtype {
+            DType::F64 => HostData::F64(it.map(|x| x as f64).collect()),
+            DType::F32 => HostData::F32(it.map(|x| x as f32).collect()),
+            DType::Bool => HostData::Bool(it.map(|x| x != 0).collect()),
+            DType::I32 => HostData::I32(it.map(|x| x as i32).collect()),
+            DType::I64 => HostData::I64(it.collect()),
+        }
+    }
+
+    /// This storage converted to `dtype` as `astype` converts (numerics.md §1.4, §12):
+    /// integers to floats by nearest value, floats to integers by truncation (NaN and out of
+    /// range give the minimum), integers to narrower integers by wrapping, anything to bool
+    /// by `!= 0` (NaN is true). The storage itself when the dtype already matches.
+    pub fn cast(&self, dtype: DType) -> HostData {
+        if self.dtype() == dtype {
+            return self.clone();
+        }
+        let from = self.dtype();
+        if from.is_integer() || (from == DType::Bool && dtype.is_integer()) {
+            HostData::from_i64(dtype, self.to_i64_vec())
+        } else {
+            HostData::from_f64(dtype, self.to_f64_vec())
         }
     }
 
     /// Builds storage of `dtype` from f64 values, rounding each one to the dtype
-    /// (numerics.md §1.4: nonzero and NaN are true for bool). The process aborts if the
+    /// (numerics.md §1.4: nonzero and NaN are true for bool; integers truncate, §12). The process aborts if the
     /// allocator refuses: for a size that comes from user input use
     /// [`HostData::try_from_f64`].
     pub fn from_f64(dtype: DType, values: impl IntoIterator<Item = f64>) -> HostData {
@@ -79,6 +155,8 @@ impl HostData {
             DType::F64 => HostData::F64(it.collect()),
             DType::F32 => HostData::F32(it.map(|x| x as f32).collect()),
             DType::Bool => HostData::Bool(it.map(|x| x != 0.0).collect()),
+            DType::I32 => HostData::I32(it.map(|x| DType::I32.float_to_int(x) as i32).collect()),
+            DType::I64 => HostData::I64(it.map(|x| DType::I64.float_to_int(x)).collect()),
         }
     }
 
@@ -89,6 +167,8 @@ impl HostData {
             DType::F64 => HostData::F64(shared_filled(value, n)),
             DType::F32 => HostData::F32(shared_filled(value as f32, n)),
             DType::Bool => HostData::Bool(shared_filled(value != 0.0, n)),
+            DType::I32 => HostData::I32(shared_filled(DType::I32.float_to_int(value) as i32, n)),
+            DType::I64 => HostData::I64(shared_filled(DType::I64.float_to_int(value), n)),
         }
     }
 
@@ -101,6 +181,8 @@ impl HostData {
             DType::F64 => HostData::F64(alloc::try_shared_zeroed(n).map_err(oom)?),
             DType::F32 => HostData::F32(alloc::try_shared_zeroed(n).map_err(oom)?),
             DType::Bool => HostData::Bool(alloc::try_shared_zeroed(n).map_err(oom)?),
+            DType::I32 => HostData::I32(alloc::try_shared_zeroed(n).map_err(oom)?),
+            DType::I64 => HostData::I64(alloc::try_shared_zeroed(n).map_err(oom)?),
         })
     }
 
@@ -112,6 +194,12 @@ impl HostData {
             DType::F64 => HostData::F64(alloc::try_shared_filled(value, n).map_err(oom)?),
             DType::F32 => HostData::F32(alloc::try_shared_filled(value as f32, n).map_err(oom)?),
             DType::Bool => HostData::Bool(alloc::try_shared_filled(value != 0.0, n).map_err(oom)?),
+            DType::I32 => HostData::I32(
+                alloc::try_shared_filled(DType::I32.float_to_int(value) as i32, n).map_err(oom)?,
+            ),
+            DType::I64 => HostData::I64(
+                alloc::try_shared_filled(DType::I64.float_to_int(value), n).map_err(oom)?,
+            ),
         })
     }
 
@@ -137,6 +225,14 @@ impl HostData {
             DType::Bool => alloc::try_shared_from_iter(it.map(|x| x != 0.0), n)
                 .map_err(oom)?
                 .map(HostData::Bool),
+            DType::I32 => {
+                alloc::try_shared_from_iter(it.map(|x| DType::I32.float_to_int(x) as i32), n)
+                    .map_err(oom)?
+                    .map(HostData::I32)
+            }
+            DType::I64 => alloc::try_shared_from_iter(it.map(|x| DType::I64.float_to_int(x)), n)
+                .map_err(oom)?
+                .map(HostData::I64),
         };
         data.ok_or_else(|| IrError::InvalidArgument {
             message: format!("host data of {n} elements was given a different number of values"),
@@ -147,11 +243,7 @@ impl HostData {
     /// reference); [`IrError::OutOfMemory`] when the allocator refuses.
     pub fn try_copy_of(&self) -> Result<HostData> {
         let oom = |e: AllocError| elements_out_of_memory(e, self.dtype(), self.len());
-        Ok(match self {
-            HostData::F64(v) => HostData::F64(alloc::try_shared_from_slice(v).map_err(oom)?),
-            HostData::F32(v) => HostData::F32(alloc::try_shared_from_slice(v).map_err(oom)?),
-            HostData::Bool(v) => HostData::Bool(alloc::try_shared_from_slice(v).map_err(oom)?),
-        })
+        Ok(same_variant!(self, v => alloc::try_shared_from_slice(v).map_err(oom)?))
     }
 
     /// Whether every element is the same bit pattern as the first (a splat constant).
@@ -160,19 +252,24 @@ impl HostData {
             HostData::F32(v) => v.iter().all(|x| x.to_bits() == v[0].to_bits()),
             HostData::F64(v) => v.iter().all(|x| x.to_bits() == v[0].to_bits()),
             HostData::Bool(v) => v.iter().all(|&x| x == v[0]),
+            HostData::I32(v) => v.iter().all(|&x| x == v[0]),
+            HostData::I64(v) => v.iter().all(|&x| x == v[0]),
+        }
+    }
+
+    /// Element `i`'s bit pattern, zero-extended.
+    fn bits_at(&self, i: usize) -> u64 {
+        match self {
+            HostData::F32(v) => v[i].to_bits() as u64,
+            HostData::F64(v) => v[i].to_bits(),
+            HostData::Bool(v) => v[i] as u64,
+            HostData::I32(v) => v[i] as u32 as u64,
+            HostData::I64(v) => v[i] as u64,
         }
     }
 
     fn bits(&self) -> impl Iterator<Item = u64> + '_ {
-        let (a, b, c) = match self {
-            HostData::F32(v) => (Some(v.iter().map(|x| x.to_bits() as u64)), None, None),
-            HostData::F64(v) => (None, Some(v.iter().map(|x| x.to_bits())), None),
-            HostData::Bool(v) => (None, None, Some(v.iter().map(|&x| x as u64))),
-        };
-        a.into_iter()
-            .flatten()
-            .chain(b.into_iter().flatten())
-            .chain(c.into_iter().flatten())
+        (0..self.len()).map(|i| self.bits_at(i))
     }
 }
 
@@ -255,6 +352,44 @@ mod tests {
     }
 
     #[test]
+    fn integer_storage_converts_like_astype() {
+        let i = HostData::from_i64(DType::I32, [1 << 31, -1, 7]);
+        assert_eq!(i, HostData::I32(Arc::from([i32::MIN, -1, 7])));
+        assert_eq!(
+            i.cast(DType::I64),
+            HostData::I64(Arc::from([-(1 << 31), -1, 7]))
+        );
+        assert_eq!(
+            HostData::I64(Arc::from([(1 << 53) + 1])).cast(DType::F64),
+            HostData::F64(Arc::from([9007199254740992.0]))
+        );
+        // int64 to float32 rounds once, not through float64.
+        let big = (1i64 << 60) + (1 << 36) + 1;
+        assert_eq!(
+            HostData::I64(Arc::from([big])).cast(DType::F32),
+            HostData::F32(Arc::from([big as f32]))
+        );
+        assert_eq!(
+            HostData::F64(Arc::from([-2.5, f64::NAN, 3e9])).cast(DType::I32),
+            HostData::I32(Arc::from([-2, i32::MIN, i32::MIN]))
+        );
+        assert_eq!(
+            HostData::I64(Arc::from([0, 5])).cast(DType::Bool),
+            HostData::Bool(Arc::from([false, true]))
+        );
+        assert_eq!(
+            HostData::Bool(Arc::from([true, false])).cast(DType::I32),
+            HostData::I32(Arc::from([1, 0]))
+        );
+        // Equal values of different dtypes differ; identical integers are equal.
+        assert_ne!(HostData::I32(Arc::from([1])), HostData::I64(Arc::from([1])));
+        assert_eq!(
+            HostData::I64(Arc::from([-1])),
+            HostData::from_i64(DType::I64, [-1])
+        );
+    }
+
+    #[test]
     fn filled_storage_rounds_like_a_conversion() {
         assert_eq!(
             HostData::filled(DType::F32, 0.1, 3),
@@ -273,7 +408,7 @@ mod tests {
 
     #[test]
     fn fallible_constructors_match_the_infallible_ones() {
-        for dtype in [DType::F32, DType::F64, DType::Bool] {
+        for dtype in [DType::F32, DType::F64, DType::Bool, DType::I32, DType::I64] {
             for value in [0.0, -0.0, 0.1, f64::NAN] {
                 assert_eq!(
                     HostData::try_filled(dtype, value, 5).unwrap(),

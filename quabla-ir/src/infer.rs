@@ -7,7 +7,7 @@
 
 use crate::error::{IrError, Result};
 use crate::graph::TensorType;
-use crate::op::{Arity, LinalgKind, Op};
+use crate::op::{Arity, LinalgKind, Op, Reducer, UnaryOp};
 use crate::shape::{broadcast_shapes, broadcasts_to};
 use crate::{DType, Shape};
 
@@ -36,15 +36,33 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
             weak: *weak,
         }),
         Op::StopGradient | Op::DebugPrint { .. } => Ok(operands[0].clone()),
-        Op::Unary(_) | Op::Powi(_) => {
+        Op::Unary(u) => {
             let x = operands[0];
-            require_float(name, x)?;
+            match u {
+                UnaryOp::Neg => require_numeric(name, x)?,
+                UnaryOp::BitNot => require_integer_or_bool(name, x)?,
+                _ => require_float(name, x)?,
+            }
             Ok(x.clone())
         }
-        Op::Binary(_) => {
+        Op::Powi(_) => {
+            let x = operands[0];
+            require_numeric(name, x)?;
+            Ok(x.clone())
+        }
+        Op::Binary(op) => {
             let (a, b) = (operands[0], operands[1]);
-            require_float(name, a)?;
-            require_float(name, b)?;
+            for t in [a, b] {
+                if op.is_bitwise() {
+                    require_integer_or_bool(name, t)?;
+                } else if op.is_integer_only() {
+                    require_integer(name, t)?;
+                } else if op.is_float_only() {
+                    require_float(name, t)?;
+                } else {
+                    require_numeric(name, t)?;
+                }
+            }
             let dtype = same_dtype(name, a, b)?;
             Ok(TensorType {
                 dtype,
@@ -80,7 +98,11 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
         }
         Op::Reduce { kind, axes } => {
             let x = operands[0];
-            require_float(name, x)?;
+            if kind.reducer() == Reducer::Mean {
+                require_float(name, x)?;
+            } else {
+                require_numeric(name, x)?;
+            }
             check_axes(name, axes, x.shape.rank())?;
             if kind.is_whole() && axes.len() != x.shape.rank() {
                 return Err(IrError::verify(format!(
@@ -100,7 +122,7 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
         }
         Op::Cumsum { axis, .. } => {
             let x = operands[0];
-            require_float(name, x)?;
+            require_numeric(name, x)?;
             check_axes(name, &[*axis], x.shape.rank())?;
             Ok(TensorType::new(x.dtype, x.shape.clone()))
         }
@@ -209,7 +231,7 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
         }
         Op::PadSlice { starts, shape } => {
             let x = operands[0];
-            require_float(name, x)?;
+            require_numeric(name, x)?;
             check_box(name, starts, x.shape.dims(), shape.dims())?;
             Ok(TensorType {
                 shape: shape.clone(),
@@ -229,7 +251,7 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
         }
         Op::ScatterAdd { axis, indices } => {
             let (base, upd) = (operands[0], operands[1]);
-            require_float(name, base)?;
+            require_numeric(name, base)?;
             let dtype = same_dtype(name, base, upd)?;
             check_axes(name, &[*axis], base.shape.rank())?;
             check_indices(indices, *axis, base.shape.dims()[*axis])?;
@@ -458,9 +480,48 @@ fn check_arity(op: &Op, n: usize) -> Result<()> {
     Ok(())
 }
 
+/// A float operand (bool: DT2; integers: the integer form of DT2).
 fn require_float(op: &str, t: &TensorType) -> Result<()> {
+    require_numeric(op, t)?;
+    if t.dtype.is_integer() {
+        return Err(IrError::WrongDtypeKind {
+            op: op.into(),
+            dtype: t.dtype,
+            fix: "convert with astype(quabla.float64) first".into(),
+        });
+    }
+    Ok(())
+}
+
+/// A float or integer operand (not bool: DT2).
+fn require_numeric(op: &str, t: &TensorType) -> Result<()> {
     if t.dtype == DType::Bool {
         return Err(IrError::BoolOperand { op: op.into() });
+    }
+    Ok(())
+}
+
+/// An integer operand.
+fn require_integer(op: &str, t: &TensorType) -> Result<()> {
+    if !t.dtype.is_integer() {
+        return Err(IrError::WrongDtypeKind {
+            op: op.into(),
+            dtype: t.dtype,
+            fix: "it takes int32 or int64 operands; convert with astype(quabla.int64) first".into(),
+        });
+    }
+    Ok(())
+}
+
+/// An integer or bool operand (bitwise functions).
+fn require_integer_or_bool(op: &str, t: &TensorType) -> Result<()> {
+    if t.dtype.is_float() {
+        return Err(IrError::WrongDtypeKind {
+            op: op.into(),
+            dtype: t.dtype,
+            fix: "it takes integer or bool operands; convert with astype(quabla.int64) first"
+                .into(),
+        });
     }
     Ok(())
 }

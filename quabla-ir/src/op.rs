@@ -17,7 +17,8 @@ use crate::{DType, HostData, Shape};
 use std::sync::Arc;
 
 code_table! {
-    /// Elementwise unary functions of one float operand (same dtype and shape out).
+    /// Elementwise unary functions (same dtype and shape out): of one float operand, except
+    /// `neg` (floats and integers, wrapping) and `bitwise_not` (integers and bool).
     pub enum UnaryOp {
         /// Flips the sign bit, including of zeros and NaN (api.md §2.2). Not expressible exactly
         /// as `0 - x` (which loses `-0.0`), hence its own op.
@@ -47,11 +48,16 @@ code_table! {
         Floor = 23 => "floor",
         Ceil = 24 => "ceil",
         Round = 25 => "round",
+        /// `~x`: every bit flipped on integers, logical not on bool.
+        BitNot = 26 => "bitwise_not",
     }
 }
 
 code_table! {
-    /// Elementwise binary arithmetic of two float operands of one dtype (broadcasting).
+    /// Elementwise binary arithmetic of two operands of one dtype (broadcasting). The first
+    /// seven are float functions (`add`, `sub`, `mul` and `pow` also take integers); the rest
+    /// are integer functions (the bitwise ones also take bool). Integer values are two's
+    /// complement and wrap; nothing traps (numerics.md §12).
     pub enum BinaryOp {
         Add = 0 => "add",
         Sub = 1 => "sub",
@@ -62,6 +68,22 @@ code_table! {
         Atan2 = 5 => "atan2",
         /// C `fmod`: the remainder has the sign of the dividend.
         Fmod = 6 => "fmod",
+        /// Integer floor division (NumPy `//`); 0 for a zero divisor, `MIN // -1` wraps to
+        /// `MIN`.
+        FloorDiv = 7 => "floor_divide",
+        /// Integer remainder with the divisor's sign (NumPy `%`); 0 for a zero divisor.
+        Rem = 8 => "remainder",
+        BitAnd = 9 => "bitwise_and",
+        BitOr = 10 => "bitwise_or",
+        BitXor = 11 => "bitwise_xor",
+        /// `a << b`; 0 for a count outside `[0, bits)`.
+        ShiftLeft = 12 => "shift_left",
+        /// `a >> b` copying the sign bit; a count outside `[0, bits)` gives 0, or -1 for
+        /// negative `a`.
+        ShiftRightArithmetic = 13 => "shift_right_arithmetic",
+        /// `a >> b` filling with zeros (the bits read as unsigned); 0 for a count outside
+        /// `[0, bits)`.
+        ShiftRightLogical = 14 => "shift_right_logical",
     }
 }
 
@@ -74,6 +96,47 @@ code_table! {
         LessEqual = 3 => "less_equal",
         Equal = 4 => "equal",
         NotEqual = 5 => "not_equal",
+    }
+}
+
+impl BinaryOp {
+    /// Functions defined on integers only (and bool, for the bitwise ones).
+    pub fn is_integer_only(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::FloorDiv
+                | BinaryOp::Rem
+                | BinaryOp::BitAnd
+                | BinaryOp::BitOr
+                | BinaryOp::BitXor
+                | BinaryOp::ShiftLeft
+                | BinaryOp::ShiftRightArithmetic
+                | BinaryOp::ShiftRightLogical
+        )
+    }
+
+    /// The bitwise functions, which also take bool operands (logical and/or/xor).
+    pub fn is_bitwise(self) -> bool {
+        matches!(self, BinaryOp::BitAnd | BinaryOp::BitOr | BinaryOp::BitXor)
+    }
+
+    /// Functions on floats only: `div`, `atan2`, `fmod` (integers promote to float64 in the
+    /// builder, numerics.md §12).
+    pub fn is_float_only(self) -> bool {
+        matches!(self, BinaryOp::Div | BinaryOp::Atan2 | BinaryOp::Fmod)
+    }
+}
+
+impl UnaryOp {
+    /// Functions that take integer operands: `neg` (wrapping) and `bitwise_not`. Every other
+    /// unary function is defined on floats only.
+    pub fn takes_integers(self) -> bool {
+        matches!(self, UnaryOp::Neg | UnaryOp::BitNot)
+    }
+
+    /// The rounding functions, the identity on integers (the builder drops them).
+    pub fn is_rounding(self) -> bool {
+        matches!(self, UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round)
     }
 }
 

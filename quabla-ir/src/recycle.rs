@@ -48,6 +48,8 @@ pub fn wanted(data: &HostData) -> bool {
         HostData::F32(v) => Arc::strong_count(v) == 1 && Arc::weak_count(v) == 0,
         HostData::F64(v) => Arc::strong_count(v) == 1 && Arc::weak_count(v) == 0,
         HostData::Bool(v) => Arc::strong_count(v) == 1 && Arc::weak_count(v) == 0,
+        HostData::I32(v) => Arc::strong_count(v) == 1 && Arc::weak_count(v) == 0,
+        HostData::I64(v) => Arc::strong_count(v) == 1 && Arc::weak_count(v) == 0,
     };
     unique && bytes_of(data) >= MIN_BYTES && bytes_of(data) <= MAX_BYTES
 }
@@ -134,6 +136,16 @@ fn scrambled(mut data: HostData) -> HostData {
         HostData::Bool(v) => {
             if let Some(s) = Arc::get_mut(v) {
                 s.fill(true);
+            }
+        }
+        HostData::I32(v) => {
+            if let Some(s) = Arc::get_mut(v) {
+                s.fill(0x7ead_beef);
+            }
+        }
+        HostData::I64(v) => {
+            if let Some(s) = Arc::get_mut(v) {
+                s.fill(0x7ead_beef_dead_beef);
             }
         }
     }

@@ -11,7 +11,7 @@
 //! any other graph. A successful decode is canonical: re-encoding the decoded plan gives back
 //! exactly the same bytes.
 //!
-//! # Layout (version 4)
+//! # Layout (version 5)
 //!
 //! All integers are little-endian. Names used below:
 //!
@@ -24,7 +24,7 @@
 //! | `count` | `u32` number of items that follow |
 //! | `list` | `count`, then `count` × `index` |
 //! | `string` | `count` (bytes), then that many bytes of UTF-8 |
-//! | `dtype` | `u8`: `0` = f32, `1` = f64, `2` = bool (`i1` in the text format) |
+//! | `dtype` | `u8`: `0` = f32, `1` = f64, `2` = bool (`i1` in the text format), `3` = i32, `4` = i64 |
 //! | `shape` | `count` (the rank, at most [`MAX_RANK`]), then one `index` per axis, outermost first; every extent is at least 1, and their product (the element count) is at most [`MAX_ELEMENTS`] |
 //! | `type` | `dtype`, `bool` (the weak flag), `shape` |
 //!
@@ -32,7 +32,7 @@
 //!
 //! ```text
 //! magic     8 bytes "QBLAPLAN" (51 42 4C 41 50 4C 41 4E)
-//! version   u32, the value of WIRE_VERSION (4)
+//! version   u32, the value of WIRE_VERSION (5)
 //! graph     the plan's graph
 //! ```
 //!
@@ -55,11 +55,11 @@
 //! | tag | op | attributes | operands |
 //! | --- | --- | --- | --- |
 //! | 0 | `input` | `string` name, `type` (equal to the node's type) | 0 |
-//! | 1 | `constant` | `dtype`, `bool` weak, `shape`, then the elements in row-major order: the product of the shape's extents of them (1 for rank 0), as `u32` IEEE 754 bit patterns for f32, `u64` bit patterns for f64 (NaN payloads and signed zeros as they are), `bool` bytes for bool | 0 |
+//! | 1 | `constant` | `dtype`, `bool` weak, `shape`, then the elements in row-major order: the product of the shape's extents of them (1 for rank 0), as `u32` IEEE 754 bit patterns for f32, `u64` bit patterns for f64 (NaN payloads and signed zeros as they are), `bool` bytes for bool, `u32` and `u64` two's complement for i32 and i64 | 0 |
 //! | 2 | `cast` | `dtype` target, `bool` weak | 1 |
-//! | 3 | unary | `u8` function: 0 `neg`, 1 `tanh`, 2 `exp`, 3 `log`, 4 `log1p`, 5 `expm1`, 6 `sqrt`, 7 `sin`, 8 `cos`, 9 `erf`, 10 `erfc`, 11 `tan`, 12 `arcsin`, 13 `arccos`, 14 `arctan`, 15 `sinh`, 16 `cosh`, 17 `arcsinh`, 18 `arccosh`, 19 `arctanh`, 20 `log2`, 21 `log10`, 22 `cbrt`, 23 `floor`, 24 `ceil`, 25 `round` | 1 |
+//! | 3 | unary | `u8` function: 0 `neg`, 1 `tanh`, 2 `exp`, 3 `log`, 4 `log1p`, 5 `expm1`, 6 `sqrt`, 7 `sin`, 8 `cos`, 9 `erf`, 10 `erfc`, 11 `tan`, 12 `arcsin`, 13 `arccos`, 14 `arctan`, 15 `sinh`, 16 `cosh`, 17 `arcsinh`, 18 `arccosh`, 19 `arctanh`, 20 `log2`, 21 `log10`, 22 `cbrt`, 23 `floor`, 24 `ceil`, 25 `round`, 26 `bitwise_not` | 1 |
 //! | 4 | `powi` | `i32` exponent | 1 |
-//! | 5 | binary | `u8` function: 0 `add`, 1 `sub`, 2 `mul`, 3 `div`, 4 `pow`, 5 `atan2`, 6 `fmod` | 2 |
+//! | 5 | binary | `u8` function: 0 `add`, 1 `sub`, 2 `mul`, 3 `div`, 4 `pow`, 5 `atan2`, 6 `fmod`, 7 `floor_divide`, 8 `remainder`, 9 `bitwise_and`, 10 `bitwise_or`, 11 `bitwise_xor`, 12 `shift_left`, 13 `shift_right_arithmetic`, 14 `shift_right_logical` | 2 |
 //! | 6 | compare | `u8` predicate: 0 `greater`, 1 `greater_equal`, 2 `less`, 3 `less_equal`, 4 `equal`, 5 `not_equal` | 2 |
 //! | 7 | `where` | none | 3 |
 //! | 8 | `stop_gradient` | none | 1 |
@@ -127,8 +127,9 @@
 //! # Versions
 //!
 //! Any change to this layout or to the code tables above increments [`WIRE_VERSION`]. A reader
-//! accepts the versions it knows and rejects every other one (this one reads version 4 only).
-//! Version 4 gave `while` regions their `max_trips` bound. Version 3 gave `solve` its `transpose_a` flag. Version 2 added region nodes (tag 30) and the
+//! accepts the versions it knows and rejects every other one (this one reads version 5 only).
+//! Version 5 added the integer dtypes (codes 3 and 4) and the integer functions (unary 26,
+//! binary 7 to 14). Version 4 gave `while` regions their `max_trips` bound. Version 3 gave `solve` its `transpose_a` flag. Version 2 added region nodes (tag 30) and the
 //! `graph` item.
 //!
 //! # Limits
@@ -166,7 +167,7 @@ use thiserror::Error;
 pub const WIRE_MAGIC: [u8; 8] = *b"QBLAPLAN";
 
 /// The version of the layout this module writes, and the only one it reads.
-pub const WIRE_VERSION: u32 = 4;
+pub const WIRE_VERSION: u32 = 5;
 
 /// The largest rank a shape may have in the wire format.
 pub const MAX_RANK: usize = 1024;
@@ -266,11 +267,13 @@ fn dtype_code(d: DType) -> u8 {
         DType::F32 => 0,
         DType::F64 => 1,
         DType::Bool => 2,
+        DType::I32 => 3,
+        DType::I64 => 4,
     }
 }
 
 fn dtype_from_code(code: u8) -> Option<DType> {
-    [DType::F32, DType::F64, DType::Bool]
+    [DType::F32, DType::F64, DType::Bool, DType::I32, DType::I64]
         .into_iter()
         .find(|&d| dtype_code(d) == code)
 }
@@ -503,6 +506,8 @@ impl Writer {
                     HostData::F32(v) => v.iter().for_each(|x| self.u32(x.to_bits())),
                     HostData::F64(v) => v.iter().for_each(|x| self.u64(x.to_bits())),
                     HostData::Bool(v) => v.iter().for_each(|&x| self.bool(x)),
+                    HostData::I32(v) => v.iter().for_each(|&x| self.u32(x as u32)),
+                    HostData::I64(v) => v.iter().for_each(|&x| self.u64(x as u64)),
                 }
             }
             Op::Cast { to, weak } => {
@@ -1035,6 +1040,20 @@ impl<'a> Reader<'a> {
                 }
                 HostData::Bool(raw.iter().map(|&b| b == 1).collect())
             }
+            DType::I32 => HostData::I32(
+                raw.chunks_exact(4)
+                    .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+            ),
+            DType::I64 => HostData::I64(
+                raw.chunks_exact(8)
+                    .map(|c| {
+                        let mut a = [0u8; 8];
+                        a.copy_from_slice(c);
+                        i64::from_le_bytes(a)
+                    })
+                    .collect(),
+            ),
         };
         Ok(Op::Constant { data, shape, weak })
     }
@@ -1143,7 +1162,7 @@ mod tests {
 
     #[test]
     fn codes_are_distinct_and_decode() {
-        for d in [DType::F32, DType::F64, DType::Bool] {
+        for d in [DType::F32, DType::F64, DType::Bool, DType::I32, DType::I64] {
             assert_eq!(dtype_from_code(dtype_code(d)), Some(d));
         }
     }

@@ -52,6 +52,7 @@ fn every_op_graph() -> Graph {
     let p = b.input("p", ty(DType::Bool, &[2, 3]));
     let w = b.input("w", TensorType::weak(DType::F64, Shape::scalar()));
     let batch = b.input("batch[0]", ty(DType::F32, &[2, 3, 3]));
+    let n = b.input("n", ty(DType::I64, &[2, 3]));
     let mut outs = vec![a, w];
 
     // Constants: payload NaNs, signed zeros and infinities of both float dtypes, bools, weak.
@@ -87,6 +88,33 @@ fn every_op_graph() -> Graph {
     let weak = b.weak_scalar(-0.0);
     let weak32 = b.scalar(2.5, DType::F32, true);
     outs.extend([c32, c64, cb, weak, weak32]);
+    // Integers: both extremes of both widths, and a weak int64 scalar.
+    let ci32 = b
+        .constant(
+            HostData::I32([i32::MIN, i32::MAX, -1, 0, 1, 7].into()),
+            shape(&[2, 3]),
+            false,
+        )
+        .unwrap();
+    let ci64 = b
+        .constant(
+            HostData::I64([i64::MIN, i64::MAX, -1, 0, 1 << 53, -7].into()),
+            shape(&[2, 3]),
+            false,
+        )
+        .unwrap();
+    let weak_int = b
+        .constant(HostData::I64([3].into()), Shape::scalar(), true)
+        .unwrap();
+    outs.extend([ci32, ci64, weak_int, n]);
+    for (x, to) in [
+        (ci32, DType::I64),
+        (ci64, DType::F32),
+        (a, DType::I32),
+        (n, DType::Bool),
+    ] {
+        outs.push(b.push(Op::Cast { to, weak: false }, &[x]).unwrap());
+    }
 
     // Casts, both weak flags, every target dtype.
     for (x, to, w) in [
@@ -99,14 +127,26 @@ fn every_op_graph() -> Graph {
         outs.push(b.push(Op::Cast { to, weak: w }, &[x]).unwrap());
     }
     for u in UnaryOp::ALL {
-        outs.push(b.push(Op::Unary(u), &[a]).unwrap());
+        let x = if u == UnaryOp::BitNot { n } else { a };
+        outs.push(b.push(Op::Unary(u), &[x]).unwrap());
     }
+    outs.push(b.push(Op::Unary(UnaryOp::Neg), &[ci32]).unwrap());
+    outs.push(b.push(Op::Unary(UnaryOp::BitNot), &[p]).unwrap());
+    outs.push(b.push(Op::Powi(3), &[n]).unwrap());
     for e in [0, -3, 7, i32::MIN, i32::MAX] {
         outs.push(b.push(Op::Powi(e), &[a]).unwrap());
     }
     for op in BinaryOp::ALL {
-        outs.push(b.push(Op::Binary(op), &[a, c64]).unwrap());
+        if op.is_integer_only() {
+            outs.push(b.push(Op::Binary(op), &[n, ci64]).unwrap());
+        } else {
+            outs.push(b.push(Op::Binary(op), &[a, c64]).unwrap());
+        }
     }
+    outs.push(b.push(Op::Binary(BinaryOp::BitXor), &[p, cb]).unwrap());
+    outs.push(b.push(Op::Compare(Comparison::Less), &[n, ci64]).unwrap());
+    outs.push(b.push(Op::Where, &[p, n, ci64]).unwrap());
+    outs.push(b.sum(n, None, false).unwrap());
     for c in Comparison::ALL {
         outs.push(b.push(Op::Compare(c), &[a, c64]).unwrap());
     }
@@ -327,7 +367,7 @@ fn every_op_round_trips() {
     }
     let bytes = assert_round_trip(&g);
     assert_eq!(&bytes[..8], b"QBLAPLAN");
-    assert_eq!(&bytes[8..12], &4u32.to_le_bytes());
+    assert_eq!(&bytes[8..12], &5u32.to_le_bytes());
 }
 
 #[test]
@@ -362,15 +402,25 @@ fn constants_are_bit_exact() {
                     HostData::F32(v) => v.iter().map(|x| x.to_bits() as u64).collect::<Vec<_>>(),
                     HostData::F64(v) => v.iter().map(|x| x.to_bits()).collect(),
                     HostData::Bool(v) => v.iter().map(|&x| x as u64).collect(),
+                    HostData::I32(v) => v.iter().map(|&x| x as u32 as u64).collect(),
+                    HostData::I64(v) => v.iter().map(|&x| x as u64).collect(),
                 }),
                 _ => None,
             })
             .flatten()
             .collect()
     };
-    for dtype in [DType::F32, DType::F64, DType::Bool] {
+    for dtype in [DType::F32, DType::F64, DType::Bool, DType::I32, DType::I64] {
         assert_eq!(bits(&back, dtype), bits(&g, dtype));
     }
+    assert!(
+        bits(&back, DType::I32).contains(&0x8000_0000),
+        "int32 minimum"
+    );
+    assert!(
+        bits(&back, DType::I64).contains(&(i64::MIN as u64)),
+        "int64 minimum"
+    );
     let f32_bits = bits(&back, DType::F32);
     assert!(f32_bits.contains(&0x7fc0_1234) && f32_bits.contains(&0xffa0_0001));
     assert!(f32_bits.contains(&0x8000_0000), "-0.0f32 keeps its sign");
@@ -1037,7 +1087,7 @@ fn wrong_version() {
     );
     assert_eq!(
         decode_err(&bytes),
-        "plan wire data: unsupported wire version 7 (this build reads version 4)"
+        "plan wire data: unsupported wire version 7 (this build reads version 5)"
     );
     bytes[8..12].copy_from_slice(&0u32.to_le_bytes());
     assert!(decode_err(&bytes).contains("unsupported wire version 0"));

@@ -818,6 +818,20 @@ impl Parser {
                             .collect::<Result<Vec<_>>>()?
                             .into(),
                     )
+                } else if declared.dtype.is_integer() {
+                    let (lo, hi) = (declared.dtype.int_min(), declared.dtype.int_max());
+                    let vals = values
+                        .iter()
+                        .map(|v| {
+                            v.parse::<i64>()
+                                .ok()
+                                .filter(|x| (lo..=hi).contains(x))
+                                .ok_or_else(|| {
+                                    err(line, &format!("bad {} integer {v}", declared.dtype))
+                                })
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    HostData::from_i64(declared.dtype, vals)
                 } else {
                     let vals = values
                         .iter()

@@ -105,6 +105,8 @@ fn list(xs: &[usize]) -> String {
 fn literal(data: &HostData, i: usize) -> String {
     match data {
         HostData::Bool(v) => v[i].to_string(),
+        HostData::I32(v) => v[i].to_string(),
+        HostData::I64(v) => v[i].to_string(),
         _ => format_f64(data.get_f64(i)),
     }
 }
