@@ -274,6 +274,26 @@ pub fn is_integer_node(op: &Op, operands: &[&TensorType], out: &TensorType) -> b
     }
 }
 
+/// Whether a graph (with the bodies of its regions) holds an integer value or computes an
+/// integer function: what backends whose generated code holds every value as a float64 refuse
+/// to translate.
+pub fn has_integers(graph: &crate::Graph) -> bool {
+    graph.nodes().iter().any(|node| {
+        let operands: Vec<&TensorType> = node
+            .operands
+            .iter()
+            .map(|o| &graph.nodes()[o.index()].ty)
+            .collect();
+        is_integer_node(&node.op, &operands, &node.ty)
+            || matches!(&node.op, Op::Cast { to, .. } if to.is_integer())
+            || operands.iter().any(|t| t.dtype.is_integer())
+            || match &node.op {
+                Op::Region(call) => call.region.bodies().iter().any(|(_, g)| has_integers(g)),
+                _ => false,
+            }
+    })
+}
+
 /// A host value with its shape, as [`evaluate`] takes it.
 #[derive(Debug, Clone, Copy)]
 pub struct HostValue<'a> {

@@ -169,7 +169,7 @@ pub fn he_normal(key: &Key, shape: &[usize], dtype: DType) -> Result<Samples, Ra
 fn check_float_dtype(dtype: DType) -> Result<(), RandomError> {
     match dtype {
         DType::F32 | DType::F64 => Ok(()),
-        DType::Bool => Err(RandomError::Dtype { dtype }),
+        DType::Bool | DType::I32 | DType::I64 => Err(RandomError::Dtype { dtype }),
     }
 }
 

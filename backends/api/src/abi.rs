@@ -44,7 +44,8 @@
 //!   a buffer it cannot downcast, and for a buffer whose storage a donation took
 //!   ([`PluginError::InvalidBuffer`]).
 //! - **Host data** crosses as [`AbiHostTensor`]: the shape as `u64` extents and the elements in
-//!   row-major order, `f32`/`f64` as they are and bool as bytes that must be 0 or 1.
+//!   row-major order, `f32`/`f64`/`i32`/`i64` as they are and bool as bytes that must be 0 or
+//!   1.
 //! - **Errors** cross as [`PluginError`], a plain `#[repr(u8)]` enum of owned strings; the
 //!   loader converts it into [`BackendError`]. An allocation the plugin cannot make is
 //!   [`PluginError::OutOfMemory`] and a cancelled run [`PluginError::Cancelled`], so both stay
@@ -130,12 +131,13 @@ pub use abi_stable;
 /// [`PluginError::Cancelled`], and [`ExecutableObject::run`] takes the host's cancellation
 /// flags ([`AbiCancel`]); 3, backend-owned buffers: [`BackendObject::allocate`], inputs of
 /// [`ExecutableObject::run`] that the host donates ([`AbiInput`]), and
-/// [`PluginError::InvalidBuffer`].
-pub const INTERFACE_VERSION: u32 = 3;
+/// [`PluginError::InvalidBuffer`]; 4, the integer dtypes: [`AbiDType::I32`] and
+/// [`AbiDType::I64`], [`AbiData::I32`] and [`AbiData::I64`] (plans in wire version 5).
+pub const INTERFACE_VERSION: u32 = 4;
 
 /// [`INTERFACE_VERSION`] as the `abi_stable` version string of the root module (its major
 /// version; `abi_stable` refuses a different major version before it checks layouts).
-pub const INTERFACE_VERSION_STRING: &str = "3.0.0";
+pub const INTERFACE_VERSION_STRING: &str = "4.0.0";
 
 /// The root module every plugin exports (through [`crate::export_plugin!`] or
 /// `#[abi_stable::export_root_module]` on a function returning [`QuablaPluginRef`]).
@@ -220,6 +222,8 @@ pub enum AbiDType {
     F32 = 0,
     F64 = 1,
     Bool = 2,
+    I32 = 3,
+    I64 = 4,
 }
 
 impl From<DType> for AbiDType {
@@ -228,6 +232,8 @@ impl From<DType> for AbiDType {
             DType::F32 => AbiDType::F32,
             DType::F64 => AbiDType::F64,
             DType::Bool => AbiDType::Bool,
+            DType::I32 => AbiDType::I32,
+            DType::I64 => AbiDType::I64,
         }
     }
 }
@@ -238,6 +244,8 @@ impl From<AbiDType> for DType {
             AbiDType::F32 => DType::F32,
             AbiDType::F64 => DType::F64,
             AbiDType::Bool => DType::Bool,
+            AbiDType::I32 => DType::I32,
+            AbiDType::I64 => DType::I64,
         }
     }
 }
@@ -257,6 +265,8 @@ pub enum AbiData {
     F32(RVec<f32>),
     F64(RVec<f64>),
     Bool(RVec<u8>),
+    I32(RVec<i32>),
+    I64(RVec<i64>),
 }
 
 /// Host data with its shape: what uploads and downloads carry.
@@ -275,6 +285,8 @@ impl AbiHostTensor {
             HostData::F32(v) => AbiData::F32(v.iter().copied().collect()),
             HostData::F64(v) => AbiData::F64(v.iter().copied().collect()),
             HostData::Bool(v) => AbiData::Bool(v.iter().map(|&b| u8::from(b)).collect()),
+            HostData::I32(v) => AbiData::I32(v.iter().copied().collect()),
+            HostData::I64(v) => AbiData::I64(v.iter().copied().collect()),
         };
         AbiHostTensor {
             shape: abi_shape(&t.shape),
@@ -298,6 +310,8 @@ impl AbiHostTensor {
             HostData::F32(v) => AbiData::F32(copy(v, |x| x).map_err(oom)?),
             HostData::F64(v) => AbiData::F64(copy(v, |x| x).map_err(oom)?),
             HostData::Bool(v) => AbiData::Bool(copy(v, u8::from).map_err(oom)?),
+            HostData::I32(v) => AbiData::I32(copy(v, |x| x).map_err(oom)?),
+            HostData::I64(v) => AbiData::I64(copy(v, |x| x).map_err(oom)?),
         };
         Ok(AbiHostTensor {
             shape: abi_shape(&t.shape),
@@ -328,6 +342,8 @@ impl AbiHostTensor {
             AbiData::F32(v) => v.len(),
             AbiData::F64(v) => v.len(),
             AbiData::Bool(v) => v.len(),
+            AbiData::I32(v) => v.len(),
+            AbiData::I64(v) => v.len(),
         };
         if len != shape.size() {
             return Err(invalid(format!(
@@ -354,6 +370,8 @@ impl AbiHostTensor {
                     .ok_or_else(|| invalid("bool elements changed while read".into()))?;
                 HostData::Bool(bools)
             }
+            AbiData::I32(v) => HostData::I32(alloc::try_shared_from_slice(v).map_err(oom)?),
+            AbiData::I64(v) => HostData::I64(alloc::try_shared_from_slice(v).map_err(oom)?),
         };
         Ok(HostTensor { shape, data })
     }
@@ -364,6 +382,8 @@ impl AbiHostTensor {
             AbiData::F32(_) => AbiDType::F32,
             AbiData::F64(_) => AbiDType::F64,
             AbiData::Bool(_) => AbiDType::Bool,
+            AbiData::I32(_) => AbiDType::I32,
+            AbiData::I64(_) => AbiDType::I64,
         };
         AbiTensorType {
             dtype,

@@ -7,7 +7,12 @@
 //! without copying them). Owned buffers come from a [`Pool`]: when the schedule says a value is
 //! dead, its buffer goes back to the pool and the next allocation of the same dtype reuses it
 //! (smallest buffer that is large enough). Storage is physically typed: 8, 4 and 1 bytes per
-//! element for f64, f32 and bool.
+//! element for f64, f32 and bool, 4 and 8 for i32 and i64.
+//!
+//! The float64 working type of the float kernels ([`Elem`], [`View::load_f64`]) is exact for
+//! every element type but i64 beyond 2^53; integer nodes never compute through it (they run
+//! the integer reference semantics, `exec::run_integer_node`), only data movement and the
+//! debug printer see their values.
 //!
 //! Every buffer whose size comes from the plan is allocated fallibly ([`quabla_ir::alloc`]):
 //! a request the machine cannot serve is an [`AllocError`] that the executor reports as
@@ -52,6 +57,30 @@ impl Elem for f32 {
     }
 }
 
+impl Elem for i32 {
+    const ZERO: i32 = 0;
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    #[inline(always)]
+    fn from_f64(v: f64) -> i32 {
+        DType::I32.float_to_int(v) as i32
+    }
+}
+
+impl Elem for i64 {
+    const ZERO: i64 = 0;
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    #[inline(always)]
+    fn from_f64(v: f64) -> i64 {
+        DType::I64.float_to_int(v)
+    }
+}
+
 impl Elem for bool {
     const ZERO: bool = false;
     #[inline(always)]
@@ -74,6 +103,8 @@ pub(crate) enum View<'a> {
     F32(&'a [f32]),
     F64(&'a [f64]),
     Bool(&'a [bool]),
+    I32(&'a [i32]),
+    I64(&'a [i64]),
 }
 
 impl<'a> From<&'a HostData> for View<'a> {
@@ -82,6 +113,8 @@ impl<'a> From<&'a HostData> for View<'a> {
             HostData::F32(v) => View::F32(v),
             HostData::F64(v) => View::F64(v),
             HostData::Bool(v) => View::Bool(v),
+            HostData::I32(v) => View::I32(v),
+            HostData::I64(v) => View::I64(v),
         }
     }
 }
@@ -92,6 +125,8 @@ impl<'a> View<'a> {
             View::F32(v) => v.len(),
             View::F64(v) => v.len(),
             View::Bool(v) => v.len(),
+            View::I32(v) => v.len(),
+            View::I64(v) => v.len(),
         }
     }
 
@@ -100,6 +135,8 @@ impl<'a> View<'a> {
             View::F32(_) => DType::F32,
             View::F64(_) => DType::F64,
             View::Bool(_) => DType::Bool,
+            View::I32(_) => DType::I32,
+            View::I64(_) => DType::I64,
         }
     }
 
@@ -109,6 +146,8 @@ impl<'a> View<'a> {
             View::F32(v) => v.as_ptr().cast(),
             View::F64(v) => v.as_ptr().cast(),
             View::Bool(v) => v.as_ptr().cast(),
+            View::I32(v) => v.as_ptr().cast(),
+            View::I64(v) => v.as_ptr().cast(),
         }
     }
 
@@ -119,6 +158,8 @@ impl<'a> View<'a> {
             View::F32(v) => View::F32(v.get(start..end)?),
             View::F64(v) => View::F64(v.get(start..end)?),
             View::Bool(v) => View::Bool(v.get(start..end)?),
+            View::I32(v) => View::I32(v.get(start..end)?),
+            View::I64(v) => View::I64(v.get(start..end)?),
         })
     }
 
@@ -128,6 +169,8 @@ impl<'a> View<'a> {
             View::F32(v) => v[i].to_f64(),
             View::F64(v) => v[i],
             View::Bool(v) => v[i].to_f64(),
+            View::I32(v) => v[i].to_f64(),
+            View::I64(v) => v[i].to_f64(),
         }
     }
 
@@ -139,6 +182,8 @@ impl<'a> View<'a> {
             View::F64(v) => dst.copy_from_slice(&v[start..start + n]),
             View::F32(v) => widen(&v[start..start + n], dst),
             View::Bool(v) => widen(&v[start..start + n], dst),
+            View::I32(v) => widen(&v[start..start + n], dst),
+            View::I64(v) => widen(&v[start..start + n], dst),
         }
     }
 
@@ -155,6 +200,19 @@ impl<'a> View<'a> {
             View::F64(v) => Cow::Borrowed(v),
             View::F32(v) => Cow::Owned(widened(v)?),
             View::Bool(v) => Cow::Owned(widened(v)?),
+            View::I32(v) => Cow::Owned(widened(v)?),
+            View::I64(v) => Cow::Owned(widened(v)?),
+        })
+    }
+
+    /// A copy as shared host data (fallible allocation).
+    pub(crate) fn to_host(self) -> Result<HostData, AllocError> {
+        Ok(match self {
+            View::F32(s) => HostData::F32(alloc::try_shared_from_slice(s)?),
+            View::F64(s) => HostData::F64(alloc::try_shared_from_slice(s)?),
+            View::Bool(s) => HostData::Bool(alloc::try_shared_from_slice(s)?),
+            View::I32(s) => HostData::I32(alloc::try_shared_from_slice(s)?),
+            View::I64(s) => HostData::I64(alloc::try_shared_from_slice(s)?),
         })
     }
 }
@@ -172,6 +230,8 @@ pub(crate) enum ViewMut<'a> {
     F32(&'a mut [f32]),
     F64(&'a mut [f64]),
     Bool(&'a mut [bool]),
+    I32(&'a mut [i32]),
+    I64(&'a mut [i64]),
 }
 
 impl<'a> ViewMut<'a> {
@@ -182,6 +242,8 @@ impl<'a> ViewMut<'a> {
             HostData::F32(v) => ViewMut::F32(Arc::make_mut(v)),
             HostData::F64(v) => ViewMut::F64(Arc::make_mut(v)),
             HostData::Bool(v) => ViewMut::Bool(Arc::make_mut(v)),
+            HostData::I32(v) => ViewMut::I32(Arc::make_mut(v)),
+            HostData::I64(v) => ViewMut::I64(Arc::make_mut(v)),
         }
     }
 
@@ -190,6 +252,8 @@ impl<'a> ViewMut<'a> {
             ViewMut::F32(v) => v.len(),
             ViewMut::F64(v) => v.len(),
             ViewMut::Bool(v) => v.len(),
+            ViewMut::I32(v) => v.len(),
+            ViewMut::I64(v) => v.len(),
         }
     }
 
@@ -198,6 +262,8 @@ impl<'a> ViewMut<'a> {
             ViewMut::F32(_) => DType::F32,
             ViewMut::F64(_) => DType::F64,
             ViewMut::Bool(_) => DType::Bool,
+            ViewMut::I32(_) => DType::I32,
+            ViewMut::I64(_) => DType::I64,
         }
     }
 
@@ -207,6 +273,8 @@ impl<'a> ViewMut<'a> {
             ViewMut::F32(v) => v.as_mut_ptr().cast(),
             ViewMut::F64(v) => v.as_mut_ptr().cast(),
             ViewMut::Bool(v) => v.as_mut_ptr().cast(),
+            ViewMut::I32(v) => v.as_mut_ptr().cast(),
+            ViewMut::I64(v) => v.as_mut_ptr().cast(),
         }
     }
 
@@ -224,6 +292,14 @@ impl<'a> ViewMut<'a> {
             ViewMut::Bool(v) => {
                 let (a, b) = v.split_at_mut(mid);
                 (ViewMut::Bool(a), ViewMut::Bool(b))
+            }
+            ViewMut::I32(v) => {
+                let (a, b) = v.split_at_mut(mid);
+                (ViewMut::I32(a), ViewMut::I32(b))
+            }
+            ViewMut::I64(v) => {
+                let (a, b) = v.split_at_mut(mid);
+                (ViewMut::I64(a), ViewMut::I64(b))
             }
         }
     }
@@ -247,6 +323,8 @@ impl<'a> ViewMut<'a> {
             (ViewMut::F32(d), View::F32(s)) => put(d, at, s),
             (ViewMut::F64(d), View::F64(s)) => put(d, at, s),
             (ViewMut::Bool(d), View::Bool(s)) => put(d, at, s),
+            (ViewMut::I32(d), View::I32(s)) => put(d, at, s),
+            (ViewMut::I64(d), View::I64(s)) => put(d, at, s),
             _ => false,
         }
     }
@@ -259,6 +337,8 @@ impl<'a> ViewMut<'a> {
             ViewMut::F64(v) => v[start..start + n].copy_from_slice(src),
             ViewMut::F32(v) => narrow(src, &mut v[start..start + n]),
             ViewMut::Bool(v) => narrow(src, &mut v[start..start + n]),
+            ViewMut::I32(v) => narrow(src, &mut v[start..start + n]),
+            ViewMut::I64(v) => narrow(src, &mut v[start..start + n]),
         }
     }
 }
@@ -278,6 +358,8 @@ pub(crate) enum TypedVec {
     F32(Vec<f32>),
     F64(Vec<f64>),
     Bool(Vec<bool>),
+    I32(Vec<i32>),
+    I64(Vec<i64>),
     Shared(HostData),
 }
 
@@ -287,6 +369,8 @@ impl TypedVec {
             TypedVec::F32(v) => v.len(),
             TypedVec::F64(v) => v.len(),
             TypedVec::Bool(v) => v.len(),
+            TypedVec::I32(v) => v.len(),
+            TypedVec::I64(v) => v.len(),
             TypedVec::Shared(d) => d.len(),
         }
     }
@@ -296,6 +380,8 @@ impl TypedVec {
             TypedVec::F32(_) => DType::F32,
             TypedVec::F64(_) => DType::F64,
             TypedVec::Bool(_) => DType::Bool,
+            TypedVec::I32(_) => DType::I32,
+            TypedVec::I64(_) => DType::I64,
             TypedVec::Shared(d) => d.dtype(),
         }
     }
@@ -314,9 +400,13 @@ impl Buffer {
             TypedVec::F32(v) => View::F32(&v[..self.len]),
             TypedVec::F64(v) => View::F64(&v[..self.len]),
             TypedVec::Bool(v) => View::Bool(&v[..self.len]),
+            TypedVec::I32(v) => View::I32(&v[..self.len]),
+            TypedVec::I64(v) => View::I64(&v[..self.len]),
             TypedVec::Shared(HostData::F32(v)) => View::F32(&v[..self.len]),
             TypedVec::Shared(HostData::F64(v)) => View::F64(&v[..self.len]),
             TypedVec::Shared(HostData::Bool(v)) => View::Bool(&v[..self.len]),
+            TypedVec::Shared(HostData::I32(v)) => View::I32(&v[..self.len]),
+            TypedVec::Shared(HostData::I64(v)) => View::I64(&v[..self.len]),
         }
     }
 
@@ -328,6 +418,8 @@ impl Buffer {
                 TypedVec::F32(_) => dtype == DType::F32,
                 TypedVec::F64(_) => dtype == DType::F64,
                 TypedVec::Bool(_) => dtype == DType::Bool,
+                TypedVec::I32(_) => dtype == DType::I32,
+                TypedVec::I64(_) => dtype == DType::I64,
                 TypedVec::Shared(_) => false,
             }
     }
@@ -353,6 +445,8 @@ impl Buffer {
             TypedVec::F32(v) => ViewMut::F32(&mut v[..self.len]),
             TypedVec::F64(v) => ViewMut::F64(&mut v[..self.len]),
             TypedVec::Bool(v) => ViewMut::Bool(&mut v[..self.len]),
+            TypedVec::I32(v) => ViewMut::I32(&mut v[..self.len]),
+            TypedVec::I64(v) => ViewMut::I64(&mut v[..self.len]),
             TypedVec::Shared(data) => ViewMut::of_host(data).split_at(self.len).0,
         }
     }
@@ -418,12 +512,7 @@ impl<'a> Storage<'a> {
 }
 
 fn view_to_host(v: View<'_>) -> Result<HostData, BackendError> {
-    let copied = match v {
-        View::F32(s) => alloc::try_shared_from_slice(s).map(HostData::F32),
-        View::F64(s) => alloc::try_shared_from_slice(s).map(HostData::F64),
-        View::Bool(s) => alloc::try_shared_from_slice(s).map(HostData::Bool),
-    };
-    copied.map_err(copy_oom(v))
+    v.to_host().map_err(copy_oom(v))
 }
 
 /// The error for a copy of `v` that the allocator refused.
@@ -460,7 +549,7 @@ pub(crate) struct Pool {
 /// The most free buffers a pool keeps; beyond it the smallest are dropped.
 const MAX_FREE: usize = 64;
 
-const DTYPES: [DType; 3] = [DType::F32, DType::F64, DType::Bool];
+const DTYPES: [DType; 5] = [DType::F32, DType::F64, DType::Bool, DType::I32, DType::I64];
 
 /// The order of the free buffers: dtype, then capacity.
 fn pool_key(dtype: DType, capacity: usize) -> (u8, usize) {
@@ -468,6 +557,8 @@ fn pool_key(dtype: DType, capacity: usize) -> (u8, usize) {
         DType::F32 => 0,
         DType::F64 => 1,
         DType::Bool => 2,
+        DType::I32 => 3,
+        DType::I64 => 4,
     };
     (rank, capacity)
 }
@@ -487,6 +578,8 @@ impl Pool {
                     DType::F32 => TypedVec::F32(alloc::try_zeroed_vec(len)?),
                     DType::F64 => TypedVec::F64(alloc::try_zeroed_vec(len)?),
                     DType::Bool => TypedVec::Bool(alloc::try_zeroed_vec(len)?),
+                    DType::I32 => TypedVec::I32(alloc::try_zeroed_vec(len)?),
+                    DType::I64 => TypedVec::I64(alloc::try_zeroed_vec(len)?),
                 };
                 self.allocations += 1;
                 data
@@ -560,6 +653,8 @@ impl Pool {
             DType::F32 => HostData::F32(alloc::try_shared_zeroed(len)?),
             DType::F64 => HostData::F64(alloc::try_shared_zeroed(len)?),
             DType::Bool => HostData::Bool(alloc::try_shared_zeroed(len)?),
+            DType::I32 => HostData::I32(alloc::try_shared_zeroed(len)?),
+            DType::I64 => HostData::I64(alloc::try_shared_zeroed(len)?),
         };
         Ok(Buffer {
             data: TypedVec::Shared(data),
@@ -576,6 +671,8 @@ impl Pool {
             HostData::F32(v) => Arc::strong_count(v) == 1 && Arc::weak_count(v) == 0,
             HostData::F64(v) => Arc::strong_count(v) == 1 && Arc::weak_count(v) == 0,
             HostData::Bool(v) => Arc::strong_count(v) == 1 && Arc::weak_count(v) == 0,
+            HostData::I32(v) => Arc::strong_count(v) == 1 && Arc::weak_count(v) == 0,
+            HostData::I64(v) => Arc::strong_count(v) == 1 && Arc::weak_count(v) == 0,
         };
         if !unique {
             return;

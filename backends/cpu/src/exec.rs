@@ -29,6 +29,7 @@ use crate::schedule::{NanCheck, NodeStep, Schedule, StepKind};
 use quabla_backend::cancel::Watch;
 use quabla_backend::{BackendError, Result};
 use quabla_ir::alloc::AllocError;
+use quabla_ir::eval::{evaluate, HostValue};
 use quabla_ir::{DType, Op};
 use quabla_linalg::LuFactors;
 
@@ -499,7 +500,7 @@ fn first_non_finite(v: &View<'_>) -> Option<(usize, f64)> {
     match v {
         View::F32(xs) => find(&mut xs.iter().map(|&x| x as f64)),
         View::F64(xs) => find(&mut xs.iter().copied()),
-        View::Bool(_) => None,
+        View::Bool(_) | View::I32(_) | View::I64(_) => None,
     }
 }
 
@@ -509,6 +510,8 @@ fn range(v: &View<'_>) -> String {
         View::F32(xs) => xs.iter().map(|&x| x as f64).collect(),
         View::F64(xs) => xs.to_vec(),
         View::Bool(xs) => xs.iter().map(|&b| f64::from(u8::from(b))).collect(),
+        View::I32(xs) => xs.iter().map(|&x| x as f64).collect(),
+        View::I64(xs) => xs.iter().map(|&x| x as f64).collect(),
     };
     let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -629,6 +632,9 @@ fn run_node(
         )));
     }
     let out_dims = node.ty.shape.dims();
+    if node.integer {
+        return run_integer_node(node, (0..node.args.len()).map(arg), out);
+    }
     match &node.op {
         Op::Reduce { kind, axes } => {
             let (x, dims) = arg(0)?;
@@ -763,6 +769,44 @@ fn run_node(
             node.op.name()
         ))),
     }
+}
+
+/// An integer node (`NodeStep::integer`): evaluated by the reference semantics of
+/// `quabla_ir::eval::evaluate` on copies of its operands, then copied into `out`. Integer
+/// values are exact there (int64 never passes through a float64), and the values are the
+/// folding rule's, so a folded integer constant and a computed one agree bit for bit.
+fn run_integer_node<'v>(
+    node: &NodeStep,
+    args: impl Iterator<Item = Result<(View<'v>, &'v [usize])>>,
+    mut out: ViewMut<'_>,
+) -> Result<()> {
+    let mut data = Vec::with_capacity(node.args.len());
+    let mut shapes = Vec::with_capacity(node.args.len());
+    for a in args {
+        let (v, dims) = a?;
+        let host = v
+            .to_host()
+            .map_err(|e| out_of_memory(v.dtype(), dims, e))?;
+        data.push(host);
+        shapes.push(quabla_ir::Shape::new(dims.to_vec()).map_err(|e| internal(e.to_string()))?);
+    }
+    let operands: Vec<HostValue<'_>> = data
+        .iter()
+        .zip(&shapes)
+        .map(|(data, shape)| HostValue { data, shape })
+        .collect();
+    let value = evaluate(&node.op, &operands, &node.ty).ok_or_else(|| BackendError::Unsupported {
+        op: node.op.name().into(),
+        device: "cpu".into(),
+        reason: format!("{} has no integer kernel", node.op.name()),
+    })?;
+    if !out.copy_from(0, View::from(&value)) {
+        return Err(internal(format!(
+            "the integer kernel of {} wrote a value of another type",
+            node.op.name()
+        )));
+    }
+    Ok(())
 }
 
 /// The value in slot `s`.

@@ -18,6 +18,10 @@
 //! bounded loops) as branches and inner loops. `tests/native_loops.rs` runs every elementwise
 //! op, layout op, reduction and nesting both ways and compares bits.
 //!
+//! Values are float64 in the generated code, so graphs with an integer value (or an integer
+//! function on bools) are not translated (`quabla_ir::eval::has_integers`): their loops and
+//! plans run in the interpreter, with the integer semantics of `quabla_ir::eval`.
+//!
 //! This module decides nothing about values and never fails a compile: a body it cannot
 //! translate, or a host Cranelift does not support, gets no native form and the interpreter
 //! runs the loop (`CpuExecutable::report` shows which). A kernel that fails inside the code
@@ -569,7 +573,7 @@ impl SmallBody {
 
     /// [`SmallBody::new`] for a body nested in `depth` regions of the function being built.
     fn at_depth(graph: &Graph, inputs: usize, depth: usize) -> Option<SmallBody> {
-        if graph.inputs().count() != inputs {
+        if graph.inputs().count() != inputs || quabla_ir::eval::has_integers(graph) {
             return None;
         }
         let mut nested = HashMap::new();
@@ -863,6 +867,8 @@ impl Emitter<'_, '_> {
             DType::F64 => 8,
             DType::F32 => 4,
             DType::Bool => 1,
+            // Never reached: graphs with integer values are not translated (module docs).
+            DType::I32 | DType::I64 => return self.b.ins().iconst(types::I64, 0),
         };
         let slice = self.b.ins().imul_imm_s(k, (size * len) as i64);
         let at = self.b.ins().iadd(base, slice);
@@ -887,6 +893,15 @@ impl Emitter<'_, '_> {
                         let holds = self.b.ins().icmp_imm_u(IntCC::NotEqual, v, 0);
                         self.select_one_zero(holds)
                     }
+                    // Never reached: graphs with integer values are not translated.
+                    DType::I32 => {
+                        let v = self.b.ins().load(types::I32, flags, at, 0);
+                        self.b.ins().fcvt_from_sint(types::F64, v)
+                    }
+                    DType::I64 => {
+                        let v = self.b.ins().load(types::I64, flags, at, 0);
+                        self.b.ins().fcvt_from_sint(types::F64, v)
+                    }
                 }
             })
             .collect()
@@ -906,6 +921,9 @@ impl Emitter<'_, '_> {
                     let none = self.b.ins().iconst(types::I8, 0);
                     self.b.ins().select(holds, one, none)
                 }
+                // Never reached: graphs with integer values are not translated.
+                DType::I32 => self.b.ins().fcvt_to_sint_sat(types::I32, v),
+                DType::I64 => self.b.ins().fcvt_to_sint_sat(types::I64, v),
             };
             self.b.ins().store(Self::flags(), stored, at, 0);
         }
@@ -1494,6 +1512,8 @@ impl Emitter<'_, '_> {
                     BinaryOp::Pow | BinaryOp::Atan2 | BinaryOp::Fmod => {
                         self.call(binary_symbol(op)?, &[x, y])?
                     }
+                    // Integer functions: graphs holding them are not translated.
+                    _ => return None,
                 }
             }
             EwOp::Compare(c) => {
@@ -1541,6 +1561,8 @@ impl Emitter<'_, '_> {
                 let holds = self.b.ins().fcmp(FloatCC::NotEqual, v, zero);
                 self.select_one_zero(holds)
             }
+            // Never reached: graphs with integer values are not translated (module docs).
+            DType::I32 | DType::I64 => v,
         }
     }
 
@@ -1653,7 +1675,7 @@ fn binary_symbol(op: BinaryOp) -> Option<&'static str> {
         BinaryOp::Pow => "quabla_pow",
         BinaryOp::Atan2 => "quabla_atan2",
         BinaryOp::Fmod => "quabla_fmod",
-        BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div => return None,
+        _ => return None,
     })
 }
 
@@ -1698,6 +1720,7 @@ unary_shims! {
     Arcsinh => "quabla_arcsinh", Arccosh => "quabla_arccosh", Arctanh => "quabla_arctanh",
     Log2 => "quabla_log2", Log10 => "quabla_log10", Cbrt => "quabla_cbrt",
     Floor => "quabla_floor", Ceil => "quabla_ceil", Round => "quabla_round",
+    BitNot => "quabla_bitwise_not",
 }
 
 /// Every symbol the generated code may call, with its address.

@@ -309,8 +309,9 @@ impl Body {
         let schedule = Schedule::build(plan.graph(), build)?;
         let take = take_plan(&schedule, collected, rebound);
         let output_types: Vec<TensorType> = plan.output_types().into_iter().cloned().collect();
-        // The scalar form runs no steps, so it has no non-finite check.
-        let scalar = if build.check_nans {
+        // The scalar form runs no steps, so it has no non-finite check. It holds every value
+        // as a float64, so a body with an integer value has none (int64 is not exact there).
+        let scalar = if build.check_nans || quabla_ir::eval::has_integers(plan.graph()) {
             None
         } else {
             ScalarBody::new(&schedule, &output_types)

@@ -132,6 +132,8 @@ pub(crate) struct NodeStep {
     /// relays from core to core (`team::relay`) instead of reading half of them from the
     /// other core's cache.
     pub rows_split: [bool; 2],
+    /// An integer node ([`integer_node`]): run with the integer reference semantics.
+    pub integer: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -149,6 +151,19 @@ pub(crate) struct Step {
     pub free: Vec<usize>,
     /// The non-finite check of the step's node, under [`Build::check_nans`] only.
     pub check: Option<Box<NanCheck>>,
+}
+
+/// Whether `node` computes with integer semantics or reads or writes an integer value
+/// ([`quabla_ir::eval::is_integer_node`], casts to and from integers included).
+pub(crate) fn integer_node(graph: &Graph, node: &quabla_ir::Node) -> bool {
+    let operands: Vec<&TensorType> = node
+        .operands
+        .iter()
+        .map(|o| &graph.nodes()[o.index()].ty)
+        .collect();
+    quabla_ir::eval::is_integer_node(&node.op, &operands, &node.ty)
+        || operands.iter().any(|t| t.dtype.is_integer())
+        || matches!(node.op, Op::Cast { to, .. } if to.is_integer())
 }
 
 impl Schedule {
@@ -325,11 +340,14 @@ impl Schedule {
                 consumers[o.index()].push(i);
             }
         }
+        // Integer nodes are never fused: they run one by one with the integer semantics of
+        // `quabla_ir::eval` (`exec::run_integer_node`), since the fused kernels compute in
+        // float64, which int64 does not fit.
         let ew: Vec<Option<EwOp>> = nodes
             .iter()
             .enumerate()
             .map(|(i, nd)| {
-                if needed[i] {
+                if needed[i] && !integer_node(graph, nd) {
                     EwOp::from_op(&nd.op)
                 } else {
                     None
@@ -592,6 +610,7 @@ impl Schedule {
                         },
                     lhs_transposed,
                     rows_split,
+                    integer: integer_node(graph, node),
                 }),
                 free: Vec::new(),
                 check: nan_check(build, graph, i, &slot_of),

@@ -836,6 +836,8 @@ fn load_strided(src: &View<'_>, dims: &[usize], strides: &[usize], start: usize,
         View::F32(s) => gather_strided(s, dims, strides, start, dst, Elem::to_f64),
         View::F64(s) => gather_strided(s, dims, strides, start, dst, Elem::to_f64),
         View::Bool(s) => gather_strided(s, dims, strides, start, dst, Elem::to_f64),
+        View::I32(s) => gather_strided(s, dims, strides, start, dst, Elem::to_f64),
+        View::I64(s) => gather_strided(s, dims, strides, start, dst, Elem::to_f64),
     }
 }
 
@@ -961,7 +963,7 @@ macro_rules! with_unary {
     ($u:expr, $f:ident => $body:expr) => {
         with_unary!(@arms $u, $f, $body; Neg, Tanh, Exp, Log, Log1p, Expm1, Sqrt, Sin, Cos, Erf,
             Erfc, Tan, Arcsin, Arccos, Arctan, Sinh, Cosh, Arcsinh, Arccosh, Arctanh, Log2, Log10,
-            Cbrt, Floor, Ceil, Round)
+            Cbrt, Floor, Ceil, Round, BitNot)
     };
     (@arms $u:expr, $f:ident, $body:expr; $($v:ident),*) => {
         match $u {
@@ -976,7 +978,8 @@ macro_rules! with_unary {
 /// Binds `$f` to `|x, y| binary_f64(<constant op>, x, y)` in one arm per binary op.
 macro_rules! with_binary {
     ($b:expr, $f:ident => $body:expr) => {
-        with_binary!(@arms $b, $f, $body; Add, Sub, Mul, Div, Pow, Atan2, Fmod)
+        with_binary!(@arms $b, $f, $body; Add, Sub, Mul, Div, Pow, Atan2, Fmod, FloorDiv, Rem,
+            BitAnd, BitOr, BitXor, ShiftLeft, ShiftRightArithmetic, ShiftRightLogical)
     };
     (@arms $b:expr, $f:ident, $body:expr; $($v:ident),*) => {
         match $b {
@@ -1126,6 +1129,9 @@ fn compute<'a>(op: EwOp, r32: bool, args: &[Src; 3], arg: impl Fn(Src) -> Arg<'a
                 DType::Bool => {
                     with_args!(a => x, map1::<false, _>(d, x, |v| DType::Bool.round(v)))
                 }
+                // Integer casts run as integer nodes (`exec::run_integer_node`), never fused.
+                DType::I32 => with_args!(a => x, map1::<false, _>(d, x, |v| DType::I32.round(v))),
+                DType::I64 => with_args!(a => x, map1::<false, _>(d, x, |v| DType::I64.round(v))),
             }
         }
         EwOp::Copy => {

@@ -406,6 +406,8 @@ pub(crate) fn concat(
         ViewMut::F32(d) => typed!(F32, d),
         ViewMut::F64(d) => typed!(F64, d),
         ViewMut::Bool(d) => typed!(Bool, d),
+        ViewMut::I32(d) => typed!(I32, d),
+        ViewMut::I64(d) => typed!(I64, d),
     }
     Ok(())
 }

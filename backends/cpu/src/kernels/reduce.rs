@@ -29,6 +29,8 @@ macro_rules! with_elems {
             View::F32($v) => $body,
             View::F64($v) => $body,
             View::Bool($v) => $body,
+            View::I32($v) => $body,
+            View::I64($v) => $body,
         }
     };
 }

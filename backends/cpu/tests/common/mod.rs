@@ -85,6 +85,8 @@ pub fn bits(d: &HostData) -> Vec<u64> {
         HostData::F32(v) => v.iter().map(|x| x.to_bits() as u64).collect(),
         HostData::F64(v) => v.iter().map(|x| x.to_bits()).collect(),
         HostData::Bool(v) => v.iter().map(|&x| x as u64).collect(),
+        HostData::I32(v) => v.iter().map(|&x| x as u32 as u64).collect(),
+        HostData::I64(v) => v.iter().map(|&x| x as u64).collect(),
     }
 }
 
