@@ -14,7 +14,7 @@
 use crate::helpers::zeros_like;
 use crate::jvp::jvp_graph;
 use crate::vjp::{vjp_graph, Seed};
-use quabla_ir::{CustomCall, DType, Graph, GraphBuilder, IrError, NodeId, Result};
+use quabla_ir::{CustomCall, Graph, GraphBuilder, IrError, NodeId, Result};
 
 /// Copies `g` into `b` with its inputs bound to `inputs` (in order); returns its outputs.
 pub(crate) fn inline(b: &mut GraphBuilder, g: &Graph, inputs: &[NodeId]) -> Result<Vec<NodeId>> {
@@ -22,7 +22,7 @@ pub(crate) fn inline(b: &mut GraphBuilder, g: &Graph, inputs: &[NodeId]) -> Resu
 }
 
 fn differentiable(b: &GraphBuilder, x: NodeId) -> bool {
-    b.ty(x).dtype != DType::Bool
+    b.ty(x).dtype.is_float()
 }
 
 /// The tangent of one output of a custom call (`t`: the operands' tangents).

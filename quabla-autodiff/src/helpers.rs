@@ -82,7 +82,8 @@ pub(crate) fn unary_derivative(
     let one = lit(b, 1.0);
     let d = match op {
         Neg => lit(b, -1.0),
-        Floor | Ceil | Round => return Ok(None),
+        // `bitwise_not` takes integers and bools only, which carry no derivative.
+        Floor | Ceil | Round | BitNot => return Ok(None),
         Tanh => {
             let y2 = b.mul(y, y)?;
             b.sub(one, y2)?
@@ -209,6 +210,15 @@ pub(crate) fn binary_partials(
         BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div => {
             unreachable!("linear and bilinear ops have dedicated rules")
         }
+        // Integer functions: their values carry no derivative (numerics.md §12).
+        BinaryOp::FloorDiv
+        | BinaryOp::Rem
+        | BinaryOp::BitAnd
+        | BinaryOp::BitOr
+        | BinaryOp::BitXor
+        | BinaryOp::ShiftLeft
+        | BinaryOp::ShiftRightArithmetic
+        | BinaryOp::ShiftRightLogical => (None, None),
         BinaryOp::Pow => {
             // d/dx: y x^(y-1), 0 where x == 0 and y < 1 (masked base inside the power).
             let x0 = eq_lit(b, x, 0.0)?;

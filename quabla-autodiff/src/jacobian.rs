@@ -45,7 +45,7 @@ pub fn jacobian_graph_with_mode(g: &Graph, wrt: &[bool], mode: JacobianMode) -> 
         .collect();
     let outs: Vec<TensorType> = g.outputs().iter().map(|o| g.node(*o).ty.clone()).collect();
     let float_outs: Vec<usize> = (0..outs.len())
-        .filter(|&k| outs[k].dtype != DType::Bool)
+        .filter(|&k| outs[k].dtype.is_float())
         .collect();
     let p: usize = wrt_types.iter().map(|t| t.shape.size()).sum();
     let q: usize = float_outs.iter().map(|&k| outs[k].shape.size()).sum();

@@ -1,9 +1,7 @@
 //! Forward mode: the JVP of a graph, one tangent rule per op.
 
 use crate::helpers::{binary_partials, extremum_mask, unary_derivative, zeros_like};
-use quabla_ir::{
-    BinaryOp, DType, Graph, GraphBuilder, Node, NodeId, Op, Reducer, Result, TensorType,
-};
+use quabla_ir::{BinaryOp, Graph, GraphBuilder, Node, NodeId, Op, Reducer, Result, TensorType};
 use quabla_linalg::rules;
 
 /// The forward-mode derivative of `g`.
@@ -26,7 +24,7 @@ pub fn jvp_graph(g: &Graph, wrt: &[bool]) -> Result<Graph> {
     }
     let mut tangents: Vec<Option<NodeId>> = vec![None; g.len()];
     for (k, (id, name, ty)) in inputs.iter().enumerate() {
-        if wrt.get(k).copied().unwrap_or(false) && ty.dtype != DType::Bool {
+        if wrt.get(k).copied().unwrap_or(false) && ty.dtype.is_float() {
             let t = b.input(
                 format!("tangent/{name}"),
                 TensorType::new(ty.dtype, ty.shape.clone()),
@@ -68,7 +66,8 @@ pub fn jvp_graph(g: &Graph, wrt: &[bool]) -> Result<Graph> {
         }
         let out = b.push(node.op.clone(), &operands)?;
         remap.push(out);
-        if ts.iter().all(Option::is_none) {
+        // Integer and bool values carry no derivative (numerics.md §12).
+        if ts.iter().all(Option::is_none) || !node.ty.dtype.is_float() {
             continue;
         }
         b.set_origin(derived);
@@ -118,7 +117,7 @@ fn tangent_rule(
         // The primal prints; its tangent passes through.
         Op::DebugPrint { .. } => t[0],
         Op::Cast { to, .. } => {
-            if *to == DType::Bool || b.ty(x[0]).dtype == DType::Bool {
+            if !to.is_float() || !b.ty(x[0]).dtype.is_float() {
                 None
             } else {
                 Some(b.astype(t[0].expect("one operand"), *to)?)

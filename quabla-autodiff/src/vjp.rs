@@ -39,7 +39,7 @@ pub fn vjp_graph(g: &Graph, wrt: &[bool], seeds: &[Seed]) -> Result<Graph> {
     let mut seed_inputs: Vec<Option<NodeId>> = vec![None; g.outputs().len()];
     for (k, o) in g.outputs().iter().enumerate() {
         let ty = &g.node(*o).ty;
-        if seeds.get(k) == Some(&Seed::Input) && ty.dtype != DType::Bool {
+        if seeds.get(k) == Some(&Seed::Input) && ty.dtype.is_float() {
             seed_inputs[k] = Some(b.input(
                 format!("cotangent{k}"),
                 TensorType::new(ty.dtype, ty.shape.clone()),
@@ -49,11 +49,15 @@ pub fn vjp_graph(g: &Graph, wrt: &[bool], seeds: &[Seed]) -> Result<Graph> {
     // Which nodes depend on a flagged input: only those carry cotangents.
     let mut active = vec![false; g.len()];
     for (k, (id, _, ty)) in inputs.iter().enumerate() {
-        active[id.index()] = wrt.get(k).copied().unwrap_or(false) && ty.dtype != DType::Bool;
+        active[id.index()] = wrt.get(k).copied().unwrap_or(false) && ty.dtype.is_float();
     }
     for (i, node) in g.nodes().iter().enumerate() {
         if !matches!(node.op, Op::Input { .. }) {
-            active[i] = node.operands.iter().any(|o| active[o.index()]) && !blocks(&node.op);
+            // Integer and bool values carry no derivative (numerics.md §12); a region's
+            // outputs are sorted out by its own rule.
+            let carries = node.ty.dtype.is_float() || matches!(node.op, Op::Region(_));
+            active[i] =
+                node.operands.iter().any(|o| active[o.index()]) && !blocks(&node.op) && carries;
         }
     }
     let groups = quabla_ir::region_groups(g);
@@ -94,7 +98,7 @@ pub fn vjp_graph(g: &Graph, wrt: &[bool], seeds: &[Seed]) -> Result<Graph> {
     b.set_origin(Default::default());
     let mut cts: Vec<Option<NodeId>> = vec![None; g.len()];
     for (k, o) in g.outputs().iter().enumerate() {
-        if !active[o.index()] || g.node(*o).ty.dtype == DType::Bool {
+        if !active[o.index()] || !g.node(*o).ty.dtype.is_float() {
             continue;
         }
         let ct = match seeds.get(k).copied().unwrap_or(Seed::None) {
@@ -225,7 +229,7 @@ fn cotangent_rule(
         }
         Op::DebugPrint { .. } => vec![Some(ct)],
         Op::Cast { .. } => {
-            if b.ty(x[0]).dtype == DType::Bool {
+            if !b.ty(x[0]).dtype.is_float() {
                 vec![None]
             } else {
                 let dtype = b.ty(x[0]).dtype;

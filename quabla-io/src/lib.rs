@@ -5,7 +5,7 @@
 //!
 //! - [`Node`], a neutral tree of the leaves and containers a file can hold (`None`, `bool`,
 //!   `int`, `float`, `str`, lists, tuples, dicts with str or int keys in written order, and
-//!   [`Array`]s of float64, float32 or bool data). The facade converts its own tree values to
+//!   [`Array`]s of float64, float32, bool, int32 or int64 data). The facade converts its own tree values to
 //!   and from it; this crate does not depend on the facade.
 //! - [`write`] and the atomic [`save_path`]: the byte layout of the format (magic bytes,
 //!   header length, compact padded JSON header, 8-aligned raw array data in pre-order), with

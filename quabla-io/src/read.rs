@@ -236,6 +236,14 @@ impl ArraySpec {
                 }
                 HostData::Bool(bytes.iter().map(|&b| b == 1).collect())
             }
+            DType::I32 => {
+                let (words, _) = bytes.as_chunks::<4>();
+                HostData::I32(words.iter().map(|w| i32::from_le_bytes(*w)).collect())
+            }
+            DType::I64 => {
+                let (words, _) = bytes.as_chunks::<8>();
+                HostData::I64(words.iter().map(|w| i64::from_le_bytes(*w)).collect())
+            }
         })
     }
 }
@@ -763,6 +771,8 @@ impl<'h> Cx<'h> {
             "float64" => Some(DType::F64),
             "float32" => Some(DType::F32),
             "bool" => Some(DType::Bool),
+            "int32" => Some(DType::I32),
+            "int64" => Some(DType::I64),
             _ => None,
         })
         .ok()
@@ -772,7 +782,8 @@ impl<'h> Cx<'h> {
                 Some("dtype"),
                 dtype,
                 format!(
-                    "unknown dtype {}; expected \"float64\", \"float32\" or \"bool\"",
+                    "unknown dtype {}; expected \"float64\", \"float32\", \"bool\", \"int32\" \
+                     or \"int64\"",
                     json::snippet(dtype)
                 ),
             )

@@ -243,6 +243,24 @@ fn write_data<W: Write + ?Sized>(writer: &mut W, data: &HostData) -> Result<(), 
                 writer.write_all(&buf).map_err(IoError::io)?;
             }
         }
+        HostData::I32(values) => {
+            for chunk in values.chunks(CHUNK_ELEMENTS) {
+                buf.clear();
+                for x in chunk {
+                    buf.extend_from_slice(&x.to_le_bytes());
+                }
+                writer.write_all(&buf).map_err(IoError::io)?;
+            }
+        }
+        HostData::I64(values) => {
+            for chunk in values.chunks(CHUNK_ELEMENTS) {
+                buf.clear();
+                for x in chunk {
+                    buf.extend_from_slice(&x.to_le_bytes());
+                }
+                writer.write_all(&buf).map_err(IoError::io)?;
+            }
+        }
     }
     Ok(())
 }

@@ -430,7 +430,7 @@ fn io4_arrays() {
         (
             r#""dtype":"float16","shape":[1],"offset":0,"nbytes":2"#,
             &[0, 0],
-            "tree.dtype: unknown dtype \"float16\"; expected \"float64\", \"float32\" or \"bool\" (at byte 78)",
+            "tree.dtype: unknown dtype \"float16\"; expected \"float64\", \"float32\", \"bool\", \"int32\" or \"int64\" (at byte 78)",
         ),
         (
             r#""dtype":"float64","shape":[2],"offset":0,"nbytes":8"#,

@@ -311,3 +311,47 @@ fn float_text_matches_python() {
     assert_eq!(from_hex("0X1.FP+1").unwrap(), 3.875);
     assert_eq!(from_hex(" 0x.8p1 ").unwrap(), 1.0);
 }
+
+/// Integer arrays keep dtype and bits, both extremes included.
+#[test]
+fn integer_arrays_round_trip() {
+    let tree = Node::List(vec![
+        array(&[3], HostData::I32(Arc::from([i32::MIN, -1, i32::MAX]))),
+        array(&[2, 1], HostData::I64(Arc::from([i64::MIN, (1 << 53) + 1]))),
+    ]);
+    let back = roundtrip(&tree);
+    assert_eq!(back, tree);
+    let Node::List(items) = back else {
+        panic!("a list")
+    };
+    let Node::Array(a) = &items[0] else {
+        panic!("an array")
+    };
+    assert_eq!(a.dtype(), DType::I32);
+}
+
+/// A file written before the integer dtypes existed (by an independent script following
+/// numerics.md §10, checked in) still loads with every value.
+#[test]
+fn files_written_before_the_integer_dtypes_still_load() {
+    let bytes = include_bytes!("files/before_integers.qbl");
+    let tree = read_bytes(bytes).unwrap();
+    let want = Node::Dict(vec![
+        (
+            Key::from("w"),
+            array(&[2, 2], f64s(&[1.5, -0.0, f64::from_bits(1), -3.25])),
+        ),
+        (
+            Key::from("b"),
+            array(&[3], HostData::F32(Arc::from([0.1f32, -2.0, 1e30]))),
+        ),
+        (
+            Key::from("mask"),
+            array(&[3], HostData::Bool(Arc::from([true, false, true]))),
+        ),
+        (Key::from("step"), Node::Int(-42)),
+        (Key::from("lr"), Node::Float(0.001)),
+        (Key::Int(7), Node::Tuple(vec![Node::None, Node::Bool(true)])),
+    ]);
+    assert_eq!(tree, want);
+}

@@ -115,6 +115,11 @@ impl BinaryOp {
         )
     }
 
+    /// Functions defined on floats (the first seven).
+    pub fn takes_floats(self) -> bool {
+        !self.is_integer_only()
+    }
+
     /// The bitwise functions, which also take bool operands (logical and/or/xor).
     pub fn is_bitwise(self) -> bool {
         matches!(self, BinaryOp::BitAnd | BinaryOp::BitOr | BinaryOp::BitXor)
@@ -132,6 +137,11 @@ impl UnaryOp {
     /// unary function is defined on floats only.
     pub fn takes_integers(self) -> bool {
         matches!(self, UnaryOp::Neg | UnaryOp::BitNot)
+    }
+
+    /// Functions defined on floats (every one but `bitwise_not`).
+    pub fn takes_floats(self) -> bool {
+        self != UnaryOp::BitNot
     }
 
     /// The rounding functions, the identity on integers (the builder drops them).

@@ -22,6 +22,20 @@ struct Case {
 }
 
 const FLOATS: &[DType] = &[DType::F64, DType::F32];
+const INTS: &[DType] = &[DType::I32, DType::I64];
+/// Integers with signs, zeros (for division) and both ends of int32, exact as f64.
+const INT_VALUES: Domain = Domain::Discrete(&[
+    -7.0,
+    -3.0,
+    -1.0,
+    0.0,
+    1.0,
+    2.0,
+    5.0,
+    31.0,
+    2147483647.0,
+    -2147483648.0,
+]);
 const UNIT: Domain = Domain::Uniform(0.1, 0.9);
 const SIGNED: Domain = Domain::Uniform(-1.0, 1.0);
 const TIES: Domain = Domain::Discrete(&[-1.0, -0.0, 0.0, 0.5, 1.0]);
@@ -104,7 +118,49 @@ fn cases() -> Vec<Case> {
     }));
 
     // Elementwise.
-    for u in UnaryOp::ALL {
+    for u in [UnaryOp::Neg, UnaryOp::BitNot] {
+        cases.push(case(
+            format!("{} int", u.name()),
+            INTS,
+            INT_VALUES,
+            move |rng, dt| {
+                let d = rng.dims(0, 3);
+                graph(|b| {
+                    let x = input(b, "x", dt, &d);
+                    b.unary(u, x).unwrap()
+                })
+            },
+        ));
+    }
+    for op in [
+        BinaryOp::Add,
+        BinaryOp::Mul,
+        BinaryOp::Pow,
+        BinaryOp::FloorDiv,
+        BinaryOp::Rem,
+        BinaryOp::BitAnd,
+        BinaryOp::BitOr,
+        BinaryOp::BitXor,
+        BinaryOp::ShiftLeft,
+        BinaryOp::ShiftRightArithmetic,
+        BinaryOp::ShiftRightLogical,
+    ] {
+        cases.push(case(
+            format!("{} int", op.name()),
+            INTS,
+            INT_VALUES,
+            move |rng, dt| {
+                let s = rng.dims(0, 3);
+                let (da, db) = (rng.partner(&s), rng.partner(&s));
+                graph(|b| {
+                    let x = input(b, "x", dt, &da);
+                    let y = input(b, "y", dt, &db);
+                    b.push(Op::Binary(op), &[x, y]).unwrap()
+                })
+            },
+        ));
+    }
+    for u in UnaryOp::ALL.into_iter().filter(|u| u.takes_floats()) {
         let domain = match u {
             UnaryOp::Arccosh => Domain::Uniform(1.1, 3.0),
             UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => {
@@ -134,7 +190,7 @@ fn cases() -> Vec<Case> {
             },
         ));
     }
-    for op in BinaryOp::ALL {
+    for op in BinaryOp::ALL.into_iter().filter(|op| op.takes_floats()) {
         cases.push(case(op.name(), FLOATS, UNIT, move |rng, dt| {
             let s = rng.dims(0, 3);
             let (da, db) = (rng.partner(&s), rng.partner(&s));

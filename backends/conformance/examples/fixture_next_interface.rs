@@ -1,5 +1,5 @@
-//! A test fixture: a plugin built for the *next* version (4) of the plugin interface, with a
-//! root module of a different layout. This build speaks version 3 and must refuse it with
+//! A test fixture: a plugin built for the *next* version (5) of the plugin interface, with a
+//! root module of a different layout. This build speaks version 4 and must refuse it with
 //! `LoadError::InterfaceVersion` before looking at any of its types. When the interface
 //! version is bumped, this fixture's version moves to the one after it (the loading test
 //! checks that it is `INTERFACE_VERSION + 1`).
@@ -10,7 +10,7 @@ use abi_stable::sabi_types::VersionStrings;
 use abi_stable::std_types::RStr;
 use abi_stable::{declare_root_module_statics, export_root_module, StableAbi};
 
-/// The root module as interface version 4 might define it.
+/// The root module as interface version 5 might define it.
 #[repr(C)]
 #[derive(StableAbi)]
 #[sabi(kind(Prefix(prefix_ref = NextPluginRef)))]
@@ -18,7 +18,7 @@ use abi_stable::{declare_root_module_statics, export_root_module, StableAbi};
 pub struct NextPlugin {
     pub name: RStr<'static>,
     pub plugin_version: RStr<'static>,
-    /// A field version 3 does not have.
+    /// A field version 4 does not have.
     pub streams: u32,
     #[sabi(last_prefix_field)]
     pub open: extern "C" fn() -> u32,
@@ -34,18 +34,18 @@ impl RootModule for NextPluginRef {
     declare_root_module_statics! {NextPluginRef}
     const BASE_NAME: &'static str = "quabla_plugin";
     const NAME: &'static str = "quabla backend plugin";
-    const VERSION_STRINGS: VersionStrings = VersionStrings::new("4.0.0");
+    const VERSION_STRINGS: VersionStrings = VersionStrings::new("5.0.0");
 }
 
 extern "C" fn open() -> u32 {
-    2
+    5
 }
 
 #[export_root_module]
 pub fn root_module() -> NextPluginRef {
     NextPlugin {
         name: RStr::from_str("next"),
-        plugin_version: RStr::from_str("4.0.0"),
+        plugin_version: RStr::from_str("5.0.0"),
         streams: 4,
         open,
     }

@@ -1,5 +1,5 @@
-//! A test fixture: a plugin built for the *previous* version (2) of the plugin interface, whose
-//! buffers could not be donated or allocated. This build speaks version 3 and must refuse it
+//! A test fixture: a plugin built for the *previous* version (3) of the plugin interface, whose
+//! tensors could not hold integers. This build speaks version 4 and must refuse it
 //! with `LoadError::InterfaceVersion` before looking at any of its types (the version is the
 //! root module's major version, which `abi_stable` compares first). When the interface version
 //! is bumped, this fixture's version moves to the one before it (the loading test checks that
@@ -11,7 +11,7 @@ use abi_stable::sabi_types::VersionStrings;
 use abi_stable::std_types::RStr;
 use abi_stable::{declare_root_module_statics, export_root_module, StableAbi};
 
-/// The root module with the fields of version 2 (its `open` stands for the old one).
+/// The root module with the fields of version 3 (its `open` stands for the old one).
 #[repr(C)]
 #[derive(StableAbi)]
 #[sabi(kind(Prefix(prefix_ref = PreviousPluginRef)))]
@@ -34,18 +34,18 @@ impl RootModule for PreviousPluginRef {
     declare_root_module_statics! {PreviousPluginRef}
     const BASE_NAME: &'static str = "quabla_plugin";
     const NAME: &'static str = "quabla backend plugin";
-    const VERSION_STRINGS: VersionStrings = VersionStrings::new("2.0.0");
+    const VERSION_STRINGS: VersionStrings = VersionStrings::new("3.0.0");
 }
 
 extern "C" fn open() -> u32 {
-    2
+    3
 }
 
 #[export_root_module]
 pub fn root_module() -> PreviousPluginRef {
     PreviousPlugin {
         name: RStr::from_str("previous"),
-        plugin_version: RStr::from_str("2.0.0"),
+        plugin_version: RStr::from_str("3.0.0"),
         open,
         unwinds_on_panic: true,
     }

@@ -784,9 +784,7 @@ fn run_integer_node<'v>(
     let mut shapes = Vec::with_capacity(node.args.len());
     for a in args {
         let (v, dims) = a?;
-        let host = v
-            .to_host()
-            .map_err(|e| out_of_memory(v.dtype(), dims, e))?;
+        let host = v.to_host().map_err(|e| out_of_memory(v.dtype(), dims, e))?;
         data.push(host);
         shapes.push(quabla_ir::Shape::new(dims.to_vec()).map_err(|e| internal(e.to_string()))?);
     }
@@ -795,11 +793,12 @@ fn run_integer_node<'v>(
         .zip(&shapes)
         .map(|(data, shape)| HostValue { data, shape })
         .collect();
-    let value = evaluate(&node.op, &operands, &node.ty).ok_or_else(|| BackendError::Unsupported {
-        op: node.op.name().into(),
-        device: "cpu".into(),
-        reason: format!("{} has no integer kernel", node.op.name()),
-    })?;
+    let value =
+        evaluate(&node.op, &operands, &node.ty).ok_or_else(|| BackendError::Unsupported {
+            op: node.op.name().into(),
+            device: "cpu".into(),
+            reason: format!("{} has no integer kernel", node.op.name()),
+        })?;
     if !out.copy_from(0, View::from(&value)) {
         return Err(internal(format!(
             "the integer kernel of {} wrote a value of another type",

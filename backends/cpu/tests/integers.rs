@@ -147,7 +147,12 @@ fn integer_functions_match_rust_integer_arithmetic() {
         vec![i64::MAX, i64::MIN, (1 << 53) + 1, -(1 << 53) - 1]
     );
     assert_eq!(
-        run_binary(BinaryOp::ShiftRightLogical, DType::I64, &[-1, i64::MIN], &[1, 63]),
+        run_binary(
+            BinaryOp::ShiftRightLogical,
+            DType::I64,
+            &[-1, i64::MIN],
+            &[1, 63]
+        ),
         vec![i64::MAX, 1]
     );
 }
@@ -225,7 +230,11 @@ fn integer_loops_stay_interpreted_and_exact() {
         ],
         |b: &mut GraphBuilder, p: &[NodeId]| {
             let step = b
-                .constant(HostData::I64(vec![(1 << 53) + 1].into()), Shape::scalar(), false)
+                .constant(
+                    HostData::I64(vec![(1 << 53) + 1].into()),
+                    Shape::scalar(),
+                    false,
+                )
                 .unwrap();
             let big = b.add(p[1], step).unwrap();
             let m = b

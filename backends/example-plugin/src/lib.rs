@@ -216,7 +216,8 @@ fn unsupported(node: &Node, reason: &str) -> BackendError {
 }
 
 fn step_of(node: &Node, plan: &Plan, inputs: &mut usize) -> Result<Step> {
-    if node.ty.dtype == DType::Bool {
+    // Bool and integer values (and integer functions, which only they reach) are refused.
+    if !node.ty.dtype.is_float() {
         return Err(unsupported(
             node,
             "the toy device computes float values only",
@@ -520,6 +521,14 @@ mod tests {
                 device: "toy".into(),
                 reason: "the toy device has no kernel for it".into(),
             }
+        );
+        // Integer values, from a cast or an integer input, are refused the same way.
+        let err = ToyBackend::default()
+            .compile(&plan(|b, x| b.astype(x, DType::I32).unwrap()))
+            .unwrap_err();
+        assert!(
+            matches!(&err, BackendError::Unsupported { op, .. } if op == "cast"),
+            "{err:?}"
         );
     }
 }
