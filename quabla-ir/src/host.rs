@@ -239,6 +239,31 @@ impl HostData {
         })
     }
 
+    /// Storage of an integer `dtype` from exactly `n` i64 values, each wrapped to the dtype
+    /// like [`HostData::from_i64`], written straight into the shared storage;
+    /// [`IrError::OutOfMemory`] when the allocator refuses, [`IrError::InvalidArgument`] when
+    /// `values` does not yield exactly `n` values. Other dtypes convert as `from_i64` does.
+    pub fn try_from_i64(
+        dtype: DType,
+        values: impl IntoIterator<Item = i64>,
+        n: usize,
+    ) -> Result<HostData> {
+        let oom = |e: AllocError| elements_out_of_memory(e, dtype, n);
+        let it = values.into_iter();
+        let data = match dtype {
+            DType::I64 => alloc::try_shared_from_iter(it, n)
+                .map_err(oom)?
+                .map(HostData::I64),
+            DType::I32 => alloc::try_shared_from_iter(it.map(|x| x as i32), n)
+                .map_err(oom)?
+                .map(HostData::I32),
+            _ => Some(HostData::from_i64(dtype, it.take(n))).filter(|d| d.len() == n),
+        };
+        data.ok_or_else(|| IrError::InvalidArgument {
+            message: format!("host data of {n} elements was given a different number of values"),
+        })
+    }
+
     /// A copy of this storage in fresh shared storage (a new allocation, not a new
     /// reference); [`IrError::OutOfMemory`] when the allocator refuses.
     pub fn try_copy_of(&self) -> Result<HostData> {

@@ -33,7 +33,7 @@ pub fn type_name(obj: &Bound<'_, PyAny>) -> String {
         .unwrap_or_else(|_| "object".into())
 }
 
-/// A dtype argument: one of the three dtype objects, or its name (`"float32"`).
+/// A dtype argument: one of the five dtype objects, or its name (`"float32"`).
 pub fn dtype_arg(obj: &Bound<'_, PyAny>) -> PyResult<qb::DType> {
     if let Ok(d) = obj.cast::<PyDType>() {
         return Ok(d.get().dtype);
@@ -43,8 +43,11 @@ pub fn dtype_arg(obj: &Bound<'_, PyAny>) -> PyResult<qb::DType> {
             "float64" | "f64" => Ok(qb::F64),
             "float32" | "f32" => Ok(qb::F32),
             "bool" | "bool_" => Ok(qb::BOOL),
+            "int32" | "i32" => Ok(qb::I32),
+            "int64" | "i64" => Ok(qb::I64),
             other => Err(type_error(format!(
-                "dtype must be quabla.float64, quabla.float32 or quabla.bool_, got {other:?}"
+                "dtype must be quabla.float64, quabla.float32, quabla.bool_, quabla.int32 or \
+                 quabla.int64, got {other:?}"
             ))),
         };
     }
@@ -58,11 +61,14 @@ pub fn dtype_arg(obj: &Bound<'_, PyAny>) -> PyResult<qb::DType> {
             "float64" => return Ok(qb::F64),
             "float32" => return Ok(qb::F32),
             "bool" | "bool_" => return Ok(qb::BOOL),
+            "int32" => return Ok(qb::I32),
+            "int64" => return Ok(qb::I64),
             _ => {}
         }
     }
     Err(type_error(format!(
-        "dtype must be quabla.float64, quabla.float32 or quabla.bool_, got {}",
+        "dtype must be quabla.float64, quabla.float32, quabla.bool_, quabla.int32 or \
+         quabla.int64, got {}",
         obj.repr().map(|r| r.to_string()).unwrap_or_default()
     )))
 }
@@ -97,7 +103,11 @@ pub fn to_tensor(obj: &Bound<'_, PyAny>) -> PyResult<qb::Tensor> {
     if obj.is_instance_of::<PyBool>() {
         return qb::array(obj.extract::<bool>()?).or_raise();
     }
-    if obj.is_instance_of::<PyInt>() || obj.is_instance_of::<PyFloat>() {
+    if obj.is_instance_of::<PyInt>() {
+        // numerics.md §1.3 (amended): a Python int is int64.
+        return qb::array(py_int(obj)?).or_raise();
+    }
+    if obj.is_instance_of::<PyFloat>() {
         return qb::array(obj.extract::<f64>()?).or_raise();
     }
     if obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>() {
@@ -109,7 +119,34 @@ pub fn to_tensor(obj: &Bound<'_, PyAny>) -> PyResult<qb::Tensor> {
     from_array_like(obj)
 }
 
-/// Nested lists and tuples of numbers, bools and arrays.
+/// A Python int as an int64 value (TY1 outside the int64 range: never wrapped or rounded).
+fn py_int(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
+    obj.extract::<i64>().map_err(|_| {
+        type_error(format!(
+            "the Python int {} does not fit in int64; pass it as a float to get a float64 array",
+            obj.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))
+    })
+}
+
+/// One number of a nested sequence, exact in its Python type.
+#[derive(Clone, Copy)]
+enum Number {
+    Float(f64),
+    Int(i64),
+}
+
+impl Number {
+    fn to_f64(self) -> f64 {
+        match self {
+            Number::Float(v) => v,
+            Number::Int(v) => v as f64,
+        }
+    }
+}
+
+/// Nested lists and tuples of numbers, bools and arrays: all bools give `bool_`, any float
+/// float64, otherwise int64 (numerics.md §1.3, amended).
 fn from_nested(obj: &Bound<'_, PyAny>) -> PyResult<qb::Tensor> {
     let mut shape = Vec::new();
     let mut values = Vec::new();
@@ -123,6 +160,7 @@ fn from_nested(obj: &Bound<'_, PyAny>) -> PyResult<qb::Tensor> {
         &mut all_bool,
         &mut has_tensor,
     )?;
+    let any_float = values.iter().any(|v| matches!(v, Number::Float(_)));
     if has_tensor {
         // Arrays inside the nesting (possibly tracers): stacked by the facade.
         let items: Vec<qb::Tensor> = obj
@@ -132,10 +170,20 @@ fn from_nested(obj: &Bound<'_, PyAny>) -> PyResult<qb::Tensor> {
         return qb::stack(&items, 0).or_raise();
     }
     if all_bool && !values.is_empty() {
-        let data = values.iter().map(|v| *v != 0.0).collect();
+        let data = values.iter().map(|v| v.to_f64() != 0.0).collect();
+        qb::Tensor::from_vec(&shape, data).or_raise()
+    } else if any_float {
+        let data: Vec<f64> = values.iter().map(|v| v.to_f64()).collect();
         qb::Tensor::from_vec(&shape, data).or_raise()
     } else {
-        qb::Tensor::from_vec(&shape, values).or_raise()
+        let data: Vec<i64> = values
+            .iter()
+            .map(|v| match v {
+                Number::Int(i) => *i,
+                Number::Float(f) => *f as i64,
+            })
+            .collect();
+        qb::Tensor::from_vec(&shape, data).or_raise()
     }
 }
 
@@ -143,7 +191,7 @@ fn collect_nested(
     obj: &Bound<'_, PyAny>,
     depth: usize,
     shape: &mut Vec<usize>,
-    values: &mut Vec<f64>,
+    values: &mut Vec<Number>,
     all_bool: &mut bool,
     has_tensor: &mut bool,
 ) -> PyResult<()> {
@@ -155,10 +203,13 @@ fn collect_nested(
             ));
         }
         if obj.is_instance_of::<PyBool>() {
-            values.push(if obj.extract::<bool>()? { 1.0 } else { 0.0 });
-        } else if obj.is_instance_of::<PyInt>() || obj.is_instance_of::<PyFloat>() {
+            values.push(Number::Int(obj.extract::<bool>()? as i64));
+        } else if obj.is_instance_of::<PyInt>() {
             *all_bool = false;
-            values.push(obj.extract::<f64>()?);
+            values.push(Number::Int(py_int(obj)?));
+        } else if obj.is_instance_of::<PyFloat>() {
+            *all_bool = false;
+            values.push(Number::Float(obj.extract::<f64>()?));
         } else if obj.cast::<PyTensor>().is_ok() || obj.cast::<PyTensorView>().is_ok() {
             *has_tensor = true;
         } else {
@@ -244,7 +295,16 @@ fn from_numpy(np: &Bound<'_, PyModule>, obj: &Bound<'_, PyAny>) -> PyResult<qb::
             ))
         }
         ("b", _) => (qb::BOOL, "?"),
-        ("i" | "u", _) => (qb::F64, "=f8"),
+        // numerics.md §1.3 and §12 (amended): int32 and int64 are kept, narrower integers
+        // widen to int32, unsigned ones to the next signed width that holds them.
+        ("i", 8) | ("u", 4) => (qb::I64, "=i8"),
+        ("i", 1 | 2 | 4) | ("u", 1 | 2) => (qb::I32, "=i4"),
+        ("u", 8) => {
+            return Err(type_error(
+                "uint64 arrays are not supported (no signed dtype holds them); convert to \
+                 int64 or float64 first",
+            ))
+        }
         _ => return Err(not_convertible(obj)),
     };
     // A contiguous copy in native byte order: strided and big-endian arrays read correctly.
@@ -276,6 +336,10 @@ fn from_memoryview(obj: &Bound<'_, PyAny>) -> PyResult<qb::Tensor> {
         "d" => (qb::F64, 8),
         "f" => (qb::F32, 4),
         "?" => (qb::BOOL, 1),
+        "i" => (qb::I32, 4),
+        "q" => (qb::I64, 8),
+        "l" if std::mem::size_of::<std::ffi::c_long>() == 8 => (qb::I64, 8),
+        "l" => (qb::I32, 4),
         "e" => {
             return Err(type_error(
                 "float16 is not supported; convert to float32 or float64 first",
@@ -315,7 +379,21 @@ fn from_bytes(shape: &[usize], dtype: qb::DType, bytes: &[u8]) -> PyResult<qb::T
                 .collect();
             qb::Tensor::from_vec(shape, data).or_raise()
         }
-        _ => {
+        qb::DType::I32 => {
+            let data: Vec<i32> = bytes
+                .chunks_exact(4)
+                .map(|c| i32::from_ne_bytes(c.try_into().expect("4-byte chunk")))
+                .collect();
+            qb::Tensor::from_vec(shape, data).or_raise()
+        }
+        qb::DType::I64 => {
+            let data: Vec<i64> = bytes
+                .chunks_exact(8)
+                .map(|c| i64::from_ne_bytes(c.try_into().expect("8-byte chunk")))
+                .collect();
+            qb::Tensor::from_vec(shape, data).or_raise()
+        }
+        qb::DType::Bool => {
             let data: Vec<bool> = bytes.iter().map(|b| *b != 0).collect();
             qb::Tensor::from_vec(shape, data).or_raise()
         }
@@ -329,10 +407,15 @@ pub fn operand(obj: &Bound<'_, PyAny>) -> PyResult<qb::Operand> {
     if let Ok(t) = obj.cast::<PyTensor>() {
         return Ok(qb::Operand::Tensor(t.get().t.clone()));
     }
-    if obj.is_instance_of::<PyFloat>()
-        || (obj.is_instance_of::<PyInt>() && !obj.is_instance_of::<PyBool>())
-        || is_numpy_number(obj)?
-    {
+    // A Python int is a weak integer (numerics.md §12): it adopts the array's dtype, integer
+    // or float. One outside int64 stays a weak float, as a float literal would.
+    if obj.is_instance_of::<PyInt>() && !obj.is_instance_of::<PyBool>() {
+        return Ok(match obj.extract::<i64>() {
+            Ok(v) => qb::Operand::Int(v),
+            Err(_) => qb::Operand::Scalar(obj.extract::<f64>()?),
+        });
+    }
+    if obj.is_instance_of::<PyFloat>() || is_numpy_number(obj)? {
         return Ok(qb::Operand::Scalar(obj.extract::<f64>()?));
     }
     Ok(qb::Operand::Tensor(to_tensor(obj)?))

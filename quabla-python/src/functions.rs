@@ -8,7 +8,7 @@ use crate::convert::{
 use crate::errors::{type_error, value_error, OrRaise};
 use crate::tensor::{exponent, ret, ret_list, PyTensor};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyTuple};
+use pyo3::types::{PyBool, PyInt, PyTuple};
 use quabla as qb;
 use quabla::prelude::*;
 
@@ -1236,20 +1236,49 @@ mod creation {
         with_dtype(py, qb::full(shape_arg(shape)?, &v), dtype)
     }
 
+    /// `arange(start, stop=None, step=1, dtype=None)`: all-integer arguments give int64 (api.md,
+    /// amended), any float argument float64; `dtype` converts the result.
     #[pyfunction]
-    #[pyo3(signature = (start, stop=None, step=1.0, dtype=None))]
+    #[pyo3(signature = (start, stop=None, step=None, dtype=None))]
     pub fn arange<'py>(
         py: Python<'py>,
-        start: f64,
-        stop: Option<f64>,
-        step: f64,
+        start: &Bound<'py, PyAny>,
+        stop: Option<&Bound<'py, PyAny>>,
+        step: Option<&Bound<'py, PyAny>>,
         dtype: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let stop = stop.filter(|s| !s.is_none());
+        let step = step.filter(|s| !s.is_none());
+        let int_of = |o: &Bound<'py, PyAny>| -> Option<i64> {
+            (o.is_instance_of::<PyInt>() && !o.is_instance_of::<PyBool>())
+                .then(|| o.extract::<i64>().ok())
+                .flatten()
+        };
+        let ints = (
+            int_of(start),
+            stop.map(int_of).unwrap_or(Some(0)),
+            step.map(int_of).unwrap_or(Some(1)),
+        );
+        let dtype = opt_dtype(dtype)?;
+        if let (Some(a), Some(b), Some(s)) = ints {
+            let (a, b) = if stop.is_some() { (a, b) } else { (0, a) };
+            let r = qb::arange_from(a, b, s);
+            return match dtype {
+                Some(d) => ret(py, r.and_then(|t| t.astype(d))),
+                None => ret(py, r),
+            };
+        }
+        let float = |o: &Bound<'py, PyAny>| o.extract::<f64>();
+        let start = float(start)?;
         let (start, stop) = match stop {
-            Some(s) => (start, s),
+            Some(s) => (start, float(s)?),
             None => (0.0, start),
         };
-        ret(py, of_dtype(dtype)?.arange_from(start, stop, step))
+        let step = match step {
+            Some(s) => float(s)?,
+            None => 1.0,
+        };
+        ret(py, dtype.unwrap_or(qb::F64).arange_from(start, stop, step))
     }
 
     #[pyfunction]

@@ -26,11 +26,7 @@ impl PyDType {
 
     #[getter]
     fn itemsize(&self) -> usize {
-        match self.dtype {
-            qb::DType::F64 => 8,
-            qb::DType::F32 => 4,
-            _ => 1,
-        }
+        self.dtype.itemsize()
     }
 
     /// `quabla.float64`, `quabla.float32`, `quabla.bool_`: the names the objects have in the
@@ -49,27 +45,27 @@ impl PyDType {
 
 /// The Python name of a dtype.
 pub fn py_name(d: qb::DType) -> &'static str {
-    match d {
-        qb::DType::F64 => "float64",
-        qb::DType::F32 => "float32",
-        _ => "bool",
-    }
+    d.name()
 }
 
 /// The one dtype object of `d`.
 pub fn dtype_object(py: Python<'_>, d: qb::DType) -> PyResult<Bound<'_, PyDType>> {
-    static OBJECTS: PyOnceLock<[Py<PyDType>; 3]> = PyOnceLock::new();
+    static OBJECTS: PyOnceLock<[Py<PyDType>; 5]> = PyOnceLock::new();
     let objects = OBJECTS.get_or_try_init(py, || -> PyResult<_> {
         Ok([
             Py::new(py, PyDType { dtype: qb::F64 })?,
             Py::new(py, PyDType { dtype: qb::F32 })?,
             Py::new(py, PyDType { dtype: qb::BOOL })?,
+            Py::new(py, PyDType { dtype: qb::I32 })?,
+            Py::new(py, PyDType { dtype: qb::I64 })?,
         ])
     })?;
     let i = match d {
         qb::DType::F64 => 0,
         qb::DType::F32 => 1,
-        _ => 2,
+        qb::DType::Bool => 2,
+        qb::DType::I32 => 3,
+        qb::DType::I64 => 4,
     };
     Ok(objects[i].bind(py).clone())
 }
@@ -272,6 +268,8 @@ impl PyTensor {
             Ok(pyo3::types::PyBool::new(py, self.t.item_bool().or_raise()?)
                 .to_owned()
                 .into_any())
+        } else if self.t.dtype().is_integer() {
+            Ok(self.t.item_i64().or_raise()?.into_pyobject(py)?.into_any())
         } else {
             Ok(self.t.item().or_raise()?.into_pyobject(py)?.into_any())
         }
@@ -286,6 +284,8 @@ impl PyTensor {
         concrete_needed(&self.t, "to_flat_list")?;
         if self.t.dtype() == qb::BOOL {
             Ok(PyList::new(py, self.t.to_vec_bool().or_raise()?)?.into_any())
+        } else if self.t.dtype().is_integer() {
+            Ok(PyList::new(py, self.t.to_vec::<i64>().or_raise()?)?.into_any())
         } else {
             Ok(PyList::new(py, self.t.to_vec::<f64>().or_raise()?)?.into_any())
         }
@@ -299,7 +299,9 @@ impl PyTensor {
         let (ptr, typestr) = match self.t.dtype() {
             qb::DType::F64 => (self.t.as_slice::<f64>().or_raise()?.as_ptr() as usize, "f8"),
             qb::DType::F32 => (self.t.as_slice::<f32>().or_raise()?.as_ptr() as usize, "f4"),
-            _ => (
+            qb::DType::I32 => (self.t.as_slice::<i32>().or_raise()?.as_ptr() as usize, "i4"),
+            qb::DType::I64 => (self.t.as_slice::<i64>().or_raise()?.as_ptr() as usize, "i8"),
+            qb::DType::Bool => (
                 self.t.as_slice::<bool>().or_raise()?.as_ptr() as usize,
                 "b1",
             ),
@@ -362,13 +364,19 @@ impl PyTensor {
     fn __int__(&self) -> PyResult<i64> {
         concrete_needed(&self.t, "int")?;
         single_element(&self.t, "int")?;
+        if self.t.dtype().is_integer() {
+            return self.t.item_i64().or_raise();
+        }
         Ok(self.t.item().or_raise()?.trunc() as i64)
     }
 
-    /// `[..][x]`, `range(x)`: a tracer has no value yet (TR2); a concrete tensor is a float
-    /// array, not an index (there are no integer dtypes), as for a NumPy float array.
+    /// `[..][x]`, `range(x)`: a tracer has no value yet (TR2); a concrete integer tensor of
+    /// one element is an index, as for NumPy; a float or bool one is not.
     fn __index__(&self) -> PyResult<i64> {
         concrete_needed(&self.t, "__index__")?;
+        if self.t.dtype().is_integer() && self.t.ndim() == 0 {
+            return self.t.item_i64().or_raise();
+        }
         Err(type_error(format!(
             "a {} tensor cannot be used as an index; convert it with int(x)",
             py_name(self.t.dtype())
@@ -568,6 +576,18 @@ impl PyTensor {
                 "pow() with a modulus is not supported for tensors",
             ));
         }
+        // numerics.md §12: an integer base with a negative integer exponent is refused
+        // eagerly (NumPy's rule); traced, the power is 0.
+        if self.t.dtype().is_integer()
+            && !self.t.is_traced()
+            && other.is_instance_of::<PyInt>()
+            && other.extract::<i64>().is_ok_and(|n| n < 0)
+        {
+            return Err(value_error(
+                "integers to negative integer powers are not allowed; convert the base with \
+                 astype(quabla.float64) first",
+            ));
+        }
         ret(py, qb::power(&self.t, exponent(other)?))
     }
 
@@ -643,16 +663,24 @@ impl PyTensor {
         )
     }
 
+    /// `~x`: logical not of bools, bitwise not of integers.
     fn __invert__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        if self.t.dtype().is_integer() {
+            return ret(py, qb::bitwise_not(&self.t));
+        }
         ret(py, qb::logical_not(&self.t))
     }
 
+    /// `x & y`: logical and of bools, bitwise and of integers.
     fn __and__<'py>(
         &self,
         py: Python<'py>,
         other: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        ret(py, qb::logical_and(&self.t, operand(other)?))
+        if self.t.dtype() == qb::BOOL {
+            return ret(py, qb::logical_and(&self.t, operand(other)?));
+        }
+        ret(py, qb::bitwise_and(&self.t, operand(other)?))
     }
 
     fn __rand__<'py>(
@@ -660,15 +688,22 @@ impl PyTensor {
         py: Python<'py>,
         other: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        ret(py, qb::logical_and(self.reflected(other)?, &self.t))
+        if self.t.dtype() == qb::BOOL {
+            return ret(py, qb::logical_and(self.reflected(other)?, &self.t));
+        }
+        ret(py, qb::bitwise_and(self.reflected(other)?, &self.t))
     }
 
+    /// `x | y`: logical or of bools, bitwise or of integers.
     fn __or__<'py>(
         &self,
         py: Python<'py>,
         other: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        ret(py, qb::logical_or(&self.t, operand(other)?))
+        if self.t.dtype() == qb::BOOL {
+            return ret(py, qb::logical_or(&self.t, operand(other)?));
+        }
+        ret(py, qb::bitwise_or(&self.t, operand(other)?))
     }
 
     fn __ror__<'py>(
@@ -676,7 +711,95 @@ impl PyTensor {
         py: Python<'py>,
         other: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        ret(py, qb::logical_or(self.reflected(other)?, &self.t))
+        if self.t.dtype() == qb::BOOL {
+            return ret(py, qb::logical_or(self.reflected(other)?, &self.t));
+        }
+        ret(py, qb::bitwise_or(self.reflected(other)?, &self.t))
+    }
+
+    fn __xor__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        ret(py, qb::bitwise_xor(&self.t, operand(other)?))
+    }
+
+    fn __rxor__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        ret(py, qb::bitwise_xor(self.reflected(other)?, &self.t))
+    }
+
+    fn __lshift__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        ret(py, qb::left_shift(&self.t, operand(other)?))
+    }
+
+    fn __rlshift__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        ret(py, qb::left_shift(self.reflected(other)?, &self.t))
+    }
+
+    fn __rshift__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        ret(py, qb::right_shift(&self.t, operand(other)?))
+    }
+
+    fn __rrshift__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        ret(py, qb::right_shift(self.reflected(other)?, &self.t))
+    }
+
+    /// `x // y`: floor division (NumPy's signs; 0 for an integer zero divisor).
+    fn __floordiv__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        ret(
+            py,
+            qb::floor_divide(&self.t, operand_beside(&self.t, other)?),
+        )
+    }
+
+    fn __rfloordiv__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        ret(py, qb::floor_divide(self.reflected(other)?, &self.t))
+    }
+
+    /// `x % y`: `remainder`, with the divisor's sign.
+    fn __mod__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        ret(py, qb::remainder(&self.t, operand_beside(&self.t, other)?))
+    }
+
+    fn __rmod__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        ret(py, qb::remainder(self.reflected(other)?, &self.t))
     }
 
     /// `x == y`: elementwise `equal` (api.md §2.1), a `bool_` tensor. An object that is no
@@ -870,5 +993,7 @@ pub fn add_to(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("float64", dtype_object(py, qb::F64)?)?;
     m.add("float32", dtype_object(py, qb::F32)?)?;
     m.add("bool_", dtype_object(py, qb::BOOL)?)?;
+    m.add("int32", dtype_object(py, qb::I32)?)?;
+    m.add("int64", dtype_object(py, qb::I64)?)?;
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! Constructors (api.md §1): from Rust data (scalars, slices, arrays and nested `Vec`s, with
-//! the dtype of the element type: `f64`/integers give float64, `f32` float32, `bool` bool),
-//! and the filled, range and identity constructors. `qb::F32.zeros(..)` and friends, through
+//! the dtype of the element type: `f64` gives float64, `f32` float32, `bool` bool, `i32`
+//! int32, `i64`, `u32` and `usize` int64), and the filled, range and identity constructors. `qb::F32.zeros(..)` and friends, through
 //! [`DTypeExt`], choose another dtype.
 
 use crate::dispatch::filled;
@@ -15,7 +15,40 @@ pub trait ArrayLike {
     #[doc(hidden)]
     fn shape_hint(&self) -> Vec<usize>;
     #[doc(hidden)]
-    fn flatten_into(&self, expected: &[usize], out: &mut Vec<f64>) -> Result<()>;
+    fn flatten_into(&self, expected: &[usize], out: &mut Vec<Scalar>) -> Result<()>;
+}
+
+/// One element of Rust data, exact in its own type.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug)]
+pub enum Scalar {
+    Float(f64),
+    Int(i64),
+}
+
+impl Scalar {
+    fn to_f64(self) -> f64 {
+        match self {
+            Scalar::Float(v) => v,
+            Scalar::Int(v) => v as f64,
+        }
+    }
+
+    /// The value converted to `dtype` as `astype` converts it (numerics.md §1.4, §12).
+    fn into_dtype(self, dtype: DType) -> HostValue {
+        match (self, dtype.is_integer()) {
+            (Scalar::Int(v), true) => HostValue::Int(dtype.wrap_int(v)),
+            (Scalar::Float(v), true) => HostValue::Int(dtype.float_to_int(v)),
+            (Scalar::Int(v), false) if dtype == DType::F32 => HostValue::Float(v as f32 as f64),
+            (s, false) => HostValue::Float(s.to_f64()),
+        }
+    }
+}
+
+/// An element on its way into storage.
+enum HostValue {
+    Float(f64),
+    Int(i64),
 }
 
 fn ragged() -> Error {
@@ -25,32 +58,36 @@ fn ragged() -> Error {
 }
 
 trait ScalarValue: Copy {
-    fn to_f64(self) -> f64;
+    fn scalar(self) -> Scalar;
 }
 
-fn value_of<T: ScalarValue>(v: T) -> f64 {
-    v.to_f64()
+fn value_of<T: ScalarValue>(v: T) -> Scalar {
+    v.scalar()
 }
 
 macro_rules! scalar_value {
-    ($($t:ty),*) => {$(
+    ($kind:ident: $($t:ty),*) => {$(
         impl ScalarValue for $t {
             #[allow(clippy::unnecessary_cast)]
-            fn to_f64(self) -> f64 {
-                self as f64
+            fn scalar(self) -> Scalar {
+                Scalar::$kind(self as _)
             }
         }
     )*};
 }
-scalar_value!(f64, f32, i32, i64, u32, usize);
+scalar_value!(Float: f64, f32);
+scalar_value!(Int: i32, i64, u32);
+
+impl ScalarValue for usize {
+    fn scalar(self) -> Scalar {
+        // Beyond i64::MAX (no array extent gets there) the value saturates.
+        Scalar::Int(i64::try_from(self).unwrap_or(i64::MAX))
+    }
+}
 
 impl ScalarValue for bool {
-    fn to_f64(self) -> f64 {
-        if self {
-            1.0
-        } else {
-            0.0
-        }
+    fn scalar(self) -> Scalar {
+        Scalar::Int(self as i64)
     }
 }
 
@@ -61,7 +98,7 @@ macro_rules! plain_scalar_like {
             fn shape_hint(&self) -> Vec<usize> {
                 Vec::new()
             }
-            fn flatten_into(&self, expected: &[usize], out: &mut Vec<f64>) -> Result<()> {
+            fn flatten_into(&self, expected: &[usize], out: &mut Vec<Scalar>) -> Result<()> {
                 if !expected.is_empty() {
                     return Err(ragged());
                 }
@@ -72,7 +109,7 @@ macro_rules! plain_scalar_like {
     )*};
 }
 
-plain_scalar_like!(f64 => DType::F64, f32 => DType::F32, i32 => DType::F64, i64 => DType::F64, u32 => DType::F64, usize => DType::F64, bool => DType::Bool);
+plain_scalar_like!(f64 => DType::F64, f32 => DType::F32, i32 => DType::I32, i64 => DType::I64, u32 => DType::I64, usize => DType::I64, bool => DType::Bool);
 
 fn seq_shape<T: ArrayLike>(items: &[T]) -> Vec<usize> {
     let mut s = vec![items.len()];
@@ -82,7 +119,7 @@ fn seq_shape<T: ArrayLike>(items: &[T]) -> Vec<usize> {
     s
 }
 
-fn seq_flatten<T: ArrayLike>(items: &[T], expected: &[usize], out: &mut Vec<f64>) -> Result<()> {
+fn seq_flatten<T: ArrayLike>(items: &[T], expected: &[usize], out: &mut Vec<Scalar>) -> Result<()> {
     match expected.split_first() {
         Some((&n, rest)) if n == items.len() => {
             items.iter().try_for_each(|i| i.flatten_into(rest, out))
@@ -96,7 +133,7 @@ impl<T: ArrayLike> ArrayLike for Vec<T> {
     fn shape_hint(&self) -> Vec<usize> {
         seq_shape(self)
     }
-    fn flatten_into(&self, expected: &[usize], out: &mut Vec<f64>) -> Result<()> {
+    fn flatten_into(&self, expected: &[usize], out: &mut Vec<Scalar>) -> Result<()> {
         seq_flatten(self, expected, out)
     }
 }
@@ -106,7 +143,7 @@ impl<T: ArrayLike, const N: usize> ArrayLike for [T; N] {
     fn shape_hint(&self) -> Vec<usize> {
         seq_shape(self)
     }
-    fn flatten_into(&self, expected: &[usize], out: &mut Vec<f64>) -> Result<()> {
+    fn flatten_into(&self, expected: &[usize], out: &mut Vec<Scalar>) -> Result<()> {
         seq_flatten(self, expected, out)
     }
 }
@@ -116,7 +153,7 @@ impl<T: ArrayLike> ArrayLike for &[T] {
     fn shape_hint(&self) -> Vec<usize> {
         seq_shape(self)
     }
-    fn flatten_into(&self, expected: &[usize], out: &mut Vec<f64>) -> Result<()> {
+    fn flatten_into(&self, expected: &[usize], out: &mut Vec<Scalar>) -> Result<()> {
         seq_flatten(self, expected, out)
     }
 }
@@ -127,8 +164,24 @@ fn from_data<A: ArrayLike>(data: &A, dtype: DType) -> Result<Tensor> {
     let mut values = quabla_ir::alloc::try_vec_with_capacity(shape.size())
         .map_err(|e| Error::out_of_memory(e.bytes, "the values of an array"))?;
     data.flatten_into(&dims, &mut values)?;
-    // Convert from the data's own dtype: f32 data stays exact, bool data reads as 0/1.
-    host(dtype, dims, values)
+    // Convert from the data's own type: f32 data stays exact, integers stay exact in integer
+    // dtypes, bool data reads as 0/1.
+    let shape = Shape::new(dims)?;
+    let n = shape.size();
+    let data = if dtype.is_integer() {
+        let ints = values.into_iter().map(|v| match v.into_dtype(dtype) {
+            HostValue::Int(i) => i,
+            HostValue::Float(f) => dtype.float_to_int(f),
+        });
+        HostData::try_from_i64(dtype, ints, n)?
+    } else {
+        let floats = values.into_iter().map(|v| match v.into_dtype(dtype) {
+            HostValue::Float(f) => f,
+            HostValue::Int(i) => i as f64,
+        });
+        HostData::try_from_f64(dtype, floats, n)?
+    };
+    Ok(Tensor::from_parts(shape, data, false))
 }
 
 /// A new tensor holding a copy of `data`, in the dtype of its element type.
@@ -136,34 +189,64 @@ pub fn array<A: ArrayLike>(data: A) -> Result<Tensor> {
     from_data(&data, A::DTYPE)
 }
 
-/// The value with which `full` fills: a number (float64), a bool (bool), or a rank-0 tensor
-/// (its dtype).
+/// The value with which `full` fills: a float (float64), an integer (int64), a bool (bool),
+/// or a rank-0 tensor (its dtype).
 pub trait FillValue {
     #[doc(hidden)]
-    fn fill(&self) -> Result<(f64, DType)>;
+    fn fill(&self) -> Result<(Scalar, DType)>;
 }
 
 impl FillValue for f64 {
-    fn fill(&self) -> Result<(f64, DType)> {
-        Ok((*self, DType::F64))
+    fn fill(&self) -> Result<(Scalar, DType)> {
+        Ok((Scalar::Float(*self), DType::F64))
+    }
+}
+
+impl FillValue for i64 {
+    fn fill(&self) -> Result<(Scalar, DType)> {
+        Ok((Scalar::Int(*self), DType::I64))
+    }
+}
+
+impl FillValue for i32 {
+    fn fill(&self) -> Result<(Scalar, DType)> {
+        Ok((Scalar::Int((*self).into()), DType::I64))
     }
 }
 
 impl FillValue for bool {
-    fn fill(&self) -> Result<(f64, DType)> {
-        Ok((if *self { 1.0 } else { 0.0 }, DType::Bool))
+    fn fill(&self) -> Result<(Scalar, DType)> {
+        Ok((Scalar::Int(*self as i64), DType::Bool))
     }
 }
 
 impl FillValue for &Tensor {
-    fn fill(&self) -> Result<(f64, DType)> {
+    fn fill(&self) -> Result<(Scalar, DType)> {
         if self.ndim() != 0 {
             return Err(Error::invalid(format!(
                 "full needs a scalar fill value, got a tensor of shape {:?}",
                 self.shape()
             )));
         }
-        Ok((self.item()?, self.dtype()))
+        let value = if self.dtype().is_integer() {
+            Scalar::Int(self.item_i64()?)
+        } else {
+            Scalar::Float(self.item()?)
+        };
+        Ok((value, self.dtype()))
+    }
+}
+
+/// `shape` filled with `value` converted to `dtype` as `astype` converts it.
+fn filled_with(shape: &[usize], value: Scalar, dtype: DType) -> Result<Tensor> {
+    match value.into_dtype(dtype) {
+        HostValue::Float(v) => filled(shape, v, dtype),
+        HostValue::Int(v) => {
+            let shape = Shape::new(shape.to_vec())?;
+            let n = shape.size();
+            let data = HostData::try_from_i64(dtype, std::iter::repeat_n(v, n), n)?;
+            Ok(Tensor::from_parts(shape, data, false))
+        }
     }
 }
 
@@ -180,17 +263,88 @@ pub fn ones(shape: impl AsRef<[usize]>) -> Result<Tensor> {
 /// A constant tensor; the dtype follows the fill value.
 pub fn full(shape: impl AsRef<[usize]>, value: impl FillValue) -> Result<Tensor> {
     let (v, dtype) = value.fill()?;
-    filled(shape.as_ref(), v, dtype)
+    filled_with(shape.as_ref(), v, dtype)
 }
 
-/// `[0, stop)` with step 1, float64.
-pub fn arange(stop: f64) -> Result<Tensor> {
-    arange_from(0.0, stop, 1.0)
+/// A bound or step of [`arange`]: `f64` gives a float64 range, integers an int64 range (api.md
+/// `arange`, amended: all-integer arguments give int64, as NumPy and JAX).
+pub trait RangeValue: Copy {
+    #[doc(hidden)]
+    fn range_scalar(self) -> Scalar;
 }
 
-/// Half-open range: element `i` is `start + i * step` computed in float64 (not accumulated).
-pub fn arange_from(start: f64, stop: f64, step: f64) -> Result<Tensor> {
-    DType::F64.arange_from(start, stop, step)
+impl RangeValue for f64 {
+    fn range_scalar(self) -> Scalar {
+        Scalar::Float(self)
+    }
+}
+
+impl RangeValue for i64 {
+    fn range_scalar(self) -> Scalar {
+        Scalar::Int(self)
+    }
+}
+
+impl RangeValue for i32 {
+    fn range_scalar(self) -> Scalar {
+        Scalar::Int(self.into())
+    }
+}
+
+/// `[0, stop)` with step 1: float64 for an `f64` bound (`qb::arange(5.0)`), int64 for an
+/// integer one (`qb::arange(5)`).
+pub fn arange<T: RangeValue>(stop: T) -> Result<Tensor> {
+    match stop.range_scalar() {
+        Scalar::Float(stop) => DType::F64.arange_from(0.0, stop, 1.0),
+        Scalar::Int(stop) => int_range(0, stop, 1),
+    }
+}
+
+/// Half-open range: element `i` is `start + i * step`, computed in float64 (not accumulated)
+/// for `f64` arguments and exactly in int64 for integer ones.
+pub fn arange_from<T: RangeValue>(start: T, stop: T, step: T) -> Result<Tensor> {
+    match (
+        start.range_scalar(),
+        stop.range_scalar(),
+        step.range_scalar(),
+    ) {
+        (Scalar::Int(a), Scalar::Int(b), Scalar::Int(s)) => int_range(a, b, s),
+        (a, b, s) => DType::F64.arange_from(a.to_f64(), b.to_f64(), s.to_f64()),
+    }
+}
+
+/// The int64 range `start, start + step, ...` below `stop` (above it for a negative step).
+fn int_range(start: i64, stop: i64, step: i64) -> Result<Tensor> {
+    if step == 0 {
+        return Err(Error::invalid("step must not be zero"));
+    }
+    // ceil((stop - start) / step) in i128, so no bound overflows.
+    let span = stop as i128 - start as i128;
+    let (num, den) = if step > 0 {
+        (span, step as i128)
+    } else {
+        (-span, -(step as i128))
+    };
+    let len = (num + den - 1).div_euclid(den);
+    if len < 1 {
+        return Err(Error::shape(
+            "arange",
+            format!(
+                "empty slices are not supported: arange({start}, {stop}, {step}) selects no elements"
+            ),
+        ));
+    }
+    if len > quabla_ir::Shape::MAX_ELEMENTS as i128 {
+        return Err(Error::shape(
+            "arange",
+            format!("arange({start}, {stop}, {step}) would have {len} elements, more than this machine can address"),
+        ));
+    }
+    let n = len as usize;
+    let shape = Shape::new(vec![n])?;
+    let values = (0..n as i64).map(|i| start.wrapping_add(i.wrapping_mul(step)));
+    let data = HostData::try_from_i64(DType::I64, values, n)?;
+    Ok(Tensor::from_parts(shape, data, false))
 }
 
 /// `num` evenly spaced points from `start` to `stop`, both included.

@@ -29,6 +29,7 @@ fn resolve(operands: Vec<Operand>) -> Result<(Vec<Tensor>, bool)> {
                 tensors.push(t);
             }
             Operand::Scalar(v) => tensors.push(Tensor::weak_scalar(v)),
+            Operand::Int(v) => tensors.push(Tensor::weak_int(v)),
             Operand::Error(e) => return Err(e),
         }
     }

@@ -203,6 +203,11 @@ impl From<IrError> for Error {
             IrError::DtypeMismatch { op, lhs, rhs } => Error::DtypeMismatch { op, lhs, rhs },
             IrError::BoolOperand { op } => Error::BoolOperand { op },
             IrError::RequiresBool { op } => Error::RequiresBool { op },
+            // A float-only op on integers in a raw graph, or an integer-only op on floats:
+            // a TypeError, as JAX raises for bitwise functions of floats.
+            e @ IrError::WrongDtypeKind { .. } => Error::Type {
+                message: e.to_string(),
+            },
             IrError::Shape { op, message } => Error::Shape { op, message },
             IrError::Index { message } => Error::Index { message },
             IrError::InvalidArgument { message } => Error::InvalidArgument { message },

@@ -1,6 +1,6 @@
 //! Quabla: a differentiable array library in the spirit of JAX.
 //!
-//! [`Tensor`] is an immutable array of `f64`, `f32` or `bool`. Every operation returns
+//! [`Tensor`] is an immutable array of `f64`, `f32`, `bool`, `i32` or `i64`. Every operation returns
 //! [`Result<Tensor>`](Result); operators and methods also accept results, so an expression
 //! needs a single `?`:
 //!
@@ -104,6 +104,10 @@ pub const F64: DType = DType::F64;
 pub const F32: DType = DType::F32;
 /// bool (printed `i1` in IR text).
 pub const BOOL: DType = DType::Bool;
+/// int32 (numerics.md §12: two's complement, wrapping arithmetic).
+pub const I32: DType = DType::I32;
+/// int64, the dtype of Rust `i64` data and of integer ranges.
+pub const I64: DType = DType::I64;
 
 /// The package version, defined once in the workspace manifest.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -263,7 +263,16 @@ fn format_elements(data: &HostData, offsets: &[usize]) -> Vec<String> {
             .iter()
             .map(|&o| if v[o] { " True" } else { "False" }.to_string())
             .collect(),
+        HostData::I32(v) => format_ints(offsets.iter().map(|&o| v[o] as i64)),
+        HostData::I64(v) => format_ints(offsets.iter().map(|&o| v[o])),
     }
+}
+
+/// Integers as NumPy prints them: decimal, right-aligned to the widest (`[ 1, -2, 10]`).
+fn format_ints(values: impl Iterator<Item = i64>) -> Vec<String> {
+    let texts: Vec<String> = values.map(|v| v.to_string()).collect();
+    let width = texts.iter().map(String::len).max().unwrap_or(0);
+    texts.into_iter().map(|t| format!("{t:>width$}")).collect()
 }
 
 /// The float dtypes, with their shortest round-trip digits and native-precision comparisons.

@@ -648,9 +648,20 @@ impl Prepared {
                         "cannot differentiate with respect to a bool input; leave the argument out of argnums",
                     ))
                 }
+                // TY: integer tensors carry no derivative (numerics.md §12); JAX too asks for
+                // inexact inputs of `grad`.
+                Leaf::Tensor(t) if selected && by_argnums && t.dtype().is_integer() => {
+                    return Err(Error::Type {
+                        message: format!(
+                            "cannot differentiate with respect to an {} tensor: integer values have no derivative; convert it to a float dtype with astype (float64), or leave the argument out of argnums",
+                            t.dtype().name()
+                        ),
+                    })
+                }
                 Leaf::Tensor(t) => {
                     let ty = t.ir_type();
-                    let d = selected && ty.dtype != DType::Bool;
+                    // Bool and integer leaves of `jvp`/`vjp` get no derivative (`None`).
+                    let d = selected && ty.dtype.is_float();
                     inputs.push(InputLeaf::Array(ty));
                     operands.push(t.clone());
                     wrt_inputs.push(d);

@@ -1,5 +1,5 @@
 //! The eager [`Tensor`]: an immutable, reference-counted, C-ordered host array of one of the
-//! three dtypes, and its conversions to and from host data.
+//! five dtypes, and its conversions to and from host data.
 //!
 //! Tensors are cheap to clone (the storage is shared) and never mutated. Identity, not value,
 //! is what `same` compares: elementwise equality is `equal`.
@@ -85,6 +85,12 @@ impl Tensor {
     /// `f64`).
     pub(crate) fn scalar_f64(value: f64) -> Tensor {
         Tensor::from_parts(Shape::scalar(), HostData::F64([value].into()), false)
+    }
+
+    /// A rank-0 int64 tensor of `value` that is weak (it adopts the dtype of the array it
+    /// meets, integer or float): the form of every Rust integer operand.
+    pub(crate) fn weak_int(value: i64) -> Tensor {
+        Tensor::from_parts(Shape::scalar(), HostData::I64([value].into()), true)
     }
 
     /// A rank-0 bool tensor of `value`.
@@ -257,6 +263,14 @@ impl Tensor {
         Ok(c.host.data.get_f64(0))
     }
 
+    /// The value of a single-element tensor as `i64`: integers exactly, bool as 0/1, floats
+    /// truncated as a cast to int64 (numerics.md §12).
+    pub fn item_i64(&self) -> Result<i64> {
+        let c = self.concrete("item_i64")?;
+        self.single("item_i64")?;
+        Ok(c.host.data.get_i64(0))
+    }
+
     /// The value of a single-element tensor as `bool` (a float is true when nonzero or NaN).
     pub fn item_bool(&self) -> Result<bool> {
         if self.is_traced() {
@@ -345,7 +359,7 @@ fn shared_copy<T: Copy>(values: &[T]) -> Result<std::sync::Arc<[T]>> {
     })
 }
 
-/// Rust element types that map to a Quabla dtype: `f64`, `f32` and `bool`.
+/// Rust element types that map to a Quabla dtype: `f64`, `f32`, `bool`, `i32` and `i64`.
 pub trait Element: Copy + Clone + fmt::Debug + 'static {
     const DTYPE: DType;
     /// Shared storage holding a copy of `v` (`Error::OutOfMemory` when the allocator refuses).
@@ -410,6 +424,35 @@ impl Element for bool {
         }
     }
 }
+
+macro_rules! integer_element {
+    ($t:ty, $variant:ident, $dtype:expr) => {
+        impl Element for $t {
+            const DTYPE: DType = $dtype;
+            fn into_host(v: Vec<$t>) -> Result<HostData> {
+                Ok(HostData::$variant(shared_copy(&v)?))
+            }
+            /// Integers exactly (int64 to int32 wraps); floats truncate as `astype` does.
+            fn from_host(d: &HostData) -> Vec<$t> {
+                match d {
+                    HostData::$variant(v) => v.to_vec(),
+                    other => match other.cast($dtype) {
+                        HostData::$variant(v) => v.to_vec(),
+                        _ => unreachable!("a cast to {} gives {} data", $dtype, $dtype),
+                    },
+                }
+            }
+            fn slice(d: &HostData) -> Option<&[$t]> {
+                match d {
+                    HostData::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+integer_element!(i32, I32, DType::I32);
+integer_element!(i64, I64, DType::I64);
 
 /// Lets APIs that take several tensors (`operands(&[..])`) accept tensors or references.
 impl AsRef<Tensor> for Tensor {

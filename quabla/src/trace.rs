@@ -80,6 +80,7 @@ fn resolve(frames: &mut [Frame], operand: &Operand) -> Result<NodeId> {
     let top = &mut top[0];
     match operand {
         Operand::Scalar(v) => Ok(top.builder.weak_scalar(*v)),
+        Operand::Int(v) => Ok(top.builder.weak_int(*v)),
         Operand::Error(_) => unreachable!("errors are returned before recording"),
         Operand::Tensor(t) => match t.tracer() {
             Some(tr) if tr.trace == top.id => Ok(tr.node),

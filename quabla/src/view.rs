@@ -118,6 +118,8 @@ impl TensorView {
                     HostData::F64(v) => HostData::F64(gather(v, positions(), shape)?),
                     HostData::F32(v) => HostData::F32(gather(v, positions(), shape)?),
                     HostData::Bool(v) => HostData::Bool(gather(v, positions(), shape)?),
+                    HostData::I32(v) => HostData::I32(gather(v, positions(), shape)?),
+                    HostData::I64(v) => HostData::I64(gather(v, positions(), shape)?),
                 };
                 Ok(Tensor::from_parts(
                     Shape::new(shape.clone())?,

@@ -360,6 +360,7 @@ fn time_operand(op: Operand) -> Result<Tensor> {
     match op {
         Operand::Tensor(t) => Ok(t),
         Operand::Scalar(v) => crate::array(v),
+        Operand::Int(v) => crate::array(v as f64),
         Operand::Error(e) => Err(e),
     }
 }

@@ -21,13 +21,14 @@ type Built = quabla_ir::Result<NodeId>;
 /// is behind `stop_gradient`, so every derivative is a structural zero.
 #[track_caller]
 pub(crate) fn build_sign(b: &mut GraphBuilder, x: NodeId) -> Built {
-    let zero = b.weak_scalar(0.0);
+    // Weak integer literals adopt the operand's dtype, integer or float.
+    let zero = b.weak_int(0);
     let neg = b.compare(Comparison::Less, x, zero)?;
     let pos = b.compare(Comparison::Greater, x, zero)?;
     let keep = b.stop_gradient(x)?;
-    let one = b.weak_scalar(1.0);
+    let one = b.weak_int(1);
     let inner = b.select(pos, one, keep)?;
-    let minus_one = b.weak_scalar(-1.0);
+    let minus_one = b.weak_int(-1);
     b.select(neg, minus_one, inner)
 }
 
@@ -385,6 +386,12 @@ fn build_hypot(b: &mut GraphBuilder, a: NodeId, c: NodeId) -> Built {
 /// differ; a zero result takes the sign of `c` (keeping the derivative of `r`).
 #[track_caller]
 fn build_mod(b: &mut GraphBuilder, a: NodeId, c: NodeId) -> Built {
+    // Integers: NumPy's remainder, exact (0 for a zero divisor, numerics.md §12).
+    let (ta, tc) = (b.ty(a).clone(), b.ty(c).clone());
+    let integer = |t: &quabla_ir::TensorType| t.dtype.is_integer() || t.dtype == DType::Bool;
+    if integer(&ta) && integer(&tc) && (ta.dtype.is_integer() || tc.dtype.is_integer()) {
+        return b.binary(BinaryOp::Rem, a, c);
+    }
     let r = b.binary(BinaryOp::Fmod, a, c)?;
     let zero = b.weak_scalar(0.0);
     let r_nonzero = b.compare(Comparison::NotEqual, r, zero)?;

@@ -136,7 +136,7 @@ composite_unary! {
     isnan => build_isnan, float_only = false;
     /// `(x - x) == 0`, as bool.
     isfinite => build_isfinite, float_only = true;
-    /// Negation (the sign bit flips, including for zeros and NaN).
+    /// Negation (the sign bit flips, including for zeros and NaN; integers wrap).
     neg => build_neg, float_only = true;
 }
 
@@ -147,7 +147,8 @@ fn build_neg(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
 
 #[track_caller]
 pub(crate) fn build_abs(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
-    let zero = b.weak_scalar(0.0);
+    // A weak integer zero adopts any dtype, so integers stay integers (`abs(MIN)` wraps).
+    let zero = b.weak_int(0);
     let pos = b.compare(Comparison::Greater, x, zero)?;
     let neg = b.unary(UnaryOp::Neg, x)?;
     let mag = b.select(pos, x, neg)?;
@@ -156,7 +157,7 @@ pub(crate) fn build_abs(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<No
 
 #[track_caller]
 fn build_relu(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
-    let zero = b.weak_scalar(0.0);
+    let zero = b.weak_int(0);
     build_maximum(b, x, zero)
 }
 
@@ -198,7 +199,7 @@ pub(crate) fn build_isnan(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<
 #[track_caller]
 pub(crate) fn build_isfinite(b: &mut GraphBuilder, x: NodeId) -> quabla_ir::Result<NodeId> {
     let d = b.sub(x, x)?;
-    let zero = b.weak_scalar(0.0);
+    let zero = b.weak_int(0);
     b.compare(Comparison::Equal, d, zero)
 }
 
@@ -282,6 +283,55 @@ binary_fns! {
     maximum => build_maximum;
     /// Elementwise minimum; NaN from either side propagates; ties go to the right operand.
     minimum => build_minimum;
+    /// `x // y`: floor division. Integers exactly, with NumPy's signs and 0 for a zero
+    /// divisor (numerics.md §12); floats `floor(x / y)`.
+    floor_divide => build_floor_divide;
+    /// `x & y`: bitwise and of integers, logical and of bools.
+    bitwise_and => bitwise(BinaryOp::BitAnd);
+    /// `x | y`: bitwise or of integers, logical or of bools.
+    bitwise_or => bitwise(BinaryOp::BitOr);
+    /// `x ^ y`: bitwise exclusive or of integers, logical exclusive or of bools.
+    bitwise_xor => bitwise(BinaryOp::BitXor);
+    /// `x << y` on integers; a shift count outside `[0, bits)` gives 0.
+    left_shift => bin(BinaryOp::ShiftLeft);
+    /// `x >> y` on integers, copying the sign bit (arithmetic shift, as NumPy and JAX for
+    /// signed types); a count outside `[0, bits)` gives 0, or -1 for negative `x`.
+    right_shift => bin(BinaryOp::ShiftRightArithmetic);
+    /// `x >> y` filling with zeros (the bits read as unsigned, JAX's
+    /// `shift_right_logical`).
+    right_shift_logical => bin(BinaryOp::ShiftRightLogical);
+}
+
+/// A bitwise function: bools keep the logical forms of `&` and `|` (`where`-based, as
+/// `logical_and` builds them), integers the bitwise op.
+fn bitwise(
+    op: BinaryOp,
+) -> impl Fn(&mut GraphBuilder, NodeId, NodeId) -> quabla_ir::Result<NodeId> {
+    move |b, x, y| {
+        let bools = b.ty(x).dtype == DType::Bool && b.ty(y).dtype == DType::Bool;
+        match op {
+            BinaryOp::BitAnd if bools => super::compare::build_and(b, x, y),
+            BinaryOp::BitOr if bools => super::compare::build_or(b, x, y),
+            _ => b.binary(op, x, y),
+        }
+    }
+}
+
+#[track_caller]
+fn build_floor_divide(b: &mut GraphBuilder, x: NodeId, y: NodeId) -> quabla_ir::Result<NodeId> {
+    let integer = |t: DType| t.is_integer() || t == DType::Bool;
+    let (dx, dy) = (b.ty(x).dtype, b.ty(y).dtype);
+    if integer(dx) && integer(dy) && (dx.is_integer() || dy.is_integer()) {
+        return b.binary(BinaryOp::FloorDiv, x, y);
+    }
+    let q = b.div(x, y)?;
+    b.unary(UnaryOp::Floor, q)
+}
+
+/// `~x`: every bit flipped on integers, logical not on bools.
+#[track_caller]
+pub fn bitwise_not(x: impl Into<Operand>) -> Result<Tensor> {
+    apply(vec![x.into()], |b, x| b.unary(UnaryOp::BitNot, x[0]))
 }
 
 /// The exponent of [`power`]: a non-negative integer (`i32`, `u32`) lowers to the exact
@@ -316,12 +366,27 @@ impl From<u32> for Exponent {
     }
 }
 
-impl<T: Into<Operand>> From<T> for Exponent {
+impl From<i64> for Exponent {
     #[track_caller]
-    fn from(o: T) -> Exponent {
-        Exponent::Operand(o.into())
+    fn from(n: i64) -> Exponent {
+        match i32::try_from(n) {
+            Ok(n) => Exponent::from(n),
+            Err(_) => Exponent::Operand(Operand::Scalar(n as f64)),
+        }
     }
 }
+
+macro_rules! operand_exponent {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Exponent {
+            #[track_caller]
+            fn from(o: $t) -> Exponent {
+                Exponent::Operand(o.into())
+            }
+        }
+    )*};
+}
+operand_exponent!(f64, Tensor, &Tensor, Result<Tensor>, Operand);
 
 /// `power(x, y)`: `x ** y`. A non-negative integer exponent (`qb::power(&x, 3)`) is the exact
 /// `powi`; an `f64` or array exponent (`qb::power(&x, 3.0)`) is `pow`, like `x.pow(y)`.

@@ -157,6 +157,7 @@ pub(crate) fn operand_tensor(o: Operand) -> Result<Tensor> {
             HostData::F64([v].into()),
             true,
         )),
+        Operand::Int(v) => Ok(Tensor::weak_int(v)),
         Operand::Error(e) => Err(e),
     }
 }

@@ -168,7 +168,7 @@ impl Layout {
                     None => *data = Arc::from(part),
                 },
                 // `Layout::of` admits floating leaves only.
-                HostData::Bool(_) => {}
+                HostData::Bool(_) | HostData::I32(_) | HostData::I64(_) => {}
             }
         }
     }
@@ -179,7 +179,7 @@ impl Layout {
         let widened = |t: &HostTensor| match &t.data {
             HostData::F32(v) => Ok(v.iter().map(|&v| f64::from(v)).collect::<Vec<f64>>()),
             HostData::F64(v) => Ok(v.to_vec()),
-            HostData::Bool(_) => Err(unexpected_outputs()),
+            HostData::Bool(_) | HostData::I32(_) | HostData::I64(_) => Err(unexpected_outputs()),
         };
         let (Some(loss), grads) = (outputs.first(), &outputs[1.min(outputs.len())..]) else {
             return Err(unexpected_outputs());

@@ -15,7 +15,7 @@ use crate::staging::{
 use crate::trace::{OutSlot, TracedFunction};
 use crate::tree::{Tree, TreeDef};
 use quabla_autodiff::{vjp_graph, Seed};
-use quabla_ir::{DType, Graph};
+use quabla_ir::Graph;
 
 /// TF1 and AR20: the differentiated output must be a rank-0 float.
 pub(crate) fn check_scalar_output(transform: &'static str, graph: &Graph) -> Result<()> {
@@ -31,9 +31,10 @@ pub(crate) fn check_scalar_output(transform: &'static str, graph: &Graph) -> Res
             dtype: ty.dtype,
         });
     }
-    if ty.dtype == DType::Bool {
+    if !ty.dtype.is_float() {
         return Err(Error::invalid(format!(
-            "{transform} requires a floating output, got bool"
+            "{transform} requires a floating output, got {}",
+            ty.dtype.name()
         )));
     }
     Ok(())

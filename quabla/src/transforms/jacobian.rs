@@ -14,7 +14,6 @@ use crate::staging::{
 use crate::trace::{OutSlot, TracedFunction};
 use crate::tree::{self, Tree, TreeDef};
 use quabla_autodiff::{jacobian_graph_with_mode, JacobianMode};
-use quabla_ir::DType;
 
 /// `jacobian(f)`: dense blocks `[*out.shape, *in.shape]` (transforms.md §8). Build with
 /// [`jacobian`].
@@ -118,7 +117,7 @@ fn stage<A: Tree, R: Tree>(
     if graph
         .outputs()
         .iter()
-        .all(|o| graph.node(*o).ty.dtype == DType::Bool)
+        .all(|o| !graph.node(*o).ty.dtype.is_float())
     {
         return Err(Error::invalid(
             "jacobian requires a floating output, got bool",
@@ -133,7 +132,7 @@ fn stage<A: Tree, R: Tree>(
     let float_out: Vec<bool> = graph
         .outputs()
         .iter()
-        .map(|o| graph.node(*o).ty.dtype != DType::Bool)
+        .map(|o| graph.node(*o).ty.dtype.is_float())
         .collect();
     let mut first_block = Vec::with_capacity(float_out.len());
     let mut blocks_so_far = 0;

@@ -88,7 +88,7 @@ fn tangent_values<A: Tree>(def: &TreeDef, leaves: &[Leaf], tangents: &A) -> Resu
     let mut values = Vec::new();
     for (primal, tangent) in leaves.iter().zip(t_leaves) {
         let ty = match primal {
-            Leaf::Tensor(p) if p.dtype() != DType::Bool => p.ir_type(),
+            Leaf::Tensor(p) if p.dtype().is_float() => p.ir_type(),
             Leaf::F64(_) => TensorType::new(DType::F64, Shape::scalar()),
             _ => continue,
         };

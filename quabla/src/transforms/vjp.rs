@@ -18,7 +18,7 @@ use crate::tensor::Tensor;
 use crate::trace::{self, OutSlot, TracedFunction};
 use crate::tree::{self, Leaf, Tree, TreeDef};
 use quabla_autodiff::{vjp_graph, Seed};
-use quabla_ir::{DType, Graph};
+use quabla_ir::Graph;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -316,9 +316,11 @@ fn trace_with_pullback<A: Tree, O: Tree>(
     let n_ct = out_def.num_leaves();
     if graph.outputs()[..n_ct.min(graph.outputs().len())]
         .iter()
-        .any(|o| graph.node(*o).ty.dtype == DType::Bool)
+        .any(|o| !graph.node(*o).ty.dtype.is_float())
     {
-        return Err(Error::invalid("vjp requires floating outputs, got bool"));
+        return Err(Error::invalid(
+            "vjp requires floating outputs, got a bool or integer output",
+        ));
     }
     let seeds: Vec<Seed> = (0..graph.outputs().len())
         .map(|k| if k < n_ct { Seed::Input } else { Seed::None })
