@@ -671,13 +671,13 @@ impl PyTensor {
         ret(py, qb::logical_not(&self.t))
     }
 
-    /// `x & y`: logical and of bools, bitwise and of integers.
+    /// `x & y`: bitwise and of integers; otherwise logical and (bools; floats are DT3).
     fn __and__<'py>(
         &self,
         py: Python<'py>,
         other: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        if self.t.dtype() == qb::BOOL {
+        if !self.t.dtype().is_integer() {
             return ret(py, qb::logical_and(&self.t, operand(other)?));
         }
         ret(py, qb::bitwise_and(&self.t, operand(other)?))
@@ -688,19 +688,19 @@ impl PyTensor {
         py: Python<'py>,
         other: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        if self.t.dtype() == qb::BOOL {
+        if !self.t.dtype().is_integer() {
             return ret(py, qb::logical_and(self.reflected(other)?, &self.t));
         }
         ret(py, qb::bitwise_and(self.reflected(other)?, &self.t))
     }
 
-    /// `x | y`: logical or of bools, bitwise or of integers.
+    /// `x | y`: bitwise or of integers; otherwise logical or (bools; floats are DT3).
     fn __or__<'py>(
         &self,
         py: Python<'py>,
         other: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        if self.t.dtype() == qb::BOOL {
+        if !self.t.dtype().is_integer() {
             return ret(py, qb::logical_or(&self.t, operand(other)?));
         }
         ret(py, qb::bitwise_or(&self.t, operand(other)?))
@@ -711,7 +711,7 @@ impl PyTensor {
         py: Python<'py>,
         other: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        if self.t.dtype() == qb::BOOL {
+        if !self.t.dtype().is_integer() {
             return ret(py, qb::logical_or(self.reflected(other)?, &self.t));
         }
         ret(py, qb::bitwise_or(self.reflected(other)?, &self.t))

@@ -17,6 +17,8 @@ from ._quabla import (
     float32,
     float64,
     bool_,
+    int32,
+    int64,
     __version__,
     _grad,
     _value_and_grad,

@@ -376,6 +376,8 @@ def flip(x: ArrayLike, axis: Optional[AxisLike] = None) -> Tensor: ...
 float32: dtype
 
 float64: dtype
+int32: dtype
+int64: dtype
 
 def floor(x: ArrayLike) -> Tensor: ...
 

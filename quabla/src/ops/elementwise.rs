@@ -302,16 +302,18 @@ binary_fns! {
     right_shift_logical => bin(BinaryOp::ShiftRightLogical);
 }
 
-/// A bitwise function: bools keep the logical forms of `&` and `|` (`where`-based, as
-/// `logical_and` builds them), integers the bitwise op.
+/// A bitwise function: integers take the bitwise op; `&` and `|` of other operands keep the
+/// logical forms (`where`-based, as `logical_and` builds them).
 fn bitwise(
     op: BinaryOp,
 ) -> impl Fn(&mut GraphBuilder, NodeId, NodeId) -> quabla_ir::Result<NodeId> {
     move |b, x, y| {
-        let bools = b.ty(x).dtype == DType::Bool && b.ty(y).dtype == DType::Bool;
+        // Without an integer operand `&` and `|` are the logical functions (bools; floats
+        // are DT3 there, as before integers existed).
+        let integers = b.ty(x).dtype.is_integer() || b.ty(y).dtype.is_integer();
         match op {
-            BinaryOp::BitAnd if bools => super::compare::build_and(b, x, y),
-            BinaryOp::BitOr if bools => super::compare::build_or(b, x, y),
+            BinaryOp::BitAnd if !integers => super::compare::build_and(b, x, y),
+            BinaryOp::BitOr if !integers => super::compare::build_or(b, x, y),
             _ => b.binary(op, x, y),
         }
     }
