@@ -166,7 +166,7 @@ pub(crate) fn cotangents(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use quabla_ir::{CustomRule, Op, Shape, TensorType, UnaryOp};
+    use quabla_ir::{CustomRule, DType, Op, Shape, TensorType, UnaryOp};
     use std::sync::Arc;
 
     fn vector() -> TensorType {

@@ -123,15 +123,15 @@ pub fn take(x: &HostTensor, axis: usize, i: usize) -> HostTensor {
     let dims = x.shape.dims();
     let outer: usize = dims[..axis].iter().product();
     let inner: usize = dims[axis + 1..].iter().product();
-    let values = x.data.to_f64_vec();
-    let mut out = Vec::with_capacity(outer * inner);
+    // Element positions, so that every dtype (int64 included) moves exactly.
+    let mut picked = Vec::with_capacity(outer * inner);
     for o in 0..outer {
         let start = (o * dims[axis] + i) * inner;
-        out.extend_from_slice(&values[start..start + inner]);
+        picked.extend(start..start + inner);
     }
     let mut rest = dims.to_vec();
     rest.remove(axis);
-    HostTensor::new(shape(&rest), HostData::from_f64(x.dtype(), out))
+    HostTensor::new(shape(&rest), gather(&[&x.data], &picked))
 }
 
 /// Stacks equally shaped tensors along a new axis at `axis`.
@@ -139,16 +139,28 @@ pub fn stack(parts: &[HostTensor], axis: usize) -> HostTensor {
     let dims = parts[0].shape.dims();
     let outer: usize = dims[..axis].iter().product();
     let inner: usize = dims[axis..].iter().product();
-    let values: Vec<Vec<f64>> = parts.iter().map(|p| p.data.to_f64_vec()).collect();
-    let mut out = Vec::with_capacity(outer * inner * parts.len());
+    let mut picked = Vec::with_capacity(outer * inner * parts.len());
     for o in 0..outer {
-        for v in &values {
-            out.extend_from_slice(&v[o * inner..(o + 1) * inner]);
+        for p in 0..parts.len() {
+            picked.extend((o * inner..(o + 1) * inner).map(|k| p * outer * inner + k));
         }
     }
     let mut stacked = dims.to_vec();
     stacked.insert(axis, parts.len());
-    HostTensor::new(shape(&stacked), HostData::from_f64(parts[0].dtype(), out))
+    let datas: Vec<&HostData> = parts.iter().map(|p| &p.data).collect();
+    HostTensor::new(shape(&stacked), gather(&datas, &picked))
+}
+
+/// The elements at `positions` of the concatenation of `parts` (all of one dtype), exactly.
+fn gather(parts: &[&HostData], positions: &[usize]) -> HostData {
+    let dtype = parts[0].dtype();
+    if dtype.is_integer() {
+        let all: Vec<i64> = parts.iter().flat_map(|p| p.to_i64_vec()).collect();
+        HostData::from_i64(dtype, positions.iter().map(|&k| all[k]))
+    } else {
+        let all: Vec<f64> = parts.iter().flat_map(|p| p.to_f64_vec()).collect();
+        HostData::from_f64(dtype, positions.iter().map(|&k| all[k]))
+    }
 }
 
 /// Bitwise equality of dtype, shape and every element, except that all NaNs are equal (IEEE
