@@ -1,6 +1,6 @@
 //! `scan_over` (JAX's `scan(f, init, xs)`) and `switch` (JAX's `lax.switch`): values against
 //! plain Rust loops and branches, eagerly, under `jit` (the same bits), under `vmap` against a
-//! loop, and derivatives against finite differences.
+//! loop, and derivatives against finite differences (second order).
 
 use qb::testing::{check_grads, Modes};
 use qb::Tensor;
@@ -96,11 +96,13 @@ fn scan_over_differentiates_and_batches() -> qb::Result<()> {
     let args = [
         qb::array([0.3, -0.2])?,
         qb::array(0.9)?,
-        qb::array([[0.5, 1.0], [-0.7, 0.2], [1.3, 0.4]])?,
-        qb::array([0.1, -0.4, 0.6])?,
+        qb::array([[0.5, 1.0], [-0.7, 0.2]])?,
+        qb::array([0.1, -0.4])?,
     ];
-    // xs with a trailing axis of 2 broadcast against the carry's [2].
-    check_grads(f, &args, 3, Modes::BOTH)?;
+    // xs with a trailing axis of 2 broadcast against the carry's [2]. Second order in both
+    // modes (the loop rules' third order is covered by the region tests; through a scan it
+    // costs minutes here).
+    check_grads(f, &args, 2, Modes::BOTH)?;
     // vmap over the init and the xs against a loop over the batch.
     let g = |(c0, a): (Tensor, Tensor)| -> qb::Result<Tensor> {
         let step = |c: Tensor, a: Tensor, _: &[Tensor]| {

@@ -79,8 +79,10 @@ def scan(f, init, xs=None, length=None, *, operands=None, reverse=False, unroll=
     carry, ys = _quabla._scan_over(
         step, init, leaves, operands=operands, reverse=reverse, unroll=unroll
     )
-    if any(d != y_defs[0] for d in y_defs):
-        raise TypeError("scan: the per-step output y must keep one pytree structure")
+    # (`any` is quabla's here, not the builtin.)
+    for d in y_defs:
+        if d != y_defs[0]:
+            raise TypeError("scan: the per-step output y must keep one pytree structure")
     return carry, tree.unflatten(y_defs[0], ys)
 
 
