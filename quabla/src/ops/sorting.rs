@@ -7,9 +7,12 @@
 //! element with a one-hot mask of the permutation and a sum, which is exact (one term is
 //! selected, the rest are zeros) and makes their derivative the permutation of the incoming
 //! tangent, to every order. The price is work and memory quadratic in the length of the sorted
-//! axis (`n x n` comparisons per slice; `k x n` for `top_k`), which suits the axes of a few
-//! thousand elements these functions see in models (logits, rankings, small batches); a
-//! longer axis should be sorted eagerly outside the differentiated function.
+//! axis (`n x n` comparisons per slice; `top_k` with a small `k` makes `k` passes instead),
+//! which suits the axes of a few thousand elements these functions see in models (logits,
+//! rankings, small batches); a longer axis should be sorted eagerly outside the
+//! differentiated function. Positions, ranks and counts are float64 (exact for any axis
+//! length), converted to int64 at the end, so that the quadratic work runs in the fused float
+//! kernels rather than one integer node at a time.
 //!
 //! Order: NumPy's. Floats are ordered with NaN after `+inf` (all NaNs equal), `-0.0` equal to
 //! `0.0`; ties keep their index order (every sort here is stable). Descending orders reverse
