@@ -194,6 +194,11 @@ pub enum Precision {
     /// GEMM with float32 accumulation, and float32 `sum`/`mean` reductions accumulate in
     /// float32 in the same blocked order; every other node keeps the reference rule.
     Float32,
+    /// `jit(f).precision("float64")`: a device that runs float64 plans in float32 by default
+    /// (CUDA) runs the whole plan in float64 and refuses float32 values in it (numerics.md
+    /// §1.6, errors.md UN3). The CPU's reference rules compute in float64 already, so it
+    /// compiles the plan as at [`Precision::Reference`].
+    Float64,
 }
 
 /// An execution target.
