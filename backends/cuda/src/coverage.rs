@@ -461,9 +461,17 @@ fn rows() -> Vec<(String, Build)> {
         ),
     ));
     for kind in LinalgKind::ALL {
+        let square = matches!(
+            kind,
+            LinalgKind::DetSign
+                | LinalgKind::LogAbsDet
+                | LinalgKind::EighValues
+                | LinalgKind::EighVectors
+        );
+        let dims: &'static [usize] = if square { &[2, 3, 3] } else { &[2, 4, 3] };
         rows.push((
             format!("linalg[{}]", kind.name()),
-            push1(Op::Linalg(kind), &[2, 4, 3]),
+            push1(Op::Linalg(kind), dims),
         ));
     }
     rows.push(("cond".into(), cond()));

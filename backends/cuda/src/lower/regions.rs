@@ -347,8 +347,8 @@ fn broadcasts(from: &[usize], to: &[usize]) -> bool {
 }
 
 /// `g` as an elementwise loop body over elements of `dims`, when every node is an input, a
-/// single-valued constant, a broadcast or reshape of a single value, or an elementwise op
-/// whose result has shape `dims` or a single value.
+/// single-valued constant, a broadcast to a shape that broadcasts to `dims`, a reshape of a
+/// single value, or an elementwise op whose result broadcasts to `dims`.
 pub fn elementwise_body(g: &Graph, dims: &[usize]) -> Option<loops::Body> {
     let mut source: HashMap<usize, Source> = HashMap::new();
     let mut members: Vec<Member> = Vec::new();
@@ -361,7 +361,10 @@ pub fn elementwise_body(g: &Graph, dims: &[usize]) -> Option<loops::Body> {
                 Source::External(input - 1)
             }
             Op::Constant { data, .. } if data.len() == 1 => Source::Literal(data.get_f64(0)),
-            Op::Broadcast { .. } | Op::Reshape { .. } => {
+            Op::Broadcast { .. } if broadcasts(node.ty.shape.dims(), dims) => {
+                source.get(&node.operands[0].index())?.clone()
+            }
+            Op::Reshape { .. } => {
                 let operand = node.operands[0].index();
                 let from = g.nodes()[operand].ty.shape.size() == 1;
                 if !from && g.nodes()[operand].ty.shape != node.ty.shape {
@@ -369,8 +372,10 @@ pub fn elementwise_body(g: &Graph, dims: &[usize]) -> Option<loops::Body> {
                 }
                 source.get(&operand)?.clone()
             }
+            // Elementwise ops commute with broadcasting, so a node of a shape that broadcasts
+            // to the carries' is computed by each work item at its own broadcast position.
             op if op.is_elementwise() => {
-                if !single && node.ty.shape.dims() != dims {
+                if !single && !broadcasts(node.ty.shape.dims(), dims) {
                     return None;
                 }
                 let operands = node

@@ -74,9 +74,16 @@ impl fmt::Debug for Device {
 }
 
 impl Device {
-    /// Opens device `ordinal`: its primary context, a stream, the library handles. The
-    /// libraries must have been found (`crate::probe`).
+    /// Opens device `ordinal`: its primary context, a stream, the library handles. Finds the
+    /// libraries first (`crate::probe`), so without them this is `Unavailable`, not a panic
+    /// of the bindings.
     pub fn open(ordinal: usize) -> Result<Arc<Device>, Unavailable> {
+        let count = crate::probe()?;
+        if ordinal >= count {
+            return Err(Unavailable::new(format!(
+                "cuda:{ordinal} does not exist: the driver lists {count} device(s)"
+            )));
+        }
         let why = |what: &str, e: &dyn fmt::Debug| {
             Unavailable::new(format!("cuda:{ordinal}: {what}: {e:?}"))
         };
