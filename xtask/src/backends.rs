@@ -20,6 +20,7 @@ use crate::{cargo, run_inherited, workspace_root, Result};
 const PLUGINS: &[(&str, &str)] = &[
     ("quabla-cpu-plugin", "cpu"),
     ("quabla-example-plugin", "toy"),
+    ("quabla-cuda-plugin", "cuda"),
 ];
 
 /// The folders of `--plugin-dir DIR` arguments, in order.

@@ -348,11 +348,12 @@ pub fn open(lib: Library, search: &Search) -> Result<Opened, Unavailable> {
                         place: place.clone(),
                     })
                 }
-                // Not found by name is the normal outcome of the default search; a file that
-                // exists but does not load (a missing dependency, a foreign architecture) is
-                // what the user needs to hear about.
+                // Not found by name is the normal outcome of the default search (and the
+                // loader says no more than that); a file that exists but does not load (a
+                // missing dependency, a foreign architecture) is what the user needs to hear
+                // about.
                 Err(e) => {
-                    if matches!(place, Place::Folder { .. }) || last_error.is_none() {
+                    if matches!(place, Place::Folder { .. }) {
                         last_error = Some(e);
                     }
                 }

@@ -300,4 +300,111 @@ impl Device {
         self.bind()?;
         Loaded::new(self.clone(), program)
     }
+
+    // -----------------------------------------------------------------------------------------
+    // Direct calls, for the device check's benchmarks (the baselines our plans are measured
+    // against) and diagnostics.
+
+    /// Waits for everything queued on the device's stream.
+    pub fn synchronize(&self) -> Result<(), BackendError> {
+        self.bind()?;
+        self.sync()
+    }
+
+    /// One cuBLAS strided-batched GEMM with `g`'s arguments on `a`, `b` into `c`, as a plan's
+    /// `matmul` would call it, but without a plan (the baseline of the GEMM benchmark).
+    pub fn gemm_direct(
+        &self,
+        g: &crate::program::Gemm,
+        a: &CudaMemory,
+        b: &CudaMemory,
+        c: &CudaMemory,
+    ) -> Result<(), BackendError> {
+        self.bind()?;
+        let size = g.elem.size();
+        let need = |m: &CudaMemory, elems: usize, what: &str| {
+            if m.shape().size() * m.elem().size() < elems * size || m.elem() != g.elem {
+                Err(BackendError::InvalidBuffer {
+                    message: format!("gemm_direct: {what} is too small or of another type"),
+                })
+            } else {
+                Ok(())
+            }
+        };
+        let last = |stride: usize, rows: usize, cols: usize| stride * (g.batch - 1) + rows * cols;
+        need(
+            a,
+            last(g.stride_a, g.lda, if g.trans_a { g.m } else { g.k }),
+            "a",
+        )?;
+        need(
+            b,
+            last(g.stride_b, g.ldb, if g.trans_b { g.k } else { g.n }),
+            "b",
+        )?;
+        need(c, last(g.stride_c, g.ldc, g.n), "c")?;
+        let blas = self.blas.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the sizes were checked above.
+        unsafe { blas.gemm(g, a.ptr(), b.ptr(), c.ptr()) }
+    }
+
+    /// Copies `src` over `dst` (same size) on the device (the baseline of the bandwidth
+    /// benchmarks).
+    pub fn copy_direct(&self, dst: &CudaMemory, src: &CudaMemory) -> Result<(), BackendError> {
+        self.bind()?;
+        let bytes = src.shape().size() * src.elem().size();
+        if dst.shape().size() * dst.elem().size() != bytes {
+            return Err(BackendError::InvalidBuffer {
+                message: "copy_direct: the buffers differ in size".into(),
+            });
+        }
+        // SAFETY: both buffers hold `bytes` bytes; stream-ordered.
+        unsafe {
+            cudarc::driver::result::memcpy_dtod_async(
+                dst.ptr(),
+                src.ptr(),
+                bytes,
+                self.inner.stream.cu_stream(),
+            )
+        }
+        .map_err(|e| driver_error("copying on the device", e))
+    }
+
+    /// Compiles `program`'s source with NVRTC for this device (no cache) and loads the module:
+    /// `(compile seconds, load seconds, image bytes)`.
+    pub fn compile_timed(
+        &self,
+        program: &crate::program::Program,
+    ) -> Result<(f64, f64, usize), BackendError> {
+        self.bind()?;
+        let source = program.source();
+        let target = self.target();
+        let started = std::time::Instant::now();
+        let image = self
+            .nvrtc
+            .compile(&source, target)
+            .map_err(|e| BackendError::Device {
+                device: crate::NAME.into(),
+                message: e.to_string(),
+            })?;
+        let compiled = started.elapsed().as_secs_f64();
+        let started = std::time::Instant::now();
+        // SAFETY: a complete image, alive during the call; the module is unloaded below.
+        let module = unsafe {
+            cudarc::driver::result::module::load_data(image.as_ptr() as *const std::ffi::c_void)
+        }
+        .map_err(|e| driver_error("loading a module", e))?;
+        let loaded = started.elapsed().as_secs_f64();
+        // SAFETY: loaded just above, unloaded once.
+        let _ = unsafe { cudarc::driver::result::module::unload(module) };
+        Ok((compiled, loaded, image.len()))
+    }
+
+    /// The driver's CUDA version (`12040` for 12.4), when it answers.
+    pub fn driver_version(&self) -> Option<i32> {
+        let mut version = 0;
+        // SAFETY: the driver writes one integer; a `Device` exists, so the driver is loaded.
+        let status = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut version) };
+        (status == cudarc::driver::sys::CUresult::CUDA_SUCCESS).then_some(version)
+    }
 }
