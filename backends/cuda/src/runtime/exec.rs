@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 struct Module {
     module: cudarc::driver::sys::CUmodule,
     functions: Vec<cudarc::driver::sys::CUfunction>,
+    context: Arc<cudarc::driver::CudaContext>,
 }
 
 // SAFETY: module and function handles are plain driver handles, used with the device's
@@ -33,6 +34,7 @@ unsafe impl Sync for Module {}
 
 impl Drop for Module {
     fn drop(&mut self) {
+        let _ = self.context.bind_to_thread();
         // SAFETY: the module is live and unloaded once.
         let _ = unsafe { cudarc::driver::result::module::unload(self.module) };
     }
@@ -75,6 +77,7 @@ impl Loaded {
         let mut loaded_module = Module {
             module,
             functions: Vec::with_capacity(program.kernels.len()),
+            context: device.inner.context.clone(),
         };
         for k in &program.kernels {
             let name = CString::new(k.name.clone())

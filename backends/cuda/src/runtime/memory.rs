@@ -41,17 +41,23 @@ impl DeviceBuffer {
         what: &str,
     ) -> Result<DeviceBuffer, BackendError> {
         let size = bytes.max(1);
-        // SAFETY: the stream is the device's live stream; the memory is only used on it.
-        let ptr = unsafe { cudarc::driver::result::malloc_async(device.stream.cu_stream(), size) }
-            .map_err(|e| match e.0 {
-                cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
-                    BackendError::out_of_memory(
-                        size as u128,
-                        format!("{what} on cuda:{}", device.ordinal),
-                    )
-                }
-                _ => super::driver_error("allocating device memory", e),
-            })?;
+        // SAFETY: the stream is the device's live stream; the memory is only used on it. A
+        // device without memory pools allocates synchronously (a `cuMemAlloc` completes before
+        // any later work of the stream).
+        let allocated = unsafe {
+            if device.async_alloc {
+                cudarc::driver::result::malloc_async(device.stream.cu_stream(), size)
+            } else {
+                cudarc::driver::result::malloc_sync(size)
+            }
+        };
+        let ptr = allocated.map_err(|e| match e.0 {
+            cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => BackendError::out_of_memory(
+                size as u128,
+                format!("{what} on cuda:{}", device.ordinal),
+            ),
+            _ => super::driver_error("allocating device memory", e),
+        })?;
         Ok(DeviceBuffer {
             ptr,
             bytes: size,
@@ -70,11 +76,19 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
-        // A failure here leaves the memory to the context's teardown; there is nobody to
-        // report it to.
-        // SAFETY: the pointer came from `malloc_async` on this stream and is freed once.
-        let _ =
-            unsafe { cudarc::driver::result::free_async(self.ptr, self.device.stream.cu_stream()) };
+        // The last handle may go on any thread: make the context current first. A failure
+        // leaves the memory to the context's teardown; there is nobody to report it to.
+        let _ = self.device.context.bind_to_thread();
+        // SAFETY: the pointer came from the matching allocation on this stream and is freed
+        // once; a synchronous free waits for the work queued on the device first.
+        let _ = unsafe {
+            if self.device.async_alloc {
+                cudarc::driver::result::free_async(self.ptr, self.device.stream.cu_stream())
+            } else {
+                let _ = self.device.stream.synchronize();
+                cudarc::driver::result::free_sync(self.ptr)
+            }
+        };
     }
 }
 

@@ -41,6 +41,8 @@ pub struct DeviceInner {
     pub(crate) ordinal: usize,
     pub(crate) context: Arc<CudaContext>,
     pub(crate) stream: Arc<CudaStream>,
+    /// Whether the device has memory pools (stream-ordered allocation).
+    pub(crate) async_alloc: bool,
 }
 
 impl fmt::Debug for DeviceInner {
@@ -101,10 +103,12 @@ impl Device {
             .map_err(|e| why("reading the multiprocessor count", &e))?;
         let name = context.name().unwrap_or_else(|_| "unknown device".into());
         let nvrtc = Nvrtc::open_default()?;
+        let async_alloc = context.has_async_alloc();
         let inner = Arc::new(DeviceInner {
             ordinal,
             context,
             stream,
+            async_alloc,
         });
         let blas =
             blas::Blas::new(&inner).map_err(|e| Unavailable::missing_library("libcublas", e))?;
