@@ -150,10 +150,10 @@ fn regions(d: DType) -> Vec<(String, Plan)> {
     }
     // fori, host-driven: carries of two shapes, a const, a reduction and a matmul in the body,
     // a nested cond.
-    let nested_then = body(&[vec3.clone()], |b, v| {
+    let nested_then = body(std::slice::from_ref(&vec3), |b, v| {
         vec![b.unary(UnaryOp::Sin, v[0]).unwrap()]
     });
-    let nested_else = body(&[vec3.clone()], |b, v| {
+    let nested_else = body(std::slice::from_ref(&vec3), |b, v| {
         vec![b.unary(UnaryOp::Cos, v[0]).unwrap()]
     });
     let nested = Arc::new(

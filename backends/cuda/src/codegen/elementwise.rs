@@ -275,11 +275,21 @@ mod tests {
             }
         }
         assert_eq!(
-            expression(&Op::Unary(UnaryOp::Sin), &[y.clone()], Elem::F32).unwrap(),
+            expression(
+                &Op::Unary(UnaryOp::Sin),
+                std::slice::from_ref(&y),
+                Elem::F32
+            )
+            .unwrap(),
             "sinf(y)"
         );
         assert_eq!(
-            expression(&Op::Unary(UnaryOp::Sin), &[x.clone()], Elem::F32).unwrap(),
+            expression(
+                &Op::Unary(UnaryOp::Sin),
+                std::slice::from_ref(&x),
+                Elem::F32
+            )
+            .unwrap(),
             "sinf(((float)(x)))"
         );
         // A cast to bool tests the stored float64 value, not its float32 rounding.

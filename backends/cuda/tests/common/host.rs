@@ -10,6 +10,9 @@
 //! here has had its buffers, regions, releases and library arguments exercised as on a
 //! device.
 
+// Matrix code reads best indexed by row and column.
+#![allow(clippy::needless_range_loop)]
+
 use quabla_backend::{BackendError, HostTensor};
 use quabla_cuda::exec::{self, Machine, OutputValue};
 use quabla_cuda::program::{
