@@ -4,6 +4,7 @@
 //! reaches the backend as `Precision::Float64`. The backend here is the CPU's computation under
 //! another name claiming no float64 execution, so the facade's side is checked without a GPU.
 
+use qb::prelude::*;
 use quabla as qb;
 use quabla_backend::{Backend, Capabilities, Executable, Precision};
 use quabla_ir::Plan;
@@ -121,4 +122,40 @@ fn float64_plans_on_a_float32_device_warn_unless_compiled_at_float64() {
         lowered.program().compile("f32dev").eval().unwrap();
     });
     assert_eq!(seen, ["f32dev runs float64 programs in float32"]);
+
+    // The Trainer: float64 parameters on the device warn when its step is built, and its
+    // `precision("float64")` reaches the backend for the step and for the loss.
+    let loss = |p: &qb::Tensor, x: &qb::Tensor| (x.clone() - p).powi(2).sum();
+    let trainer = |precision: Option<&str>| {
+        let mut t = qb::optim::Trainer::new(
+            loss,
+            qb::array([0.0, 0.0, 0.0]).unwrap(),
+            qb::optim::Sgd::new(0.25),
+            x64.clone(),
+        )
+        .device("f32dev")
+        .precision(precision)
+        .build()
+        .unwrap();
+        t.step().unwrap();
+        let after = t.loss().unwrap().item().unwrap();
+        // One step of SGD from 0 with rate 1/4 moves p halfway to x: loss = sum((x/2)^2).
+        assert_eq!(after, 0.25 + 1.0 + 2.25);
+    };
+    let seen = warnings_of(|| trainer(None));
+    assert!(
+        !seen.is_empty()
+            && seen
+                .iter()
+                .all(|w| w == "f32dev runs float64 programs in float32"),
+        "{seen:?}"
+    );
+    COMPILED_AT.lock().unwrap().clear();
+    let seen = warnings_of(|| trainer(Some("float64")));
+    assert!(seen.is_empty(), "{seen:?}");
+    let compiled = COMPILED_AT.lock().unwrap().clone();
+    assert!(
+        !compiled.is_empty() && compiled.iter().all(|p| *p == Precision::Float64),
+        "{compiled:?}"
+    );
 }

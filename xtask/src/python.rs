@@ -91,7 +91,8 @@ pub(crate) fn ensure_nvrtc() -> Result<()> {
                 Err(e)
             } else {
                 println!(
-                    "xtask: the package registry cannot be reached; the NVRTC compile tests will                      skip"
+                    "xtask: the package registry cannot be reached; the NVRTC compile tests \
+                     will skip"
                 );
                 Ok(())
             }

@@ -213,9 +213,21 @@ pub trait Backend: Send + Sync + fmt::Debug {
 
     /// Compiles a plan at a [`Precision`]. The default compiles it as [`Backend::compile`]
     /// does: a backend whose float32 is native already (CUDA, MLX, plugins) accepts
-    /// [`Precision::Float32`] and changes nothing.
+    /// [`Precision::Float32`] and changes nothing. It refuses [`Precision::Float64`] on a
+    /// backend without float64 execution (UN2, op `precision="float64"`) rather than run the
+    /// plan in float32 unasked: such a backend must implement this method to honour it (the
+    /// linked CUDA backend does; the plugin ABI does not carry the precision).
     fn compile_with(&self, plan: &Plan, precision: Precision) -> Result<Arc<dyn Executable>> {
-        let _ = precision;
+        if precision == Precision::Float64 && !self.capabilities().float64 {
+            return Err(BackendError::Unsupported {
+                op: "precision=\"float64\"".into(),
+                device: self.name().into(),
+                reason: "this backend computes in float32 and has no float64 mode here (a \
+                         plugin receives no precision); link the backend into the program, or \
+                         leave precision unset to run in float32"
+                    .into(),
+            });
+        }
         self.compile(plan)
     }
 

@@ -168,7 +168,7 @@ fn main() -> ExitCode {
         device.name(),
         device.arch(),
         device.multiprocessors(),
-        backend.capabilities().device_count,
+        backend.driver_device_count(),
         device
             .driver_version()
             .map_or("unknown".into(), |v| format!("{}.{}", v / 1000, (v % 1000) / 10)),

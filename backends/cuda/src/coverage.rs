@@ -24,6 +24,17 @@ pub const COLUMNS: [(&str, DType, Precision); 4] = [
     ),
 ];
 
+/// The column of each dtype at the reference precision. The match has no wildcard: a dtype
+/// added to the IR does not compile until the table has a column for it (and a test checks
+/// that [`COLUMNS`] agrees).
+pub fn column_of(dtype: DType) -> usize {
+    match dtype {
+        DType::F32 => 0,
+        DType::F64 => 1,
+        DType::Bool => 2,
+    }
+}
+
 /// One cell: how a plan of one op at one dtype lowers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Cell {

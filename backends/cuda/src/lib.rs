@@ -78,6 +78,12 @@ impl CudaBackend {
     pub fn device(&self) -> &Arc<runtime::Device> {
         &self.device
     }
+
+    /// How many devices the driver lists (the backend drives the first; see
+    /// `Backend::capabilities`).
+    pub fn driver_device_count(&self) -> usize {
+        self.device_count
+    }
 }
 
 /// Checks that `cudarc` finds a library opened by `discovery` under one of its names.
@@ -157,10 +163,15 @@ impl Backend for CudaBackend {
 
     /// `float64: false`: float64 plans run in float32 unless compiled at
     /// `Precision::Float64` (numerics.md §1.6).
+    ///
+    /// `device_count: 1`, whatever the driver lists ([`CudaBackend::driver_device_count`]):
+    /// the backend interface does not pass a `cuda:N` ordinal to the backend, so every plan
+    /// runs on `cuda:0`, and claiming more devices would let `cuda:1` run silently on
+    /// `cuda:0`. With one device the facade refuses `cuda:N` for N ≥ 1 instead.
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             float64: false,
-            device_count: self.device_count,
+            device_count: 1,
         }
     }
 
@@ -271,7 +282,8 @@ mod tests {
     fn opening_reports_devices_or_why_not_without_panicking() {
         match CudaBackend::open() {
             Ok(backend) => {
-                assert!(backend.capabilities().device_count >= 1);
+                assert_eq!(backend.capabilities().device_count, 1);
+                assert!(backend.driver_device_count() >= 1);
                 assert_eq!(backend.name(), "cuda");
             }
             Err(why) => {

@@ -2,6 +2,7 @@
 //! what the lowering does: it is regenerated here and compared. `BLESS=1` rewrites the file
 //! (review the diff).
 
+use quabla_backend::Precision;
 use quabla_cuda::coverage::{self, Cell};
 use std::path::Path;
 
@@ -29,6 +30,15 @@ fn every_op_lowers_at_every_dtype_it_has_except_custom_rules_and_float32_in_floa
                     || (column.contains("precision") && why.contains("cannot contain float32"));
                 assert!(expected, "{op} at {column} is refused: {why}");
             }
+        }
+    }
+}
+
+#[test]
+fn every_dtype_of_the_ir_has_a_column() {
+    for (i, &(name, dtype, precision)) in coverage::COLUMNS.iter().enumerate() {
+        if precision == Precision::Reference {
+            assert_eq!(coverage::column_of(dtype), i, "column {name}");
         }
     }
 }

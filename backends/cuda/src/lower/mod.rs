@@ -59,6 +59,7 @@ pub fn compute_type(precision: Precision) -> Elem {
 
 /// Lowers `plan` at `precision` (see the module docs).
 pub fn lower(plan: &Plan, precision: Precision) -> Result<Program, BackendError> {
+    check_dtypes(plan.graph())?;
     let t = compute_type(precision);
     if t == Elem::F64 {
         check_float64_only(plan.graph())?;
@@ -102,6 +103,28 @@ pub fn lower(plan: &Plan, precision: Precision) -> Result<Program, BackendError>
         steps,
         outputs,
     })
+}
+
+/// Every value of the graph (and of its bodies) has a dtype the kernels handle: float32,
+/// float64, or bool stored as 0/1 of a floating type.
+///
+/// The match has no wildcard on purpose: a dtype added to the IR stops this crate compiling
+/// here, and the fix is either to lower it through every kernel generator (storage, literals,
+/// casts, reductions, the library calls) or to refuse it at this point with
+/// [`unsupported`] naming the op that makes the value — never to let it reach the kernels as
+/// if it were a float.
+fn check_dtypes(g: &Graph) -> Result<(), BackendError> {
+    for node in g.nodes() {
+        match node.ty.dtype {
+            DType::F32 | DType::F64 | DType::Bool => {}
+        }
+        if let Op::Region(call) = &node.op {
+            for (_, body) in call.region.bodies() {
+                check_dtypes(body)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// UN3: a float64 program may not hold a float32 value (in any body either).

@@ -34,7 +34,7 @@ pub struct HostKernels {
 }
 
 impl HostKernels {
-    /// Compiles `kernels` (with the prelude) with `$CXX` (default `g++`) and loads them.
+    /// Compiles `kernels` (with the prelude) with the host C++ compiler and loads them.
     pub fn compile<'k>(kernels: impl IntoIterator<Item = &'k Kernel>) -> HostKernels {
         let kernels: Vec<&Kernel> = kernels.into_iter().collect();
         let source = quabla_cuda::codegen::source_of(kernels.iter().copied());
@@ -47,7 +47,7 @@ impl HostKernels {
         let src = dir.join("kernels.cpp");
         let lib = dir.join("kernels.so");
         std::fs::write(&src, &source).expect("writing the kernels");
-        let cxx = std::env::var("CXX").unwrap_or_else(|_| "g++".into());
+        let cxx = host_compiler();
         let out = Command::new(&cxx)
             .args([
                 "-std=c++17",
@@ -88,6 +88,27 @@ impl HostKernels {
             _dir: dir,
         }
     }
+}
+
+/// The host C++ compiler: `$CXX`, else the first of `c++`, `g++`, `clang++` that runs.
+fn host_compiler() -> String {
+    if let Ok(cxx) = std::env::var("CXX") {
+        return cxx;
+    }
+    for candidate in ["c++", "g++", "clang++"] {
+        let runs = Command::new(candidate)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if runs {
+            return candidate.into();
+        }
+    }
+    panic!(
+        "the host model of the CUDA device compiles the generated kernels with a C++ compiler, \
+         and none was found (tried $CXX, c++, g++, clang++): install one (Debian/Ubuntu: \
+         apt-get install g++) or set CXX"
+    )
 }
 
 /// Host memory standing for a device allocation (8-byte aligned, zeroed).
