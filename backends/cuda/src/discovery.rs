@@ -203,6 +203,49 @@ impl Search {
     }
 }
 
+impl Search {
+    /// What was looked at and held no library folder for `lib`: the `site-packages` folders
+    /// without an NVIDIA wheel folder, the toolkit roots without a library folder, and the
+    /// folders of `QUABLA_CUDA_LIB_PATH` that do not exist. An error lists these after the
+    /// places searched, so a user can see which environments and toolkits were considered.
+    pub fn looked_at_without_folders(&self, lib: Library) -> Vec<String> {
+        let places = self.places(lib);
+        let holds_place = |root: &Path| {
+            places
+                .iter()
+                .any(|p| matches!(p, Place::Folder { path, .. } if path.starts_with(root)))
+        };
+        let mut out = Vec::new();
+        for folder in &self.first {
+            if !folder.is_dir() {
+                out.push(format!(
+                    "{} ({LIB_PATH_VAR}) does not exist",
+                    folder.display()
+                ));
+            }
+        }
+        let sites: Vec<String> = self
+            .site_packages
+            .iter()
+            .filter(|site| !holds_place(&site.join("nvidia")))
+            .map(|site| site.display().to_string())
+            .collect();
+        if !sites.is_empty() {
+            out.push(format!("no NVIDIA wheel in {}", sites.join(", ")));
+        }
+        for (root, from) in &self.toolkits {
+            if !holds_place(root) {
+                out.push(if root.is_dir() {
+                    format!("{} ({from}) has no library folder", root.display())
+                } else {
+                    format!("{} ({from}) does not exist", root.display())
+                });
+            }
+        }
+        out
+    }
+}
+
 fn sorted_subfolders(dir: &Path) -> Vec<PathBuf> {
     let mut subs: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|entries| {
@@ -370,6 +413,10 @@ pub fn open(lib: Library, search: &Search) -> Result<Opened, Unavailable> {
             searched.join(", ")
         }
     );
+    let without = search.looked_at_without_folders(lib);
+    if !without.is_empty() {
+        detail.push_str(&format!(" ({})", without.join("; ")));
+    }
     if let Some(e) = last_error {
         detail.push_str(&format!("; last error: {e}"));
     }
@@ -439,8 +486,17 @@ mod tests {
         assert_eq!(err.library.as_deref(), Some("libnvrtc"));
         assert!(err.reason.contains("libnvrtc.so.12"), "{err}");
         assert!(err.reason.contains(&dir.display().to_string()), "{err}");
-        // Folders that do not exist are not listed as searched.
-        assert!(!err.reason.contains("/no/such/folder"), "{err}");
+        // Folders that do not exist are not listed as searched, but said to be missing.
+        assert!(
+            !err.reason.contains("searched /no/such/folder")
+                && !err.reason.contains(", /no/such/folder ("),
+            "{err}"
+        );
+        assert!(
+            err.reason
+                .contains("/no/such/folder (QUABLA_CUDA_LIB_PATH) does not exist"),
+            "{err}"
+        );
         assert!(err.reason.contains("nvidia-cuda-nvrtc-cu12"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -476,6 +532,40 @@ mod tests {
             })
             .collect();
         assert_eq!(folders, [&own, &shared]);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn environments_and_toolkits_without_the_library_are_named() {
+        let root = std::env::temp_dir().join(format!("quabla-cuda-empty-{}", std::process::id()));
+        let site = root.join("site-packages");
+        let toolkit = root.join("cuda");
+        std::fs::create_dir_all(&site).unwrap();
+        std::fs::create_dir_all(&toolkit).unwrap();
+        let search = Search {
+            site_packages: vec![site.clone()],
+            toolkits: vec![
+                (toolkit.clone(), "$CUDA_PATH"),
+                (root.join("absent"), "/usr/local/cuda"),
+            ],
+            ..Search::default()
+        };
+        let err = open(Library::Cusolver, &search).unwrap_err();
+        for part in [
+            format!("no NVIDIA wheel in {}", site.display()),
+            format!("{} ($CUDA_PATH) has no library folder", toolkit.display()),
+            format!(
+                "{} (/usr/local/cuda) does not exist",
+                root.join("absent").display()
+            ),
+        ] {
+            assert!(err.reason.contains(&part), "{part:?} in {err}");
+        }
+        // A wheel folder found is a place searched, not a missing one.
+        std::fs::create_dir_all(site.join("nvidia").join("cusolver").join("lib")).unwrap();
+        let err = open(Library::Cusolver, &search).unwrap_err();
+        assert!(!err.reason.contains("no NVIDIA wheel"), "{err}");
+        assert!(err.reason.contains("(pip wheel)"), "{err}");
         std::fs::remove_dir_all(&root).unwrap();
     }
 

@@ -18,7 +18,7 @@ use quabla_cuda::exec::{self, Machine, OutputValue};
 use quabla_cuda::program::{
     storage_of, ConstData, Elem, Gemm, Kernel, Program, Role, Solver, SolverCall, Trsm,
 };
-use quabla_ir::{DType, HostData};
+use quabla_ir::{DType, HostData, Shape};
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -778,6 +778,99 @@ pub fn run(
             d => HostData::from_f64(d, values),
         };
         out.push(HostTensor::new(o.shape.clone(), data));
+    }
+    Ok(out)
+}
+
+/// A tensor held in the host model's device memory, as `runtime::CudaMemory` holds one.
+pub struct Resident {
+    pub buffer: HostBuffer,
+    pub dtype: DType,
+    pub shape: Shape,
+}
+
+impl Resident {
+    /// Uploads a host tensor.
+    pub fn upload(t: &HostTensor) -> Resident {
+        Resident {
+            buffer: upload(t),
+            dtype: t.dtype(),
+            shape: t.shape.clone(),
+        }
+    }
+
+    /// The address of its storage.
+    pub fn address(&self) -> u64 {
+        self.buffer.address()
+    }
+
+    /// Reads it back.
+    pub fn download(&self) -> HostTensor {
+        let elem = storage_of(self.dtype);
+        // SAFETY: the buffer holds the tensor's values, stored by its dtype.
+        let values: Vec<f64> = (0..self.shape.size())
+            .map(|i| unsafe { load(self.address(), elem, i) })
+            .collect();
+        let data = match self.dtype {
+            DType::Bool => HostData::Bool(values.iter().map(|&v| v != 0.0).collect()),
+            d => HostData::from_f64(d, values),
+        };
+        HostTensor::new(self.shape.clone(), data)
+    }
+
+    /// The size of its values in bytes (what the device allocates for it).
+    pub fn bytes(&self) -> usize {
+        self.shape.size() * storage_of(self.dtype).size()
+    }
+}
+
+/// Runs `program` on resident inputs and leaves its outputs resident, taking the storage of
+/// each output first from `pool` (tensors donated to earlier runs: one of the same size in
+/// bytes), as `runtime::Loaded::run` does on the device. An output that is an input, or
+/// repeats an earlier output, is copied here (the device shares the handle instead).
+pub fn run_resident(
+    kernels: &HostKernels,
+    program: &Program,
+    inputs: &[&Resident],
+    pool: &mut Vec<Resident>,
+) -> Result<Vec<Resident>, BackendError> {
+    let machine = HostMachine::new(kernels, program);
+    let addresses: Vec<u64> = inputs.iter().map(|r| r.address()).collect();
+    let mut constant_buffers = Vec::new();
+    let mut constants = HashMap::new();
+    for (id, decl) in program.buffers.iter().enumerate() {
+        if let Role::Constant(data) = &decl.role {
+            let b = constant(data);
+            constants.insert(id, b.address());
+            constant_buffers.push(b);
+        }
+    }
+    let mut pooled = |bytes: usize| {
+        let i = pool.iter().position(|r| r.bytes() == bytes)?;
+        Some(pool.swap_remove(i).buffer)
+    };
+    let values = exec::execute(&machine, program, &addresses, &constants, &mut pooled)?;
+    let mut out: Vec<Resident> = Vec::new();
+    for (value, o) in values.into_iter().zip(&program.outputs) {
+        let copy_of = |address: u64, bytes: usize| {
+            let b = HostBuffer::new(bytes);
+            // SAFETY: both hold `bytes` bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(address as *const u8, b.address() as *mut u8, bytes)
+            };
+            b
+        };
+        let bytes = o.shape.size() * storage_of(o.dtype).size();
+        let buffer = match value {
+            OutputValue::Owned(b) => b,
+            OutputValue::Input(k) => copy_of(inputs[k].address(), bytes),
+            OutputValue::Same(j) => copy_of(out[j].address(), bytes),
+        };
+        out.push(Resident {
+            buffer,
+            dtype: o.dtype,
+            shape: o.shape.clone(),
+        });
     }
     Ok(out)
 }
