@@ -230,15 +230,21 @@ impl Search {
             .filter(|site| !holds_place(&site.join("nvidia")))
             .map(|site| site.display().to_string())
             .collect();
-        if !sites.is_empty() {
+        // The driver never comes as a wheel: saying there was none would only distract.
+        if !sites.is_empty() && lib.wheel_folder().is_some() {
             out.push(format!("no NVIDIA wheel in {}", sites.join(", ")));
         }
         for (root, from) in &self.toolkits {
             if !holds_place(root) {
-                out.push(if root.is_dir() {
-                    format!("{} ({from}) has no library folder", root.display())
+                let name = if root.as_os_str() == *from {
+                    root.display().to_string()
                 } else {
-                    format!("{} ({from}) does not exist", root.display())
+                    format!("{} ({from})", root.display())
+                };
+                out.push(if root.is_dir() {
+                    format!("{name} has no library folder")
+                } else {
+                    format!("{name} does not exist")
                 });
             }
         }
@@ -561,6 +567,10 @@ mod tests {
         ] {
             assert!(err.reason.contains(&part), "{part:?} in {err}");
         }
+        // The driver is never a wheel: no word about wheels for it.
+        let err = open(Library::Driver, &search).unwrap_err();
+        assert!(!err.reason.contains("wheel"), "{err}");
+        assert!(err.reason.contains("has no library folder"), "{err}");
         // A wheel folder found is a place searched, not a missing one.
         std::fs::create_dir_all(site.join("nvidia").join("cusolver").join("lib")).unwrap();
         let err = open(Library::Cusolver, &search).unwrap_err();
