@@ -13,10 +13,12 @@ use quabla_ir::{
 use std::sync::Arc;
 
 /// The columns: a dtype, at a precision.
-pub const COLUMNS: [(&str, DType, Precision); 4] = [
+pub const COLUMNS: [(&str, DType, Precision); 6] = [
     ("float32", DType::F32, Precision::Reference),
     ("float64", DType::F64, Precision::Reference),
     ("bool", DType::Bool, Precision::Reference),
+    ("int32", DType::I32, Precision::Reference),
+    ("int64", DType::I64, Precision::Reference),
     (
         "float64, precision=\"float64\"",
         DType::F64,
@@ -32,6 +34,8 @@ pub fn column_of(dtype: DType) -> usize {
         DType::F32 => 0,
         DType::F64 => 1,
         DType::Bool => 2,
+        DType::I32 => 3,
+        DType::I64 => 4,
     }
 }
 

@@ -76,6 +76,9 @@ pub fn storage_of(dtype: DType) -> Elem {
     match dtype {
         DType::F64 => Elem::F64,
         DType::F32 | DType::Bool => Elem::F32,
+        // Never stored: lowering refuses integer values (`lower::check_dtypes`) and `upload`
+        // refuses integer tensors.
+        DType::I32 | DType::I64 => Elem::F64,
     }
 }
 

@@ -41,7 +41,8 @@ impl Value {
 /// for the ops written as operators.
 fn unary_function(op: UnaryOp) -> Option<&'static str> {
     Some(match op {
-        UnaryOp::Neg => return None,
+        // `bitwise_not` has no expression at all (see `expression`).
+        UnaryOp::Neg | UnaryOp::BitNot => return None,
         UnaryOp::Tanh => "tanh",
         UnaryOp::Exp => "exp",
         UnaryOp::Log => "log",
@@ -88,6 +89,8 @@ fn bool_to_t(cond: &str, t: Elem) -> String {
 pub fn expression(op: &Op, operands: &[Value], t: Elem) -> Option<String> {
     let a = |i: usize| operands[i].as_t(t);
     Some(match op {
+        // Integer functions are refused before code generation (`lower::check_dtypes`).
+        Op::Unary(UnaryOp::BitNot) => return None,
         Op::Unary(u) => match unary_function(*u) {
             Some(f) => format!("{}({})", math(f, t), a(0)),
             None => format!("(-{})", a(0)),
@@ -101,6 +104,15 @@ pub fn expression(op: &Op, operands: &[Value], t: Elem) -> Option<String> {
             BinaryOp::Pow => format!("{}({}, {})", math("pow", t), a(0), a(1)),
             BinaryOp::Atan2 => format!("{}({}, {})", math("atan2", t), a(0), a(1)),
             BinaryOp::Fmod => format!("{}({}, {})", math("fmod", t), a(0), a(1)),
+            // Integer functions are refused before code generation (`lower::check_dtypes`).
+            BinaryOp::FloorDiv
+            | BinaryOp::Rem
+            | BinaryOp::BitAnd
+            | BinaryOp::BitOr
+            | BinaryOp::BitXor
+            | BinaryOp::ShiftLeft
+            | BinaryOp::ShiftRightArithmetic
+            | BinaryOp::ShiftRightLogical => return None,
         },
         Op::Compare(c) => {
             let sym = match c {
@@ -122,6 +134,8 @@ pub fn expression(op: &Op, operands: &[Value], t: Elem) -> Option<String> {
                 bool_to_t(&format!("{x} != 0 || {x} != {x}"), t)
             }
             DType::F32 | DType::F64 => a(0),
+            // Integer values are refused before code generation (`lower::check_dtypes`).
+            DType::I32 | DType::I64 => return None,
         },
         Op::StopGradient => a(0),
         _ => return None,
@@ -266,12 +280,30 @@ mod tests {
                 weak: false,
             },
         ]);
+        // The integer functions have no expression: lowering refuses them before code
+        // generation (`lower::check_dtypes`).
+        let integer = |op: &Op| match op {
+            Op::Unary(u) => !u.takes_floats(),
+            Op::Binary(b) => matches!(
+                b,
+                BinaryOp::FloorDiv
+                    | BinaryOp::Rem
+                    | BinaryOp::BitAnd
+                    | BinaryOp::BitOr
+                    | BinaryOp::BitXor
+                    | BinaryOp::ShiftLeft
+                    | BinaryOp::ShiftRightArithmetic
+                    | BinaryOp::ShiftRightLogical
+            ),
+            _ => false,
+        };
         for op in ops {
             assert!(op.is_elementwise(), "{op:?}");
             for t in [Elem::F32, Elem::F64] {
                 let operands = [x.clone(), y.clone(), x.clone()];
-                let e = expression(&op, &operands, t).unwrap();
-                assert!(!e.is_empty());
+                let e = expression(&op, &operands, t);
+                assert_eq!(e.is_none(), integer(&op), "{op:?}");
+                assert!(e.is_none_or(|e| !e.is_empty()));
             }
         }
         assert_eq!(

@@ -117,6 +117,14 @@ fn check_dtypes(g: &Graph) -> Result<(), BackendError> {
     for node in g.nodes() {
         match node.ty.dtype {
             DType::F32 | DType::F64 | DType::Bool => {}
+            DType::I32 | DType::I64 => return Err(integers_refused(&node.op)),
+        }
+        // Integer functions on bools (`~`, `&`, `//` of bool operands) use the integer
+        // semantics too.
+        let operands: Vec<&quabla_ir::TensorType> =
+            node.operands.iter().map(|&a| &g.node(a).ty).collect();
+        if quabla_ir::eval::is_integer_node(&node.op, &operands, &node.ty) {
+            return Err(integers_refused(&node.op));
         }
         if let Op::Region(call) = &node.op {
             for (_, body) in call.region.bodies() {
@@ -125,6 +133,16 @@ fn check_dtypes(g: &Graph) -> Result<(), BackendError> {
         }
     }
     Ok(())
+}
+
+/// UN2 for an integer value or function: the kernels compute in floating types, where int64
+/// is not exact, so integer code runs on the CPU.
+fn integers_refused(op: &Op) -> BackendError {
+    unsupported(
+        op.name(),
+        "integer values and functions (int32, int64, bitwise, floor division) do not run on \
+         the CUDA backend yet; run this code on the CPU (device=\"cpu\")",
+    )
 }
 
 /// UN3: a float64 program may not hold a float32 value (in any body either).

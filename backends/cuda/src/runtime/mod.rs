@@ -237,6 +237,12 @@ impl Device {
                 let f: Vec<f32> = v.iter().map(|&b| if b { 1.0 } else { 0.0 }).collect();
                 self.upload_values::<f32>(&f, &what)?
             }
+            HostData::I32(_) | HostData::I64(_) => {
+                return Err(crate::lower::unsupported(
+                    tensor.dtype().name(),
+                    "integer tensors do not live on the CUDA backend yet; keep them on the CPU",
+                ))
+            }
         };
         self.transfers.upload(tensor.shape.nbytes(tensor.dtype()));
         Ok(CudaMemory {
@@ -256,6 +262,13 @@ impl Device {
             DType::Bool => {
                 let f = self.read_values::<f32>(memory.ptr(), n)?;
                 HostData::Bool(f.iter().map(|&x| x != 0.0).collect())
+            }
+            // `upload` refuses integer tensors and no program makes one.
+            DType::I32 | DType::I64 => {
+                return Err(crate::lower::unsupported(
+                    memory.dtype.name(),
+                    "integer tensors do not live on the CUDA backend yet",
+                ))
             }
         };
         self.transfers.download(memory.shape.nbytes(memory.dtype));
