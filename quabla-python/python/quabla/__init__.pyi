@@ -535,4 +535,5 @@ nan: float
 newaxis: None
 
 from . import tree as tree, random as random, optim as optim, linalg as linalg, ode as ode
+from . import distributed as distributed
 __version__: str
