@@ -13,6 +13,7 @@ use quabla_linalg::rules;
 /// by one tangent per output (zeros where the tangent is structurally zero; a bool output's
 /// tangent is a bool `false` array).
 pub fn jvp_graph(g: &Graph, wrt: &[bool]) -> Result<Graph> {
+    let _scope = crate::regions::JvpScope::enter();
     let mut b = GraphBuilder::new();
     let mut remap: Vec<NodeId> = Vec::with_capacity(g.len());
     let inputs: Vec<(NodeId, String, TensorType)> = g

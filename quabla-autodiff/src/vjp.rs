@@ -60,7 +60,7 @@ pub fn vjp_graph(g: &Graph, wrt: &[bool], seeds: &[Seed]) -> Result<Graph> {
     // The forward pass, unchanged, except that an active loop runs as the checkpointing
     // block loops of its VJP: one forward evaluation gives the primal values and the
     // checkpoints the backward pass starts from.
-    let mut tapes: HashMap<usize, crate::regions::ScanTape> = HashMap::new();
+    let mut tapes: HashMap<usize, crate::regions::LoopTape> = HashMap::new();
     let mut loop_outputs: HashMap<usize, NodeId> = HashMap::new();
     for (i, node) in g.nodes().iter().enumerate().skip(inputs.len()) {
         if let Some(out) = loop_outputs.remove(&i) {

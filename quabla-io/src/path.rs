@@ -34,14 +34,55 @@ pub fn save_path(path: impl AsRef<Path>, node: &Node) -> Result<(), IoError> {
 /// [`IoError::Format`] when it is not a valid file.
 pub fn load_path(path: impl AsRef<Path>) -> Result<Node, IoError> {
     let path = path.as_ref();
-    let file = File::open(path).map_err(|e| IoError::io(e).with_path(path))?;
-    // The size lets a truncated file be rejected before its data is read.
-    let size = file
-        .metadata()
-        .ok()
-        .filter(|m| m.is_file())
-        .map(|m| m.len());
-    read_stream(&mut BufReader::new(file), size).map_err(|e| e.with_path(path))
+    let io = |e: std::io::Error| IoError::io(e).with_path(path);
+    // The kind is checked before opening: opening a FIFO for reading blocks until a writer
+    // comes, and a device can stream forever. A reader of such a file can be passed to
+    // `read` instead.
+    check_regular(&fs::metadata(path).map_err(io)?).map_err(io)?;
+    let file = File::open(path).map_err(io)?;
+    // What was opened is checked again (the path may have changed in between); its size
+    // lets a truncated file be rejected before its data is read.
+    let metadata = file.metadata().map_err(io)?;
+    check_regular(&metadata).map_err(io)?;
+    read_stream(&mut BufReader::new(file), Some(metadata.len())).map_err(|e| e.with_path(path))
+}
+
+/// An error unless `metadata` is that of a regular file (naming what it is instead).
+fn check_regular(metadata: &fs::Metadata) -> std::io::Result<()> {
+    let kind = metadata.file_type();
+    if kind.is_file() {
+        return Ok(());
+    }
+    let what = if kind.is_dir() {
+        "a directory"
+    } else {
+        special_kind(&kind)
+    };
+    Err(std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!("{what}, not a regular file; load reads files (open anything else yourself and pass the reader)"),
+    ))
+}
+
+#[cfg(unix)]
+fn special_kind(kind: &fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else {
+        "a special file"
+    }
+}
+
+#[cfg(not(unix))]
+fn special_kind(_: &fs::FileType) -> &'static str {
+    "a special file"
 }
 
 /// Makes temporary names unique within the process; the process id separates processes.

@@ -4,6 +4,7 @@ use faer::linalg::cholesky::llt::factor as llt;
 use faer::{Mat, Par};
 
 use crate::batch::{matrix, matrix_len, push_nan, push_row_major, with_stack};
+use crate::scale;
 use crate::LinalgError;
 
 /// The lower Cholesky factor `L` (`A = L L^T`) of each of `batch` row-major `n x n` matrices,
@@ -30,6 +31,14 @@ pub fn cholesky(a: &[f64], batch: usize, n: usize) -> Result<Vec<f64>, LinalgErr
             push_nan(&mut out, a_len);
             continue;
         }
+        // Only the lower triangle is read, so only it decides the scale; `e` is even, so the
+        // factor of `2^-e A` is `2^(-e/2) L`.
+        let lower: Vec<f64> = (0..n)
+            .flat_map(|i| (0..=i).map(move |j| (i, j)))
+            .map(|(i, j)| a[i * n + j])
+            .collect();
+        let e = scale::exponent(&lower, true);
+        let a = scale::scaled(a, e);
         let mut l = Mat::from_fn(n, n, |i, j| if j <= i { a[i * n + j] } else { 0.0 });
         let req = llt::cholesky_in_place_scratch::<f64>(n, Par::Seq, Default::default());
         let ok = with_stack(req, |stack| {
@@ -52,7 +61,9 @@ pub fn cholesky(a: &[f64], batch: usize, n: usize) -> Result<Vec<f64>, LinalgErr
                 l[(i, j)] = 0.0;
             }
         }
+        let start = out.len();
         push_row_major(l.as_ref(), &mut out);
+        scale::rescale(&mut out[start..], e.map(|e| e / 2));
     }
     Ok(out)
 }

@@ -8,6 +8,7 @@ use crate::batch::{
     all_finite, is_identity, matrix, matrix_len, permute_leading_columns, sorted_spectrum,
     with_stack,
 };
+use crate::scale;
 use crate::sign::apply_to_columns;
 use crate::LinalgError;
 
@@ -35,10 +36,12 @@ pub fn eigh(a: &[f64], batch: usize, n: usize) -> Result<(Vec<f64>, Vec<f64>), L
         let a = matrix(a, index, a_len);
         let w = &mut values[index * n..(index + 1) * n];
         let v = &mut vectors[index * a_len..(index + 1) * a_len];
-        if !all_finite(a) || !factor(a, n, w, v) {
+        let e = scale::exponent(a, false);
+        if !all_finite(a) || !factor(&scale::scaled(a, e), n, w, v) {
             w.fill(f64::NAN);
             v.fill(f64::NAN);
         }
+        scale::rescale(w, e);
     }
     Ok((values, vectors))
 }

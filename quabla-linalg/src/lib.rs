@@ -59,6 +59,7 @@ mod eigh;
 mod lu;
 mod qr;
 pub mod rules;
+mod scale;
 mod sign;
 mod svd;
 mod triangular;

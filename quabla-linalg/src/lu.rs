@@ -11,6 +11,7 @@ use faer::{Mat, MatMut, MatRef, Par};
 use std::sync::Mutex;
 
 use crate::batch::{all_finite, matrix, matrix_len, push_nan, to_mat, with_stack};
+use crate::scale;
 use crate::LinalgError;
 
 /// Right-hand sides are solved in panels of at most this many columns, one faer call per
@@ -56,6 +57,8 @@ impl Threads for RayonThreads {
 
 /// A packed `P A = L U` factorization of one square matrix.
 struct Lu {
+    /// The factors are those of `2^-scale A` ([`crate::scale`]) when `A` had to be scaled.
+    scale: Option<i32>,
     /// Strictly lower part: `L` (unit diagonal implied); upper part with diagonal: `U`.
     packed: Mat<f64>,
     forward: Vec<usize>,
@@ -66,7 +69,8 @@ struct Lu {
 impl Lu {
     /// Factorizes a finite row-major `n x n` matrix.
     fn new(a: &[f64], n: usize) -> Lu {
-        let mut packed = to_mat(a, n, n);
+        let scale = scale::exponent(a, false);
+        let mut packed = to_mat(&scale::scaled(a, scale), n, n);
         let mut forward = vec![0usize; n];
         let mut inverse = vec![0usize; n];
         let req = factor::lu_in_place_scratch::<usize, f64>(n, n, Par::Seq, Default::default());
@@ -82,6 +86,7 @@ impl Lu {
             info.transposition_count
         });
         Lu {
+            scale,
             packed,
             forward,
             inverse,
@@ -265,7 +270,25 @@ impl LuFactors {
             let start = out.len();
             out.resize(start + b_len, 0.0);
             if n > 0 && k > 0 {
-                lu.solve_panels(b, &mut out[start..], k, transpose, threads);
+                // `(2^-e A) y = 2^-f b` (or its transpose) gives `x = 2^(f-e) y`; `b` is scaled
+                // on its own, so that a subnormal right-hand side keeps its digits.
+                let f = if lu.scale.is_some() {
+                    scale::exponent(b, false)
+                } else {
+                    None
+                };
+                lu.solve_panels(
+                    &scale::scaled(b, f),
+                    &mut out[start..],
+                    k,
+                    transpose,
+                    threads,
+                );
+                let back = match (f, lu.scale) {
+                    (None, None) => None,
+                    (f, e) => Some(f.unwrap_or(0) - e.unwrap_or(0)),
+                };
+                scale::rescale(&mut out[start..], back);
             }
         }
         Ok(out)
@@ -291,6 +314,10 @@ impl LuFactors {
                             sign = -sign;
                         }
                         log += u.abs().ln();
+                    }
+                    if let Some(e) = lu.scale {
+                        // det A = 2^(n e) det(2^-e A).
+                        log += (self.n as f64) * f64::from(e) * std::f64::consts::LN_2;
                     }
                     (sign, log)
                 }

@@ -5,6 +5,7 @@ use faer::linalg::qr::no_pivoting::factor as qr_factor;
 use faer::{Conj, Mat, Par};
 
 use crate::batch::{all_finite, matrix, matrix_len, push_nan, push_row_major, to_mat, with_stack};
+use crate::scale;
 use crate::sign::negate;
 use crate::LinalgError;
 
@@ -48,10 +49,12 @@ pub fn qr(
             push_nan(&mut r_out, r_rows * n);
             continue;
         }
+        let e = scale::exponent(a, false);
+        let a = scale::scaled(a, e);
         let mut q = Mat::<f64>::identity(m, q_cols);
         let mut r = Mat::<f64>::zeros(r_rows, n);
         if k > 0 {
-            let mut packed = to_mat(a, m, n);
+            let mut packed = to_mat(&a, m, n);
             let block = qr_factor::recommended_block_size::<f64>(m, n);
             let mut coeff = Mat::<f64>::zeros(block, k);
             let req =
@@ -97,7 +100,9 @@ pub fn qr(
             }
         }
         push_row_major(q.as_ref(), &mut q_out);
+        let start = r_out.len();
         push_row_major(r.as_ref(), &mut r_out);
+        scale::rescale(&mut r_out[start..], e);
     }
     Ok((q_out, r_out))
 }

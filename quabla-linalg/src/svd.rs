@@ -9,6 +9,7 @@ use crate::batch::{
     all_finite, is_identity, matrix, matrix_len, permute_leading_columns, sorted_spectrum,
     with_stack,
 };
+use crate::scale;
 use crate::sign::apply_to_columns;
 use crate::LinalgError;
 
@@ -57,11 +58,13 @@ pub fn svd(
         let u = &mut u_out[index * u_len..(index + 1) * u_len];
         let s = &mut s_out[index * k..(index + 1) * k];
         let vh = &mut vh_out[index * vh_len..(index + 1) * vh_len];
-        if !all_finite(a) || !factor(a, m, n, full, u, s, vh) {
+        let e = scale::exponent(a, false);
+        if !all_finite(a) || !factor(&scale::scaled(a, e), m, n, full, u, s, vh) {
             for out in [u, s, vh] {
                 out.fill(f64::NAN);
             }
         }
+        scale::rescale(s, e);
     }
     Ok((u_out, s_out, vh_out))
 }

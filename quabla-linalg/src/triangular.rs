@@ -4,6 +4,7 @@ use faer::linalg::triangular_solve as tri;
 use faer::{Mat, Par};
 
 use crate::batch::{matrix, matrix_len, push_row_major, to_mat};
+use crate::scale;
 use crate::LinalgError;
 
 /// Solves `op(A) X = B` for each of `batch` pairs by forward/back substitution, where `a` holds
@@ -38,7 +39,22 @@ pub fn triangular_solve(
     let mut out = Vec::with_capacity(b.len());
     for index in 0..batch {
         let a = matrix(a, index, a_len);
-        let mut x = to_mat(matrix(b, index, b_len), n, k);
+        let b = matrix(b, index, b_len);
+        // The triangle read decides the scale (never with a unit diagonal, which does not
+        // scale): `(2^-e A) y = 2^-f b` gives `x = 2^(f-e) y`, `b` scaled on its own.
+        let read: Vec<f64> = (0..n)
+            .flat_map(|i| (0..n).map(move |j| (i, j)))
+            .filter(|&(i, j)| (i == j && !unit_diagonal) || (i != j && (i > j) == lower))
+            .map(|(i, j)| a[i * n + j])
+            .collect();
+        let e = if unit_diagonal {
+            None
+        } else {
+            scale::exponent(&read, false)
+        };
+        let a = scale::scaled(a, e);
+        let f = e.and_then(|_| scale::exponent(b, false));
+        let mut x = to_mat(&scale::scaled(b, f), n, k);
         if n > 0 && k > 0 {
             // A clean copy of the read triangle, zeros elsewhere, so that nothing in the other
             // triangle (NaN included) can reach the result whatever faer's blocking reads.
@@ -66,7 +82,9 @@ pub fn triangular_solve(
                 tri::solve_upper_triangular_in_place(t, x.as_mut(), Par::Seq);
             }
         }
+        let start = out.len();
         push_row_major(x.as_ref(), &mut out);
+        scale::rescale(&mut out[start..], e.map(|e| f.unwrap_or(0) - e));
     }
     Ok(out)
 }

@@ -4,7 +4,8 @@
 //! `int` whenever it is static.
 
 use crate::convert::{to_tensor, type_name};
-use crate::errors::{to_qb, type_error, OrRaise};
+use crate::errors::{to_qb, type_error, value_error, OrRaise};
+use crate::interrupt::run_holding_gil;
 use crate::tensor::{wrap, PyTensor};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
@@ -56,11 +57,13 @@ fn tensor_result(out: &Bound<'_, PyAny>, what: &str) -> qb::Result<qb::Tensor> {
     if is_pytree(out).map_err(to_qb)? {
         return Err(to_qb(pytree_refused(out, what)));
     }
-    to_tensor(out).map_err(|_| {
-        qb::Error::user(format!(
-            "{what} must return one array (the carry), got {}",
-            type_name(out)
-        ))
+    to_tensor(out).map_err(|e| {
+        crate::errors::result_error(out.py(), e, || {
+            format!(
+                "{what} must return one array (the carry), got {}",
+                type_name(out)
+            )
+        })
     })
 }
 
@@ -131,30 +134,8 @@ fn cond<'py>(
         callable_arg(true_fun, "true_fun")?,
         callable_arg(false_fun, "false_fun")?,
     );
-    let out = qb::cond(&pred, branch(&t), branch(&f), &ops);
-    crate::tensor::ret(py, out)
-}
-
-/// A static loop bound: a Python int `>= 0` (a `ValueError` naming the bound otherwise, not
-/// the `OverflowError` of a conversion to an unsigned integer).
-pub fn bound(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
-    let py = obj.py();
-    let index = py.import("operator")?.call_method1("index", (obj,));
-    let v: i128 = match index {
-        Ok(i) if !obj.is_instance_of::<pyo3::types::PyBool>() => i.extract()?,
-        // A tracer's __index__ says why it has no value (TR2).
-        Err(e) if e.is_instance(py, crate::errors::quabla_class(py, "TracerError")?.as_any()) => {
-            return Err(e)
-        }
-        _ => {
-            return Err(type_error(format!(
-                "{name} must be a static Python int >= 0, got {}",
-                type_name(obj)
-            )))
-        }
-    };
-    usize::try_from(v)
-        .map_err(|_| crate::errors::value_error(format!("{name} must be an int >= 0, got {v}")))
+    let out = run_holding_gil(py, || qb::cond(&pred, branch(&t), branch(&f), &ops))?;
+    wrap(py, out)
 }
 
 /// `fori_loop(lower, upper, body, init, *, operands=(), unroll=False)`.
@@ -169,6 +150,14 @@ fn fori_loop<'py>(
     operands: Option<&Bound<'py, PyAny>>,
     unroll: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
+    // Static Python ints of any sign (`range(lower, upper)`); a bool is refused as a likely
+    // mistake, a tracer is TR2.
+    let bound = |obj: &Bound<'py, PyAny>, name: &str| -> PyResult<i64> {
+        if obj.is_instance_of::<pyo3::types::PyBool>() {
+            return Err(type_error(format!("{name} must be an int, got bool")));
+        }
+        crate::ints::int_arg(obj, name)
+    };
     let (lower, upper) = (bound(lower, "lower")?, bound(upper, "upper")?);
     let body = callable_arg(body, "body")?;
     let init_obj = init;
@@ -181,10 +170,19 @@ fn fori_loop<'py>(
         .map(operand_tensors)
         .transpose()?
         .unwrap_or_default();
+    // The facade counts from 0 up: a negative lower bound runs the loop over
+    // `0..upper - lower` and hands the body `i + lower`.
+    let (start, end, shift) = if lower >= 0 {
+        (lower as usize, upper.max(lower) as usize, 0)
+    } else {
+        let trips = usize::try_from((upper as i128 - lower as i128).max(0))
+            .map_err(|_| value_error("fori_loop: upper - lower does not fit a loop count"))?;
+        (0, trips, lower)
+    };
     let run_body = |i: qb::LoopIndex, c: qb::Tensor, o: &[qb::Tensor]| -> qb::Result<qb::Tensor> {
         Python::attach(|py| {
             let head = vec![
-                index_object(py, &i).map_err(to_qb)?,
+                shifted_index(py, &i, shift).map_err(to_qb)?,
                 wrap(py, c).map_err(to_qb)?,
             ];
             let args = tensors_tuple(py, head, o).map_err(to_qb)?;
@@ -192,11 +190,28 @@ fn fori_loop<'py>(
             tensor_result(&out, "the fori_loop carry")
         })
     };
-    let out = qb::fori_loop(lower, upper, run_body, &init)
-        .operands(&ops)
-        .unroll(unroll)
-        .eval();
-    crate::tensor::ret(py, out)
+    let out = run_holding_gil(py, || {
+        qb::fori_loop(start, end, run_body, &init)
+            .operands(&ops)
+            .unroll(unroll)
+            .eval()
+    })?;
+    wrap(py, out)
+}
+
+/// The loop index as the body sees it, `shift` added (a Python int when static).
+fn shifted_index<'py>(
+    py: Python<'py>,
+    i: &qb::LoopIndex,
+    shift: i64,
+) -> PyResult<Bound<'py, PyAny>> {
+    if shift == 0 {
+        return index_object(py, i);
+    }
+    match i.static_value() {
+        Some(v) => Ok((v as i64 + shift).into_pyobject(py)?.into_any()),
+        None => wrap(py, i.tensor().add(shift as f64).or_raise()?),
+    }
 }
 
 /// `scan(f, init, *, length, operands=(), unroll=False) -> (carry, ys)`.
@@ -206,7 +221,7 @@ fn scan<'py>(
     py: Python<'py>,
     f: &Bound<'py, PyAny>,
     init: &Bound<'py, PyAny>,
-    length: usize,
+    #[pyo3(from_py_with = crate::ints::param::length)] length: usize,
     operands: Option<&Bound<'py, PyAny>>,
     unroll: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
@@ -227,20 +242,21 @@ fn scan<'py>(
             ];
             let args = tensors_tuple(py, head, o).map_err(to_qb)?;
             let out = f.bind(py).call1(args).map_err(to_qb)?;
-            let pair: (Bound<'_, PyAny>, Bound<'_, PyAny>) = out
-                .extract()
-                .map_err(|_| qb::Error::user("the scan function must return a pair (carry, y)"))?;
+            let pair: (Bound<'_, PyAny>, Bound<'_, PyAny>) = out.extract().map_err(|_| {
+                crate::errors::user_type_error("the scan function must return a pair (carry, y)")
+            })?;
             Ok((
                 tensor_result(&pair.0, "the scan carry")?,
                 tensor_result(&pair.1, "the scan per-step output y")?,
             ))
         })
     };
-    let (carry, ys) = qb::scan(step, &init, length)
-        .operands(&ops)
-        .unroll(unroll)
-        .eval()
-        .or_raise()?;
+    let (carry, ys) = run_holding_gil(py, || {
+        qb::scan(step, &init, length)
+            .operands(&ops)
+            .unroll(unroll)
+            .eval()
+    })?;
     Ok(PyTuple::new(py, [wrap(py, carry)?, wrap(py, ys)?])?.into_any())
 }
 
@@ -254,7 +270,7 @@ fn while_loop<'py>(
     body_fun: &Bound<'py, PyAny>,
     init: &Bound<'py, PyAny>,
     operands: Option<&Bound<'py, PyAny>>,
-    max_trips: Option<usize>,
+    #[pyo3(from_py_with = crate::ints::param::opt_max_trips)] max_trips: Option<usize>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let cf = callable_arg(cond_fun, "cond_fun")?;
     let bf = callable_arg(body_fun, "body_fun")?;
@@ -282,7 +298,7 @@ fn while_loop<'py>(
     if let Some(n) = max_trips {
         looped = looped.max_trips(n);
     }
-    crate::tensor::ret(py, looped.eval())
+    wrap(py, run_holding_gil(py, || looped.eval())?)
 }
 
 /// Registers the control-flow functions on `m`.

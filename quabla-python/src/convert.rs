@@ -24,11 +24,12 @@ fn not_convertible(obj: &Bound<'_, PyAny>) -> PyErr {
     ))
 }
 
-/// `type(obj).__name__`.
+/// `type(obj).__name__`, read without `str()` (which would run pending signal handlers and
+/// lose what they raise).
 pub fn type_name(obj: &Bound<'_, PyAny>) -> String {
     obj.get_type()
         .name()
-        .map(|n| n.to_string())
+        .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "object".into())
 }
 
@@ -220,9 +221,16 @@ fn from_array_like(obj: &Bound<'_, PyAny>) -> PyResult<qb::Tensor> {
 }
 
 fn from_numpy(np: &Bound<'_, PyModule>, obj: &Bound<'_, PyAny>) -> PyResult<qb::Tensor> {
-    let a = np
-        .call_method1("asarray", (obj,))
-        .map_err(|_| not_convertible(obj))?;
+    // An exception the object's own `__array__` raises is its answer and propagates; NumPy
+    // failing to read an object that only looked array-like is TY1.
+    let has_array = obj.hasattr("__array__")?;
+    let a = np.call_method1("asarray", (obj,)).map_err(|e| {
+        if has_array {
+            e
+        } else {
+            not_convertible(obj)
+        }
+    })?;
     let dtype = a.getattr("dtype")?;
     let kind: String = dtype.getattr("kind")?.extract()?;
     let itemsize: usize = dtype.getattr("itemsize")?.extract()?;
@@ -368,33 +376,36 @@ pub fn axes_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<qb::Axes> {
     match obj {
         None => Ok(qb::Axes::All),
         Some(o) if o.is_none() => Ok(qb::Axes::All),
-        Some(o) => Ok(qb::Axes::List(ints(o)?)),
+        Some(o) => Ok(qb::Axes::List(ints(o, "axis")?)),
     }
 }
 
-/// An int or a sequence of ints.
-pub fn ints(obj: &Bound<'_, PyAny>) -> PyResult<Vec<isize>> {
-    if let Ok(i) = obj.extract::<isize>() {
-        return Ok(vec![i]);
-    }
-    obj.extract::<Vec<isize>>().map_err(|_| {
-        type_error(format!(
-            "expected an int or a sequence of ints, got {}",
-            type_name(obj)
-        ))
-    })
+/// An int or a sequence of ints, for the parameter `name` ([`crate::ints`]).
+pub fn ints(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<isize>> {
+    crate::ints::int_list(obj, name)
 }
 
-/// A shape: a sequence of ints, or one int.
+/// A shape: a sequence of ints, or one int. A negative or huge extent is `ValueError`, an
+/// entry that is not an int `TypeError`; a zero extent is the facade's SH6.
 pub fn shape_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
-    if let Ok(i) = obj.extract::<usize>() {
-        return Ok(vec![i]);
-    }
-    obj.extract::<Vec<usize>>().map_err(|_| {
-        type_error(format!(
-            "a shape must be a tuple or list of non-negative ints, got {}",
-            obj.repr().map(|r| r.to_string()).unwrap_or_default()
-        ))
+    crate::ints::int_list(obj, "shape").map_err(|e| {
+        let py = obj.py();
+        let shown = obj
+            .repr()
+            .map(|r| r.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if e.is_instance_of::<pyo3::exceptions::PyValueError>(py) {
+            value_error(format!("a shape must be non-negative ints, got {shown}"))
+        } else if e
+            .get_type(py)
+            .is(py.get_type::<pyo3::exceptions::PyTypeError>())
+        {
+            type_error(format!(
+                "a shape must be an int or a tuple or list of ints, got {shown}"
+            ))
+        } else {
+            e
+        }
     })
 }
 

@@ -93,7 +93,9 @@ fn pair(v: Value, what: &str) -> qb::Result<(Value, Value)> {
             let a = items.pop().unwrap_or(Value::None);
             Ok((a, b))
         }
-        _ => Err(qb::Error::user(format!("{what} must return a pair"))),
+        _ => Err(crate::errors::user_type_error(format!(
+            "{what} must return a pair"
+        ))),
     }
 }
 
@@ -113,12 +115,7 @@ fn nondiff_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<usize>> {
     match obj {
         None => Ok(Vec::new()),
         Some(o) if o.is_none() => Ok(Vec::new()),
-        Some(o) => match o.extract::<usize>() {
-            Ok(i) => Ok(vec![i]),
-            Err(_) => o
-                .extract::<Vec<usize>>()
-                .map_err(|_| type_error("nondiff_argnums must be an int or a tuple of ints")),
-        },
+        Some(o) => crate::ints::int_list(o, "nondiff_argnums"),
     }
 }
 

@@ -30,8 +30,36 @@ impl fmt::Display for Raised {
 impl std::error::Error for Raised {}
 
 /// A Python exception as the error of a Rust callback.
+///
+/// Its message is read with `str()`, which runs pending signal handlers first: when one
+/// raises (Ctrl-C during a callback), that exception replaces `err`, as it would in Python,
+/// instead of being lost while the message is formatted.
 pub fn to_qb(err: PyErr) -> qb::Error {
-    let message = err.to_string();
+    let (err, message) = Python::attach(|py| {
+        let mut err = err;
+        // Each failed `str()` consumed the signal it ran the handler of; a few tries bound
+        // even a storm of signals.
+        for _ in 0..8 {
+            match err.value(py).str() {
+                Ok(text) => {
+                    let kind = err
+                        .get_type(py)
+                        .qualname()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_else(|_| "exception".into());
+                    let text = text.to_string_lossy();
+                    let message = if text.is_empty() {
+                        kind
+                    } else {
+                        format!("{kind}: {text}")
+                    };
+                    return (err, message);
+                }
+                Err(raised) => err = raised,
+            }
+        }
+        (err, "exception".to_string())
+    });
     qb::Error::User {
         message,
         source: Some(Arc::new(Raised(err))),
@@ -131,7 +159,12 @@ fn to_py_in(py: Python<'_>, err: qb::Error) -> PyErr {
         qb::Error::Io { .. } => PyOSError::new_err(message),
         qb::Error::NonFinite { .. } => pyo3::exceptions::PyFloatingPointError::new_err(message),
         qb::Error::OutOfMemory { .. } => PyMemoryError::new_err(message),
-        qb::Error::Cancelled => PyKeyboardInterrupt::new_err(message),
+        // Cancelled by Ctrl-C (crate::interrupt): the SIGINT handler's own exception when it
+        // has not run yet.
+        qb::Error::Cancelled => match py.check_signals() {
+            Err(raised) => raised,
+            Ok(()) => PyKeyboardInterrupt::new_err(message),
+        },
         qb::Error::Warning(w) => match w.kind() {
             qb::warnings::WarningKind::Retrace => raise_quabla(py, "RetraceWarning", (message,)),
             qb::warnings::WarningKind::Float64AsFloat32 => {
@@ -157,6 +190,24 @@ impl<T> OrRaise<T> for qb::Result<T> {
 /// A `TypeError` with `message`.
 pub fn type_error(message: impl Into<String>) -> PyErr {
     PyTypeError::new_err(message.into())
+}
+
+/// A `TypeError` raised by a callback's result (a user function returned the wrong kind of
+/// object: `None` from a schedule, a `str` from a `matvec`), carried through the facade like
+/// an exception the callback raised itself.
+pub fn user_type_error(message: impl Into<String>) -> qb::Error {
+    to_qb(type_error(message))
+}
+
+/// A conversion error of a callback's result: the `TypeError` of a wrong kind of object said
+/// in the callback's terms (`message`), any other exception (one the object's own
+/// `__array__` raised, a ragged list's `ValueError`) unchanged.
+pub fn result_error(py: Python<'_>, e: PyErr, message: impl FnOnce() -> String) -> qb::Error {
+    if e.get_type(py).is(py.get_type::<PyTypeError>()) {
+        user_type_error(message())
+    } else {
+        to_qb(e)
+    }
 }
 
 /// A `ValueError` with `message`.

@@ -190,7 +190,7 @@ mod shapes {
         x: &Bound<'py, PyAny>,
         shape: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        ret(py, to_tensor(x)?.reshape(ints(shape)?))
+        ret(py, to_tensor(x)?.reshape(ints(shape, "shape")?))
     }
 
     #[pyfunction]
@@ -198,7 +198,7 @@ mod shapes {
     pub fn transpose<'py>(
         py: Python<'py>,
         x: &Bound<'py, PyAny>,
-        axes: Option<Vec<isize>>,
+        #[pyo3(from_py_with = crate::ints::list::opt_axes)] axes: Option<Vec<isize>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let x = to_tensor(x)?;
         match axes {
@@ -241,7 +241,7 @@ mod shapes {
         axis: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         match axis {
-            Some(a) if !a.is_none() => ret(py, x.squeeze_axes(ints(a)?)),
+            Some(a) if !a.is_none() => ret(py, x.squeeze_axes(ints(a, "axis")?)),
             _ => ret(py, x.squeeze()),
         }
     }
@@ -252,7 +252,7 @@ mod shapes {
         x: &Bound<'py, PyAny>,
         axis: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        ret(py, to_tensor(x)?.expand_dims(ints(axis)?))
+        ret(py, to_tensor(x)?.expand_dims(ints(axis, "axis")?))
     }
 
     #[pyfunction]
@@ -261,7 +261,7 @@ mod shapes {
         py: Python<'py>,
         x: &Bound<'py, PyAny>,
         indices_or_sections: &Bound<'py, PyAny>,
-        axis: isize,
+        #[pyo3(from_py_with = crate::ints::param::axis)] axis: isize,
     ) -> PyResult<Bound<'py, PyAny>> {
         split_tensor(py, &to_tensor(x)?, indices_or_sections, axis)
     }
@@ -272,10 +272,11 @@ mod shapes {
         spec: &Bound<'py, PyAny>,
         axis: isize,
     ) -> PyResult<Bound<'py, PyAny>> {
-        if let Ok(n) = spec.extract::<usize>() {
+        if crate::ints::is_int(spec)? {
+            let n = crate::ints::int_arg(spec, "indices_or_sections")?;
             ret_list(py, x.split(n, axis))
         } else {
-            ret_list(py, x.split_at(ints(spec)?, axis))
+            ret_list(py, x.split_at(ints(spec, "indices_or_sections")?, axis))
         }
     }
 
@@ -287,7 +288,7 @@ mod shapes {
     pub fn concat<'py>(
         py: Python<'py>,
         tensors_: &Bound<'py, PyAny>,
-        axis: isize,
+        #[pyo3(from_py_with = crate::ints::param::axis)] axis: isize,
     ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::concat(&tensors(tensors_)?, axis))
     }
@@ -297,7 +298,7 @@ mod shapes {
     pub fn stack<'py>(
         py: Python<'py>,
         tensors_: &Bound<'py, PyAny>,
-        axis: isize,
+        #[pyo3(from_py_with = crate::ints::param::axis)] axis: isize,
     ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::stack(&tensors(tensors_)?, axis))
     }
@@ -340,11 +341,41 @@ mod shapes {
         shift: &Bound<'py, PyAny>,
         axis: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let call = qb::roll(to_tensor(x)?, ints(shift)?);
+        let call = qb::roll(to_tensor(x)?, ints(shift, "shift")?);
         match axis {
-            Some(a) if !a.is_none() => ret(py, call.axis(ints(a)?).eval()),
+            Some(a) if !a.is_none() => ret(py, call.axis(ints(a, "axis")?).eval()),
             _ => ret(py, call.eval()),
         }
+    }
+
+    /// `pad_width`: an int, a `(before, after)` pair, or one pair per axis, each a
+    /// non-negative int (`crate::ints`).
+    fn pad_width_arg(w: &Bound<'_, PyAny>) -> PyResult<qb::PadWidth> {
+        use crate::ints::{int_arg, is_int};
+        let shape_error =
+            || type_error("pad_width must be an int, a (before, after) pair or one pair per axis");
+        if is_int(w)? {
+            return Ok(int_arg::<usize>(w, "pad_width")?.into());
+        }
+        let pair = |p: &Bound<'_, PyAny>| -> PyResult<(usize, usize)> {
+            let (a, b): (Bound<'_, PyAny>, Bound<'_, PyAny>) =
+                p.extract().map_err(|_| shape_error())?;
+            Ok((int_arg(&a, "pad_width")?, int_arg(&b, "pad_width")?))
+        };
+        let items: Vec<Bound<'_, PyAny>> = w
+            .try_iter()
+            .map_err(|_| shape_error())?
+            .collect::<PyResult<_>>()?;
+        let all_ints = items
+            .iter()
+            .map(is_int)
+            .collect::<PyResult<Vec<bool>>>()?
+            .into_iter()
+            .all(|b| b);
+        if items.len() == 2 && all_ints {
+            return Ok(pair(w)?.into());
+        }
+        Ok(items.iter().map(pair).collect::<PyResult<Vec<_>>>()?.into())
     }
 
     #[pyfunction]
@@ -357,17 +388,7 @@ mod shapes {
         constant_values: f64,
     ) -> PyResult<Bound<'py, PyAny>> {
         let x = to_tensor(x)?;
-        let width: qb::PadWidth = if let Ok(n) = pad_width.extract::<usize>() {
-            n.into()
-        } else if let Ok(p) = pad_width.extract::<(usize, usize)>() {
-            p.into()
-        } else if let Ok(ps) = pad_width.extract::<Vec<(usize, usize)>>() {
-            ps.into()
-        } else {
-            return Err(type_error(
-                "pad_width must be an int, a (before, after) pair or one pair per axis",
-            ));
-        };
+        let width = pad_width_arg(pad_width)?;
         let mode = match mode {
             "constant" => qb::PadMode::Constant,
             "edge" => qb::PadMode::Edge,
@@ -402,9 +423,9 @@ mod shapes {
         py: Python<'py>,
         x: &Bound<'py, PyAny>,
         repeats: &Bound<'py, PyAny>,
-        axis: Option<isize>,
+        #[pyo3(from_py_with = crate::ints::param::opt_axis)] axis: Option<isize>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let call = qb::repeat(to_tensor(x)?, ints(repeats)?);
+        let call = qb::repeat(to_tensor(x)?, ints(repeats, "repeats")?);
         match axis {
             Some(a) => ret(py, call.axis(a).eval()),
             None => ret(py, call.eval()),
@@ -420,7 +441,11 @@ mod shapes {
     ) -> PyResult<Bound<'py, PyAny>> {
         ret(
             py,
-            qb::moveaxis(&to_tensor(x)?, ints(source)?, ints(destination)?),
+            qb::moveaxis(
+                &to_tensor(x)?,
+                ints(source, "source")?,
+                ints(destination, "destination")?,
+            ),
         )
     }
 
@@ -428,8 +453,8 @@ mod shapes {
     pub fn swapaxes<'py>(
         py: Python<'py>,
         x: &Bound<'py, PyAny>,
-        axis1: isize,
-        axis2: isize,
+        #[pyo3(from_py_with = crate::ints::param::axis1)] axis1: isize,
+        #[pyo3(from_py_with = crate::ints::param::axis2)] axis2: isize,
     ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::swapaxes(&to_tensor(x)?, axis1, axis2))
     }
@@ -439,7 +464,7 @@ mod shapes {
     pub fn diag<'py>(
         py: Python<'py>,
         v: &Bound<'py, PyAny>,
-        k: isize,
+        #[pyo3(from_py_with = crate::ints::param::k)] k: isize,
     ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::diag(to_tensor(v)?).k(k).eval())
     }
@@ -449,9 +474,9 @@ mod shapes {
     pub fn diagonal<'py>(
         py: Python<'py>,
         x: &Bound<'py, PyAny>,
-        offset: isize,
-        axis1: isize,
-        axis2: isize,
+        #[pyo3(from_py_with = crate::ints::param::offset)] offset: isize,
+        #[pyo3(from_py_with = crate::ints::param::axis1)] axis1: isize,
+        #[pyo3(from_py_with = crate::ints::param::axis2)] axis2: isize,
     ) -> PyResult<Bound<'py, PyAny>> {
         ret(
             py,
@@ -468,9 +493,9 @@ mod shapes {
     pub fn trace<'py>(
         py: Python<'py>,
         a: &Bound<'py, PyAny>,
-        offset: isize,
-        axis1: isize,
-        axis2: isize,
+        #[pyo3(from_py_with = crate::ints::param::offset)] offset: isize,
+        #[pyo3(from_py_with = crate::ints::param::axis1)] axis1: isize,
+        #[pyo3(from_py_with = crate::ints::param::axis2)] axis2: isize,
     ) -> PyResult<Bound<'py, PyAny>> {
         ret(
             py,
@@ -487,7 +512,7 @@ mod shapes {
     pub fn cumsum<'py>(
         py: Python<'py>,
         x: &Bound<'py, PyAny>,
-        axis: Option<isize>,
+        #[pyo3(from_py_with = crate::ints::param::opt_axis)] axis: Option<isize>,
         reverse: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let x = to_tensor(x)?;
@@ -516,7 +541,7 @@ mod shapes {
         x: &Bound<'py, PyAny>,
         axis: Option<&Bound<'py, PyAny>>,
         keepdims: bool,
-        ddof: usize,
+        #[pyo3(from_py_with = crate::ints::param::ddof)] ddof: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
         variance(py, qb::var(to_tensor(x)?), axis, keepdims, ddof)
     }
@@ -528,7 +553,7 @@ mod shapes {
         x: &Bound<'py, PyAny>,
         axis: Option<&Bound<'py, PyAny>>,
         keepdims: bool,
-        ddof: usize,
+        #[pyo3(from_py_with = crate::ints::param::ddof)] ddof: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
         variance(py, qb::std(to_tensor(x)?), axis, keepdims, ddof)
     }
@@ -538,7 +563,7 @@ mod shapes {
     pub fn softmax<'py>(
         py: Python<'py>,
         x: &Bound<'py, PyAny>,
-        axis: isize,
+        #[pyo3(from_py_with = crate::ints::param::axis)] axis: isize,
     ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::softmax(to_tensor(x)?, axis))
     }
@@ -548,7 +573,7 @@ mod shapes {
     pub fn log_softmax<'py>(
         py: Python<'py>,
         x: &Bound<'py, PyAny>,
-        axis: isize,
+        #[pyo3(from_py_with = crate::ints::param::axis)] axis: isize,
     ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::log_softmax(to_tensor(x)?, axis))
     }
@@ -634,7 +659,7 @@ mod shapes {
     pub fn powi<'py>(
         py: Python<'py>,
         x: &Bound<'py, PyAny>,
-        exponent: i32,
+        #[pyo3(from_py_with = crate::ints::param::exponent)] exponent: i32,
     ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::powi(operand(x)?, exponent))
     }
@@ -651,11 +676,17 @@ mod shapes {
         let call = match axes {
             None => call.axes(2usize),
             Some(ax) => {
-                if let Ok(n) = ax.extract::<usize>() {
-                    call.axes(n)
+                if crate::ints::is_int(ax)? {
+                    call.axes(crate::ints::int_arg::<usize>(ax, "axes")?)
                 } else {
-                    let (l, r): (Bound<'py, PyAny>, Bound<'py, PyAny>) = ax.extract()?;
-                    call.axes((ints(&l)?, ints(&r)?))
+                    let (l, r): (Bound<'py, PyAny>, Bound<'py, PyAny>) =
+                        ax.extract().map_err(|_| {
+                            type_error(format!(
+                                "tensordot: axes must be an int or a pair of axis lists, got {}",
+                                crate::convert::type_name(ax)
+                            ))
+                        })?;
+                    call.axes((ints(&l, "axes")?, ints(&r, "axes")?))
                 }
             }
         };
@@ -668,10 +699,10 @@ mod shapes {
         py: Python<'py>,
         a: &Bound<'py, PyAny>,
         b: &Bound<'py, PyAny>,
-        axisa: isize,
-        axisb: isize,
-        axisc: isize,
-        axis: Option<isize>,
+        #[pyo3(from_py_with = crate::ints::param::axisa)] axisa: isize,
+        #[pyo3(from_py_with = crate::ints::param::axisb)] axisb: isize,
+        #[pyo3(from_py_with = crate::ints::param::axisc)] axisc: isize,
+        #[pyo3(from_py_with = crate::ints::param::opt_axis)] axis: Option<isize>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let call = qb::cross(to_tensor(a)?, to_tensor(b)?)
             .axisa(axisa)
@@ -716,8 +747,8 @@ mod shapes {
     pub fn diff<'py>(
         py: Python<'py>,
         x: &Bound<'py, PyAny>,
-        n: usize,
-        axis: isize,
+        #[pyo3(from_py_with = crate::ints::param::n)] n: usize,
+        #[pyo3(from_py_with = crate::ints::param::axis)] axis: isize,
         prepend: Option<&Bound<'py, PyAny>>,
         append: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
@@ -738,7 +769,7 @@ mod shapes {
         y: &Bound<'py, PyAny>,
         x: Option<&Bound<'py, PyAny>>,
         dx: f64,
-        axis: isize,
+        #[pyo3(from_py_with = crate::ints::param::axis)] axis: isize,
     ) -> PyResult<Bound<'py, PyAny>> {
         let mut call = qb::trapezoid(to_tensor(y)?).dx(dx).axis(axis);
         if let Some(x) = x.filter(|v| !v.is_none()) {
@@ -803,8 +834,8 @@ mod shapes {
     pub fn gather<'py>(
         py: Python<'py>,
         x: &Bound<'py, PyAny>,
-        indices: Vec<isize>,
-        axis: isize,
+        #[pyo3(from_py_with = crate::ints::list::indices)] indices: Vec<isize>,
+        #[pyo3(from_py_with = crate::ints::param::axis)] axis: isize,
     ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, to_tensor(x)?.gather(indices, axis))
     }
@@ -814,9 +845,9 @@ mod shapes {
     pub fn scatter_add<'py>(
         py: Python<'py>,
         x: &Bound<'py, PyAny>,
-        indices: Vec<isize>,
+        #[pyo3(from_py_with = crate::ints::list::indices)] indices: Vec<isize>,
         updates: &Bound<'py, PyAny>,
-        axis: isize,
+        #[pyo3(from_py_with = crate::ints::param::axis)] axis: isize,
     ) -> PyResult<Bound<'py, PyAny>> {
         ret(
             py,
@@ -902,7 +933,7 @@ impl PyTensor {
         py: Python<'py>,
         axis: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        ret(py, self.t.expand_dims(ints(axis)?))
+        ret(py, self.t.expand_dims(ints(axis, "axis")?))
     }
 
     #[pyo3(signature = (indices_or_sections, axis=0))]
@@ -910,7 +941,7 @@ impl PyTensor {
         &self,
         py: Python<'py>,
         indices_or_sections: &Bound<'py, PyAny>,
-        axis: isize,
+        #[pyo3(from_py_with = crate::ints::param::axis)] axis: isize,
     ) -> PyResult<Bound<'py, PyAny>> {
         shapes::split_tensor(py, &self.t, indices_or_sections, axis)
     }
@@ -931,8 +962,8 @@ impl PyTensor {
     fn swapaxes<'py>(
         &self,
         py: Python<'py>,
-        axis1: isize,
-        axis2: isize,
+        #[pyo3(from_py_with = crate::ints::param::axis1)] axis1: isize,
+        #[pyo3(from_py_with = crate::ints::param::axis2)] axis2: isize,
     ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, self.t.swapaxes(axis1, axis2))
     }
@@ -943,16 +974,28 @@ impl PyTensor {
         source: &Bound<'py, PyAny>,
         destination: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        ret(py, self.t.moveaxis(ints(source)?, ints(destination)?))
+        ret(
+            py,
+            self.t
+                .moveaxis(ints(source, "source")?, ints(destination, "destination")?),
+        )
     }
 
     #[pyo3(signature = (axis=-1))]
-    fn softmax<'py>(&self, py: Python<'py>, axis: isize) -> PyResult<Bound<'py, PyAny>> {
+    fn softmax<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = crate::ints::param::axis)] axis: isize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, self.t.softmax(axis))
     }
 
     #[pyo3(signature = (axis=-1))]
-    fn log_softmax<'py>(&self, py: Python<'py>, axis: isize) -> PyResult<Bound<'py, PyAny>> {
+    fn log_softmax<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = crate::ints::param::axis)] axis: isize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, self.t.log_softmax(axis))
     }
 
@@ -961,7 +1004,7 @@ impl PyTensor {
         slf: &Bound<'py, Self>,
         axis: Option<&Bound<'py, PyAny>>,
         keepdims: bool,
-        ddof: usize,
+        #[pyo3(from_py_with = crate::ints::param::ddof)] ddof: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
         shapes::var(slf.py(), slf.as_any(), axis, keepdims, ddof)
     }
@@ -971,7 +1014,7 @@ impl PyTensor {
         slf: &Bound<'py, Self>,
         axis: Option<&Bound<'py, PyAny>>,
         keepdims: bool,
-        ddof: usize,
+        #[pyo3(from_py_with = crate::ints::param::ddof)] ddof: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
         shapes::std_(slf.py(), slf.as_any(), axis, keepdims, ddof)
     }
@@ -979,7 +1022,7 @@ impl PyTensor {
     #[pyo3(signature = (axis=None, reverse=false))]
     fn cumsum<'py>(
         slf: &Bound<'py, Self>,
-        axis: Option<isize>,
+        #[pyo3(from_py_with = crate::ints::param::opt_axis)] axis: Option<isize>,
         reverse: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         shapes::cumsum(slf.py(), slf.as_any(), axis, reverse)
@@ -1014,7 +1057,11 @@ impl PyTensor {
         ret(py, qb::logical_not(&self.t))
     }
 
-    fn powi<'py>(&self, py: Python<'py>, exponent: i32) -> PyResult<Bound<'py, PyAny>> {
+    fn powi<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = crate::ints::param::exponent)] exponent: i32,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, self.t.powi(exponent))
     }
 
@@ -1022,8 +1069,8 @@ impl PyTensor {
     fn gather<'py>(
         &self,
         py: Python<'py>,
-        indices: Vec<isize>,
-        axis: isize,
+        #[pyo3(from_py_with = crate::ints::list::indices)] indices: Vec<isize>,
+        #[pyo3(from_py_with = crate::ints::param::axis)] axis: isize,
     ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, self.t.gather(indices, axis))
     }
@@ -1032,9 +1079,9 @@ impl PyTensor {
     fn scatter_add<'py>(
         &self,
         py: Python<'py>,
-        indices: Vec<isize>,
+        #[pyo3(from_py_with = crate::ints::list::indices)] indices: Vec<isize>,
         updates: &Bound<'py, PyAny>,
-        axis: isize,
+        #[pyo3(from_py_with = crate::ints::param::axis)] axis: isize,
     ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, self.t.scatter_add(indices, operand(updates)?, axis))
     }
@@ -1048,7 +1095,11 @@ impl PyTensor {
     }
 
     #[pyo3(signature = (k=0))]
-    fn diag<'py>(&self, py: Python<'py>, k: isize) -> PyResult<Bound<'py, PyAny>> {
+    fn diag<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = crate::ints::param::k)] k: isize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, qb::diag(&self.t).k(k).eval())
     }
 
@@ -1056,9 +1107,9 @@ impl PyTensor {
     fn diagonal<'py>(
         &self,
         py: Python<'py>,
-        offset: isize,
-        axis1: isize,
-        axis2: isize,
+        #[pyo3(from_py_with = crate::ints::param::offset)] offset: isize,
+        #[pyo3(from_py_with = crate::ints::param::axis1)] axis1: isize,
+        #[pyo3(from_py_with = crate::ints::param::axis2)] axis2: isize,
     ) -> PyResult<Bound<'py, PyAny>> {
         ret(
             py,
@@ -1074,9 +1125,9 @@ impl PyTensor {
     fn trace<'py>(
         &self,
         py: Python<'py>,
-        offset: isize,
-        axis1: isize,
-        axis2: isize,
+        #[pyo3(from_py_with = crate::ints::param::offset)] offset: isize,
+        #[pyo3(from_py_with = crate::ints::param::axis1)] axis1: isize,
+        #[pyo3(from_py_with = crate::ints::param::axis2)] axis2: isize,
     ) -> PyResult<Bound<'py, PyAny>> {
         ret(
             py,
@@ -1101,7 +1152,7 @@ impl PyTensor {
     fn repeat<'py>(
         slf: &Bound<'py, Self>,
         repeats: &Bound<'py, PyAny>,
-        axis: Option<isize>,
+        #[pyo3(from_py_with = crate::ints::param::opt_axis)] axis: Option<isize>,
     ) -> PyResult<Bound<'py, PyAny>> {
         shapes::repeat(slf.py(), slf.as_any(), repeats, axis)
     }
@@ -1207,7 +1258,7 @@ mod creation {
         py: Python<'py>,
         start: f64,
         stop: f64,
-        num: usize,
+        #[pyo3(from_py_with = crate::ints::param::num)] num: usize,
         dtype: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, of_dtype(dtype)?.linspace(start, stop, num))
@@ -1217,8 +1268,8 @@ mod creation {
     #[pyo3(signature = (n, m=None, dtype=None))]
     pub fn eye<'py>(
         py: Python<'py>,
-        n: usize,
-        m: Option<usize>,
+        #[pyo3(from_py_with = crate::ints::param::n)] n: usize,
+        #[pyo3(from_py_with = crate::ints::param::opt_m)] m: Option<usize>,
         dtype: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         ret(py, of_dtype(dtype)?.eye_rect(n, m.unwrap_or(n)))

@@ -80,19 +80,85 @@ pub(crate) fn as_path(file: &Bound<'_, PyAny>) -> Option<PathBuf> {
     }
 }
 
+/// The method `name` of a file object, or the TypeError of an argument that is neither a
+/// path nor such an object (`save(12345, x)`, `load(None)`).
+fn file_method<'py>(
+    function: &str,
+    file: &Bound<'py, PyAny>,
+    name: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    match file.getattr(name) {
+        Ok(m) if m.is_callable() => Ok(m),
+        _ => Err(type_error(format!(
+            "{function}: file must be a path (str or os.PathLike) or a binary file object \
+             with a {name}() method, got {}",
+            type_name(file)
+        ))),
+    }
+}
+
+/// Writes all of `bytes` with `write`, as many calls as it takes: a writer may take fewer
+/// bytes than offered (a raw stream does) and report how many. A count that is not an int
+/// between 1 and what was offered is `OSError`, since nothing reliable can follow; `None`
+/// from a raw stream (`io.RawIOBase`) means it took nothing (it would block) and is `OSError`
+/// too, while other file objects that return `None` report no count and took everything.
+fn write_all(file: &Bound<'_, PyAny>, write: &Bound<'_, PyAny>, bytes: &[u8]) -> PyResult<()> {
+    let py = file.py();
+    let data = pyo3::types::PyBytes::new(py, bytes);
+    let view = py
+        .import("builtins")?
+        .getattr("memoryview")?
+        .call1((&data,))?;
+    let is_raw = py
+        .import("io")?
+        .getattr("RawIOBase")
+        .and_then(|raw| file.is_instance(&raw))
+        .unwrap_or(false);
+    let total = bytes.len();
+    let mut done = 0;
+    while done < total {
+        let rest = view.get_item(pyo3::types::PySlice::new(
+            py,
+            done as isize,
+            total as isize,
+            1,
+        ))?;
+        let count = write.call1((rest,))?;
+        let left = total - done;
+        if count.is_none() && !is_raw {
+            return Ok(());
+        }
+        let taken = if count.is_instance_of::<PyInt>() && !count.is_instance_of::<PyBool>() {
+            count.extract::<i64>().ok()
+        } else {
+            None
+        };
+        match taken {
+            Some(n) if n >= 1 && n as u64 <= left as u64 => done += n as usize,
+            _ => {
+                let got = count.repr().map(|r| r.to_string()).unwrap_or_default();
+                return Err(pyo3::exceptions::PyOSError::new_err(format!(
+                    "save: {}.write() returned {got} when offered {left} bytes ({done} of \
+                     {total} written); a binary file's write() returns how many bytes it took",
+                    type_name(file)
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `save(file, tree)`.
 #[pyfunction]
 fn save(py: Python<'_>, file: &Bound<'_, PyAny>, tree: &Bound<'_, PyAny>) -> PyResult<()> {
+    let Some(path) = as_path(file) else {
+        let write = file_method("save", file, "write")?;
+        let mut bytes: Vec<u8> = Vec::new();
+        qb::save(&mut bytes, &saveable(tree, 0)?).or_raise()?;
+        return write_all(file, &write, &bytes);
+    };
     let value = saveable(tree, 0)?;
-    match as_path(file) {
-        Some(path) => crate::transforms::run(py, || qb::save(path.as_path(), &value)),
-        None => {
-            let mut bytes: Vec<u8> = Vec::new();
-            qb::save(&mut bytes, &value).or_raise()?;
-            file.call_method1("write", (pyo3::types::PyBytes::new(py, &bytes),))?;
-            Ok(())
-        }
-    }
+    crate::transforms::run(py, || qb::save(path.as_path(), &value))
 }
 
 /// `load(file)`.
@@ -101,7 +167,18 @@ fn load<'py>(py: Python<'py>, file: &Bound<'py, PyAny>) -> PyResult<Bound<'py, P
     let value = match as_path(file) {
         Some(path) => crate::transforms::run(py, || qb::load(path.as_path()))?,
         None => {
-            let bytes: Vec<u8> = file.call_method0("read")?.extract()?;
+            let data = file_method("load", file, "read")?.call0()?;
+            let bytes: Vec<u8> = match data.cast::<pyo3::types::PyBytes>() {
+                Ok(b) => b.as_bytes().to_vec(),
+                Err(_) => data.extract::<Vec<u8>>().map_err(|_| {
+                    type_error(format!(
+                        "load: {}.read() returned {}, expected bytes; open the file in binary \
+                         mode ('rb')",
+                        type_name(file),
+                        type_name(&data)
+                    ))
+                })?,
+            };
             qb::load(&mut bytes.as_slice()).or_raise()?
         }
     };

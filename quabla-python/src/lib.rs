@@ -14,6 +14,8 @@ mod custom;
 mod distributed;
 mod errors;
 mod functions;
+mod interrupt;
+mod ints;
 mod io;
 mod optim;
 mod program;

@@ -147,9 +147,9 @@ fn constant(value: f64) -> PyResult<PyBuiltinSchedule> {
 #[pyo3(signature = (init_value, transition_steps, decay_rate, transition_begin=0, staircase=false, end_value=None))]
 fn exponential_decay(
     init_value: f64,
-    transition_steps: u64,
+    #[pyo3(from_py_with = crate::ints::param::transition_steps)] transition_steps: u64,
     decay_rate: f64,
-    transition_begin: u64,
+    #[pyo3(from_py_with = crate::ints::param::transition_begin)] transition_begin: u64,
     staircase: bool,
     end_value: Option<f64>,
 ) -> PyResult<PyBuiltinSchedule> {
@@ -167,7 +167,11 @@ fn exponential_decay(
 
 #[pyfunction]
 #[pyo3(signature = (init_value, decay_steps, alpha=0.0))]
-fn cosine_decay(init_value: f64, decay_steps: u64, alpha: f64) -> PyResult<PyBuiltinSchedule> {
+fn cosine_decay(
+    init_value: f64,
+    #[pyo3(from_py_with = crate::ints::param::decay_steps)] decay_steps: u64,
+    alpha: f64,
+) -> PyResult<PyBuiltinSchedule> {
     schedule(
         opt::cosine_decay(init_value, decay_steps).alpha(alpha),
         format!("cosine_decay({init_value}, {decay_steps}, alpha={alpha})"),
@@ -179,8 +183,8 @@ fn cosine_decay(init_value: f64, decay_steps: u64, alpha: f64) -> PyResult<PyBui
 fn warmup_cosine_decay(
     init_value: f64,
     peak_value: f64,
-    warmup_steps: u64,
-    decay_steps: u64,
+    #[pyo3(from_py_with = crate::ints::param::warmup_steps)] warmup_steps: u64,
+    #[pyo3(from_py_with = crate::ints::param::decay_steps)] decay_steps: u64,
     end_value: f64,
 ) -> PyResult<PyBuiltinSchedule> {
     schedule(
@@ -191,7 +195,10 @@ fn warmup_cosine_decay(
 }
 
 #[pyfunction]
-fn piecewise_constant(boundaries: Vec<u64>, values: Vec<f64>) -> PyResult<PyBuiltinSchedule> {
+fn piecewise_constant(
+    #[pyo3(from_py_with = crate::ints::list::boundaries)] boundaries: Vec<u64>,
+    values: Vec<f64>,
+) -> PyResult<PyBuiltinSchedule> {
     schedule(
         opt::piecewise_constant(&boundaries, &values),
         format!("piecewise_constant({boundaries:?}, {values:?})"),
@@ -483,9 +490,11 @@ impl PyLbfgs {
     #[new]
     #[pyo3(signature = (history=10, max_iterations=500, max_evaluations=None, tolerance_grad=1e-7, tolerance_change=1e-9, line_search="strong_wolfe", **options))]
     fn new(
-        history: usize,
-        max_iterations: usize,
-        max_evaluations: Option<usize>,
+        #[pyo3(from_py_with = crate::ints::param::history)] history: usize,
+        #[pyo3(from_py_with = crate::ints::param::max_iterations)] max_iterations: usize,
+        #[pyo3(from_py_with = crate::ints::param::opt_max_evaluations)] max_evaluations: Option<
+            usize,
+        >,
         tolerance_grad: f64,
         tolerance_change: f64,
         line_search: &str,
@@ -588,6 +597,13 @@ pub struct PyTrainer {
     batch_args: usize,
 }
 
+thread_local! {
+    /// The trainers whose lock this thread holds (by address): a callback of a step (the loss
+    /// while it is traced, a host schedule) that calls into the same trainer is refused instead
+    /// of waiting for a lock its own thread holds.
+    static HELD: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl PyTrainer {
     /// Runs `f` on the locked trainer with the GIL released.
     fn with<T: Send>(
@@ -595,9 +611,24 @@ impl PyTrainer {
         py: Python<'_>,
         f: impl FnOnce(&mut opt::Trainer<Value, Value, Loss>) -> qb::Result<T> + Send,
     ) -> PyResult<T> {
+        let me = self as *const PyTrainer as usize;
+        if HELD.with(|h| h.borrow().contains(&me)) {
+            return Err(pyo3::exceptions::PyRuntimeError::new_err(
+                "a Trainer was used from inside one of its own steps (its loss or learning-rate \
+                 schedule called it); a callback of a step must not step or read its trainer",
+            ));
+        }
         run(py, || {
             let mut guard = self.t.lock().unwrap_or_else(|e| e.into_inner());
-            f(&mut guard)
+            HELD.with(|h| h.borrow_mut().push(me));
+            let out = f(&mut guard);
+            HELD.with(|h| {
+                let mut h = h.borrow_mut();
+                if let Some(i) = h.iter().rposition(|&t| t == me) {
+                    h.remove(i);
+                }
+            });
+            out
         })
     }
 }

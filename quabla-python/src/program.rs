@@ -41,7 +41,7 @@ impl PyProgram {
         &self,
         py: Python<'_>,
         target: &str,
-        device_ordinal: usize,
+        #[pyo3(from_py_with = crate::ints::param::device_ordinal)] device_ordinal: usize,
     ) -> PyResult<PyExecutable> {
         let e = crate::transforms::run(py, || {
             self.p.compile(target).device_ordinal(device_ordinal).eval()

@@ -78,7 +78,7 @@ fn key(seed: &Bound<'_, PyAny>) -> PyResult<PyKey> {
 fn split<'py>(
     py: Python<'py>,
     key: &Bound<'py, PyAny>,
-    num: usize,
+    #[pyo3(from_py_with = crate::ints::param::num)] num: usize,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let keys = qb::random::split(&key_arg(key)?, num).or_raise()?;
     PyTuple::new(py, keys.into_iter().map(|key| PyKey { key }))

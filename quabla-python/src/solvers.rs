@@ -4,6 +4,7 @@
 
 use crate::convert::{to_tensor, type_name, value_from_py, value_to_py, Leaves};
 use crate::errors::{to_qb, type_error, value_error, OrRaise};
+use crate::interrupt::run_holding_gil;
 use crate::tensor::{ret, wrap, PyTensor};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
@@ -101,11 +102,13 @@ fn tensor_fn<'a>(
             if let Ok(t) = out.cast::<PyTensor>() {
                 return Ok(t.get().t.clone());
             }
-            to_tensor(&out).map_err(|_| {
-                qb::Error::user(format!(
-                    "{solver}: {what} must return an array, got {}",
-                    type_name(&out)
-                ))
+            to_tensor(&out).map_err(|e| {
+                crate::errors::result_error(py, e, || {
+                    format!(
+                        "{solver}: {what} must return an array, got {}",
+                        type_name(&out)
+                    )
+                })
             })
         })
     }
@@ -379,12 +382,21 @@ fn norm<'py>(
     match axis {
         None => {}
         Some(a) if a.is_none() => {}
-        Some(a) => match a.extract::<isize>() {
-            Ok(i) => call = call.axis(i),
+        Some(a) if crate::ints::is_int(a)? => {
+            call = call.axis(crate::ints::int_arg::<isize>(a, "axis")?)
+        }
+        Some(a) => match a.extract::<(Bound<'py, PyAny>, Bound<'py, PyAny>)>() {
+            Ok((i, j)) => {
+                call = call.axis((
+                    crate::ints::int_arg::<isize>(&i, "axis")?,
+                    crate::ints::int_arg::<isize>(&j, "axis")?,
+                ))
+            }
             Err(_) => {
-                call = call.axis(a.extract::<(isize, isize)>().map_err(|_| {
-                    value_error("norm: axis must be None, an int or a pair of ints")
-                })?)
+                return Err(type_error(format!(
+                    "norm: axis must be None, an int or a pair of ints, got {}",
+                    type_name(a)
+                )))
             }
         },
     }
@@ -395,7 +407,7 @@ fn norm<'py>(
 fn matrix_power<'py>(
     py: Python<'py>,
     a: &Bound<'py, PyAny>,
-    n: i64,
+    #[pyo3(from_py_with = crate::ints::param::power)] n: i64,
 ) -> PyResult<Bound<'py, PyAny>> {
     ret(py, la::matrix_power(to_tensor(a)?, n))
 }
@@ -454,10 +466,10 @@ fn krylov<'py>(
                 call = call.m(move |x: &qb::Tensor, a: &[qb::Tensor]| pf(&[x], a));
             }
             if info {
-                let (x, i) = call.eval_with_info().or_raise()?;
+                let (x, i) = run_holding_gil(py, || call.eval_with_info())?;
                 pair(py, wrap(py, x)?, solver_info(py, i)?)
             } else {
-                ret(py, call.eval())
+                wrap(py, run_holding_gil(py, || call.eval())?)
             }
         }};
     }
@@ -479,7 +491,7 @@ fn cg<'py>(
     x0: Option<&Bound<'py, PyAny>>,
     tol: f64,
     atol: f64,
-    maxiter: Option<usize>,
+    #[pyo3(from_py_with = crate::ints::param::opt_maxiter)] maxiter: Option<usize>,
     M: Option<&Bound<'py, PyAny>>,
     info: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
@@ -499,8 +511,8 @@ fn gmres<'py>(
     x0: Option<&Bound<'py, PyAny>>,
     tol: f64,
     atol: f64,
-    restart: usize,
-    maxiter: Option<usize>,
+    #[pyo3(from_py_with = crate::ints::param::restart)] restart: usize,
+    #[pyo3(from_py_with = crate::ints::param::opt_maxiter)] maxiter: Option<usize>,
     M: Option<&Bound<'py, PyAny>>,
     info: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
@@ -529,7 +541,7 @@ pub fn newton<'py>(
     x0: &Bound<'py, PyAny>,
     args: Option<&Bound<'py, PyAny>>,
     tol: Option<f64>,
-    maxiter: usize,
+    #[pyo3(from_py_with = crate::ints::param::maxiter)] maxiter: usize,
     info: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let fun = callable(f, "newton", "f")?;
@@ -543,10 +555,10 @@ pub fn newton<'py>(
         call = call.tol(t);
     }
     if info {
-        let (x, i) = call.eval_with_info().or_raise()?;
+        let (x, i) = run_holding_gil(py, || call.eval_with_info())?;
         pair(py, wrap(py, x)?, solver_info(py, i)?)
     } else {
-        ret(py, call.eval())
+        wrap(py, run_holding_gil(py, || call.eval())?)
     }
 }
 
@@ -559,14 +571,14 @@ fn odeint<'py>(
     f: &Bound<'py, PyAny>,
     y0: &Bound<'py, PyAny>,
     t_span: &Bound<'py, PyAny>,
-    steps: Option<usize>,
+    #[pyo3(from_py_with = crate::ints::param::opt_steps)] steps: Option<usize>,
     method: &str,
     args: Option<&Bound<'py, PyAny>>,
     save: bool,
     saveat: Option<&Bound<'py, PyAny>>,
     rtol: f64,
     atol: f64,
-    max_steps: usize,
+    #[pyo3(from_py_with = crate::ints::param::max_steps)] max_steps: usize,
     info: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let fun = callable(f, "odeint", "f")?;
@@ -604,7 +616,7 @@ fn odeint<'py>(
         call = call.saveat(&ts);
     }
     if info {
-        let (y, i) = call.eval_with_info().or_raise()?;
+        let (y, i) = run_holding_gil(py, || call.eval_with_info())?;
         let d = info_dict(
             py,
             vec![
@@ -616,7 +628,7 @@ fn odeint<'py>(
         )?;
         pair(py, wrap(py, y)?, d)
     } else {
-        ret(py, call.eval())
+        wrap(py, run_holding_gil(py, || call.eval())?)
     }
 }
 

@@ -181,12 +181,7 @@ fn index_item(obj: &Bound<'_, PyAny>) -> PyResult<qb::IndexItem> {
             if v.is_none() {
                 Ok(None)
             } else {
-                v.extract::<isize>().map(Some).map_err(|_| {
-                    type_error(format!(
-                        "slice bounds must be integers or None, got {}",
-                        type_name(&v)
-                    ))
-                })
+                crate::ints::clamped_isize(&v, "slice bounds").map(Some)
             }
         };
         let step = part("step")?.unwrap_or(1);
@@ -218,9 +213,12 @@ pub fn exponent(obj: &Bound<'_, PyAny>) -> PyResult<qb::Exponent> {
 /// A reshape target given as varargs or one sequence.
 fn shape_varargs(shape: &Bound<'_, PyTuple>) -> PyResult<Vec<isize>> {
     if shape.len() == 1 {
-        return ints(&shape.get_item(0)?);
+        return ints(&shape.get_item(0)?, "shape");
     }
-    shape.iter().map(|d| d.extract::<isize>()).collect()
+    shape
+        .iter()
+        .map(|d| crate::ints::int_arg(&d, "shape"))
+        .collect()
 }
 
 #[pymethods]
@@ -436,7 +434,7 @@ impl PyTensor {
     fn transpose<'py>(
         &self,
         py: Python<'py>,
-        axes: Option<Vec<isize>>,
+        #[pyo3(from_py_with = crate::ints::list::opt_axes)] axes: Option<Vec<isize>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         match axes {
             None => ret(py, self.t.transpose()),
@@ -448,10 +446,10 @@ impl PyTensor {
     fn slice<'py>(
         &self,
         py: Python<'py>,
-        axis: isize,
-        start: isize,
-        length: usize,
-        step: isize,
+        #[pyo3(from_py_with = crate::ints::param::axis)] axis: isize,
+        #[pyo3(from_py_with = crate::ints::param::start)] start: isize,
+        #[pyo3(from_py_with = crate::ints::param::length)] length: usize,
+        #[pyo3(from_py_with = crate::ints::param::slice_step)] step: isize,
     ) -> PyResult<Bound<'py, PyAny>> {
         let v = self
             .t
@@ -792,10 +790,10 @@ impl PyTensorView {
     fn slice<'py>(
         &self,
         py: Python<'py>,
-        axis: isize,
-        start: isize,
-        length: usize,
-        step: isize,
+        #[pyo3(from_py_with = crate::ints::param::axis)] axis: isize,
+        #[pyo3(from_py_with = crate::ints::param::start)] start: isize,
+        #[pyo3(from_py_with = crate::ints::param::length)] length: usize,
+        #[pyo3(from_py_with = crate::ints::param::slice_step)] step: isize,
     ) -> PyResult<Bound<'py, PyAny>> {
         let v = self
             .v

@@ -9,7 +9,7 @@
 //! (see `errors.rs`), and a warning the facade emits goes through Python's `warnings`.
 
 use crate::convert::{type_name, value_from_py, value_to_py, Leaves};
-use crate::errors::{to_qb, type_error, value_error, OrRaise};
+use crate::errors::{to_qb, type_error, value_error};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use quabla as qb;
@@ -117,13 +117,14 @@ pub fn install_warning_handler() {
     });
 }
 
-/// Runs a facade call with the GIL released, then raises a warning that became an error.
+/// Runs a facade call with the GIL released and interruptible by Ctrl-C
+/// ([`crate::interrupt`]), then raises a warning that became an error.
 pub fn run<T: Send>(py: Python<'_>, f: impl FnOnce() -> qb::Result<T> + Send) -> PyResult<T> {
-    let out = py.detach(f);
+    let out = crate::interrupt::run(py, f);
     if let Some(e) = PENDING_WARNING.with(|p| p.borrow_mut().take()) {
         return Err(e);
     }
-    out.or_raise()
+    out
 }
 
 fn positional_only(transform: &str, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
@@ -144,12 +145,10 @@ enum Argnums {
 
 impl Argnums {
     fn read(obj: &Bound<'_, PyAny>) -> PyResult<Argnums> {
-        if let Ok(i) = obj.extract::<usize>() {
-            return Ok(Argnums::One(i));
+        if crate::ints::is_int(obj)? {
+            return Ok(Argnums::One(crate::ints::int_arg(obj, "argnums")?));
         }
-        obj.extract::<Vec<usize>>().map(Argnums::Many).map_err(|_| {
-            type_error("argnums must be a non-negative int or a tuple of non-negative ints")
-        })
+        crate::ints::int_list(obj, "argnums").map(Argnums::Many)
     }
 }
 
@@ -391,7 +390,7 @@ pub fn vjp<'py>(
                     let out = items.pop().unwrap_or(Value::None);
                     Ok((out, aux))
                 }
-                _ => Err(qb::Error::user(
+                _ => Err(crate::errors::user_type_error(
                     "vjp with has_aux=True needs fun to return a pair (out, aux)",
                 )),
             }
@@ -409,24 +408,24 @@ pub fn vjp<'py>(
 }
 
 /// An `in_axes`/`out_axes` value: an int, `None`, or a pytree prefix of them.
-fn axes_spec(obj: &Bound<'_, PyAny>, top: bool) -> PyResult<qb::InAxes> {
+fn axes_spec(obj: &Bound<'_, PyAny>, top: bool, name: &str) -> PyResult<qb::InAxes> {
     if obj.is_none() {
         return Ok(qb::InAxes::Axis(None));
     }
-    if let Ok(i) = obj.extract::<isize>() {
-        return Ok(qb::InAxes::Axis(Some(i)));
+    if crate::ints::is_int(obj)? {
+        return Ok(qb::InAxes::Axis(Some(crate::ints::int_arg(obj, name)?)));
     }
     if obj.is_exact_instance_of::<PyTuple>() || (top && obj.is_exact_instance_of::<PyList>()) {
         let items = obj
             .try_iter()?
-            .map(|o| axes_spec(&o?, false))
+            .map(|o| axes_spec(&o?, false, name))
             .collect::<PyResult<Vec<_>>>()?;
         return Ok(qb::InAxes::Tuple(items));
     }
     if obj.is_exact_instance_of::<PyList>() {
         let items = obj
             .try_iter()?
-            .map(|o| axes_spec(&o?, false))
+            .map(|o| axes_spec(&o?, false, name))
             .collect::<PyResult<Vec<_>>>()?;
         return Ok(qb::InAxes::List(items));
     }
@@ -438,7 +437,7 @@ fn axes_spec(obj: &Bound<'_, PyAny>, top: bool) -> PyResult<qb::InAxes> {
             } else {
                 DictKey::Int(k.extract()?)
             };
-            entries.push((key, axes_spec(&v, false)?));
+            entries.push((key, axes_spec(&v, false, name)?));
         }
         entries.sort_by(|a, b| a.0.cmp(&b.0));
         return Ok(qb::InAxes::Dict(entries));
@@ -446,7 +445,7 @@ fn axes_spec(obj: &Bound<'_, PyAny>, top: bool) -> PyResult<qb::InAxes> {
     if let Some((name, children)) = crate::tree::node_children(obj)? {
         let fields = children
             .iter()
-            .map(|(f, c)| Ok((f.to_string(), axes_spec(c, false)?)))
+            .map(|(f, c)| Ok((f.to_string(), axes_spec(c, false, name)?)))
             .collect::<PyResult<Vec<_>>>()?;
         return Ok(qb::InAxes::Node {
             name: name.to_string(),
@@ -492,8 +491,8 @@ pub fn _vmap(
 ) -> PyResult<PyVmap> {
     let v = qb::vmap(callable(fun)?)
         .name(function_name(fun))
-        .in_axes_tree(axes_spec(in_axes, true)?)
-        .out_axes_tree(axes_spec(out_axes, false)?);
+        .in_axes_tree(axes_spec(in_axes, true, "in_axes")?)
+        .out_axes_tree(axes_spec(out_axes, false, "out_axes")?);
     Ok(PyVmap { v })
 }
 
@@ -683,6 +682,10 @@ fn jit_callable(f: &Bound<'_, PyAny>, keywords: bool) -> PyResult<PyCallable> {
 #[pyclass(name = "JitFunction", module = "quabla", frozen)]
 pub struct PyJit {
     j: qb::Jit<PyCallable, Value, Value>,
+    /// `donate_argnums`: checked against each call. A Python caller holds every argument while
+    /// the call runs, so a donated argument is lent, never written (docs/python/optim.md,
+    /// "Donation in jit").
+    donate: Vec<usize>,
     binder: Arc<Binder>,
 }
 
@@ -695,6 +698,14 @@ impl PyJit {
         args: &Bound<'py, PyTuple>,
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        if let Some(&i) = self.donate.iter().find(|&&i| i >= args.len()) {
+            return Err(value_error(format!(
+                "donate_argnums names argument {i}, but the function was called with {} \
+                 positional argument{}",
+                args.len(),
+                if args.len() == 1 { "" } else { "s" }
+            )));
+        }
         let args = self.binder.bind(py, args, kwargs)?;
         let out = run(py, || self.j.call(&args))?;
         value_to_py(py, out)
@@ -734,7 +745,7 @@ fn precision_arg(p: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
 }
 
 #[pyfunction]
-#[pyo3(signature = (fun, device=None, static_argnums=None, max_traces=8, static_argnames=None, precision=None, check_nans=false))]
+#[pyo3(signature = (fun, device=None, static_argnums=None, max_traces=8, static_argnames=None, precision=None, check_nans=false, donate_argnums=None))]
 // One parameter per keyword of `qb.jit` (api.md §10).
 #[allow(clippy::too_many_arguments)]
 pub fn _jit(
@@ -742,21 +753,30 @@ pub fn _jit(
     fun: &Bound<'_, PyAny>,
     device: Option<String>,
     static_argnums: Option<&Bound<'_, PyAny>>,
-    max_traces: usize,
+    #[pyo3(from_py_with = crate::ints::param::max_traces)] max_traces: usize,
     static_argnames: Option<&Bound<'_, PyAny>>,
     precision: Option<&Bound<'_, PyAny>>,
     check_nans: bool,
+    donate_argnums: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyJit> {
     let precision = precision_arg(precision)?;
+    let donate: Vec<usize> = match donate_argnums {
+        None => Vec::new(),
+        Some(a) if a.is_none() => Vec::new(),
+        Some(a) => match a.extract::<i64>() {
+            Ok(i) => vec![argnum(i, "donate_argnums")?],
+            Err(_) => a
+                .extract::<Vec<i64>>()
+                .map_err(|_| type_error("donate_argnums must be an int or a tuple of ints"))?
+                .into_iter()
+                .map(|i| argnum(i, "donate_argnums"))
+                .collect::<PyResult<_>>()?,
+        },
+    };
     let static_argnums: Vec<usize> = match static_argnums {
         None => Vec::new(),
         Some(a) if a.is_none() => Vec::new(),
-        Some(a) => match a.extract::<usize>() {
-            Ok(i) => vec![i],
-            Err(_) => a
-                .extract::<Vec<usize>>()
-                .map_err(|_| type_error("static_argnums must be an int or a tuple of ints"))?,
-        },
+        Some(a) => crate::ints::int_list(a, "static_argnums")?,
     };
     let static_argnames: Vec<String> = match static_argnames {
         None => Vec::new(),
@@ -800,6 +820,11 @@ pub fn _jit(
             }
         }
     }
+    if let Some(&i) = donate.iter().find(|&&i| statics.contains(&(i + offset))) {
+        return Err(value_error(format!(
+            "argument {i} is both static and donated; a static argument has no buffers to donate"
+        )));
+    }
     if keywords {
         statics.push(0);
     }
@@ -818,7 +843,8 @@ pub fn _jit(
         .name(function_name(fun))
         .arg_names(&names)
         .max_traces(max_traces)
-        .static_argnums(&statics);
+        .static_argnums(&statics)
+        .donate_argnums(&donate.iter().map(|&i| i + offset).collect::<Vec<_>>());
     if let Some(d) = device {
         j = j.device(d);
     }
@@ -830,6 +856,7 @@ pub fn _jit(
     }
     Ok(PyJit {
         j,
+        donate,
         binder: Arc::new(Binder {
             statics,
             signature,
@@ -838,6 +865,11 @@ pub fn _jit(
             keywords,
         }),
     })
+}
+
+/// A non-negative argument index (ValueError naming `what` otherwise).
+fn argnum(i: i64, what: &str) -> PyResult<usize> {
+    usize::try_from(i).map_err(|_| value_error(format!("{what} must be non-negative, got {i}")))
 }
 
 /// `jit(f).lower(...)`: the frozen plan.

@@ -195,8 +195,24 @@ def test_type_stubs_name_every_public_name():
         text = (package / stub).read_text()
         declared = set(re.findall(r"^(?:def|class) (\w+)", text, re.M)) | set(re.findall(r"^(\w+):", text, re.M))
         declared |= set(re.findall(r"(\w+) as \1", text))
+        declared |= set(re.findall(r"^(\w+) = \w+$", text, re.M))  # aliases: remat = checkpoint
         missing = [n for n in module.__all__ if n not in declared]
         assert not missing, (stub, missing)
+
+
+def test_type_stubs_are_typed_where_the_type_is_known():
+    import pathlib
+    import re
+    package = pathlib.Path(qb.__file__).parent
+    for stub in ("__init__.pyi", "linalg.pyi", "random.pyi", "ode.pyi", "tree.pyi"):
+        text = (package / stub).read_text()
+        # Array, axis, dtype, shape and function parameters have their types, never Any.
+        untyped = re.findall(r"\b(x|x1|x2|a|b|axis|dtype|shape|fun|f|key|other|matvec): Any\b", text)
+        assert not untyped, (stub, untyped)
+    text = (package / "__init__.pyi").read_text()
+    assert re.search(r"^def sum\(x: ArrayLike, .*\) -> Tensor: \.\.\.$", text, re.M)
+    assert re.search(r"^def grad\(.*\) -> GradFunction: \.\.\.$", text, re.M)
+    assert "def __eq__(self, other: object) -> Tensor" in text
 
 
 def test_integers_outside_int64_are_value_errors_and_edges_round_trip():
@@ -271,3 +287,70 @@ def test_dict_keys_mixing_kinds_are_type_errors_everywhere():
         }.items():
             with pytest.raises(TypeError, match="dict keys in a pytree must all be str or all be int"):
                 call()
+
+
+@pytest.mark.parametrize("defect", ["shape", "rank", "scalar", "dtype"])
+@pytest.mark.parametrize("rule", ["jvp primal_out", "jvp tangent_out", "vjp fwd", "vjp bwd"])
+def test_every_output_of_every_custom_rule_is_checked(defect, rule):
+    bad = {
+        "shape": lambda y: qb.concat([y, y], 0),
+        "rank": lambda y: qb.reshape(y, (1, 2)),
+        "scalar": lambda y: qb.sum(y),
+        "dtype": lambda y: y.astype(qb.float32),
+    }[defect]
+    ok = lambda y: y  # noqa: E731
+    if rule.startswith("jvp"):
+        p, t = (bad, ok) if rule == "jvp primal_out" else (ok, bad)
+        f = qb.custom_jvp(qb.sin)
+        f.defjvp(lambda prim, tan: (p(qb.sin(prim[0])), t(tan[0] * qb.cos(prim[0]))))
+        prefix = "the jvp rule of custom_jvp"
+    else:
+        o, c = (bad, ok) if rule == "vjp fwd" else (ok, bad)
+        f = qb.custom_vjp(qb.sin)
+        f.defvjp(lambda x: (o(qb.sin(x)), x), lambda x, g: (c(g * qb.cos(x)),))
+        prefix = "the fwd rule of custom_vjp" if rule == "vjp fwd" else "the bwd rule of custom_vjp"
+    x = qb.asarray([0.5, 1.5])
+    calls = [lambda: qb.grad(lambda x: qb.sum(f(x)))(x),
+             lambda: qb.jit(qb.grad(lambda x: qb.sum(f(x))))(x),
+             lambda: qb.vjp(f, x)]
+    if rule.startswith("jvp"):
+        calls.append(lambda: qb.jvp(f, (x,), (x,)))
+    for call in calls:
+        with pytest.raises(ValueError, match=prefix):
+            call()
+
+
+def test_a_tracer_handed_to_another_thread_is_refused_there():
+    import queue
+
+    to_b, to_a = queue.Queue(), queue.Queue()
+
+    def thread_b():
+        a = to_b.get()
+        outcomes = {}
+        for name, call in {
+            "jit": lambda: qb.jit(lambda x: x + a)(qb.ones((2,))),
+            "grad": lambda: qb.grad(lambda x: qb.sum(x * a))(qb.ones((2,))),
+            "vmap": lambda: qb.vmap(lambda x: x + a)(qb.ones((3, 2))),
+            "eager": lambda: a + 1.0,
+        }.items():
+            try:
+                outcomes[name] = ("no error", call())
+            except qb.TracerError as e:
+                outcomes[name] = ("TracerError", str(e))
+        to_a.put(outcomes)
+
+    def f(x):
+        to_b.put(x)
+        seen.update(to_a.get(timeout=60))
+        return x * 2.0
+
+    seen = {}
+    b = threading.Thread(target=thread_b)
+    b.start()
+    out = qb.jit(f)(qb.full((2,), 7.0))
+    b.join(timeout=60)
+    assert out.tolist() == [14.0, 14.0]
+    assert set(seen) == {"jit", "grad", "vmap", "eager"}
+    for name, (kind, detail) in seen.items():
+        assert kind == "TracerError" and "was used after its trace ended" in detail, (name, detail)

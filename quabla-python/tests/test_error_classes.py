@@ -128,7 +128,7 @@ CASES = [
     ("AR20", lambda: qb.grad(lambda v: qb.sum(v) > 0.0)(X), ValueError, "requires a floating output, got bool"),
     ("AR22 scalar", lambda: qb.vmap(lambda v, s: v * s)(X, 2.0), ValueError, "must have in_axes None"),
     ("AR22 none", lambda: qb.vmap(qb.sum, in_axes=None)(M), ValueError, "vmap needs at least one mapped argument"),
-    ("AR fori", lambda: qb.fori_loop(-1, 2, lambda i, c: c, X), ValueError, "lower must be an int >= 0, got -1"),
+    ("AR fori", lambda: qb.fori_loop(2**70, 2, lambda i, c: c, X), ValueError, "lower must be an int from"),
     ("TF1", lambda: qb.grad(lambda v: v)(X), ValueError, "^grad requires a scalar output, got shape"),
     ("TF2", lambda: qb.grad(lambda v: qb.sum(qb.while_loop(lambda c: qb.sum(c) < 10.0, lambda c: c * 2.0, v)))(X),
      qb.UnsupportedOperationError, "^reverse-mode differentiation through while_loop is not supported.*max_trips=n"),

@@ -222,3 +222,61 @@ def test_two_threads_stepping_one_trainer_take_turns():
 def test_the_cpu_moves_no_data():
     t = qb.transfers("cpu")
     assert t == {"uploads": 0, "downloads": 0, "bytes_uploaded": 0, "bytes_downloaded": 0}
+
+
+def test_donated_jit_arguments_are_lent_and_stay_valid():
+    f = qb.jit(lambda x, n: x * n, donate_argnums=0)
+    x = qb.array([1.0, 2.0, 3.0])
+    y = f(x, 2.0)
+    np.testing.assert_array_equal(np.asarray(y), [2.0, 4.0, 6.0])
+    np.testing.assert_array_equal(np.asarray(x), [1.0, 2.0, 3.0])  # still valid, unchanged
+    for _ in range(3):
+        x = f(x, 0.5)
+    np.testing.assert_array_equal(np.asarray(x), [0.125, 0.25, 0.375])
+    with pytest.raises(ValueError, match="both static and donated"):
+        qb.jit(lambda x, n: x * n, static_argnums=1, donate_argnums=(1,))
+    with pytest.raises(ValueError, match="non-negative"):
+        qb.jit(lambda x: x, donate_argnums=-1)
+    with pytest.raises(ValueError, match="donate_argnums names argument 2"):
+        qb.jit(lambda x, n: x * n, donate_argnums=(0, 2))(x, 1.0)
+
+
+def test_a_callback_that_calls_its_own_trainer_is_refused_not_deadlocked():
+    # In a subprocess with a timeout: a deadlock must fail the test, not hang the suite.
+    code = textwrap.dedent("""
+        import math, quabla as qb
+        holder = {}
+        def schedule(step):
+            rate = 0.1 * math.exp(-float(step))   # a host schedule: the trainer calls it per step
+            holder["t"].params                    # reads the trainer from inside its own step
+            return rate
+        def loss(w, x):
+            return qb.sum((w - x) ** 2)
+        trainer = qb.optim.Trainer(loss, qb.zeros([2]), qb.optim.SGD(schedule), qb.ones([2]))
+        holder["t"] = trainer
+        try:
+            trainer.step()
+        except RuntimeError as e:
+            assert "from inside one of its own steps" in str(e), e
+            print("refused")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "refused", out.stderr
+
+
+def test_a_retrace_warning_handler_may_call_the_function_that_warned():
+    code = textwrap.dedent("""
+        import warnings, quabla as qb
+        f = qb.jit(lambda x: x * 2, max_traces=1)
+        calls = []
+        def show(message, category, filename, lineno, file=None, line=None):
+            calls.append(float(f(qb.ones(()))))   # the same jitted function, from the handler
+        warnings.showwarning = show
+        warnings.simplefilter("always")
+        for n in range(1, 5):
+            f(qb.ones((n,)))
+        assert calls and all(c == 2.0 for c in calls), calls
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

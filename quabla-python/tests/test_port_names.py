@@ -142,3 +142,20 @@ def test_expm_values_and_derivatives():
     np.testing.assert_allclose(qb.grad(qb.grad(tr))(t).tolist(), -2 * np.cos(0.7), rtol=1e-12)
     batch = qb.asarray(RNG.standard_normal((3, 2, 2)))
     np.testing.assert_array_equal(np.asarray(qb.vmap(qb.linalg.expm)(batch)), np.asarray(qb.linalg.expm(batch)))
+
+
+def test_cholesky_of_input_that_is_not_positive_definite_is_nan_everywhere():
+    # docs/linalg.md: NaN, never an error, eagerly and compiled alike; a batch keeps its good
+    # matrices; check_nans locates it.
+    good = np.array([[4.0, 2.0], [2.0, 3.0]])
+    for bad in (np.array([[0.0]]), -np.eye(2), np.array([[1.0, 1.0], [1.0, 1.0]]), np.array([[1.0, 2.0], [2.0, 1.0]])):
+        for fn in (qb.linalg.cholesky, qb.jit(qb.linalg.cholesky)):
+            assert np.all(np.isnan(np.asarray(fn(qb.asarray(bad))))), bad
+    batch = qb.asarray(np.stack([good, -np.eye(2)]))
+    out = np.asarray(qb.vmap(qb.linalg.cholesky)(batch))
+    np.testing.assert_allclose(out[0], np.linalg.cholesky(good), rtol=1e-15)
+    assert np.all(np.isnan(out[1]))
+    # Jitter makes a semi-definite matrix usable.
+    assert np.all(np.isfinite(np.asarray(qb.linalg.cholesky(qb.asarray(np.ones((2, 2)) + 1e-9 * np.eye(2))))))
+    with pytest.raises(FloatingPointError, match="= cholesky\\("):
+        qb.jit(lambda m: qb.sum(qb.linalg.cholesky(m)), check_nans=True)(qb.asarray(-np.eye(2)))

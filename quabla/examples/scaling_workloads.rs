@@ -9,7 +9,11 @@
 //! - `first_call`: trace, compile and run a fresh function of `n` nodes;
 //! - `vmap_grad`: per-example gradients of `sum(tanh(w * x))` with respect to `w` (64 values),
 //!   `vmap(grad)` over a batch of `n` examples, jitted;
-//! - `fori`: a jitted `fori_loop` of `n` iterations of a scalar body.
+//! - `fori`: a jitted `fori_loop` of `n` iterations of a scalar body;
+//! - `first_call_loop`: trace, differentiate, compile and run a fresh `grad` of a 10-trip
+//!   `fori_loop` whose body is a chain of `n` nodes on an 8-element carry;
+//! - `first_call_nested`: the same for `n` `fori_loop`s nested in one another (one trip each,
+//!   a two-node body innermost).
 //!
 //! `cargo run --release --example scaling_workloads -- --plot <tsv> <png>` draws the table
 //! xtask wrote (`family`, `n`, ours, JAX per line) as log-log curves, one panel per family.
@@ -104,6 +108,33 @@ fn measure() -> qb::Result<()> {
         report("vmap_grad", n, t);
     }
 
+    // The gradient of a loop compiles its body several times over (forward, recomputation,
+    // reverse), so the cost of a large body or a deep nest shows here first.
+    let x = qb::linspace(0.1, 0.8, 8)?;
+    for n in [250usize, 1_000, 2_000, 4_000, 10_000] {
+        let t = median_seconds(3, 1, || {
+            let body = move |_: qb::LoopIndex, c: Tensor, _: &[Tensor]| {
+                let mut c = c;
+                for i in 0..n / 2 {
+                    c = (c.sin()? * (1.0 + i as f64 * 1e-6))?;
+                }
+                Ok(c)
+            };
+            let loss = move |x: Tensor| qb::fori_loop(0, 10, body, &x).eval()?.sum();
+            let f = qb::jit(move |x: Tensor| qb::grad(loss).call::<Tensor, Tensor>(&x));
+            f.call(&x)
+        })?;
+        report("first_call_loop", n, t);
+    }
+    for n in [1usize, 2, 5, 10, 20, 50] {
+        let t = median_seconds(3, 1, || {
+            let loss = move |x: Tensor| nested_loops(x, n)?.sum();
+            let f = qb::jit(move |x: Tensor| qb::grad(loss).call::<Tensor, Tensor>(&x));
+            f.call(&x)
+        })?;
+        report("first_call_nested", n, t);
+    }
+
     for n in [100usize, 1_000, 10_000, 100_000, 1_000_000] {
         let fori = qb::jit(move |c: Tensor| {
             qb::fori_loop(0, n, |_, c, _| (&c * 0.999999).add(1e-6), &c).eval()
@@ -113,6 +144,14 @@ fn measure() -> qb::Result<()> {
         report("fori", n, t);
     }
     Ok(())
+}
+
+/// `depth` one-trip `fori_loop`s nested in one another around `sin(x) * 1.0001`.
+fn nested_loops(x: Tensor, depth: usize) -> qb::Result<Tensor> {
+    if depth == 0 {
+        return x.sin()?.mul(1.0001);
+    }
+    qb::fori_loop(0, 1, move |_, c, _| nested_loops(c, depth - 1), &x).eval()
 }
 
 mod plot {
@@ -150,9 +189,9 @@ mod plot {
         if let Some(dir) = png.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let root = BitMapBackend::new(png, (1500, 900)).into_drawing_area();
+        let root = BitMapBackend::new(png, (1500, 1350)).into_drawing_area();
         root.fill(&WHITE)?;
-        let panels = root.split_evenly((2, 3));
+        let panels = root.split_evenly((3, 3));
         let scale = 2;
         for ((family, points), area) in table.iter().zip(panels.iter()) {
             let logs: Vec<(f64, f64, f64)> = points

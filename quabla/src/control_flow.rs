@@ -175,9 +175,10 @@ fn predicate(pred: &Tensor) -> Result<Tensor> {
 /// the other branch cannot inject NaN into values or gradients. `pred` is a rank-0 bool, or a
 /// float tested `!= 0`.
 ///
-/// Eagerly, each branch function is called once: the selected one on the operands (it runs),
-/// the other on tracers (it is only traced, so that `cond` checks eagerly what it checks under
-/// `jit`: one floating shape and dtype, SH13). Under a transform both are traced once.
+/// Eagerly, each branch function is called once: the selected one on the operands (it runs,
+/// as a region body: solvers and custom rules are TF5 there too), the other on tracers (it is
+/// only traced, so that `cond` checks eagerly what it checks under `jit`: one floating shape
+/// and dtype, SH13). Under a transform both are traced once.
 ///
 /// ```
 /// use quabla as qb;
@@ -207,11 +208,15 @@ where
     };
     if !trace::active() {
         let taken = pred.item_bool()?;
-        let out = if taken {
-            true_fn(operands)?
-        } else {
-            false_fn(operands)?
-        };
+        // The selected branch runs as a region body (TF5 for solvers and custom rules, as
+        // in the traced branch).
+        let out = trace::eager_region_body("cond", || {
+            if taken {
+                true_fn(operands)
+            } else {
+                false_fn(operands)
+            }
+        })?;
         let other = trace_branch(if taken { &false_fn } else { &true_fn })?;
         let out_ty = TensorType {
             dtype: out.dtype(),

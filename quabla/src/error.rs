@@ -74,12 +74,16 @@ pub enum Error {
     /// LA1.
     #[error("{op}: matrix is singular")]
     Singular { op: String },
-    /// RT1: an eager adaptive `odeint` did not reach `t1` within `max_steps` attempts.
-    #[error("{method} stopped at t={t:?} before t1 after max_steps={max_steps} step attempts; raise max_steps or relax rtol/atol")]
+    /// RT1: an eager adaptive `odeint` did not reach `t1`: it used up its `max_steps`
+    /// attempts (`attempts == max_steps`), or it stopped after `attempts` of them because the
+    /// step size fell below the spacing of the floating-point numbers at `t`, so that no step
+    /// could advance `t` any more (a solution blowing up there, say): docs/ode.md.
+    #[error("{}", ode_stop_message(.method, *.t, *.max_steps, *.attempts))]
     OdeMaxSteps {
         method: String,
         t: f64,
         max_steps: u64,
+        attempts: u64,
     },
     /// The non-finite check (`jit(f).check_nans(true)`, `qb::debug_nans(true)`) stopped a
     /// run at the first node that made a NaN or an infinity from finite operands; the message
@@ -363,6 +367,16 @@ fn scientific(x: f64) -> String {
             format!("{mantissa}e{sign}{digits:0>2}")
         }
         None => s,
+    }
+}
+
+/// The message of RT1: the spec's when the solve used up its attempts, and one that says why
+/// raising `max_steps` will not help when the step size stalled first.
+fn ode_stop_message(method: &str, t: f64, max_steps: u64, attempts: u64) -> String {
+    if attempts >= max_steps {
+        format!("{method} stopped at t={t:?} before t1 after max_steps={max_steps} step attempts; raise max_steps or relax rtol/atol")
+    } else {
+        format!("{method} stopped at t={t:?} before t1 after {attempts} of max_steps={max_steps} step attempts: the step size fell below the spacing of floating-point numbers at t, so no step can advance t (the solution may blow up there); raising max_steps will not help: check the right-hand side near t, or relax rtol/atol")
     }
 }
 

@@ -24,7 +24,7 @@
 
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
-use quabla_backend::{Backend, Buffer, BufferArg, Executable, HostTensor, Precision};
+use quabla_backend::{Backend, Buffer, BufferArg, Executable, HostTensor, Memory, Precision};
 use quabla_ir::{DType, Graph, Plan, Shape};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -122,6 +122,16 @@ impl Runnable {
             .zip(&self.out_weak)
             .map(|(h, &weak)| Tensor::from_host(h, weak))
             .collect()
+    }
+
+    /// [`Runnable::run_buffers`] returning the outputs' memory, for a caller that refills
+    /// buffers it keeps ([`quabla_backend::Buffer::refill`]).
+    pub(crate) fn run_memories(&self, inputs: Vec<BufferArg<'_>>) -> Result<Vec<Memory>> {
+        Ok(quabla_backend::buffer::run_memories(
+            self.exe.as_ref(),
+            self.backend.name(),
+            inputs,
+        )?)
     }
 
     /// Runs the plan on buffers resident in its backend's memory, lent or donated, and returns

@@ -945,3 +945,121 @@ fn custom_rules_inside_a_jitted_training_loop() -> qb::Result<()> {
     assert!(close(&vals(&custom_w), &vals(&plain_w), 1e-12));
     Ok(())
 }
+
+/// Every output of every custom rule is checked against the function's output (or argument,
+/// for cotangents) in shape and dtype, with a typed error naming the rule and the output, in
+/// every transform that stages the rule: a `custom_jvp` rule whose primal output had the
+/// wrong shape used to be ignored silently.
+#[test]
+fn every_output_of_every_custom_rule_is_checked() {
+    // Defects applied to a correct output `y` (float64 [2]).
+    type Defect = fn(Tensor) -> qb::Result<Tensor>;
+    let defects: [(&str, Defect, &str); 4] = [
+        (
+            "wrong shape",
+            |y| qb::concat(&[&y, &y], 0),
+            "float64[4], expected float64[2]",
+        ),
+        (
+            "wrong rank",
+            |y| y.reshape([1, 2]),
+            "float64[1, 2], expected float64[2]",
+        ),
+        ("scalar", |y| y.sum(), "float64[], expected float64[2]"),
+        (
+            "wrong dtype",
+            |y| y.astype(qb::F32),
+            "float32[2], expected float64[2]",
+        ),
+    ];
+    let x = qb::array([0.5, 1.5]).unwrap();
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    for (defect, bad, detail) in defects {
+        // custom_jvp: the rule's primal_out, then its tangent_out.
+        let jvp_primal = qb::custom_jvp(|x: Tensor| x.sin())
+            .name("f")
+            .defjvp(move |(x, t): (Tensor, Tensor)| Ok((bad(x.sin()?)?, t.mul(x.cos()?)?)));
+        let jvp_tangent = qb::custom_jvp(|x: Tensor| x.sin())
+            .name("f")
+            .defjvp(move |(x, t): (Tensor, Tensor)| Ok((x.sin()?, bad(t.mul(x.cos()?)?)?)));
+        // custom_vjp: fwd's output, then bwd's cotangent.
+        let vjp_fwd = qb::custom_vjp(|x: Tensor| x.sin()).name("f").defvjp(
+            move |x: Tensor| Ok((bad(x.sin()?)?, x)),
+            |(x, g): (Tensor, Tensor)| g.mul(x.cos()?),
+        );
+        let vjp_bwd = qb::custom_vjp(|x: Tensor| x.sin()).name("f").defvjp(
+            |x: Tensor| Ok((x.sin()?, x)),
+            move |(x, g): (Tensor, Tensor)| bad(g.mul(x.cos()?)?),
+        );
+        type Call<'a> = Box<dyn Fn(&Tensor) -> qb::Result<Tensor> + 'a>;
+        let rules: [(&str, Call, &str); 4] = [
+            (
+                "custom_jvp primal_out",
+                Box::new(|x| jvp_primal.call(x)),
+                "the jvp rule of custom_jvp(f): primal_out: output 0 is",
+            ),
+            (
+                "custom_jvp tangent_out",
+                Box::new(|x| jvp_tangent.call(x)),
+                "the jvp rule of custom_jvp(f): tangent_out: output 0 is",
+            ),
+            (
+                "custom_vjp fwd",
+                Box::new(|x| vjp_fwd.call(x)),
+                "the fwd rule of custom_vjp(f): output 0 is",
+            ),
+            (
+                "custom_vjp bwd",
+                Box::new(|x| vjp_bwd.call(x)),
+                "the bwd rule of custom_vjp(f): the cotangent of",
+            ),
+        ];
+        for (rule, call, prefix) in &rules {
+            let loss = |x: Tensor| call(&x)?.sum();
+            let mut outcomes: Vec<(&str, qb::Result<()>)> = vec![
+                ("grad", qb::grad(loss).call(&x).map(|_: Tensor| ())),
+                ("vjp", qb::vjp(|x: Tensor| call(&x), &x).map(|_| ())),
+                (
+                    "jit of grad",
+                    qb::jit(|x: Tensor| qb::grad(loss).call::<Tensor, Tensor>(&x))
+                        .call(&x)
+                        .map(|_| ()),
+                ),
+                (
+                    "vmap of grad",
+                    qb::vmap(|x: Tensor| {
+                        qb::grad(|x: Tensor| call(&x)?.sum()).call::<Tensor, Tensor>(&x)
+                    })
+                    .call(&qb::ones([3, 2]).unwrap())
+                    .map(|_: Tensor| ()),
+                ),
+            ];
+            if rule.starts_with("custom_jvp") {
+                outcomes.push(("jvp", qb::jvp(|x: Tensor| call(&x), &x, &x).map(|_| ())));
+            }
+            if *rule != "custom_vjp bwd" {
+                // A rule is staged with the function wherever it is traced, even where no
+                // derivative is taken (the bwd rule is checked at the cotangent's shape, which
+                // a scalar defect keeps for the vmapped case).
+                outcomes.push(("jit", qb::jit(|x: Tensor| call(&x)).call(&x).map(|_| ())));
+            }
+            for (transform, outcome) in outcomes {
+                match outcome {
+                    Err(Error::InvalidArgument { message }) if message.starts_with(prefix) => {}
+                    other => failures.push(format!("{rule}, {defect}, {transform}: {other:?}")),
+                }
+                checked += 1;
+            }
+            // The message says what was wrong (shown once per rule, outside vmap).
+            let message = qb::grad(loss)
+                .call(&x)
+                .map(|_: Tensor| ())
+                .unwrap_err()
+                .to_string();
+            assert!(message.ends_with(detail), "{rule}, {defect}: {message}");
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_eq!(checked, 4 * (4 * 4 + 3 + 2));
+}

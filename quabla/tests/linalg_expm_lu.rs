@@ -4,7 +4,6 @@
 //! central differences; batches, `vmap`, `jit` and float32.
 
 use qb::linalg;
-use qb::prelude::*;
 use qb::testing::{check_grads, Modes};
 use qb::Tensor;
 use quabla as qb;
@@ -107,7 +106,7 @@ fn expm_derivatives_to_third_order() -> qb::Result<()> {
     let a = qb::array([[0.3, -1.2, 0.5], [2.0, 0.1, -0.7], [0.4, 0.9, -1.5]])?;
     check_grads(
         |x| Ok(vec![linalg::expm(&x[0])?]),
-        &[a.clone()],
+        std::slice::from_ref(&a),
         3,
         Modes::BOTH,
     )?;

@@ -234,3 +234,106 @@ fn hessian_of_a_loop_inside_vmap_matches_the_unrolled_hessians() -> qb::Result<(
     }
     Ok(())
 }
+
+/// `sum(x^2)` after `stop` steps (a float operand, so it can be mapped) of a `while_loop`
+/// bounded by `max_trips`, whose carry is `[k, x0, x1]`.
+fn stopped_while(a: &Tensor, stop: &Tensor, max_trips: usize) -> qb::Result<Tensor> {
+    let init = qb::array([0.0, 0.3, 0.7])?;
+    qb::while_loop(
+        |c, ops| c.index(qb::s![0])?.less(&ops[1]),
+        |c, ops| {
+            let k = c.index(qb::s![0..1])?.add(1.0)?;
+            let x = step(&c.index(qb::s![1..3])?, &ops[0])?;
+            qb::concat(&[&k, &x], 0)
+        },
+        &init,
+    )
+    .operands(&[a, stop])
+    .max_trips(max_trips)
+    .eval()?
+    .index(qb::s![1..3])?
+    .powi(2)?
+    .sum()
+}
+
+/// `sum(x^2)` after `trips` steps, unrolled.
+fn unrolled_steps(a: &Tensor, trips: usize) -> qb::Result<Tensor> {
+    let mut x = x0()?;
+    for _ in 0..trips {
+        x = step(&x, a)?;
+    }
+    x.powi(2)?.sum()
+}
+
+#[test]
+fn a_bounded_while_loop_has_one_gradient_for_every_bound() -> qb::Result<()> {
+    // Reverse mode walks back over the trips taken with a layout chosen from them at run
+    // time: the bound changes neither the bits nor (up to a constant) the cost, and
+    // `usize::MAX` is a bound like any other.
+    let a = qb::array(0.8)?;
+    for trips in [0usize, 1, 5, TRIPS] {
+        let stop = qb::array(trips as f64)?;
+        let want: Tensor = qb::grad(|a: Tensor| unrolled_steps(&a, trips)).call(&a)?;
+        let want = want.item()?;
+        let h = 1e-6;
+        let fd = (unrolled_steps(&qb::array(0.8 + h)?, trips)?.item()?
+            - unrolled_steps(&qb::array(0.8 - h)?, trips)?.item()?)
+            / (2.0 * h);
+        let mut seen: Vec<(usize, u64)> = Vec::new();
+        for bound in [trips.max(1), 1 << 20, 1 << 44, usize::MAX] {
+            let g = |a: Tensor| stopped_while(&a, &stop, bound);
+            let eager: Tensor = qb::grad(g).call(&a)?;
+            let jitted: Tensor =
+                qb::jit(|a: Tensor| qb::grad(g).call::<Tensor, Tensor>(&a)).call(&a)?;
+            let (e, j) = (eager.item()?, jitted.item()?);
+            assert_eq!(
+                e.to_bits(),
+                j.to_bits(),
+                "{trips} trips, bound {bound}: jit"
+            );
+            assert!(
+                close(e, want, 1e-12),
+                "{trips} trips, bound {bound}: {e} vs {want}"
+            );
+            assert!(
+                close(e, fd, 1e-7),
+                "{trips} trips, bound {bound}: {e} vs {fd}"
+            );
+            seen.push((bound, e.to_bits()));
+        }
+        assert!(
+            seen.iter().all(|s| s.1 == seen[0].1),
+            "{trips} trips: the gradient depends on the bound: {seen:?}"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn second_derivatives_and_vmap_through_the_widest_bound() -> qb::Result<()> {
+    use Mode::{Forward as F, Reverse as R};
+    let stop = qb::array(TRIPS as f64)?;
+    let looped: Scalar = {
+        let stop = stop.clone();
+        Rc::new(move |a: Tensor| stopped_while(&a, &stop, usize::MAX))
+    };
+    let unrolled: Scalar = Rc::new(|a: Tensor| unrolled_steps(&a, TRIPS));
+    for modes in [[R, R], [F, R], [R, F]] {
+        let got = value(&compose(looped.clone(), &modes), 0.8)?;
+        let want = value(&compose(unrolled.clone(), &modes), 0.8)?;
+        assert!(close(got, want, 1e-11), "{modes:?}: {got} vs {want}");
+    }
+    // Per-example trip counts under vmap: each example's gradient is its own loop's.
+    let stops = qb::array([3.0, 0.0, 7.0, 12.0])?;
+    let a = qb::array(0.8)?;
+    let grads: Tensor = qb::vmap(|stop: Tensor| {
+        qb::grad(|a: Tensor| stopped_while(&a, &stop, usize::MAX)).call::<Tensor, Tensor>(&a)
+    })
+    .call(&stops)?;
+    for (k, trips) in [3usize, 0, 7, 12].into_iter().enumerate() {
+        let want: Tensor = qb::grad(|a: Tensor| unrolled_steps(&a, trips)).call(&a)?;
+        let got = grads.index(qb::s![k])?.item()?;
+        assert!(close(got, want.item()?, 1e-12), "example {k}: {got}");
+    }
+    Ok(())
+}

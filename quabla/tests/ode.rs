@@ -157,12 +157,14 @@ fn e86_eager_max_steps_exhaustion_and_traced_failure() -> qb::Result<()> {
         method,
         t,
         max_steps,
+        attempts,
     } = &err
     else {
         panic!("{err:?}")
     };
     assert_eq!(method, "rosenbrock23");
     assert_eq!(*max_steps, 512);
+    assert_eq!(*attempts, 512);
     assert!(close(*t, 0.38979589336576453, 1e-9), "{t:?}");
     assert_eq!(
         err.to_string(),
@@ -918,6 +920,56 @@ fn a_constant_solve_inside_jit_is_traced() -> qb::Result<()> {
         })
         .call(&qb::array(1.0)?)?;
         assert_eq!(bits(&(eager + 1.0)?), bits(&shifted), "{method}");
+    }
+    Ok(())
+}
+
+/// `y' = y^2`, `y(0) = 1`: `y = 1 / (1 - t)`, which blows up at `t = 1`.
+fn blows_up(y: &Tensor, _t: &Tensor, _args: &[Tensor]) -> qb::Result<Tensor> {
+    y.square()
+}
+
+#[test]
+fn a_solve_whose_step_no_longer_advances_t_stops_there() -> qb::Result<()> {
+    // Past t = 1 no step can be accepted: the step size shrinks until `t + h == t`, and the
+    // solve stops at that attempt, with RT1 eagerly and `success` false traced, long before
+    // its million attempts.
+    let max_steps = 1_000_000;
+    for method in [Method::Dopri5, Method::Rosenbrock23] {
+        let solve = |y0: &Tensor| {
+            odeint(blows_up, y0, (0.0, 2.0))
+                .method(method)
+                .max_steps(max_steps)
+                .eval_with_info()
+        };
+        let y0 = qb::array([1.0])?;
+        let err = solve(&y0).unwrap_err();
+        let Error::OdeMaxSteps {
+            t,
+            attempts,
+            max_steps: bound,
+            ..
+        } = &err
+        else {
+            panic!("{}: {err:?}", method.name())
+        };
+        assert_eq!(*bound, max_steps as u64);
+        assert!(*attempts < 10_000, "{}: {attempts} attempts", method.name());
+        assert!((0.99..1.0 + 1e-6).contains(t), "{}: t = {t}", method.name());
+        let message = err.to_string();
+        assert!(
+            message.starts_with(&format!("{} stopped at t={t:?} before t1 after {attempts} of max_steps={max_steps} step attempts", method.name()))
+                && message.contains("raising max_steps will not help"),
+            "{message}"
+        );
+
+        // Traced: the loop stops at the same attempt, with the same state.
+        let (y, info): (Tensor, OdeInfo) = qb::jit(|y0: Tensor| solve(&y0)).call(&y0)?;
+        assert!(!info.success.item_bool()?, "{}", method.name());
+        assert_eq!(info.t.item()?.to_bits(), t.to_bits(), "{}", method.name());
+        let tried = info.accepted_steps.item()? + info.rejected_steps.item()?;
+        assert_eq!(tried, *attempts as f64, "{}", method.name());
+        assert!(y.item()? > 1e6, "{}: y = {}", method.name(), y.item()?);
     }
     Ok(())
 }

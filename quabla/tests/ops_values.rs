@@ -289,7 +289,7 @@ fn float32_prod_is_one_float64_tree_rounded_once() -> qb::Result<()> {
             (if i % 5 == 0 { -1.0 } else { 1.0 }) * 10f32.powf(e) * (1.0 + i as f32 / 7.0)
         })
         .collect();
-    let m = qb::Tensor::from_vec(&[4, 6], data.clone())?;
+    let m = qb::Tensor::from_vec([4, 6], data.clone())?;
     let rows: Vec<f32> = data
         .chunks(6)
         .map(|r| pairwise_f64(&r.iter().map(|&v| f64::from(v)).collect::<Vec<_>>()) as f32)

@@ -824,3 +824,64 @@ fn schedules_give_the_same_bits_on_the_host_and_in_a_plan() -> qb::Result<()> {
     assert!(err.to_string().contains("LearningRate::traced"), "{err}");
     Ok(())
 }
+
+/// The state's step must be a whole number in [0, 2^53): a counter a user sets out of range is
+/// AR4, never a wrapped or rounded count (u64::MAX used to overflow).
+#[test]
+fn a_state_step_out_of_range_is_an_invalid_argument() -> qb::Result<()> {
+    let p = qb::array([1.0, 2.0])?;
+    let opt = optim::Adam::new(0.1);
+    for bad in [
+        -1.0,
+        0.5,
+        9007199254740992.0,
+        u64::MAX as f64,
+        f64::INFINITY,
+        f64::NAN,
+    ] {
+        let mut state = opt.init(&p)?;
+        state.step = qb::array(bad)?;
+        let err = opt.update(&p, &p, &state).unwrap_err();
+        assert!(
+            matches!(err, qb::Error::InvalidArgument { .. })
+                && err
+                    .to_string()
+                    .contains("step must be a whole number in [0, 2**53)"),
+            "{bad}: {err}"
+        );
+    }
+    let mut state = opt.init(&p)?;
+    state.step = qb::array(9007199254740990.0)?;
+    assert_eq!(opt.update(&p, &p, &state)?.1.steps()?, 9007199254740991);
+    Ok(())
+}
+
+/// A string (or another static value) among the parameters is TY12 naming its path, for
+/// every optimizer and the trainer, instead of being left alone (or handed to the loss).
+#[test]
+fn a_string_parameter_is_ty12() {
+    use qb::tree::{DictKey, Value};
+    let params = Value::Dict(vec![
+        (DictKey::from("w"), Value::Array(qb::ones([2]).unwrap())),
+        (DictKey::from("name"), Value::Str("mlp".into())),
+    ]);
+    let expect = |r: qb::Result<()>, who: &str| match r {
+        Err(qb::Error::Type { message }) => assert_eq!(
+            message,
+            format!("{who} parameters and gradients must be floating; got str at ['name']")
+        ),
+        other => panic!("{who}: {other:?}"),
+    };
+    expect(qb::optim::Sgd::new(0.1).init(&params).map(|_| ()), "SGD");
+    expect(qb::optim::Adam::new(0.1).init(&params).map(|_| ()), "Adam");
+    let static_box = Value::List(vec![Value::Static(qb::tree::StaticBox::new(3u8))]);
+    match qb::optim::Sgd::new(0.1).init(&static_box) {
+        Err(qb::Error::Type { message }) => {
+            assert!(
+                message.ends_with("got the static value 3 at [0]"),
+                "{message}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+}

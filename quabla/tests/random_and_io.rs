@@ -675,3 +675,71 @@ fn integer_edges_round_trip_or_are_ar19() -> qb::Result<()> {
     );
     Ok(())
 }
+
+/// `load` of a path that is not a regular file is `Error::Io` naming what it is, at once: a
+/// FIFO used to block forever in `open` (waiting for a writer), a character device could
+/// stream forever. Each load runs on its own thread with a deadline, so a regression fails
+/// this test instead of hanging the suite.
+#[cfg(unix)]
+#[test]
+fn load_refuses_what_is_not_a_regular_file() {
+    use std::time::Duration;
+    let dir = scratch(&format!("special-{}", std::process::id()));
+    let fifo = dir.join("pipe");
+    let _ = std::fs::remove_file(&fifo);
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let socket = dir.join("socket");
+    let _ = std::fs::remove_file(&socket);
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    for (path, what) in [
+        (fifo.clone(), "a FIFO"),
+        (socket.clone(), "a socket"),
+        (PathBuf::from("/dev/zero"), "a character device"),
+        (dir.clone(), "a directory"),
+    ] {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.clone();
+        std::thread::spawn(move || tx.send(qb::load(p.as_path()).map(|_| ())));
+        let result = rx.recv_timeout(Duration::from_secs(20));
+        if result.is_err() {
+            // Release a blocked reader before failing.
+            let _ = std::fs::OpenOptions::new().write(true).open(&fifo);
+            panic!("load({}) did not return", path.display());
+        }
+        match result.unwrap() {
+            Err(qb::Error::Io { .. }) => {}
+            other => panic!("{}: {other:?}", path.display()),
+        }
+        let message = qb::load(path.as_path()).unwrap_err().to_string();
+        assert!(
+            message.contains(&format!("{what}, not a regular file"))
+                && message.contains(&*path.to_string_lossy()),
+            "{message}"
+        );
+    }
+    // A regular file still loads, and a reader of the FIFO can be passed explicitly.
+    let file = dir.join("ok.qb");
+    qb::save(file.as_path(), &1.5f64).unwrap();
+    assert_eq!(qb::load_as::<f64>(file.as_path()).unwrap(), 1.5);
+    let writer = {
+        let fifo = fifo.clone();
+        let bytes = std::fs::read(&file).unwrap();
+        std::thread::spawn(move || {
+            use std::io::Write;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&fifo)
+                .unwrap()
+                .write_all(&bytes)
+                .unwrap();
+        })
+    };
+    let mut reader = std::fs::File::open(&fifo).unwrap();
+    assert_eq!(qb::load_as::<f64>(&mut reader).unwrap(), 1.5);
+    writer.join().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -57,14 +57,12 @@ fn loss(p: &(Tensor, Tensor, Tensor), data: &(Tensor, Tensor)) -> qb::Result<Ten
 fn a_cpu_trainer_step_allocates_nothing_for_its_state() -> qb::Result<()> {
     let key = qb::random::key(3);
     let keys = qb::random::split(&key, 4)?;
-    let x = qb::random::normal(&keys[0], &[32, 1024]).eval()?;
-    let y = qb::random::normal(&keys[1], &[32, 1]).eval()?;
+    let x = qb::random::normal(&keys[0], [32, 1024]).eval()?;
+    let y = qb::random::normal(&keys[1], [32, 1]).eval()?;
     let params = (
-        qb::random::normal(&keys[2], &[1024, 64])
-            .eval()?
-            .mul(0.03)?,
+        qb::random::normal(&keys[2], [1024, 64]).eval()?.mul(0.03)?,
         qb::zeros([64])?,
-        qb::random::normal(&keys[3], &[64, 1]).eval()?.mul(0.1)?,
+        qb::random::normal(&keys[3], [64, 1]).eval()?.mul(0.1)?,
     );
     let state_bytes = 3 * (1024 * 64 + 64 + 64) * 8;
     let mut trainer =

@@ -469,6 +469,39 @@ def scaling():
         xs = jnp.linspace(-2.0, 2.0, n)
         report("vmap_grad", n, scaling_seconds(per_example, (w, xs), 7, max(1, 20_000 // n)))
 
+    x = jnp.linspace(0.1, 0.8, 8, dtype=jnp.float64)
+    for n in (250, 1_000, 2_000, 4_000, 10_000):
+        times = []
+        for r in range(3):
+            def body(i, c, r=r):
+                for k in range(n // 2):
+                    c = jnp.sin(c) * (1.0 + k * 1e-6 + r * 1e-9)
+                return c
+
+            def loss(x, body=body):
+                return jnp.sum(jax.lax.fori_loop(0, 10, body, x))
+
+            start = time.perf_counter()
+            jax.jit(jax.grad(loss))(x).block_until_ready()
+            times.append(time.perf_counter() - start)
+        report("first_call_loop", n, statistics.median(times))
+
+    def nested(x, depth, r):
+        if depth == 0:
+            return jnp.sin(x) * (1.0001 + r * 1e-9)
+        return jax.lax.fori_loop(0, 1, lambda i, c: nested(c, depth - 1, r), x)
+
+    for n in (1, 2, 5, 10, 20, 50):
+        times = []
+        for r in range(3):
+            def loss(x, r=r):
+                return jnp.sum(nested(x, n, r))
+
+            start = time.perf_counter()
+            jax.jit(jax.grad(loss))(x).block_until_ready()
+            times.append(time.perf_counter() - start)
+        report("first_call_nested", n, statistics.median(times))
+
     for n in (100, 1_000, 10_000, 100_000, 1_000_000):
         fori = jax.jit(lambda c, n=n: jax.lax.fori_loop(0, n, lambda i, c: c * 0.999999 + 1e-6, c))
         c = jnp.asarray(1.0, dtype=jnp.float64)

@@ -188,9 +188,14 @@ impl fmt::Debug for Buffer {
 impl Buffer {
     /// A handle on `memory` of backend `backend`, holding a tensor of `dtype` and `shape`.
     pub fn new(backend: &str, dtype: DType, shape: Shape, memory: Memory) -> Buffer {
+        Buffer::named(Arc::from(backend), dtype, shape, memory)
+    }
+
+    /// [`Buffer::new`] with the backend's name shared (no allocation for it).
+    pub fn named(backend: Arc<str>, dtype: DType, shape: Shape, memory: Memory) -> Buffer {
         Buffer {
             inner: Arc::new(Inner {
-                backend: Arc::from(backend),
+                backend,
                 dtype,
                 shape,
                 state: Mutex::new(State::Live(memory)),
@@ -296,6 +301,27 @@ impl Buffer {
         }
     }
 
+    /// Makes a donated buffer live again on new `memory` of its type: the output of the run it
+    /// was donated to that takes its place (a training step's new state, kept in the same
+    /// handles step after step). `InvalidBuffer` for a buffer that is live or freed.
+    pub fn refill(&self, memory: Memory) -> Result<()> {
+        let mut state = self.lock();
+        match &*state {
+            State::Ended(Ended::Donated) => {
+                *state = State::Live(memory);
+                Ok(())
+            }
+            State::Live(_) => Err(BackendError::InvalidBuffer {
+                message: "only a donated buffer can be refilled".into(),
+            }),
+            State::Ended(e) => {
+                let e = *e;
+                drop(state);
+                Err(self.ended_error(e, "refill"))
+            }
+        }
+    }
+
     /// Releases the storage now (it is freed when the last run that borrowed it ends). Freeing
     /// a buffer twice, or a donated one, is `InvalidBuffer`.
     pub fn free(&self) -> Result<()> {
@@ -359,6 +385,33 @@ pub fn run_buffers(
     outputs: &[(DType, Shape)],
     inputs: Vec<BufferArg<'_>>,
 ) -> Result<Vec<Buffer>> {
+    let memories = run_memories(exe, backend, inputs)?;
+    if memories.len() != outputs.len() {
+        return Err(BackendError::Device {
+            device: backend.to_string(),
+            message: format!(
+                "a run returned {} outputs for a plan with {}",
+                memories.len(),
+                outputs.len()
+            ),
+        });
+    }
+    let name: Arc<str> = Arc::from(backend);
+    Ok(memories
+        .into_iter()
+        .zip(outputs)
+        .map(|(memory, (dtype, shape))| Buffer::named(name.clone(), *dtype, shape.clone(), memory))
+        .collect())
+}
+
+/// [`run_buffers`] returning the outputs' memory without wrapping it in new buffers: for a
+/// caller that keeps its buffers across runs and [`Buffer::refill`]s them (a training loop, whose
+/// state buffers take the outputs of the step they were donated to).
+pub fn run_memories(
+    exe: &dyn Executable,
+    backend: &str,
+    inputs: Vec<BufferArg<'_>>,
+) -> Result<Vec<Memory>> {
     for arg in &inputs {
         let buffer = arg.buffer();
         buffer.check_backend(backend)?;
@@ -390,19 +443,7 @@ pub fn run_buffers(
         }
     }
     match exe.run_resident(bound) {
-        Ok(memories) if memories.len() == outputs.len() => Ok(memories
-            .into_iter()
-            .zip(outputs)
-            .map(|(memory, (dtype, shape))| Buffer::new(backend, *dtype, shape.clone(), memory))
-            .collect()),
-        Ok(memories) => Err(BackendError::Device {
-            device: backend.to_string(),
-            message: format!(
-                "a run returned {} outputs for a plan with {}",
-                memories.len(),
-                outputs.len()
-            ),
-        }),
+        Ok(memories) => Ok(memories),
         Err(RunFailure {
             error,
             inputs: back,

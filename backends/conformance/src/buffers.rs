@@ -276,7 +276,7 @@ fn donation(backend: &dyn Backend, agreement: Agreement) -> Result<(), Why> {
     let handle = b.clone();
     let out = run(BufferArg::Donated(b))?;
     compare_outputs(
-        &reference(&plan, &[x0.clone()]),
+        &reference(&plan, std::slice::from_ref(&x0)),
         &[download(backend, &out[0])?],
         agreement,
     )?;
@@ -301,7 +301,7 @@ fn donation(backend: &dyn Backend, agreement: Agreement) -> Result<(), Why> {
     same(&x0, &download(backend, &other)?)
         .map_err(|e| format!("a donation clobbered storage another buffer holds: {e}"))?;
     compare_outputs(
-        &reference(&plan, &[x0.clone()]),
+        &reference(&plan, std::slice::from_ref(&x0)),
         &[download(backend, &out[0])?],
         agreement,
     )?;

@@ -454,7 +454,7 @@ pub(crate) struct Pool {
     /// outputs of the next run ([`Pool::alloc_shared`]): a training step's new state is written
     /// into the buffers of the state it replaced a step before, so a loop of steps allocates
     /// nothing for its state.
-    donated: Vec<HostData>,
+    donated: BTreeMap<(u8, usize), Vec<HostData>>,
 }
 
 /// The most free buffers a pool keeps; beyond it the smallest are dropped.
@@ -540,13 +540,13 @@ impl Pool {
     /// unspecified contents: a buffer an earlier output released ([`quabla_ir::recycle`]),
     /// else fresh zeroed allocation (fallible).
     pub(crate) fn alloc_shared(&mut self, dtype: DType, len: usize) -> Result<Buffer, AllocError> {
-        let donated = self
+        if let Some(data) = self
             .donated
-            .iter()
-            .position(|d| d.dtype() == dtype && d.len() == len);
-        if let Some(i) = donated {
+            .get_mut(&pool_key(dtype, len))
+            .and_then(Vec::pop)
+        {
             return Ok(Buffer {
-                data: TypedVec::Shared(self.donated.swap_remove(i)),
+                data: TypedVec::Shared(data),
                 len,
             });
         }
@@ -568,10 +568,10 @@ impl Pool {
     }
 
     /// Keeps the storage of a donated input for the outputs of a later run when nobody else
-    /// holds it and it fits one of `outputs` (dtype and length) not already covered; drops it
-    /// otherwise. At most one kept buffer per output, so what a plan keeps between runs is at
-    /// most the size of its outputs.
-    pub(crate) fn keep_donated(&mut self, data: HostData, outputs: &[(DType, usize)]) {
+    /// holds it and fewer than `wanted` buffers of its dtype and length are kept already (the
+    /// number of the plan's outputs of that type); drops it otherwise. So what a plan keeps
+    /// between runs is at most the size of its outputs.
+    pub(crate) fn keep_donated(&mut self, data: HostData, wanted: impl Fn(DType, usize) -> usize) {
         let unique = match &data {
             HostData::F32(v) => Arc::strong_count(v) == 1 && Arc::weak_count(v) == 0,
             HostData::F64(v) => Arc::strong_count(v) == 1 && Arc::weak_count(v) == 0,
@@ -580,15 +580,10 @@ impl Pool {
         if !unique {
             return;
         }
-        let key = (data.dtype(), data.len());
-        let wanted = outputs.iter().filter(|&&o| o == key).count();
-        let kept = self
-            .donated
-            .iter()
-            .filter(|d| (d.dtype(), d.len()) == key)
-            .count();
-        if kept < wanted {
-            self.donated.push(data);
+        let (dtype, len) = (data.dtype(), data.len());
+        let kept = self.donated.entry(pool_key(dtype, len)).or_default();
+        if kept.len() < wanted(dtype, len) {
+            kept.push(data);
         }
     }
 

@@ -433,6 +433,14 @@ impl CpuExecutable {
         f(&mut Workspace::default())
     }
 
+    /// How many of the plan's outputs have `dtype` and `len` elements.
+    fn outputs_of(&self, dtype: DType, len: usize) -> usize {
+        self.outputs
+            .iter()
+            .filter(|&&(d, l)| d == dtype && l == len)
+            .count()
+    }
+
     /// Whether `inputs` bind to the plan's inputs (what [`check_inputs`] accepts).
     fn inputs_match<T: Borrow<HostTensor>>(&self, inputs: &[T]) -> bool {
         inputs.len() == self.inputs.len()
@@ -529,33 +537,33 @@ impl Executable for CpuExecutable {
     /// writes each step's state into the buffers of the state before last and allocates
     /// nothing for it. What a plan keeps this way is at most one buffer per output.
     fn run_resident(&self, inputs: Vec<Bound>) -> std::result::Result<Vec<Memory>, RunFailure> {
-        // Handles of their own (not borrows of `inputs`), dropped before the donated inputs are
-        // kept, so that those are unique again.
-        let mut host = Vec::with_capacity(inputs.len());
-        for bound in &inputs {
-            match &bound.memory {
-                Memory::Host(t) => host.push(t.clone()),
-                Memory::Backend(_) => {
-                    let error = quabla_backend::foreign_memory("cpu");
-                    return Err(RunFailure { error, inputs });
-                }
-            }
-        }
-        if !self.inputs_match(&host) {
-            if let Err(error) = check_inputs(&self.plan, &host) {
-                return Err(RunFailure { error, inputs });
-            }
+        if inputs
+            .iter()
+            .any(|b| matches!(b.memory, Memory::Backend(_)))
+        {
+            let error = quabla_backend::foreign_memory("cpu");
+            return Err(RunFailure { error, inputs });
         }
         let mut outputs = Vec::with_capacity(self.outputs.len());
-        self.with_workspace(|ws| {
-            let ran = self.execute(&host, ws, &mut outputs);
+        self.with_workspace(move |ws| {
+            // Borrowed, not cloned, and dropped before the donated inputs are kept, so that
+            // those are unique again.
+            let host: SmallVec<[&HostTensor; 16]> =
+                inputs.iter().filter_map(|b| b.memory.host()).collect();
+            let ran = if self.inputs_match(&host) {
+                Ok(())
+            } else {
+                check_input_refs(&self.plan, &host)
+            }
+            .and_then(|()| self.execute(&host, ws, &mut outputs));
             drop(host);
             if let Err(error) = ran {
                 return Err(RunFailure { error, inputs });
             }
             for bound in inputs {
                 if let (true, Memory::Host(t)) = (bound.donated, bound.memory) {
-                    ws.pool.keep_donated(t.data, &self.outputs);
+                    ws.pool
+                        .keep_donated(t.data, |dtype, len| self.outputs_of(dtype, len));
                 }
             }
             Ok(outputs.into_iter().map(Memory::Host).collect())

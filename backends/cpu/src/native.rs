@@ -38,7 +38,7 @@ use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use cranelift_jit::{JITBuilder, JITModule};
-use cranelift_module::{default_libcall_names, Linkage, Module};
+use cranelift_module::{default_libcall_names, Linkage, Module, ModuleReloc};
 use quabla_ir::eval::{
     binary_f64, broadcast_values, evaluate, kept_positions, maximum_ieee, minimum_ieee, powi_f64,
     unary_f64, HostValue, SUM_BLOCK, SUM_LANES,
@@ -473,6 +473,13 @@ pub(crate) struct SmallBody {
 /// cancellation checks, so a nested loop must end soon.
 const NESTED_TRIPS: usize = 4096;
 
+/// The most regions nested in one another inside one function. Every variable that a nested
+/// loop reads or writes is threaded through each enclosing loop's header, so the code
+/// generator's time grows with the depth times the code: reverse-mode derivatives of loops
+/// nested 40 deep spent 0.1 s in that alone. A body with deeper regions gets no machine code;
+/// its inner loops get their own when they run.
+const NESTED_DEPTH: usize = 8;
+
 /// A region inside a small body, with its bodies in small form.
 #[derive(Debug)]
 enum Nested {
@@ -504,10 +511,13 @@ enum Nested {
 impl Nested {
     /// The translated form of `region`, when its bodies have small forms and its loops a bound
     /// of at most [`NESTED_TRIPS`] trips.
-    fn new(region: &Region) -> Option<Nested> {
+    fn new(region: &Region, depth: usize) -> Option<Nested> {
+        if depth > NESTED_DEPTH {
+            return None;
+        }
         let small = |graph: &Graph| {
             let plan = Plan::compile(graph);
-            SmallBody::new(plan.graph(), graph.inputs().count())
+            SmallBody::at_depth(plan.graph(), graph.inputs().count(), depth)
         };
         Some(match region.kind() {
             RegionKind::Cond {
@@ -554,6 +564,11 @@ impl Nested {
 impl SmallBody {
     /// The small form of a body graph with `inputs` inputs, when it has one.
     pub(crate) fn new(graph: &Graph, inputs: usize) -> Option<SmallBody> {
+        SmallBody::at_depth(graph, inputs, 0)
+    }
+
+    /// [`SmallBody::new`] for a body nested in `depth` regions of the function being built.
+    fn at_depth(graph: &Graph, inputs: usize, depth: usize) -> Option<SmallBody> {
         if graph.inputs().count() != inputs {
             return None;
         }
@@ -563,7 +578,7 @@ impl SmallBody {
             if let Op::Region(call) = &node.op {
                 let key = Arc::as_ptr(&call.region) as usize;
                 if let std::collections::hash_map::Entry::Vacant(slot) = nested.entry(key) {
-                    slot.insert(Arc::new(Nested::new(&call.region)?));
+                    slot.insert(Arc::new(Nested::new(&call.region, depth + 1)?));
                 }
                 if size > SMALL_ELEMENTS {
                     return None;
@@ -672,12 +687,28 @@ impl Drop for Code {
     }
 }
 
-/// The host's instruction set, built once (`None` where Cranelift does not support it).
-fn isa() -> Option<OwnedTargetIsa> {
+/// The most instructions of a function whose registers the backtracking allocator assigns.
+/// Its time per instruction grows with the values live at once, and a loop body's reverse
+/// pass keeps its whole forward pass live: at 2,000 instructions it took 4 µs an instruction,
+/// at 22,000 24 µs (half a second for one function). Longer functions get the single-pass
+/// allocator, whose time stays about 1 µs an instruction at every size; its code spills more,
+/// which a body that long (its values spilled anyway) hardly notices. Registers change
+/// nothing in the arithmetic, so both give the same bits.
+const BACKTRACKING_INSTRUCTIONS: usize = 4096;
+
+/// The host's instruction set, built once (`None` where Cranelift does not support it): with
+/// the backtracking register allocator, or with the single-pass one for long functions (see
+/// [`BACKTRACKING_INSTRUCTIONS`]).
+fn isa(single_pass: bool) -> Option<OwnedTargetIsa> {
     static ISA: OnceLock<Option<OwnedTargetIsa>> = OnceLock::new();
-    ISA.get_or_init(|| {
+    static SINGLE_PASS: OnceLock<Option<OwnedTargetIsa>> = OnceLock::new();
+    let cell = if single_pass { &SINGLE_PASS } else { &ISA };
+    cell.get_or_init(|| {
         let mut flags = settings::builder();
         flags.set("opt_level", "speed").ok()?;
+        if single_pass {
+            flags.set("regalloc_algorithm", "single_pass").ok()?;
+        }
         // The IR verifier checks the code generator's own output: on in test (debug) builds,
         // off in release builds, where it was a tenth of compile time.
         let verify = if cfg!(debug_assertions) {
@@ -704,7 +735,7 @@ impl Code {
         ret: Option<Type>,
         emit: impl FnOnce(&mut Emitter<'_, '_>, &[Value]) -> Option<()>,
     ) -> Option<Code> {
-        let isa = isa()?;
+        let isa = isa(false)?;
         if isa.pointer_type() != types::I64 {
             return None;
         }
@@ -768,7 +799,37 @@ impl Code {
             let config = e.module.target_config();
             e.b.finalize(config);
         }
-        module.define_function(id, &mut ctx).ok()?;
+        let __n = ctx.func.dfg.num_insts();
+        let __b = ctx.func.dfg.num_blocks();
+        let __t = std::time::Instant::now();
+        if std::env::var("QB_CL").is_ok() {
+            eprintln!("cl insts={} blocks={} emit+compile starts", __n, __b);
+        }
+        if ctx.func.dfg.num_insts() <= BACKTRACKING_INSTRUCTIONS {
+            module.define_function(id, &mut ctx).ok()?;
+        } else {
+            // The module's own compile would use its (backtracking) instruction set: compile
+            // with the single-pass one here and hand the module the bytes and relocations.
+            let fast = isa(true)?;
+            let alignment = ctx
+                .compile(&*fast, &mut Default::default())
+                .ok()?
+                .buffer
+                .alignment;
+            let code = ctx.compiled_code()?;
+            let relocs: Vec<ModuleReloc> = code
+                .buffer
+                .relocs()
+                .iter()
+                .map(|r| ModuleReloc::from_mach_reloc(r, &ctx.func, id))
+                .collect();
+            module
+                .define_function_bytes(id, u64::from(alignment), code.code_buffer(), &relocs)
+                .ok()?;
+        }
+        if std::env::var("QB_CL").is_ok() {
+            eprintln!("   compile s={:.4}", __t.elapsed().as_secs_f64());
+        }
         module.clear_context(&mut ctx);
         module.finalize_definitions().ok()?;
         Some(module.get_finalized_function(id))

@@ -45,7 +45,9 @@ use crate::scalar::ScalarBody;
 use crate::schedule::{Build, Schedule};
 use quabla_backend::Result;
 use quabla_ir::{DType, Graph, NodeId, Plan, Region, RegionKind, TensorType};
-use std::sync::OnceLock;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
 
 /// The most bytes of step-written values a loop body may hold at once to run in the swapping
 /// form: beyond it the steps' own work dwarfs the per-iteration bookkeeping, and releasing dead
@@ -59,6 +61,67 @@ const REUSE_BYTES: usize = 1 << 20;
 /// their steps.
 const SCALAR_CHECK_EVERY: usize = 256;
 
+/// Compiled regions of the plan being compiled, by region address and outputs used.
+type Compiled = HashMap<(usize, Vec<usize>), Arc<Exec>>;
+
+thread_local! {
+    static COMPILED: RefCell<Option<Compiled>> = const { RefCell::new(None) };
+}
+
+/// The scope of one plan compile, in which a region called in several places (with the same
+/// outputs used) is compiled once, its bodies, schedules and machine code shared. Derivatives
+/// of nested loops call one inner loop from many bodies (the forward pass, the recomputation
+/// of each checkpointed block, the body's VJP): compiled per call, a loop nested `d` deep was
+/// compiled `O(d)` times over, and the plan's compile grew as `d²`. Addresses identify regions
+/// only while the plan's graph holds them, which it does for the whole compile; the outermost
+/// [`Schedule::build`] opens the scope and its guard closes it.
+pub(crate) struct CompileScope {
+    owner: bool,
+}
+
+impl CompileScope {
+    /// Opens the scope, or joins the one already open on this thread.
+    pub(crate) fn enter() -> CompileScope {
+        let owner = COMPILED.with(|c| {
+            let mut c = c.borrow_mut();
+            let fresh = c.is_none();
+            if fresh {
+                *c = Some(HashMap::new());
+            }
+            fresh
+        });
+        CompileScope { owner }
+    }
+
+    fn key(region: &Region, used: &[usize]) -> (usize, Vec<usize>) {
+        (std::ptr::from_ref(region) as usize, used.to_vec())
+    }
+
+    fn lookup(region: &Region, used: &[usize]) -> Option<Arc<Exec>> {
+        COMPILED.with(|c| {
+            c.borrow()
+                .as_ref()
+                .and_then(|m| m.get(&Self::key(region, used)).cloned())
+        })
+    }
+
+    fn remember(region: &Region, used: Vec<usize>, exec: &Arc<Exec>) {
+        COMPILED.with(|c| {
+            if let Some(m) = c.borrow_mut().as_mut() {
+                m.insert(Self::key(region, &used), Arc::clone(exec));
+            }
+        });
+    }
+}
+
+impl Drop for CompileScope {
+    fn drop(&mut self) {
+        if self.owner {
+            COMPILED.with(|c| *c.borrow_mut() = None);
+        }
+    }
+}
+
 /// A region call of a schedule: the operand slots, the slot of each sibling node, and the
 /// compiled bodies.
 #[derive(Clone, Debug)]
@@ -69,7 +132,9 @@ pub(crate) struct RegionStep {
     pub args: Vec<usize>,
     /// For each sibling node: the region output it is and its slot.
     pub outs: Vec<(usize, usize)>,
-    exec: Exec,
+    /// Shared by every call of the same region with the same outputs used (see
+    /// [`CompileScope`]).
+    exec: Arc<Exec>,
 }
 
 #[derive(Clone, Debug)]
@@ -362,7 +427,7 @@ impl RegionStep {
         let pad = "  ".repeat(depth);
         // A loop inside machine code is part of the enclosing loop's code.
         let inside = "in the enclosing loop's machine code";
-        let (bodies, native): (Vec<&Body>, bool) = match &self.exec {
+        let (bodies, native): (Vec<&Body>, bool) = match &*self.exec {
             Exec::Cond {
                 then_branch,
                 else_branch,
@@ -438,7 +503,31 @@ impl RegionStep {
                 args.len()
             )));
         }
-        let exec = match region.kind() {
+        let used: Vec<usize> = outs.iter().map(|o| o.0).collect();
+        let exec = match CompileScope::lookup(region, &used) {
+            Some(exec) => exec,
+            None => {
+                let exec = Arc::new(Self::compile_exec(region, &outs, &args, build)?);
+                CompileScope::remember(region, used, &exec);
+                exec
+            }
+        };
+        Ok(RegionStep {
+            form: region.form().name(),
+            args,
+            outs,
+            exec,
+        })
+    }
+
+    /// The bodies and loop machinery of a region call whose sibling nodes are `outs`.
+    fn compile_exec(
+        region: &Region,
+        outs: &[(usize, usize)],
+        args: &[usize],
+        build: Build,
+    ) -> Result<Exec> {
+        Ok(match region.kind() {
             RegionKind::Cond {
                 then_branch,
                 else_branch,
@@ -453,7 +542,7 @@ impl RegionStep {
             RegionKind::Scan(s) => {
                 let mut selected: Vec<usize> = (0..s.n_carry).collect();
                 let mut ys = Vec::new();
-                for &(o, _) in &outs {
+                for &(o, _) in outs {
                     if o >= s.n_carry && ys.iter().all(|y: &StackedOut| y.output != o) {
                         let ty = region
                             .output_types()
@@ -550,12 +639,6 @@ impl RegionStep {
                     native,
                 }
             }
-        };
-        Ok(RegionStep {
-            form: region.form().name(),
-            args,
-            outs,
-            exec,
         })
     }
 
@@ -572,7 +655,7 @@ impl RegionStep {
         if operands.len() != self.args.len() {
             return Err(internal(format!("{} region: operands missing", self.form)));
         }
-        match &self.exec {
+        match &*self.exec {
             Exec::Cond {
                 then_branch,
                 else_branch,

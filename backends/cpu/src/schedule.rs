@@ -279,6 +279,7 @@ impl Schedule {
     /// Compiles a verified graph. `build.fuse` enables elementwise fusion and virtual broadcasts
     /// (without it every node is its own step); it applies to region bodies too.
     pub(crate) fn build(graph: &Graph, build: Build) -> Result<Schedule> {
+        let _scope = crate::region::CompileScope::enter();
         let fuse = build.fuse && !build.check_nans;
         let nodes = graph.nodes();
         let n = nodes.len();

@@ -601,3 +601,91 @@ fn solves_in_native_loops_give_the_kernel_bits_and_its_singular_error() {
         );
     }
 }
+
+/// A `fori_loop` of `trips` iterations whose scalar body is a chain of `pairs` `sin` and
+/// multiply steps.
+fn long_body_loop(pairs: usize, trips: usize) -> Graph {
+    let s = scalar_type(DType::F64);
+    let body = graph(&[s.clone(), s.clone()], |b, p| {
+        let mut c = p[1];
+        for k in 0..pairs {
+            let sin = b.unary(UnaryOp::Sin, c).unwrap();
+            let f = b.scalar(1.0 + k as f64 * 1e-6, DType::F64, false);
+            c = b.binary(BinaryOp::Mul, sin, f).unwrap();
+        }
+        vec![c]
+    });
+    let scan = ScanBody {
+        length: trips,
+        start: 0,
+        reverse: false,
+        n_carry: 1,
+        n_const: 0,
+        n_xs: 0,
+        body: Arc::new(body),
+    };
+    calling(&Arc::new(
+        Region::new(RegionKind::Scan(scan), RegionForm::Fori, 0).unwrap(),
+    ))
+}
+
+#[test]
+fn long_bodies_get_the_single_pass_allocator_and_the_same_bits() {
+    // Past a few thousand instructions the code generator's register allocator changes (its
+    // time would grow faster than the code); the arithmetic must not.
+    for pairs in [10, 3_000] {
+        let g = long_body_loop(pairs, 7);
+        let inputs = vec![scalar(DType::F64, 0.7)];
+        check_both_ways(&format!("{pairs} pairs"), &g, std::slice::from_ref(&inputs));
+    }
+}
+
+/// `depth` scans of two trips nested in one another around `x * 0.5 + 1`.
+fn nested_scans(depth: usize) -> Arc<Region> {
+    let s = scalar_type(DType::F64);
+    let mut body = graph(&[s.clone(), s.clone()], |b, p| {
+        let half = b.scalar(0.5, DType::F64, false);
+        let one = b.scalar(1.0, DType::F64, false);
+        let x = b.binary(BinaryOp::Mul, p[1], half).unwrap();
+        vec![b.binary(BinaryOp::Add, x, one).unwrap()]
+    });
+    let mut region = None;
+    for _ in 0..depth {
+        let scan = ScanBody {
+            length: 2,
+            start: 0,
+            reverse: false,
+            n_carry: 1,
+            n_const: 0,
+            n_xs: 0,
+            body: Arc::new(body),
+        };
+        let r = Arc::new(Region::new(RegionKind::Scan(scan), RegionForm::Fori, 0).unwrap());
+        body = graph(&[s.clone(), s.clone()], |b, p| {
+            b.push_region_calls(r.clone(), 0..1, &[p[1]]).unwrap()
+        });
+        region = Some(r);
+    }
+    region.unwrap()
+}
+
+#[test]
+fn deep_nests_split_into_several_machine_code_loops_with_the_same_bits() {
+    // One function holds a few levels of nested loops; deeper ones run their own code.
+    for depth in [3, 12] {
+        let region = nested_scans(depth);
+        let g = calling(&region);
+        let inputs = vec![scalar(DType::F64, 0.25)];
+        check_both_ways(&format!("depth {depth}"), &g, std::slice::from_ref(&inputs));
+        let mut want = 0.25f64;
+        for _ in 0..1usize << depth {
+            want = want * 0.5 + 1.0;
+        }
+        let got = compile(&g, true).run(&inputs).unwrap();
+        assert_bitwise(
+            &format!("depth {depth}"),
+            &got[0].data,
+            &HostData::from_f64(DType::F64, [want]),
+        );
+    }
+}

@@ -77,8 +77,11 @@ def value_and_grad(fun=None, argnums=0, has_aux=False):
 
 
 def jit(fun=None, device=None, static_argnums=(), max_traces=8, static_argnames=(), precision=None,
-        check_nans=False):
-    """Traces ``fun`` once per signature, compiles the plan and caches ``max_traces`` plans."""
+        check_nans=False, donate_argnums=()):
+    """Traces ``fun`` once per signature, compiles the plan and caches ``max_traces`` plans.
+
+    ``donate_argnums`` is accepted as in JAX; a Python caller holds its arguments while the call
+    runs, so they are lent, never written, and stay valid (docs/python/optim.md)."""
     return _decorator_or_call(
         _jit,
         fun,
@@ -89,6 +92,7 @@ def jit(fun=None, device=None, static_argnums=(), max_traces=8, static_argnames=
             static_argnames=static_argnames,
             precision=precision,
             check_nans=check_nans,
+            donate_argnums=donate_argnums,
         ),
     )
 

@@ -1,5 +1,6 @@
 //! `qb::linalg` (api.md §17): the dense functions of numerics.md §6 (`dense`, `norm`), the
-//! matrix-free Krylov solvers `cg` and `gmres` (`krylov`) and the root finder [`crate::newton`]
+//! compositions a port reaches for (`expm`; `lu`: `lu_factor`/`lu_solve`), the matrix-free
+//! Krylov solvers `cg` and `gmres` (`krylov`) and the root finder [`crate::newton`]
 //! (`newton`), which share `iterative`. Derivatives, batching and kernels of the dense
 //! functions belong to the IR ops (`quabla-linalg`'s rules and the CPU backend); the solvers'
 //! derivatives are implicit rules written with `custom_vjp`. The points the spec leaves open

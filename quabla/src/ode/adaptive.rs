@@ -9,12 +9,13 @@
 //! `t1` (docs/ode.md).
 //!
 //! - Eagerly (no input traced and no trace active), a Rust loop calls `attempt` on concrete
-//!   tensors until `t1` is reached and raises `OdeMaxSteps` after `max_steps` attempts.
+//!   tensors until `t1` is reached and raises `OdeMaxSteps` after `max_steps` attempts, or as
+//!   soon as the step size stalls (a step no longer advances `t`).
 //! - Traced, the state is packed into one flat vector (a loop carry is one array) and the solve
 //!   is one `while_loop` bounded to `max_steps` trips that stops when the state is done; its
 //!   body unpacks, attempts and repacks. Packing and slicing move values exactly, so both
 //!   drivers give the same bits. The bound gives the loop its reverse mode (docs/loops.md);
-//!   a solve that runs out of trips stops there with `info.success` false.
+//!   a solve that runs out of trips, or stalls, stops there with `info.success` false.
 
 use super::{dopri5, name_args, rms, rosenbrock, scalar, scaled, select, Method, OdeInfo, Problem};
 use crate::prelude::*;
@@ -69,7 +70,8 @@ struct State {
     rejected: Tensor,
     /// Whether the last attempt was rejected (caps the next growth factor at 1).
     last_rejected: Tensor,
-    /// Whether `t1` has been reached.
+    /// `1` once `t1` has been reached, `-1` once the step size has stalled (a step no longer
+    /// advances `t`: the attempt that finds it leaves the state as it was), `0` while going.
     done: Tensor,
     /// `f(y, t)`: the first stage of the next step.
     fy: Tensor,
@@ -317,7 +319,6 @@ impl Solver<'_, '_> {
             .error_norm(step.err(), &s.y, step.y_new())?
             .stop_gradient()?;
         let accept = err.less_equal(1.0)?;
-        let accepted_f = select(&accept, 1.0, 0.0)?.astype(dtype)?;
 
         // Step-size factors (§7.5.4), all behind stop_gradient.
         let grow = err
@@ -334,6 +335,12 @@ impl Solver<'_, '_> {
 
         let t_end = select(&lands, t1, (&s.t + &h)?)?;
         let finished = accept.logical_and(&lands)?;
+        // A step that ends where it starts (`t + h == t`: `h` below the spacing of the
+        // floating-point numbers at `t`) cannot advance `t`, and every later step would be
+        // shorter still: the solve has stalled (at a blow-up, say). Stop rather than spin.
+        let stalled = lands.logical_not()?.logical_and(&t_end.equal(&s.t)?)?;
+        let accept = accept.logical_and(&stalled.logical_not()?)?;
+        let accepted_f = select(&accept, 1.0, 0.0)?.astype(dtype)?;
         let rows = match (&s.rows, inp.saveat) {
             (Some(rows), Some(ts)) => {
                 Some(self.save_rows(s, &step, &h, &t_end, &accept, dir, rows, ts)?)
@@ -348,7 +355,7 @@ impl Solver<'_, '_> {
             accepted: (&s.accepted + &accepted_f)?,
             rejected: (&s.rejected + (1.0 - &accepted_f)?)?,
             last_rejected: (1.0 - &accepted_f)?,
-            done: select(&finished, 1.0, &s.done)?,
+            done: select(&finished, 1.0, select(&stalled, -1.0, &s.done)?)?,
             fy: select(&accept, step.f_new(), &s.fy)?,
             rows,
         })
@@ -481,16 +488,23 @@ fn eager(
     inp: &Inputs<'_>,
     max_steps: usize,
 ) -> Result<State> {
-    for _ in 0..max_steps {
+    let mut attempts = 0;
+    while attempts < max_steps {
         state = s.attempt(&state, inp)?;
-        if state.done.item()? != 0.0 {
+        attempts += 1;
+        let done = state.done.item()?;
+        if done > 0.5 {
             return Ok(state);
+        }
+        if done < -0.5 {
+            break;
         }
     }
     Err(Error::OdeMaxSteps {
         method: s.method.name().to_string(),
         t: state.t.item()?,
         max_steps: max_steps as u64,
+        attempts: attempts as u64,
     })
 }
 
@@ -502,7 +516,8 @@ fn traced(s: &Solver<'_, '_>, state: State, inp: &Inputs<'_>, max_steps: usize) 
     let init = layout.pack(&state)?;
     debug_assert_eq!(init.size(), layout.len());
     let carry = crate::while_loop(
-        |c, _| c.index(crate::s![layout.done()])?.less(0.5),
+        // Going while `done` is 0: neither finished (1) nor stalled (-1).
+        |c, _| c.index(crate::s![layout.done()])?.abs()?.less(0.5),
         |c, ops| {
             let state = layout.unpack(&c)?;
             let next = s.attempt(&state, &Inputs::from_operands(ops, saveat))?;

@@ -58,6 +58,19 @@ fn quote_key(k: &crate::tree::DictKey) -> String {
 /// the first leaf that is not a floating tensor.
 pub(crate) fn float_leaves<T: Tree>(who: &str, tree: &T) -> Result<(Vec<Tensor>, TreeDef)> {
     let (leaves, def) = crate::tree::flatten(tree);
+    def.check()?;
+    // A string (or another static value) where a parameter is expected is no parameter: an
+    // optimizer would leave it alone and a loss would receive it as it is.
+    if let Some((path, what)) = first_static(&def, &mut Vec::new()) {
+        let at = if path.is_empty() {
+            "the root".to_string()
+        } else {
+            path
+        };
+        return Err(Error::Type {
+            message: format!("{who} parameters and gradients must be floating; got {what} at {at}"),
+        });
+    }
     let mut out = Vec::with_capacity(leaves.len());
     for (k, leaf) in leaves.into_iter().enumerate() {
         let kind = match &leaf {
@@ -86,6 +99,37 @@ pub(crate) fn float_leaves<T: Tree>(who: &str, tree: &T) -> Result<(Vec<Tensor>,
         });
     }
     Ok((out, def))
+}
+
+/// The path and kind of the first static entry of `def` (a string or a `qb::Static` value
+/// standing where a tree has leaves); `#[tree(static)]` fields are the struct's, not entries.
+fn first_static(def: &TreeDef, prefix: &mut Vec<PathEntry>) -> Option<(String, String)> {
+    let child = |entry: PathEntry, d: &TreeDef, prefix: &mut Vec<PathEntry>| {
+        prefix.push(entry);
+        let found = first_static(d, prefix);
+        prefix.pop();
+        found
+    };
+    match def {
+        TreeDef::Static(b) => {
+            let what = match b.get::<String>() {
+                Some(_) => "str".to_string(),
+                None => format!("the static value {b:?}"),
+            };
+            Some((path_text(prefix), what))
+        }
+        TreeDef::Leaf | TreeDef::None => None,
+        TreeDef::Tuple(c) | TreeDef::List(c) => c
+            .iter()
+            .enumerate()
+            .find_map(|(i, d)| child(PathEntry::Index(i), d, prefix)),
+        TreeDef::Dict(c) => c
+            .iter()
+            .find_map(|(k, d)| child(PathEntry::Key(k.clone()), d, prefix)),
+        TreeDef::Node { fields, .. } => fields
+            .iter()
+            .find_map(|(k, d)| child(PathEntry::from(*k), d, prefix)),
+    }
 }
 
 /// TF8 unless `b` has the structure `a`, then the same check of every leaf's shape.

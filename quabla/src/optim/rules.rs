@@ -116,9 +116,14 @@ impl Rule {
     }
 
     /// AR7 for a rate that is negative or non-finite at `step` (a host number), checked with
-    /// the schedule's host value.
+    /// the schedule's host value where that is cheap (see [`LearningRate::cheap_on_host`]); a
+    /// rate only the plan computes is not checked here (a non-finite loss then shows it, as
+    /// `Trainer::check_finite_every` reports).
     pub(crate) fn check_rate(&self, step: u64) -> Result<()> {
-        self.lr.at(step).map(|_| ())
+        if self.lr.cheap_on_host() {
+            self.lr.at(step)?;
+        }
+        Ok(())
     }
 
     /// The moment leaves of `state` for parameters `params` of structure `def` (AR6 when
@@ -261,10 +266,14 @@ pub trait Optimizer {
         same_layout("update", &def, &p, &gdef, &g)?;
         let (m, v) = rule.moments(&def, &p, state)?;
         let step = step_tensor(&state.step)?;
-        if !step.is_traced() {
-            rule.check_rate(super::schedules::step_number(step.item()?)?)?;
-        }
         let scalars = rule.step_tensors(&step)?;
+        if !step.is_traced() {
+            // The rate this update uses, checked once it is known (AR7); traced, it cannot be.
+            let n = super::schedules::step_number(step.item()?)?;
+            if let Some(lr) = scalars.first() {
+                super::schedules::check_scheduled(lr.item()?, n)?;
+            }
+        }
         let g = match rule.clip_norm {
             Some(max_norm) => clip_leaves(&g, max_norm)?.0,
             None => g,

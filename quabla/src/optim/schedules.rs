@@ -44,6 +44,13 @@ pub trait Schedule: Send + Sync {
         let _ = step;
         None
     }
+
+    /// Whether [`Schedule::value`] costs a few floating-point operations (the built-in
+    /// schedules), so a `Trainer` whose plan computes the rate can afford to check it on the
+    /// host before every step. A schedule that runs user code or tensor operations says no.
+    fn cheap_on_host(&self) -> bool {
+        false
+    }
 }
 
 impl<F: Fn(u64) -> f64 + Send + Sync> Schedule for F {
@@ -482,6 +489,9 @@ macro_rules! formula_schedules {
             fn value_at(&self, step: &Tensor) -> Option<Result<Tensor>> {
                 Some(self.check().and_then(|()| self.formula(step)))
             }
+            fn cheap_on_host(&self) -> bool {
+                true
+            }
         }
     )*};
 }
@@ -575,14 +585,18 @@ impl LearningRate {
             }
             LearningRate::Schedule(s) => {
                 let v = s.value(step)?;
-                if v.is_finite() && v >= 0.0 {
-                    Ok(v)
-                } else {
-                    Err(Error::invalid(format!(
-                        "learning-rate schedule gave {v} at step {step}; a rate must be finite and >= 0"
-                    )))
-                }
+                check_scheduled(v, step)?;
+                Ok(v)
             }
+        }
+    }
+
+    /// Whether the host value at a step costs a few floating-point operations (a constant, a
+    /// built-in schedule), so a `Trainer` checks it (AR7) before every step.
+    pub(crate) fn cheap_on_host(&self) -> bool {
+        match self {
+            LearningRate::Constant(_) => true,
+            LearningRate::Schedule(s) => s.cheap_on_host(),
         }
     }
 
@@ -622,6 +636,17 @@ pub(crate) fn step_number(step: f64) -> Result<u64> {
     } else {
         Err(Error::invalid(format!(
             "the optimizer state's step must be a whole number in [0, 2**53), got {step}"
+        )))
+    }
+}
+
+/// AR7: a scheduled rate `v` at `step` that is negative or not finite.
+pub(crate) fn check_scheduled(v: f64, step: u64) -> Result<()> {
+    if v.is_finite() && v >= 0.0 {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "learning-rate schedule gave {v} at step {step}; a rate must be finite and >= 0"
         )))
     }
 }

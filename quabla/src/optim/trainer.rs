@@ -33,7 +33,7 @@ use crate::staging::{leaf_signature, Entry};
 use crate::tensor::Tensor;
 use crate::transforms::jit::Compiled;
 use crate::tree::{Leaf, Tree, TreeDef};
-use quabla_backend::{Backend, Buffer, BufferArg};
+use quabla_backend::{Backend, Buffer, BufferArg, Memory};
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
@@ -104,7 +104,7 @@ pub struct Trainer<P, D, L> {
     /// The step and a snapshot of the state at the last check whose loss was finite (buffers
     /// sharing the state's storage, which a donation then never reuses).
     last_good: Option<(u64, Vec<Buffer>)>,
-    last_loss: Option<Buffer>,
+    last_loss: Option<Memory>,
     loss_plan: OnceLock<Compiled<(P, D), Tensor>>,
     /// The gradient and update plans and the process group of a data-parallel trainer, which
     /// runs them instead of `entry`'s fused plan (`data_parallel.rs`).
@@ -439,21 +439,21 @@ where
                 args.extend(self.state.iter().map(|b| BufferArg::Donated(b.clone())));
                 args.extend(data.iter().map(BufferArg::Lent));
                 args.extend(rate.into_iter().map(BufferArg::Donated));
-                runnable.run_buffers(args)?
+                runnable.run_memories(args)?
             }
         };
         let mut outs = outs.into_iter();
         let loss = outs.next().ok_or_else(|| Error::Internal {
             message: "the trainer's plan returned no loss".into(),
         })?;
-        let state: Vec<Buffer> = outs.collect();
+        let state: Vec<Memory> = outs.collect();
         if state.len() != self.state.len() {
             return Err(Error::Internal {
                 message: "the trainer's plan returned a state of another size".into(),
             });
         }
         if let Some(snapshot) = snapshot {
-            let value = download(runnable.backend(), &loss)?.item()?;
+            let value = download_memory(runnable.backend(), &loss)?.item()?;
             if !value.is_finite() {
                 let step = self.step;
                 let kept_step = match self.last_good.take() {
@@ -478,7 +478,11 @@ where
             // The loss was measured at the parameters before this update.
             self.last_good = Some((self.step, snapshot));
         }
-        self.state = state;
+        // The state buffers, donated to the run, take its outputs: the same handles step after
+        // step (nothing is allocated for them).
+        for (buffer, memory) in self.state.iter().zip(state) {
+            buffer.refill(memory)?;
+        }
         self.step += 1;
         self.last_loss = Some(loss);
         Ok(())
@@ -523,7 +527,7 @@ where
     pub fn last_loss(&self) -> Result<Option<Tensor>> {
         self.last_loss
             .as_ref()
-            .map(|b| download(self.entry.runnable().backend(), b))
+            .map(|m| download_memory(self.entry.runnable().backend(), m))
             .transpose()
     }
 
@@ -581,8 +585,11 @@ where
 /// A buffer as a tensor (one counted download on a device; none on the CPU, whose buffers are
 /// host memory).
 fn download(backend: &Arc<dyn Backend>, buffer: &Buffer) -> Result<Tensor> {
-    let host = backend.download(&buffer.memory()?)?;
-    Ok(Tensor::from_host(host, false))
+    download_memory(backend, &buffer.memory()?)
+}
+
+fn download_memory(backend: &Arc<dyn Backend>, memory: &Memory) -> Result<Tensor> {
+    Ok(Tensor::from_host(backend.download(memory)?, false))
 }
 
 /// Another buffer on `buffer`'s storage, which a donation of `buffer` does not end.

@@ -911,7 +911,15 @@ impl<A: Tree, R: Tree> CustomJvpFn<'_, A, R> {
                 ),
             });
         }
-        check_types(&what, &traced.graph, n_out, &out_types)?;
+        // The value is always `fun`'s, but a rule whose primal_out differs from it in shape or
+        // dtype is wrong (its tangents describe some other function): refused, not ignored.
+        check_types(&format!("{what}: primal_out"), &traced.graph, 0, &out_types)?;
+        check_types(
+            &format!("{what}: tangent_out"),
+            &traced.graph,
+            n_out,
+            &out_types,
+        )?;
         let rule = CustomRule {
             name: self.name.clone(),
             primal: Arc::new(primal.graph),

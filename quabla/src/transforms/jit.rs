@@ -91,8 +91,7 @@ impl<A: Tree, R: Tree, F: Fn(A) -> Result<R>> Jit<F, A, R> {
     /// the run may reuse their storage for its outputs, so a loop `x = f(x)` stops allocating
     /// a new `x` each time. Donating needs ownership: [`Jit::call_donated`] takes the
     /// arguments by value, and a tensor the caller still holds a clone of is lent, never
-    /// written; [`Jit::call`] borrows and donates nothing. Python's `donate_argnums` marks the
-    /// donated tensors deleted, as JAX does (`docs/devices.md`).
+    /// written; [`Jit::call`] borrows and donates nothing (`docs/devices.md`).
     pub fn donate_argnums(mut self, argnums: &[usize]) -> Self {
         self.donate_argnums = argnums.to_vec();
         self

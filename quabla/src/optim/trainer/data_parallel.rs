@@ -32,7 +32,7 @@ use crate::optim::{float_leaves, rebuild};
 use crate::staging::Entry;
 use crate::tensor::Tensor;
 use crate::tree::{Leaf, Tree, TreeDef};
-use quabla_backend::{Buffer, BufferArg};
+use quabla_backend::{Buffer, BufferArg, Memory};
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
@@ -332,16 +332,16 @@ impl DataParallel {
         Ok(text)
     }
 
-    /// One step on the resident `state` and `data` (see the module docs): the loss, then the
-    /// new state, as the ordinary trainer's plan returns them. `rate` is the host rate's
-    /// buffer, when there is one.
+    /// One step on the resident `state` and `data` (see the module docs): the memory of the
+    /// loss, then of the new state, as the ordinary trainer's plan returns them. `rate` is the
+    /// host rate's buffer, when there is one.
     pub(super) fn run(
         &self,
         step: u64,
         state: &[Buffer],
         data: &[Buffer],
         rate: Option<Buffer>,
-    ) -> Result<Vec<Buffer>> {
+    ) -> Result<Vec<Memory>> {
         let backend = self.update.runnable().backend().clone();
         let local = (|| {
             let args = state[..self.n_params]
@@ -379,8 +379,8 @@ impl DataParallel {
         args.extend(state.iter().map(|b| BufferArg::Donated(b.clone())));
         args.extend(buffers.map(BufferArg::Donated));
         args.extend(rate.into_iter().map(BufferArg::Donated));
-        let mut outs = vec![loss];
-        outs.extend(self.update.runnable().run_buffers(args)?);
+        let mut outs = vec![loss.memory()?];
+        outs.extend(self.update.runnable().run_memories(args)?);
         Ok(outs)
     }
 
