@@ -74,6 +74,36 @@ fn checkpoints_are_written_once_and_load_anywhere() {
 }
 
 #[test]
+fn the_data_parallel_example_trains_as_one_process_does() {
+    run_check("the_example_trains");
+}
+
+#[test]
+fn a_unique_id_is_shared_from_rank_zero_or_its_failure_is_everyones() {
+    let results = dist::run_local(3, Options::default(), || {
+        let group = dist::current()?;
+        let id = dist::share_unique_id(&group, 128, || Ok((0..128).map(|i| i as u8).collect()))?;
+        assert_eq!(id, (0..128).map(|i| i as u8).collect::<Vec<u8>>());
+        let err = dist::share_unique_id(&group, 128, || {
+            Err(qb::Error::user("libnccl.so.2 could not be loaded"))
+        })
+        .unwrap_err();
+        if dist::rank() == 0 {
+            assert!(matches!(err, Error::User { .. }), "{err}");
+        } else {
+            assert!(
+                err.to_string()
+                    .contains("rank 0 failed: libnccl.so.2 could not be loaded"),
+                "{err}"
+            );
+        }
+        Ok(())
+    })
+    .unwrap();
+    results.into_iter().for_each(|r| r.unwrap());
+}
+
+#[test]
 fn a_rank_that_leaves_fails_the_others_at_once() {
     let limit = Duration::from_secs(5);
     let results = dist::run_local(3, Options::default(), || {
@@ -122,9 +152,7 @@ fn a_rank_that_never_arrives_is_named_after_the_timeout() {
 
 #[test]
 fn one_rank_data_parallel_trainer_equals_the_plain_trainer_bit_for_bit() {
-    #[path = "../examples/pinn.rs"]
-    #[allow(dead_code)]
-    mod pinn;
+    use distributed_checks::pinn;
     use qb::optim::{self, Trainer};
     let results = dist::run_local(1, Options::default(), || {
         let data = pinn::collocation()?;

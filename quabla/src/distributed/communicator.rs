@@ -211,29 +211,85 @@ fn minimum(a: f64, b: f64) -> f64 {
     }
 }
 
-/// The reduction of `parts` (one slice per rank, in rank order, all of `out`'s length) into
-/// `out`: element `i` is `((p_0[i] ∘ p_1[i]) ∘ p_2[i]) ∘ ...` computed in float64 (exact for
-/// float64 data), divided by the number of parts for [`ReduceOp::Mean`], and rounded once to
-/// `T`. Every transport's reduction equals this bit for bit.
+/// The reduction of `parts` (one slice per rank, in rank order, each at least `out`'s length)
+/// into `out`: element `i` is `((p_0[i] ∘ p_1[i]) ∘ p_2[i]) ∘ ...` computed in float64 (exact
+/// for float64 data), divided by the number of parts for [`ReduceOp::Mean`], and rounded once
+/// to `T`. Every transport's reduction equals this bit for bit.
 pub(crate) fn fold<T: Real>(op: ReduceOp, parts: &[&[T]], out: &mut [MaybeUninit<T>]) {
+    if parts.iter().any(|p| p.len() < out.len()) {
+        return;
+    }
+    let pointers: Vec<*const T> = parts.iter().map(|p| p.as_ptr()).collect();
+    // SAFETY: every part holds `out.len()` elements (checked above), and `out` is a distinct
+    // allocation borrowed mutably.
+    unsafe { fold_raw(op, &pointers, out.as_mut_ptr() as *mut T, out.len()) }
+}
+
+/// [`fold`] over raw parts, so that the output may be one of the parts (a reduction in place).
+///
+/// # Safety
+///
+/// Every part and `out` must be valid for `len` elements, and no reference to them may be
+/// alive. `out` may be one of the parts exactly (the same start), never overlap one otherwise.
+pub(crate) unsafe fn fold_raw<T: Real>(op: ReduceOp, parts: &[*const T], out: *mut T, len: usize) {
     let n = parts.len() as f64;
-    let combine: fn(f64, f64) -> f64 = match op {
-        ReduceOp::Sum | ReduceOp::Mean => |a, b| a + b,
-        ReduceOp::Max => maximum,
-        ReduceOp::Min => minimum,
+    // SAFETY: forwarded.
+    unsafe {
+        match op {
+            ReduceOp::Sum => fold_blocks(parts, out, len, |a, b| a + b, None),
+            ReduceOp::Mean => fold_blocks(parts, out, len, |a, b| a + b, Some(n)),
+            ReduceOp::Max => fold_blocks(parts, out, len, maximum, None),
+            ReduceOp::Min => fold_blocks(parts, out, len, minimum, None),
+        }
+    }
+}
+
+/// The fold a block at a time: the block of every part is read into a float64 accumulator
+/// before the block of `out` is written, which makes `out` aliasing a part harmless and lets
+/// the compiler vectorize each pass.
+///
+/// # Safety
+///
+/// As [`fold_raw`].
+#[inline(always)]
+unsafe fn fold_blocks<T: Real>(
+    parts: &[*const T],
+    out: *mut T,
+    len: usize,
+    combine: impl Fn(f64, f64) -> f64,
+    divide: Option<f64>,
+) {
+    const BLOCK: usize = 512;
+    let Some((&first, rest)) = parts.split_first() else {
+        return;
     };
-    for (i, slot) in out.iter_mut().enumerate() {
-        let mut acc = match parts.first() {
-            Some(p) => p[i].widen(),
-            None => return,
-        };
-        for p in &parts[1..] {
-            acc = combine(acc, p[i].widen());
+    let mut acc = [0.0f64; BLOCK];
+    let mut start = 0;
+    while start < len {
+        let m = BLOCK.min(len - start);
+        let acc = &mut acc[..m];
+        // SAFETY: `start + m <= len` elements of every part and of `out` are valid.
+        unsafe {
+            let p = std::slice::from_raw_parts(first.add(start), m);
+            for (a, x) in acc.iter_mut().zip(p) {
+                *a = x.widen();
+            }
+            for &part in rest {
+                let p = std::slice::from_raw_parts(part.add(start), m);
+                for (a, x) in acc.iter_mut().zip(p) {
+                    *a = combine(*a, x.widen());
+                }
+            }
+            if let Some(n) = divide {
+                for a in acc.iter_mut() {
+                    *a /= n;
+                }
+            }
+            for (j, a) in acc.iter().enumerate() {
+                out.add(start + j).write(T::narrow(*a));
+            }
         }
-        if op == ReduceOp::Mean {
-            acc /= n;
-        }
-        slot.write(T::narrow(acc));
+        start += m;
     }
 }
 

@@ -111,7 +111,7 @@ fn seconds_var(name: &str) -> Result<Option<Option<Duration>>> {
         return Ok(Some(None));
     }
     match text.parse::<f64>() {
-        Ok(s) if s == 0.0 => Ok(Some(None)),
+        Ok(0.0) => Ok(Some(None)),
         Ok(s) if s.is_finite() && s > 0.0 => Ok(Some(Some(Duration::from_secs_f64(s)))),
         _ => Err(Error::invalid(format!(
             "{name} must be a number of seconds (or 0 or none for no limit), got {text:?}"

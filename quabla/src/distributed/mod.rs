@@ -44,6 +44,8 @@ pub use communicator::{Communicator, Deadline, Fault, ReduceOp};
 pub(crate) use grad::{reduce_leaves, shard_args, Flat};
 pub use grad::{value_and_grad, Reduction, ValueAndGrad};
 pub use group::{with_group, Group, Options, DEFAULT_HEARTBEAT_TIMEOUT, DEFAULT_TIMEOUT};
+/// The host arrays a [`Communicator`] moves.
+pub use quabla_ir::HostData;
 
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;

@@ -30,7 +30,7 @@
 //! Under Open MPI, `mpirun` ends the whole job when a process dies, unless it is started with
 //! `--enable-recovery`; then the survivors see the typed error (docs/distributed.md).
 
-use super::communicator::{fold, Communicator, Deadline, Fault, Real, ReduceOp};
+use super::communicator::{fold_raw, Communicator, Deadline, Fault, Real, ReduceOp};
 use super::group::Options;
 use crate::error::{Error, Result};
 use mpi::ffi;
@@ -48,11 +48,15 @@ const TAG_SCATTER: c_int = 12;
 const TAG_GATHER: c_int = 13;
 /// The tag of heartbeats (on the heartbeat communicator).
 const TAG_BEAT: c_int = 21;
-/// Heartbeat payloads.
+/// Heartbeat payloads (low byte); a goodbye carries `1 + ` the first rank its sender saw die
+/// in the bytes above.
 const ALIVE: u64 = 1;
 const LEAVING: u64 = 2;
-/// Reductions of at most this many bytes per rank take one round (see the module docs).
-const ONE_ROUND_BYTES: usize = 16 * 1024;
+/// Reductions of at most this many bytes per rank take one round (see the module docs): up
+/// to the size Open MPI sends eagerly over shared memory, one round of eager messages is
+/// fastest; beyond it every message needs a rendezvous, and halving the bytes per rank with a
+/// second round wins.
+const ONE_ROUND_BYTES: usize = 4096;
 
 /// An MPI handle moved between threads: MPI runs with `MPI_THREAD_MULTIPLE`, so its handles
 /// may be used from any thread.
@@ -123,35 +127,82 @@ fn count(n: usize) -> Result<c_int, Fault> {
     })
 }
 
+/// What the heartbeat thread has seen of each peer.
+#[derive(Clone, Debug, PartialEq)]
+enum Peer {
+    Alive,
+    /// It said goodbye (it finalized or exited).
+    Left,
+    /// It went silent; how, for the message.
+    Died(String),
+}
+
 /// What the heartbeat thread has seen.
 #[derive(Debug, Default)]
 struct Monitor {
-    /// Set when `lost` is.
+    /// Set once a peer is not [`Peer::Alive`].
     any_lost: AtomicBool,
-    /// The first peer lost and how.
-    lost: Mutex<Option<Fault>>,
-    /// Whether a peer died (as opposed to leaving cleanly).
-    died: AtomicBool,
+    /// By rank (this rank's own entry stays `Alive`).
+    peers: Mutex<Vec<Peer>>,
     stop: AtomicBool,
 }
 
 impl Monitor {
-    fn record(&self, fault: Fault, died: bool) {
-        let mut lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
-        if lost.is_none() {
-            *lost = Some(fault);
+    fn new(size: usize) -> Monitor {
+        Monitor {
+            any_lost: AtomicBool::new(false),
+            peers: Mutex::new(vec![Peer::Alive; size]),
+            stop: AtomicBool::new(false),
         }
-        if died {
-            self.died.store(true, Ordering::Release);
+    }
+
+    fn peers(&self) -> std::sync::MutexGuard<'_, Vec<Peer>> {
+        self.peers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records what became of `rank`; a death is never downgraded to leaving.
+    fn record(&self, rank: usize, state: Peer) {
+        let mut peers = self.peers();
+        if let Some(slot) = peers.get_mut(rank) {
+            if !matches!(slot, Peer::Died(_)) {
+                *slot = state;
+            }
         }
         self.any_lost.store(true, Ordering::Release);
     }
 
+    /// The lowest rank that died, if any.
+    fn first_death(&self) -> Option<usize> {
+        self.peers().iter().position(|p| matches!(p, Peer::Died(_)))
+    }
+
+    /// The fault a collective reports: the first death, else the first peer that left (a
+    /// peer that left after seeing a death passes the death on, so the cause is named).
     fn fault(&self) -> Option<Fault> {
         if !self.any_lost.load(Ordering::Acquire) {
             return None;
         }
-        self.lost.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        let peers = self.peers();
+        let died = peers.iter().enumerate().find_map(|(rank, p)| match p {
+            Peer::Died(how) => Some(Fault::Lost {
+                rank,
+                how: how.clone(),
+            }),
+            _ => None,
+        });
+        died.or_else(|| {
+            peers
+                .iter()
+                .position(|p| *p == Peer::Left)
+                .map(|rank| Fault::Lost {
+                    rank,
+                    how: "left the process group (it finalized or exited)".into(),
+                })
+        })
+    }
+
+    fn any_death(&self) -> bool {
+        self.first_death().is_some()
     }
 }
 
@@ -164,6 +215,9 @@ pub(crate) struct Mpi {
     monitor: Arc<Monitor>,
     /// Buffers of operations a fault left in flight (never freed).
     graveyard: Mutex<Vec<Box<dyn Any + Send + Sync>>>,
+    /// The receive buffer of reductions, kept between calls (8-byte words: it holds float32
+    /// or float64 parts): large arrays would otherwise pay for fresh pages every time.
+    scratch: Mutex<Vec<u64>>,
     heartbeat: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Whether this process initialized MPI (and so finalizes it).
     owns_mpi: bool,
@@ -242,8 +296,9 @@ impl Mpi {
             rank: rank as usize,
             size: size as usize,
             comm: Handle(comm),
-            monitor: Arc::new(Monitor::default()),
+            monitor: Arc::new(Monitor::new(size as usize)),
             graveyard: Mutex::new(Vec::new()),
+            scratch: Mutex::new(Vec::new()),
             heartbeat: Mutex::new(None),
             owns_mpi,
             finalized: AtomicBool::new(false),
@@ -412,18 +467,26 @@ impl Mpi {
         Ok(())
     }
 
-    /// The reduction of `input` (see the module docs).
+    /// The reduction of `input` (see the module docs): in place when this is the array's only
+    /// handle (as the packed gradients of a data-parallel step are), else into a new array.
     fn reduce<T: Real + MpiType>(
         &self,
-        input: Arc<[T]>,
+        mut input: Arc<[T]>,
         op: ReduceOp,
         deadline: Deadline,
     ) -> Result<Arc<[T]>, Fault> {
         let (n, r, len) = (self.size, self.rank, input.len());
-        let mut out = Arc::<[T]>::new_uninit_slice(len);
-        let out_ptr: *mut T = match Arc::get_mut(&mut out) {
-            Some(slots) => slots.as_mut_ptr() as *mut T,
-            None => unreachable!("a new allocation has one handle"),
+        let mut fresh: Option<Arc<[MaybeUninit<T>]>> = None;
+        let in_ptr: *const T = input.as_ptr();
+        let out_ptr: *mut T = match Arc::get_mut(&mut input) {
+            Some(own) => own.as_mut_ptr(),
+            None => {
+                let out = fresh.insert(Arc::<[T]>::new_uninit_slice(len));
+                match Arc::get_mut(out) {
+                    Some(slots) => slots.as_mut_ptr() as *mut T,
+                    None => unreachable!("a new allocation has one handle"),
+                }
+            }
         };
         let one_round = len * std::mem::size_of::<T>() <= ONE_ROUND_BYTES || len < n;
         // The part of the array this rank folds: all of it in one round, else its chunk.
@@ -437,82 +500,87 @@ impl Mpi {
             }
         };
         let mine = chunk(r);
-        let mut scratch: Box<[MaybeUninit<T>]> = Box::new_uninit_slice(mine.len() * (n - 1));
+        // The other ranks' parts of this rank's chunk, in the scratch kept between calls.
+        let mut scratch =
+            std::mem::take(&mut *self.scratch.lock().unwrap_or_else(|e| e.into_inner()));
+        let words = (mine.len() * (n - 1) * std::mem::size_of::<T>()).div_ceil(8);
+        if scratch.len() < words {
+            scratch.resize(words, 0);
+        }
         let scratch_ptr = scratch.as_mut_ptr() as *mut T;
         let mut requests = Vec::with_capacity(2 * (n - 1));
         let mut peers = Vec::with_capacity(2 * (n - 1));
-        let posted = (|| {
+        let mut round = |recv: &dyn Fn(usize) -> (*mut T, usize),
+                         send: &dyn Fn(usize) -> (*const T, usize),
+                         tag: c_int|
+         -> Result<(), Fault> {
+            requests.clear();
+            peers.clear();
             for (k, p) in self.peers().enumerate() {
-                // SAFETY: slot `k` of the scratch holds `mine.len()` elements.
-                let slot = unsafe { scratch_ptr.add(k * mine.len()) };
-                self.irecv(slot, mine.len(), p, TAG_SCATTER, &mut requests)?;
+                let (at, count) = recv(k);
+                self.irecv(at, count, p, tag, &mut requests)?;
                 peers.push(p);
             }
             for p in self.peers() {
-                let part = chunk(p);
-                // SAFETY: `part` lies within `input`.
-                let from = unsafe { input.as_ptr().add(part.start) };
-                self.isend(from, part.len(), p, TAG_SCATTER, &mut requests)?;
+                let (from, count) = send(p);
+                self.isend(from, count, p, tag, &mut requests)?;
                 peers.push(p);
             }
             self.wait(&mut requests, &peers, deadline)
-        })();
-        if let Err(fault) = posted {
-            self.bury(Box::new((input, out, scratch)));
-            return Err(fault);
-        }
-        {
-            // SAFETY: every receive completed, so the scratch is initialized; the output's
-            // chunk is not in use by MPI until the second round.
-            let received = unsafe {
-                std::slice::from_raw_parts(scratch_ptr as *const T, mine.len() * (n - 1))
-            };
-            let mut parts: Vec<&[T]> = Vec::with_capacity(n);
-            let mut others = received.chunks_exact(mine.len().max(1));
+        };
+        // Round 1: every rank's part of this rank's chunk.
+        // SAFETY (both closures): the ranges lie within the scratch and the input.
+        let scattered = round(
+            &|k| (unsafe { scratch_ptr.add(k * mine.len()) }, mine.len()),
+            &|p| {
+                let part = chunk(p);
+                (unsafe { in_ptr.add(part.start) }, part.len())
+            },
+            TAG_SCATTER,
+        );
+        let gathered = scattered.and_then(|()| {
+            let mut parts: Vec<*const T> = Vec::with_capacity(n);
+            let mut k = 0;
             for q in 0..n {
                 if q == r {
-                    parts.push(&input[mine.clone()]);
-                } else if mine.is_empty() {
-                    parts.push(&[]);
+                    // SAFETY: within the input.
+                    parts.push(unsafe { in_ptr.add(mine.start) });
                 } else {
-                    parts.push(others.next().unwrap_or(&[]));
+                    // SAFETY: slot `k` of the scratch, filled by round 1.
+                    parts.push(unsafe { scratch_ptr.add(k * mine.len()) as *const T });
+                    k += 1;
                 }
             }
-            let target = unsafe {
-                std::slice::from_raw_parts_mut(
-                    out_ptr.add(mine.start) as *mut MaybeUninit<T>,
-                    mine.len(),
-                )
-            };
-            fold(op, &parts, target);
-        }
-        if !one_round {
-            requests.clear();
-            peers.clear();
-            let gathered = (|| {
-                for p in self.peers() {
+            // SAFETY: every receive completed; the parts and the output chunk hold
+            // `mine.len()` elements, no reference to them is alive, and the output chunk is
+            // either a fresh allocation or exactly this rank's part of the input.
+            unsafe { fold_raw(op, &parts, out_ptr.add(mine.start), mine.len()) };
+            if one_round {
+                return Ok(());
+            }
+            // Round 2: this rank's reduced chunk to all, theirs from each (round 1's sends
+            // of those chunks have completed, so in place they may be overwritten).
+            round(
+                &|k| {
+                    let p = if k < r { k } else { k + 1 };
                     let part = chunk(p);
-                    // SAFETY: `part` lies within `out`; no Rust reference to it is alive.
-                    let into = unsafe { out_ptr.add(part.start) };
-                    self.irecv(into, part.len(), p, TAG_GATHER, &mut requests)?;
-                    peers.push(p);
-                }
-                for p in self.peers() {
-                    // SAFETY: this rank's chunk was written by the fold above.
-                    let from = unsafe { out_ptr.add(mine.start) as *const T };
-                    self.isend(from, mine.len(), p, TAG_GATHER, &mut requests)?;
-                    peers.push(p);
-                }
-                self.wait(&mut requests, &peers, deadline)
-            })();
-            if let Err(fault) = gathered {
-                self.bury(Box::new((input, out, scratch)));
-                return Err(fault);
-            }
+                    (unsafe { out_ptr.add(part.start) }, part.len())
+                },
+                &|_| (unsafe { out_ptr.add(mine.start) as *const T }, mine.len()),
+                TAG_GATHER,
+            )
+        });
+        if let Err(fault) = gathered {
+            self.bury(Box::new((input, fresh, scratch)));
+            return Err(fault);
         }
-        // SAFETY: the fold wrote this rank's chunk and the receives every other chunk (in one
-        // round the fold wrote all of it).
-        Ok(unsafe { out.assume_init() })
+        *self.scratch.lock().unwrap_or_else(|e| e.into_inner()) = scratch;
+        Ok(match fresh {
+            // SAFETY: the fold wrote this rank's chunk and round 2 every other chunk (in one
+            // round the fold wrote all of it).
+            Some(out) => unsafe { out.assume_init() },
+            None => input,
+        })
     }
 
     /// `MPI_Ibcast` of `data` from `root`.
@@ -610,8 +678,7 @@ impl Mpi {
         }
         // A dead peer may leave our heartbeat sends to it pending, which MPI_Finalize would
         // wait for.
-        let clean =
-            !self.wrecked.load(Ordering::Acquire) && !self.monitor.died.load(Ordering::Acquire);
+        let clean = !self.wrecked.load(Ordering::Acquire) && !self.monitor.any_death();
         if self.owns_mpi && clean {
             // SAFETY: MPI is initialized and not finalized; no operation of ours is pending.
             unsafe { ffi::MPI_Finalize() };
@@ -651,7 +718,6 @@ fn heartbeat(
     let mut last_seen = vec![Instant::now(); size];
     let mut gone = vec![false; size];
     static BEAT: u64 = ALIVE;
-    static BYE: u64 = LEAVING;
     let post_receive = |p: usize, inbox: &mut Vec<u64>, receives: &mut Vec<ffi::MPI_Request>| {
         // SAFETY: `inbox[p]` lives as long as the thread, which cancels the receive before
         // it ends.
@@ -701,15 +767,18 @@ fn heartbeat(
                     break;
                 }
                 last_seen[p] = now;
-                if inbox[p] == LEAVING {
+                if inbox[p] & 0xff == LEAVING {
                     gone[p] = true;
-                    monitor.record(
-                        Fault::Lost {
-                            rank: p,
-                            how: "left the process group (it finalized or exited)".into(),
-                        },
-                        false,
-                    );
+                    monitor.record(p, Peer::Left);
+                    // A goodbye names the first death its sender saw, if any.
+                    if let Some(dead) = (inbox[p] >> 8).checked_sub(1) {
+                        monitor.record(
+                            dead as usize,
+                            Peer::Died(format!(
+                                "stopped answering heartbeats (rank {p} noticed before it left): it died, was killed or froze, or its machine is unreachable"
+                            )),
+                        );
+                    }
                     break;
                 }
                 post_receive(p, &mut inbox, &mut receives);
@@ -717,30 +786,30 @@ fn heartbeat(
             if !gone[p] && now.duration_since(last_seen[p]) > timeout {
                 gone[p] = true;
                 monitor.record(
-                    Fault::Lost {
-                        rank: p,
-                        how: format!(
-                            "stopped answering heartbeats for {:.1} s: it died, was killed or froze, or its machine is unreachable",
-                            timeout.as_secs_f64()
-                        ),
-                    },
-                    true,
+                    p,
+                    Peer::Died(format!(
+                        "stopped answering heartbeats for {:.1} s: it died, was killed or froze, or its machine is unreachable",
+                        timeout.as_secs_f64()
+                    )),
                 );
             }
         }
         std::thread::sleep(interval);
     }
-    // Say goodbye to the peers still there, and take back the pending receives.
+    // Say goodbye to the peers still there (naming a death seen, so that they report the
+    // cause rather than this departure), and take back the pending receives.
+    let bye: Box<u64> =
+        Box::new(LEAVING | monitor.first_death().map_or(0, |d| (d as u64 + 1) << 8));
     let mut byes: Vec<ffi::MPI_Request> = Vec::new();
     for &p in &peers {
         if gone[p] {
             continue;
         }
         let mut req = null();
-        // SAFETY: `BYE` is a static.
+        // SAFETY: `bye` outlives the send (it is leaked below).
         unsafe {
             ffi::MPI_Isend(
-                &BYE as *const u64 as *const c_void,
+                &*bye as *const u64 as *const c_void,
                 1,
                 ffi::RSMPI_UINT64_T,
                 p as c_int,
@@ -781,8 +850,10 @@ fn heartbeat(
             }
         }
     }
-    // The inbox must outlive any receive that could not be cancelled.
+    // The inbox must outlive any receive that could not be cancelled, and the goodbye any
+    // send that did not complete.
     std::mem::forget(inbox);
+    std::mem::forget(bye);
 }
 
 impl Communicator for Mpi {

@@ -8,7 +8,11 @@
 
 #[path = "../../examples/pinn.rs"]
 #[allow(dead_code)]
-mod pinn;
+pub mod pinn;
+
+#[path = "../../examples/data_parallel.rs"]
+#[allow(dead_code)]
+mod data_parallel;
 
 use qb::distributed::{self as dist, ReduceOp, Reduction};
 use qb::optim::{self, Trainer};
@@ -22,7 +26,9 @@ use std::time::{Duration, Instant};
 /// without saying why).
 macro_rules! ensure {
     ($cond:expr, $($fmt:tt)*) => {
-        if !$cond {
+        // A NaN fails the check: the comparison is false.
+        let holds: bool = $cond;
+        if !holds {
             return Err(Error::user(format!(
                 "rank {}: {} (at {}:{})",
                 dist::rank(),
@@ -34,8 +40,11 @@ macro_rules! ensure {
     };
 }
 
+/// A check: it runs on every rank.
+pub type Check = fn() -> qb::Result<()>;
+
 /// The checks every group runs, by name.
-pub const CHECKS: [(&str, fn() -> qb::Result<()>); 8] = [
+pub const CHECKS: [(&str, Check); 9] = [
     ("collectives", collectives),
     ("disagreements", disagreements),
     ("gradients", gradients),
@@ -44,6 +53,7 @@ pub const CHECKS: [(&str, fn() -> qb::Result<()>); 8] = [
     ("trainer_matches_one_process", trainer_matches_one_process),
     ("failed_steps_change_nothing", failed_steps_change_nothing),
     ("checkpoints", checkpoints),
+    ("the_example_trains", the_example_trains),
 ];
 
 fn f64s(t: &Tensor) -> qb::Result<Vec<f64>> {
@@ -578,4 +588,29 @@ pub fn killed_rank(die: impl Fn(), limit: Duration) -> qb::Result<Option<f64>> {
     );
     let _ = pinn::SIZES;
     Ok(Some(waited.as_secs_f64()))
+}
+
+/// `examples/data_parallel.rs` trains (its loss falls by 4x in 100 steps) to the parameters of
+/// one process training alone (1e-10).
+pub fn the_example_trains() -> qb::Result<()> {
+    let mut sink = Vec::new();
+    let (parallel, last) = data_parallel::run(true, 100, 1000, &mut sink)?;
+    let (alone, alone_last) = data_parallel::run(false, 100, 1000, &mut Vec::new())?;
+    let first: f64 = String::from_utf8_lossy(&sink)
+        .lines()
+        .next()
+        .and_then(|l| l.split_whitespace().last()?.parse().ok())
+        .unwrap_or(f64::NAN);
+    if dist::rank() == 0 {
+        ensure!(last < first / 4.0, "loss {first} -> {last}");
+    }
+    ensure!(
+        (last - alone_last).abs() <= 1e-10 * alone_last,
+        "{last} vs {alone_last}"
+    );
+    for (k, v) in &parallel {
+        let d = (v - &alone[k]).abs()?.max()?.item()?;
+        ensure!(d <= 1e-10, "{k} differs by {d:e}");
+    }
+    Ok(())
 }
