@@ -6,14 +6,14 @@
 mod distributed_checks;
 
 use distributed_checks::CHECKS;
-use qb::distributed::{self as dist, Options};
+use qb::distributed::{self, Options};
 use qb::Error;
 use quabla as qb;
 use std::time::Duration;
 
 /// Runs `check` on every rank of an in-process group of `size`; every rank must succeed.
 fn on_ranks(size: usize, name: &str, check: fn() -> qb::Result<()>) {
-    let results = dist::run_local(size, Options::default(), check).unwrap();
+    let results = distributed::run_local(size, Options::default(), check).unwrap();
     for (rank, r) in results.into_iter().enumerate() {
         if let Err(e) = r {
             panic!("{name} on rank {rank} of {size}: {e}");
@@ -80,15 +80,16 @@ fn the_data_parallel_example_trains_as_one_process_does() {
 
 #[test]
 fn a_unique_id_is_shared_from_rank_zero_or_its_failure_is_everyones() {
-    let results = dist::run_local(3, Options::default(), || {
-        let group = dist::current()?;
-        let id = dist::share_unique_id(&group, 128, || Ok((0..128).map(|i| i as u8).collect()))?;
+    let results = distributed::run_local(3, Options::default(), || {
+        let group = distributed::current()?;
+        let id =
+            distributed::share_unique_id(&group, 128, || Ok((0..128).map(|i| i as u8).collect()))?;
         assert_eq!(id, (0..128).map(|i| i as u8).collect::<Vec<u8>>());
-        let err = dist::share_unique_id(&group, 128, || {
+        let err = distributed::share_unique_id(&group, 128, || {
             Err(qb::Error::user("libnccl.so.2 could not be loaded"))
         })
         .unwrap_err();
-        if dist::rank() == 0 {
+        if distributed::rank() == 0 {
             assert!(matches!(err, Error::User { .. }), "{err}");
         } else {
             assert!(
@@ -106,7 +107,7 @@ fn a_unique_id_is_shared_from_rank_zero_or_its_failure_is_everyones() {
 #[test]
 fn a_rank_that_leaves_fails_the_others_at_once() {
     let limit = Duration::from_secs(5);
-    let results = dist::run_local(3, Options::default(), || {
+    let results = distributed::run_local(3, Options::default(), || {
         distributed_checks::killed_rank(|| {}, limit)
     })
     .unwrap();
@@ -122,14 +123,14 @@ fn a_rank_that_leaves_fails_the_others_at_once() {
 #[test]
 fn a_rank_that_never_arrives_is_named_after_the_timeout() {
     let options = Options::default().timeout(Some(Duration::from_millis(300)));
-    let results = dist::run_local(3, options, || {
-        if dist::rank() == 2 {
+    let results = distributed::run_local(3, options, || {
+        if distributed::rank() == 2 {
             // Never calls the barrier; stays alive past the others' timeout.
             std::thread::sleep(Duration::from_millis(1500));
             return Ok(());
         }
         let started = std::time::Instant::now();
-        let err = dist::barrier().unwrap_err();
+        let err = distributed::barrier().unwrap_err();
         assert!(started.elapsed() < Duration::from_secs(2));
         match &err {
             Error::Distributed { ranks, message } => {
@@ -142,7 +143,7 @@ fn a_rank_that_never_arrives_is_named_after_the_timeout() {
             other => panic!("{other}"),
         }
         // The group is unusable afterwards.
-        let again = dist::barrier().unwrap_err().to_string();
+        let again = distributed::barrier().unwrap_err().to_string();
         assert!(again.contains("failed earlier"), "{again}");
         Ok(())
     })
@@ -154,7 +155,7 @@ fn a_rank_that_never_arrives_is_named_after_the_timeout() {
 fn one_rank_data_parallel_trainer_equals_the_plain_trainer_bit_for_bit() {
     use distributed_checks::pinn;
     use qb::optim::{self, Trainer};
-    let results = dist::run_local(1, Options::default(), || {
+    let results = distributed::run_local(1, Options::default(), || {
         let data = pinn::collocation()?;
         let params = pinn::init(&qb::random::key(0))?;
         let opt = || optim::Adam::new(optim::exponential_decay(1e-2, 1000, 0.5)).clip_norm(5.0);
@@ -184,15 +185,28 @@ fn one_rank_data_parallel_trainer_equals_the_plain_trainer_bit_for_bit() {
 
 #[test]
 fn the_single_process_is_rank_zero_of_one() {
-    // No launcher in the test environment: the world is one process.
+    // No launcher in the test environment: the world is one process, and every collective
+    // is the identity.
     std::thread::spawn(|| {
-        dist::init().unwrap();
-        assert_eq!((dist::rank(), dist::size()), (0, 1));
+        distributed::init().unwrap();
+        assert_eq!((distributed::rank(), distributed::size()), (0, 1));
         let x = qb::array([1.5, -2.0]).unwrap();
-        let y = dist::all_reduce(&x, dist::ReduceOp::Mean).unwrap();
+        let y = distributed::all_reduce(&x, distributed::ReduceOp::Mean).unwrap();
         assert_eq!(y.to_vec::<f64>().unwrap(), vec![1.5, -2.0]);
-        assert_eq!(dist::all_gather(&x).unwrap().shape(), [1, 2]);
-        dist::barrier().unwrap();
+        let b = distributed::broadcast(&x, 0).unwrap();
+        assert_eq!(b.to_vec::<f64>().unwrap(), vec![1.5, -2.0]);
+        assert_eq!(distributed::all_gather(&x).unwrap().shape(), [1, 2]);
+        distributed::barrier().unwrap();
+        // One process's data-parallel gradient is the gradient.
+        let f = |(w, x): (qb::Tensor, qb::Tensor)| (&w * &x)?.sum();
+        let w = qb::array([2.0, 3.0]).unwrap();
+        let xs = qb::array([[1.0, 2.0], [3.0, 4.0]]).unwrap();
+        let (v, g): (qb::Tensor, qb::Tensor) = distributed::value_and_grad(f)
+            .shard_argnums(&[1])
+            .call(&(w, xs))
+            .unwrap();
+        assert_eq!(v.item().unwrap(), 2.0 + 6.0 + 6.0 + 12.0);
+        assert_eq!(g.to_vec::<f64>().unwrap(), vec![4.0, 6.0]);
     })
     .join()
     .unwrap();
