@@ -2,7 +2,7 @@
 
 Run it on one machine with two processes:
 
-    mpirun -np 2 python quabla-python/examples/data_parallel.py
+    mpirun -np 2 python quabla-python/examples/data_parallel.py [CHECKPOINT]
 
 (or alone: ``python data_parallel.py`` is rank 0 of 1). Every rank builds the same model and
 the same full batch; ``qb.distributed.value_and_grad`` and ``Trainer(..., distributed=True)``
@@ -83,14 +83,21 @@ for name in params:
     err = float(qb.max(qb.abs(parallel.params[name] - alone.params[name])))
     assert err <= 1e-10, (name, err)
 
-# 5. A checkpoint written once by rank 0, readable by every rank.
-directory = qb.distributed.broadcast(qb.array([float(os.getpid())]), 0)
-path = os.path.join(tempfile.gettempdir(), f"quabla-dp-{int(float(directory[0]))}.qb")
+# 5. A checkpoint written once by rank 0, readable by every rank (and by any number of
+# processes later: the path given as the first argument is kept for that).
+keep = len(sys.argv) > 1
+if keep:
+    path = sys.argv[1]
+else:
+    stamp = qb.distributed.broadcast(qb.array([float(os.getpid())]), 0)
+    path = os.path.join(tempfile.gettempdir(), f"quabla-dp-{int(float(stamp[0]))}.qb")
 qb.distributed.save(path, {"params": parallel.params, "steps": parallel.steps})
 back = qb.distributed.load(path)
 assert back["steps"] == 50
+for name in params:
+    assert back["params"][name].tolist() == parallel.params[name].tolist(), name
 qb.distributed.barrier()
-if rank == 0:
+if rank == 0 and not keep:
     os.remove(path)
 
 print(f"rank {rank}: ok (loss {float(parallel.last_loss):.3e} on {size} process(es))")

@@ -128,9 +128,9 @@ impl<A: Tree, F> ValueAndGrad<F, A> {
         self
     }
 
-    /// The devices of this process that share its shard. Only `"cpu"` is available: several
-    /// CUDA devices in one process need the NCCL transport (docs/distributed.md); run one
-    /// process per device instead.
+    /// The devices of this process that share its shard. Only `"cpu"` is available: CUDA
+    /// devices need the CUDA backend and the NCCL transport, and a call naming one fails with
+    /// what is missing first (UN1 for the backend, UN5 for `libnccl`; docs/distributed.md).
     pub fn devices(mut self, devices: &[&str]) -> Self {
         self.devices = Some(devices.iter().map(|d| d.to_string()).collect());
         self
@@ -191,13 +191,7 @@ impl<A: Tree, F> ValueAndGrad<F, A> {
                     "invalid device {d:?}; expected \"cpu\", \"cuda\", \"cuda:N\" or \"mlx\""
                 )));
             }
-            return Err(Error::Unsupported {
-                op: "nccl".into(),
-                device: Some(d.clone()),
-                message: format!(
-                    "distributed.value_and_grad on {d}: data parallelism over the devices of one process needs the NCCL transport, which this build does not have; run one process per device under mpirun with devices=None"
-                ),
-            });
+            return Err(device_unavailable(d));
         }
         Ok(())
     }
@@ -512,5 +506,37 @@ impl Tree for FlatTree {
             leaves: taken,
             def: def.clone(),
         })
+    }
+}
+
+/// Why `value_and_grad(..).devices([device])` cannot run on `device` (`cuda`, `cuda:N`, `mlx`),
+/// the first missing piece first: the backend (UN1, or UN5 for its libraries), for CUDA then
+/// NCCL (UN5 naming `libnccl`), and with both present the NCCL transport itself, which is not
+/// built yet.
+fn device_unavailable(device: &str) -> Error {
+    if let Err(e) = crate::devices::backend_for(device) {
+        return e;
+    }
+    if device == "mlx" {
+        return Error::Unsupported {
+            op: "distributed".into(),
+            device: Some(device.to_string()),
+            message: format!(
+                "distributed.value_and_grad on {device}: data parallelism over mlx devices is \
+                 not supported; use devices=None on CPUs"
+            ),
+        };
+    }
+    match super::nccl_library(device) {
+        Err(e) => e,
+        Ok(nccl) => Error::Unsupported {
+            op: "nccl".into(),
+            device: Some(device.to_string()),
+            message: format!(
+                "distributed.value_and_grad on {device}: the CUDA backend and {nccl} are present, \
+                 but data parallelism over CUDA devices (the NCCL transport) is not built yet; \
+                 use devices=None on CPUs"
+            ),
+        },
     }
 }

@@ -24,7 +24,8 @@
 //! (threads of one process, for tests), `mpi.rs` (MPI, behind the `mpi` cargo feature),
 //! `launcher.rs` (reading the launcher's environment), `grad.rs` (data-parallel
 //! `value_and_grad`), `checkpoint.rs` (`save`/`load`), `bootstrap.rs` (sharing a device
-//! transport's unique id). This module must not import the optimizers (the trainer imports
+//! transport's unique id), `nccl.rs` (finding NCCL for the device transport, which is not
+//! built yet: docs/distributed.md). This module must not import the optimizers (the trainer imports
 //! it).
 
 mod bootstrap;
@@ -36,6 +37,7 @@ mod launcher;
 mod local;
 #[cfg(feature = "mpi")]
 mod mpi;
+mod nccl;
 
 pub use bootstrap::{share_unique_id, share_unique_id_through_file};
 pub(crate) use checkpoint::tree_digest;
@@ -44,6 +46,7 @@ pub use communicator::{Communicator, Deadline, Fault, ReduceOp};
 pub(crate) use grad::{reduce_leaves, shard_args, Flat};
 pub use grad::{value_and_grad, Reduction, ValueAndGrad};
 pub use group::{with_group, Group, Options, DEFAULT_HEARTBEAT_TIMEOUT, DEFAULT_TIMEOUT};
+pub use nccl::{nccl_library, NcclLibrary, NcclUnavailable};
 /// The host arrays a [`Communicator`] moves.
 pub use quabla_ir::HostData;
 
