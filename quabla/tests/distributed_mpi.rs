@@ -1,5 +1,6 @@
 //! `qb::distributed` over MPI processes: the checks of `distributed_checks` under
-//! `mpirun -np 2` and `mpirun -np 4`, and a rank killed with `SIGKILL` in the middle of
+//! `mpirun -np 2` and `mpirun -np 4` (in that order, sharing one directory, so that the second
+//! run loads the checkpoint of the first), and a rank killed with `SIGKILL` in the middle of
 //! training under `mpirun --enable-recovery -np 3`.
 //!
 //! This binary is its own launcher (a plain `main`, `harness = false`): run by cargo it starts

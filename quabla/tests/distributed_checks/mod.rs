@@ -44,7 +44,7 @@ macro_rules! ensure {
 pub type Check = fn() -> qb::Result<()>;
 
 /// The checks every group runs, by name.
-pub const CHECKS: [(&str, Check); 9] = [
+pub const CHECKS: [(&str, Check); 10] = [
     ("collectives", collectives),
     ("disagreements", disagreements),
     ("gradients", gradients),
@@ -53,6 +53,10 @@ pub const CHECKS: [(&str, Check); 9] = [
     ("trainer_matches_one_process", trainer_matches_one_process),
     ("failed_steps_change_nothing", failed_steps_change_nothing),
     ("checkpoints", checkpoints),
+    (
+        "checkpoints_across_process_counts",
+        checkpoints_across_process_counts,
+    ),
     ("the_example_trains", the_example_trains),
 ];
 
@@ -540,6 +544,51 @@ pub fn checkpoints() -> qb::Result<()> {
     dist::barrier()?;
     if rank == 0 {
         let _ = std::fs::remove_file(&path);
+    }
+    Ok(())
+}
+
+/// A checkpoint written by a run of one number of processes loads in a run of another: the
+/// first run to get here (of `mpirun -np 2`, which the MPI test starts first) saves its trained
+/// parameters in `QUABLA_TEST_DIR`, a later run (`-np 4`) loads them and finds its own, trained
+/// on shards half the size, equal to rounding. Without `QUABLA_TEST_DIR` (the in-process
+/// tests, whose runs share no directory of their own) it checks nothing.
+pub fn checkpoints_across_process_counts() -> qb::Result<()> {
+    let Some(dir) = std::env::var_os("QUABLA_TEST_DIR") else {
+        return Ok(());
+    };
+    let path = std::path::Path::new(&dir).join("across-process-counts.qb");
+    let size = dist::size();
+    let (params, (x, y)) = mlp_problem(8 * 4)?;
+    let loss =
+        |p: &BTreeMap<String, Tensor>, d: &(Tensor, Tensor)| (mlp(p, &d.0)? - &d.1).powi(2).mean();
+    let mut trainer = Trainer::new(loss, params, optim::Adam::new(0.01), (x, y))
+        .distributed(true)
+        .batch_argnums(&[0, 1])
+        .build()?;
+    for _ in 0..5 {
+        trainer.step()?;
+    }
+    let mine = trainer.params()?;
+    // Rank 0 decides, so that every rank takes the same branch.
+    let exists = qb::array([if path.exists() { 1.0 } else { 0.0 }])?;
+    if dist::broadcast(&exists, 0)?.item()? == 0.0 {
+        return dist::save(&path, &(mine, 5i64, size as i64));
+    }
+    let (theirs, steps, written_by): (BTreeMap<String, Tensor>, i64, i64) =
+        dist::load(&path)?.into_typed()?;
+    ensure!(steps == 5, "steps {steps}");
+    ensure!(
+        written_by as usize != size,
+        "the checkpoint was written by {written_by} processes, this run has as many"
+    );
+    for (k, v) in &mine {
+        let scale = v.abs()?.max()?.item()?;
+        let d = (v - &theirs[k]).abs()?.max()?.item()?;
+        ensure!(
+            d <= 1e-12 * scale,
+            "{k}: {size} processes differ by {d:e} from {written_by}"
+        );
     }
     Ok(())
 }
