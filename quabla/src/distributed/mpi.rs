@@ -218,6 +218,12 @@ pub(crate) struct Mpi {
     /// The receive buffer of reductions, kept between calls (8-byte words: it holds float32
     /// or float64 parts): large arrays would otherwise pay for fresh pages every time.
     scratch: Mutex<Vec<u64>>,
+    /// The last result a reduction wrote into memory of its own (its input was shared), kept
+    /// so that the next reduction of the same dtype and length writes into it again once every
+    /// other handle on it is gone (a loop that drops each result before the next call): fresh
+    /// memory costs a page fault per 4 KiB on first write, which for large arrays takes longer
+    /// than the reduction itself. Holds at most one array.
+    recycled: Mutex<Option<HostData>>,
     heartbeat: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Whether this process initialized MPI (and so finalizes it).
     owns_mpi: bool,
@@ -299,6 +305,7 @@ impl Mpi {
             monitor: Arc::new(Monitor::new(size as usize)),
             graveyard: Mutex::new(Vec::new()),
             scratch: Mutex::new(Vec::new()),
+            recycled: Mutex::new(None),
             heartbeat: Mutex::new(None),
             owns_mpi,
             finalized: AtomicBool::new(false),
@@ -469,18 +476,33 @@ impl Mpi {
 
     /// The reduction of `input` (see the module docs): in place when this is the array's only
     /// handle (as the packed gradients of a data-parallel step are), else into a new array.
+    ///
+    /// The result is written over `input` when this is its only handle, else into `reuse` when
+    /// that is an array of the same length with no other handle, else into fresh memory.
     fn reduce<T: Real + MpiType>(
         &self,
         mut input: Arc<[T]>,
         op: ReduceOp,
         deadline: Deadline,
+        mut reuse: Option<Arc<[T]>>,
     ) -> Result<Arc<[T]>, Fault> {
         let (n, r, len) = (self.size, self.rank, input.len());
         let mut fresh: Option<Arc<[MaybeUninit<T>]>> = None;
         let in_ptr: *const T = input.as_ptr();
+        let reusable = reuse
+            .as_mut()
+            .is_some_and(|a| a.len() == len && Arc::get_mut(a).is_some());
         let out_ptr: *mut T = match Arc::get_mut(&mut input) {
-            Some(own) => own.as_mut_ptr(),
+            Some(own) => {
+                reuse = None;
+                own.as_mut_ptr()
+            }
+            None if reusable => match reuse.as_mut().and_then(Arc::get_mut) {
+                Some(slots) => slots.as_mut_ptr(),
+                None => unreachable!("checked to be the only handle"),
+            },
             None => {
+                reuse = None;
                 let out = fresh.insert(Arc::<[T]>::new_uninit_slice(len));
                 match Arc::get_mut(out) {
                     Some(slots) => slots.as_mut_ptr() as *mut T,
@@ -571,15 +593,16 @@ impl Mpi {
             )
         });
         if let Err(fault) = gathered {
-            self.bury(Box::new((input, fresh, scratch)));
+            self.bury(Box::new((input, fresh, reuse, scratch)));
             return Err(fault);
         }
         *self.scratch.lock().unwrap_or_else(|e| e.into_inner()) = scratch;
-        Ok(match fresh {
+        Ok(match (fresh, reuse) {
             // SAFETY: the fold wrote this rank's chunk and round 2 every other chunk (in one
             // round the fold wrote all of it).
-            Some(out) => unsafe { out.assume_init() },
-            None => input,
+            (Some(out), _) => unsafe { out.assume_init() },
+            (None, Some(out)) => out,
+            (None, None) => input,
         })
     }
 
@@ -902,13 +925,37 @@ impl Communicator for Mpi {
         if self.size == 1 {
             return Ok(data);
         }
-        match data {
-            HostData::F64(v) => Ok(HostData::F64(self.reduce(v, op, deadline)?)),
-            HostData::F32(v) => Ok(HostData::F32(self.reduce(v, op, deadline)?)),
-            HostData::Bool(_) => Err(Fault::Transport {
-                message: "reductions take float32 or float64 data".into(),
-            }),
+        // An input with other handles (a tensor's) needs memory for the result: the last
+        // such result, when its other handles are gone (see `recycled`).
+        let recycled = || self.recycled.lock().unwrap_or_else(|e| e.into_inner());
+        let kept = recycled().take();
+        let (shared, out) = match data {
+            HostData::F64(mut v) => {
+                let shared = Arc::get_mut(&mut v).is_none();
+                let reuse = match kept {
+                    Some(HostData::F64(a)) if shared => Some(a),
+                    _ => None,
+                };
+                (shared, HostData::F64(self.reduce(v, op, deadline, reuse)?))
+            }
+            HostData::F32(mut v) => {
+                let shared = Arc::get_mut(&mut v).is_none();
+                let reuse = match kept {
+                    Some(HostData::F32(a)) if shared => Some(a),
+                    _ => None,
+                };
+                (shared, HostData::F32(self.reduce(v, op, deadline, reuse)?))
+            }
+            HostData::Bool(_) => {
+                return Err(Fault::Transport {
+                    message: "reductions take float32 or float64 data".into(),
+                })
+            }
+        };
+        if shared {
+            *recycled() = Some(out.clone());
         }
+        Ok(out)
     }
 
     fn broadcast(

@@ -109,6 +109,33 @@ pub fn collectives() -> qb::Result<()> {
         "f32 sum {:?}",
         got32.to_vec::<f32>()?
     );
+    // Results are the caller's: one still held is never written by a later reduction, and
+    // one dropped may be (the MPI transport reuses its memory). Arrays past the one-round
+    // size, so that both of its rounds write the result.
+    let long = |scale: f64| -> qb::Result<(Tensor, Vec<f64>)> {
+        let of = |q: usize| -> Vec<f64> {
+            (0..1500)
+                .map(|i| scale * ((i % 17) as f64 + 0.25 * q as f64))
+                .collect()
+        };
+        let sum: Vec<f64> = (0..1500)
+            .map(|i| (1..size).fold(of(0)[i], |acc, q| acc + of(q)[i]))
+            .collect();
+        Ok((qb::array(of(rank).as_slice())?, sum))
+    };
+    let ((x1, sum1), (x2, sum2)) = (long(1.0)?, long(-3.0)?);
+    let held = dist::all_reduce(&x1, ReduceOp::Sum)?;
+    let second = dist::all_reduce(&x2, ReduceOp::Sum)?;
+    ensure!(f64s(&held)? == sum1, "a held result changed");
+    ensure!(f64s(&second)? == sum2, "second reduction");
+    drop((held, second));
+    for (x, sum) in [(&x1, &sum1), (&x2, &sum2), (&x2, &sum2)] {
+        let again = dist::all_reduce(x, ReduceOp::Sum)?;
+        ensure!(&f64s(&again)? == sum, "reduction into recycled memory");
+    }
+    ensure!(f64s(&x1)?.len() == 1500, "the input changed");
+    let (mine1, _) = long(1.0)?;
+    ensure!(f64s(&x1)? == f64s(&mine1)?, "the input changed");
     // Broadcast from the last rank, gather in rank order.
     let root = size - 1;
     let got = f64s(&dist::broadcast(&mine, root)?)?;
@@ -172,6 +199,26 @@ pub fn disagreements() -> qb::Result<()> {
     let text = err.to_string();
     ensure!(
         text.contains("barrier()") && text.contains("all_gather() of float64[4]"),
+        "{text}"
+    );
+    // Trainers whose parameters differ between ranks (each rank drew its own): the build
+    // fails on every rank, naming each rank's digest.
+    let (mut params, batch) = mlp_problem(8 * size)?;
+    if rank == 1 {
+        params.insert("b1".into(), (&params["b1"] + 1e-12)?);
+    }
+    let loss =
+        |p: &BTreeMap<String, Tensor>, d: &(Tensor, Tensor)| (mlp(p, &d.0)? - &d.1).powi(2).mean();
+    let err = Trainer::new(loss, params, optim::Sgd::new(0.1), batch)
+        .distributed(true)
+        .build()
+        .map(|_| ())
+        .unwrap_err();
+    let text = err.to_string();
+    ensure!(
+        matches!(&err, Error::Distributed { ranks, .. } if ranks == &[1])
+            && text.contains("rank 1 called Trainer(distributed=True)")
+            && text.matches("parameters of digest").count() >= 2,
         "{text}"
     );
     // Still usable.
