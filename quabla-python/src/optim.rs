@@ -651,7 +651,7 @@ impl PyTrainer {
         shard_argnums: Option<Vec<usize>>,
         reduction: &str,
     ) -> PyResult<Self> {
-        if let Some(p) = precision {
+        if let Some(p) = &precision {
             if p != "float64" {
                 return Err(value_error(format!(
                     "precision must be None or \"float64\", got {p:?}"
@@ -674,8 +674,12 @@ impl PyTrainer {
         }
         let t = with_rule!(&optimizer.get().rule, o => {
             let o = o.clone();
+            let precision = precision.clone();
             run(py, move || {
-                let mut b = opt::Trainer::new(l, p, o, d).device(device).batch_argnums(&batch);
+                let mut b = opt::Trainer::new(l, p, o, d)
+                    .device(device)
+                    .precision(precision.as_deref())
+                    .batch_argnums(&batch);
                 if distributed {
                     b = b.distributed(true).reduction(reduction);
                     if let Some(s) = &shard_argnums {

@@ -11,7 +11,9 @@
 //! feature is linted and the MPI tests run under `mpirun` before the backends, and the Python
 //! package is built with it. Steps run from the workspace root;
 //! the first failing step stops the run with an error naming it. Missing rustfmt or clippy components are
-//! installed with `rustup` once before giving up.
+//! installed with `rustup` once before giving up, and NVRTC (the `nvidia-cuda-nvrtc-cu12`
+//! wheel, for the CUDA backend's compile tests) is installed into the test virtualenv when
+//! missing (see [`crate::python::ensure_nvrtc`]).
 
 use std::process::Command;
 use std::time::Instant;
@@ -26,6 +28,8 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         ));
     }
     ensure_components()?;
+    // The CUDA backend's compile tests load NVRTC from the test virtualenv.
+    crate::python::ensure_nvrtc()?;
 
     let use_nextest = succeeds_quietly(cargo(["nextest", "--version"]));
     let mut steps = vec![
@@ -49,6 +53,8 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         "quabla-cpu-plugin",
         "-p",
         "quabla-example-plugin",
+        "-p",
+        "quabla-cuda-plugin",
     ]));
     if use_nextest {
         steps.push(cargo(["nextest", "run", "--workspace"]));

@@ -212,6 +212,7 @@ where
         let grad = crate::jit(&gradient)
             .name("Trainer.step (gradient)")
             .device(self.device.clone())
+            .precision(self.precision.as_deref())
             .lower(&(params.clone(), data_def.unflatten::<D>(data.clone())?))?
             .compile()
             .entry()
@@ -246,6 +247,7 @@ where
             crate::jit(&update_fn)
                 .name("Trainer.step (update)")
                 .device(self.device.clone())
+                .precision(self.precision.as_deref())
                 .lower(&args)
         };
         let mut host_rate = !rule.lr.runs_in_plan();
@@ -293,6 +295,7 @@ where
             loss_fn: self.loss,
             rule,
             device: self.device,
+            precision: self.precision,
             entry: grad,
             params_def,
             data_def,
