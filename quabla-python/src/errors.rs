@@ -154,7 +154,8 @@ fn to_py_in(py: Python<'_>, err: qb::Error) -> PyErr {
         | qb::Error::OdeMaxSteps { .. }
         | qb::Error::LoopMaxTrips { .. }
         | qb::Error::Deleted { .. }
-        | qb::Error::Device { .. } => PyRuntimeError::new_err(message),
+        | qb::Error::Device { .. }
+        | qb::Error::Distributed { .. } => PyRuntimeError::new_err(message),
         qb::Error::Io { .. } => PyOSError::new_err(message),
         qb::Error::NonFinite { .. } => pyo3::exceptions::PyFloatingPointError::new_err(message),
         qb::Error::OutOfMemory { .. } => PyMemoryError::new_err(message),

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 /// A tree of saveable leaves (TY9 for anything else; a tracer is TR2), inside `depth`
 /// containers (the pytree depth limit, checked before the file crate's own).
-fn saveable(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
+pub(crate) fn saveable(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
     if obj.is_none() {
         return Ok(Value::None);
     }
@@ -72,7 +72,7 @@ fn saveable(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
     )))
 }
 
-fn as_path(file: &Bound<'_, PyAny>) -> Option<PathBuf> {
+pub(crate) fn as_path(file: &Bound<'_, PyAny>) -> Option<PathBuf> {
     if file.is_instance_of::<PyString>() || file.hasattr("__fspath__").unwrap_or(false) {
         file.extract::<PathBuf>().ok()
     } else {

@@ -11,7 +11,7 @@
 mod control_flow;
 mod convert;
 mod custom;
-
+mod distributed;
 mod errors;
 mod functions;
 mod interrupt;
@@ -52,6 +52,9 @@ fn _quabla(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let optim_mod = PyModule::new(py, "_optim")?;
     optim::add_to(&optim_mod)?;
     m.add_submodule(&optim_mod)?;
+    let distributed_mod = PyModule::new(py, "_distributed")?;
+    distributed::add_to(&distributed_mod)?;
+    m.add_submodule(&distributed_mod)?;
     let linalg_mod = PyModule::new(py, "_linalg")?;
     let ode_mod = PyModule::new(py, "_ode")?;
     solvers::add_to(m, &linalg_mod, &ode_mod)?;

@@ -584,7 +584,8 @@ fn call_loss(f: &Py<PyAny>, params: &Value, data: &Value) -> qb::Result<qb::Tens
 
 type Loss = Box<dyn Fn(&Value, &Value) -> qb::Result<qb::Tensor> + Send + Sync>;
 
-/// `Trainer(loss, params, optimizer, *data, device="cpu", batch_argnums=(), precision=None)`.
+/// `Trainer(loss, params, optimizer, *data, device="cpu", batch_argnums=(), precision=None,
+/// distributed=False, shard_argnums=None, reduction="mean")`.
 ///
 /// The trainer is locked for each call, and the lock is only ever waited for with the GIL
 /// released (inside `run`), so a thread holding the lock can always take the GIL back for a
@@ -636,7 +637,7 @@ impl PyTrainer {
 impl PyTrainer {
     #[new]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (loss, params, optimizer, *data, device="cpu", batch_argnums=None, precision=None))]
+    #[pyo3(signature = (loss, params, optimizer, *data, device="cpu", batch_argnums=None, precision=None, distributed=false, shard_argnums=None, reduction="mean"))]
     fn new(
         py: Python<'_>,
         loss: &Bound<'_, PyAny>,
@@ -646,6 +647,9 @@ impl PyTrainer {
         device: &str,
         batch_argnums: Option<Vec<usize>>,
         precision: Option<String>,
+        distributed: bool,
+        shard_argnums: Option<Vec<usize>>,
+        reduction: &str,
     ) -> PyResult<Self> {
         if let Some(p) = &precision {
             if p != "float64" {
@@ -660,15 +664,29 @@ impl PyTrainer {
         let d = crate::transforms::args_value(data, &[])?;
         let batch = batch_argnums.unwrap_or_default();
         let batch_args = batch.len();
+        let reduction = qb::distributed::Reduction::parse(reduction).ok_or_else(|| {
+            value_error(format!(
+                "reduction must be \"mean\" or \"sum\", got {reduction:?}"
+            ))
+        })?;
+        if !distributed && shard_argnums.is_some() {
+            return Err(value_error("shard_argnums needs distributed=True"));
+        }
         let t = with_rule!(&optimizer.get().rule, o => {
             let o = o.clone();
             let precision = precision.clone();
             run(py, move || {
-                opt::Trainer::new(l, p, o, d)
+                let mut b = opt::Trainer::new(l, p, o, d)
                     .device(device)
                     .precision(precision.as_deref())
-                    .batch_argnums(&batch)
-                    .build()
+                    .batch_argnums(&batch);
+                if distributed {
+                    b = b.distributed(true).reduction(reduction);
+                    if let Some(s) = &shard_argnums {
+                        b = b.shard_argnums(s);
+                    }
+                }
+                b.build()
             })
         })?;
         Ok(PyTrainer {

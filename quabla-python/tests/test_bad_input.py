@@ -191,7 +191,8 @@ def test_type_stubs_name_every_public_name():
     package = pathlib.Path(qb.__file__).parent
     assert (package / "py.typed").exists()
     for module, stub in [(qb, "__init__.pyi"), (qb.tree, "tree.pyi"), (qb.random, "random.pyi"),
-                         (qb.optim, "optim.pyi"), (qb.linalg, "linalg.pyi"), (qb.ode, "ode.pyi")]:
+                         (qb.optim, "optim.pyi"), (qb.linalg, "linalg.pyi"), (qb.ode, "ode.pyi"),
+                         (qb.distributed, "distributed.pyi")]:
         text = (package / stub).read_text()
         declared = set(re.findall(r"^(?:def|class) (\w+)", text, re.M)) | set(re.findall(r"^(\w+):", text, re.M))
         declared |= set(re.findall(r"(\w+) as \1", text))

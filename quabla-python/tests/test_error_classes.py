@@ -1,8 +1,9 @@
 """Every error of errors.md §2 reachable from Python on the CPU, by code: the Python class (and
 its builtin bases), the key phrase of the message, and Python spelling throughout (no Rust
 paths or builder calls). Optimizer errors are tested with the optimizers; device-only codes
-(UN3–UN5) and the distributed TF12 need their hardware; TF3 is unreachable (every loop
-derivative order is supported, tests/control_flow.rs)."""
+(UN3–UN5) need their hardware; TF12's uneven shards need several processes
+(test_distributed.py runs them under mpirun); TF3 is unreachable (every loop derivative order
+is supported, tests/control_flow.rs)."""
 
 import collections
 import dataclasses
@@ -140,6 +141,7 @@ CASES = [
     ("TF9", lambda: qb.tree.unflatten(qb.tree.structure([1, 2]), [1]), ValueError, "unflatten expected 2 leaves, got 1"),
     ("TF10", lambda: qb.jit(lambda v: v).lower(X).compile()(M), ValueError, "compiled function expects"),
     ("TF11", lambda: qb.grad(lambda m: qb.sum(qb.linalg.qr(m, mode="complete").Q))(qb.ones((3, 2))), ValueError, "extra columns"),
+    ("TF12", lambda: qb.distributed.value_and_grad(lambda w, x: qb.sum(w * x), shard_argnums=(0,))(X, M), ValueError, "^distributed.value_and_grad: cannot differentiate with respect to sharded argument 0"),
     ("UN1", lambda: qb.jit(lambda v: v, device="cuda")(X), qb.UnsupportedOperationError, "cuda target is unavailable in this build"),
     ("UN6", lambda: qb.einsum("ii->i", M), qb.UnsupportedOperationError, "einsum supports only matrix products"),
     ("LA1", lambda: qb.linalg.solve(qb.zeros((2, 2)), X), ValueError, "^solve: matrix is singular"),

@@ -142,6 +142,12 @@ pub enum Error {
     /// A failure inside a backend.
     #[error("{device}: {message}")]
     Device { device: String, message: String },
+    /// A collective of `qb::distributed` could not complete on every rank (Python
+    /// `RuntimeError`): a rank failed (its error is named), died or left, did not arrive in
+    /// time, or the ranks disagree on what they call (each rank's call is named). `ranks` are
+    /// the ranks at fault, when known.
+    #[error("{message}")]
+    Distributed { ranks: Vec<usize>, message: String },
     /// A tensor or buffer used after it was donated to a run (`donate_argnums`), whose storage
     /// that run may have reused, or after it was freed (Python `RuntimeError`, as JAX raises for
     /// a deleted array).

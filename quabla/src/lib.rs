@@ -29,6 +29,7 @@ mod creation;
 mod debug;
 mod devices;
 mod dispatch;
+pub mod distributed;
 mod error;
 mod io;
 pub mod linalg;

@@ -30,6 +30,8 @@ struct Options {
     vs_jax: bool,
     /// `--scaling`: the scaling families of `crate::scaling` instead of the workloads.
     scaling: bool,
+    /// `--distributed`: the MPI measurements of `crate::mpi` instead of the workloads.
+    distributed: bool,
     json: Option<PathBuf>,
     /// Rounds of both sides; `None` for the default.
     rounds: Option<usize>,
@@ -62,6 +64,12 @@ impl Row {
 /// Entry point of `cargo xtask bench`.
 pub(crate) fn run(args: &[String]) -> Result<()> {
     let options = parse_args(args)?;
+    if options.distributed {
+        if options.vs_jax || options.scaling || options.json.is_some() || options.rounds.is_some() {
+            return Err("`--distributed` runs alone".into());
+        }
+        return crate::mpi::bench();
+    }
     if options.scaling {
         if options.vs_jax || options.json.is_some() || options.rounds.is_some() {
             return Err("`--scaling` runs alone: it always times both sides once".into());
@@ -144,6 +152,7 @@ fn parse_args(args: &[String]) -> Result<Options> {
         match arg.as_str() {
             "--vs-jax" => options.vs_jax = true,
             "--scaling" => options.scaling = true,
+            "--distributed" => options.distributed = true,
             "--rounds" => {
                 let n = args
                     .next()
@@ -166,8 +175,8 @@ fn parse_args(args: &[String]) -> Result<Options> {
                     _ => {
                         return Err(format!(
                             "unknown option `{other}` for `cargo xtask bench`; \
-                             usage: cargo xtask bench [--vs-jax] [--rounds N] [--json FILE] \
-                             or cargo xtask bench --scaling"
+                             usage: cargo xtask bench [--vs-jax] [--rounds N] [--json FILE], \
+                             cargo xtask bench --scaling or cargo xtask bench --distributed"
                         ))
                     }
                 }
@@ -486,11 +495,17 @@ mod tests {
             Options {
                 vs_jax: true,
                 scaling: false,
+                distributed: false,
                 json: Some(PathBuf::from("target/bench.json")),
                 rounds: None,
             }
         );
         assert!(parse_args(&strings(&["--scaling"])).unwrap().scaling);
+        assert!(
+            parse_args(&strings(&["--distributed"]))
+                .unwrap()
+                .distributed
+        );
         assert_eq!(
             parse_args(&strings(&["--json=out.json"])).unwrap().json,
             Some(PathBuf::from("out.json"))

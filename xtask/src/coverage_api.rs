@@ -342,17 +342,30 @@ struct Context {
 
 /// The items a row names: those of its Rust column, or its Python column's when the Rust
 /// column has no backticked spelling.
+/// The Python package's submodules, whose functions are paths of the facade's modules of the
+/// same names.
+const SUBMODULES: [&str; 6] = ["tree", "random", "optim", "linalg", "ode", "distributed"];
+
 fn row_refs(python: &str, rust: &str) -> RowRefs {
     let mut refs = RowRefs::default();
     let spellings = cell_spellings(rust);
     if spellings.is_empty() {
+        // A submodule's function (`distributed.all_reduce(..)`) is a path in that module, and
+        // so are the bare names listed after it in the cell (`broadcast(..)`).
+        let mut module: Option<String> = None;
         for spelling in backticked(python) {
             let head = python_head(spelling);
             let name = head.rsplit('.').next().unwrap_or("");
-            let r = if head.contains('.') {
+            let prefix = head.rsplit_once('.').map(|(p, _)| p);
+            let r = if let Some(m) = prefix.filter(|p| SUBMODULES.contains(p)) {
+                module = Some(m.to_string());
+                Ref::Path(vec![m.to_string(), name.to_string()])
+            } else if head.contains('.') {
                 Ref::Method(name.to_string())
             } else if starts_upper(name) {
                 Ref::Name(name.to_string())
+            } else if let Some(m) = &module {
+                Ref::Path(vec![m.clone(), name.to_string()])
             } else {
                 Ref::Path(vec![name.to_string()])
             };

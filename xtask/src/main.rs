@@ -5,7 +5,8 @@
 //! invocations, running a command and reporting how it failed). The
 //! subcommands themselves live in [`test`] (`cargo xtask test`), [`backends`]
 //! (`cargo xtask test-backends`), [`bench`] (`cargo xtask bench`, with [`scaling`] for
-//! `--scaling`), [`coverage`]
+//! `--scaling` and [`mpi`] for `--distributed`, which also finds or installs MPI for
+//! `cargo xtask test`), [`coverage`]
 //! (`cargo xtask coverage-ops`), [`coverage_api`] (`cargo xtask coverage-api`), [`fuzz`]
 //! (`cargo xtask fuzz`), [`soak`] (`cargo xtask soak`) and [`device_check`] (`cargo xtask
 //! device-check`); [`source`] and [`items`] read the spec and the Rust sources for both
@@ -20,6 +21,7 @@ mod coverage_api;
 mod device_check;
 mod fuzz;
 mod items;
+mod mpi;
 mod python;
 mod scaling;
 mod soak;
@@ -41,8 +43,11 @@ Commands:
                            `cargo clippy --workspace --all-targets -- -D warnings`,
                            then the test suite (`cargo nextest run --workspace` plus
                            `cargo test --workspace --doc` when cargo-nextest is
-                           installed, `cargo test --workspace` otherwise), and
-                           last `cargo xtask test-backends`.
+                           installed, `cargo test --workspace` otherwise); where MPI
+                           and libclang are installed (or apt-get can install them,
+                           as root), clippy and the MPI tests with `--features mpi`
+                           (mpirun -np 2 and 4, a killed rank), else the reason;
+                           then `cargo xtask test-backends` and the Python suite.
   test-backends [--plugin-dir DIR]...
                            Build the workspace's plugins (the CPU plugin and the example
                            toy plugin), run the conformance suite on the linked backends,
@@ -57,6 +62,10 @@ Commands:
                                         (uses a virtualenv in target/jax-venv, created
                                         and populated on first use) and print the ratio
                            --json FILE  write the results as a JSON array to FILE
+  bench --distributed      Build the distributed_bench example with MPI and run it under
+                           mpirun -np 1, 2 and 4: all-reduce of 1e3..1e7 float64 against
+                           MPI_Allreduce, and a data-parallel MLP step with its
+                           communication share (needs MPI and libclang)
   bench --scaling          Time each workload family over a range of sizes, ours
                            (`cargo run --release -p quabla --example scaling_workloads`)
                            and JAX's, print one table per family, write them into

@@ -100,8 +100,9 @@ pub(crate) fn ensure_nvrtc() -> Result<()> {
     }
 }
 
-/// Creates the virtualenv, installs the test requirements and the package, runs pytest.
-pub(crate) fn run() -> Result<()> {
+/// Creates the virtualenv, installs the test requirements and the package (with the `mpi`
+/// feature when `mpi`, so that the suite runs its `mpirun` test), runs pytest.
+pub(crate) fn run(mpi: bool) -> Result<()> {
     ensure_venv()?;
     let has = |module: &str| succeeds_quietly(python_command(&["-c", &format!("import {module}")]));
     if !has("pytest") || !has("numpy") {
@@ -111,6 +112,11 @@ pub(crate) fn run() -> Result<()> {
         ]))?;
     }
     println!("== xtask: pip install ./quabla-python ==");
+    let build_args = if mpi {
+        "--config-settings=build-args=--profile dev --features mpi"
+    } else {
+        "--config-settings=build-args=--profile dev"
+    };
     run_inherited(&mut python_command(&[
         "-m",
         "pip",
@@ -118,7 +124,7 @@ pub(crate) fn run() -> Result<()> {
         "--quiet",
         "--force-reinstall",
         "--no-deps",
-        "--config-settings=build-args=--profile dev",
+        build_args,
         "./quabla-python",
     ]))?;
     println!("== xtask: pytest quabla-python/tests ==");

@@ -7,7 +7,9 @@
 //! since nextest does not run doctests) and under plain `cargo test`
 //! otherwise, then the backend conformance matrix (`cargo xtask
 //! test-backends`, see [`crate::backends`]), and last the Python package's pytest suite
-//! (see [`crate::python`]). Steps run from the workspace root;
+//! (see [`crate::python`]). Where MPI is installed (or can be: [`crate::mpi`]), the `mpi`
+//! feature is linted and the MPI tests run under `mpirun` before the backends, and the Python
+//! package is built with it. Steps run from the workspace root;
 //! the first failing step stops the run with an error naming it. Missing rustfmt or clippy components are
 //! installed with `rustup` once before giving up, and NVRTC (the `nvidia-cuda-nvrtc-cu12`
 //! wheel, for the CUDA backend's compile tests) is installed into the test virtualenv when
@@ -61,6 +63,40 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         println!("xtask: cargo-nextest not found; running the suite with `cargo test`");
         steps.push(cargo(["test", "--workspace"]));
     }
+    // The MPI half of `qb::distributed`: its lints and its tests under mpirun (-np 2 and 4, a
+    // killed rank), where MPI is installed or can be; otherwise the in-process tests above
+    // are all that runs, and the reason is printed.
+    let mpi = match crate::mpi::ensure() {
+        Ok(()) => {
+            steps.push(cargo([
+                "clippy",
+                "-p",
+                "quabla",
+                "-p",
+                "quabla-python",
+                "--features",
+                "mpi",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ]));
+            steps.push(cargo([
+                "test",
+                "-p",
+                "quabla",
+                "--features",
+                "mpi",
+                "--test",
+                "distributed_mpi",
+            ]));
+            true
+        }
+        Err(reason) => {
+            println!("xtask: the MPI tests are skipped: {reason}");
+            false
+        }
+    };
 
     let started = Instant::now();
     let total = steps.len() + 2;
@@ -72,7 +108,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     }
     println!("== xtask: test-backends ==");
     crate::backends::run(&[]).map_err(|e| format!("step {} of {total} failed: {e}", total - 1))?;
-    crate::python::run().map_err(|e| format!("step {total} of {total} failed: {e}"))?;
+    crate::python::run(mpi).map_err(|e| format!("step {total} of {total} failed: {e}"))?;
     println!(
         "== xtask: all {total} steps passed in {:.1}s ==",
         started.elapsed().as_secs_f64()

@@ -31,7 +31,7 @@ from ._errors import (
     TracerError,
     UnsupportedOperationError,
 )
-from . import tree, random, optim, linalg, ode  # noqa: E402
+from . import tree, random, optim, linalg, ode, distributed  # noqa: E402
 
 import abc as _abc
 import math as _math

@@ -69,6 +69,9 @@ class Trainer:
         device: str = "cpu",
         batch_argnums: Optional[Sequence[int]] = None,
         precision: Optional[str] = None,
+        distributed: bool = False,
+        shard_argnums: Optional[Sequence[int]] = None,
+        reduction: str = "mean",
     ) -> None: ...
     def step(self, *batch: Any) -> None: ...
     def loss(self) -> Tensor: ...

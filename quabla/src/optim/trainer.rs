@@ -37,6 +37,9 @@ use quabla_backend::{Backend, Buffer, BufferArg, Memory};
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
+mod data_parallel;
+pub use data_parallel::DEFAULT_REPLICA_CHECK;
+
 /// The traced function's arguments: flat parameters, moments `m` and `v`, the step count, the
 /// data, and the host rate (empty unless the rate is a host-only schedule).
 type StepArgs<D> = (
@@ -60,6 +63,8 @@ pub struct TrainerBuilder<P, D, L> {
     precision: Option<String>,
     batch_argnums: Vec<usize>,
     check_every: Option<u64>,
+    /// `distributed(true)` and its options (`data_parallel.rs`).
+    parallel: data_parallel::Config,
 }
 
 impl<P, D, L> fmt::Debug for TrainerBuilder<P, D, L> {
@@ -103,6 +108,9 @@ pub struct Trainer<P, D, L> {
     last_good: Option<(u64, Vec<Buffer>)>,
     last_loss: Option<Memory>,
     loss_plan: OnceLock<Compiled<(P, D), Tensor>>,
+    /// The gradient and update plans and the process group of a data-parallel trainer, which
+    /// runs them instead of `entry`'s fused plan (`data_parallel.rs`).
+    parallel: Option<data_parallel::DataParallel>,
 }
 
 impl<P, D, L> fmt::Debug for Trainer<P, D, L> {
@@ -157,6 +165,9 @@ where
     /// cannot be traced (a tracer error: it reads the step as a host number) is evaluated on
     /// the host at every step instead, and its value uploaded.
     pub fn build(self) -> Result<Trainer<P, D, L>> {
+        if self.parallel.enabled() {
+            return self.build_data_parallel();
+        }
         let rule = self.rule;
         rule.validate()?;
         if self.check_every == Some(0) {
@@ -164,15 +175,7 @@ where
         }
         let (params, params_def) = float_leaves("Trainer", &self.params)?;
         let (data, data_def) = crate::tree::flatten(&self.data);
-        let n_args = data_def.positional_args().len();
-        for (i, &a) in self.batch_argnums.iter().enumerate() {
-            if a >= n_args || self.batch_argnums[..i].contains(&a) {
-                return Err(Error::invalid(format!(
-                    "batch_argnums must name distinct data arguments below {n_args}, got {:?}",
-                    self.batch_argnums
-                )));
-            }
-        }
+        check_batch_argnums(&self.batch_argnums, data_def.positional_args().len())?;
         let moments = if rule.has_moments() {
             params
                 .iter()
@@ -267,8 +270,21 @@ where
             last_good: None,
             last_loss: None,
             loss_plan: OnceLock::new(),
+            parallel: None,
         })
     }
+}
+
+/// `batch_argnums` must name distinct data arguments below `n_args`.
+fn check_batch_argnums(batch_argnums: &[usize], n_args: usize) -> Result<()> {
+    for (i, &a) in batch_argnums.iter().enumerate() {
+        if a >= n_args || batch_argnums[..i].contains(&a) {
+            return Err(Error::invalid(format!(
+                "batch_argnums must name distinct data arguments below {n_args}, got {batch_argnums:?}"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A tensor as a new buffer of `backend` (one counted upload on a device).
@@ -312,6 +328,7 @@ where
             precision: None,
             batch_argnums: Vec::new(),
             check_every: None,
+            parallel: data_parallel::Config::default(),
         }
     }
 
@@ -326,6 +343,9 @@ where
     /// TF8 or TF10, and the trainer is untouched. The compiled plan is reused; the batch is
     /// uploaded to the device once.
     pub fn step_with<B: Tree>(&mut self, batch: &B) -> Result<()> {
+        if self.parallel.is_some() {
+            return self.step_with_data_parallel(batch);
+        }
         let data = self.replaced_data(batch)?;
         let buffers = upload_tensors(self.entry.runnable().backend(), &data)?;
         self.run_step(Some(&buffers))?;
@@ -424,11 +444,17 @@ where
             None
         };
         let data = data.unwrap_or(&self.data_buffers);
-        let mut args = Vec::with_capacity(self.state.len() + data.len() + 1);
-        args.extend(self.state.iter().map(|b| BufferArg::Donated(b.clone())));
-        args.extend(data.iter().map(BufferArg::Lent));
-        args.extend(rate.into_iter().map(BufferArg::Donated));
-        let mut outs = runnable.run_memories(args)?.into_iter();
+        let outs = match &self.parallel {
+            Some(parallel) => parallel.run(self.step, &self.state, data, rate)?,
+            None => {
+                let mut args = Vec::with_capacity(self.state.len() + data.len() + 1);
+                args.extend(self.state.iter().map(|b| BufferArg::Donated(b.clone())));
+                args.extend(data.iter().map(BufferArg::Lent));
+                args.extend(rate.into_iter().map(BufferArg::Donated));
+                runnable.run_memories(args)?
+            }
+        };
+        let mut outs = outs.into_iter();
         let loss = outs.next().ok_or_else(|| Error::Internal {
             message: "the trainer's plan returned no loss".into(),
         })?;
@@ -501,7 +527,12 @@ where
         let value = out.first().ok_or_else(|| Error::Internal {
             message: "the loss plan returned no output".into(),
         })?;
-        download(runnable.backend(), value)
+        let value = download(runnable.backend(), value);
+        match &self.parallel {
+            // Every rank's loss is of its shard: the trainer's loss is their reduction.
+            Some(parallel) => parallel.reduce_loss(self.step, value),
+            None => value,
+        }
     }
 
     /// The loss the last step computed (at the parameters before its update), read back from
