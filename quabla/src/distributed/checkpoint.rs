@@ -59,6 +59,8 @@ pub(crate) fn tree_digest<T: Tree>(tree: &T) -> Result<u64> {
                     HostData::F64(v) => v.iter().for_each(|x| d.word(x.to_bits())),
                     HostData::F32(v) => v.iter().for_each(|x| d.word(x.to_bits() as u64)),
                     HostData::Bool(v) => v.iter().for_each(|&x| d.word(x as u64)),
+                    HostData::I32(v) => v.iter().for_each(|&x| d.word(x as u32 as u64)),
+                    HostData::I64(v) => v.iter().for_each(|&x| d.word(x as u64)),
                 }
             }
             other => d.text(&format!("{other:?}")),

@@ -344,6 +344,8 @@ pub(crate) fn shard_rows(
         HostData::F64(v) => HostData::F64(Arc::from(&v[range])),
         HostData::F32(v) => HostData::F32(Arc::from(&v[range])),
         HostData::Bool(v) => HostData::Bool(Arc::from(&v[range])),
+        HostData::I32(v) => HostData::I32(Arc::from(&v[range])),
+        HostData::I64(v) => HostData::I64(Arc::from(&v[range])),
     };
     let mut shape = dims.to_vec();
     shape[0] = rows;
@@ -437,6 +439,8 @@ fn unpack(data: &HostData, shapes: &[(Shape, bool)]) -> Vec<Tensor> {
                 HostData::F64(v) => HostData::F64(Arc::from(&v[range])),
                 HostData::F32(v) => HostData::F32(Arc::from(&v[range])),
                 HostData::Bool(v) => HostData::Bool(Arc::from(&v[range])),
+                HostData::I32(v) => HostData::I32(Arc::from(&v[range])),
+                HostData::I64(v) => HostData::I64(Arc::from(&v[range])),
             };
             Tensor::from_host(HostTensor::new(shape.clone(), part), *weak)
         })

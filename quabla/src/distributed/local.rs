@@ -250,7 +250,7 @@ impl Communicator for Local {
                 })?;
                 Ok(HostData::F32(reduce(op, &parts)?))
             }
-            HostData::Bool(_) => Err(Fault::Transport {
+            HostData::Bool(_) | HostData::I32(_) | HostData::I64(_) => Err(Fault::Transport {
                 message: "reductions take float32 or float64 data".into(),
             }),
         }
@@ -300,6 +300,22 @@ impl Communicator for Local {
                 .iter()
                 .map(|p| match p {
                     HostData::Bool(a) => Some(a),
+                    _ => None,
+                })
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(mismatch)?)),
+            Some(HostData::I32(_)) => HostData::I32(cat(&parts
+                .iter()
+                .map(|p| match p {
+                    HostData::I32(a) => Some(a),
+                    _ => None,
+                })
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(mismatch)?)),
+            Some(HostData::I64(_)) => HostData::I64(cat(&parts
+                .iter()
+                .map(|p| match p {
+                    HostData::I64(a) => Some(a),
                     _ => None,
                 })
                 .collect::<Option<Vec<_>>>()
