@@ -27,6 +27,7 @@ impl Tensor {
         let host = self.host_for("to_nested")?;
         let scalar = |i: usize| match &host.data {
             HostData::Bool(v) => Value::Bool(v[i]),
+            HostData::I32(_) | HostData::I64(_) => Value::Int(host.data.get_i64(i)),
             other => Value::Float(other.get_f64(i)),
         };
         fn nest(dims: &[usize], offset: usize, scalar: &dyn Fn(usize) -> Value) -> Value {
