@@ -112,7 +112,8 @@ fn fold_in<'py>(
     };
     match (key_arg(key)?, data_tensor) {
         (qb::random::KeyArg::Host(k), None) => {
-            let key = qb::random::fold_in(&k, modulo_64(data, "the data of quabla.random.fold_in")?);
+            let key =
+                qb::random::fold_in(&k, modulo_64(data, "the data of quabla.random.fold_in")?);
             Ok(Bound::new(py, PyKey { key })?.into_any())
         }
         (qb::random::KeyArg::Host(k), Some(d)) => ret(py, qb::random::fold_in(&k, &d)),
@@ -131,15 +132,17 @@ fn key_data<'py>(py: Python<'py>, keys: &Bound<'py, PyAny>) -> PyResult<Bound<'p
     if let Ok(k) = keys.cast::<PyKey>() {
         return ret(py, Ok(qb::random::key_data(&k.get().key)));
     }
-    let items: Option<Vec<qb::random::Key>> = if keys.is_instance_of::<pyo3::types::PyList>()
-        || keys.is_instance_of::<PyTuple>()
-    {
-        keys.try_iter()?
-            .map(|item| item.ok().and_then(|i| i.cast::<PyKey>().ok().map(|k| k.get().key)))
-            .collect()
-    } else {
-        None
-    };
+    let items: Option<Vec<qb::random::Key>> =
+        if keys.is_instance_of::<pyo3::types::PyList>() || keys.is_instance_of::<PyTuple>() {
+            keys.try_iter()?
+                .map(|item| {
+                    item.ok()
+                        .and_then(|i| i.cast::<PyKey>().ok().map(|k| k.get().key))
+                })
+                .collect()
+        } else {
+            None
+        };
     match items {
         Some(keys) if !keys.is_empty() => ret(py, qb::random::keys_data(&keys)),
         _ => Err(type_error(format!(
@@ -171,7 +174,9 @@ fn randint<'py>(
     let shape = shape.map(shape_arg).transpose()?.unwrap_or_default();
     let bound = |v: Option<&Bound<'py, PyAny>>, name: &str| -> PyResult<i64> {
         let Some(v) = v else {
-            return Err(type_error(format!("randint() missing required argument '{name}'")));
+            return Err(type_error(format!(
+                "randint() missing required argument '{name}'"
+            )));
         };
         if v.is_instance_of::<PyInt>() && !v.is_instance_of::<pyo3::types::PyBool>() {
             return v.extract::<i64>().map_err(|_| {
@@ -239,8 +244,7 @@ fn normal<'py>(
     dtype: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let shape = shape.map(shape_arg).transpose()?.unwrap_or_default();
-    let call =
-        qb::random::normal(key_arg(key)?, shape).dtype(opt_dtype(dtype)?.unwrap_or(qb::F64));
+    let call = qb::random::normal(key_arg(key)?, shape).dtype(opt_dtype(dtype)?.unwrap_or(qb::F64));
     ret(py, call.eval())
 }
 

@@ -73,8 +73,8 @@ pub fn init(key: &Key, hidden: usize) -> qb::Result<Mlp> {
 pub fn run(out: &mut impl Write) -> qb::Result<Report> {
     let x = qb::linspace(-1.0, 1.0, 64)?.reshape([64, 1])?;
     let y = x.mul(3.0)?.sin()?;
-    let [init_key, dropout_base] = <[Key; 2]>::try_from(random::split(&random::key(0), 2)?)
-        .expect("split gives two keys");
+    let [init_key, dropout_base] =
+        <[Key; 2]>::try_from(random::split(&random::key(0), 2)?).expect("split gives two keys");
     let params = init(&init_key, 32)?;
     let initial = eval_loss(&params, &x, &y)?.item()?;
     let step_key = |step: u64| random::key_data(&random::fold_in(&dropout_base, step));

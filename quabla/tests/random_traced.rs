@@ -10,15 +10,30 @@ use quabla::Tensor;
 /// The exact bits of every element, whatever the dtype.
 fn raw(t: &Tensor) -> Vec<u64> {
     match t.dtype() {
-        qb::F64 => t.to_vec::<f64>().unwrap().iter().map(|x| x.to_bits()).collect(),
+        qb::F64 => t
+            .to_vec::<f64>()
+            .unwrap()
+            .iter()
+            .map(|x| x.to_bits())
+            .collect(),
         qb::F32 => t
             .to_vec::<f32>()
             .unwrap()
             .iter()
             .map(|x| u64::from(x.to_bits()))
             .collect(),
-        qb::BOOL => t.to_vec::<bool>().unwrap().iter().map(|&b| b as u64).collect(),
-        _ => t.to_vec::<i64>().unwrap().iter().map(|&x| x as u64).collect(),
+        qb::BOOL => t
+            .to_vec::<bool>()
+            .unwrap()
+            .iter()
+            .map(|&b| b as u64)
+            .collect(),
+        _ => t
+            .to_vec::<i64>()
+            .unwrap()
+            .iter()
+            .map(|&x| x as u64)
+            .collect(),
     }
 }
 
@@ -42,7 +57,10 @@ fn draws() -> Vec<(&'static str, Draw)> {
                 .eval()
         }),
         ("uniform with an overflowing span", |k| {
-            random::uniform(k, [4]).minval(-1.7e308).maxval(1.7e308).eval()
+            random::uniform(k, [4])
+                .minval(-1.7e308)
+                .maxval(1.7e308)
+                .eval()
         }),
         ("uniform f32 narrow", |k| {
             random::uniform(k, [6])
@@ -53,11 +71,21 @@ fn draws() -> Vec<(&'static str, Draw)> {
         }),
         ("uniform scalar", |k| random::uniform(k, []).eval()),
         ("normal odd count", |k| random::normal(k, [7]).eval()),
-        ("normal f32", |k| random::normal(k, [2, 2]).dtype(qb::F32).eval()),
-        ("bernoulli", |k| random::bernoulli(k).p(0.3).shape([9]).eval()),
-        ("bernoulli p=0", |k| random::bernoulli(k).p(0.0).shape([3]).eval()),
-        ("bernoulli p=1", |k| random::bernoulli(k).p(1.0).shape([3]).eval()),
-        ("glorot_normal", |k| random::glorot_normal(k, [2, 3, 4]).eval()),
+        ("normal f32", |k| {
+            random::normal(k, [2, 2]).dtype(qb::F32).eval()
+        }),
+        ("bernoulli", |k| {
+            random::bernoulli(k).p(0.3).shape([9]).eval()
+        }),
+        ("bernoulli p=0", |k| {
+            random::bernoulli(k).p(0.0).shape([3]).eval()
+        }),
+        ("bernoulli p=1", |k| {
+            random::bernoulli(k).p(1.0).shape([3]).eval()
+        }),
+        ("glorot_normal", |k| {
+            random::glorot_normal(k, [2, 3, 4]).eval()
+        }),
         ("glorot_uniform", |k| {
             random::glorot_uniform(k, [3, 5]).dtype(qb::F32).eval()
         }),
@@ -76,7 +104,12 @@ fn draws() -> Vec<(&'static str, Draw)> {
 
 fn host_keys() -> Vec<Key> {
     // key(-1) has every bit set: the int64 key is -1.
-    vec![random::key(0), random::key(42), random::key(-1), random::key(1u64 << 63)]
+    vec![
+        random::key(0),
+        random::key(42),
+        random::key(-1),
+        random::key(1u64 << 63),
+    ]
 }
 
 #[test]
@@ -101,8 +134,16 @@ fn split_and_fold_in_of_key_tensors_match_the_host() -> qb::Result<()> {
     let children = random::split(&random::key_data(&random::key(0)), 3)?;
     assert_eq!(children.shape(), [3]);
     assert_eq!(
-        children.to_vec::<i64>()?.iter().map(|&v| v as u64).collect::<Vec<_>>(),
-        [12141488642634205887, 11746937539006808163, 1638637292813414338]
+        children
+            .to_vec::<i64>()?
+            .iter()
+            .map(|&v| v as u64)
+            .collect::<Vec<_>>(),
+        [
+            12141488642634205887,
+            11746937539006808163,
+            1638637292813414338
+        ]
     );
     for k in host_keys() {
         let t = random::key_data(&k);
@@ -167,7 +208,10 @@ fn vmap_gives_each_example_its_own_key() -> qb::Result<()> {
     for (name, draw) in draws() {
         let f = qb::vmap(move |k: Tensor| draw(k.into()));
         let batched: Tensor = f.call(&batch)?;
-        let rows: Vec<Tensor> = keys.iter().map(|k| draw(k.into())).collect::<qb::Result<_>>()?;
+        let rows: Vec<Tensor> = keys
+            .iter()
+            .map(|k| draw(k.into()))
+            .collect::<qb::Result<_>>()?;
         same(&batched, &qb::stack(&rows, 0)?);
         // jit of vmap, and vmap of split: the same bits again.
         let jv = qb::jit(move |ks: Tensor| qb::vmap(move |k: Tensor| draw(k.into())).call(&ks));
@@ -225,7 +269,11 @@ fn ks_distance(samples: &Tensor, cdf: impl Fn(&Tensor) -> qb::Result<Tensor>) ->
     let f = cdf(&sorted).unwrap().to_vec::<f64>().unwrap();
     f.iter()
         .enumerate()
-        .map(|(i, &fi)| (fi - i as f64 / n).abs().max(((i + 1) as f64 / n - fi).abs()))
+        .map(|(i, &fi)| {
+            (fi - i as f64 / n)
+                .abs()
+                .max(((i + 1) as f64 / n - fi).abs())
+        })
         .fold(0.0, f64::max)
 }
 
@@ -249,19 +297,26 @@ fn samplers_have_their_distributions_on_a_million_draws() -> qb::Result<()> {
     let ks_limit = 1.95 / (N as f64).sqrt();
     let k = random::split(&random::key(2026), 8)?;
 
-    let u = random::uniform(&k[0], [N]).minval(-2.0).maxval(3.0).eval()?;
+    let u = random::uniform(&k[0], [N])
+        .minval(-2.0)
+        .maxval(3.0)
+        .eval()?;
     let d = ks_distance(&u, |x| (x + 2.0).div(5.0));
     assert!(d < ks_limit, "uniform KS distance {d}");
 
     let z = random::normal(&k[1], [N]).eval()?;
-    let d = ks_distance(&z, |x| x.mul(-std::f64::consts::FRAC_1_SQRT_2).erfc().mul(0.5));
+    let d = ks_distance(&z, |x| {
+        x.mul(-std::f64::consts::FRAC_1_SQRT_2).erfc().mul(0.5)
+    });
     assert!(d < ks_limit, "normal KS distance {d}");
 
     // Initializers: their scale, on the normal and uniform streams checked above.
     let g = random::he_normal(&k[2], [1000, 1000]).eval()?;
     let want = (2.0f64 / 1000.0).sqrt();
     let d = ks_distance(&g.reshape([-1])?, |x| {
-        x.mul(-std::f64::consts::FRAC_1_SQRT_2 / want).erfc().mul(0.5)
+        x.mul(-std::f64::consts::FRAC_1_SQRT_2 / want)
+            .erfc()
+            .mul(0.5)
     });
     assert!(d < ks_limit, "he_normal KS distance {d}");
     let l = (6.0f64 / 2000.0).sqrt();
@@ -307,11 +362,17 @@ fn samplers_have_their_distributions_on_a_million_draws() -> qb::Result<()> {
 fn categorical_draws_along_an_axis_and_under_transforms() -> qb::Result<()> {
     let k = random::key_data(&random::key(1));
     // A category with all the mass is always drawn; -inf logits never are.
-    let logits = qb::array([[0.0, f64::NEG_INFINITY], [f64::NEG_INFINITY, 0.0], [0.0, 0.0]])?;
+    let logits = qb::array([
+        [0.0, f64::NEG_INFINITY],
+        [f64::NEG_INFINITY, 0.0],
+        [0.0, 0.0],
+    ])?;
     let c = random::categorical(&k, &logits).eval()?;
     let v = c.to_vec::<i64>()?;
     assert_eq!(&v[..2], [0, 1]);
-    let along_0 = random::categorical(&k, &logits.transpose()?).axis(0).eval()?;
+    let along_0 = random::categorical(&k, &logits.transpose()?)
+        .axis(0)
+        .eval()?;
     assert_eq!(&along_0.to_vec::<i64>()?[..2], [0, 1]);
     // Host key, key tensor, jit and vmap agree.
     let host = random::categorical(&random::key(1), &logits).eval()?;
@@ -319,11 +380,14 @@ fn categorical_draws_along_an_axis_and_under_transforms() -> qb::Result<()> {
     let f = qb::jit(|(k, l): (Tensor, Tensor)| random::categorical(&k, &l).eval());
     same(&f.call(&(k.clone(), logits.clone()))?, &c);
     let keys = random::split(&k, 3)?;
-    let per_row: Tensor =
-        qb::vmap(|(k, l): (Tensor, Tensor)| random::categorical(&k, &l).eval()).call(&(keys.clone(), logits.clone()))?;
+    let per_row: Tensor = qb::vmap(|(k, l): (Tensor, Tensor)| random::categorical(&k, &l).eval())
+        .call(&(keys.clone(), logits.clone()))?;
     for i in 0..3 {
         let one = random::categorical(&keys.index(qb::s![i])?, &logits.index(qb::s![i])?).eval()?;
-        assert_eq!(per_row.to_vec::<i64>()?[i as usize], one.to_vec::<i64>()?[0]);
+        assert_eq!(
+            per_row.to_vec::<i64>()?[i as usize],
+            one.to_vec::<i64>()?[0]
+        );
     }
     Ok(())
 }
@@ -379,7 +443,9 @@ fn bad_keys_and_arguments_are_typed_errors() -> qb::Result<()> {
             random::randint(&k, [2], 3, 3).eval(),
         ),
         (
-            random::randint(&host, [2], 0, 1 << 40).dtype(qb::I32).eval(),
+            random::randint(&host, [2], 0, 1 << 40)
+                .dtype(qb::I32)
+                .eval(),
             random::randint(&k, [2], 0, 1 << 40).dtype(qb::I32).eval(),
         ),
         (
@@ -396,11 +462,19 @@ fn bad_keys_and_arguments_are_typed_errors() -> qb::Result<()> {
             "{a:?} vs {b:?}"
         );
     }
-    let err = random::randint(&k, [2], 0, 4).dtype(qb::F64).eval().unwrap_err();
+    let err = random::randint(&k, [2], 0, 4)
+        .dtype(qb::F64)
+        .eval()
+        .unwrap_err();
     assert!(matches!(err, qb::Error::Type { .. }), "{err:?}");
-    let err = random::categorical(&k, &qb::array([1i64, 2])?).eval().unwrap_err();
+    let err = random::categorical(&k, &qb::array([1i64, 2])?)
+        .eval()
+        .unwrap_err();
     assert!(matches!(err, qb::Error::Type { .. }), "{err:?}");
-    let err = random::categorical(&k, &qb::zeros([3])?).axis(1).eval().unwrap_err();
+    let err = random::categorical(&k, &qb::zeros([3])?)
+        .axis(1)
+        .eval()
+        .unwrap_err();
     assert!(matches!(err, qb::Error::Shape { .. }), "{err:?}");
 
     // A traced key cannot become a host Key; a host Key is not a traced argument in Rust.

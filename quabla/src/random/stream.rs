@@ -83,7 +83,11 @@ fn odd_positions(shape: &[usize]) -> Result<Tensor> {
     data.try_reserve_exact(n)
         .map_err(|_| Error::out_of_memory(n as u128, "the positions of random samples"))?;
     data.extend((0..n).map(|e| e % 2 == 1));
-    Ok(Tensor::from_parts(shape, HostData::Bool(data.into()), false))
+    Ok(Tensor::from_parts(
+        shape,
+        HostData::Bool(data.into()),
+        false,
+    ))
 }
 
 /// Words `index(e)` of `key`'s stream for every element `e` of `shape`.
@@ -94,7 +98,10 @@ fn words(key: &Tensor, shape: &[usize], index: impl Fn(u64) -> u64) -> Result<Te
 
 /// The top 53 bits of each word as a float64 in `[0, 1)` (exact).
 fn unit(words: &Tensor) -> Result<Tensor> {
-    mul(right_shift_logical(words, 11)?.astype(DType::F64)?, TWO_POW_M53)
+    mul(
+        right_shift_logical(words, 11)?.astype(DType::F64)?,
+        TWO_POW_M53,
+    )
 }
 
 /// `split(key, num)` of a key tensor: the int64 keys of shape `[num]`, child `j` being
@@ -127,19 +134,11 @@ pub(crate) fn uniform(key: &Tensor, shape: &[usize], bounds: &UniformBounds) -> 
             let v32 = value.astype(DType::F32)?;
             let wide = v32.astype(DType::F64)?;
             let low = where_(less(&wide, lo)?, f32_scalar(at_least_min), &v32)?;
-            where_(
-                greater_equal(&wide, hi)?,
-                f32_scalar(below_max),
-                low,
-            )
+            where_(greater_equal(&wide, hi)?, f32_scalar(below_max), low)
         }
         _ => {
             let low = where_(less(&value, lo)?, lo, &value)?;
-            where_(
-                greater_equal(&value, hi)?,
-                bounds.f64_below_max(),
-                low,
-            )
+            where_(greater_equal(&value, hi)?, bounds.f64_below_max(), low)
         }
     }
 }
