@@ -5,6 +5,7 @@
 //! Run with `cargo run --release --example dropout`.
 
 use qb::optim::{self, Trainer};
+use qb::prelude::*;
 use qb::random::{self, Key};
 use qb::{Tensor, Tree};
 use quabla as qb;
