@@ -13,7 +13,7 @@ use std::io::Write;
 
 /// The probability of keeping a hidden unit.
 pub const KEEP: f64 = 0.8;
-pub const STEPS: u64 = 300;
+pub const STEPS: u64 = 500;
 
 /// A one-hidden-layer perceptron.
 #[derive(Tree, Clone, Debug)]
@@ -82,7 +82,7 @@ pub fn run(out: &mut impl Write) -> qb::Result<Report> {
     let mut trainer = Trainer::new(
         loss,
         params,
-        optim::Adam::new(0.01),
+        optim::Adam::new(0.05),
         (x.clone(), y.clone(), step_key(0)),
     )
     .batch_argnums(&[2])

@@ -308,9 +308,9 @@ mod dropout;
 fn dropout_trains_inside_the_jitted_trainer_step() {
     let mut out = Vec::new();
     let report = dropout::run(&mut out).unwrap();
-    // The fit improves tenfold although every step drops a fifth of the hidden units.
+    // The fit improves fivefold although every step drops a fifth of the hidden units.
     assert!(
-        report.trained < report.initial / 10.0,
+        report.trained < report.initial / 5.0,
         "{} -> {}",
         report.initial,
         report.trained
