@@ -162,36 +162,31 @@ fn wrap_key_data(data: &Bound<'_, PyAny>) -> PyResult<PyKey> {
 }
 
 #[pyfunction]
-#[pyo3(signature = (key, shape=None, minval=None, maxval=None, dtype=None))]
+#[pyo3(signature = (key, shape, minval, maxval, dtype=None))]
 fn randint<'py>(
     py: Python<'py>,
     key: &Bound<'py, PyAny>,
-    shape: Option<&Bound<'py, PyAny>>,
-    minval: Option<&Bound<'py, PyAny>>,
-    maxval: Option<&Bound<'py, PyAny>>,
+    shape: &Bound<'py, PyAny>,
+    minval: &Bound<'py, PyAny>,
+    maxval: &Bound<'py, PyAny>,
     dtype: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let shape = shape.map(shape_arg).transpose()?.unwrap_or_default();
-    let bound = |v: Option<&Bound<'py, PyAny>>, name: &str| -> PyResult<i64> {
-        let Some(v) = v else {
+    // Static Python ints (a bool is refused as a likely mistake).
+    let bound = |v: &Bound<'py, PyAny>, name: &str| -> PyResult<i64> {
+        if !v.is_instance_of::<PyInt>() || v.is_instance_of::<pyo3::types::PyBool>() {
             return Err(type_error(format!(
-                "randint() missing required argument '{name}'"
+                "randint {name} must be an int, got {}",
+                type_name(v)
             )));
-        };
-        if v.is_instance_of::<PyInt>() && !v.is_instance_of::<pyo3::types::PyBool>() {
-            return v.extract::<i64>().map_err(|_| {
-                pyo3::exceptions::PyValueError::new_err(format!(
-                    "randint {name} must fit in int64, got {v}"
-                ))
-            });
         }
-        Err(type_error(format!(
-            "randint {name} must be an int, got {}",
-            type_name(v)
-        )))
+        v.extract::<i64>().map_err(|_| {
+            pyo3::exceptions::PyValueError::new_err(format!(
+                "randint {name} must fit in int64, got {v}"
+            ))
+        })
     };
     let (lo, hi) = (bound(minval, "minval")?, bound(maxval, "maxval")?);
-    let call = qb::random::randint(key_arg(key)?, shape, lo, hi)
+    let call = qb::random::randint(key_arg(key)?, shape_arg(shape)?, lo, hi)
         .dtype(opt_dtype(dtype)?.unwrap_or(qb::I64));
     ret(py, call.eval())
 }

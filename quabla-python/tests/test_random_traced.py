@@ -102,6 +102,8 @@ def test_bad_keys_are_typed_errors():
         R.split(R.key_data(R.key(0)), 0)
     with pytest.raises(TypeError, match="randint dtype must be int32 or int64"):
         R.randint(R.key(0), (2,), 0, 3, dtype=qb.float64)
+    with pytest.raises(TypeError, match="randint minval must be an int, got float"):
+        R.randint(R.key(0), (2,), 0.5, 3)
     with pytest.raises(ValueError, match="randint requires minval < maxval"):
         R.randint(R.key_data(R.key(0)), (2,), 3, 3)
     with pytest.raises(TypeError, match="key_data takes"):
