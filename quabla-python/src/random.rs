@@ -192,6 +192,22 @@ fn randint<'py>(
 }
 
 #[pyfunction]
+#[pyo3(signature = (key, lower, upper, shape=None, dtype=None))]
+fn truncated_normal<'py>(
+    py: Python<'py>,
+    key: &Bound<'py, PyAny>,
+    lower: f64,
+    upper: f64,
+    shape: Option<&Bound<'py, PyAny>>,
+    dtype: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let shape = shape.map(shape_arg).transpose()?.unwrap_or_default();
+    let call = qb::random::truncated_normal(key_arg(key)?, lower, upper, shape)
+        .dtype(opt_dtype(dtype)?.unwrap_or(qb::F64));
+    ret(py, call.eval())
+}
+
+#[pyfunction]
 #[pyo3(signature = (key, logits, axis=-1))]
 fn categorical<'py>(
     py: Python<'py>,
@@ -297,6 +313,7 @@ pub fn add_to(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(wrap_key_data, m)?,
         wrap_pyfunction!(randint, m)?,
         wrap_pyfunction!(categorical, m)?,
+        wrap_pyfunction!(truncated_normal, m)?,
     ] {
         m.add_function(f)?;
     }

@@ -96,6 +96,14 @@ fn draws() -> Vec<(&'static str, Draw)> {
                 .dtype(qb::I32)
                 .eval()
         }),
+        ("truncated_normal", |k| {
+            random::truncated_normal(k, -1.0, 2.0, [6]).eval()
+        }),
+        ("truncated_normal upper tail f32", |k| {
+            random::truncated_normal(k, 3.0, f64::INFINITY, [5])
+                .dtype(qb::F32)
+                .eval()
+        }),
         ("randint int64 full range", |k| {
             random::randint(k, [8], i64::MIN, i64::MAX).eval()
         }),
@@ -320,6 +328,23 @@ fn samplers_have_their_distributions_on_a_million_draws() -> qb::Result<()> {
     let gu = random::glorot_uniform(&k[3], [1000, 1000]).eval()?;
     let d = ks_distance(&gu.reshape([-1])?, |x| (x + l).div(2.0 * l));
     assert!(d < ks_limit, "glorot_uniform KS distance {d}");
+
+    // truncated_normal: the normal CDF renormalized to the interval, in the middle and far
+    // in a tail (mirrored into the lower tail by the sampler), from key tensors.
+    let phi = |x: &Tensor| x.mul(-std::f64::consts::FRAC_1_SQRT_2).erfc().mul(0.5);
+    let phi_at = |x: f64| phi(&qb::array(x).unwrap()).unwrap().item().unwrap();
+    for (lower, upper) in [(-1.0, 2.0), (4.0, f64::INFINITY)] {
+        let t = random::truncated_normal(&random::key_data(&k[7]), lower, upper, [N / 2]).eval()?;
+        let (lo, hi) = (t.min()?.item()?, t.max()?.item()?);
+        assert!(lo >= lower && hi <= upper, "[{lo}, {hi}]");
+        let (c_lo, c_hi) = (phi_at(lower), phi_at(upper));
+        let d = ks_distance(&t, |x| (phi(x) - c_lo).div(c_hi - c_lo));
+        let limit = 1.95 / ((N / 2) as f64).sqrt();
+        assert!(
+            d < limit,
+            "truncated_normal [{lower}, {upper}] KS distance {d}"
+        );
+    }
 
     // Bernoulli: the count is within 4.5 standard deviations of N p.
     let p = 0.3;

@@ -17,6 +17,7 @@ key_data = _native.key_data
 normal = _native.normal
 randint = _native.randint
 split = _native.split
+truncated_normal = _native.truncated_normal
 uniform = _native.uniform
 wrap_key_data = _native.wrap_key_data
 
@@ -33,6 +34,7 @@ __all__ = [
     "normal",
     "randint",
     "split",
+    "truncated_normal",
     "uniform",
     "wrap_key_data",
 ]

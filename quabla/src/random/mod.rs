@@ -587,3 +587,81 @@ impl Categorical {
         stream::argmax(&crate::add(logits, noise)?, axis as usize)
     }
 }
+
+/// Standard normal samples truncated to `[lower, upper]`: [`truncated_normal`].
+#[derive(Clone, Debug)]
+#[must_use = "a sampler draws nothing until eval()"]
+pub struct TruncatedNormal {
+    key: KeyArg,
+    lower: f64,
+    upper: f64,
+    shape: Vec<usize>,
+    dtype: DType,
+}
+
+/// Standard normal samples of `shape` conditioned on lying in `[lower, upper]` (infinite
+/// bounds allowed; float64 unless `.dtype()` says otherwise), by the inverse CDF: `u` uniform
+/// between the CDF's values at the bounds, mapped through the normal quantile (AS241), so each
+/// sample costs one draw (docs/random-and-io.md defines the stream).
+pub fn truncated_normal(
+    key: impl Into<KeyArg>,
+    lower: f64,
+    upper: f64,
+    shape: impl AsRef<[usize]>,
+) -> TruncatedNormal {
+    TruncatedNormal {
+        key: key.into(),
+        lower,
+        upper,
+        shape: shape.as_ref().to_vec(),
+        dtype: DType::F64,
+    }
+}
+
+impl TruncatedNormal {
+    /// float32 or float64 (TY11 otherwise).
+    pub fn dtype(mut self, dtype: DType) -> Self {
+        self.dtype = dtype;
+        self
+    }
+    pub fn eval(self) -> Result<Tensor> {
+        let key = self.key.tensor("truncated_normal")?;
+        quabla_random::check_float_dtype(self.dtype)?;
+        let (lower, upper) = (self.lower, self.upper);
+        let refuse = || {
+            Error::invalid(format!(
+                "truncated_normal requires lower < upper with probability between them, got [{lower}, {upper}]"
+            ))
+        };
+        if lower.is_nan() || upper.is_nan() || lower >= upper {
+            return Err(refuse());
+        }
+        // Mirror an interval that lies mostly above 0 into the lower tail, where the CDF keeps
+        // its relative precision (the CDF near 1 would lose the tail's digits).
+        let flip = lower + upper > 0.0;
+        let (a, b) = if flip {
+            (-upper, -lower)
+        } else {
+            (lower, upper)
+        };
+        let cdf = |x: f64| -> Result<f64> {
+            crate::ops::elementwise::erfc(-x * std::f64::consts::FRAC_1_SQRT_2)?
+                .mul(0.5)?
+                .item()
+        };
+        let (cdf_lo, cdf_hi) = (cdf(a)?, cdf(b)?);
+        let cdf_span = cdf_hi - cdf_lo;
+        if cdf_span.is_nan() || cdf_span <= 0.0 {
+            return Err(refuse());
+        }
+        quabla_random::sample_count(&self.shape, self.dtype)?;
+        let plan = stream::TruncatedPlan {
+            lower,
+            upper,
+            flip,
+            cdf_lo,
+            cdf_span,
+        };
+        stream::truncated_normal(&key, &self.shape, self.dtype, &plan)
+    }
+}

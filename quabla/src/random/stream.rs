@@ -222,3 +222,132 @@ pub(crate) fn argmax(x: &Tensor, axis: usize) -> Result<Tensor> {
     let is_max = equal(x, x.max_keepdims(axis as isize)?)?;
     where_(is_max, positions, n as i64)?.min_axes(axis as isize)
 }
+
+/// Wichura's AS241 (PPND16) coefficients of the inverse normal CDF, highest degree first:
+/// the central rational function (|p - 1/2| <= 0.425) and the two tail ones.
+const CENTRAL_NUM: [f64; 8] = [
+    2509.0809287301227,
+    33430.57558358813,
+    67265.7709270087,
+    45921.95393154987,
+    13731.69376550946,
+    1971.5909503065513,
+    133.14166789178438,
+    3.3871328727963665,
+];
+const CENTRAL_DEN: [f64; 8] = [
+    5226.495278852854,
+    28729.085735721943,
+    39307.89580009271,
+    21213.794301586597,
+    5394.196021424751,
+    687.1870074920579,
+    42.31333070160091,
+    1.0,
+];
+const NEAR_NUM: [f64; 8] = [
+    0.0007745450142783414,
+    0.022723844989269184,
+    0.2417807251774506,
+    1.2704582524523684,
+    3.6478483247632045,
+    5.769497221460691,
+    4.630337846156546,
+    1.4234371107496835,
+];
+const NEAR_DEN: [f64; 8] = [
+    1.0507500716444169e-09,
+    0.0005475938084995345,
+    0.015198666563616457,
+    0.14810397642748008,
+    0.6897673349851,
+    1.6763848301838038,
+    2.053191626637759,
+    1.0,
+];
+const FAR_NUM: [f64; 8] = [
+    2.0103343992922881e-07,
+    2.7115555687434876e-05,
+    0.0012426609473880784,
+    0.026532189526576124,
+    0.29656057182850487,
+    1.7848265399172913,
+    5.463784911164114,
+    6.657904643501103,
+];
+const FAR_DEN: [f64; 8] = [
+    2.0442631033899397e-15,
+    1.421511758316446e-07,
+    1.8463183175100548e-05,
+    0.0007868691311456133,
+    0.014875361290850615,
+    0.1369298809227358,
+    0.599832206555888,
+    1.0,
+];
+
+/// Horner's evaluation of `coefficients` (highest degree first) at `r`.
+fn polynomial(coefficients: &[f64; 8], r: &Tensor) -> Result<Tensor> {
+    let mut acc = mul(r, coefficients[0])?;
+    for (i, &c) in coefficients[1..].iter().enumerate() {
+        acc = add(acc, c)?;
+        if i + 2 < coefficients.len() {
+            acc = mul(acc, r)?;
+        }
+    }
+    Ok(acc)
+}
+
+/// The inverse of the standard normal CDF at float64 `p` in `(0, 1)` (AS241: about 1e-16
+/// relative), each branch computed for every element and the right one selected.
+fn normal_quantile(p: &Tensor) -> Result<Tensor> {
+    let q = add(p, -0.5)?;
+    let r_central = add(mul(&q, &q)?.neg()?, 0.180625)?;
+    let central = mul(
+        &q,
+        polynomial(&CENTRAL_NUM, &r_central)?.div(polynomial(&CENTRAL_DEN, &r_central)?)?,
+    )?;
+    let smaller = crate::ops::elementwise::minimum(p, add(p.neg()?, 1.0)?)?;
+    let r = sqrt(log(smaller)?.neg()?)?;
+    let near_r = add(&r, -1.6)?;
+    let near = polynomial(&NEAR_NUM, &near_r)?.div(polynomial(&NEAR_DEN, &near_r)?)?;
+    let far_r = add(&r, -5.0)?;
+    let far = polynomial(&FAR_NUM, &far_r)?.div(polynomial(&FAR_DEN, &far_r)?)?;
+    let tail = where_(crate::ops::compare::less_equal(&r, 5.0)?, near, far)?;
+    let tail = where_(less(&q, 0.0)?, tail.neg()?, tail)?;
+    where_(
+        crate::ops::compare::less_equal(q.abs()?, 0.425)?,
+        central,
+        tail,
+    )
+}
+
+/// `truncated_normal` for a validated request: `x = quantile(cdf_lo + (cdf_hi - cdf_lo) u)`
+/// with `u = (2 (w >> 12) + 1) 2^-53` strictly inside `(0, 1)`, negated when `flip` (the
+/// bounds were mirrored into the lower tail, where the CDF keeps its relative precision),
+/// then clamped to `[lower, upper]` and rounded to `dtype`.
+pub(crate) fn truncated_normal(
+    key: &Tensor,
+    shape: &[usize],
+    dtype: DType,
+    plan: &TruncatedPlan,
+) -> Result<Tensor> {
+    let w = words(key, shape, |e| e)?;
+    let odd = add(mul(right_shift_logical(&w, 12)?, 2)?, 1)?;
+    let u = mul(odd.astype(DType::F64)?, TWO_POW_M53)?;
+    let p = add(mul(&u, plan.cdf_span)?, plan.cdf_lo)?;
+    let x = normal_quantile(&p)?;
+    let x = if plan.flip { x.neg()? } else { x };
+    let x = where_(less(&x, plan.lower)?, plan.lower, &x)?;
+    let x = where_(greater_equal(&x, plan.upper)?, plan.upper, &x)?;
+    x.astype(dtype)
+}
+
+/// The host constants of a `truncated_normal` request.
+pub(crate) struct TruncatedPlan {
+    pub lower: f64,
+    pub upper: f64,
+    pub flip: bool,
+    pub cdf_lo: f64,
+    pub cdf_span: f64,
+}
