@@ -104,6 +104,13 @@ fn unit(words: &Tensor) -> Result<Tensor> {
     )
 }
 
+/// The top 52 bits of each word as the float64 `(2 m + 1) 2^-53`, the midpoint of one of
+/// 2^52 equal bins: strictly inside `(0, 1)`, so logarithms and quantiles stay finite.
+fn open_unit(words: &Tensor) -> Result<Tensor> {
+    let odd = add(mul(right_shift_logical(words, 12)?, 2)?, 1)?;
+    mul(odd.astype(DType::F64)?, TWO_POW_M53)
+}
+
 /// `split(key, num)` of a key tensor: the int64 keys of shape `[num]`, child `j` being
 /// `mix64(word(k, j) ^ SPLIT_TAG)`. `num >= 1` must have been checked.
 pub(crate) fn split(key: &Tensor, num: usize) -> Result<Tensor> {
@@ -203,12 +210,9 @@ pub(crate) fn randint(
     add(mul_high(&w, span)?, minval)?.astype(dtype)
 }
 
-/// Gumbel noise `-log(-log(u))` of `shape` in float64, with `u = (2 (w >> 12) + 1) 2^-53`
-/// strictly inside `(0, 1)`, so the noise is always finite.
+/// Gumbel noise `-log(-log(u))` of `shape` in float64, `u` the open unit value of each word.
 pub(crate) fn gumbel(key: &Tensor, shape: &[usize]) -> Result<Tensor> {
-    let w = words(key, shape, |e| e)?;
-    let odd = add(mul(right_shift_logical(&w, 12)?, 2)?, 1)?;
-    let u = mul(odd.astype(DType::F64)?, TWO_POW_M53)?;
+    let u = open_unit(&words(key, shape, |e| e)?)?;
     log(log(u)?.neg()?)?.neg()
 }
 
@@ -332,9 +336,7 @@ pub(crate) fn truncated_normal(
     dtype: DType,
     plan: &TruncatedPlan,
 ) -> Result<Tensor> {
-    let w = words(key, shape, |e| e)?;
-    let odd = add(mul(right_shift_logical(&w, 12)?, 2)?, 1)?;
-    let u = mul(odd.astype(DType::F64)?, TWO_POW_M53)?;
+    let u = open_unit(&words(key, shape, |e| e)?)?;
     let p = add(mul(&u, plan.cdf_span)?, plan.cdf_lo)?;
     let x = normal_quantile(&p)?;
     let x = if plan.flip { x.neg()? } else { x };
