@@ -68,28 +68,17 @@ pub fn wrap_key_data(data: &Tensor) -> Result<Key> {
 }
 
 /// A key argument: a host [`Key`] (sampled on the host) or an int64 key tensor of shape `[]`
-/// (sampled by recorded operations; may be traced).
+/// (sampled by recorded operations; may be traced). Samplers take `&Key` or `&Tensor` (or a
+/// `KeyArg`), so both forms are passed by reference.
 #[derive(Clone, Debug)]
 pub enum KeyArg {
     Host(Key),
     Tensor(Tensor),
 }
 
-impl From<Key> for KeyArg {
-    fn from(k: Key) -> KeyArg {
-        KeyArg::Host(k)
-    }
-}
-
 impl From<&Key> for KeyArg {
     fn from(k: &Key) -> KeyArg {
         KeyArg::Host(*k)
-    }
-}
-
-impl From<Tensor> for KeyArg {
-    fn from(t: Tensor) -> KeyArg {
-        KeyArg::Tensor(t)
     }
 }
 
