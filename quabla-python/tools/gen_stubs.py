@@ -94,6 +94,10 @@ FUNC_PARAM = {
     ("newton", "f"): "Callable[..., ArrayLike]",
     ("Tensor", "data"): "Any",
     ("transfers", "device"): "str",
+    ("truncated_normal", "lower"): "float",
+    ("truncated_normal", "upper"): "float",
+    ("randint", "minval"): "int",
+    ("randint", "maxval"): "int",
 }
 
 # Return types by function name; the default for module functions is Tensor.
