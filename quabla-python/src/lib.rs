@@ -21,6 +21,7 @@ mod optim;
 mod program;
 mod random;
 mod solvers;
+mod sorting;
 mod tensor;
 mod transforms;
 mod tree;
@@ -34,6 +35,7 @@ fn _quabla(m: &Bound<'_, PyModule>) -> PyResult<()> {
     quabla::hide_source_dir(file!().strip_suffix("lib.rs").unwrap_or(file!()));
     tensor::add_to(m)?;
     functions::add_to(m)?;
+    sorting::add_to(m)?;
     transforms::add_to(m)?;
     control_flow::add_to(m)?;
     custom::add_to(m)?;
