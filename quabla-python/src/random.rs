@@ -207,6 +207,26 @@ fn truncated_normal<'py>(
     ret(py, call.eval())
 }
 
+/// `permutation(key, n)`: a random order of `range(n)` (int64). An array argument is refused
+/// with the spelling that permutes it.
+#[pyfunction]
+fn permutation<'py>(
+    py: Python<'py>,
+    key: &Bound<'py, PyAny>,
+    n: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    if !n.is_instance_of::<PyInt>() || n.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(type_error(format!(
+            "permutation takes the number of elements as an int, got {}; permute an array x with x[quabla.random.permutation(key, x.shape[0])]",
+            type_name(n)
+        )));
+    }
+    let n: usize = n.extract().map_err(|_| {
+        pyo3::exceptions::PyValueError::new_err(format!("permutation needs n >= 1, got {n}"))
+    })?;
+    ret(py, qb::random::permutation(key_arg(key)?, n))
+}
+
 #[pyfunction]
 #[pyo3(signature = (key, logits, axis=-1))]
 fn categorical<'py>(
@@ -314,6 +334,7 @@ pub fn add_to(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(randint, m)?,
         wrap_pyfunction!(categorical, m)?,
         wrap_pyfunction!(truncated_normal, m)?,
+        wrap_pyfunction!(permutation, m)?,
     ] {
         m.add_function(f)?;
     }

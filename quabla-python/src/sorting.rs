@@ -131,7 +131,10 @@ fn one_hot<'py>(
     dtype: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let dtype = opt_dtype(dtype)?.unwrap_or(qb::F64);
-    ret(py, qb::one_hot(to_tensor(x)?, num_classes).dtype(dtype).eval())
+    ret(
+        py,
+        qb::one_hot(to_tensor(x)?, num_classes).dtype(dtype).eval(),
+    )
 }
 
 /// `bincount(x, weights=None, minlength=0, *, length=None)`. Without `length` the count runs

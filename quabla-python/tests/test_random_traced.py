@@ -22,6 +22,7 @@ DRAWS = {
     "randint int32": lambda k: R.randint(k, (8,), 0, 2**31, dtype=qb.int32),
     "truncated_normal": lambda k: R.truncated_normal(k, -1.0, 2.0, (6,)),
     "truncated_normal tail": lambda k: R.truncated_normal(k, 3.0, float("inf"), (5,), dtype=qb.float32),
+    "permutation": lambda k: R.permutation(k, 6),
     "categorical": lambda k: R.categorical(k, qb.array([[0.0, 1.0, -1.0], [2.0, 0.0, 0.5]])),
 }
 
@@ -129,6 +130,8 @@ def test_bad_keys_are_typed_errors():
         R.randint(R.key_data(R.key(0)), (2,), 3, 3)
     with pytest.raises(ValueError, match="truncated_normal requires lower < upper"):
         R.truncated_normal(R.key(0), 1.0, 1.0, (2,))
+    with pytest.raises(TypeError, match=r"x\[quabla.random.permutation\(key, x.shape\[0\]\)\]"):
+        R.permutation(R.key(0), qb.zeros((3,)))
     with pytest.raises(TypeError, match="key_data takes"):
         R.key_data(3)
     with pytest.raises(qb.TracerError):

@@ -96,6 +96,7 @@ FUNC_PARAM = {
     ("transfers", "device"): "str",
     ("truncated_normal", "lower"): "float",
     ("truncated_normal", "upper"): "float",
+    ("permutation", "n"): "int",
     ("randint", "minval"): "int",
     ("randint", "maxval"): "int",
 }

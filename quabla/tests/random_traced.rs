@@ -104,6 +104,7 @@ fn draws() -> Vec<(&'static str, Draw)> {
                 .dtype(qb::F32)
                 .eval()
         }),
+        ("permutation", |k| random::permutation(k, 7)),
         ("randint int64 full range", |k| {
             random::randint(k, [8], i64::MIN, i64::MAX).eval()
         }),
@@ -345,6 +346,27 @@ fn samplers_have_their_distributions_on_a_million_draws() -> qb::Result<()> {
             "truncated_normal [{lower}, {upper}] KS distance {d}"
         );
     }
+
+    // permutation: every order of 3 elements equally likely (chi-square over 6 orders, 5
+    // degrees of freedom, 0.1% critical 20.52), and a long one is a permutation.
+    let mut counts = [0u64; 6];
+    for key in random::split(&k[0], 60_000)? {
+        let p = random::permutation(&key, 3)?.to_vec::<i64>()?;
+        let rank = match p.as_slice() {
+            [0, 1, 2] => 0,
+            [0, 2, 1] => 1,
+            [1, 0, 2] => 2,
+            [1, 2, 0] => 3,
+            [2, 0, 1] => 4,
+            _ => 5,
+        };
+        counts[rank] += 1;
+    }
+    let stat = chi_square(&counts, &[1.0 / 6.0; 6]);
+    assert!(stat < 20.52, "permutation chi-square {stat}: {counts:?}");
+    let mut long = random::permutation(&k[1], 100_000)?.to_vec::<i64>()?;
+    long.sort_unstable();
+    assert!(long.iter().enumerate().all(|(i, &v)| v == i as i64));
 
     // Bernoulli: the count is within 4.5 standard deviations of N p.
     let p = 0.3;

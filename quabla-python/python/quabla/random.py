@@ -15,6 +15,7 @@ he_normal = _native.he_normal
 key = _native.key
 key_data = _native.key_data
 normal = _native.normal
+permutation = _native.permutation
 randint = _native.randint
 split = _native.split
 truncated_normal = _native.truncated_normal
@@ -32,6 +33,7 @@ __all__ = [
     "key",
     "key_data",
     "normal",
+    "permutation",
     "randint",
     "split",
     "truncated_normal",

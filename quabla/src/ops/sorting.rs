@@ -88,7 +88,11 @@ fn count(b: &mut GraphBuilder, mask: NodeId, axis: isize) -> Built {
 }
 
 /// `x` with `axis` moved last, and the permutation that moves it back.
-fn axis_last(b: &mut GraphBuilder, x: NodeId, axis: usize) -> quabla_ir::Result<(NodeId, Vec<isize>)> {
+fn axis_last(
+    b: &mut GraphBuilder,
+    x: NodeId,
+    axis: usize,
+) -> quabla_ir::Result<(NodeId, Vec<isize>)> {
     let rank = b.ty(x).shape.rank();
     if axis + 1 == rank {
         return Ok((x, Vec::new()));
@@ -194,7 +198,12 @@ fn need_axis(b: &GraphBuilder, x: NodeId, op: &str) -> quabla_ir::Result<()> {
 }
 
 /// `x` flattened to rank 1 when `axis` is `None`, with the axis to work along.
-fn along(b: &mut GraphBuilder, x: NodeId, axis: Option<isize>, op: &str) -> quabla_ir::Result<(NodeId, usize)> {
+fn along(
+    b: &mut GraphBuilder,
+    x: NodeId,
+    axis: Option<isize>,
+    op: &str,
+) -> quabla_ir::Result<(NodeId, usize)> {
     match axis {
         None => {
             let n = b.ty(x).shape.size();
@@ -462,9 +471,7 @@ impl SearchSorted {
             if rank != 1 {
                 return Err(IrError::Shape {
                     op: "searchsorted".into(),
-                    message: format!(
-                        "searchsorted needs a rank-1 sorted array, got rank {rank}"
-                    ),
+                    message: format!("searchsorted needs a rank-1 sorted array, got rank {rank}"),
                 });
             }
             let (a, v) = (key(b, x[0])?, key(b, x[1])?);
@@ -580,10 +587,7 @@ impl BinCount {
             if ty.shape.rank() != 1 {
                 return Err(IrError::Shape {
                     op: "bincount".into(),
-                    message: format!(
-                        "bincount needs a rank-1 array, got shape {}",
-                        ty.shape
-                    ),
+                    message: format!("bincount needs a rank-1 array, got shape {}", ty.shape),
                 });
             }
             if length == 0 {

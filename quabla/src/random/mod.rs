@@ -573,7 +573,38 @@ impl Categorical {
             ));
         }
         let noise = stream::gumbel(&key, logits.shape())?.astype(logits.dtype())?;
-        stream::argmax(&crate::add(logits, noise)?, axis as usize)
+        crate::ops::sorting::argmax(crate::add(logits, noise)?)
+            .axis(axis)
+            .eval()
+    }
+}
+
+/// A random permutation of `0..n` (int64 `[n]`): the stable argsort of the key's words
+/// `0..n` read as int64 (docs/random-and-io.md). A host key sorts on the host
+/// (`O(n log n)`); a key tensor records `argsort`, whose cost is quadratic in `n` (see
+/// `qb::argsort`), which suits the permutations of a few thousand elements a traced function
+/// draws. Permute an array by indexing it with the result.
+pub fn permutation(key: impl Into<KeyArg>, n: usize) -> Result<Tensor> {
+    quabla_random::sample_count(&[n], DType::I64)?;
+    match key.into() {
+        KeyArg::Host(k) => {
+            let mut order: Vec<(i64, i64)> = Vec::new();
+            order
+                .try_reserve_exact(n)
+                .map_err(|_| Error::out_of_memory(n as u128 * 16, "a random permutation"))?;
+            order.extend(
+                (0..n as u64).map(|e| (quabla_random::word(k.value(), e) as i64, e as i64)),
+            );
+            // Distinct positions make the order total: this is the stable argsort.
+            order.sort_unstable();
+            let indices: Vec<i64> = order.into_iter().map(|(_, e)| e).collect();
+            Ok(Tensor::from_parts(
+                Shape::new(vec![n])?,
+                HostData::I64(indices.into()),
+                false,
+            ))
+        }
+        arg @ KeyArg::Tensor(_) => stream::permutation(&arg.tensor("permutation")?, n),
     }
 }
 

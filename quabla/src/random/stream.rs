@@ -18,7 +18,7 @@
 //! in `random/mod.rs` check dtypes, bounds and shapes with `quabla-random`'s own checks first.
 
 use crate::error::{Error, Result};
-use crate::ops::compare::{equal, greater_equal, less, where_};
+use crate::ops::compare::{greater_equal, less, where_};
 use crate::ops::elementwise::{
     add, bitwise_and, bitwise_xor, cos, log, mul, right_shift_logical, sin, sqrt,
 };
@@ -216,15 +216,9 @@ pub(crate) fn gumbel(key: &Tensor, shape: &[usize]) -> Result<Tensor> {
     log(log(u)?.neg()?)?.neg()
 }
 
-/// The first index of the largest value along `axis` (int64), as a composition: the
-/// smallest position whose value equals the maximum.
-pub(crate) fn argmax(x: &Tensor, axis: usize) -> Result<Tensor> {
-    let n = x.shape()[axis];
-    let mut dims = vec![1usize; x.ndim()];
-    dims[axis] = n;
-    let positions = counters(&dims, |e| e)?;
-    let is_max = equal(x, x.max_keepdims(axis as isize)?)?;
-    where_(is_max, positions, n as i64)?.min_axes(axis as isize)
+/// `permutation(key, n)`: the stable argsort of the words `0..n` read as int64.
+pub(crate) fn permutation(key: &Tensor, n: usize) -> Result<Tensor> {
+    crate::ops::sorting::argsort(words(key, &[n], |e| e)?).eval()
 }
 
 /// Wichura's AS241 (PPND16) coefficients of the inverse normal CDF, highest degree first:
