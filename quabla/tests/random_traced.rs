@@ -339,7 +339,7 @@ fn samplers_have_their_distributions_on_a_million_draws() -> qb::Result<()> {
         let (lo, hi) = (t.min()?.item()?, t.max()?.item()?);
         assert!(lo >= lower && hi <= upper, "[{lo}, {hi}]");
         let (c_lo, c_hi) = (phi_at(lower), phi_at(upper));
-        let d = ks_distance(&t, |x| (phi(x) - c_lo).div(c_hi - c_lo));
+        let d = ks_distance(&t, |x| phi(x).sub(c_lo).div(c_hi - c_lo));
         let limit = 1.95 / ((N / 2) as f64).sqrt();
         assert!(
             d < limit,
