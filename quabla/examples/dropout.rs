@@ -51,6 +51,7 @@ pub fn eval_loss(p: &Mlp, x: &Tensor, y: &Tensor) -> qb::Result<Tensor> {
 }
 
 /// What a run reports.
+#[derive(Debug)]
 pub struct Report {
     pub initial: f64,
     pub trained: f64,

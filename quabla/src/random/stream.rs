@@ -340,6 +340,7 @@ pub(crate) fn truncated_normal(
 }
 
 /// The host constants of a `truncated_normal` request.
+#[derive(Debug)]
 pub(crate) struct TruncatedPlan {
     pub lower: f64,
     pub upper: f64,
