@@ -226,7 +226,7 @@ mod unix {
             if libc::sigaction(libc::SIGINT, std::ptr::null(), &mut current) != 0 {
                 return false;
             }
-            let ours = on_signal as usize;
+            let ours = on_signal as *const () as usize;
             if current.sa_sigaction == ours {
                 return true;
             }
