@@ -159,6 +159,23 @@ fn top_k_is_the_head_of_the_descending_sort() -> qb::Result<()> {
     let (v, i) = qb::top_k(&m, 2)?;
     assert_eq!(v.to_vec::<i64>()?, [9, 9, i64::MAX, 5]);
     assert_eq!(i.to_vec::<i64>()?, [1, 2, 2, 3]);
+    // Both ways of finding the top (k passes up to k = 16, a full ranking beyond) on a long
+    // row with repeated values, NaNs and several -inf.
+    let long: Vec<f64> = (0..40)
+        .map(|k| match k % 9 {
+            0 => f64::NEG_INFINITY,
+            4 => f64::NAN,
+            r => ((r * 5) % 7) as f64 - 3.0,
+        })
+        .collect();
+    let order = ref_argsort(&long, true);
+    let lt = qb::array(long.clone())?;
+    for k in [15, 16, 17, 33, 40] {
+        let (values, indices) = qb::top_k(&lt, k)?;
+        assert_eq!(indices.to_vec::<i64>()?, order[..k], "k={k}");
+        let want: Vec<f64> = order[..k].iter().map(|&i| long[i as usize]).collect();
+        assert_eq!(bits(&values.to_vec::<f64>()?), bits(&want), "k={k}");
+    }
     assert!(qb::top_k(&x, 0).is_err());
     assert!(qb::top_k(&x, 11).is_err());
     Ok(())
