@@ -1,4 +1,6 @@
-//! `qb.random` (api.md §14): keys and the samplers, all eager on the host.
+//! `qb.random` (api.md §14): keys and the samplers. A `Key` samples on the host; an int64
+//! key tensor (`key_data(key)`, or a `Key` passed as a traced argument of a transform)
+//! samples by recorded operations, so it works inside `jit`, `vmap` and loops.
 
 use crate::convert::{opt_dtype, shape_arg, to_tensor, type_name};
 use crate::errors::{type_error, OrRaise};
@@ -34,8 +36,8 @@ fn modulo_64(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
             return Err(crate::errors::to_py(qb::Error::Tracer {
                 kind: qb::TracerErrorKind::RandomTraced,
                 message: format!(
-                    "{what} is a tracer: quabla.random samples on the host and keys are not \
-                     traced; draw samples outside the transform and pass them in"
+                    "{what} is a tracer: a Key is a host value; use key tensors \
+                     (quabla.random.key_data(key)) to derive keys inside a transform"
                 ),
             }));
         }
@@ -49,13 +51,18 @@ fn modulo_64(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
     obj.call_method1("__and__", (u64::MAX,))?.extract()
 }
 
-fn key_arg(obj: &Bound<'_, PyAny>) -> PyResult<qb::random::Key> {
-    obj.cast::<PyKey>().map(|k| k.get().key).map_err(|_| {
-        type_error(format!(
-            "key must be a quabla.random.Key, got {}",
-            type_name(obj)
-        ))
-    })
+/// A key argument: a `Key`, or an int64 key tensor (checked by the facade).
+fn key_arg(obj: &Bound<'_, PyAny>) -> PyResult<qb::random::KeyArg> {
+    if let Ok(k) = obj.cast::<PyKey>() {
+        return Ok(qb::random::KeyArg::Host(k.get().key));
+    }
+    if let Ok(t) = obj.cast::<crate::tensor::PyTensor>() {
+        return Ok(qb::random::KeyArg::Tensor(t.get().t.clone()));
+    }
+    Err(type_error(format!(
+        "key must be a quabla.random.Key or an int64 key tensor, got {}",
+        type_name(obj)
+    )))
 }
 
 /// A bound (`minval`, `maxval`, `p`): a number or a concrete rank-0 array.
@@ -73,25 +80,168 @@ fn key(seed: &Bound<'_, PyAny>) -> PyResult<PyKey> {
     })
 }
 
+/// `split`: a tuple of `Key`s for a `Key`, an int64 tensor of shape `(num,)` for a key
+/// tensor.
 #[pyfunction]
 #[pyo3(signature = (key, num=2))]
 fn split<'py>(
     py: Python<'py>,
     key: &Bound<'py, PyAny>,
     #[pyo3(from_py_with = crate::ints::param::num)] num: usize,
-) -> PyResult<Bound<'py, PyTuple>> {
-    let keys = qb::random::split(&key_arg(key)?, num).or_raise()?;
-    PyTuple::new(py, keys.into_iter().map(|key| PyKey { key }))
+) -> PyResult<Bound<'py, PyAny>> {
+    match key_arg(key)? {
+        qb::random::KeyArg::Host(k) => {
+            let keys = qb::random::split(&k, num).or_raise()?;
+            Ok(PyTuple::new(py, keys.into_iter().map(|key| PyKey { key }))?.into_any())
+        }
+        qb::random::KeyArg::Tensor(t) => ret(py, qb::random::split(&t, num)),
+    }
+}
+
+/// `fold_in`: a `Key` for a `Key` and an int; a key tensor when the key or the data is a
+/// tensor (the data may be a traced integer, such as a loop index).
+#[pyfunction]
+fn fold_in<'py>(
+    py: Python<'py>,
+    key: &Bound<'py, PyAny>,
+    data: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let data_tensor = match data.cast::<crate::tensor::PyTensor>() {
+        Ok(t) => Some(t.get().t.clone()),
+        Err(_) => None,
+    };
+    match (key_arg(key)?, data_tensor) {
+        (qb::random::KeyArg::Host(k), None) => {
+            let key =
+                qb::random::fold_in(&k, modulo_64(data, "the data of quabla.random.fold_in")?);
+            Ok(Bound::new(py, PyKey { key })?.into_any())
+        }
+        (qb::random::KeyArg::Host(k), Some(d)) => ret(py, qb::random::fold_in(&k, &d)),
+        (qb::random::KeyArg::Tensor(t), Some(d)) => ret(py, qb::random::fold_in(&t, &d)),
+        (qb::random::KeyArg::Tensor(t), None) => ret(
+            py,
+            qb::random::fold_in(&t, modulo_64(data, "the data of quabla.random.fold_in")?),
+        ),
+    }
+}
+
+/// `key_data(keys)`: the int64 key tensor of a `Key` (shape `()`), or of a sequence of keys
+/// (shape `(n,)`), the form `vmap` maps over.
+#[pyfunction]
+fn key_data<'py>(py: Python<'py>, keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    if let Ok(k) = keys.cast::<PyKey>() {
+        return ret(py, Ok(qb::random::key_data(&k.get().key)));
+    }
+    let items: Option<Vec<qb::random::Key>> =
+        if keys.is_instance_of::<pyo3::types::PyList>() || keys.is_instance_of::<PyTuple>() {
+            keys.try_iter()?
+                .map(|item| {
+                    item.ok()
+                        .and_then(|i| i.cast::<PyKey>().ok().map(|k| k.get().key))
+                })
+                .collect()
+        } else {
+            None
+        };
+    match items {
+        Some(keys) if !keys.is_empty() => ret(py, qb::random::keys_data(&keys)),
+        _ => Err(type_error(format!(
+            "key_data takes a quabla.random.Key or a non-empty list or tuple of them, got {}",
+            type_name(keys)
+        ))),
+    }
+}
+
+/// `wrap_key_data(data)`: the `Key` of a concrete int64 key tensor of shape `()`.
+#[pyfunction]
+fn wrap_key_data(data: &Bound<'_, PyAny>) -> PyResult<PyKey> {
+    let t = to_tensor(data)?;
+    Ok(PyKey {
+        key: qb::random::wrap_key_data(&t).or_raise()?,
+    })
 }
 
 #[pyfunction]
-fn fold_in(key: &Bound<'_, PyAny>, data: &Bound<'_, PyAny>) -> PyResult<PyKey> {
-    Ok(PyKey {
-        key: qb::random::fold_in(
-            &key_arg(key)?,
-            modulo_64(data, "the data of quabla.random.fold_in")?,
-        ),
-    })
+#[pyo3(signature = (key, shape, minval, maxval, dtype=None))]
+fn randint<'py>(
+    py: Python<'py>,
+    key: &Bound<'py, PyAny>,
+    shape: &Bound<'py, PyAny>,
+    minval: &Bound<'py, PyAny>,
+    maxval: &Bound<'py, PyAny>,
+    dtype: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    // Static Python ints (a bool is refused as a likely mistake).
+    let bound = |v: &Bound<'py, PyAny>, name: &str| -> PyResult<i64> {
+        if !v.is_instance_of::<PyInt>() || v.is_instance_of::<pyo3::types::PyBool>() {
+            return Err(type_error(format!(
+                "randint {name} must be an int, got {}",
+                type_name(v)
+            )));
+        }
+        v.extract::<i64>().map_err(|_| {
+            pyo3::exceptions::PyValueError::new_err(format!(
+                "randint {name} must fit in int64, got {v}"
+            ))
+        })
+    };
+    let (lo, hi) = (bound(minval, "minval")?, bound(maxval, "maxval")?);
+    let call = qb::random::randint(key_arg(key)?, shape_arg(shape)?, lo, hi)
+        .dtype(opt_dtype(dtype)?.unwrap_or(qb::I64));
+    ret(py, call.eval())
+}
+
+#[pyfunction]
+#[pyo3(signature = (key, lower, upper, shape=None, dtype=None))]
+fn truncated_normal<'py>(
+    py: Python<'py>,
+    key: &Bound<'py, PyAny>,
+    lower: f64,
+    upper: f64,
+    shape: Option<&Bound<'py, PyAny>>,
+    dtype: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let shape = shape.map(shape_arg).transpose()?.unwrap_or_default();
+    let call = qb::random::truncated_normal(key_arg(key)?, lower, upper, shape)
+        .dtype(opt_dtype(dtype)?.unwrap_or(qb::F64));
+    ret(py, call.eval())
+}
+
+/// `permutation(key, n)`: a random order of `range(n)` (int64). An array argument is refused
+/// with the spelling that permutes it.
+#[pyfunction]
+fn permutation<'py>(
+    py: Python<'py>,
+    key: &Bound<'py, PyAny>,
+    n: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    if !n.is_instance_of::<PyInt>() || n.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(type_error(format!(
+            "permutation takes the number of elements as an int, got {}; permute an array x with x[quabla.random.permutation(key, x.shape[0])]",
+            type_name(n)
+        )));
+    }
+    let n: usize = n.extract().map_err(|_| {
+        pyo3::exceptions::PyValueError::new_err(format!("permutation needs n >= 1, got {n}"))
+    })?;
+    ret(py, qb::random::permutation(key_arg(key)?, n))
+}
+
+#[pyfunction]
+#[pyo3(signature = (key, logits, axis=-1))]
+fn categorical<'py>(
+    py: Python<'py>,
+    key: &Bound<'py, PyAny>,
+    logits: &Bound<'py, PyAny>,
+    axis: isize,
+) -> PyResult<Bound<'py, PyAny>> {
+    let logits = to_tensor(logits)?;
+    ret(
+        py,
+        qb::random::categorical(key_arg(key)?, &logits)
+            .axis(axis)
+            .eval(),
+    )
 }
 
 #[pyfunction]
@@ -106,7 +256,7 @@ fn uniform<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let shape = shape.map(shape_arg).transpose()?.unwrap_or_default();
     let mut call =
-        qb::random::uniform(&key_arg(key)?, shape).dtype(opt_dtype(dtype)?.unwrap_or(qb::F64));
+        qb::random::uniform(key_arg(key)?, shape).dtype(opt_dtype(dtype)?.unwrap_or(qb::F64));
     if let Some(v) = minval {
         call = call.minval(param(v)?);
     }
@@ -125,8 +275,7 @@ fn normal<'py>(
     dtype: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let shape = shape.map(shape_arg).transpose()?.unwrap_or_default();
-    let call =
-        qb::random::normal(&key_arg(key)?, shape).dtype(opt_dtype(dtype)?.unwrap_or(qb::F64));
+    let call = qb::random::normal(key_arg(key)?, shape).dtype(opt_dtype(dtype)?.unwrap_or(qb::F64));
     ret(py, call.eval())
 }
 
@@ -138,7 +287,7 @@ fn bernoulli<'py>(
     p: Option<&Bound<'py, PyAny>>,
     shape: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let mut call = qb::random::bernoulli(&key_arg(key)?);
+    let mut call = qb::random::bernoulli(key_arg(key)?);
     if let Some(p) = p {
         call = call.p(param(p)?);
     }
@@ -158,7 +307,7 @@ macro_rules! initializers {
             shape: &Bound<'py, PyAny>,
             dtype: Option<&Bound<'py, PyAny>>,
         ) -> PyResult<Bound<'py, PyAny>> {
-            let call = qb::random::$name(&key_arg(key)?, shape_arg(shape)?)
+            let call = qb::random::$name(key_arg(key)?, shape_arg(shape)?)
                 .dtype(opt_dtype(dtype)?.unwrap_or(qb::F64));
             ret(py, call.eval())
         }
@@ -180,6 +329,12 @@ pub fn add_to(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(glorot_normal, m)?,
         wrap_pyfunction!(glorot_uniform, m)?,
         wrap_pyfunction!(he_normal, m)?,
+        wrap_pyfunction!(key_data, m)?,
+        wrap_pyfunction!(wrap_key_data, m)?,
+        wrap_pyfunction!(randint, m)?,
+        wrap_pyfunction!(categorical, m)?,
+        wrap_pyfunction!(truncated_normal, m)?,
+        wrap_pyfunction!(permutation, m)?,
     ] {
         m.add_function(f)?;
     }

@@ -73,16 +73,45 @@ pub fn args_value(args: &Bound<'_, PyTuple>, statics: &[usize]) -> PyResult<Valu
             } else {
                 Leaves::Transform
             };
-            value_from_py(&a, mode).map_err(|e| match mode {
-                Leaves::Static => type_error(format!(
-                    "static argument {i} is not hashable ({}); static values must support hash()",
-                    type_name(&a)
-                )),
-                Leaves::Transform => e,
-            })
+            value_from_py(&a, mode)
+                .map(keys_as_tensors)
+                .map_err(|e| match mode {
+                    Leaves::Static => type_error(format!(
+                        "static argument {i} is not hashable ({}); static values must support hash()",
+                        type_name(&a)
+                    )),
+                    Leaves::Transform => e,
+                })
         })
         .collect::<PyResult<Vec<_>>>()?;
     Ok(Value::Tuple(items))
+}
+
+/// A traced argument's `Key`s as their int64 key tensors (`quabla.random.key_data`), which
+/// every `quabla.random` function accepts: a key passed to a transform is traced like any
+/// array (a static argument keeps its `Key`). The walk follows the value's containers, whose
+/// depth the conversion has already bounded.
+fn keys_as_tensors(v: Value) -> Value {
+    match v {
+        Value::Key(k) => Value::Array(qb::random::key_data(&k)),
+        Value::List(items) => Value::List(items.into_iter().map(keys_as_tensors).collect()),
+        Value::Tuple(items) => Value::Tuple(items.into_iter().map(keys_as_tensors).collect()),
+        Value::Dict(entries) => Value::Dict(
+            entries
+                .into_iter()
+                .map(|(k, v)| (k, keys_as_tensors(v)))
+                .collect(),
+        ),
+        Value::Node { name, fields, meta } => Value::Node {
+            name,
+            fields: fields
+                .into_iter()
+                .map(|(k, v)| (k, keys_as_tensors(v)))
+                .collect(),
+            meta,
+        },
+        other => other,
+    }
 }
 
 thread_local! {

@@ -73,8 +73,9 @@ PARAM = {
     "in_axes": "Any", "out_axes": "Any",
     "operands": "Sequence[ArrayLike]", "args": "Sequence[PyTree]",
     "primals": "Tuple[PyTree, ...]", "tangents": "Tuple[PyTree, ...]",
-    "file": "FileLike", "tree": "PyTree", "seed": "int", "key": "Key", "p": "ArrayLike",
-    "minval": "ArrayLike", "maxval": "ArrayLike", "data": "int",
+    "file": "FileLike", "tree": "PyTree", "seed": "int", "key": "Union[Key, Tensor]", "p": "ArrayLike",
+    "minval": "ArrayLike", "maxval": "ArrayLike", "data": "Union[int, Tensor]",
+    "logits": "ArrayLike",
     "t_span": "Tuple[ArrayLike, ArrayLike]", "saveat": "Optional[ArrayLike]",
     "pad_width": "Any", "ord": "Union[int, float, str, None]", "full_matrices": "bool",
     "compute_uv": "bool", "return_residuals": "bool", "trans": "Union[int, str, None]",
@@ -93,6 +94,11 @@ FUNC_PARAM = {
     ("newton", "f"): "Callable[..., ArrayLike]",
     ("Tensor", "data"): "Any",
     ("transfers", "device"): "str",
+    ("truncated_normal", "lower"): "float",
+    ("truncated_normal", "upper"): "float",
+    ("permutation", "n"): "int",
+    ("randint", "minval"): "int",
+    ("randint", "maxval"): "int",
 }
 
 # Return types by function name; the default for module functions is Tensor.
@@ -118,7 +124,10 @@ RETURNS = {
     "register": "None", "register_dataclass": "Any",
 }
 RETURNS_BY_MODULE = {
-    "random": {"split": "Tuple[Key, ...]", "fold_in": "Key"},
+    "random": {
+        "split": "Union[Tuple[Key, ...], Tensor]", "fold_in": "Union[Key, Tensor]",
+        "wrap_key_data": "Key",
+    },
 }
 
 # Methods of Tensor and the other classes whose types differ from the module functions'.

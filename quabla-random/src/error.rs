@@ -43,6 +43,21 @@ pub enum RandomError {
     /// (Python `TypeError`).
     #[error("dtype must be float32 or float64, got {}", .dtype.name())]
     Dtype { dtype: DType },
+    /// `randint` asked for a dtype other than int32 or int64. Facade `Type` (Python
+    /// `TypeError`).
+    #[error("randint dtype must be int32 or int64, got {}", .dtype.name())]
+    IntDtype { dtype: DType },
+    /// AR12 for `randint`: `minval >= maxval`, or a bound outside the dtype's range. Facade
+    /// `InvalidArgument` (Python `ValueError`).
+    #[error(
+        "randint requires minval < maxval within the {} range, got [{minval}, {maxval})",
+        .dtype.name()
+    )]
+    IntBounds {
+        dtype: DType,
+        minval: i64,
+        maxval: i64,
+    },
     /// SH6: a shape with a zero extent; the message is the one `quabla_ir::Shape::new` gives.
     /// Facade `Shape` (Python `ValueError`).
     #[error("{message}")]
@@ -83,8 +98,9 @@ impl RandomError {
             | RandomError::UniformBounds { .. }
             | RandomError::UniformEmpty { .. }
             | RandomError::Rank { .. }
+            | RandomError::IntBounds { .. }
             | RandomError::TooLarge { .. } => ErrorKind::InvalidArgument,
-            RandomError::Dtype { .. } => ErrorKind::Type,
+            RandomError::Dtype { .. } | RandomError::IntDtype { .. } => ErrorKind::Type,
             RandomError::EmptyShape { .. } => ErrorKind::Shape,
             RandomError::OutOfMemory { .. } => ErrorKind::OutOfMemory,
         }

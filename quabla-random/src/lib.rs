@@ -7,7 +7,8 @@
 //! - The SplitMix64 primitives [`mix64`] and [`word`] and the key derivations built on them.
 //! - [`Key`], an immutable 64-bit state that is `Copy + Eq + Hash` (so the facade can use it as
 //!   a static `jit` argument) and prints as `Key(value=N)`.
-//! - The samplers, which validate their arguments and the shape, then fill host vectors in
+//! - The samplers (and [`randint`], whose stream amends numerics.md §9.3), which validate
+//!   their arguments and the shape, then fill host vectors in
 //!   row-major order: every value is computed in float64 and rounded once to the requested
 //!   dtype ([`Samples`]).
 //! - [`testing::TestRng`], the deterministic stream the project's tests draw inputs from.
@@ -16,10 +17,12 @@
 //!
 //! # What it must not do
 //!
-//! Sampling is eager and happens on the host: nothing here is ever traced, recorded into a
-//! graph or run on a backend, and this crate does not depend on the `quabla` facade. Keys are
-//! plain values; a facade that receives a traced key or bound reports the tracer error itself
-//! before calling in. There is no global state: the same key always gives the same numbers.
+//! Sampling here is eager and happens on the host: nothing here is ever traced, recorded into
+//! a graph or run on a backend, and this crate does not depend on the `quabla` facade. It is
+//! the definition of the stream: the facade's traced samplers (`qb::random` on key tensors)
+//! reproduce these functions bit for bit with integer and float operations, and use the
+//! checks exported here ([`UniformBounds::checked`], [`sample_count`], ...) so that both
+//! refuse the same arguments with the same messages. There is no global state: the same key always gives the same numbers.
 //! Nothing panics on any input: bad arguments, shapes whose size overflows and requests the
 //! allocator cannot satisfy are all [`RandomError`]s.
 //!
@@ -49,4 +52,8 @@ pub mod testing;
 
 pub use error::{ErrorKind, RandomError};
 pub use key::{fold_in, key, mix64, split, word, Key, KeyData, GAMMA, SPLIT_TAG};
-pub use samplers::{bernoulli, glorot_normal, glorot_uniform, he_normal, normal, uniform, Samples};
+pub use samplers::{
+    bernoulli, check_float_dtype, check_probability, glorot_normal, glorot_uniform, he_normal,
+    initializer_scale, mul_high, normal, randint, randint_span, sample_count, uniform, Samples,
+    UniformBounds,
+};

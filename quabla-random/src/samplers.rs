@@ -20,6 +20,8 @@ pub enum Samples {
     F64(Vec<f64>),
     F32(Vec<f32>),
     Bool(Vec<bool>),
+    I32(Vec<i32>),
+    I64(Vec<i64>),
 }
 
 impl Samples {
@@ -29,6 +31,8 @@ impl Samples {
             Samples::F64(_) => DType::F64,
             Samples::F32(_) => DType::F32,
             Samples::Bool(_) => DType::Bool,
+            Samples::I32(_) => DType::I32,
+            Samples::I64(_) => DType::I64,
         }
     }
 
@@ -38,6 +42,8 @@ impl Samples {
             Samples::F64(v) => v.len(),
             Samples::F32(v) => v.len(),
             Samples::Bool(v) => v.len(),
+            Samples::I32(v) => v.len(),
+            Samples::I64(v) => v.len(),
         }
     }
 
@@ -53,6 +59,8 @@ impl Samples {
             Samples::F64(v) => v.clone(),
             Samples::F32(v) => v.iter().map(|&x| f64::from(x)).collect(),
             Samples::Bool(v) => v.iter().map(|&b| if b { 1.0 } else { 0.0 }).collect(),
+            Samples::I32(v) => v.iter().map(|&x| f64::from(x)).collect(),
+            Samples::I64(v) => v.iter().map(|&x| x as f64).collect(),
         }
     }
 
@@ -66,6 +74,8 @@ impl Samples {
             Samples::F64(v) => HostData::F64(Arc::from(v)),
             Samples::F32(v) => HostData::F32(Arc::from(v)),
             Samples::Bool(v) => HostData::Bool(Arc::from(v)),
+            Samples::I32(v) => HostData::I32(Arc::from(v)),
+            Samples::I64(v) => HostData::I64(Arc::from(v)),
         }
     }
 }
@@ -121,14 +131,69 @@ pub fn normal(key: &Key, shape: &[usize], dtype: DType) -> Result<Samples, Rando
 ///
 /// `p` must lie in `[0, 1]` (AR11; NaN is rejected too).
 pub fn bernoulli(key: &Key, p: f64, shape: &[usize]) -> Result<Samples, RandomError> {
-    if !(0.0..=1.0).contains(&p) {
-        return Err(RandomError::BernoulliP { p });
-    }
+    check_probability(p)?;
     let n = element_count(shape, DType::Bool)?;
     let k = key.value();
     let mut out = allocate::<bool>(n, shape)?;
     out.extend((0..n as u64).map(|e| unit(word(k, e)) < p));
     Ok(Samples::Bool(out))
+}
+
+/// Integer samples on `[minval, maxval)`: with `span = maxval - minval` (at most 2^64 - 1),
+/// element `e` is `minval + floor(word(k, e) * span / 2^64)`, the high word of the 128-bit
+/// product, so every value is within `span / 2^64` of equally likely (the stream's amendment
+/// of numerics.md §9.3, see the facade's docs).
+///
+/// `dtype` must be int32 or int64 (TY11); `minval < maxval`, and for int32 both within the
+/// int32 range (`maxval` up to 2^31, being exclusive): AR12 otherwise.
+pub fn randint(
+    key: &Key,
+    shape: &[usize],
+    dtype: DType,
+    minval: i64,
+    maxval: i64,
+) -> Result<Samples, RandomError> {
+    let span = randint_span(dtype, minval, maxval)?;
+    let n = element_count(shape, dtype)?;
+    let k = key.value();
+    let value = |e: u64| minval.wrapping_add(mul_high(word(k, e), span) as i64);
+    Ok(match dtype {
+        DType::I32 => {
+            let mut out = allocate::<i32>(n, shape)?;
+            // In range by the check of the bounds.
+            out.extend((0..n as u64).map(|e| value(e) as i32));
+            Samples::I32(out)
+        }
+        _ => {
+            let mut out = allocate::<i64>(n, shape)?;
+            out.extend((0..n as u64).map(value));
+            Samples::I64(out)
+        }
+    })
+}
+
+/// The span `maxval - minval` of a [`randint`] request, after its checks (TY11 for a dtype
+/// other than int32 and int64, AR12 for the bounds).
+pub fn randint_span(dtype: DType, minval: i64, maxval: i64) -> Result<u64, RandomError> {
+    let (lo, hi) = match dtype {
+        DType::I32 => (i64::from(i32::MIN), i64::from(i32::MAX) + 1),
+        DType::I64 => (i64::MIN, i64::MAX),
+        _ => return Err(RandomError::IntDtype { dtype }),
+    };
+    if minval >= maxval || minval < lo || maxval > hi {
+        return Err(RandomError::IntBounds {
+            dtype,
+            minval,
+            maxval,
+        });
+    }
+    // At most 2^64 - 1: the difference of two i64 values.
+    Ok(maxval.wrapping_sub(minval) as u64)
+}
+
+/// The high 64 bits of the 128-bit product `a * b`.
+pub const fn mul_high(a: u64, b: u64) -> u64 {
+    ((a as u128 * b as u128) >> 64) as u64
 }
 
 /// Glorot (Xavier) normal initialization: standard normal samples (as [`normal`]) times
@@ -165,8 +230,35 @@ pub fn he_normal(key: &Key, shape: &[usize], dtype: DType) -> Result<Samples, Ra
     normal_values(key.value(), n, shape, dtype, scale)
 }
 
+/// The scale of a normal initializer for `shape` (rank >= 2, AR12): `sqrt(2 / (fan_in +
+/// fan_out))` for `glorot_normal`, `sqrt(2 / fan_in)` for `he_normal` (`initializer` names
+/// which), as [`glorot_normal`] and [`he_normal`] multiply their normal samples by.
+pub fn initializer_scale(initializer: &'static str, shape: &[usize]) -> Result<f64, RandomError> {
+    let fans = Fans::of(initializer, shape)?;
+    Ok(if initializer == "he_normal" {
+        (2.0 / fans.fan_in).sqrt()
+    } else {
+        (2.0 / (fans.fan_in + fans.fan_out)).sqrt()
+    })
+}
+
+/// AR11: a Bernoulli probability in `[0, 1]` (NaN refused).
+pub fn check_probability(p: f64) -> Result<(), RandomError> {
+    if (0.0..=1.0).contains(&p) {
+        Ok(())
+    } else {
+        Err(RandomError::BernoulliP { p })
+    }
+}
+
+/// The element count of a sample of `shape` in `dtype`: SH6 for a zero extent, `TooLarge`
+/// when the count or its byte size does not fit in a `usize`.
+pub fn sample_count(shape: &[usize], dtype: DType) -> Result<usize, RandomError> {
+    element_count(shape, dtype)
+}
+
 /// TY11: samplers produce float32 or float64 only.
-fn check_float_dtype(dtype: DType) -> Result<(), RandomError> {
+pub fn check_float_dtype(dtype: DType) -> Result<(), RandomError> {
     match dtype {
         DType::F32 | DType::F64 => Ok(()),
         DType::Bool | DType::I32 | DType::I64 => Err(RandomError::Dtype { dtype }),
@@ -243,8 +335,10 @@ impl Fans {
     }
 }
 
-/// The validated bounds of a uniform request and the replacement values of §9.3.
-struct UniformBounds {
+/// The validated bounds of a uniform request and the replacement values of §9.3: what a
+/// traced sampler needs to reproduce [`uniform`] with tensor operations.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UniformBounds {
     dtype: DType,
     minval: f64,
     maxval: f64,
@@ -258,6 +352,50 @@ struct UniformBounds {
 }
 
 impl UniformBounds {
+    /// Checks the dtype (TY11) and the bounds (AR12, and an interval without a value of the
+    /// dtype) exactly as [`uniform`] does.
+    pub fn checked(dtype: DType, minval: f64, maxval: f64) -> Result<UniformBounds, RandomError> {
+        check_float_dtype(dtype)?;
+        if !(minval.is_finite() && maxval.is_finite() && minval < maxval) {
+            return Err(RandomError::UniformBounds { minval, maxval });
+        }
+        UniformBounds::new(dtype, minval, maxval)
+    }
+
+    /// The bounds of [`glorot_uniform`] for `shape` (rank >= 2, AR12).
+    pub fn glorot(dtype: DType, shape: &[usize]) -> Result<UniformBounds, RandomError> {
+        check_float_dtype(dtype)?;
+        let fans = Fans::of("glorot_uniform", shape)?;
+        let limit = (6.0 / (fans.fan_in + fans.fan_out)).sqrt();
+        UniformBounds::new(dtype, -limit, limit)
+    }
+
+    /// The dtype of the samples.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    /// The inclusive lower bound.
+    pub fn minval(&self) -> f64 {
+        self.minval
+    }
+    /// The exclusive upper bound.
+    pub fn maxval(&self) -> f64 {
+        self.maxval
+    }
+    /// `maxval - minval`, or, when that overflows, `maxval / 2 - minval / 2`; the value is
+    /// then `minval + span * u + span * u`.
+    pub fn span(&self) -> (f64, bool) {
+        (self.span, self.span_overflows)
+    }
+    /// The replacement of a float64 value `>= maxval`: the largest float64 below `maxval`.
+    pub fn f64_below_max(&self) -> f64 {
+        self.maxval.next_down()
+    }
+    /// The replacements of a float32 value `>= maxval` and `< minval`.
+    pub fn f32_replacements(&self) -> (f32, f32) {
+        (self.f32_below_max, self.f32_at_least_min)
+    }
+
     /// `minval < maxval`, both finite, must have been checked.
     fn new(dtype: DType, minval: f64, maxval: f64) -> Result<UniformBounds, RandomError> {
         let span = maxval - minval;

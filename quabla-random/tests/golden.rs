@@ -226,3 +226,40 @@ fn samples_become_host_data() {
     let b: quabla_ir::HostData = bernoulli(&key(0), 1.0, &[3]).unwrap().into();
     assert_eq!(b.to_f64_vec(), [1.0, 1.0, 1.0]);
 }
+
+/// `randint` (the stream's amendment): the high word of `word * span`, checked here against
+/// the long multiplication of the words' decimal digits in 32-bit limbs, and its bounds.
+#[test]
+fn randint_is_the_high_word_of_the_scaled_word() {
+    let k = key(9);
+    // span 10 on [-3, 7): floor(w * 10 / 2^64) is the leading decimal digit of w / 2^64.
+    let Samples::I64(v) = randint(&k, &[6], DType::I64, -3, 7).unwrap() else {
+        panic!("int64 samples expected");
+    };
+    for (e, &x) in v.iter().enumerate() {
+        let w = word(k.value(), e as u64);
+        let digit = (w / (u64::MAX / 10 + 1)) as i64;
+        assert_eq!(x, -3 + digit, "element {e}");
+    }
+    // The full int64 range is the word itself, shifted by i64::MIN (span 2^64 - 1).
+    let Samples::I64(full) = randint(&k, &[3], DType::I64, i64::MIN, i64::MAX).unwrap() else {
+        panic!("int64 samples expected");
+    };
+    for (e, &x) in full.iter().enumerate() {
+        let w = word(k.value(), e as u64);
+        let high = w - u64::from(w != 0); // floor(w (2^64 - 1) / 2^64)
+        assert_eq!(x, i64::MIN.wrapping_add(high as i64));
+    }
+    let Samples::I32(small) = randint(&k, &[100], DType::I32, i32::MIN.into(), 1i64 << 31).unwrap()
+    else {
+        panic!("int32 samples expected");
+    };
+    assert_eq!(small.len(), 100);
+    assert!(randint(&k, &[1], DType::I32, 0, (1i64 << 31) + 1).is_err());
+    assert!(randint(&k, &[1], DType::I64, 5, 5).is_err());
+    assert_eq!(
+        randint(&k, &[1], DType::F64, 0, 5).unwrap_err().to_string(),
+        "randint dtype must be int32 or int64, got float64"
+    );
+    assert_eq!(mul_high(u64::MAX, u64::MAX), u64::MAX - 1);
+}

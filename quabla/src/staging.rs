@@ -407,7 +407,7 @@ pub(crate) fn traced_key(arg: usize) -> Error {
     Error::Tracer {
         kind: crate::error::TracerErrorKind::RandomTraced,
         message: format!(
-            "argument {arg} (a Key) is a tracer: quabla.random samples on the host and keys are not traced; draw samples outside the transform and pass them in, or make the key a static argument of jit (static_argnums)"
+            "argument {arg} (a Key) is a tracer: a Key is a host value; pass its key tensor random.key_data(key) to trace it, or make the key a static argument of jit (static_argnums)"
         ),
     }
 }

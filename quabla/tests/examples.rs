@@ -299,3 +299,30 @@ fn nan_hunt_names_the_sqrt_line_and_the_fix_is_finite() {
         / 5.0;
     assert!((g - want).abs() < 1e-6, "{g} vs {want}");
 }
+
+#[path = "../examples/dropout.rs"]
+#[allow(dead_code)]
+mod dropout;
+
+#[test]
+fn dropout_trains_inside_the_jitted_trainer_step() {
+    let mut out = Vec::new();
+    let report = dropout::run(&mut out).unwrap();
+    // The fit improves fivefold although every step drops a fifth of the hidden units.
+    assert!(
+        report.trained < report.initial / 5.0,
+        "{} -> {}",
+        report.initial,
+        report.trained
+    );
+    // The compiled step draws the masks an eager call with the same key draws.
+    assert_eq!(
+        report.step_loss.to_vec::<f64>().unwrap()[0].to_bits(),
+        report.eager_loss.to_vec::<f64>().unwrap()[0].to_bits(),
+        "{} vs {}",
+        report.step_loss,
+        report.eager_loss
+    );
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.starts_with("loss without dropout: "), "{text}");
+}

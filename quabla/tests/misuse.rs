@@ -220,8 +220,8 @@ fn table() -> Vec<Case> {
         InvalidArgument "requires a shape of rank >= 2" => random::glorot_normal(&random::key(0), [3]).eval();
         InvalidArgument "requires a shape of rank >= 2" => random::he_normal(&random::key(0), []).eval();
         Type "dtype must be float32 or float64" => random::uniform(&random::key(0), [2]).dtype(qb::BOOL).eval();
-        Tracer "keys are not traced" => qb::jit(|k: random::Key| random::normal(&k, [2]).eval()).call(&random::key(0));
-        Tracer "keys are not traced" => qb::grad(|(x, _k): (Tensor, random::Key)| x.sum()).call(&(v3(), random::key(0))).map(|g: Tensor| g);
+        Tracer "a Key is a host value; pass its key tensor random.key_data(key)" => qb::jit(|k: random::Key| random::normal(&k, [2]).eval()).call(&random::key(0));
+        Tracer "a Key is a host value; pass its key tensor random.key_data(key)" => qb::grad(|(x, _k): (Tensor, random::Key)| x.sum()).call(&(v3(), random::key(0))).map(|g: Tensor| g);
         Tracer "minval is a tracer" => qb::jit(|x: Tensor| random::uniform(&random::key(0), [2]).minval(x.sum()?).maxval(1e9).eval()).call(&v3());
         OutOfMemory "cannot allocate" => random::normal(&random::key(0), [1 << 20, 1 << 20]).eval();
         // Saving and loading (IO1..IO4, TY9, TR2).

@@ -144,16 +144,22 @@ fn e65_sampler_contracts() -> qb::Result<()> {
     let want = (2.0f64 / 500.0).sqrt();
     assert!((g_std / want - 1.0).abs() < 0.02, "{g_std} vs {want}");
 
-    // A key as a traced argument is TR6; as a static argument it is accepted and part of the
-    // signature.
+    // A host Key as a traced argument is TR6 naming key_data; its key tensor is traced and
+    // draws the same numbers (numerics.md §9.5 as amended); as a static argument the Key is
+    // accepted and part of the signature.
     let f = qb::jit(|k: Key| random::normal(&k, [2]).eval());
     match f.call(&k) {
         Err(qb::Error::Tracer { kind, message }) => {
             assert_eq!(kind, qb::TracerErrorKind::RandomTraced);
-            assert!(message.contains("keys are not traced"), "{message}");
+            assert!(message.contains("random.key_data(key)"), "{message}");
         }
         other => panic!("expected a tracer error, got {other:?}"),
     }
+    let traced = qb::jit(|k: Tensor| random::normal(&k, [2]).eval());
+    assert_eq!(
+        bits(&traced.call(&random::key_data(&k))?),
+        bits(&random::normal(&k, [2]).eval()?)
+    );
     let g =
         qb::jit(|(k, x): (Key, Tensor)| random::normal(&k, [2]).eval()? + &x).static_argnums(&[0]);
     let x = qb::zeros([2])?;
