@@ -11,6 +11,9 @@ import textwrap
 CHILD = textwrap.dedent(
     r'''
     import _thread, os, signal, sys, threading, time
+    # A process started in the background inherits SIGINT ignored, and Python then installs no
+    # handler: the Ctrl-C a user would send needs the default one.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     import quabla as qb
 
     BIG = 10**12
@@ -120,7 +123,8 @@ def test_ctrl_c_raises_keyboard_interrupt_at_every_long_running_entry_point():
 def test_an_interrupt_outside_a_call_is_not_taken_by_the_next_one():
     child = textwrap.dedent(
         r'''
-        import _thread, time
+        import _thread, signal, time
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         import quabla as qb
         f = qb.jit(lambda x: qb.fori_loop(0, 100, lambda i, c: c + 1.0, x))
         x = qb.zeros((2,))

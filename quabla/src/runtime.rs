@@ -91,20 +91,17 @@ impl Runnable {
         self.out_weak.len()
     }
 
-    /// Whether output `i` is weak.
-    pub(crate) fn weak(&self, i: usize) -> bool {
-        self.out_weak.get(i).copied().unwrap_or(false)
+    /// The weak flag of each output.
+    pub(crate) fn out_weak(&self) -> &[bool] {
+        &self.out_weak
     }
 
     /// Runs the plan on host tensors lent in plan input order and appends its outputs to
-    /// `outputs` in plan order (nothing on an error).
+    /// `outputs` in plan order. On an error the caller discards `outputs` (a backend may have
+    /// appended some). The path of every cached call: nothing here but the call.
+    #[inline]
     pub(crate) fn run(&self, inputs: &[&HostTensor], outputs: &mut Vec<HostTensor>) -> Result<()> {
-        let start = outputs.len();
-        let ran = self.exe.run_borrowed(inputs, outputs);
-        if ran.is_err() {
-            outputs.truncate(start);
-        }
-        Ok(ran?)
+        Ok(self.exe.run_borrowed(inputs, outputs)?)
     }
 
     /// [`Runnable::run`] on concrete tensors, returning tensors (TR2 for a tracer).
@@ -150,6 +147,7 @@ impl Runnable {
 
 /// Calls `f` with the host buffers of `buffers` (TR2 for a tracer), lent by reference from a
 /// stack array for the usual argument counts.
+#[inline]
 pub(crate) fn with_host_refs<'t, T>(
     mut buffers: impl Iterator<Item = Result<&'t HostTensor>>,
     f: impl FnOnce(&[&HostTensor]) -> Result<T>,

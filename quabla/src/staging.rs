@@ -923,11 +923,10 @@ impl Entry {
     /// The result tree from the plan outputs in `outputs`, which is left empty.
     pub(crate) fn rebuild<R: Tree>(&self, outputs: &mut Vec<HostTensor>) -> Result<R> {
         if self.outputs_in_order && outputs.len() == self.runnable.outputs() {
-            let runnable = &self.runnable;
             let mut results = outputs
                 .drain(..)
-                .enumerate()
-                .map(|(i, h)| Leaf::Tensor(Tensor::from_host(h, runnable.weak(i))));
+                .zip(self.runnable.out_weak())
+                .map(|(h, &weak)| Leaf::Tensor(Tensor::from_host(h, weak)));
             // The structure holds exactly one leaf per output (checked at compile).
             return R::unflatten(&self.out_def, &mut results);
         }

@@ -2,7 +2,6 @@
 //! runs the handler (user code) with its lock held. In a binary of its own, since the handler
 //! is process-wide.
 
-use qb::prelude::*;
 use qb::warnings::{self, Action, Warning, WarningKind};
 use qb::Tensor;
 use quabla as qb;
@@ -11,11 +10,12 @@ use std::sync::{Arc, Mutex};
 #[test]
 fn a_warning_handler_may_call_the_function_that_warned() -> qb::Result<()> {
     use std::sync::OnceLock;
-    static F: OnceLock<qb::Jit<fn(Tensor) -> qb::Result<Tensor>, Tensor, Tensor>> = OnceLock::new();
+    type Double = fn(Tensor) -> qb::Result<Tensor>;
+    static F: OnceLock<qb::Jit<Double, Tensor, Tensor>> = OnceLock::new();
     fn double(x: Tensor) -> qb::Result<Tensor> {
         x.mul(2.0)
     }
-    let f = F.get_or_init(|| qb::jit(double as fn(Tensor) -> qb::Result<Tensor>).max_traces(1));
+    let f = F.get_or_init(|| qb::jit(double as Double).max_traces(1));
     let seen = Arc::new(Mutex::new(Vec::new()));
     let record = seen.clone();
     warnings::set_handler(move |_w: &Warning| {

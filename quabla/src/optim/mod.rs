@@ -54,6 +54,19 @@ fn quote_key(k: &crate::tree::DictKey) -> String {
     }
 }
 
+/// TY12: `what` stands where `who`'s parameters and gradients must be floating tensors, at the
+/// leaf path `path` (empty for the root).
+fn not_floating(who: &str, what: &str, path: String) -> Error {
+    let at = if path.is_empty() {
+        "the root".to_string()
+    } else {
+        path
+    };
+    Error::Type {
+        message: format!("{who} parameters and gradients must be floating; got {what} at {at}"),
+    }
+}
+
 /// The floating tensor leaves of `tree` and its structure; TY12 naming `who` and the path of
 /// the first leaf that is not a floating tensor.
 pub(crate) fn float_leaves<T: Tree>(who: &str, tree: &T) -> Result<(Vec<Tensor>, TreeDef)> {
@@ -62,14 +75,7 @@ pub(crate) fn float_leaves<T: Tree>(who: &str, tree: &T) -> Result<(Vec<Tensor>,
     // A string (or another static value) where a parameter is expected is no parameter: an
     // optimizer would leave it alone and a loss would receive it as it is.
     if let Some((path, what)) = first_static(&def, &mut Vec::new()) {
-        let at = if path.is_empty() {
-            "the root".to_string()
-        } else {
-            path
-        };
-        return Err(Error::Type {
-            message: format!("{who} parameters and gradients must be floating; got {what} at {at}"),
-        });
+        return Err(not_floating(who, &what, path));
     }
     let mut out = Vec::with_capacity(leaves.len());
     for (k, leaf) in leaves.into_iter().enumerate() {
@@ -89,14 +95,7 @@ pub(crate) fn float_leaves<T: Tree>(who: &str, tree: &T) -> Result<(Vec<Tensor>,
             .get(k)
             .map(|p| path_text(p))
             .unwrap_or_default();
-        let at = if path.is_empty() {
-            "the root".to_string()
-        } else {
-            path
-        };
-        return Err(Error::Type {
-            message: format!("{who} parameters and gradients must be floating; got {kind} at {at}"),
-        });
+        return Err(not_floating(who, &kind, path));
     }
     Ok((out, def))
 }
