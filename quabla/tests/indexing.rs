@@ -277,7 +277,6 @@ fn vmap_matches_a_loop() -> qb::Result<()> {
         let all: Tensor = qb::vmap(f).call(&(xs.clone(), is.clone(), us.clone()))?;
         let x0 = xs.index(qb::s![0])?;
         let i0 = is.index(qb::s![0])?;
-        let u0 = us.index(qb::s![0])?;
         let idx_only: Tensor = qb::vmap(move |(i, u): (Tensor, Tensor)| f((x0.clone(), i, u)))
             .call(&(is.clone(), us.clone()))?;
         let x_only: Tensor = qb::vmap(move |(x, u): (Tensor, Tensor)| f((x, i0.clone(), u)))
@@ -309,7 +308,7 @@ fn derivatives_to_third_order() -> qb::Result<()> {
     let cases: Vec<(&str, Box<dyn Fn(Vec<Tensor>) -> qb::Result<Vec<Tensor>>>)> = vec![
         ("gather", {
             let idx = idx.clone();
-            Box::new(move |a| Ok(vec![a[0].index_with(ix![&idx])?.sin()?.mul(&a[0].index_with(ix![.., &idx])?)?]))
+            Box::new(move |a| Ok(vec![a[0].index_with(ix![&idx])?.sin()?.mul(&a[0].index_with(ix![.., &idx])?.sum()?)?]))
         }),
         ("take_along_axis", {
             let ii = qb::array([[2i64, 0], [1, 1], [0, 2]])?;
@@ -346,8 +345,9 @@ fn derivatives_to_third_order() -> qb::Result<()> {
         })),
     ];
     for (name, f) in cases {
-        check_grads(f, &[x.clone(), u.clone()], 3, Modes::BOTH)
-            .map_err(|e| qb::Error::invalid(format!("{name}: {e}")))?;
+        if let Err(e) = check_grads(f, &[x.clone(), u.clone()], 3, Modes::BOTH) {
+            panic!("{name}: {e}");
+        }
     }
     Ok(())
 }
@@ -369,7 +369,7 @@ fn boolean_masks_are_eager_only() -> qb::Result<()> {
         let m = qb::less(&x, 0.0)?;
         x.index_with(ix![&m])?.sum()
     };
-    let err = qb::jit(f).call::<Tensor, Tensor>(&x).unwrap_err();
+    let err = qb::jit(f).call(&x).unwrap_err();
     assert!(
         matches!(
             err,
