@@ -170,7 +170,18 @@ fn starts(obj: &Bound<'_, PyAny>) -> PyResult<Vec<qb::Operand>> {
             type_name(obj)
         ))
     })?;
-    items.map(|i| operand(&i?)).collect()
+    items
+        .map(|i| {
+            let i = i?;
+            // Python and NumPy integers are static starts; tensors may be traced.
+            if i.cast::<PyTensor>().is_err() && !i.is_instance_of::<PyBool>() {
+                if let Ok(v) = i.extract::<i64>() {
+                    return Ok(qb::Operand::Int(v));
+                }
+            }
+            operand(&i)
+        })
+        .collect()
 }
 
 /// Slice sizes: a sequence of ints.

@@ -383,3 +383,68 @@ fn boolean_masks_are_eager_only() -> qb::Result<()> {
     assert!(err.to_string().contains("where("), "{err}");
     Ok(())
 }
+
+/// A loop body reading row `i` of its operand (the RNN pattern): eagerly, jitted, and its
+/// gradient through the loop, against closed forms.
+#[test]
+fn traced_indices_inside_loops_with_derivatives() -> qb::Result<()> {
+    let xs = ramp(&[5, 3]).mul(0.2)?;
+    let f = |xs: Tensor| -> qb::Result<Tensor> {
+        let total = qb::fori_loop(
+            0,
+            5,
+            |i, c, ops| {
+                let k = i.astype(qb::I64)?;
+                let row = ops[0].index_with(ix![&k])?;
+                let window = qb::dynamic_slice(&ops[0], vec![k.into(), 0.into()], &[1, 3])?;
+                &c + row.sin()? + window.reshape([3])?.mul(0.5)?
+            },
+            &qb::zeros([3])?,
+        )
+        .operands(&[&xs])
+        .eval()?;
+        total.sum()
+    };
+    let xv = f64s(&xs);
+    let rows = |k: usize| &xv[k * 3..k * 3 + 3];
+    let mut want = 0.0;
+    for k in 0..5 {
+        // dynamic_slice clamps start k to 4 at most; every start is in range here.
+        want += rows(k).iter().map(|v| v.sin() + 0.5 * v).sum::<f64>();
+    }
+    let eager = f(xs.clone())?.item()?;
+    assert!((eager - want).abs() < 1e-12, "{eager} vs {want}");
+    let jitted: Tensor = qb::jit(f).call(&xs)?;
+    assert_eq!(jitted.item()?.to_bits(), eager.to_bits());
+    let g: Tensor = qb::grad(f).call(&xs)?;
+    let want: Vec<f64> = xv.iter().map(|v| v.cos() + 0.5).collect();
+    for (a, b) in f64s(&g).iter().zip(&want) {
+        assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+    }
+    Ok(())
+}
+
+/// Per-example gradients: `vmap` of `grad` through each rule's batched form.
+#[test]
+fn vmap_of_grad_matches_a_loop() -> qb::Result<()> {
+    let xs = ramp(&[3, 4]).mul(0.3)?;
+    let idx = qb::array([[1i64, 1], [0, 3], [2, -1]])?;
+    type F = fn((Tensor, Tensor)) -> qb::Result<Tensor>;
+    let cases: [F; 4] = [
+        |(x, i)| x.index_with(ix![&i])?.sin()?.sum(),
+        |(x, i)| x.at(ix![&i]).set(x.index_with(ix![&i])?.mul(2.0)?)?.exp()?.sum(),
+        |(x, i)| x.at(ix![&i]).max(0.5)?.sin()?.sum(),
+        |(x, i)| x.at(ix![&i]).mul(x.index_with(ix![&i])?)?.sum(),
+    ];
+    for (k, f) in cases.into_iter().enumerate() {
+        let g = move |(x, i): (Tensor, Tensor)| -> qb::Result<Tensor> {
+            qb::grad(move |x: Tensor| f((x, i.clone()))).call(&x)
+        };
+        let batched: Tensor = qb::vmap(g).call(&(xs.clone(), idx.clone()))?;
+        for b in 0..3 {
+            let want = g((xs.index(qb::s![b])?, idx.index(qb::s![b])?))?;
+            assert_eq!(f64s(&batched.index(qb::s![b])?), f64s(&want), "case {k}, row {b}");
+        }
+    }
+    Ok(())
+}
