@@ -260,6 +260,100 @@ fn scan<'py>(
     Ok(PyTuple::new(py, [wrap(py, carry)?, wrap(py, ys)?])?.into_any())
 }
 
+/// `switch(index, branches, *operands)`: `branches[index](*operands)` with the index clamped
+/// into range (JAX's `lax.switch`).
+#[pyfunction]
+#[pyo3(signature = (index, branches, *operands))]
+fn switch<'py>(
+    py: Python<'py>,
+    index: &Bound<'py, PyAny>,
+    branches: &Bound<'py, PyAny>,
+    operands: &Bound<'py, PyTuple>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let index = to_tensor(index)?;
+    let funs = branches
+        .try_iter()
+        .map_err(|_| type_error("switch: branches must be a sequence of callables"))?
+        .enumerate()
+        .map(|(k, f)| callable_arg(&f?, &format!("branches[{k}]")))
+        .collect::<PyResult<Vec<_>>>()?;
+    let ops = operand_tensors(operands.as_any())?;
+    let closures: Vec<_> = funs.iter().map(branch).collect();
+    let refs: Vec<qb::Branch<'_>> = closures
+        .iter()
+        .map(|c| c as &dyn Fn(&[qb::Tensor]) -> qb::Result<qb::Tensor>)
+        .collect();
+    let out = run_holding_gil(py, || qb::switch(&index, &refs, &ops))?;
+    wrap(py, out)
+}
+
+/// `_scan_over(step, init, xs, *, operands=(), reverse=False, unroll=False)`: the native half
+/// of `scan(f, init, xs)`. `xs` is the list of leaves of the user's pytree; `step(carry,
+/// x_leaves, *operands)` returns `(carry, y_leaves)` (the Python half flattens and rebuilds
+/// the trees).
+#[pyfunction]
+#[pyo3(signature = (step, init, xs, *, operands=None, reverse=false, unroll=false))]
+fn _scan_over<'py>(
+    py: Python<'py>,
+    step: &Bound<'py, PyAny>,
+    init: &Bound<'py, PyAny>,
+    xs: &Bound<'py, PyAny>,
+    operands: Option<&Bound<'py, PyAny>>,
+    reverse: bool,
+    unroll: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let step = callable_arg(step, "f")?;
+    let init = carry_tensor(init, "the scan carry")?;
+    let xs = operand_tensors(xs)?;
+    let ops = operands
+        .map(operand_tensors)
+        .transpose()?
+        .unwrap_or_default();
+    let body = |c: qb::Tensor,
+                x: Vec<qb::Tensor>,
+                o: &[qb::Tensor]|
+     -> qb::Result<(qb::Tensor, Vec<qb::Tensor>)> {
+        Python::attach(|py| {
+            let x_leaves = x
+                .into_iter()
+                .map(|t| wrap(py, t))
+                .collect::<PyResult<Vec<_>>>()
+                .map_err(to_qb)?;
+            let head = vec![
+                wrap(py, c).map_err(to_qb)?,
+                PyList::new(py, x_leaves).map_err(to_qb)?.into_any(),
+            ];
+            let args = tensors_tuple(py, head, o).map_err(to_qb)?;
+            let out = step.bind(py).call1(args).map_err(to_qb)?;
+            let pair: (Bound<'_, PyAny>, Bound<'_, PyAny>) = out.extract().map_err(|_| {
+                crate::errors::user_type_error("the scan function must return a pair (carry, y)")
+            })?;
+            let ys = pair
+                .1
+                .try_iter()
+                .map_err(to_qb)?
+                .map(|y| {
+                    let y = y.map_err(to_qb)?;
+                    tensor_result(&y, "the scan per-step output y")
+                })
+                .collect::<qb::Result<Vec<_>>>()?;
+            Ok((tensor_result(&pair.0, "the scan carry")?, ys))
+        })
+    };
+    let (carry, ys) = run_holding_gil(py, || {
+        qb::scan_over(body, &init, &xs)
+            .operands(&ops)
+            .reverse(reverse)
+            .unroll(unroll)
+            .eval::<Vec<qb::Tensor>>()
+    })?;
+    let ys = ys
+        .into_iter()
+        .map(|t| wrap(py, t))
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok(PyTuple::new(py, [wrap(py, carry)?, PyList::new(py, ys)?.into_any()])?.into_any())
+}
+
 /// `while_loop(cond_fun, body_fun, init, *, operands=(), max_trips=None)`; `max_trips` bounds
 /// the loop and gives it a reverse mode (docs/loops.md).
 #[pyfunction]
@@ -306,5 +400,7 @@ pub fn add_to(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cond, m)?)?;
     m.add_function(wrap_pyfunction!(fori_loop, m)?)?;
     m.add_function(wrap_pyfunction!(scan, m)?)?;
+    m.add_function(wrap_pyfunction!(switch, m)?)?;
+    m.add_function(wrap_pyfunction!(_scan_over, m)?)?;
     m.add_function(wrap_pyfunction!(while_loop, m)?)
 }

@@ -22,6 +22,7 @@ mod optim;
 mod program;
 mod random;
 mod solvers;
+mod sorting;
 mod tensor;
 mod transforms;
 mod tree;
@@ -36,6 +37,7 @@ fn _quabla(m: &Bound<'_, PyModule>) -> PyResult<()> {
     tensor::add_to(m)?;
     functions::add_to(m)?;
     indexing::add_to(m)?;
+    sorting::add_to(m)?;
     transforms::add_to(m)?;
     control_flow::add_to(m)?;
     custom::add_to(m)?;

@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::operand::Operand;
 use crate::tensor::Tensor;
 use crate::trace;
+use crate::tree::{Leaf, Tree, TreeDef};
 use quabla_ir::{DType, Graph, Region, RegionForm, RegionKind, ScanBody, Shape, TensorType};
 use std::ops::Deref;
 use std::sync::Arc;
@@ -314,6 +315,86 @@ fn cast_output(g: &Graph, dtype: DType) -> Result<Graph> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// switch
+
+/// A branch of [`switch`]: called with the operands, returns one floating array.
+pub type Branch<'a> = &'a dyn Fn(&[Tensor]) -> Result<Tensor>;
+
+/// `switch(index, branches, operands)`: `branches[index](operands)`, JAX's `lax.switch`. The
+/// index is a rank-0 integer tensor, clamped into `0..branches.len()`; only the selected
+/// branch runs. The branches follow [`cond`]'s contract (one floating result of one shape),
+/// and the call is a binary tree of `cond`s, so it differentiates and batches as they do.
+///
+/// ```
+/// use quabla as qb;
+/// # fn main() -> qb::Result<()> {
+/// let x = qb::array(2.0)?;
+/// let (sq, neg): (qb::Branch, qb::Branch) = (&|o| o[0].square(), &|o| -&o[0]);
+/// assert_eq!(qb::switch(&qb::array(1i64)?, &[sq, neg], &[&x])?.item()?, -2.0);
+/// assert_eq!(qb::switch(&qb::array(-5i64)?, &[sq, neg], &[&x])?.item()?, 4.0);
+/// # Ok(())
+/// # }
+/// ```
+#[track_caller]
+pub fn switch<O: AsRef<Tensor>>(
+    index: &Tensor,
+    branches: &[Branch<'_>],
+    operands: &[O],
+) -> Result<Tensor> {
+    let n = branches.len();
+    if n == 0 {
+        return Err(Error::invalid("switch: give at least one branch"));
+    }
+    if !index.shape().is_empty() {
+        return Err(Error::shape(
+            "switch",
+            format!(
+                "switch: the index must be rank 0, got shape {:?}",
+                index.shape()
+            ),
+        ));
+    }
+    if !index.dtype().is_integer() {
+        return Err(Error::Type {
+            message: format!(
+                "switch: the index must be an integer, got {}; convert it with astype(int64)",
+                index.dtype().name()
+            ),
+        });
+    }
+    let operands = owned(operands);
+    if n == 1 {
+        return branches[0](&operands);
+    }
+    let clamped = crate::minimum(crate::maximum(index, 0i64)?, (n - 1) as i64)?;
+    pick_branch(&clamped, branches, 0, n, &operands)
+}
+
+/// `branches[lo..hi]` selected by `index` (already clamped into that range), as nested
+/// `cond`s: the index travels as the first operand, since a region body may not capture it.
+fn pick_branch(
+    index: &Tensor,
+    branches: &[Branch<'_>],
+    lo: usize,
+    hi: usize,
+    operands: &[Tensor],
+) -> Result<Tensor> {
+    if hi - lo == 1 {
+        return branches[lo](operands);
+    }
+    let mid = lo + (hi - lo) / 2;
+    let lower = index.less(mid as i64)?;
+    let mut with_index = vec![index.clone()];
+    with_index.extend(operands.iter().cloned());
+    cond(
+        &lower,
+        |o| pick_branch(&o[0], branches, lo, mid, &o[1..]),
+        |o| pick_branch(&o[0], branches, mid, hi, &o[1..]),
+        &with_index,
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
 // fori_loop
 
 /// `fori_loop(lower, upper, body, init)`: `carry = body(i, carry, operands)` for `i` in
@@ -539,6 +620,242 @@ where
         let ys = outs.pop().expect("two outputs");
         let carry = outs.pop().expect("two outputs");
         Ok((carry, ys))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// scan over data
+
+/// `scan_over(f, init, xs)`: JAX's `scan(f, init, xs)`. `(carry, y) = f(carry, x, operands)`
+/// where `x` is slice `k` along the leading axis of every array of the pytree `xs`, for `k` in
+/// `0..length` (the common leading extent); returns the final carry and the pytree of `y`s,
+/// each leaf stacked on a new leading axis. The carry is one floating array, as in [`scan`];
+/// `xs` and `y` are pytrees of arrays of any dtype. Finish with [`ScanOver::eval`].
+///
+/// ```
+/// use quabla as qb;
+/// # fn main() -> qb::Result<()> {
+/// let xs = qb::array([1.0, 2.0, 3.0])?;
+/// let step = |c: qb::Tensor, x: qb::Tensor, _: &[qb::Tensor]| {
+///     let c = (&c + &x)?;
+///     Ok((c.clone(), c))
+/// };
+/// let (total, running): (qb::Tensor, qb::Tensor) =
+///     qb::scan_over(step, &qb::array(0.0)?, &xs).eval()?;
+/// assert_eq!((total.item()?, running.to_vec::<f64>()?), (6.0, vec![1.0, 3.0, 6.0]));
+/// # Ok(())
+/// # }
+/// ```
+pub fn scan_over<X, F, Y>(f: F, init: &Tensor, xs: &X) -> ScanOver<X, F>
+where
+    X: Tree,
+    Y: Tree,
+    F: Fn(Tensor, X, &[Tensor]) -> Result<(Tensor, Y)>,
+{
+    ScanOver {
+        f,
+        init: init.clone(),
+        xs: crate::tree::flatten(xs),
+        operands: Vec::new(),
+        reverse: false,
+        unroll: false,
+        _x: std::marker::PhantomData,
+    }
+}
+
+/// A `scan_over` being configured.
+pub struct ScanOver<X, F> {
+    f: F,
+    init: Tensor,
+    xs: (Vec<Leaf>, TreeDef),
+    operands: Vec<Tensor>,
+    reverse: bool,
+    unroll: bool,
+    _x: std::marker::PhantomData<fn() -> X>,
+}
+
+impl<X, F> std::fmt::Debug for ScanOver<X, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "scan_over(xs={})", self.xs.1)
+    }
+}
+
+impl<X: Tree, F> ScanOver<X, F> {
+    /// Values the step reads, passed as its third argument (traced values must enter here:
+    /// a region body does not capture them).
+    pub fn operands<O: AsRef<Tensor>>(mut self, operands: &[O]) -> Self {
+        self.operands = owned(operands);
+        self
+    }
+
+    /// Runs the steps from the last slice to the first (the `y`s are still stacked in the
+    /// order of `xs`), as JAX's `reverse=True`.
+    pub fn reverse(mut self, reverse: bool) -> Self {
+        self.reverse = reverse;
+        self
+    }
+
+    /// Trace the step once per iteration with static slices.
+    pub fn unroll(mut self, unroll: bool) -> Self {
+        self.unroll = unroll;
+        self
+    }
+
+    /// Runs or records the scan: `(final carry, ys)`.
+    #[track_caller]
+    pub fn eval<Y: Tree>(self) -> Result<(Tensor, Y)>
+    where
+        F: Fn(Tensor, X, &[Tensor]) -> Result<(Tensor, Y)>,
+    {
+        check_carry("scan", &self.init)?;
+        let (leaves, xs_def) = &self.xs;
+        xs_def.check()?;
+        let xs = leaves
+            .iter()
+            .map(|l| match l {
+                Leaf::Tensor(t) if !t.shape().is_empty() => Ok(t.clone()),
+                other => Err(Error::Type {
+                    message: format!(
+                        "scan: every leaf of xs must be an array with a leading axis to scan \
+                         over, got {}",
+                        describe_leaf(other)
+                    ),
+                }),
+            })
+            .collect::<Result<Vec<Tensor>>>()?;
+        let Some(length) = xs.first().map(|t| t.shape()[0]) else {
+            return Err(Error::invalid(
+                "scan: xs holds no arrays; give the number of steps with scan(f, init, length)",
+            ));
+        };
+        if let Some(t) = xs.iter().find(|t| t.shape()[0] != length) {
+            return Err(Error::shape(
+                "scan",
+                format!(
+                    "scan: the arrays of xs must share their leading extent, got {length} and {}",
+                    t.shape()[0]
+                ),
+            ));
+        }
+        let carry_ty = strong(&self.init);
+        let call = |carry: Tensor,
+                    x_leaves: Vec<Tensor>,
+                    operands: &[Tensor]|
+         -> Result<(Tensor, Vec<Tensor>, TreeDef)> {
+            let x: X = xs_def.unflatten(x_leaves.into_iter().map(Leaf::Tensor).collect())?;
+            let (c, y) = (self.f)(carry, x, operands)?;
+            let c = conform_carry("scan", &carry_ty, c)?;
+            let (y_leaves, y_def) = crate::tree::flatten(&y);
+            y_def.check()?;
+            let ys = y_leaves
+                .into_iter()
+                .map(|l| match l {
+                    Leaf::Tensor(t) => Ok(t),
+                    other => Err(Error::Type {
+                        message: format!(
+                            "scan: every leaf of the per-step output y must be an array, got {}",
+                            describe_leaf(&other)
+                        ),
+                    }),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok((c, ys, y_def))
+        };
+        if !trace::active() || self.unroll {
+            let mut carry = self.init.clone();
+            let mut steps: Vec<Vec<Tensor>> = Vec::new();
+            let mut y_def: Option<TreeDef> = None;
+            let order: Box<dyn Iterator<Item = usize>> = if self.reverse {
+                Box::new((0..length).rev())
+            } else {
+                Box::new(0..length)
+            };
+            for k in order {
+                quabla_backend::cancel::check()?;
+                let x_leaves = xs
+                    .iter()
+                    .map(|t| t.index([crate::ops::index::IndexItem::Int(k as isize)]))
+                    .collect::<Result<Vec<_>>>()?;
+                let (c, ys, def) = run_body("scan", self.unroll, || {
+                    call(carry, x_leaves, &self.operands)
+                })?;
+                carry = c;
+                if let Some(first) = &y_def {
+                    let same = *first == def
+                        && steps[0].iter().zip(&ys).all(|(a, b)| {
+                            a.shape() == b.shape() && a.dtype() == b.dtype()
+                        });
+                    if !same {
+                        return Err(Error::shape(
+                            "scan",
+                            "scan: per-step outputs must keep one structure, shape and dtype",
+                        ));
+                    }
+                } else {
+                    y_def = Some(def);
+                }
+                steps.push(ys);
+            }
+            if self.reverse {
+                steps.reverse();
+            }
+            let y_def = y_def.expect("length >= 1");
+            let stacked = (0..y_def.num_leaves())
+                .map(|j| {
+                    let column: Vec<&Tensor> = steps.iter().map(|s| &s[j]).collect();
+                    crate::stack(&column, 0).map(Leaf::Tensor)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            return Ok((carry, y_def.unflatten(stacked)?));
+        }
+        let mut inputs = loop_body_inputs(&carry_ty, &self.operands);
+        for (k, t) in xs.iter().enumerate() {
+            let ty = strong(t);
+            let slice = TensorType::new(ty.dtype, Shape::new(t.shape()[1..].to_vec())?);
+            inputs.push((format!("x{k}"), slice));
+        }
+        let n_const = self.operands.len();
+        let y_def = std::cell::RefCell::new(None);
+        let body = trace::trace_region_body("scan", &inputs, |mut params| {
+            let x_leaves = params.split_off(2 + n_const);
+            let consts = params.split_off(2);
+            let carry = params.pop().expect("two parameters");
+            let (c, ys, def) = call(carry, x_leaves, &consts)?;
+            *y_def.borrow_mut() = Some(def);
+            let mut outs = vec![c];
+            outs.extend(ys);
+            Ok(outs)
+        })?;
+        let y_def = y_def.into_inner().expect("the body was traced");
+        let kind = RegionKind::Scan(ScanBody {
+            length,
+            start: 0,
+            reverse: self.reverse,
+            n_carry: 1,
+            n_const,
+            n_xs: xs.len(),
+            body: freeze(body),
+        });
+        let region = Region::new(kind, RegionForm::Scan, 0)?;
+        let mut ops = vec![self.init.clone()];
+        ops.extend(self.operands.iter().cloned());
+        ops.extend(xs);
+        let mut outs = record(region, ops)?;
+        let ys = outs.split_off(1);
+        let carry = outs.pop().expect("the carry");
+        Ok((carry, y_def.unflatten(ys.into_iter().map(Leaf::Tensor).collect())?))
+    }
+}
+
+/// What a leaf is, for messages.
+fn describe_leaf(leaf: &Leaf) -> String {
+    match leaf {
+        Leaf::Tensor(t) => format!("a rank-0 {} array", t.dtype().name()),
+        Leaf::F64(v) => format!("the number {v}"),
+        Leaf::Int(v) => format!("the integer {v}"),
+        Leaf::Bool(v) => format!("the bool {v}"),
+        Leaf::Abstract(_) => "a ShapeDtype".into(),
+        Leaf::Key(_) => "a random key".into(),
     }
 }
 

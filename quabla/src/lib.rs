@@ -52,7 +52,8 @@ mod view;
 pub mod warnings;
 
 pub use control_flow::{
-    cond, fori_loop, scan, while_loop, ForiLoop, LoopIndex, Scan, WhileInfo, WhileLoop,
+    cond, fori_loop, scan, scan_over, switch, while_loop, Branch, ForiLoop, LoopIndex, Scan,
+    ScanOver, WhileInfo, WhileLoop,
 };
 pub use creation::{
     arange, arange_from, array, asarray, eye, eye_rect, full, full_like, linspace, ones, ones_like,
@@ -78,6 +79,7 @@ pub use ops::normalize::*;
 pub use ops::products::*;
 pub use ops::reduce::*;
 pub use ops::shape::*;
+pub use ops::sorting::*;
 pub use program::{CompileProgram, Executable, Program};
 pub use quabla_backend::cancel::{interrupt, with_token, CancelToken};
 pub use quabla_ir::DType;

@@ -47,6 +47,45 @@ newaxis = None
 remainder = mod  # noqa: F405
 
 
+def scan(f, init, xs=None, length=None, *, operands=None, reverse=False, unroll=False):
+    """JAX's ``scan`` in two forms. With ``xs`` (a pytree of arrays sharing a leading
+    extent): ``(carry, y) = f(carry, x, *operands)`` where ``x`` is slice ``k`` of every array
+    of ``xs``, for each ``k`` (from the last with ``reverse=True``); returns the final carry and
+    the pytree of ``y``s stacked on a new leading axis. Without ``xs``, the indexed form
+    (api.md §11): ``(carry, y) = f(carry, i, *operands)`` for ``i`` in ``range(length)``.
+    The carry is one floating array; traced values the step reads enter through
+    ``operands``."""
+    if xs is None:
+        if length is None:
+            raise TypeError("scan needs xs, or length= for the indexed form f(carry, i)")
+        if reverse:
+            raise ValueError("scan: reverse=True needs xs; the indexed form counts up")
+        return _quabla.scan(f, init, length=length, operands=operands, unroll=unroll)
+    leaves, xs_def = tree.flatten(xs)
+    y_defs = []
+
+    def step(carry, x_leaves, *ops):
+        out = f(carry, tree.unflatten(xs_def, x_leaves), *ops)
+        if not isinstance(out, tuple) or len(out) != 2:
+            raise TypeError("the scan function must return a pair (carry, y)")
+        y_leaves, y_def = tree.flatten(out[1])
+        y_defs.append(y_def)
+        return out[0], y_leaves
+
+    if length is not None and leaves and len(leaves[0]) != length:
+        raise ValueError(
+            f"scan: length={length} differs from the leading extent {len(leaves[0])} of xs"
+        )
+    carry, ys = _quabla._scan_over(
+        step, init, leaves, operands=operands, reverse=reverse, unroll=unroll
+    )
+    # (`any` is quabla's here, not the builtin.)
+    for d in y_defs:
+        if d != y_defs[0]:
+            raise TypeError("scan: the per-step output y must keep one pytree structure")
+    return carry, tree.unflatten(y_defs[0], ys)
+
+
 def concatenate(arrays, axis=0):
     """NumPy's name of :func:`concat`: joins ``arrays`` along an existing ``axis`` (default 0)."""
     return concat(arrays, axis)  # noqa: F405

@@ -63,6 +63,7 @@ pub mod normalize;
 pub mod products;
 pub mod reduce;
 pub mod shape;
+pub mod sorting;
 
 use crate::error::Result;
 use crate::operand::Operand;
