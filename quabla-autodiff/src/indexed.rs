@@ -13,7 +13,9 @@
 //!   derivative is exact.
 
 use crate::helpers::zeros_like;
-use quabla_ir::{Comparison, DType, GraphBuilder, HostData, NodeId, Op, Result, ScatterMode, Shape};
+use quabla_ir::{
+    Comparison, DType, GraphBuilder, HostData, NodeId, Op, Result, ScatterMode, Shape,
+};
 
 /// `index_gather(x, idx)` with the attributes of an indexed node.
 fn gather(b: &mut GraphBuilder, x: NodeId, idx: NodeId, at: (usize, usize)) -> Result<NodeId> {

@@ -477,7 +477,10 @@ impl GraphBuilder {
         } else {
             self.cast_to(updates, dtype, false)?
         };
-        self.push(Op::IndexScatter { axis, batch, mode }, &[base, idx, updates])
+        self.push(
+            Op::IndexScatter { axis, batch, mode },
+            &[base, idx, updates],
+        )
     }
 
     /// `solve(a, b)` with the conventions of api.md §17 and numerics.md §6.1: `a` is

@@ -80,7 +80,10 @@ impl IndexLayout {
     ) {
         let inner = self.inner;
         self.for_each_run(idx, |to, from| {
-            for (a, &u) in acc[to..to + inner].iter_mut().zip(&updates[from..from + inner]) {
+            for (a, &u) in acc[to..to + inner]
+                .iter_mut()
+                .zip(&updates[from..from + inner])
+            {
                 *a = combine(*a, u);
             }
         });
@@ -255,9 +258,12 @@ mod tests {
         l.gather(&x, &[2, -1, 3, 0], &mut out);
         assert_eq!(out, [3, 0, 0, 1, 6, 0, 0, 4]);
         let mut acc = x;
-        l.scatter(&mut acc, &[2, -1, 3, 2], &[10, 20, 30, 40, 50, 60, 70, 80], |a, u| {
-            a + u
-        });
+        l.scatter(
+            &mut acc,
+            &[2, -1, 3, 2],
+            &[10, 20, 30, 40, 50, 60, 70, 80],
+            |a, u| a + u,
+        );
         assert_eq!(acc, [1, 2, 3 + 10 + 40, 4, 5, 6 + 50 + 80]);
     }
 

@@ -288,13 +288,25 @@ fn every_op_graph() -> Graph {
         .unwrap(),
     );
     // Indexed ops: integer indices, one with a batch axis, every scatter mode.
-    let picked = b.push(Op::IndexGather { axis: 1, batch: 0 }, &[a, n]).unwrap();
+    let picked = b
+        .push(Op::IndexGather { axis: 1, batch: 0 }, &[a, n])
+        .unwrap();
     outs.push(picked);
-    outs.push(b.push(Op::IndexGather { axis: 1, batch: 1 }, &[a, n]).unwrap());
+    outs.push(
+        b.push(Op::IndexGather { axis: 1, batch: 1 }, &[a, n])
+            .unwrap(),
+    );
     for mode in quabla_ir::ScatterMode::ALL {
         outs.push(
-            b.push(Op::IndexScatter { axis: 1, batch: 0, mode }, &[a, n, picked])
-                .unwrap(),
+            b.push(
+                Op::IndexScatter {
+                    axis: 1,
+                    batch: 0,
+                    mode,
+                },
+                &[a, n, picked],
+            )
+            .unwrap(),
         );
     }
     outs.push(b.push(Op::Matmul, &[a, m]).unwrap());

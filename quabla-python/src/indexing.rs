@@ -10,16 +10,19 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyList, PyTuple};
 use quabla as qb;
 
-/// Whether `obj` is an index array: a tensor (traced or not), a view, a list or a NumPy array.
+/// Whether `obj` (not a tensor) is an index array: a view, a list or a NumPy array.
 fn is_index_array(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
-    Ok(obj.cast::<PyTensor>().is_ok()
-        || obj.cast::<PyTensorView>().is_ok()
+    Ok(obj.cast::<PyTensorView>().is_ok()
         || obj.is_instance_of::<PyList>()
         || (obj.hasattr("__array_interface__")? && !is_numpy_number(obj)?))
 }
 
 /// One item of `x[...]`: a basic item, or an integer or boolean index array.
 fn entry(obj: &Bound<'_, PyAny>) -> PyResult<qb::IndexEntry> {
+    // Tensors first: asking a tracer for its array interface is a tracer error.
+    if let Ok(t) = obj.cast::<PyTensor>() {
+        return array_entry(t.get().t.clone());
+    }
     if is_numpy_number(obj)? && !obj.is_instance_of::<PyBool>() {
         if let Ok(i) = obj.extract::<isize>() {
             return Ok(qb::IndexEntry::Basic(qb::IndexItem::Int(i)));
@@ -28,7 +31,11 @@ fn entry(obj: &Bound<'_, PyAny>) -> PyResult<qb::IndexEntry> {
     if !is_index_array(obj)? {
         return crate::tensor::index_item(obj).map(qb::IndexEntry::Basic);
     }
-    let t = to_tensor(obj)?;
+    array_entry(to_tensor(obj)?)
+}
+
+/// An index array, which must be integer or bool.
+fn array_entry(t: qb::Tensor) -> PyResult<qb::IndexEntry> {
     if t.dtype().is_float() {
         // TY15: the kind of the index is wrong.
         return Err(type_error(format!(
@@ -247,10 +254,7 @@ fn dynamic_update_slice<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let x = to_tensor(operand)?;
     let u = to_tensor(update)?;
-    ret(
-        py,
-        qb::dynamic_update_slice(&x, &u, starts(start_indices)?),
-    )
+    ret(py, qb::dynamic_update_slice(&x, &u, starts(start_indices)?))
 }
 
 pub fn add_to(m: &Bound<'_, PyModule>) -> PyResult<()> {

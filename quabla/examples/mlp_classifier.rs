@@ -55,7 +55,9 @@ pub fn data() -> qb::Result<(Tensor, Tensor)> {
 /// Small random weights, flattened into one vector (the carry of the minibatch loop).
 pub fn init() -> qb::Result<Tensor> {
     let n: usize = SIZES.iter().sum();
-    qb::random::normal(&qb::random::key(0), [n]).eval()?.mul(0.5)
+    qb::random::normal(&qb::random::key(0), [n])
+        .eval()?
+        .mul(0.5)
 }
 
 /// The logits `[batch, C]` of points `[batch, 2]`.
@@ -95,9 +97,8 @@ pub fn epoch((w, batches, x, y): (Tensor, Tensor, Tensor, Tensor)) -> qb::Result
             qb::value_and_grad(|w: Tensor| loss(&w, &xb, &yb)).call(&w)?;
         Ok(((&w - grad.mul(RATE)?)?, value))
     };
-    let (w, losses): (Tensor, Tensor) = qb::scan_over(step, &w, &batches)
-        .operands(&[x, y])
-        .eval()?;
+    let (w, losses): (Tensor, Tensor) =
+        qb::scan_over(step, &w, &batches).operands(&[x, y]).eval()?;
     Ok((w, losses.mean()?))
 }
 

@@ -112,7 +112,10 @@ fn take_and_take_along_axis() -> qb::Result<()> {
     let xv = f64s(&x);
     let idx = qb::array([3i64, -1, 9, 0])?;
     let flat = qb::take(&x, &idx, None)?;
-    let want: Vec<f64> = [3i64, -1, 9, 0].iter().map(|&i| xv[read_at(i, 12)]).collect();
+    let want: Vec<f64> = [3i64, -1, 9, 0]
+        .iter()
+        .map(|&i| xv[read_at(i, 12)])
+        .collect();
     assert_eq!(f64s(&flat), want);
     let cols = x.take(&idx, Some(-1))?;
     assert_eq!(cols.shape(), [3, 4]);
@@ -215,7 +218,9 @@ fn functional_updates_combine_repeated_indices_in_order() -> qb::Result<()> {
     // Rows of a matrix, a basic index, and an integer tensor.
     let m = qb::array([[1i64, 2], [3, 4], [5, 6]])?;
     let rows = qb::array([2i64, 2, 0])?;
-    let added = m.at(ix![&rows]).add(qb::array([[1i64, 1], [10, 10], [100, 100]])?)?;
+    let added = m
+        .at(ix![&rows])
+        .add(qb::array([[1i64, 1], [10, 10], [100, 100]])?)?;
     assert_eq!(added.to_vec::<i64>()?, [101, 102, 3, 4, 16, 17]);
     let set = m.at(ix![1.., 0]).set(-1)?;
     assert_eq!(set.to_vec::<i64>()?, [1, 2, -1, 4, -1, 6]);
@@ -308,16 +313,29 @@ fn derivatives_to_third_order() -> qb::Result<()> {
     let cases: Vec<(&str, Box<dyn Fn(Vec<Tensor>) -> qb::Result<Vec<Tensor>>>)> = vec![
         ("gather", {
             let idx = idx.clone();
-            Box::new(move |a| Ok(vec![a[0].index_with(ix![&idx])?.sin()?.mul(&a[0].index_with(ix![.., &idx])?.sum()?)?]))
+            Box::new(move |a| {
+                Ok(vec![a[0]
+                    .index_with(ix![&idx])?
+                    .sin()?
+                    .mul(&a[0].index_with(ix![.., &idx])?.sum()?)?])
+            })
         }),
         ("take_along_axis", {
             let ii = qb::array([[2i64, 0], [1, 1], [0, 2]])?;
             Box::new(move |a| Ok(vec![qb::take_along_axis(&a[0], &ii, 1)?.sin()?]))
         }),
-        ("dynamic_slice", Box::new(|a| {
-            let s = qb::array(1i64)?;
-            Ok(vec![qb::dynamic_slice(&a[0], vec![s.into(), 0.into()], &[2, 2])?.tanh()?])
-        })),
+        (
+            "dynamic_slice",
+            Box::new(|a| {
+                let s = qb::array(1i64)?;
+                Ok(vec![qb::dynamic_slice(
+                    &a[0],
+                    vec![s.into(), 0.into()],
+                    &[2, 2],
+                )?
+                .tanh()?])
+            }),
+        ),
         ("set with repeats", {
             let dup = dup.clone();
             Box::new(move |a| Ok(vec![a[0].at(ix![&dup]).set(a[1].sin()?)?.exp()?]))
@@ -338,11 +356,19 @@ fn derivatives_to_third_order() -> qb::Result<()> {
             let idx = idx.clone();
             Box::new(move |a| Ok(vec![a[0].at(ix![&idx]).max(&a[1])?.sin()?]))
         }),
-        ("dynamic_update_slice", Box::new(|a| {
-            let s = qb::array(-1i64)?;
-            let upd = a[1].index(qb::s![0..1, 0..2])?;
-            Ok(vec![qb::dynamic_update_slice(&a[0], &upd, vec![s.into(), 1.into()])?.sin()?])
-        })),
+        (
+            "dynamic_update_slice",
+            Box::new(|a| {
+                let s = qb::array(-1i64)?;
+                let upd = a[1].index(qb::s![0..1, 0..2])?;
+                Ok(vec![qb::dynamic_update_slice(
+                    &a[0],
+                    &upd,
+                    vec![s.into(), 1.into()],
+                )?
+                .sin()?])
+            }),
+        ),
     ];
     for (name, f) in cases {
         if let Err(e) = check_grads(f, &[x.clone(), u.clone()], 3, Modes::BOTH) {
@@ -360,10 +386,7 @@ fn boolean_masks_are_eager_only() -> qb::Result<()> {
     assert_eq!(f64s(&x.index_with(ix![&mask])?), [-2.0, -4.0]);
     let rows = qb::array([false, true])?;
     assert_eq!(f64s(&x.index_with(ix![&rows])?), [3.0, -4.0]);
-    assert_eq!(
-        f64s(&x.at(ix![&mask]).set(0.0)?),
-        [1.0, 0.0, 3.0, 0.0]
-    );
+    assert_eq!(f64s(&x.at(ix![&mask]).set(0.0)?), [1.0, 0.0, 3.0, 0.0]);
     // Under a transform: the concretization error, naming `where`.
     let f = |x: Tensor| -> qb::Result<Tensor> {
         let m = qb::less(&x, 0.0)?;
@@ -432,7 +455,12 @@ fn vmap_of_grad_matches_a_loop() -> qb::Result<()> {
     type F = fn((Tensor, Tensor)) -> qb::Result<Tensor>;
     let cases: [F; 4] = [
         |(x, i)| x.index_with(ix![&i])?.sin()?.sum(),
-        |(x, i)| x.at(ix![&i]).set(x.index_with(ix![&i])?.mul(2.0)?)?.exp()?.sum(),
+        |(x, i)| {
+            x.at(ix![&i])
+                .set(x.index_with(ix![&i])?.mul(2.0)?)?
+                .exp()?
+                .sum()
+        },
         |(x, i)| x.at(ix![&i]).max(0.5)?.sin()?.sum(),
         |(x, i)| x.at(ix![&i]).mul(x.index_with(ix![&i])?)?.sum(),
     ];
@@ -443,7 +471,11 @@ fn vmap_of_grad_matches_a_loop() -> qb::Result<()> {
         let batched: Tensor = qb::vmap(g).call(&(xs.clone(), idx.clone()))?;
         for b in 0..3 {
             let want = g((xs.index(qb::s![b])?, idx.index(qb::s![b])?))?;
-            assert_eq!(f64s(&batched.index(qb::s![b])?), f64s(&want), "case {k}, row {b}");
+            assert_eq!(
+                f64s(&batched.index(qb::s![b])?),
+                f64s(&want),
+                "case {k}, row {b}"
+            );
         }
     }
     Ok(())

@@ -28,7 +28,10 @@ fn a_jitted_epoch_equals_the_eager_epoch() -> qb::Result<()> {
     // The batches are a permutation of the examples.
     let mut seen = args.1.reshape([-1])?.to_vec::<i64>()?;
     seen.sort_unstable();
-    assert_eq!(seen, (0..mlp_classifier::EXAMPLES as i64).collect::<Vec<_>>());
+    assert_eq!(
+        seen,
+        (0..mlp_classifier::EXAMPLES as i64).collect::<Vec<_>>()
+    );
     Ok(())
 }
 

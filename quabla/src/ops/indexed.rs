@@ -192,7 +192,8 @@ fn split(shape: &[usize], items: &[IndexEntry]) -> Result<Split> {
         .filter(|i| {
             matches!(
                 i,
-                IndexEntry::Array(_) | IndexEntry::Basic(IndexItem::Int(_) | IndexItem::Slice { .. })
+                IndexEntry::Array(_)
+                    | IndexEntry::Basic(IndexItem::Int(_) | IndexItem::Slice { .. })
             )
         })
         .count();
