@@ -115,7 +115,7 @@ def test_traced_index_in_a_loop_reads_each_row():
         # The loop index has the carry's dtype (float64 here): cast it to index.
         return acc + xs[i.astype(qb.int64)] * i
 
-    total = qb.fori_loop(0, 6, body, qb.zeros((3,)), operands=(qb.asarray(xs),))
+    total = qb.jit(lambda xs: qb.fori_loop(0, 6, body, qb.zeros((3,)), operands=(xs,)))(xs)
     want = sum(xs[i] * i for i in range(6))
     np.testing.assert_allclose(np.asarray(total), want, rtol=1e-12)
     f = qb.jit(lambda xs, i: qb.dynamic_slice(xs, (i, 0), (2, 3)))
@@ -146,8 +146,8 @@ def finite_difference(f, x, eps=1e-6):
 
 
 def test_gradients_against_finite_differences():
-    x = RNG.standard_normal((4, 3))
-    u = RNG.standard_normal((2, 3))
+    x = qb.asarray(RNG.standard_normal((4, 3)))
+    u = qb.asarray(RNG.standard_normal((2, 3)))
     idx = qb.asarray(np.array([1, 1]))
     fs = [
         lambda x, u: qb.sum(qb.sin(x[idx]) * x[:, qb.asarray(np.array([2, 0]))].sum()),
@@ -160,8 +160,8 @@ def test_gradients_against_finite_differences():
         gx, gu = qb.grad(f, argnums=(0, 1))(x, u)
         fx = lambda v: float(f(qb.asarray(v), u))
         fu = lambda v: float(f(x, qb.asarray(v)))
-        np.testing.assert_allclose(np.asarray(gx), finite_difference(fx, x), atol=1e-6)
-        np.testing.assert_allclose(np.asarray(gu), finite_difference(fu, u), atol=1e-6)
+        np.testing.assert_allclose(np.asarray(gx), finite_difference(fx, np.asarray(x)), atol=1e-6)
+        np.testing.assert_allclose(np.asarray(gu), finite_difference(fu, np.asarray(u)), atol=1e-6)
 
 
 def test_boolean_masks_are_eager_only():

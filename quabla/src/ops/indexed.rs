@@ -211,11 +211,10 @@ fn split(shape: &[usize], items: &[IndexEntry]) -> Result<Split> {
         match item {
             IndexEntry::Basic(IndexItem::Ellipsis) => {
                 seen_ellipsis = true;
-                for _ in 0..rank - consuming {
-                    basic.push(FULL);
-                    axis += 1;
-                    out_axis += 1;
-                }
+                let filled = rank - consuming;
+                basic.extend(std::iter::repeat_n(FULL, filled));
+                axis += filled;
+                out_axis += filled;
             }
             IndexEntry::Basic(IndexItem::NewAxis) => {
                 basic.push(IndexItem::NewAxis);
