@@ -303,6 +303,9 @@ fn vmap_matches_a_loop() -> qb::Result<()> {
     Ok(())
 }
 
+/// A function checked by `check_grads`.
+type Case = Box<dyn Fn(Vec<Tensor>) -> qb::Result<Vec<Tensor>>>;
+
 #[test]
 fn derivatives_to_third_order() -> qb::Result<()> {
     let x = qb::array([[0.3, -1.2, 0.7], [1.5, 0.4, -0.9], [-0.6, 0.8, 1.1]])?;
@@ -310,7 +313,7 @@ fn derivatives_to_third_order() -> qb::Result<()> {
     let idx = qb::array([2i64, -3])?;
     let dup = qb::array([1i64, 1])?;
     // Each case feeds a nonlinear function so that every order has something to check.
-    let cases: Vec<(&str, Box<dyn Fn(Vec<Tensor>) -> qb::Result<Vec<Tensor>>>)> = vec![
+    let cases: Vec<(&str, Case)> = vec![
         ("gather", {
             let idx = idx.clone();
             Box::new(move |a| {
