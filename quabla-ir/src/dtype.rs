@@ -239,7 +239,7 @@ mod tests {
         assert_eq!(DType::I32.float_to_int(-2147483649.0), i32::MIN as i64);
         assert_eq!(DType::I64.float_to_int(9.3e18), i64::MIN);
         assert_eq!(DType::I64.float_to_int(f64::INFINITY), i64::MIN);
-        assert_eq!(DType::I64.float_to_int(-9.223372036854775808e18), i64::MIN);
+        assert_eq!(DType::I64.float_to_int(-(2f64.powi(63))), i64::MIN);
         assert_eq!(DType::I64.float_to_int(9.2e18), 9_200_000_000_000_000_000);
         assert_eq!(DType::I32.wrap_int(1 << 31), i32::MIN as i64);
     }

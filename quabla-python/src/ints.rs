@@ -189,6 +189,8 @@ params! {
     transition_begin, opt_transition_begin = "transition_begin": u64;
     decay_steps, opt_decay_steps = "decay_steps": u64;
     warmup_steps, opt_warmup_steps = "warmup_steps": u64;
+    num_classes, opt_num_classes = "num_classes": usize;
+    minlength, opt_minlength = "minlength": usize;
 }
 
 /// `from_py_with` converters of the integer-list parameters ([`int_list`]).

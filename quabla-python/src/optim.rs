@@ -647,7 +647,7 @@ impl PyTrainer {
         batch_argnums: Option<Vec<usize>>,
         precision: Option<String>,
     ) -> PyResult<Self> {
-        if let Some(p) = precision {
+        if let Some(p) = &precision {
             if p != "float64" {
                 return Err(value_error(format!(
                     "precision must be None or \"float64\", got {p:?}"
@@ -662,7 +662,14 @@ impl PyTrainer {
         let batch_args = batch.len();
         let t = with_rule!(&optimizer.get().rule, o => {
             let o = o.clone();
-            run(py, move || opt::Trainer::new(l, p, o, d).device(device).batch_argnums(&batch).build())
+            let precision = precision.clone();
+            run(py, move || {
+                opt::Trainer::new(l, p, o, d)
+                    .device(device)
+                    .precision(precision.as_deref())
+                    .batch_argnums(&batch)
+                    .build()
+            })
         })?;
         Ok(PyTrainer {
             t: Mutex::new(t),

@@ -89,9 +89,10 @@ fn argsort<'py>(
 fn top_k<'py>(
     py: Python<'py>,
     x: &Bound<'py, PyAny>,
-    #[pyo3(from_py_with = crate::ints::param::n)] k: usize,
+    #[pyo3(from_py_with = crate::ints::param::k)] k: isize,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let (values, indices) = qb::top_k(to_tensor(x)?, k).or_raise()?;
+    // A negative k is out of range like 0: the facade's error says which k is valid.
+    let (values, indices) = qb::top_k(to_tensor(x)?, k.max(0) as usize).or_raise()?;
     Ok(PyTuple::new(py, [wrap(py, values)?, wrap(py, indices)?])?.into_any())
 }
 
@@ -127,11 +128,14 @@ fn searchsorted<'py>(
 fn one_hot<'py>(
     py: Python<'py>,
     x: &Bound<'py, PyAny>,
-    #[pyo3(from_py_with = crate::ints::param::num)] num_classes: usize,
+    #[pyo3(from_py_with = crate::ints::param::num_classes)] num_classes: usize,
     dtype: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let dtype = opt_dtype(dtype)?.unwrap_or(qb::F64);
-    ret(py, qb::one_hot(to_tensor(x)?, num_classes).dtype(dtype).eval())
+    ret(
+        py,
+        qb::one_hot(to_tensor(x)?, num_classes).dtype(dtype).eval(),
+    )
 }
 
 /// `bincount(x, weights=None, minlength=0, *, length=None)`. Without `length` the count runs
@@ -142,7 +146,7 @@ fn bincount<'py>(
     py: Python<'py>,
     x: &Bound<'py, PyAny>,
     weights: Option<&Bound<'py, PyAny>>,
-    #[pyo3(from_py_with = crate::ints::param::m)] minlength: usize,
+    #[pyo3(from_py_with = crate::ints::param::minlength)] minlength: usize,
     #[pyo3(from_py_with = crate::ints::param::opt_length)] length: Option<usize>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let x = to_tensor(x)?;

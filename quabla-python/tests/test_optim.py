@@ -144,6 +144,36 @@ def test_every_bad_hyperparameter_is_a_value_error_at_construction(name, build):
         build()
 
 
+# Every float hyperparameter of every constructor, by keyword: NaN is never a setting, and the
+# ones that must be positive or non-negative refuse a negative value, all at construction.
+FLOAT_OPTIONS = [
+    (qb.optim.Adam, {}, ["learning_rate", "b1", "b2", "eps", "clip_norm"]),
+    (qb.optim.AdamW, {}, ["learning_rate", "b1", "b2", "eps", "weight_decay", "clip_norm"]),
+    (qb.optim.SGD, {"learning_rate": 0.1}, ["learning_rate", "clip_norm"]),
+    (qb.optim.LBFGS, {}, ["tolerance_grad", "tolerance_change"]),
+    (qb.optim.constant, {}, ["value"]),
+    (qb.optim.exponential_decay, {"init_value": 1.0, "transition_steps": 10, "decay_rate": 0.5},
+     ["init_value", "decay_rate", "end_value"]),
+    (qb.optim.cosine_decay, {"init_value": 1.0, "decay_steps": 10}, ["init_value", "alpha"]),
+    (qb.optim.warmup_cosine_decay,
+     {"init_value": 0.0, "peak_value": 1.0, "warmup_steps": 2, "decay_steps": 10},
+     ["init_value", "peak_value", "end_value"]),
+]
+# (`alpha` may be any finite number, as in optax: the final multiplier of the rate.)
+NON_NEGATIVE = {"b1", "b2", "eps", "clip_norm", "weight_decay", "tolerance_grad",
+                "tolerance_change", "decay_rate"}
+FLOAT_CASES = [(build, base, option, bad)
+               for build, base, options in FLOAT_OPTIONS for option in options
+               for bad in [math.nan] + ([-1.0] if option in NON_NEGATIVE else [])]
+
+
+@pytest.mark.parametrize("build,base,option,bad", FLOAT_CASES,
+                         ids=[f"{b.__name__}-{o}-{v}" for b, _, o, v in FLOAT_CASES])
+def test_every_float_hyperparameter_refuses_nan_and_out_of_range(build, base, option, bad):
+    with pytest.raises(ValueError, match=option):
+        build(**{**base, option: bad})
+
+
 def test_an_unknown_lbfgs_option_names_the_real_ones():
     with pytest.raises(TypeError, match="did you mean max_iterations.*history, max_iterations"):
         qb.optim.LBFGS(max_iters=10)

@@ -156,3 +156,22 @@ def test_scan_over_xs_pytrees():
         qb.scan(lambda c, i: (c, c), 0.0)
     with pytest.raises(ValueError, match="leading extent"):
         qb.scan(lambda c, x: (c, x), 0.0, (np.zeros(2), np.zeros(3)))
+
+
+def test_bad_arguments_are_typed_errors_naming_the_parameter():
+    x = qb.array([1.0, 2.0, 3.0])
+    for k in (0, -1, 4):
+        with pytest.raises(ValueError, match="top_k: k must be between 1 and"):
+            qb.top_k(x, k)
+    with pytest.raises(TypeError, match="num_classes"):
+        qb.one_hot(qb.array([1]), "3")
+    with pytest.raises(ValueError, match="num_classes"):
+        qb.one_hot(qb.array([1]), 0)
+    with pytest.raises(TypeError, match="minlength"):
+        qb.bincount(qb.array([1]), minlength=1.5)
+    with pytest.raises(ValueError, match="rank-1"):
+        qb.searchsorted(qb.zeros((2, 2)), x)
+    with pytest.raises(ValueError, match="rank >= 1"):
+        qb.sort(qb.array(1.0))
+    with pytest.raises(ValueError, match="bool"):
+        qb.cumprod(qb.array([True]))

@@ -43,9 +43,8 @@ pub fn sequence() -> qb::Result<(Tensor, Tensor)> {
 /// Small random weights.
 pub fn init() -> qb::Result<Params> {
     let keys = qb::random::split(&qb::random::key(0), 4)?;
-    let scaled = |k: &qb::random::Key, shape: &[usize], s: f64| {
-        qb::random::normal(k, shape).eval()?.mul(s)
-    };
+    let scaled =
+        |k: &qb::random::Key, shape: &[usize], s: f64| qb::random::normal(k, shape).eval()?.mul(s);
     Ok((
         scaled(&keys[0], &[HIDDEN, HIDDEN], 0.3)?,
         scaled(&keys[1], &[HIDDEN, 1], 0.5)?,
@@ -66,9 +65,10 @@ pub fn cell(h: &Tensor, x: &Tensor, target: &Tensor, w: &[Tensor]) -> qb::Result
 pub fn loss((params, inputs, targets): (Params, Tensor, Tensor)) -> qb::Result<Tensor> {
     let (wh, wx, b, wo) = params;
     let step = |h: Tensor, (x, target): (Tensor, Tensor), w: &[Tensor]| cell(&h, &x, &target, w);
-    let (_, errors): (Tensor, Tensor) = qb::scan_over(step, &qb::zeros([HIDDEN])?, &(inputs, targets))
-        .operands(&[wh, wx, b, wo])
-        .eval()?;
+    let (_, errors): (Tensor, Tensor) =
+        qb::scan_over(step, &qb::zeros([HIDDEN])?, &(inputs, targets))
+            .operands(&[wh, wx, b, wo])
+            .eval()?;
     errors.mean()
 }
 
@@ -79,7 +79,12 @@ pub fn loss_unrolled((params, inputs, targets): (Params, Tensor, Tensor)) -> qb:
     let mut h = qb::zeros([HIDDEN])?;
     let mut total = qb::array(0.0)?;
     for t in 0..STEPS {
-        let (next, e) = cell(&h, &inputs.index(qb::s![t])?, &targets.index(qb::s![t])?, &w)?;
+        let (next, e) = cell(
+            &h,
+            &inputs.index(qb::s![t])?,
+            &targets.index(qb::s![t])?,
+            &w,
+        )?;
         h = next;
         total = (total + e)?;
     }

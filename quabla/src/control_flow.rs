@@ -782,9 +782,10 @@ impl<X: Tree, F> ScanOver<X, F> {
                 carry = c;
                 if let Some(first) = &y_def {
                     let same = *first == def
-                        && steps[0].iter().zip(&ys).all(|(a, b)| {
-                            a.shape() == b.shape() && a.dtype() == b.dtype()
-                        });
+                        && steps[0]
+                            .iter()
+                            .zip(&ys)
+                            .all(|(a, b)| a.shape() == b.shape() && a.dtype() == b.dtype());
                     if !same {
                         return Err(Error::shape(
                             "scan",
@@ -843,7 +844,10 @@ impl<X: Tree, F> ScanOver<X, F> {
         let mut outs = record(region, ops)?;
         let ys = outs.split_off(1);
         let carry = outs.pop().expect("the carry");
-        Ok((carry, y_def.unflatten(ys.into_iter().map(Leaf::Tensor).collect())?))
+        Ok((
+            carry,
+            y_def.unflatten(ys.into_iter().map(Leaf::Tensor).collect())?,
+        ))
     }
 }
 

@@ -19,8 +19,11 @@ use std::sync::Arc;
 pub use quabla_backend::registry::{DeviceInfo, Origin};
 
 // The CPU reference backend registers itself with the registry when it is linked; nothing in
-// the facade names it, so this keeps it linked.
+// the facade names it, so this keeps it linked. So does the CUDA backend with the `cuda`
+// feature.
 use quabla_cpu as _;
+#[cfg(feature = "cuda")]
+use quabla_cuda as _;
 
 /// The backends of this process, in the order `cpu`, `cuda`, `mlx`, then others by name, each
 /// with its origin (linked, or the plugin library it was loaded from), whether it is

@@ -64,6 +64,16 @@ impl Runnable {
         } else {
             backend.compile_with(plan, precision)?
         };
+        // WR2: a device without float64 execution (CUDA, MLX) runs a plan holding float64
+        // values in float32, unless it was compiled at `precision("float64")`.
+        if precision != Precision::Float64
+            && !backend.capabilities().float64
+            && holds_float64(plan.graph())
+        {
+            crate::warnings::warn(crate::error::Warning::Float64AsFloat32 {
+                backend: backend.name().to_string(),
+            })?;
+        }
         let types = plan.output_types();
         Ok(Runnable {
             out_weak: types.iter().map(|ty| ty.weak).collect(),
@@ -143,6 +153,15 @@ impl Runnable {
             inputs,
         )?)
     }
+}
+
+/// Whether a graph (or a region body in it) holds a float64 value.
+fn holds_float64(graph: &Graph) -> bool {
+    graph.nodes().iter().any(|n| {
+        n.ty.dtype == DType::F64
+            || matches!(&n.op, quabla_ir::Op::Region(call)
+                if call.region.bodies().iter().any(|(_, body)| holds_float64(body)))
+    })
 }
 
 /// Calls `f` with the host buffers of `buffers` (TR2 for a tracer), lent by reference from a

@@ -805,6 +805,7 @@ impl Entry {
         let plan = Plan::compile(&staged.graph);
         let precision = match signature.precision.as_deref() {
             Some("float32") => quabla_backend::Precision::Float32,
+            Some("float64") => quabla_backend::Precision::Float64,
             _ => quabla_backend::Precision::Reference,
         };
         let backend = crate::devices::backend_for(&signature.device)?;

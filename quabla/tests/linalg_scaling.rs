@@ -162,3 +162,55 @@ fn solves_and_the_functions_built_on_decompositions_scale_too() -> qb::Result<()
     }
     Ok(())
 }
+
+/// The functions added for ports (`eigvalsh`, `lu_factor`/`lu_solve`, `cho_solve`) share the
+/// sweep. (`expm` is not homogeneous: `expm(c A)` is no multiple of `expm(A)`, so it has no
+/// scale rule to check.)
+#[test]
+fn the_port_compositions_scale_too() -> qb::Result<()> {
+    let (spd, _, _, rhs) = matrices();
+    let values_h = la::eigvalsh(&spd)?;
+    let lu = la::lu_factor(&spd)?;
+    let x = la::solve(&spd, &rhs)?;
+    for k in SCALES {
+        let c = pow2(k);
+        let (a, b) = (spd.mul(c)?, rhs.mul(c)?);
+        check_scaled("eigvalsh", k, &la::eigvalsh(&a)?, &values_h, c, 1e-14);
+        let got = la::lu_factor(&a)?;
+        // The packed factors: U (on and above the diagonal) scales by c, the multipliers of L
+        // (below it) do not.
+        let split = |packed: &Tensor| -> qb::Result<(Tensor, Tensor)> {
+            let upper = qb::triu(packed)?;
+            Ok((packed.sub(&upper)?, upper))
+        };
+        let ((got_l, got_u), (want_l, want_u)) = (split(&got.lu)?, split(&lu.lu)?);
+        check_scaled("lu_factor U", k, &got_u, &want_u, c, 1e-14);
+        check_scaled("lu_factor L", k, &got_l, &want_l, 1.0, 1e-14);
+        assert_eq!(
+            values(&got.piv),
+            values(&lu.piv),
+            "lu_factor pivots at 2^{k}"
+        );
+        if k.abs() > 996 {
+            // Solves from returned factors: at the subnormal scale the factors themselves are
+            // subnormal and carry only a subnormal's few digits (as in SciPy), so solving from
+            // them is checked at the normal scales.
+            continue;
+        }
+        for trans in [false, true] {
+            // spd is symmetric: the transposed solve has the same solution.
+            check_scaled(
+                "lu_solve",
+                k,
+                &la::lu_solve(&got, &b, trans)?,
+                &x,
+                1.0,
+                1e-14,
+            );
+        }
+        let factor = la::cholesky(&a)?;
+        let got = la::cho_solve(&factor, &b).eval()?;
+        check_scaled("cho_solve", k, &got, &x, 1.0, 1e-14);
+    }
+    Ok(())
+}

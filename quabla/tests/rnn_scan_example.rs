@@ -44,6 +44,10 @@ fn training_lowers_the_loss() -> qb::Result<()> {
     };
     let (first, last) = (value("initial_loss="), value("final_loss="));
     assert!(last.is_finite() && last < 0.2 * first, "{text}");
-    assert_eq!(text.lines().count(), 2 + rnn_scan::TRAIN_STEPS / 100, "{text}");
+    assert_eq!(
+        text.lines().count(),
+        2 + rnn_scan::TRAIN_STEPS / 100,
+        "{text}"
+    );
     Ok(())
 }

@@ -24,7 +24,10 @@ fn data() -> qb::Result<BTreeMap<String, Tensor>> {
     let mut xs = BTreeMap::new();
     xs.insert("a".to_string(), qb::array([0.5, -1.5, 2.0, 0.25])?);
     xs.insert("b".to_string(), qb::array([1.0, 0.0, -2.0, 3.0])?);
-    xs.insert("n".to_string(), qb::array([[1i64, 2], [3, 4], [-5, 6], [7, i64::MAX]])?);
+    xs.insert(
+        "n".to_string(),
+        qb::array([[1i64, 2], [3, 4], [-5, 6], [7, i64::MAX]])?,
+    );
     Ok(xs)
 }
 
@@ -57,7 +60,11 @@ fn scan_over_slices_a_pytree_of_xs() -> qb::Result<()> {
     let xs = data()?;
     let (init, scale) = (qb::array(0.5)?, qb::array(1.25)?);
     for reverse in [false, true] {
-        let order: Vec<usize> = if reverse { vec![3, 2, 1, 0] } else { vec![0, 1, 2, 3] };
+        let order: Vec<usize> = if reverse {
+            vec![3, 2, 1, 0]
+        } else {
+            vec![0, 1, 2, 3]
+        };
         let (want_c, want_ys) = reference(0.5, 1.25, &order);
         let (c, (ys, counts)) = run(&init, &scale, &xs, reverse)?;
         assert_eq!(c.item()?, want_c, "reverse={reverse}");
@@ -68,9 +75,9 @@ fn scan_over_slices_a_pytree_of_xs() -> qb::Result<()> {
             [3.0, 7.0, 1.0, 7i64.wrapping_add(i64::MAX) as f64]
         );
         // jit: one region, the same bits.
-        let jitted = qb::jit(move |(i, s, x): (Tensor, Tensor, BTreeMap<String, Tensor>)| {
-            run(&i, &s, &x, reverse)
-        });
+        let jitted = qb::jit(
+            move |(i, s, x): (Tensor, Tensor, BTreeMap<String, Tensor>)| run(&i, &s, &x, reverse),
+        );
         let (jc, (jys, jcounts)): (Tensor, (Tensor, Tensor)) =
             jitted.call(&(init.clone(), scale.clone(), xs.clone()))?;
         assert_eq!(jc.item()?.to_bits(), c.item()?.to_bits());
@@ -113,11 +120,18 @@ fn scan_over_differentiates_and_batches() -> qb::Result<()> {
         Ok(ys)
     };
     let c0 = qb::array([1.0, -2.0, 0.5])?;
-    let a = qb::array([[0.5, 2.0, -1.0, 3.0], [1.5, 1.0, 0.0, -2.0], [0.1, 0.2, 0.3, 0.4]])?;
+    let a = qb::array([
+        [0.5, 2.0, -1.0, 3.0],
+        [1.5, 1.0, 0.0, -2.0],
+        [0.1, 0.2, 0.3, 0.4],
+    ])?;
     let batched: Tensor = qb::vmap(g).call(&(c0.clone(), a.clone()))?;
     for i in 0..3 {
         let one = g((c0.index(qb::s![i])?, a.index(qb::s![i])?))?;
-        assert_eq!(batched.index(qb::s![i])?.to_vec::<f64>()?, one.to_vec::<f64>()?);
+        assert_eq!(
+            batched.index(qb::s![i])?.to_vec::<f64>()?,
+            one.to_vec::<f64>()?
+        );
     }
     Ok(())
 }
@@ -127,13 +141,19 @@ fn scan_over_refuses_bad_xs_with_the_fix() -> qb::Result<()> {
     let id = |c: Tensor, x: Vec<Tensor>, _: &[Tensor]| Ok((c, x[0].clone()));
     let init = qb::array(0.0)?;
     let ragged = vec![qb::zeros([3])?, qb::zeros([4])?];
-    let e = qb::scan_over(id, &init, &ragged).eval::<Tensor>().unwrap_err();
+    let e = qb::scan_over(id, &init, &ragged)
+        .eval::<Tensor>()
+        .unwrap_err();
     assert!(e.to_string().contains("leading extent"), "{e}");
     let empty: Vec<Tensor> = Vec::new();
-    let e = qb::scan_over(id, &init, &empty).eval::<Tensor>().unwrap_err();
+    let e = qb::scan_over(id, &init, &empty)
+        .eval::<Tensor>()
+        .unwrap_err();
     assert!(e.to_string().contains("length"), "{e}");
     let scalar = vec![qb::array(1.0)?];
-    let e = qb::scan_over(id, &init, &scalar).eval::<Tensor>().unwrap_err();
+    let e = qb::scan_over(id, &init, &scalar)
+        .eval::<Tensor>()
+        .unwrap_err();
     assert!(e.to_string().contains("leading axis"), "{e}");
     let e = qb::scan_over(id, &qb::array(1i64)?, &ragged[..1].to_vec())
         .eval::<Tensor>()
@@ -166,17 +186,27 @@ fn switch_selects_the_clamped_branch() -> qb::Result<()> {
         let eager = qb::switch(&index, &branches, &[&x, &y])?;
         assert_eq!(eager.item()?, want(i), "index {i}");
         let traced: Tensor = jitted.call(&(index, x.clone(), y.clone()))?;
-        assert_eq!(traced.item()?.to_bits(), eager.item()?.to_bits(), "index {i}");
+        assert_eq!(
+            traced.item()?.to_bits(),
+            eager.item()?.to_bits(),
+            "index {i}"
+        );
         // int32 indices too.
         let small = qb::switch(&qb::array(i.clamp(-9, 9) as i32)?, &branches, &[&x, &y])?;
         assert_eq!(small.item()?, want(i.clamp(-9, 9)));
     }
     // Derivatives through the selected branch; vmap over the index against a loop.
-    let g: Tensor = qb::grad(|x: Tensor| qb::switch(&qb::array(1i64)?, &branches, &[&x, &y]))
-        .call(&x)?;
+    let g: Tensor =
+        qb::grad(|x: Tensor| qb::switch(&qb::array(1i64)?, &branches, &[&x, &y])).call(&x)?;
     assert_eq!(g.item()?, 0.75f64.cos());
     check_grads(
-        |v: Vec<Tensor>| Ok(vec![qb::switch(&qb::array(2i64)?, &branches, &[&v[0], &v[1]])?]),
+        |v: Vec<Tensor>| {
+            Ok(vec![qb::switch(
+                &qb::array(2i64)?,
+                &branches,
+                &[&v[0], &v[1]],
+            )?])
+        },
         &[x.clone(), y.clone()],
         2,
         Modes::BOTH,
@@ -190,7 +220,10 @@ fn switch_selects_the_clamped_branch() -> qb::Result<()> {
     );
     // Typed errors: a float index names the fix; no branches; a non-scalar index.
     let e = qb::switch(&qb::array(1.0)?, &branches, &[&x, &y]).unwrap_err();
-    assert!(matches!(e, qb::Error::Type { .. }) && e.to_string().contains("astype"), "{e}");
+    assert!(
+        matches!(e, qb::Error::Type { .. }) && e.to_string().contains("astype"),
+        "{e}"
+    );
     assert!(qb::switch(&qb::array(0i64)?, &[], &[&x]).is_err());
     assert!(qb::switch(&qb::array([0i64, 1])?, &branches, &[&x, &y]).is_err());
     Ok(())

@@ -63,11 +63,17 @@ fn sort_and_argsort_follow_the_stable_total_order() -> qb::Result<()> {
         let sorted: Vec<f64> = want.iter().map(|&i| AWKWARD[i as usize]).collect();
         let values = qb::sort(&x).descending(descending).eval()?;
         // Bit for bit: NaNs in place, -0.0 kept before 0.0 (stable).
-        assert_eq!(bits(&values.to_vec::<f64>()?), bits(&sorted), "descending={descending}");
+        assert_eq!(
+            bits(&values.to_vec::<f64>()?),
+            bits(&sorted),
+            "descending={descending}"
+        );
     }
     // Along either axis of a matrix, and flattened.
-    let m: Vec<f64> = (0..12).map(|k| ((k * 7) % 5) as f64 - (k % 3) as f64).collect();
-    let mt = Tensor::from_vec(&[3, 4], m.clone())?;
+    let m: Vec<f64> = (0..12)
+        .map(|k| ((k * 7) % 5) as f64 - (k % 3) as f64)
+        .collect();
+    let mt = Tensor::from_vec([3, 4], m.clone())?;
     let rows = qb::sort(&mt).eval()?.to_vec::<f64>()?;
     let cols = qb::argsort(&mt).axis(0).eval()?;
     assert_eq!(cols.shape(), &[3, 4]);
@@ -80,7 +86,9 @@ fn sort_and_argsort_follow_the_stable_total_order() -> qb::Result<()> {
     for c in 0..4 {
         let col: Vec<f64> = (0..3).map(|r| m[4 * r + c]).collect();
         let want = ref_argsort(&col, false);
-        let got: Vec<i64> = (0..3).map(|r| cols.to_vec::<i64>().unwrap()[4 * r + c]).collect();
+        let got: Vec<i64> = (0..3)
+            .map(|r| cols.to_vec::<i64>().unwrap()[4 * r + c])
+            .collect();
         assert_eq!(got, want, "column {c}");
     }
     let flat = qb::sort(&mt).flattened().eval()?;
@@ -95,7 +103,10 @@ fn sort_and_argsort_follow_the_stable_total_order() -> qb::Result<()> {
     assert_eq!(got, want);
     let i32s = qb::array([i32::MIN, i32::MAX, 3, -3])?;
     let s = qb::sort(&i32s).descending(true).eval()?;
-    assert_eq!((s.dtype(), s.to_vec::<i32>()?), (qb::I32, vec![i32::MAX, 3, -3, i32::MIN]));
+    assert_eq!(
+        (s.dtype(), s.to_vec::<i32>()?),
+        (qb::I32, vec![i32::MAX, 3, -3, i32::MIN])
+    );
     let f32s = qb::F32.array([2.5, -1.0, 0.25])?;
     assert_eq!(qb::sort(&f32s).eval()?.dtype(), qb::F32);
     let b = qb::sort(&qb::array([true, false, true])?).eval()?;
@@ -110,7 +121,10 @@ fn argmax_and_argmin_give_the_first_extremum() -> qb::Result<()> {
     let x = qb::array([[1.0, 5.0, 5.0, -2.0], [f64::NAN, 0.0, f64::NAN, -7.0]])?;
     assert_eq!(qb::argmax(&x).axis(1).eval()?.to_vec::<i64>()?, [1, 0]);
     assert_eq!(qb::argmin(&x).axis(1).eval()?.to_vec::<i64>()?, [3, 0]);
-    assert_eq!(qb::argmax(&x).axis(0).eval()?.to_vec::<i64>()?, [1, 0, 1, 0]);
+    assert_eq!(
+        qb::argmax(&x).axis(0).eval()?.to_vec::<i64>()?,
+        [1, 0, 1, 0]
+    );
     // Flattened: the first NaN wins both.
     assert_eq!(qb::argmax(&x).eval()?.item_i64()?, 4);
     assert_eq!(qb::argmin(&x).eval()?.item_i64()?, 4);
@@ -120,7 +134,12 @@ fn argmax_and_argmin_give_the_first_extremum() -> qb::Result<()> {
     let ints = qb::array([i64::MIN, i64::MAX, i64::MAX, i64::MIN])?;
     assert_eq!(qb::argmax(&ints).eval()?.item_i64()?, 1);
     assert_eq!(qb::argmin(&ints).eval()?.item_i64()?, 0);
-    assert_eq!(qb::argmax(&qb::array([false, true, true])?).eval()?.item_i64()?, 1);
+    assert_eq!(
+        qb::argmax(&qb::array([false, true, true])?)
+            .eval()?
+            .item_i64()?,
+        1
+    );
     assert!(qb::argmax(&x).axis(2).eval().is_err());
     Ok(())
 }
@@ -140,6 +159,23 @@ fn top_k_is_the_head_of_the_descending_sort() -> qb::Result<()> {
     let (v, i) = qb::top_k(&m, 2)?;
     assert_eq!(v.to_vec::<i64>()?, [9, 9, i64::MAX, 5]);
     assert_eq!(i.to_vec::<i64>()?, [1, 2, 2, 3]);
+    // Both ways of finding the top (k passes up to k = 16, a full ranking beyond) on a long
+    // row with repeated values, NaNs and several -inf.
+    let long: Vec<f64> = (0..40)
+        .map(|k| match k % 9 {
+            0 => f64::NEG_INFINITY,
+            4 => f64::NAN,
+            r => ((r * 5) % 7) as f64 - 3.0,
+        })
+        .collect();
+    let order = ref_argsort(&long, true);
+    let lt = qb::array(long.clone())?;
+    for k in [15, 16, 17, 33, 40] {
+        let (values, indices) = qb::top_k(&lt, k)?;
+        assert_eq!(indices.to_vec::<i64>()?, order[..k], "k={k}");
+        let want: Vec<f64> = order[..k].iter().map(|&i| long[i as usize]).collect();
+        assert_eq!(bits(&values.to_vec::<f64>()?), bits(&want), "k={k}");
+    }
     assert!(qb::top_k(&x, 0).is_err());
     assert!(qb::top_k(&x, 11).is_err());
     Ok(())
@@ -148,11 +184,24 @@ fn top_k_is_the_head_of_the_descending_sort() -> qb::Result<()> {
 #[test]
 fn searchsorted_counts_the_elements_before() -> qb::Result<()> {
     let edges = [-1.0, 0.0, 0.0, 2.5, f64::INFINITY, f64::NAN];
-    let values = [-5.0, -1.0, 0.0, -0.0, 1.0, 2.5, 9.0, f64::INFINITY, f64::NAN];
+    let values = [
+        -5.0,
+        -1.0,
+        0.0,
+        -0.0,
+        1.0,
+        2.5,
+        9.0,
+        f64::INFINITY,
+        f64::NAN,
+    ];
     let a = qb::array(edges)?;
     let v = qb::array(values)?;
     let left = qb::searchsorted(&a, &v).eval()?.to_vec::<i64>()?;
-    let right = qb::searchsorted(&a, &v).side(qb::Side::Right).eval()?.to_vec::<i64>()?;
+    let right = qb::searchsorted(&a, &v)
+        .side(qb::Side::Right)
+        .eval()?
+        .to_vec::<i64>()?;
     for (k, &x) in values.iter().enumerate() {
         let l = edges.partition_point(|&e| total(e, x) == Ordering::Less);
         let r = edges.partition_point(|&e| total(e, x) != Ordering::Greater);
@@ -161,7 +210,10 @@ fn searchsorted_counts_the_elements_before() -> qb::Result<()> {
     // The values' shape is kept; integers search integers.
     let grid = qb::array([[1i64, 4], [6, 10]])?;
     let at = qb::searchsorted(&qb::array([0i64, 2, 4, 6, 8])?, &grid).eval()?;
-    assert_eq!((at.shape(), at.to_vec::<i64>()?), (&[2usize, 2][..], vec![1, 2, 3, 5]));
+    assert_eq!(
+        (at.shape(), at.to_vec::<i64>()?),
+        (&[2usize, 2][..], vec![1, 2, 3, 5])
+    );
     assert!(qb::searchsorted(&qb::zeros([2, 2])?, &v).eval().is_err());
     Ok(())
 }
@@ -175,7 +227,9 @@ fn one_hot_and_bincount() -> qb::Result<()> {
         h.to_vec::<f64>()?,
         [0., 0., 1., 1., 0., 0., 0., 0., 0., 0., 0., 0., 0., 0., 1.]
     );
-    let h32 = qb::one_hot(&qb::array([[1i32]])?, 2).dtype(qb::F32).eval()?;
+    let h32 = qb::one_hot(&qb::array([[1i32]])?, 2)
+        .dtype(qb::F32)
+        .eval()?;
     assert_eq!((h32.dtype(), h32.shape()), (qb::F32, &[1usize, 1, 2][..]));
     // Negative values count as 0, values past the length are dropped (JAX).
     let c = qb::bincount(&labels, 3).eval()?;
@@ -201,31 +255,51 @@ fn cumprod_wraps_integers_and_rounds_floats_closely() -> qb::Result<()> {
             acc
         })
         .collect();
-    assert_eq!(qb::cumprod(&qb::array(ints)?).eval()?.to_vec::<i64>()?, want);
+    assert_eq!(
+        qb::cumprod(&qb::array(ints)?).eval()?.to_vec::<i64>()?,
+        want
+    );
     let i32s = [i32::MAX, 3, -2];
     let got = qb::cumprod(&qb::array(i32s)?).eval()?;
     assert_eq!(got.dtype(), qb::I32);
     assert_eq!(
         got.to_vec::<i32>()?,
-        [i32::MAX, i32::MAX.wrapping_mul(3), i32::MAX.wrapping_mul(3).wrapping_mul(-2)]
+        [
+            i32::MAX,
+            i32::MAX.wrapping_mul(3),
+            i32::MAX.wrapping_mul(3).wrapping_mul(-2)
+        ]
     );
     // Floats along an axis, forwards and reversed, against the sequential product.
     let m: Vec<f64> = (1..=15).map(|k| 1.0 + 0.1 * k as f64).collect();
-    let t = Tensor::from_vec(&[3, 5], m.clone())?;
+    let t = Tensor::from_vec([3, 5], m.clone())?;
     for reverse in [false, true] {
-        let got = qb::cumprod(&t).axis(1).reverse(reverse).eval()?.to_vec::<f64>()?;
+        let got = qb::cumprod(&t)
+            .axis(1)
+            .reverse(reverse)
+            .eval()?
+            .to_vec::<f64>()?;
         for r in 0..3 {
             let row = &m[5 * r..5 * r + 5];
             for c in 0..5 {
-                let range: Vec<f64> = if reverse { row[c..].to_vec() } else { row[..=c].to_vec() };
+                let range: Vec<f64> = if reverse {
+                    row[c..].to_vec()
+                } else {
+                    row[..=c].to_vec()
+                };
                 let seq: f64 = range.iter().product();
                 let g = got[5 * r + c];
-                assert!((g - seq).abs() <= 4.0 * f64::EPSILON * seq.abs(), "{g} {seq}");
+                assert!(
+                    (g - seq).abs() <= 4.0 * f64::EPSILON * seq.abs(),
+                    "{g} {seq}"
+                );
             }
         }
     }
     assert_eq!(
-        qb::cumprod(&qb::array([2.0, 0.0, f64::INFINITY])?).eval()?.to_vec::<f64>()?[..2],
+        qb::cumprod(&qb::array([2.0, 0.0, f64::INFINITY])?)
+            .eval()?
+            .to_vec::<f64>()?[..2],
         [2.0, 0.0]
     );
     assert!(qb::cumprod(&qb::array([true])?).eval().is_err());
@@ -238,7 +312,9 @@ type Case = fn(&Tensor) -> qb::Result<Tensor>;
 fn cases() -> Vec<(&'static str, Case)> {
     vec![
         ("sort", |x| qb::sort(x).eval()),
-        ("sort_desc_axis0", |x| qb::sort(x).axis(0).descending(true).eval()),
+        ("sort_desc_axis0", |x| {
+            qb::sort(x).axis(0).descending(true).eval()
+        }),
         ("argsort", |x| qb::argsort(x).eval()),
         ("argmax", |x| qb::argmax(x).axis(1).eval()),
         ("argmin", |x| qb::argmin(x).eval()),
@@ -249,7 +325,9 @@ fn cases() -> Vec<(&'static str, Case)> {
         }),
         ("cumprod", |x| qb::cumprod(x).axis(1).eval()),
         ("one_hot", |x| qb::one_hot(&x.astype(qb::I64)?, 3).eval()),
-        ("bincount", |x| qb::bincount(&x.astype(qb::I64)?.ravel()?, 4).eval()),
+        ("bincount", |x| {
+            qb::bincount(&x.astype(qb::I64)?.ravel()?, 4).eval()
+        }),
     ]
 }
 
@@ -277,7 +355,7 @@ fn jit_gives_the_eager_bits_and_vmap_matches_a_loop() -> qb::Result<()> {
     }
     // vmap over a leading batch axis against the same function per example.
     let batch = Tensor::from_vec(
-        &[3, 2, 3],
+        [3, 2, 3],
         vec![
             0.5, 2.0, -1.0, 1.0, 1.0, 0.0, //
             3.0, -2.0, 2.0, 0.5, -0.5, 2.0, //
@@ -299,17 +377,30 @@ fn derivatives_permute_the_tangent() -> qb::Result<()> {
     let x = qb::array([[0.3, -1.2, 0.7, 2.0], [1.1, 0.4, -0.5, 0.9]])?;
     type F = fn(&Tensor) -> qb::Result<Tensor>;
     let fs: [(&str, F); 4] = [
-        ("sort", |x| qb::sort(x).eval()?.mul(&qb::array([1.0, 2.0, 3.0, 4.0])?)?.tanh()),
-        ("sort_axis0_desc", |x| qb::sort(x).axis(0).descending(true).eval()?.sin()),
-        ("top_k", |x| Ok(qb::top_k(x, 3)?.0.powi(3)?)),
+        ("sort", |x| {
+            qb::sort(x)
+                .eval()?
+                .mul(&qb::array([1.0, 2.0, 3.0, 4.0])?)?
+                .tanh()
+        }),
+        ("sort_axis0_desc", |x| {
+            qb::sort(x).axis(0).descending(true).eval()?.sin()
+        }),
+        ("top_k", |x| qb::top_k(x, 3)?.0.powi(3)),
         ("cumprod", |x| qb::cumprod(x).axis(1).reverse(true).eval()),
     ];
     for (name, f) in fs {
-        check_grads(|v: Vec<Tensor>| Ok(vec![f(&v[0])?]), &[x.clone()], 3, Modes::BOTH)
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        check_grads(
+            |v: Vec<Tensor>| Ok(vec![f(&v[0])?]),
+            std::slice::from_ref(&x),
+            3,
+            Modes::BOTH,
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
     }
     // The gradient of the sum of the k largest is the indicator of their positions.
-    let g: Tensor = qb::grad(|x: Tensor| qb::top_k(&x, 2)?.0.sum()).call(&qb::array([0.1, 3.0, -1.0, 2.0])?)?;
+    let g: Tensor =
+        qb::grad(|x: Tensor| qb::top_k(&x, 2)?.0.sum()).call(&qb::array([0.1, 3.0, -1.0, 2.0])?)?;
     assert_eq!(g.to_vec::<f64>()?, [0.0, 1.0, 0.0, 1.0]);
     // Integer results carry no derivative: argmax inside a loss contributes nothing.
     let h: Tensor = qb::grad(|x: Tensor| {

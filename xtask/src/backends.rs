@@ -2,7 +2,8 @@
 //! this host has.
 //!
 //! This module owns the backend check: it builds every plugin library of the workspace
-//! ([`PLUGINS`]: the CPU plugin and the example `toy` plugin), gathers them in one folder
+//! ([`PLUGINS`]: the CPU plugin, the example `toy` plugin and the CUDA plugin, which lists
+//! itself as unavailable on a host without a driver), gathers them in one folder
 //! (`<target>/quabla-plugins`), and runs the conformance runner (`quabla-conformance`, in
 //! `backends/conformance`) on the linked backends, on every plugin of that folder, of each
 //! `--plugin-dir` folder and of the folders of `QUABLA_PLUGIN_PATH` (which the runner reads),
@@ -20,6 +21,7 @@ use crate::{cargo, run_inherited, workspace_root, Result};
 const PLUGINS: &[(&str, &str)] = &[
     ("quabla-cpu-plugin", "cpu"),
     ("quabla-example-plugin", "toy"),
+    ("quabla-cuda-plugin", "cuda"),
 ];
 
 /// The folders of `--plugin-dir DIR` arguments, in order.

@@ -7,8 +7,9 @@
 //! (`cargo xtask test-backends`), [`bench`] (`cargo xtask bench`, with [`scaling`] for
 //! `--scaling`), [`coverage`]
 //! (`cargo xtask coverage-ops`), [`coverage_api`] (`cargo xtask coverage-api`), [`fuzz`]
-//! (`cargo xtask fuzz`) and [`soak`] (`cargo xtask soak`); [`source`] and [`items`] read
-//! the spec and the Rust sources for both coverage reports.
+//! (`cargo xtask fuzz`), [`soak`] (`cargo xtask soak`) and [`device_check`] (`cargo xtask
+//! device-check`); [`source`] and [`items`] read the spec and the Rust sources for both
+//! coverage reports.
 //!
 //! Arguments are parsed by hand so that the tool builds from `std` alone.
 
@@ -16,6 +17,7 @@ mod backends;
 mod bench;
 mod coverage;
 mod coverage_api;
+mod device_check;
 mod fuzz;
 mod items;
 mod python;
@@ -87,6 +89,12 @@ Commands:
                            calls (default 1000000), 100000 eager operations and 1000000
                            Trainer steps of a small model, printing the resident memory
                            after 10^4 and after N calls or steps.
+  device-check --build     Build the CUDA device check for a GPU machine: the stripped
+                           release binary of backends/cuda-check (under 40 MiB), run.sh
+                           and jax_pinn.py in target/device-check/ and
+                           target/device-check.tar.gz. On the GPU machine, ./run.sh
+                           writes report.md (conformance against the CPU reference and
+                           the CUDA benchmarks; see docs/cuda.md).
   help                     Print this message.
 ";
 
@@ -104,6 +112,7 @@ fn main() -> ExitCode {
         "coverage-api" => coverage_api::run(rest),
         "fuzz" => fuzz::run(rest),
         "soak" => soak::run(rest),
+        "device-check" => device_check::run(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(())

@@ -57,6 +57,49 @@ pub(crate) fn bench_command() -> Result<Command> {
     Ok(python_command(&["quabla-python/bench/bench_python.py"]))
 }
 
+/// The NVRTC wheel the CUDA backend's compile tests load (backends/cuda/tests/nvrtc.rs).
+const NVRTC_WHEEL: &str = "nvidia-cuda-nvrtc-cu12";
+
+/// Makes sure the virtualenv has NVRTC for the CUDA backend's compile tests, installing
+/// [`NVRTC_WHEEL`] when it is missing. When the package registry cannot be reached this only
+/// says so (the tests then skip with the same reason); any other failure is an error.
+pub(crate) fn ensure_nvrtc() -> Result<()> {
+    ensure_venv()?;
+    let installed = succeeds_quietly(python_command(&[
+        "-c",
+        "import importlib.metadata as m; m.version('nvidia-cuda-nvrtc-cu12')",
+    ]));
+    if installed {
+        return Ok(());
+    }
+    println!("== xtask: pip install {NVRTC_WHEEL} (target/py-venv) ==");
+    let installed = run_inherited(&mut python_command(&[
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        NVRTC_WHEEL,
+    ]));
+    match installed {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let reachable = succeeds_quietly(python_command(&[
+                "-c",
+                "import urllib.request; urllib.request.urlopen('https://pypi.org/simple/nvidia-cuda-nvrtc-cu12/', timeout=30)",
+            ]));
+            if reachable {
+                Err(e)
+            } else {
+                println!(
+                    "xtask: the package registry cannot be reached; the NVRTC compile tests \
+                     will skip"
+                );
+                Ok(())
+            }
+        }
+    }
+}
+
 /// Creates the virtualenv, installs the test requirements and the package, runs pytest.
 pub(crate) fn run() -> Result<()> {
     ensure_venv()?;

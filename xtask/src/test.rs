@@ -9,7 +9,9 @@
 //! test-backends`, see [`crate::backends`]), and last the Python package's pytest suite
 //! (see [`crate::python`]). Steps run from the workspace root;
 //! the first failing step stops the run with an error naming it. Missing rustfmt or clippy components are
-//! installed with `rustup` once before giving up.
+//! installed with `rustup` once before giving up, and NVRTC (the `nvidia-cuda-nvrtc-cu12`
+//! wheel, for the CUDA backend's compile tests) is installed into the test virtualenv when
+//! missing (see [`crate::python::ensure_nvrtc`]).
 
 use std::process::Command;
 use std::time::Instant;
@@ -24,6 +26,8 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         ));
     }
     ensure_components()?;
+    // The CUDA backend's compile tests load NVRTC from the test virtualenv.
+    crate::python::ensure_nvrtc()?;
 
     let use_nextest = succeeds_quietly(cargo(["nextest", "--version"]));
     let mut steps = vec![
@@ -47,6 +51,8 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         "quabla-cpu-plugin",
         "-p",
         "quabla-example-plugin",
+        "-p",
+        "quabla-cuda-plugin",
     ]));
     if use_nextest {
         steps.push(cargo(["nextest", "run", "--workspace"]));

@@ -1394,7 +1394,22 @@ mod tests {
         );
         let exe = backend.compile(&identity_plan()).unwrap();
         let x = f64s(&[1.0, f64::NAN, -0.0]);
-        assert_eq!(exe.run(std::slice::from_ref(&x)).unwrap(), vec![x]);
+        assert_eq!(exe.run(std::slice::from_ref(&x)).unwrap(), vec![x.clone()]);
+        // The ABI carries no precision: a float32 plugin refuses float64 rather than run the
+        // plan in float32 unasked, and takes the others as `compile`.
+        let err = backend
+            .compile_with(&identity_plan(), crate::Precision::Float64)
+            .err()
+            .unwrap();
+        assert!(
+            matches!(&err, BackendError::Unsupported { op, device, .. }
+                if op == "precision=\"float64\"" && device == "toy"),
+            "{err}"
+        );
+        for p in [crate::Precision::Reference, crate::Precision::Float32] {
+            let exe = backend.compile_with(&identity_plan(), p).unwrap();
+            assert_eq!(exe.run(std::slice::from_ref(&x)).unwrap(), vec![x.clone()]);
+        }
     }
 
     #[test]

@@ -194,6 +194,11 @@ pub enum Precision {
     /// GEMM with float32 accumulation, and float32 `sum`/`mean` reductions accumulate in
     /// float32 in the same blocked order; every other node keeps the reference rule.
     Float32,
+    /// `jit(f).precision("float64")`: a device that runs float64 plans in float32 by default
+    /// (CUDA) runs the whole plan in float64 and refuses float32 values in it (numerics.md
+    /// §1.6, errors.md UN3). The CPU's reference rules compute in float64 already, so it
+    /// compiles the plan as at [`Precision::Reference`].
+    Float64,
 }
 
 /// An execution target.
@@ -208,9 +213,21 @@ pub trait Backend: Send + Sync + fmt::Debug {
 
     /// Compiles a plan at a [`Precision`]. The default compiles it as [`Backend::compile`]
     /// does: a backend whose float32 is native already (CUDA, MLX, plugins) accepts
-    /// [`Precision::Float32`] and changes nothing.
+    /// [`Precision::Float32`] and changes nothing. It refuses [`Precision::Float64`] on a
+    /// backend without float64 execution (UN2, op `precision="float64"`) rather than run the
+    /// plan in float32 unasked: such a backend must implement this method to honour it (the
+    /// linked CUDA backend does; the plugin ABI does not carry the precision).
     fn compile_with(&self, plan: &Plan, precision: Precision) -> Result<Arc<dyn Executable>> {
-        let _ = precision;
+        if precision == Precision::Float64 && !self.capabilities().float64 {
+            return Err(BackendError::Unsupported {
+                op: "precision=\"float64\"".into(),
+                device: self.name().into(),
+                reason: "this backend computes in float32 and has no float64 mode here (a \
+                         plugin receives no precision); link the backend into the program, or \
+                         leave precision unset to run in float32"
+                    .into(),
+            });
+        }
         self.compile(plan)
     }
 

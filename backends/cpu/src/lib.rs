@@ -172,7 +172,12 @@ impl CpuBackend {
         )
     }
 
-    fn compile_build(&self, plan: &Plan, build: Build) -> Result<CpuExecutable> {
+    fn compile_build(&self, plan: &Plan, mut build: Build) -> Result<CpuExecutable> {
+        // `precision("float64")` asks a device for float64 execution, which the reference
+        // rules are already.
+        if build.precision == Precision::Float64 {
+            build.precision = Precision::Reference;
+        }
         // A plan of small values may run as one native function; only the reference rule has
         // one (under `Float32`, float32 sums accumulate in float32, which the code generator
         // does not do).

@@ -7,9 +7,12 @@
 //! element with a one-hot mask of the permutation and a sum, which is exact (one term is
 //! selected, the rest are zeros) and makes their derivative the permutation of the incoming
 //! tangent, to every order. The price is work and memory quadratic in the length of the sorted
-//! axis (`n x n` comparisons per slice; `k x n` for `top_k`), which suits the axes of a few
-//! thousand elements these functions see in models (logits, rankings, small batches); a
-//! longer axis should be sorted eagerly outside the differentiated function.
+//! axis (`n x n` comparisons per slice; `top_k` with a small `k` makes `k` passes instead),
+//! which suits the axes of a few thousand elements these functions see in models (logits,
+//! rankings, small batches); a longer axis should be sorted eagerly outside the
+//! differentiated function. Positions, ranks and counts are float64 (exact for any axis
+//! length), converted to int64 at the end, so that the quadratic work runs in the fused float
+//! kernels rather than one integer node at a time.
 //!
 //! Order: NumPy's. Floats are ordered with NaN after `+inf` (all NaNs equal), `-0.0` equal to
 //! `0.0`; ties keep their index order (every sort here is stable). Descending orders reverse
@@ -39,6 +42,16 @@ fn iota(b: &mut GraphBuilder, n: usize, trailing: usize) -> Built {
     let mut dims = vec![n];
     dims.extend(std::iter::repeat_n(1, trailing));
     let data = HostData::I64((0..n as i64).collect::<Vec<_>>().into());
+    b.constant(data, Shape::new(dims)?, false)
+}
+
+/// `0.0, 1.0, ..., n - 1` as float64, shaped like [`iota`]: positions and ranks are counted in
+/// float64 (exact far beyond any axis length), which keeps the quadratic work of the sorting
+/// functions in the fused float kernels; integer nodes run one at a time.
+fn position(b: &mut GraphBuilder, n: usize, trailing: usize) -> Built {
+    let mut dims = vec![n];
+    dims.extend(std::iter::repeat_n(1, trailing));
+    let data = HostData::F64((0..n).map(|k| k as f64).collect::<Vec<_>>().into());
     b.constant(data, Shape::new(dims)?, false)
 }
 
@@ -81,14 +94,18 @@ fn key(b: &mut GraphBuilder, x: NodeId) -> Built {
     }
 }
 
-/// Sums the true entries of a bool tensor over `axis` as int64.
+/// Counts the true entries of a bool tensor over `axis`, in float64 (see [`position`]).
 fn count(b: &mut GraphBuilder, mask: NodeId, axis: isize) -> Built {
-    let ones = b.astype(mask, DType::I64)?;
+    let ones = b.astype(mask, DType::F64)?;
     b.sum(ones, Some(&[axis]), false)
 }
 
 /// `x` with `axis` moved last, and the permutation that moves it back.
-fn axis_last(b: &mut GraphBuilder, x: NodeId, axis: usize) -> quabla_ir::Result<(NodeId, Vec<isize>)> {
+fn axis_last(
+    b: &mut GraphBuilder,
+    x: NodeId,
+    axis: usize,
+) -> quabla_ir::Result<(NodeId, Vec<isize>)> {
     let rank = b.ty(x).shape.rank();
     if axis + 1 == rank {
         return Ok((x, Vec::new()));
@@ -125,7 +142,7 @@ fn expand(b: &mut GraphBuilder, x: NodeId, at: isize) -> Built {
 }
 
 /// The rank of each element of the last axis of `key` in the stable order (ascending, or
-/// descending with ties still in index order): int64 of `key`'s shape.
+/// descending with ties still in index order): float64 of `key`'s shape.
 fn stable_ranks(b: &mut GraphBuilder, key: NodeId, descending: bool) -> Built {
     let n = *b.ty(key).shape.dims().last().expect("rank >= 1");
     // `[.., i, j]` compares element `j` (the other) with element `i` (the one ranked).
@@ -137,8 +154,8 @@ fn stable_ranks(b: &mut GraphBuilder, key: NodeId, descending: bool) -> Built {
         total_less(b, other, ranked)?
     };
     let equal = total_equal(b, other, ranked)?;
-    let i = iota(b, n, 1)?;
-    let j = iota(b, n, 0)?;
+    let i = position(b, n, 1)?;
+    let j = position(b, n, 0)?;
     let earlier = b.compare(Comparison::Less, j, i)?;
     let tie_before = build_and(b, equal, earlier)?;
     let precedes = build_or(b, before, tie_before)?;
@@ -147,7 +164,7 @@ fn stable_ranks(b: &mut GraphBuilder, key: NodeId, descending: bool) -> Built {
 
 /// `[.., r, i]`: whether element `i` of the last axis has rank `r`, for `r < k`.
 fn rank_mask(b: &mut GraphBuilder, ranks: NodeId, k: usize) -> Built {
-    let r = iota(b, k, 1)?;
+    let r = position(b, k, 1)?;
     let ranks = expand(b, ranks, -2)?;
     b.compare(Comparison::Equal, ranks, r)
 }
@@ -157,12 +174,26 @@ fn rank_mask(b: &mut GraphBuilder, ranks: NodeId, k: usize) -> Built {
 /// out of the sum as `+0.0`, so it is negated back through `-(0 - s)`, which keeps the
 /// derivative of the selected element.
 fn select_by_mask(b: &mut GraphBuilder, x: NodeId, mask: NodeId) -> Built {
+    select_in_order(b, x, mask, true)
+}
+
+/// The int64 positions along the last axis (`n` of them, rows shaped like `like`) in the order
+/// the mask gives.
+fn positions_by_mask(b: &mut GraphBuilder, n: usize, like: NodeId, mask: NodeId) -> Built {
+    let positions = position(b, n, 0)?;
+    let rows = b.broadcast_to(positions, b.ty(like).shape.clone())?;
+    let picked = select_in_order(b, rows, mask, false)?;
+    b.astype(picked, DType::I64)
+}
+
+/// [`select_by_mask`], with the sign of a selected zero kept when `signed_zeros`.
+fn select_in_order(b: &mut GraphBuilder, x: NodeId, mask: NodeId, signed_zeros: bool) -> Built {
     let dtype = b.ty(x).dtype;
     let row = expand(b, x, -2)?;
     let zero = b.scalar(0.0, dtype, false);
     let picked = b.select(mask, row, zero)?;
     let summed = b.sum(picked, Some(&[-1]), false)?;
-    if !dtype.is_float() {
+    if !dtype.is_float() || !signed_zeros {
         return Ok(summed);
     }
     // Which selected elements are -0.0: zero, with a negative reciprocal (the reciprocal is
@@ -175,7 +206,7 @@ fn select_by_mask(b: &mut GraphBuilder, x: NodeId, mask: NodeId) -> Built {
     let neg_zero = build_and(b, is_zero, negative)?;
     let picked_neg_zero = build_and(b, neg_zero, mask)?;
     let any = count(b, picked_neg_zero, -1)?;
-    let none = b.weak_int(0);
+    let none = b.weak_scalar(0.0);
     let has = b.compare(Comparison::Greater, any, none)?;
     let from_zero = b.sub(zero, summed)?;
     let negated = b.unary(UnaryOp::Neg, from_zero)?;
@@ -194,7 +225,12 @@ fn need_axis(b: &GraphBuilder, x: NodeId, op: &str) -> quabla_ir::Result<()> {
 }
 
 /// `x` flattened to rank 1 when `axis` is `None`, with the axis to work along.
-fn along(b: &mut GraphBuilder, x: NodeId, axis: Option<isize>, op: &str) -> quabla_ir::Result<(NodeId, usize)> {
+fn along(
+    b: &mut GraphBuilder,
+    x: NodeId,
+    axis: Option<isize>,
+    op: &str,
+) -> quabla_ir::Result<(NodeId, usize)> {
     match axis {
         None => {
             let n = b.ty(x).shape.size();
@@ -280,10 +316,11 @@ impl ArgExtremum {
             let at_extremum = b.compare(Comparison::Equal, x, extremum)?;
             let nan = is_nan(b, x)?;
             let hit = build_or(b, at_extremum, nan)?;
-            let index = iota(b, n, shape.rank() - 1 - axis)?;
-            let past = b.weak_int(n as i64);
+            let index = position(b, n, shape.rank() - 1 - axis)?;
+            let past = b.weak_scalar(n as f64);
             let candidates = b.select(hit, index, past)?;
-            let first = b.min(candidates, Some(&ax), keepdims)?;
+            let nearest = b.min(candidates, Some(&ax), keepdims)?;
+            let first = b.astype(nearest, DType::I64)?;
             if keepdims && b.ty(first).shape.rank() != original_rank {
                 // Flattened input: keep one extent-1 axis per input axis, as NumPy does.
                 return b.reshape_to(first, Shape::new(vec![1; original_rank])?);
@@ -366,9 +403,7 @@ impl Sort {
             let ranks = stable_ranks(b, k, descending)?;
             let mask = rank_mask(b, ranks, n)?;
             let out = if indices {
-                let positions = iota(b, n, 0)?;
-                let rows = b.broadcast_to(positions, b.ty(moved).shape.clone())?;
-                select_by_mask(b, rows, mask)?
+                positions_by_mask(b, n, moved, mask)?
             } else if b.ty(moved).dtype == DType::Bool {
                 let sorted = select_by_mask(b, k, mask)?;
                 b.astype(sorted, DType::Bool)?
@@ -396,11 +431,13 @@ pub fn top_k(x: impl Into<Operand>, k: usize) -> Result<(Tensor, Tensor)> {
             });
         }
         let kx = key(b, x[0])?;
-        let ranks = stable_ranks(b, kx, true)?;
-        let mask = rank_mask(b, ranks, k)?;
-        let positions = iota(b, n, 0)?;
-        let rows = b.broadcast_to(positions, b.ty(x[0]).shape.clone())?;
-        let indices = select_by_mask(b, rows, mask)?;
+        let mask = if k <= SELECTED_TOP_K {
+            top_by_selection(b, kx, k)?
+        } else {
+            let ranks = stable_ranks(b, kx, true)?;
+            rank_mask(b, ranks, k)?
+        };
+        let indices = positions_by_mask(b, n, x[0], mask)?;
         let values = if b.ty(x[0]).dtype == DType::Bool {
             let top = select_by_mask(b, kx, mask)?;
             b.astype(top, DType::Bool)?
@@ -412,6 +449,42 @@ pub fn top_k(x: impl Into<Operand>, k: usize) -> Result<(Tensor, Tensor)> {
     let indices = out.pop().expect("two outputs");
     let values = out.pop().expect("two outputs");
     Ok((values, indices))
+}
+
+/// Up to this `k`, `top_k` finds its elements one at a time (`k` passes of `n` comparisons)
+/// instead of ranking the whole axis (`n x n`); both give the same mask.
+const SELECTED_TOP_K: usize = 16;
+
+/// `[.., r, i]`: whether element `i` of the last axis is the `r`-th largest, `r < k`, found by
+/// `k` argmax passes over the elements not yet taken (the first of equal maxima, NaN first).
+fn top_by_selection(b: &mut GraphBuilder, key: NodeId, k: usize) -> Built {
+    let ty = b.ty(key).clone();
+    let n = *ty.shape.dims().last().expect("rank >= 1");
+    let positions = position(b, n, 0)?;
+    // The dtype's lowest value (-inf, or the integer minimum) stands in for taken elements.
+    let lowest = b.scalar(f64::NEG_INFINITY, ty.dtype, false);
+    let past = b.weak_scalar(n as f64);
+    let nothing = super::bool_const(b, false)?;
+    let mut taken = b.broadcast_to(nothing, ty.shape.clone())?;
+    let nan = is_nan(b, key)?;
+    let mut rows = Vec::with_capacity(k);
+    for _ in 0..k {
+        let available = b.select(taken, lowest, key)?;
+        let largest = b.max(available, Some(&[-1]), true)?;
+        let at_largest = b.compare(Comparison::Equal, key, largest)?;
+        let candidate = build_or(b, at_largest, nan)?;
+        let free = build_not(b, taken)?;
+        let hit = build_and(b, candidate, free)?;
+        let at = b.select(hit, positions, past)?;
+        let first = b.min(at, Some(&[-1]), true)?;
+        let chosen = b.compare(Comparison::Equal, positions, first)?;
+        taken = build_or(b, taken, chosen)?;
+        rows.push(expand(b, chosen, -2)?);
+    }
+    if rows.len() == 1 {
+        return Ok(rows[0]);
+    }
+    b.concat(&rows, -2)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -462,9 +535,7 @@ impl SearchSorted {
             if rank != 1 {
                 return Err(IrError::Shape {
                     op: "searchsorted".into(),
-                    message: format!(
-                        "searchsorted needs a rank-1 sorted array, got rank {rank}"
-                    ),
+                    message: format!("searchsorted needs a rank-1 sorted array, got rank {rank}"),
                 });
             }
             let (a, v) = (key(b, x[0])?, key(b, x[1])?);
@@ -476,7 +547,8 @@ impl SearchSorted {
                     build_not(b, after)?
                 }
             };
-            count(b, before, -1)
+            let counted = count(b, before, -1)?;
+            b.astype(counted, DType::I64)
         })
     }
 }
@@ -580,10 +652,7 @@ impl BinCount {
             if ty.shape.rank() != 1 {
                 return Err(IrError::Shape {
                     op: "bincount".into(),
-                    message: format!(
-                        "bincount needs a rank-1 array, got shape {}",
-                        ty.shape
-                    ),
+                    message: format!("bincount needs a rank-1 array, got shape {}", ty.shape),
                 });
             }
             if length == 0 {
@@ -598,7 +667,8 @@ impl BinCount {
             let bins = iota(b, length, 1)?;
             let hit = b.compare(Comparison::Equal, row, bins)?;
             if !weighted {
-                return count(b, hit, -1);
+                let counted = count(b, hit, -1)?;
+                return b.astype(counted, DType::I64);
             }
             let w = b.ty(x[1]).clone();
             if w.shape != ty.shape {

@@ -57,6 +57,7 @@ pub struct TrainerBuilder<P, D, L> {
     rule: Rule,
     data: D,
     device: String,
+    precision: Option<String>,
     batch_argnums: Vec<usize>,
     check_every: Option<u64>,
 }
@@ -79,6 +80,7 @@ pub struct Trainer<P, D, L> {
     loss_fn: L,
     rule: Rule,
     device: String,
+    precision: Option<String>,
     entry: Arc<Entry>,
     params_def: TreeDef,
     /// The structure and leaves of the current data (its tensor leaves as they were given,
@@ -124,6 +126,13 @@ where
     /// registered backend (`"cuda"`, `"cuda:N"`, a plugin's name).
     pub fn device(mut self, device: impl Into<String>) -> Self {
         self.device = device.into();
+        self
+    }
+
+    /// `None` (the reference rules) or `"float64"`: on CUDA, run the step in float64
+    /// (numerics.md §1.6; the parameters and data must be float64); ignored on the CPU.
+    pub fn precision(mut self, precision: Option<&str>) -> Self {
+        self.precision = precision.map(str::to_string);
         self
     }
 
@@ -210,6 +219,7 @@ where
             crate::jit(&fused)
                 .name("Trainer.step")
                 .device(self.device.clone())
+                .precision(self.precision.as_deref())
                 .lower(&args)
         };
         let mut host_rate = !rule.lr.runs_in_plan();
@@ -242,6 +252,7 @@ where
             loss_fn: self.loss,
             rule,
             device: self.device,
+            precision: self.precision,
             entry,
             params_def,
             data_def,
@@ -298,6 +309,7 @@ where
             rule: optimizer.rule().clone(),
             data,
             device: "cpu".into(),
+            precision: None,
             batch_argnums: Vec::new(),
             check_every: None,
         }
@@ -471,6 +483,7 @@ where
             let compiled = crate::jit(|(p, d): (P, D)| loss(&p, &d))
                 .name("Trainer.loss")
                 .device(self.device.clone())
+                .precision(self.precision.as_deref())
                 .lower(&args)?
                 .compile();
             let _ = self.loss_plan.set(compiled);
