@@ -48,7 +48,7 @@ pub fn data() -> qb::Result<(Tensor, Tensor)> {
             labels.push(class as i64);
         }
     }
-    let points = (Tensor::from_vec(&[EXAMPLES, 2], centers)? + noise)?;
+    let points = (Tensor::from_vec([EXAMPLES, 2], centers)? + noise)?;
     Ok((points, qb::array(labels)?))
 }
 
