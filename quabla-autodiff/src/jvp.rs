@@ -234,6 +234,9 @@ fn tangent_rule(
                 .collect::<Result<_>>()?;
             Some(b.push(node.op.clone(), &parts)?)
         }
+        Op::IndexGather { .. } | Op::IndexScatter { .. } => {
+            crate::indexed::jvp(b, &node.op, x, out, t)?
+        }
         Op::ScatterAdd { .. } => {
             let base = or_zeros(b, t[0], x[0])?;
             let upd = or_zeros(b, t[1], x[1])?;

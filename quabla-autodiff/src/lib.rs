@@ -20,6 +20,7 @@
 pub mod check;
 mod custom;
 mod helpers;
+mod indexed;
 mod jacobian;
 mod jvp;
 mod regions;

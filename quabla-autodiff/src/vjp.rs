@@ -371,6 +371,9 @@ fn cotangent_rule(
                 &[z, ct],
             )?)]
         }
+        Op::IndexGather { .. } | Op::IndexScatter { .. } => {
+            crate::indexed::vjp(b, &node.op, x, out, ct)?
+        }
         Op::ScatterAdd { axis, indices } => {
             let g = b.push(
                 Op::Gather {

@@ -448,6 +448,41 @@ impl GraphBuilder {
         self.push(Op::ScatterAdd { axis, indices }, &[base, updates])
     }
 
+    /// `index_gather(x, idx)` along `axis` with `batch` leading batch axes shared by `x` and
+    /// `idx` (see [`Op::IndexGather`]); an index outside the axis reads zero.
+    pub fn index_gather(
+        &mut self,
+        x: NodeId,
+        idx: NodeId,
+        axis: usize,
+        batch: usize,
+    ) -> Result<NodeId> {
+        self.push(Op::IndexGather { axis, batch }, &[x, idx])
+    }
+
+    /// `index_scatter(base, idx, updates)` combining by `mode` (see [`Op::IndexScatter`]);
+    /// `updates` is cast to the dtype of `base` first, and indices outside the axis are
+    /// dropped.
+    pub fn index_scatter(
+        &mut self,
+        base: NodeId,
+        idx: NodeId,
+        updates: NodeId,
+        (axis, batch): (usize, usize),
+        mode: crate::ScatterMode,
+    ) -> Result<NodeId> {
+        let dtype = self.ty(base).dtype;
+        let updates = if self.ty(updates).dtype == dtype {
+            updates
+        } else {
+            self.cast_to(updates, dtype, false)?
+        };
+        self.push(
+            Op::IndexScatter { axis, batch, mode },
+            &[base, idx, updates],
+        )
+    }
+
     /// `solve(a, b)` with the conventions of api.md §17 and numerics.md §6.1: `a` is
     /// `[..., n, n]`; a rank-1 `b` is one vector `[n]`, any other `b` a stack of right-hand sides
     /// `[..., n, k]`; the batch axes of `a` and `b` broadcast (`a [2, 2, 2]` with `b [2]` gives

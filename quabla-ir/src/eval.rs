@@ -268,6 +268,8 @@ pub fn compare_int(op: Comparison, a: i64, b: i64) -> bool {
 pub fn is_integer_node(op: &Op, operands: &[&TensorType], out: &TensorType) -> bool {
     match op {
         Op::Cast { .. } => false,
+        // The integer indices of these do not make the node an integer function.
+        Op::IndexGather { .. } | Op::IndexScatter { .. } => out.dtype.is_integer(),
         Op::Unary(UnaryOp::BitNot) => true,
         Op::Binary(b) if b.is_integer_only() => true,
         _ => out.dtype.is_integer() || operands.iter().any(|t| t.dtype.is_integer()),
@@ -308,6 +310,9 @@ pub struct HostValue<'a> {
 pub fn evaluate(op: &Op, operands: &[HostValue<'_>], out: &TensorType) -> Option<HostData> {
     if let Op::Cast { .. } = op {
         return Some(operands[0].data.cast(out.dtype));
+    }
+    if let Some(value) = crate::indexed::evaluate(op, operands, out) {
+        return Some(value);
     }
     let integer = matches!(op, Op::Unary(UnaryOp::BitNot))
         || matches!(op, Op::Binary(b) if b.is_integer_only())
@@ -383,6 +388,9 @@ pub fn evaluate(op: &Op, operands: &[HostValue<'_>], out: &TensorType) -> Option
         | Op::Slice { .. }
         | Op::PadSlice { .. }
         | Op::Gather { .. } => unreachable!("layout ops are evaluated by `layout`"),
+        Op::IndexGather { .. } | Op::IndexScatter { .. } => {
+            unreachable!("indexed ops are evaluated by `indexed::evaluate`")
+        }
         Op::ScatterAdd { axis, indices } => {
             let mut v = operands[0].data.to_f64_vec();
             let u = operands[1].data.to_f64_vec();
@@ -479,6 +487,9 @@ fn evaluate_int(op: &Op, operands: &[HostValue<'_>], out: &TensorType) -> Option
         | Op::Slice { .. }
         | Op::PadSlice { .. }
         | Op::Gather { .. } => unreachable!("layout ops are evaluated by `layout`"),
+        Op::IndexGather { .. } | Op::IndexScatter { .. } => {
+            unreachable!("indexed ops are evaluated by `indexed::evaluate`")
+        }
     };
     Some(HostData::from_i64(out.dtype, values))
 }

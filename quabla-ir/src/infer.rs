@@ -249,6 +249,7 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
                 ..x.clone()
             })
         }
+        Op::IndexGather { .. } | Op::IndexScatter { .. } => crate::indexed::infer(op, operands),
         Op::ScatterAdd { axis, indices } => {
             let (base, upd) = (operands[0], operands[1]);
             require_numeric(name, base)?;

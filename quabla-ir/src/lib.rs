@@ -35,6 +35,7 @@ mod error;
 pub mod eval;
 mod graph;
 mod host;
+pub mod indexed;
 mod infer;
 pub mod interp;
 mod op;
@@ -54,7 +55,7 @@ pub use host::HostData;
 pub use infer::infer_type;
 pub use op::{
     Arity, BinaryOp, Comparison, CustomCall, CustomRule, LinalgKind, Op, OpKind, ReduceKind,
-    Reducer, UnaryOp,
+    Reducer, ScatterMode, UnaryOp,
 };
 pub use plan::Plan;
 pub use region::{region_groups, Region, RegionCall, RegionForm, RegionKind, ScanBody};

@@ -252,6 +252,19 @@ code_table! {
     }
 }
 
+code_table! {
+    /// How [`Op::IndexScatter`] combines an update with the element it lands on. Repeated
+    /// destinations combine in row-major order of the updates (for `set`, the last one wins).
+    pub enum ScatterMode {
+        Set = 0 => "set",
+        Add = 1 => "add",
+        Mul = 2 => "mul",
+        /// IEEE 754-2019 minimum (NaN propagates), like `min_axis`.
+        Min = 3 => "min",
+        Max = 4 => "max",
+    }
+}
+
 /// A user-defined derivative rule (`custom_vjp`, `custom_jvp`, `checkpoint`). The symbolic
 /// transforms read its rule graphs; canonicalization replaces the node by its primal graph
 /// before a plan reaches a backend.
@@ -395,6 +408,23 @@ pub enum Op {
         axis: usize,
         indices: Vec<usize>,
     },
+    /// `index_gather(x, idx)`: gather along `axis` by a tensor of integer indices. The first
+    /// `batch` axes of `x` and `idx` are batch axes matched one to one (`batch <= axis`); with
+    /// `x: [B.., P.., n, Q..]` and `idx: [B.., J..]` the result is `[B.., P.., J.., Q..]` and
+    /// reads `x[b, p, idx[b, j], q]`. An index outside `[0, n)` reads zero (the facade clamps
+    /// or wraps before; this keeps the op and [`Op::IndexScatter`] exact transposes).
+    IndexGather {
+        axis: usize,
+        batch: usize,
+    },
+    /// `index_scatter(base, idx, updates)`: the transpose layout of [`Op::IndexGather`];
+    /// `updates: [B.., P.., J.., Q..]` is combined by `mode` into a copy of `base` at
+    /// `idx[b, j]` of `axis`. Indices outside `[0, n)` are dropped.
+    IndexScatter {
+        axis: usize,
+        batch: usize,
+        mode: ScatterMode,
+    },
     /// Batched matrix product `[..., m, k] x [..., k, n]` with broadcast batch axes.
     Matmul,
     /// `solve(a, b)`: `a [..., n, n]`, `b [..., n, k]` by the LU factorization (partial
@@ -459,6 +489,8 @@ code_table! {
         Region = 30 => "region",
         Custom = 31 => "custom",
         DebugPrint = 32 => "debug_print",
+        IndexGather = 33 => "index_gather",
+        IndexScatter = 34 => "index_scatter",
     }
 }
 
@@ -503,11 +535,12 @@ impl OpKind {
             OpKind::Binary
             | OpKind::Compare
             | OpKind::ScatterAdd
+            | OpKind::IndexGather
             | OpKind::Matmul
             | OpKind::Solve
             | OpKind::CholeskyAd
             | OpKind::TriangularSolve => Exactly(2),
-            OpKind::Where => Exactly(3),
+            OpKind::Where | OpKind::IndexScatter => Exactly(3),
             OpKind::Concat => Arity::AtLeastOne,
             OpKind::Custom => Arity::OfRule,
             OpKind::Region => Arity::OfRegion,
@@ -528,6 +561,8 @@ impl OpKind {
             OpKind::Slice => &["starts", "sizes"],
             OpKind::PadSlice => &["starts", "shape"],
             OpKind::Gather | OpKind::ScatterAdd => &["axis", "indices"],
+            OpKind::IndexGather => &["axis", "batch"],
+            OpKind::IndexScatter => &["axis", "batch", "mode"],
             OpKind::Solve => &["transpose_a"],
             OpKind::TriangularSolve => &["lower", "transpose_a", "unit_diagonal"],
             OpKind::Linalg => &["kind"],
@@ -619,6 +654,8 @@ impl Op {
             Op::PadSlice { .. } => OpKind::PadSlice,
             Op::Gather { .. } => OpKind::Gather,
             Op::ScatterAdd { .. } => OpKind::ScatterAdd,
+            Op::IndexGather { .. } => OpKind::IndexGather,
+            Op::IndexScatter { .. } => OpKind::IndexScatter,
             Op::Matmul => OpKind::Matmul,
             Op::Solve { .. } => OpKind::Solve,
             Op::Cholesky => OpKind::Cholesky,
@@ -698,7 +735,16 @@ mod tests {
 
     #[test]
     fn tables_round_trip_names_and_codes() {
-        check_table!(OpKind, UnaryOp, BinaryOp, Comparison, ReduceKind, LinalgKind, RegionForm);
+        check_table!(
+            OpKind,
+            UnaryOp,
+            BinaryOp,
+            Comparison,
+            ReduceKind,
+            LinalgKind,
+            RegionForm,
+            ScatterMode
+        );
     }
 
     #[test]

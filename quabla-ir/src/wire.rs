@@ -156,7 +156,7 @@
 
 use crate::error::IrError;
 use crate::graph::{Graph, Node, NodeId, TensorType};
-use crate::op::{BinaryOp, Comparison, LinalgKind, Op, OpKind, UnaryOp};
+use crate::op::{BinaryOp, Comparison, LinalgKind, Op, OpKind, ScatterMode, UnaryOp};
 use crate::region::{Region, RegionCall, RegionForm, RegionKind, ScanBody};
 use crate::{DType, HostData, Plan, Shape};
 use std::collections::HashMap;
@@ -589,6 +589,15 @@ impl Writer {
             }
             Op::Linalg(kind) => {
                 self.u8(kind.code());
+            }
+            Op::IndexGather { axis, batch } => {
+                self.index(*axis)?;
+                self.index(*batch)?;
+            }
+            Op::IndexScatter { axis, batch, mode } => {
+                self.index(*axis)?;
+                self.index(*batch)?;
+                self.u8(mode.code());
             }
             Op::Custom(_) => return Err(WireError::CustomNode { node: id }),
             Op::Region(call) => self.region(id, call, defined, depth)?,
@@ -1148,6 +1157,15 @@ impl<'a> Reader<'a> {
                 unit_diagonal: self.bool("a unit_diagonal flag")?,
             },
             OpKind::Linalg => Op::Linalg(self.code("a linalg kind code", LinalgKind::from_code)?),
+            OpKind::IndexGather => Op::IndexGather {
+                axis: self.index("an axis")?,
+                batch: self.index("a batch axis count")?,
+            },
+            OpKind::IndexScatter => Op::IndexScatter {
+                axis: self.index("an axis")?,
+                batch: self.index("a batch axis count")?,
+                mode: self.code("a scatter mode code", ScatterMode::from_code)?,
+            },
             OpKind::Region => return self.region(id, nodes, defines),
             // Custom rules never cross the wire (see the module docs).
             OpKind::Custom => return Err(WireError::UnknownTag { tag: t, at }),

@@ -287,6 +287,28 @@ fn every_op_graph() -> Graph {
         )
         .unwrap(),
     );
+    // Indexed ops: integer indices, one with a batch axis, every scatter mode.
+    let picked = b
+        .push(Op::IndexGather { axis: 1, batch: 0 }, &[a, n])
+        .unwrap();
+    outs.push(picked);
+    outs.push(
+        b.push(Op::IndexGather { axis: 1, batch: 1 }, &[a, n])
+            .unwrap(),
+    );
+    for mode in quabla_ir::ScatterMode::ALL {
+        outs.push(
+            b.push(
+                Op::IndexScatter {
+                    axis: 1,
+                    batch: 0,
+                    mode,
+                },
+                &[a, n, picked],
+            )
+            .unwrap(),
+        );
+    }
     outs.push(b.push(Op::Matmul, &[a, m]).unwrap());
     outs.push(b.push(Op::Matmul, &[batch, batch]).unwrap());
     for transpose_a in [false, true] {
@@ -352,6 +374,8 @@ fn every_op_round_trips() {
         "pad_slice",
         "gather",
         "scatter_add",
+        "index_gather",
+        "index_scatter",
         "matmul",
         "solve",
         "cholesky",

@@ -14,6 +14,7 @@ mod custom;
 mod distributed;
 mod errors;
 mod functions;
+mod indexing;
 mod interrupt;
 mod ints;
 mod io;
@@ -35,6 +36,7 @@ fn _quabla(m: &Bound<'_, PyModule>) -> PyResult<()> {
     quabla::hide_source_dir(file!().strip_suffix("lib.rs").unwrap_or(file!()));
     tensor::add_to(m)?;
     functions::add_to(m)?;
+    indexing::add_to(m)?;
     sorting::add_to(m)?;
     transforms::add_to(m)?;
     control_flow::add_to(m)?;

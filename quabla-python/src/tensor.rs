@@ -158,7 +158,7 @@ fn tensor_from_flat(
 }
 
 /// Reads one Python index item.
-fn index_item(obj: &Bound<'_, PyAny>) -> PyResult<qb::IndexItem> {
+pub(crate) fn index_item(obj: &Bound<'_, PyAny>) -> PyResult<qb::IndexItem> {
     if obj.is_none() {
         return Ok(qb::IndexItem::NewAxis);
     }
@@ -411,13 +411,18 @@ impl PyTensor {
         py: Python<'py>,
         index: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let items = if let Ok(t) = index.cast::<PyTuple>() {
-            t.iter()
-                .map(|i| index_item(&i))
-                .collect::<PyResult<Vec<_>>>()?
-        } else {
-            vec![index_item(index)?]
-        };
+        // Index arrays (tensors, traced or not, lists, NumPy arrays) take the gather path.
+        let entries = crate::indexing::entries(index)?;
+        if crate::indexing::has_arrays(&entries) {
+            return ret(py, self.t.index_with(entries));
+        }
+        let items: Vec<qb::IndexItem> = entries
+            .into_iter()
+            .filter_map(|e| match e {
+                qb::IndexEntry::Basic(item) => Some(item),
+                qb::IndexEntry::Array(_) => None,
+            })
+            .collect();
         ret(py, self.t.index(items))
     }
 

@@ -374,6 +374,40 @@ fn batch_rule(b: &mut GraphBuilder, node: &Node, args: &[Value], size: usize) ->
                 &ids,
             )
         }
+        // Unbatched data read by batched indices needs no copy per example: the batch axis of
+        // the indices is one more picked axis, moved to the front afterwards.
+        Op::IndexGather { axis, batch: 0 } if !args[0].batched => {
+            let picked = b.push(
+                Op::IndexGather {
+                    axis: *axis,
+                    batch: 0,
+                },
+                &[args[0].id, args[1].id],
+            )?;
+            move_axis(b, picked, *axis, 0)
+        }
+        // Otherwise the batch axis is one more batch axis shared by every operand.
+        Op::IndexGather { axis, batch } => {
+            let ids = materialize_all(b, args, size)?;
+            b.push(
+                Op::IndexGather {
+                    axis: axis + 1,
+                    batch: batch + 1,
+                },
+                &ids,
+            )
+        }
+        Op::IndexScatter { axis, batch, mode } => {
+            let ids = materialize_all(b, args, size)?;
+            b.push(
+                Op::IndexScatter {
+                    axis: axis + 1,
+                    batch: batch + 1,
+                    mode: *mode,
+                },
+                &ids,
+            )
+        }
         // The batch axes of `matmul` broadcast, so the batch axis only needs to line up in
         // front of both operands' logical batch axes.
         Op::Matmul => {

@@ -74,6 +74,7 @@ pub use ops::composite::*;
 pub use ops::effects::*;
 pub use ops::elementwise::*;
 pub use ops::index::*;
+pub use ops::indexed::*;
 pub use ops::layout::*;
 pub use ops::normalize::*;
 pub use ops::products::*;

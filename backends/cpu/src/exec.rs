@@ -24,7 +24,7 @@
 use crate::buffer::{self, Buffer, Pool, Storage, View, ViewMut};
 use crate::kernels::elementwise::{Program, Scratch};
 use crate::kernels::linalg::Lu;
-use crate::kernels::{internal, layout, linalg, matmul, reduce};
+use crate::kernels::{indexed, internal, layout, linalg, matmul, reduce};
 use crate::schedule::{NanCheck, NodeStep, Schedule, StepKind};
 use quabla_backend::cancel::Watch;
 use quabla_backend::{BackendError, Result};
@@ -694,6 +694,13 @@ fn run_node(
         Op::ScatterAdd { axis, indices } => {
             let ((base, dims), (upd, _)) = (arg(0)?, arg(1)?);
             layout::scatter_add(base, upd, dims, *axis, indices, out)
+        }
+        Op::IndexGather { axis, batch } => {
+            indexed::index_gather(arg(0)?, arg(1)?, (*axis, *batch), out)
+        }
+        Op::IndexScatter { axis, batch, mode } => {
+            let (base, idx, (upd, _)) = (arg(0)?, arg(1)?, arg(2)?);
+            indexed::index_scatter(base, idx, upd, (*axis, *batch, *mode), out)
         }
         Op::Matmul => {
             let ((a, ad), (b, bd)) = (arg(0)?, arg(1)?);

@@ -15,7 +15,7 @@
 use super::number::parse_f64;
 use crate::error::{IrError, Result};
 use crate::graph::{Graph, GraphBuilder, NodeId, TensorType};
-use crate::op::{BinaryOp, Comparison, LinalgKind, Op, OpKind, ReduceKind, UnaryOp};
+use crate::op::{BinaryOp, Comparison, LinalgKind, Op, OpKind, ReduceKind, ScatterMode, UnaryOp};
 use crate::region::{Region, RegionCall, RegionForm, RegionKind, ScanBody};
 // The bound of the wire format also bounds the parser's recursion.
 use crate::wire::MAX_REGION_DEPTH;
@@ -897,6 +897,19 @@ impl Parser {
                 transpose_a: a.bool("transpose_a")?,
                 unit_diagonal: a.bool("unit_diagonal")?,
             },
+            OpKind::IndexGather => Op::IndexGather {
+                axis: a.usize("axis")?,
+                batch: a.usize("batch")?,
+            },
+            OpKind::IndexScatter => {
+                let mode = a.get("mode")?;
+                Op::IndexScatter {
+                    axis: a.usize("axis")?,
+                    batch: a.usize("batch")?,
+                    mode: ScatterMode::from_name(mode)
+                        .ok_or_else(|| err(line, &format!("unknown scatter mode {mode}")))?,
+                }
+            }
             OpKind::Linalg => {
                 let kind = a.get("kind")?;
                 Op::Linalg(

@@ -205,6 +205,15 @@ fn node_body(node: &Node) -> String {
             args.push(format!("unit_diagonal={unit_diagonal}"));
         }
         Op::Linalg(kind) => args.push(format!("kind={}", kind.name())),
+        Op::IndexGather { axis, batch } => {
+            args.push(format!("axis={axis}"));
+            args.push(format!("batch={batch}"));
+        }
+        Op::IndexScatter { axis, batch, mode } => {
+            args.push(format!("axis={axis}"));
+            args.push(format!("batch={batch}"));
+            args.push(format!("mode={}", mode.name()));
+        }
         Op::Custom(call) => {
             args.push(format!("name={}", call.rule.name));
             args.push(format!("output={}", call.output));

@@ -57,6 +57,7 @@ pub mod composite;
 pub mod effects;
 pub mod elementwise;
 pub mod index;
+pub mod indexed;
 pub mod layout;
 pub mod normalize;
 pub mod products;

@@ -8,6 +8,7 @@
 //! shapes.
 
 pub(crate) mod elementwise;
+pub(crate) mod indexed;
 pub(crate) mod lanes;
 pub(crate) mod layout;
 pub(crate) mod linalg;
