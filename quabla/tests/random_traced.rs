@@ -245,7 +245,7 @@ fn fori_loop_folds_in_the_loop_index() -> qb::Result<()> {
     };
     let run = |key: &Tensor| {
         qb::fori_loop(0, 5, body, &qb::zeros([3])?)
-            .operands(&[key.clone()])
+            .operands(std::slice::from_ref(key))
             .eval()
     };
     let mut want = qb::zeros([3])?;
