@@ -280,20 +280,31 @@ pub fn is_integer_node(op: &Op, operands: &[&TensorType], out: &TensorType) -> b
 /// integer function: what backends whose generated code holds every value as a float64 refuse
 /// to translate.
 pub fn has_integers(graph: &crate::Graph) -> bool {
-    graph.nodes().iter().any(|node| {
-        let operands: Vec<&TensorType> = node
-            .operands
-            .iter()
-            .map(|o| &graph.nodes()[o.index()].ty)
-            .collect();
-        is_integer_node(&node.op, &operands, &node.ty)
-            || matches!(&node.op, Op::Cast { to, .. } if to.is_integer())
-            || operands.iter().any(|t| t.dtype.is_integer())
-            || match &node.op {
-                Op::Region(call) => call.region.bodies().iter().any(|(_, g)| has_integers(g)),
-                _ => false,
+    // Region bodies are shared (`Arc`): a derivative's checkpoint layouts nest the same body
+    // under many regions, so each distinct body is visited once, or the walk is exponential
+    // in the nesting depth.
+    let mut seen: std::collections::HashSet<*const crate::Graph> = Default::default();
+    let mut pending: Vec<&crate::Graph> = vec![graph];
+    let mut operands: Vec<&TensorType> = Vec::new();
+    while let Some(graph) = pending.pop() {
+        if !seen.insert(graph as *const crate::Graph) {
+            continue;
+        }
+        for node in graph.nodes() {
+            operands.clear();
+            operands.extend(node.operands.iter().map(|o| &graph.nodes()[o.index()].ty));
+            if is_integer_node(&node.op, &operands, &node.ty)
+                || matches!(&node.op, Op::Cast { to, .. } if to.is_integer())
+                || operands.iter().any(|t| t.dtype.is_integer())
+            {
+                return true;
             }
-    })
+            if let Op::Region(call) = &node.op {
+                pending.extend(call.region.bodies().into_iter().map(|(_, g)| g.as_ref()));
+            }
+        }
+    }
+    false
 }
 
 /// A host value with its shape, as [`evaluate`] takes it.
