@@ -140,7 +140,9 @@ impl GraphBuilder {
                 Ok((a, b))
             };
         }
-        if da == db && ta.weak == tb.weak {
+        if da == db {
+            // Same dtype: nothing to convert (the result is weak only when both are, which
+            // type inference decides); a cast that only drops the weak flag would be a node.
             return Ok((a, b));
         }
         let (dtype, weak) = match (ta.weak, tb.weak) {
