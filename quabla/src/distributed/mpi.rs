@@ -111,6 +111,20 @@ impl MpiType for f32 {
     }
 }
 
+impl MpiType for i32 {
+    fn datatype() -> ffi::MPI_Datatype {
+        // SAFETY: a constant of the MPI library.
+        unsafe { ffi::RSMPI_INT32_T }
+    }
+}
+
+impl MpiType for i64 {
+    fn datatype() -> ffi::MPI_Datatype {
+        // SAFETY: a constant of the MPI library.
+        unsafe { ffi::RSMPI_INT64_T }
+    }
+}
+
 impl MpiType for u8 {
     fn datatype() -> ffi::MPI_Datatype {
         // SAFETY: a constant of the MPI library.
@@ -946,7 +960,7 @@ impl Communicator for Mpi {
                 };
                 (shared, HostData::F32(self.reduce(v, op, deadline, reuse)?))
             }
-            HostData::Bool(_) => {
+            HostData::Bool(_) | HostData::I32(_) | HostData::I64(_) => {
                 return Err(Fault::Transport {
                     message: "reductions take float32 or float64 data".into(),
                 })
@@ -970,6 +984,8 @@ impl Communicator for Mpi {
         Ok(match data {
             HostData::F64(v) => HostData::F64(self.broadcast_typed(v, root, deadline)?),
             HostData::F32(v) => HostData::F32(self.broadcast_typed(v, root, deadline)?),
+            HostData::I32(v) => HostData::I32(self.broadcast_typed(v, root, deadline)?),
+            HostData::I64(v) => HostData::I64(self.broadcast_typed(v, root, deadline)?),
             HostData::Bool(v) => {
                 HostData::Bool(bools(self.broadcast_typed(bytes(v), root, deadline)?))
             }
@@ -983,6 +999,8 @@ impl Communicator for Mpi {
         Ok(match mine {
             HostData::F64(v) => HostData::F64(self.all_gather_typed(v, deadline)?),
             HostData::F32(v) => HostData::F32(self.all_gather_typed(v, deadline)?),
+            HostData::I32(v) => HostData::I32(self.all_gather_typed(v, deadline)?),
+            HostData::I64(v) => HostData::I64(self.all_gather_typed(v, deadline)?),
             HostData::Bool(v) => HostData::Bool(bools(self.all_gather_typed(bytes(v), deadline)?)),
         })
     }
