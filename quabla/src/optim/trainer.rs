@@ -241,15 +241,7 @@ where
         }
         let backend = entry.runnable().backend().clone();
         let n_params = params.len();
-        let mut state = Vec::with_capacity(3 * n_params + 1);
-        for t in params
-            .iter()
-            .chain(&moments)
-            .chain(&moments)
-            .chain([&step0])
-        {
-            state.push(upload(&backend, t)?);
-        }
+        let state = upload_state(&backend, &params, &moments, &step0)?;
         let data_buffers = upload_tensors(&backend, &data)?;
         Ok(Trainer {
             loss_fn: self.loss,
@@ -300,6 +292,23 @@ fn upload(backend: &Arc<dyn Backend>, t: &Tensor) -> Result<Buffer> {
 }
 
 /// The tensor leaves of `leaves`, each as a new buffer of `backend`.
+/// The resident state of a step, in the plan's order: parameters, first and second moments
+/// (both starting from `moments`), and the step count.
+fn upload_state(
+    backend: &Arc<dyn Backend>,
+    params: &[Tensor],
+    moments: &[Tensor],
+    step0: &Tensor,
+) -> Result<Vec<Buffer>> {
+    params
+        .iter()
+        .chain(moments)
+        .chain(moments)
+        .chain([step0])
+        .map(|t| upload(backend, t))
+        .collect()
+}
+
 fn upload_tensors(backend: &Arc<dyn Backend>, leaves: &[Leaf]) -> Result<Vec<Buffer>> {
     leaves
         .iter()

@@ -23,7 +23,7 @@
 //! still takes part in the reduction's header exchange, so every rank fails that step and no
 //! rank applies an update: the trainers stay as they were, and so does any checkpoint.
 
-use super::{download, upload, upload_tensors, Trainer, TrainerBuilder};
+use super::{download, upload, upload_state, upload_tensors, Trainer, TrainerBuilder};
 use crate::distributed::{self, Flat, Group, Reduction};
 use crate::error::{Error, Result};
 use crate::optim::clip::clip_leaves;
@@ -266,15 +266,7 @@ where
         }
         let backend = update.runnable().backend().clone();
         let n_params = params.len();
-        let mut state = Vec::with_capacity(3 * n_params + 1);
-        for t in params
-            .iter()
-            .chain(&moments)
-            .chain(&moments)
-            .chain([&step0])
-        {
-            state.push(upload(&backend, t)?);
-        }
+        let state = upload_state(&backend, &params, &moments, &step0)?;
         let data_buffers = upload_tensors(&backend, &data)?;
         let description = format!(
             "Trainer(distributed=True) of {} with {} parameters of digest {:016x}",
