@@ -12,8 +12,7 @@
 //! differentiate the rules themselves.
 
 use crate::helpers::zeros_like;
-use crate::jvp::jvp_graph;
-use crate::vjp::{vjp_graph, Seed};
+use crate::sweep::{Forward, Reverse, Seed};
 use quabla_ir::{CustomCall, Graph, GraphBuilder, IrError, NodeId, Result};
 
 /// Copies `g` into `b` with its inputs bound to `inputs` (in order); returns its outputs.
@@ -28,6 +27,7 @@ fn differentiable(b: &GraphBuilder, x: NodeId) -> bool {
 /// The tangent of one output of a custom call (`t`: the operands' tangents).
 pub(crate) fn tangent(
     b: &mut GraphBuilder,
+    fwd: Forward,
     call: &CustomCall,
     x: &[NodeId],
     t: &[Option<NodeId>],
@@ -58,7 +58,7 @@ pub(crate) fn tangent(
     }
     // checkpoint (or a bare custom node): differentiate through the primal.
     let wrt: Vec<bool> = x.iter().map(|&v| differentiable(b, v)).collect();
-    let jg = jvp_graph(&rule.primal, &wrt)?;
+    let jg = fwd.jvp(&rule.primal, &wrt)?;
     let mut inputs = x.to_vec();
     inputs.extend(
         tangents
@@ -78,6 +78,7 @@ const REMAT_TAG: u32 = 1;
 /// The cotangents of a custom call's operands given the cotangent `ct` of its output `out`.
 pub(crate) fn cotangents(
     b: &mut GraphBuilder,
+    rev: Reverse,
     call: &CustomCall,
     x: &[NodeId],
     ct: NodeId,
@@ -135,7 +136,7 @@ pub(crate) fn cotangents(
         // tangents, seeded with `ct`.
         let mut jvp_wrt = vec![false; x.len()];
         jvp_wrt.extend(&wrt);
-        let vg = vjp_graph(jvp, &jvp_wrt, &seeds)?;
+        let vg = rev.vjp(jvp, &jvp_wrt, &seeds)?;
         let mut inputs = x.to_vec();
         for &xv in x {
             inputs.push(zeros_like(b, xv)?);
@@ -144,7 +145,7 @@ pub(crate) fn cotangents(
         (vg, inputs)
     } else {
         // checkpoint: recompute the primal in the backward pass and differentiate it there.
-        let vg = vjp_graph(&rule.primal, &wrt, &seeds)?;
+        let vg = rev.vjp(&rule.primal, &wrt, &seeds)?;
         let mut inputs = x.to_vec();
         inputs.push(ct);
         (vg, inputs)
@@ -166,6 +167,7 @@ pub(crate) fn cotangents(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{jvp_graph, vjp_graph};
     use quabla_ir::{CustomRule, DType, Op, Shape, TensorType, UnaryOp};
     use std::sync::Arc;
 

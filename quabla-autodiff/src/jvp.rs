@@ -1,6 +1,7 @@
 //! Forward mode: the JVP of a graph, one tangent rule per op.
 
 use crate::helpers::{binary_partials, extremum_mask, unary_derivative, zeros_like};
+use crate::sweep::Forward;
 use quabla_ir::{BinaryOp, Graph, GraphBuilder, Node, NodeId, Op, Reducer, Result, TensorType};
 use quabla_linalg::rules;
 
@@ -11,6 +12,8 @@ use quabla_linalg::rules;
 /// by one tangent per output (zeros where the tangent is structurally zero; a bool output's
 /// tangent is a bool `false` array).
 pub fn jvp_graph(g: &Graph, wrt: &[bool]) -> Result<Graph> {
+    // The rules of ops with graphs of their own differentiate those graphs with this sweep.
+    const FORWARD: Forward = Forward::new(jvp_graph);
     let _scope = crate::regions::JvpScope::enter();
     let mut b = GraphBuilder::new();
     let mut remap: Vec<NodeId> = Vec::with_capacity(g.len());
@@ -50,9 +53,10 @@ pub fn jvp_graph(g: &Graph, wrt: &[bool]) -> Result<Graph> {
         let operands: Vec<NodeId> = node.operands.iter().map(|o| remap[o.index()]).collect();
         let ts: Vec<Option<NodeId>> = node.operands.iter().map(|o| tangents[o.index()]).collect();
         if let (Op::Region(call), false) = (&node.op, ts.iter().all(Option::is_none)) {
-            // The whole group becomes one derived region (regions.rs).
+            // The whole group becomes one derived region (`regions/`).
             b.set_origin(derived);
-            let results = crate::regions::jvp_region(&mut b, &call.region, &operands, &ts)?;
+            let results =
+                crate::regions::jvp_region(&mut b, FORWARD, &call.region, &operands, &ts)?;
             for &m in &groups[&i] {
                 let Op::Region(member) = &g.nodes()[m].op else {
                     unreachable!("groups hold region nodes")
@@ -71,7 +75,7 @@ pub fn jvp_graph(g: &Graph, wrt: &[bool]) -> Result<Graph> {
             continue;
         }
         b.set_origin(derived);
-        tangents[i] = tangent_rule(&mut b, node, &operands, out, &ts)?;
+        tangents[i] = tangent_rule(&mut b, FORWARD, node, &operands, out, &ts)?;
     }
     b.set_remat(0);
     b.set_origin(Default::default());
@@ -105,6 +109,7 @@ fn add_opt(b: &mut GraphBuilder, a: Option<NodeId>, c: Option<NodeId>) -> Result
 /// The tangent of one node given its operands' tangents (at least one is present).
 fn tangent_rule(
     b: &mut GraphBuilder,
+    fwd: Forward,
     node: &Node,
     x: &[NodeId],
     out: NodeId,
@@ -270,8 +275,8 @@ fn tangent_rule(
             Some(da) => rules::linalg_jvp(b, *kind, x[0], out, da)?,
             None => None,
         },
-        Op::Custom(call) => crate::custom::tangent(b, call, x, t)?,
-        // Region groups are rewritten as a whole by the sweep (regions.rs), never one node at
+        Op::Custom(call) => crate::custom::tangent(b, fwd, call, x, t)?,
+        // Region groups are rewritten as a whole by the sweep (`regions/`), never one node at
         // a time.
         Op::Region(_) => {
             return Err(quabla_ir::IrError::Verify {

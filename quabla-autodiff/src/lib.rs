@@ -24,9 +24,11 @@ mod indexed;
 mod jacobian;
 mod jvp;
 mod regions;
+mod sweep;
 mod vjp;
 
 pub use jacobian::{has_custom_vjp, jacobian_graph, jacobian_graph_with_mode, JacobianMode};
 pub use jvp::jvp_graph;
-pub use regions::{block_length, full_tape_loops, FullTapeGuard};
-pub use vjp::{vjp_graph, Seed};
+pub use regions::block_length;
+pub use sweep::{LoopTape, Seed, VjpOptions};
+pub use vjp::{vjp_graph, vjp_graph_with};

@@ -3,6 +3,8 @@
 use crate::helpers::{
     binary_partials, extremum_mask, lit, unary_derivative, unbroadcast, zeros_like,
 };
+use crate::regions::LoopSave;
+use crate::sweep::{Reverse, Seed, VjpOptions};
 use quabla_ir::{
     BinaryOp, DType, Graph, GraphBuilder, Node, NodeId, Op, Reducer, Result, Shape, TensorType,
     UnaryOp,
@@ -10,23 +12,27 @@ use quabla_ir::{
 use quabla_linalg::rules;
 use std::collections::HashMap;
 
-/// Where the cotangent of one output comes from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Seed {
-    /// The output is not differentiated (an auxiliary output, or a bool output).
-    None,
-    /// A cotangent input named `cotangent{k}` (for `vjp`).
-    Input,
-    /// A cotangent of ones (for `grad` of a scalar).
-    Ones,
-}
-
-/// The reverse-mode derivative of `g` with respect to the inputs flagged in `wrt`.
+/// The reverse-mode derivative of `g` with respect to the inputs flagged in `wrt`, with the
+/// default options ([`vjp_graph_with`]).
 ///
 /// `seeds` has one entry per output of `g`. The result takes the inputs of `g`, then one
 /// cotangent input per [`Seed::Input`] output, and returns the outputs of `g` followed by one
 /// cotangent per flagged input, in input order (zeros where structurally zero).
 pub fn vjp_graph(g: &Graph, wrt: &[bool], seeds: &[Seed]) -> Result<Graph> {
+    vjp_graph_with(g, wrt, seeds, VjpOptions::default())
+}
+
+/// [`vjp_graph`] under `options`, which apply to every loop and rule graph differentiated on
+/// the way.
+pub fn vjp_graph_with(
+    g: &Graph,
+    wrt: &[bool],
+    seeds: &[Seed],
+    options: VjpOptions,
+) -> Result<Graph> {
+    // The rules of ops with graphs of their own differentiate those graphs with this sweep,
+    // under the same options.
+    let rev = Reverse::new(vjp_graph_with, options);
     let mut b = GraphBuilder::new();
     let mut remap: Vec<NodeId> = Vec::with_capacity(g.len());
     let inputs: Vec<(NodeId, String, TensorType)> = g
@@ -64,7 +70,7 @@ pub fn vjp_graph(g: &Graph, wrt: &[bool], seeds: &[Seed]) -> Result<Graph> {
     // The forward pass, unchanged, except that an active loop runs as the checkpointing
     // block loops of its VJP: one forward evaluation gives the primal values and the
     // checkpoints the backward pass starts from.
-    let mut tapes: HashMap<usize, crate::regions::LoopTape> = HashMap::new();
+    let mut tapes: HashMap<usize, LoopSave> = HashMap::new();
     let mut loop_outputs: HashMap<usize, NodeId> = HashMap::new();
     for (i, node) in g.nodes().iter().enumerate().skip(inputs.len()) {
         if let Some(out) = loop_outputs.remove(&i) {
@@ -76,7 +82,7 @@ pub fn vjp_graph(g: &Graph, wrt: &[bool], seeds: &[Seed]) -> Result<Graph> {
         b.set_origin(node.origin);
         if let (Op::Region(call), true) = (&node.op, active[i]) {
             if let Some((outs, tape)) =
-                crate::regions::scan_forward(&mut b, &call.region, &operands)?
+                crate::regions::loop_forward(&mut b, rev, &call.region, &operands)?
             {
                 for &m in &groups[&i] {
                     if let Op::Region(member) = &g.nodes()[m].op {
@@ -138,7 +144,7 @@ pub fn vjp_graph(g: &Graph, wrt: &[bool], seeds: &[Seed]) -> Result<Graph> {
             let wrt: Vec<bool> = node.operands.iter().map(|o| active[o.index()]).collect();
             let saved = tapes.remove(&i);
             let operand_cts =
-                crate::regions::vjp_region(&mut b, &call.region, &x, &wrt, &out_cts, saved)?;
+                crate::regions::vjp_region(&mut b, rev, &call.region, (&x, &wrt), &out_cts, saved)?;
             for (k, c) in operand_cts.into_iter().enumerate() {
                 let operand = node.operands[k];
                 if let Some(c) = c {
@@ -154,7 +160,7 @@ pub fn vjp_graph(g: &Graph, wrt: &[bool], seeds: &[Seed]) -> Result<Graph> {
             continue;
         }
         let x: Vec<NodeId> = node.operands.iter().map(|o| remap[o.index()]).collect();
-        let operand_cts = cotangent_rule(&mut b, node, &x, remap[i], ct)?;
+        let operand_cts = cotangent_rule(&mut b, rev, node, &x, remap[i], ct)?;
         for (k, c) in operand_cts.into_iter().enumerate() {
             let operand = node.operands[k];
             if let Some(c) = c {
@@ -214,6 +220,7 @@ fn shape(b: &GraphBuilder, n: NodeId) -> Shape {
 /// Cotangents of a node's operands given the cotangent of its output (`None`: zero).
 fn cotangent_rule(
     b: &mut GraphBuilder,
+    rev: Reverse,
     node: &Node,
     x: &[NodeId],
     out: NodeId,
@@ -435,8 +442,8 @@ fn cotangent_rule(
             vec![Some(cl), Some(cs)]
         }
         Op::Linalg(kind) => vec![rules::linalg_vjp(b, *kind, x[0], out, ct)?],
-        Op::Custom(call) => crate::custom::cotangents(b, call, x, ct)?,
-        // Region groups are rewritten as a whole by the sweep (regions.rs), never one node at
+        Op::Custom(call) => crate::custom::cotangents(b, rev, call, x, ct)?,
+        // Region groups are rewritten as a whole by the sweep (`regions/`), never one node at
         // a time.
         Op::Region(_) => {
             return Err(quabla_ir::IrError::Verify {

@@ -7,7 +7,7 @@
 //! trips unrolled and as a counted `scan`, and must be the same bits for every bound.
 
 use quabla_autodiff::check::{check_grads, Array, GraphFunction, Modes, Tolerance};
-use quabla_autodiff::{full_tape_loops, vjp_graph, Seed};
+use quabla_autodiff::{vjp_graph_with, LoopTape, Seed, VjpOptions};
 use quabla_ir::eval::HostValue;
 use quabla_ir::interp::Interpreter;
 use quabla_ir::{
@@ -121,9 +121,10 @@ fn finish_loss(mut b: GraphBuilder, x: NodeId) -> Graph {
     b.finish(vec![loss]).unwrap()
 }
 
-/// `(loss, d loss / d x0, d loss / d a)`.
-fn gradient(g: &Graph) -> Graph {
-    vjp_graph(g, &[true, true, false, false], &[Seed::Ones]).unwrap()
+/// `(loss, d loss / d x0, d loss / d a)`, the loop keeping `tape`.
+fn gradient(g: &Graph, tape: LoopTape) -> Graph {
+    let options = VjpOptions { loop_tape: tape };
+    vjp_graph_with(g, &[true, true, false, false], &[Seed::Ones], options).unwrap()
 }
 
 thread_local! {
@@ -180,8 +181,13 @@ fn point(x0: [f64; 2], a: f64, stop: usize) -> Vec<HostData> {
 
 /// The gradient's values `[d/dx0_0, d/dx0_1, d/da]` and the body runs it took.
 fn run_gradient(g: &Graph, stop: usize) -> (Vec<f64>, usize) {
+    run_gradient_with(g, stop, LoopTape::Checkpointed)
+}
+
+/// [`run_gradient`] with the loop keeping `tape`.
+fn run_gradient_with(g: &Graph, stop: usize, tape: LoopTape) -> (Vec<f64>, usize) {
     BODY_RUNS.with(|c| c.set(0));
-    let outs = evaluate(&gradient(g), &point(X0, A, stop)).unwrap();
+    let outs = evaluate(&gradient(g, tape), &point(X0, A, stop)).unwrap();
     let runs = BODY_RUNS.with(Cell::get);
     let mut values: Vec<f64> = (0..2).map(|i| outs[1].get_f64(i)).collect();
     values.push(outs[2].get_f64(0));
@@ -201,10 +207,7 @@ fn the_gradient_is_the_same_bits_for_every_bound_and_matches_its_references() {
     for trips in [1usize, 5, 12] {
         let (want, _) = run_gradient(&unrolled(trips), trips);
         let (scan, _) = run_gradient(&counted(trips), trips);
-        let full = {
-            let _tape = full_tape_loops();
-            run_gradient(&looped(trips), trips).0
-        };
+        let full = run_gradient_with(&looped(trips), trips, LoopTape::Full).0;
         // Central differences of the loop's value, in float64.
         let g = looped(usize::MAX);
         let h = 1e-6;

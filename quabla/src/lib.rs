@@ -92,7 +92,7 @@ pub use transforms::custom::{
     checkpoint, custom_jvp, custom_vjp, remat, Checkpoint, CustomJvp, CustomJvpFn,
     CustomJvpNondiff, CustomVjp, CustomVjpFn, CustomVjpNondiff,
 };
-pub use transforms::grad::{grad, value_and_grad, Grad};
+pub use transforms::grad::{grad, value_and_grad, Grad, LoopTape};
 pub use transforms::jacobian::{hessian, jacfwd, jacobian, jacrev, Hessian, Jacobian};
 pub use transforms::jit::{jit, Compiled, Jit, Lowered};
 pub use transforms::jvp::{jvp, jvp_fn, Jvp};

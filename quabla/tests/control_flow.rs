@@ -368,10 +368,10 @@ fn e60_checkpointed_loop_vjp_equals_the_full_tape() -> qb::Result<()> {
     };
     let args = (qb::linspace(0.0, 1.0, 512)?, qb::array(0.001)?);
     let checkpointed: (Tensor, Tensor) = qb::grad(long_loop).argnums(&[0, 1]).call(&args)?;
-    let full: (Tensor, Tensor) = {
-        let _tape = quabla_autodiff::full_tape_loops();
-        qb::grad(long_loop).argnums(&[0, 1]).call(&args)?
-    };
+    let full: (Tensor, Tensor) = qb::grad(long_loop)
+        .argnums(&[0, 1])
+        .loop_tape(qb::LoopTape::Full)
+        .call(&args)?;
     assert_eq!(checkpointed.0.to_vec::<f64>()?, full.0.to_vec::<f64>()?);
     assert_eq!(checkpointed.1.item()?.to_bits(), full.1.item()?.to_bits());
     // The checkpointed gradient stores ceil(4096 / 64) carries plus one block's tape: its plan

@@ -91,7 +91,6 @@ fn reverse_mode_memory_grows_like_the_square_root_of_the_steps() -> qb::Result<(
     }
     // For contrast, the full tape (every step's residuals kept) at 1000 steps.
     let full_1000 = {
-        let _tape = quabla_autodiff::full_tape_loops();
         let loss = |k: Tensor| {
             odeint(rhs, &y0, (0.0, 1.0))
                 .steps(1_000)
@@ -99,7 +98,11 @@ fn reverse_mode_memory_grows_like_the_square_root_of_the_steps() -> qb::Result<(
                 .eval()?
                 .sum()
         };
-        let (g, peak) = peak_during(|| qb::grad(loss).call::<Tensor, Tensor>(&k));
+        let (g, peak) = peak_during(|| {
+            qb::grad(loss)
+                .loop_tape(qb::LoopTape::Full)
+                .call::<Tensor, Tensor>(&k)
+        });
         g?;
         println!("full-tape peak for 1000 rk4 steps of a {n}-element state: {peak} bytes");
         peak as f64

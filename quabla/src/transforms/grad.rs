@@ -14,7 +14,9 @@ use crate::staging::{
 };
 use crate::trace::{OutSlot, TracedFunction};
 use crate::tree::{Tree, TreeDef};
-use quabla_autodiff::{vjp_graph, Seed};
+use quabla_autodiff::{vjp_graph_with, Seed, VjpOptions};
+
+pub use quabla_autodiff::LoopTape;
 use quabla_ir::Graph;
 
 /// TF1 and AR20: the differentiated output must be a rank-0 float.
@@ -47,6 +49,8 @@ pub struct Grad<F, A> {
     with_value: bool,
     selection: Selection,
     has_aux: bool,
+    /// How the reverse mode of loops keeps their forward pass.
+    loop_tape: LoopTape,
 }
 
 debug_as_shell!(Grad);
@@ -59,6 +63,7 @@ pub fn grad<A: Tree, F>(f: F) -> Grad<F, A> {
         with_value: false,
         selection: Selection::default(),
         has_aux: false,
+        loop_tape: LoopTape::default(),
     }
 }
 
@@ -79,6 +84,15 @@ impl<A: Tree, F> Grad<F, A> {
     /// The function returns `(output, aux)`; `aux` is returned unchanged.
     pub fn has_aux(mut self) -> Self {
         self.has_aux = true;
+        self
+    }
+
+    /// What the reverse mode of the loops in the function keeps of their forward pass:
+    /// checkpoints (the default: memory like the square root of the trips, each iteration
+    /// recomputed once) or [`LoopTape::Full`] (every iteration's carry: no recomputation,
+    /// memory for every trip). The gradient has the same bits either way.
+    pub fn loop_tape(mut self, tape: LoopTape) -> Self {
+        self.loop_tape = tape;
         self
     }
 
@@ -147,7 +161,11 @@ impl<A: Tree, F> Grad<F, A> {
         let n_out = graph.outputs().len();
         let mut seeds = vec![Seed::None; n_out];
         seeds[0] = Seed::Ones;
-        let vjp = vjp_graph(&graph, &prepared.wrt_with_captures(captures.len()), &seeds)?;
+        let options = VjpOptions {
+            loop_tape: self.loop_tape,
+        };
+        let wrt = prepared.wrt_with_captures(captures.len());
+        let vjp = vjp_graph_with(&graph, &wrt, &seeds, options)?;
         let (grads_def, order) =
             prepared.gradient_def(&self.selection.argnums, self.selection.as_tuple)?;
         let grad_slots = order.iter().map(|&k| OutSlot::Plan(n_out + k));

@@ -1,19 +1,24 @@
-//! Reverse mode of a `while` region with a trip bound (`max_trips = m`), whose cost follows
-//! the trips the loop takes, not its bound (docs/loops.md).
+//! Derivatives of `while` regions (transforms.md §12–§13, docs/loops.md).
 //!
-//! The forward pass is the loop itself with a trip counter added to its carries: it runs the
-//! body `T` times (the trips taken) and gives the carries bit for bit. The backward pass knows
-//! `T` and never tests the predicate again: it is the reverse of `T` body applications,
-//! checkpointed over `D` nested levels of `S` slots each (`S^D >= m`, [`layout`]). A level-`d`
-//! block covers up to `S^d` trips from a given carry; it runs its first active sub-blocks
-//! (`S^(d-1)` trips each) forward, keeping the carry entering each sub-block in a slot, then
-//! walks the sub-blocks backward, each one a level-`d-1` block from its slot; a level-0 block
-//! is one trip, the body's VJP. Which sub-blocks are active, and so which levels do any work,
-//! is decided at run time from `T`: a block holding fewer than `S^(d-1)` of the remaining
-//! trips recomputes nothing and hands its one active sub-block down. The work is `T` body
-//! runs forward, at most `T` recomputed per level that `T` reaches (`ceil(log_S T)` levels)
-//! and `T` body VJPs, plus a test per inactive slot of each block visited (at most `2 S` per
-//! level); the memory is `D S` carries. `max_trips(usize::MAX)` is a loop of ten levels.
+//! **Forward mode** is a `while` carrying the tangents of the active carries next to the
+//! carries, with the same predicate (which carries are active is a fixed point, as for a
+//! scan).
+//!
+//! **Reverse mode** needs a trip bound (`max_trips = m`; without one: TF2), and its cost
+//! follows the trips the loop takes, not its bound. The forward pass is the loop itself with
+//! a trip counter added to its carries: it runs the body `T` times (the trips taken) and gives
+//! the carries bit for bit. The backward pass knows `T` and never tests the predicate again:
+//! it is the reverse of `T` body applications, checkpointed over `D` nested levels of `S`
+//! slots each (`S^D >= m`, [`layout`]). A level-`d` block covers up to `S^d` trips from a
+//! given carry; it runs its first active sub-blocks (`S^(d-1)` trips each) forward, keeping
+//! the carry entering each sub-block in a slot, then walks the sub-blocks backward, each one a
+//! level-`d-1` block from its slot; a level-0 block is one trip, the body's VJP. Which
+//! sub-blocks are active, and so which levels do any work, is decided at run time from `T`: a
+//! block holding fewer than `S^(d-1)` of the remaining trips recomputes nothing and hands its
+//! one active sub-block down. The work is `T` body runs forward, at most `T` recomputed per
+//! level that `T` reaches (`ceil(log_S T)` levels) and `T` body VJPs, plus a test per inactive
+//! slot of each block visited (at most `2 S` per level); the memory is `D S` carries.
+//! `max_trips(usize::MAX)` is a loop of ten levels.
 //!
 //! The const cotangents are summed over the trips in reverse trip order, whatever the layout
 //! (the sum is carried through every level), so the result does not depend on `m`: a loop
@@ -21,15 +26,101 @@
 //!
 //! Every piece is a `scan`, `cond` or bounded `while` region whose bodies are the loop's own
 //! body or its VJP, so the derivative rules apply to the result again (every order and mode
-//! composes), `vmap` batches it, and every executor runs it.
+//! composes), `vmap` batches it, and every executor runs it. This module never builds a
+//! `scan` derivative's checkpoint blocks (`blocks.rs`) and never tests the predicate in the
+//! backward pass.
 
-use super::{call, full_tape, input_types, level_up, params, plain, rebind, vjp_form, zeros};
-use crate::vjp::Seed;
+use super::body::{
+    dependence, input_types, keep_outputs, params, zeros, Body, Bound, LoopBody, Section, Tangents,
+};
+use super::forms::{call, call_shared, jvp_form, level_up, tf2, vjp_form};
+use super::memo::shared_jvp;
+use crate::sweep::{Forward, LoopTape, Reverse, Seed};
 use quabla_ir::{
     BinaryOp, Comparison, DType, Graph, GraphBuilder, NodeId, Region, RegionForm, RegionKind,
-    Result, ScanBody, Shape, TensorType,
+    Result, Shape, TensorType,
 };
 use std::sync::Arc;
+
+/// The parts of a `while` region: carries, predicate, body, trip bound.
+pub(super) struct WhileParts<'a> {
+    pub(super) n_carry: usize,
+    pub(super) cond: &'a Graph,
+    pub(super) body: &'a Graph,
+    pub(super) max_trips: Option<usize>,
+}
+
+/// Forward mode of a `while`: the primal and tangent node of each carry.
+pub(super) fn jvp(
+    b: &mut GraphBuilder,
+    fwd: Forward,
+    region: &Arc<Region>,
+    parts: WhileParts<'_>,
+    x: &[NodeId],
+    t: &[Option<NodeId>],
+) -> Result<Vec<(NodeId, Option<NodeId>)>> {
+    let n = parts.n_carry;
+    let np = x.len() - n;
+    let is_float = |b: &GraphBuilder, n: NodeId| b.ty(n).dtype.is_float();
+    let mut act: Vec<bool> = (0..n + np)
+        .map(|k| t[k].is_some() && is_float(b, x[k]))
+        .collect();
+    loop {
+        let dep = dependence(parts.body, &act);
+        let mut changed = false;
+        for k in 0..n {
+            if dep[k] && !act[k] && is_float(b, x[k]) {
+                act[k] = true;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let types = input_types(parts.body);
+    // The derived bodies take (carries, carry tangents, consts, const tangents), tangents of
+    // the active ones only.
+    let mut body = LoopBody::new();
+    let mut bound = Bound::default();
+    let operands = Tangents {
+        types: &types,
+        x,
+        t,
+        active: &act,
+        offset: 0,
+    };
+    body.tangent_section(b, Section::Carry, 0..n, &operands, &mut bound)?;
+    body.tangent_section(b, Section::Const, n..n + np, &operands, &mut bound)?;
+    // Body outputs: carries then their tangents (only active ones are carried).
+    let mut select: Vec<usize> = (0..n).collect();
+    select.extend((0..n).filter(|&k| act[k]).map(|k| n + k));
+    let call_operands = body.operands().to_vec();
+    let derived = shared_jvp(region, &act, || {
+        let tangent = fwd.jvp(parts.body, &act)?;
+        let (mut cb, _) = body.twin();
+        let p = cb.inline_graph(parts.cond, &bound.primals)?;
+        let cond = quabla_ir::passes::dce(&cb.finish(vec![p[0]])?);
+        let outs = body.builder().inline_graph(&tangent, &bound.args())?;
+        let results = select.iter().map(|&k| outs[k]).collect();
+        let (kind, _) = body
+            .finish(results)?
+            .dce()
+            .while_loop(cond, parts.max_trips);
+        Region::new(kind, jvp_form(region), level_up(region))
+    })?;
+    let outs = call_shared(b, derived, &call_operands)?;
+    let mut pos = n;
+    Ok((0..n)
+        .map(|k| {
+            let tk = act[k].then(|| {
+                pos += 1;
+                outs[pos - 1]
+            });
+            (outs[k], tk)
+        })
+        .collect())
+}
 
 /// The most slots of one level. More slots mean fewer levels (less recomputation: a loop of
 /// `T` trips recomputes about `T` per level it reaches) but more memory (`D S` carries, held
@@ -40,9 +131,9 @@ const SLOTS_MAX: usize = 128;
 
 /// `(S, D)`: `D` levels of `S` slots for at most `m` trips, `S^D >= m`, the fewest levels with
 /// at most [`SLOTS_MAX`] slots and at least two (one level is a full tape), `S` the least that
-/// reaches `m`. Under [`super::full_tape_loops`], one level of `m` slots.
-pub(crate) fn layout(m: usize) -> (usize, usize) {
-    if full_tape() || m <= 1 {
+/// reaches `m`. With [`LoopTape::Full`], one level of `m` slots.
+fn layout(m: usize, tape: LoopTape) -> (usize, usize) {
+    if tape == LoopTape::Full || m <= 1 {
         return (m.max(1), 1);
     }
     let reaches = |s: usize, d: usize| s.checked_pow(d as u32).is_none_or(|p| p >= m);
@@ -66,9 +157,13 @@ pub(crate) struct WhileTape {
     trips: NodeId,
 }
 
+fn count_ty() -> TensorType {
+    TensorType::new(DType::F64, Shape::scalar())
+}
+
 /// The forward pass of a bounded `while` that reverse mode will differentiate: the loop with a
 /// trip counter, returning the region's outputs and the count. `None` for an unbounded loop.
-pub(crate) fn forward(
+pub(super) fn forward(
     b: &mut GraphBuilder,
     region: &Region,
     x: &[NodeId],
@@ -84,36 +179,21 @@ pub(crate) fn forward(
     };
     let n = *n_carry;
     let types = input_types(body);
-    let count_ty = TensorType::new(DType::F64, Shape::scalar());
     // Both bodies take (carries.., count, consts..).
-    let mut inputs = types[..n].to_vec();
-    inputs.push(count_ty.clone());
-    inputs.extend_from_slice(&types[n..]);
-    let mut cb = GraphBuilder::new();
-    let ins = params(&mut cb, "in", inputs.clone());
-    let mut args = ins[..n].to_vec();
-    args.extend_from_slice(&ins[n + 1..]);
+    let zero = b.scalar(0.0, DType::F64, false);
+    let mut counted = LoopBody::new();
+    let mut args = counted.positional(Section::Carry, types[..n].to_vec(), &x[..n]);
+    let count = counted.positional(Section::Carry, vec![count_ty()], &[zero])[0];
+    args.extend(counted.positional(Section::Const, types[n..].to_vec(), &x[n..]));
+    let (mut cb, _) = counted.twin();
     let p = cb.inline_graph(cond, &args)?;
     let counted_cond = cb.finish(p)?;
-    let mut bb = GraphBuilder::new();
-    let ins = params(&mut bb, "in", inputs);
-    let mut args = ins[..n].to_vec();
-    args.extend_from_slice(&ins[n + 1..]);
+    let bb = counted.builder();
     let mut outs = bb.inline_graph(body, &args)?;
     let one = bb.scalar(1.0, DType::F64, false);
-    outs.push(bb.add(ins[n], one)?);
-    let counted_body = bb.finish(outs)?;
-    let kind = RegionKind::While {
-        n_carry: n + 1,
-        cond: Arc::new(counted_cond),
-        body: Arc::new(counted_body),
-        max_trips: Some(*m),
-    };
+    outs.push(bb.add(count, one)?);
+    let (kind, operands) = counted.finish(outs)?.while_loop(counted_cond, Some(*m));
     let counted = Region::new(kind, region.form(), region.level())?;
-    let zero = b.scalar(0.0, DType::F64, false);
-    let mut operands = x[..n].to_vec();
-    operands.push(zero);
-    operands.extend_from_slice(&x[n..]);
     let mut outs = call(b, counted, &operands)?;
     let trips = outs.pop().expect("the trip count");
     Ok(Some((outs, WhileTape { trips })))
@@ -121,11 +201,11 @@ pub(crate) fn forward(
 
 /// The backward pass of a bounded `while` (see the module docs): one cotangent per operand.
 /// `saved` is what [`forward`] kept (the loop is run again to count its trips when absent).
-pub(crate) fn backward(
+pub(super) fn backward(
     b: &mut GraphBuilder,
+    rev: Reverse,
     region: &Region,
-    x: &[NodeId],
-    wrt: &[bool],
+    (x, wrt): (&[NodeId], &[bool]),
     cts: &[Option<NodeId>],
     saved: Option<WhileTape>,
 ) -> Result<Vec<Option<NodeId>>> {
@@ -136,7 +216,7 @@ pub(crate) fn backward(
         ..
     } = region.kind()
     else {
-        return Err(super::tf2());
+        return Err(tf2());
     };
     let trips = match saved {
         Some(tape) => tape.trips,
@@ -144,8 +224,8 @@ pub(crate) fn backward(
     };
     // The count steers the layout; it has no derivative.
     let trips = b.stop_gradient(trips)?;
-    let rule = Rule::new(region, body, *n_carry, wrt)?;
-    let (slots, depth) = layout(*m);
+    let rule = Rule::new(region, body, *n_carry, wrt, rev)?;
+    let (slots, depth) = layout(*m, rev.loop_tape());
     let top = rule.level(slots, depth)?;
     let mut args = vec![trips];
     args.extend_from_slice(x);
@@ -187,7 +267,13 @@ struct Rule<'a> {
 }
 
 impl<'a> Rule<'a> {
-    fn new(region: &Region, body: &'a Graph, n: usize, wrt: &[bool]) -> Result<Rule<'a>> {
+    fn new(
+        region: &Region,
+        body: &'a Graph,
+        n: usize,
+        wrt: &[bool],
+        rev: Reverse,
+    ) -> Result<Rule<'a>> {
         let types = input_types(body);
         let np = types.len() - n;
         let float_carries: Vec<usize> = (0..n).filter(|&k| types[k].dtype.is_float()).collect();
@@ -205,15 +291,8 @@ impl<'a> Rule<'a> {
                 }
             })
             .collect();
-        let v = crate::vjp_graph(body, &flags, &seeds)?;
-        let inputs: Vec<(String, TensorType)> = v
-            .inputs()
-            .map(|(_, name, ty)| (name.to_string(), plain(ty)))
-            .collect();
-        let bind: Vec<usize> = (0..inputs.len()).collect();
         let n_out = float_carries.len() + active_consts.len();
-        let select: Vec<usize> = (n..n + n_out).collect();
-        let trip_vjp = rebind(&v, &inputs, &bind, &select)?;
+        let trip_vjp = keep_outputs(&rev.vjp(body, &flags, &seeds)?, n..n + n_out)?;
         Ok(Rule {
             form: vjp_form(region),
             level: level_up(region),
@@ -226,8 +305,13 @@ impl<'a> Rule<'a> {
         })
     }
 
-    fn region(&self, kind: RegionKind) -> Result<Region> {
-        Region::new(kind, self.form, self.level)
+    /// Calls a derived loop of this rule's form and level from `g`.
+    fn call(
+        &self,
+        g: &mut GraphBuilder,
+        (kind, operands): (RegionKind, Vec<NodeId>),
+    ) -> Result<Vec<NodeId>> {
+        call(g, Region::new(kind, self.form, self.level)?, &operands)
     }
 
     fn carry_types(&self) -> Vec<TensorType> {
@@ -253,10 +337,6 @@ impl<'a> Rule<'a> {
         t
     }
 
-    fn count_ty() -> TensorType {
-        TensorType::new(DType::F64, Shape::scalar())
-    }
-
     /// The block of level `d` as a graph: `(r, carries.., consts.., state..) -> state..`, the
     /// reverse of the first `r` trips (`0 <= r <= S^d`) from `carries`, the state holding the
     /// cotangent of the carries after them and the const cotangents summed so far.
@@ -267,63 +347,32 @@ impl<'a> Rule<'a> {
         let below = Arc::new(self.level(slots, d - 1)?);
         // Trips per sub-block; a float above 2^53 only ever meets counts far below it.
         let sub = slots.checked_pow(d as u32 - 1).unwrap_or(usize::MAX);
-        let (carry_t, const_t, state_t) =
-            (self.carry_types(), self.const_types(), self.state_types());
-        let (n, np, ns) = (self.n, const_t.len(), state_t.len());
-
         let mut g = GraphBuilder::new();
-        let r = g.input("trips", Self::count_ty());
-        let c = params(&mut g, "carry", carry_t.clone());
-        let p = params(&mut g, "operand", const_t.clone());
-        let state = params(&mut g, "cotangent", state_t.clone());
+        let r = g.input("trips", count_ty());
+        let c = params(&mut g, "carry", self.carry_types());
+        let p = params(&mut g, "operand", self.const_types());
+        let state = params(&mut g, "cotangent", self.state_types());
         if slots == 1 {
             // One slot: the block's carry, nothing to run forward.
             let zero = g.scalar(0.0, DType::F64, false);
-            let outs = self.run_sub_block(&mut g, below, sub, zero, r, &c, &p, &state)?;
+            let outs = self.run_sub_block(&mut g, below, sub, zero, r, (&c, &p), &state)?;
             return g.finish(outs);
         }
-
         // Forward: slot j holds the carry entering sub-block j; sub-block j runs only when
         // sub-block j + 1 is active.
-        let sweep = self.forward_sweep(sub)?;
-        let mut ops = c.clone();
-        ops.extend(&p);
-        ops.push(r);
-        let fwd = ScanBody {
-            length: slots,
-            start: 0,
-            reverse: false,
-            n_carry: n,
-            n_const: np + 1,
-            n_xs: 0,
-            body: Arc::new(sweep),
-        };
-        let outs = call(&mut g, self.region(RegionKind::Scan(fwd))?, &ops)?;
-        let stack = outs[n..].to_vec();
-
+        let sweep = self.forward_sweep(sub, &c, &p, r)?;
+        let outs = self.call(&mut g, sweep.scan(slots, 0, false))?;
+        let stack = outs[self.n..].to_vec();
         // Backward: the active sub-blocks in reverse, each a block of the level below.
-        let sweep = self.backward_sweep(sub, below)?;
-        let mut ops = state.clone();
-        ops.extend(&p);
-        ops.push(r);
-        ops.extend(&stack);
-        let bwd = ScanBody {
-            length: slots,
-            start: 0,
-            reverse: true,
-            n_carry: ns,
-            n_const: np + 1,
-            n_xs: n,
-            body: Arc::new(sweep),
-        };
-        let outs = call(&mut g, self.region(RegionKind::Scan(bwd))?, &ops)?;
+        let sweep = self.backward_sweep(sub, below, &state, &p, r, &stack)?;
+        let outs = self.call(&mut g, sweep.scan(slots, 0, true))?;
         g.finish(outs)
     }
 
     /// One trip backward, `(r, carries.., consts.., state..) -> state..` (`r` unused).
     fn one_trip(&self) -> Result<Graph> {
         let mut g = GraphBuilder::new();
-        let _r = g.input("trips", Self::count_ty());
+        let _r = g.input("trips", count_ty());
         let c = params(&mut g, "carry", self.carry_types());
         let p = params(&mut g, "operand", self.const_types());
         let state = params(&mut g, "cotangent", self.state_types());
@@ -339,15 +388,16 @@ impl<'a> Rule<'a> {
         g.finish(results)
     }
 
-    /// The body of the forward sweep over the slots of a level whose sub-blocks take `sub`
-    /// trips: `(j, carries.., consts.., r) -> (carries.., carries..)`, the second copy stacked.
-    fn forward_sweep(&self, sub: usize) -> Result<Graph> {
+    /// The forward sweep over the slots of a level whose sub-blocks take `sub` trips, from
+    /// carries `c` with consts `p` and `r` trips: body `(j, carries.., consts.., r) ->
+    /// (carries.., carries..)`, the second copy stacked.
+    fn forward_sweep(&self, sub: usize, c: &[NodeId], p: &[NodeId], r: NodeId) -> Result<Body> {
         let n = self.n;
-        let mut g = GraphBuilder::new();
-        let j = g.input("slot", Self::count_ty());
-        let c = params(&mut g, "carry", self.carry_types());
-        let p = params(&mut g, "operand", self.const_types());
-        let r = g.input("trips", Self::count_ty());
+        let (mut sweep, j) = LoopBody::scan("slot", count_ty());
+        let c = sweep.params(Section::Carry, "carry", self.carry_types(), c);
+        let p = sweep.params(Section::Const, "operand", self.const_types(), p);
+        let r = sweep.param(Section::Const, "trips", count_ty(), r);
+        let g = sweep.builder();
         let size = g.scalar(sub as f64, DType::F64, false);
         let one = g.scalar(1.0, DType::F64, false);
         let next = g.add(j, one)?;
@@ -357,59 +407,59 @@ impl<'a> Rule<'a> {
         // runs only while some example needs it.
         let zero = g.scalar(0.0, DType::F64, false);
         let target = g.select(needed, size, zero)?;
-        let kind = self.advance(sub)?;
-        let mut operands = c.clone();
-        operands.push(zero);
-        operands.extend(&p);
-        operands.push(target);
-        let mut results = call(&mut g, self.region(kind)?, &operands)?;
+        let advance = self.advance(sub, (&c, &p), zero, target)?;
+        let mut results = self.call(g, advance)?;
         results.truncate(n);
         results.extend(&c);
-        g.finish(results)
+        sweep.finish(results)
     }
 
-    /// A `while` that applies the body `target` times (`target <= bound`): carries
-    /// `(carries.., k)`, consts `(consts.., target)`.
-    fn advance(&self, bound: usize) -> Result<RegionKind> {
-        let n = self.n;
-        let mut inputs = self.carry_types();
-        inputs.push(Self::count_ty());
-        inputs.extend(self.const_types());
-        inputs.push(Self::count_ty());
-        let last = inputs.len() - 1;
-        let mut cb = GraphBuilder::new();
-        let ins = params(&mut cb, "in", inputs.clone());
-        let going = cb.compare(Comparison::Less, ins[n], ins[last])?;
+    /// A `while` that applies the body `target` times (`target <= bound`) to carries `c`
+    /// with consts `p`, counting from `zero`: carries `(carries.., k)`, consts `(consts..,
+    /// target)`.
+    fn advance(
+        &self,
+        bound: usize,
+        (c, p): (&[NodeId], &[NodeId]),
+        zero: NodeId,
+        target: NodeId,
+    ) -> Result<(RegionKind, Vec<NodeId>)> {
+        let mut counted = LoopBody::new();
+        let mut args = counted.positional(Section::Carry, self.carry_types(), c);
+        let k = counted.positional(Section::Carry, vec![count_ty()], &[zero])[0];
+        args.extend(counted.positional(Section::Const, self.const_types(), p));
+        let last = counted.positional(Section::Const, vec![count_ty()], &[target])[0];
+        let (mut cb, _) = counted.twin();
+        let going = cb.compare(Comparison::Less, k, last)?;
         let cond = cb.finish(vec![going])?;
-        let mut bb = GraphBuilder::new();
-        let ins = params(&mut bb, "in", inputs);
-        let mut args = ins[..n].to_vec();
-        args.extend_from_slice(&ins[n + 1..last]);
+        let bb = counted.builder();
         let mut outs = bb.inline_graph(self.body, &args)?;
         let one = bb.scalar(1.0, DType::F64, false);
-        outs.push(bb.binary(BinaryOp::Add, ins[n], one)?);
-        let body = bb.finish(outs)?;
-        Ok(RegionKind::While {
-            n_carry: n + 1,
-            cond: Arc::new(cond),
-            body: Arc::new(body),
-            max_trips: Some(bound),
-        })
+        outs.push(bb.binary(BinaryOp::Add, k, one)?);
+        Ok(counted.finish(outs)?.while_loop(cond, Some(bound)))
     }
 
-    /// The body of the backward sweep: `(j, state.., consts.., r, slot carries..) -> state..`,
+    /// The backward sweep: body `(j, state.., consts.., r, slot carries..) -> state..`,
     /// sub-block `j` (when active) as a block of the level below from its slot.
-    fn backward_sweep(&self, sub: usize, below: Arc<Graph>) -> Result<Graph> {
-        let mut g = GraphBuilder::new();
-        let j = g.input("slot", Self::count_ty());
-        let state = params(&mut g, "cotangent", self.state_types());
-        let p = params(&mut g, "operand", self.const_types());
-        let r = g.input("trips", Self::count_ty());
-        let c = params(&mut g, "carry", self.carry_types());
+    fn backward_sweep(
+        &self,
+        sub: usize,
+        below: Arc<Graph>,
+        state: &[NodeId],
+        p: &[NodeId],
+        r: NodeId,
+        stack: &[NodeId],
+    ) -> Result<Body> {
+        let (mut sweep, j) = LoopBody::scan("slot", count_ty());
+        let state = sweep.params(Section::Carry, "cotangent", self.state_types(), state);
+        let p = sweep.params(Section::Const, "operand", self.const_types(), p);
+        let r = sweep.param(Section::Const, "trips", count_ty(), r);
+        let c = sweep.params(Section::Xs, "carry", self.carry_types(), stack);
+        let g = sweep.builder();
         let size = g.scalar(sub as f64, DType::F64, false);
         let start = g.mul(j, size)?;
-        let outs = self.run_sub_block(&mut g, below, sub, start, r, &c, &p, &state)?;
-        g.finish(outs)
+        let outs = self.run_sub_block(g, below, sub, start, r, (&c, &p), &state)?;
+        sweep.finish(outs)
     }
 
     /// The sub-block of `sub = S^(d-1)` trips starting at trip `start` of a block of `r`
@@ -425,8 +475,7 @@ impl<'a> Rule<'a> {
         sub: usize,
         start: NodeId,
         r: NodeId,
-        c: &[NodeId],
-        p: &[NodeId],
+        (c, p): (&[NodeId], &[NodeId]),
         state: &[NodeId],
     ) -> Result<Vec<NodeId>> {
         let active = g.compare(Comparison::Less, start, r)?;
@@ -436,39 +485,25 @@ impl<'a> Rule<'a> {
         let here = g.select(fits, left, size)?;
         // Carries (pending, state..); consts (trips, slot carries.., consts..).
         let bool_ty = TensorType::new(DType::Bool, Shape::scalar());
-        let mut inputs = vec![bool_ty];
-        inputs.extend(self.state_types());
-        inputs.push(Self::count_ty());
-        inputs.extend(self.types.clone());
-        let ns = self.state_types().len();
-        let mut cb = GraphBuilder::new();
-        let ins = params(&mut cb, "in", inputs.clone());
-        let cond = cb.finish(vec![ins[0]])?;
-        let mut bb = GraphBuilder::new();
-        let ins = params(&mut bb, "in", inputs);
+        let mut once = LoopBody::new();
+        let pending = once.positional(Section::Carry, vec![bool_ty], &[active])[0];
+        let st = once.positional(Section::Carry, self.state_types(), state);
+        let trips = once.positional(Section::Const, vec![count_ty()], &[here])[0];
+        let mut args = vec![trips];
+        args.extend(once.positional(Section::Const, self.carry_types(), c));
+        args.extend(once.positional(Section::Const, self.const_types(), p));
+        args.extend(st);
+        let (cb, _) = once.twin();
+        let cond = cb.finish(vec![pending])?;
+        let bb = once.builder();
         let done = bb.constant(
             quabla_ir::HostData::Bool([false].into()),
             Shape::scalar(),
             false,
         )?;
-        let mut args = vec![ins[1 + ns]];
-        args.extend_from_slice(&ins[2 + ns..]);
-        args.extend_from_slice(&ins[1..1 + ns]);
         let mut outs = vec![done];
         outs.extend(bb.inline_graph(&below, &args)?);
-        let body = bb.finish(outs)?;
-        let kind = RegionKind::While {
-            n_carry: 1 + ns,
-            cond: Arc::new(cond),
-            body: Arc::new(body),
-            max_trips: Some(1),
-        };
-        let mut operands = vec![active];
-        operands.extend(state);
-        operands.push(here);
-        operands.extend(c);
-        operands.extend(p);
-        let outs = call(g, self.region(kind)?, &operands)?;
+        let outs = self.call(g, once.finish(outs)?.while_loop(cond, Some(1)))?;
         Ok(outs[1..].to_vec())
     }
 }
