@@ -2,17 +2,24 @@
 //! mode against central differences in float64, to third order (every composition of the two
 //! modes), at points away from each op's singular points. The reference interpreter runs the
 //! graphs; `matmul`, which it has no folding rule for, runs on the CPU backend.
+//!
+//! Every op declares how its rules are checked, in an exhaustive `match` that a new op does
+//! not compile without: each unary function its domain ([`unary_derivative`]), each binary
+//! function and reduction its case ([`binary_case`], [`reduction_case`]), and each op kind
+//! the tables of this file or the test file elsewhere that checks it ([`rules_checked`],
+//! verified by [`every_op_kind_declares_where_its_rules_are_checked`]).
 
 use quabla_autodiff::check::{check_grads, Array, GraphFunction, Modes, Tolerance};
 use quabla_ir::eval::HostValue;
 use quabla_ir::interp::Interpreter;
 use quabla_ir::{
-    BinaryOp, Comparison, DType, Graph, GraphBuilder, HostData, Node, NodeId, Plan, Result, Shape,
-    TensorType, UnaryOp,
+    BinaryOp, Comparison, DType, Graph, GraphBuilder, HostData, Node, NodeId, Op, OpKind, Plan,
+    ReduceKind, Result, Shape, TensorType, UnaryOp,
 };
 use quabla_random::testing::TestRng;
+use std::collections::BTreeSet;
 
-type Build = fn(&mut GraphBuilder, &[NodeId]) -> Result<NodeId>;
+type Build = Box<dyn Fn(&mut GraphBuilder, &[NodeId]) -> Result<NodeId>>;
 
 /// One case: a graph of float64 inputs of the given shapes, with inputs drawn from `domain`.
 struct Case {
@@ -23,12 +30,17 @@ struct Case {
     order: usize,
 }
 
-fn case(name: &'static str, shapes: &[&[usize]], domain: (f64, f64), build: Build) -> Case {
+fn case(
+    name: &'static str,
+    shapes: &[&[usize]],
+    domain: (f64, f64),
+    build: impl Fn(&mut GraphBuilder, &[NodeId]) -> Result<NodeId> + 'static,
+) -> Case {
     Case {
         name,
         shapes: shapes.iter().map(|s| s.to_vec()).collect(),
         domain,
-        build,
+        build: Box::new(build),
         order: 3,
     }
 }
@@ -96,158 +108,191 @@ fn check(c: &Case, seed: u64) {
         .unwrap_or_else(|e| panic!("{}: {e}", c.name));
 }
 
-fn unary(op: UnaryOp) -> Build {
-    // A table of fn pointers cannot capture `op`; dispatch through the op's code instead.
-    macro_rules! unary_builds {
-        ($($v:ident),*) => {
-            match op {
-                $(UnaryOp::$v => |b, x| b.unary(UnaryOp::$v, x[0]),)*
-                _ => unreachable!("piecewise-constant functions are checked separately"),
-            }
-        };
-    }
-    unary_builds!(
-        Neg, Tanh, Exp, Log, Log1p, Expm1, Sqrt, Sin, Cos, Erf, Erfc, Tan, Arcsin, Arccos, Arctan,
-        Sinh, Cosh, Arcsinh, Arccosh, Arctanh, Log2, Log10, Cbrt
-    )
+/// How the derivative of a unary function is checked.
+#[derive(Clone, Copy, Debug)]
+enum Derivative {
+    /// Smooth and moderate on the domain: checked to third order.
+    Smooth(f64, f64),
+    /// Zero but at its jumps: checked on a domain inside one piece.
+    PiecewiseConstant(f64, f64),
+    /// A function of integers and bools only: no derivative (numerics.md §12).
+    None,
 }
 
-/// A domain inside which the function is smooth and moderate.
-fn unary_domain(op: UnaryOp) -> (f64, f64) {
+/// The derivative of each unary function and where it is checked. Exhaustive: a new
+/// function does not compile until it declares its domain here.
+fn unary_derivative(op: UnaryOp) -> Derivative {
+    use Derivative::{PiecewiseConstant, Smooth};
     match op {
-        UnaryOp::Log | UnaryOp::Log2 | UnaryOp::Log10 | UnaryOp::Sqrt => (0.5, 2.0),
-        UnaryOp::Log1p => (-0.5, 1.5),
-        UnaryOp::Arcsin | UnaryOp::Arccos | UnaryOp::Arctanh => (-0.6, 0.6),
-        UnaryOp::Arccosh => (1.5, 3.0),
-        UnaryOp::Tan => (-1.0, 1.0),
-        UnaryOp::Cbrt => (0.5, 2.0),
-        _ => (-1.5, 1.5),
+        UnaryOp::Neg
+        | UnaryOp::Tanh
+        | UnaryOp::Exp
+        | UnaryOp::Expm1
+        | UnaryOp::Sin
+        | UnaryOp::Cos
+        | UnaryOp::Erf
+        | UnaryOp::Erfc
+        | UnaryOp::Arctan
+        | UnaryOp::Sinh
+        | UnaryOp::Cosh
+        | UnaryOp::Arcsinh => Smooth(-1.5, 1.5),
+        UnaryOp::Log | UnaryOp::Log2 | UnaryOp::Log10 | UnaryOp::Sqrt => Smooth(0.5, 2.0),
+        UnaryOp::Log1p => Smooth(-0.5, 1.5),
+        UnaryOp::Arcsin | UnaryOp::Arccos | UnaryOp::Arctanh => Smooth(-0.6, 0.6),
+        UnaryOp::Arccosh => Smooth(1.5, 3.0),
+        UnaryOp::Tan => Smooth(-1.0, 1.0),
+        UnaryOp::Cbrt => Smooth(0.5, 2.0),
+        UnaryOp::Floor | UnaryOp::Ceil => PiecewiseConstant(0.1, 0.9),
+        UnaryOp::Round => PiecewiseConstant(0.1, 0.4),
+        UnaryOp::BitNot => Derivative::None,
     }
+}
+
+fn unary_case(op: UnaryOp, domain: (f64, f64)) -> Case {
+    case(op.name(), &[&[3]], domain, move |b, x| b.unary(op, x[0]))
+}
+
+/// The smooth unary functions, each with its seed (its place in `UnaryOp::ALL`).
+fn smooth_unary_cases() -> Vec<(u64, Case)> {
+    let mut cases = Vec::new();
+    for (i, op) in UnaryOp::ALL.into_iter().enumerate() {
+        if let Derivative::Smooth(lo, hi) = unary_derivative(op) {
+            cases.push((i as u64, unary_case(op, (lo, hi))));
+        }
+    }
+    cases
 }
 
 #[test]
 fn smooth_unary_functions_to_third_order() {
-    for (i, op) in UnaryOp::ALL.into_iter().enumerate() {
-        if matches!(
-            op,
-            UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::BitNot
-        ) {
-            continue;
-        }
-        let c = Case {
-            name: op.name(),
-            shapes: vec![vec![3]],
-            domain: unary_domain(op),
-            build: unary(op),
-            order: 3,
-        };
-        check(&c, i as u64);
+    for (seed, c) in smooth_unary_cases() {
+        check(&c, seed);
     }
+}
+
+/// The functions whose derivative is zero wherever it is defined.
+fn zero_derivative_cases() -> Vec<Case> {
+    let mut cases: Vec<Case> = UnaryOp::ALL
+        .into_iter()
+        .filter_map(|op| match unary_derivative(op) {
+            Derivative::PiecewiseConstant(lo, hi) => Some(unary_case(op, (lo, hi))),
+            _ => None,
+        })
+        .collect();
+    cases.push(case("comparison", &[&[3], &[3]], (-1.0, 1.0), |b, x| {
+        let p = b.compare(Comparison::Greater, x[0], x[1])?;
+        b.astype(p, DType::F64)
+    }));
+    cases
 }
 
 #[test]
 fn piecewise_constant_functions_have_zero_derivatives() {
-    let cases = [
-        case("floor", &[&[3]], (0.1, 0.9), |b, x| {
-            b.unary(UnaryOp::Floor, x[0])
-        }),
-        case("ceil", &[&[3]], (0.1, 0.9), |b, x| {
-            b.unary(UnaryOp::Ceil, x[0])
-        }),
-        case("round", &[&[3]], (0.1, 0.4), |b, x| {
-            b.unary(UnaryOp::Round, x[0])
-        }),
-        case("comparison", &[&[3], &[3]], (-1.0, 1.0), |b, x| {
-            let p = b.compare(Comparison::Greater, x[0], x[1])?;
-            b.astype(p, DType::F64)
-        }),
-    ];
-    for (i, c) in cases.iter().enumerate() {
+    for (i, c) in zero_derivative_cases().iter().enumerate() {
         check(c, 100 + i as u64);
     }
 }
 
-#[test]
-fn binary_functions_to_third_order() {
-    let cases = [
-        case("add", &[&[2, 3], &[3]], (-1.0, 1.0), |b, x| {
-            b.binary(BinaryOp::Add, x[0], x[1])
-        }),
-        case("sub", &[&[3], &[2, 3]], (-1.0, 1.0), |b, x| {
-            b.binary(BinaryOp::Sub, x[0], x[1])
-        }),
-        case("mul", &[&[2, 3], &[2, 1]], (-1.0, 1.0), |b, x| {
-            b.binary(BinaryOp::Mul, x[0], x[1])
-        }),
-        case("div", &[&[3], &[3]], (0.5, 1.5), |b, x| {
-            b.binary(BinaryOp::Div, x[0], x[1])
-        }),
-        case("pow", &[&[3], &[3]], (0.5, 1.5), |b, x| {
-            b.binary(BinaryOp::Pow, x[0], x[1])
-        }),
-        case("atan2", &[&[3], &[3]], (0.5, 1.5), |b, x| {
-            b.binary(BinaryOp::Atan2, x[0], x[1])
-        }),
-        case("fmod", &[&[3], &[3]], (2.1, 2.9), |b, x| {
+/// The case of each binary function, `None` for the integer ones (no derivative,
+/// numerics.md §12). Exhaustive: a new function does not compile until it has its case.
+fn binary_case(op: BinaryOp) -> Option<Case> {
+    let name = op.name();
+    let plain = move |b: &mut GraphBuilder, x: &[NodeId]| b.binary(op, x[0], x[1]);
+    Some(match op {
+        BinaryOp::Add => case(name, &[&[2, 3], &[3]], (-1.0, 1.0), plain),
+        BinaryOp::Sub => case(name, &[&[3], &[2, 3]], (-1.0, 1.0), plain),
+        BinaryOp::Mul => case(name, &[&[2, 3], &[2, 1]], (-1.0, 1.0), plain),
+        BinaryOp::Div | BinaryOp::Pow | BinaryOp::Atan2 => {
+            case(name, &[&[3], &[3]], (0.5, 1.5), plain)
+        }
+        BinaryOp::Fmod => case(name, &[&[3], &[3]], (2.1, 2.9), |b, x| {
             let one = b.scalar(1.0, DType::F64, false);
             let d = b.sub(x[1], one)?;
             b.binary(BinaryOp::Fmod, x[0], d)
         }),
-        case("powi", &[&[3]], (-1.5, 1.5), |b, x| b.powi(x[0], 4)),
-        case("powi negative", &[&[3]], (0.5, 1.5), |b, x| {
-            b.powi(x[0], -3)
-        }),
-        case("where", &[&[3], &[3], &[3]], (-1.0, 1.0), |b, x| {
-            let p = b.compare(Comparison::Greater, x[0], x[1])?;
-            let s = b.mul(x[0], x[2])?;
-            b.select(p, s, x[1])
-        }),
-    ];
-    for (i, c) in cases.iter().enumerate() {
+        BinaryOp::FloorDiv
+        | BinaryOp::Rem
+        | BinaryOp::BitAnd
+        | BinaryOp::BitOr
+        | BinaryOp::BitXor
+        | BinaryOp::ShiftLeft
+        | BinaryOp::ShiftRightArithmetic
+        | BinaryOp::ShiftRightLogical => return None,
+    })
+}
+
+fn binary_cases() -> Vec<Case> {
+    let mut cases: Vec<Case> = BinaryOp::ALL.into_iter().filter_map(binary_case).collect();
+    cases.push(case("powi", &[&[3]], (-1.5, 1.5), |b, x| b.powi(x[0], 4)));
+    cases.push(case("powi negative", &[&[3]], (0.5, 1.5), |b, x| {
+        b.powi(x[0], -3)
+    }));
+    cases.push(case("where", &[&[3], &[3], &[3]], (-1.0, 1.0), |b, x| {
+        let p = b.compare(Comparison::Greater, x[0], x[1])?;
+        let s = b.mul(x[0], x[2])?;
+        b.select(p, s, x[1])
+    }));
+    cases
+}
+
+#[test]
+fn binary_functions_to_third_order() {
+    for (i, c) in binary_cases().iter().enumerate() {
         check(c, 200 + i as u64);
     }
 }
 
-#[test]
-fn reductions_and_scans_to_third_order() {
-    let cases = [
-        case("sum", &[&[2, 3]], (-1.0, 1.0), |b, x| {
+/// The case of each reduction. Exhaustive: a new reduction does not compile until it has
+/// its case.
+fn reduction_case(kind: ReduceKind) -> Case {
+    let name = kind.name();
+    let square = |b: &mut GraphBuilder, x: NodeId| b.mul(x, x);
+    match kind {
+        ReduceKind::Sum => case(name, &[&[2, 3]], (-1.0, 1.0), |b, x| {
             let s = b.unary(UnaryOp::Sin, x[0])?;
             b.sum(s, None, false)
         }),
-        case("sum_axis", &[&[2, 3]], (-1.0, 1.0), |b, x| {
-            let s = b.mul(x[0], x[0])?;
+        ReduceKind::SumAxis => case(name, &[&[2, 3]], (-1.0, 1.0), move |b, x| {
+            let s = square(b, x[0])?;
             b.sum(s, Some(&[1]), false)
         }),
-        case("mean", &[&[2, 3]], (-1.0, 1.0), |b, x| {
-            let s = b.mul(x[0], x[0])?;
+        ReduceKind::Mean => case(name, &[&[2, 3]], (-1.0, 1.0), move |b, x| {
+            let s = square(b, x[0])?;
             b.mean(s, None, true)
         }),
-        case("mean_axis", &[&[2, 3]], (-1.0, 1.0), |b, x| {
-            let s = b.mul(x[0], x[0])?;
+        ReduceKind::MeanAxis => case(name, &[&[2, 3]], (-1.0, 1.0), move |b, x| {
+            let s = square(b, x[0])?;
             b.mean(s, Some(&[0]), false)
         }),
-        case("max_axis", &[&[2, 3]], (-1.0, 1.0), |b, x| {
-            let s = b.mul(x[0], x[0])?;
+        ReduceKind::MaxAxis => case(name, &[&[2, 3]], (-1.0, 1.0), move |b, x| {
+            let s = square(b, x[0])?;
             b.max(s, Some(&[1]), false)
         }),
-        case("min_axis", &[&[2, 3]], (-1.0, 1.0), |b, x| {
-            let s = b.mul(x[0], x[0])?;
+        ReduceKind::MinAxis => case(name, &[&[2, 3]], (-1.0, 1.0), move |b, x| {
+            let s = square(b, x[0])?;
             b.min(s, Some(&[0]), false)
         }),
-        case("cumsum", &[&[2, 3]], (-1.0, 1.0), |b, x| {
-            let s = b.mul(x[0], x[0])?;
-            b.cumsum(s, 1, true)
-        }),
-    ];
-    for (i, c) in cases.iter().enumerate() {
+    }
+}
+
+fn reduction_cases() -> Vec<Case> {
+    let mut cases: Vec<Case> = ReduceKind::ALL.into_iter().map(reduction_case).collect();
+    cases.push(case("cumsum", &[&[2, 3]], (-1.0, 1.0), |b, x| {
+        let s = b.mul(x[0], x[0])?;
+        b.cumsum(s, 1, true)
+    }));
+    cases
+}
+
+#[test]
+fn reductions_and_scans_to_third_order() {
+    for (i, c) in reduction_cases().iter().enumerate() {
         check(c, 300 + i as u64);
     }
 }
 
-#[test]
-fn layout_ops_to_third_order() {
-    let cases = [
+fn layout_cases() -> Vec<Case> {
+    vec![
         case("reshape", &[&[2, 3]], (-1.0, 1.0), |b, x| {
             let s = b.mul(x[0], x[0])?;
             b.reshape(s, &[3, -1])
@@ -314,9 +359,118 @@ fn layout_ops_to_third_order() {
                 b.matmul(s, x[1])
             },
         ),
-    ];
-    for (i, c) in cases.iter().enumerate() {
+        // The cotangent of `slice`, differentiated again by the third-order check above but
+        // also checked on its own.
+        case("pad_slice", &[&[2, 2]], (-1.0, 1.0), |b, x| {
+            let s = b.mul(x[0], x[0])?;
+            let shape = Shape::new(vec![4, 3])?;
+            b.push(
+                Op::PadSlice {
+                    starts: vec![1, 0],
+                    shape,
+                },
+                &[s],
+            )
+        }),
+    ]
+}
+
+#[test]
+fn layout_ops_to_third_order() {
+    for (i, c) in layout_cases().iter().enumerate() {
         check(c, 400 + i as u64);
+    }
+}
+
+/// Where the derivative rules of an op kind are checked against finite differences.
+#[derive(Clone, Copy, Debug)]
+enum Checked {
+    /// By a case of this file's tables.
+    Here,
+    /// By the tests in this file of the workspace.
+    In(&'static str),
+    /// Nowhere: a leaf of every graph, with nothing to differentiate.
+    Leaf,
+}
+
+/// Where each op kind's rules are checked. Exhaustive: a new op does not compile until it
+/// says where.
+fn rules_checked(kind: OpKind) -> Checked {
+    use Checked::{Here, In, Leaf};
+    match kind {
+        OpKind::Input | OpKind::Constant => Leaf,
+        OpKind::Cast
+        | OpKind::Unary
+        | OpKind::Powi
+        | OpKind::Binary
+        | OpKind::Compare
+        | OpKind::Where
+        | OpKind::Sum
+        | OpKind::SumAxis
+        | OpKind::Mean
+        | OpKind::MeanAxis
+        | OpKind::MaxAxis
+        | OpKind::MinAxis
+        | OpKind::Cumsum
+        | OpKind::Reshape
+        | OpKind::Transpose
+        | OpKind::Broadcast
+        | OpKind::Concat
+        | OpKind::Slice
+        | OpKind::PadSlice
+        | OpKind::Gather
+        | OpKind::ScatterAdd
+        | OpKind::Matmul => Here,
+        // Zero by definition, which finite differences do not see: checked for zeros.
+        OpKind::StopGradient => In("quabla/tests/vmap_library.rs"),
+        OpKind::Solve
+        | OpKind::Cholesky
+        | OpKind::CholeskyAd
+        | OpKind::TriangularSolve
+        | OpKind::Linalg => In("quabla-linalg/tests/rules.rs"),
+        OpKind::Region => In("quabla-autodiff/tests/bounded_while.rs"),
+        OpKind::Custom => In("quabla/tests/custom_rules.rs"),
+        OpKind::DebugPrint => In("quabla/tests/debugging.rs"),
+        OpKind::IndexGather | OpKind::IndexScatter => In("quabla/tests/indexing.rs"),
+    }
+}
+
+#[test]
+fn every_op_kind_declares_where_its_rules_are_checked() {
+    let tables = [
+        smooth_unary_cases().into_iter().map(|(_, c)| c).collect(),
+        zero_derivative_cases(),
+        binary_cases(),
+        reduction_cases(),
+        layout_cases(),
+    ];
+    let built: BTreeSet<OpKind> = tables
+        .iter()
+        .flatten()
+        .flat_map(|c| {
+            graph(c)
+                .nodes()
+                .iter()
+                .map(|n| n.op.kind())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for kind in OpKind::ALL {
+        match rules_checked(kind) {
+            Checked::Here => assert!(
+                built.contains(&kind),
+                "`{}`: rules_checked says a case of this file checks it, but no case of the \
+                 unary, zero-derivative, binary, reduction or layout tables builds one",
+                kind.name()
+            ),
+            Checked::In(file) => assert!(
+                workspace.join(file).is_file(),
+                "`{}`: rules_checked names {file}, which does not exist",
+                kind.name()
+            ),
+            Checked::Leaf => {}
+        }
     }
 }
 
