@@ -13,8 +13,11 @@
 //! * **value**: some `#[test]` function of `quabla/tests/*.rs` calls a spelling
 //!   (`qb::name(`, `x.name(`, `Tensor::name`) or one of its axis forms (`x.name_axes(`,
 //!   `x.name_keepdims(`); operator forms (`!&a`) are not recognised;
-//! * **grad**: such a test also differentiates (`grad`, `value_and_grad`, `jvp`, `vjp`,
-//!   `jacobian`, `hessian`); `n/a` for the functions listed in [`ZERO_DERIVATIVE`];
+//! * **grad**: such a test also differentiates: it calls a transform (`grad`,
+//!   `value_and_grad`, `jvp`, `vjp`, `jacobian`, `hessian`) or a derivative checker of
+//!   `qb::testing` (`check_grads`, `check_grads_with`, which differentiate the closure they
+//!   are given against finite differences: the table-driven derivative tests); `n/a` for the
+//!   functions listed in [`ZERO_DERIVATIVE`];
 //! * **vmap**: such a test also calls `vmap`.
 //!
 //! A test's text includes, transitively, the bodies of the non-test functions of its file
@@ -62,7 +65,10 @@ const ZERO_DERIVATIVE: &[&str] = &[
     "all",
 ];
 
-/// The transforms whose use makes a test a derivative test.
+/// The facade functions whose use makes a test a derivative test: the transforms, and the
+/// checkers of `qb::testing` that differentiate a closure in forward and reverse mode
+/// against finite differences (a test iterating a table of functions through them tests
+/// the derivative of every row).
 const DERIVATIVE_TRANSFORMS: &[&str] = &[
     "grad",
     "value_and_grad",
@@ -70,6 +76,8 @@ const DERIVATIVE_TRANSFORMS: &[&str] = &[
     "vjp",
     "jacobian",
     "hessian",
+    "check_grads",
+    "check_grads_with",
 ];
 
 /// Suffixes of the axis forms of a reduction (`x.sum_axes(..)`, `x.norm_keepdims(..)`, the
@@ -356,6 +364,51 @@ mod tests {
         assert_eq!(spellings("min"), ["min", "min_axes"]);
         assert_eq!(spellings("max"), ["max"]);
         assert_eq!(spellings("transpose"), ["transpose", "permute"]);
+    }
+
+    #[test]
+    fn derivative_checkers_make_derivative_tests() {
+        let file = sanitize(
+            r#"
+fn table() -> Vec<(&'static str, Unary)> {
+    vec![("tan", Tensor::tan as Unary), ("erf", |x| x.erf())]
+}
+#[test]
+fn derivatives() {
+    for (name, f) in table() {
+        check_grads_with(|v: Vec<Tensor>| Ok(vec![f(&v[0])?]), &x, 2, Modes::BOTH, tol).unwrap();
+    }
+}
+#[test]
+fn values() { assert_eq!(x.sinh()?.item()?, 1.0); }
+"#,
+        );
+        let tests = test_bodies(&file);
+        let defined: BTreeSet<String> = ["tan", "erf", "sinh"].map(String::from).into();
+        let row = |name: &str| {
+            let function = SpecFunction {
+                name: name.to_string(),
+                spellings: vec![name.to_string()],
+            };
+            Row::classify(&function, &defined, &tests).line(name)
+        };
+        assert_eq!(row("tan"), "tan value=yes grad=yes vmap=no");
+        assert_eq!(row("erf"), "erf value=yes grad=yes vmap=no");
+        assert_eq!(row("sinh"), "sinh value=yes grad=no vmap=no");
+    }
+
+    /// A renamed transform or checker would make every test that uses it look like no
+    /// derivative test at all.
+    #[test]
+    fn the_derivative_transforms_are_facade_functions() {
+        let src = crate::workspace_root().join("quabla").join("src");
+        let defined = Index::of_crate(&src).unwrap().fn_names();
+        for name in DERIVATIVE_TRANSFORMS {
+            assert!(
+                defined.contains(*name),
+                "`{name}` is not a function of the facade"
+            );
+        }
     }
 
     #[test]
