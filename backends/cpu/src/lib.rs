@@ -69,6 +69,7 @@ mod scalar;
 mod schedule;
 
 pub use schedule::ScheduleStats;
+pub use native::NATIVE_ELEMENTS;
 
 use buffer::Storage;
 use exec::{Frame, Mode, Workspace};
@@ -284,7 +285,7 @@ const NATIVE_AFTER_RUNS: usize = 1000;
 /// at compile time, and its code, generated at the run after [`NATIVE_AFTER_RUNS`] runs.
 #[derive(Debug)]
 struct NativeTier {
-    small: native::SmallBody,
+    small: native::GraphBody,
     runs: AtomicUsize,
     /// `Some(None)` when code generation met something it does not translate: the plan then
     /// stays in the interpreter.

@@ -40,10 +40,10 @@
 use crate::buffer::{Buffer, Storage, View, ViewMut};
 use crate::exec::{out_of_memory, Frame, Mode, Workspace};
 use crate::kernels::internal;
-use crate::native::{LoopBody, NativeScan, NativeWhile, ScanShape, SmallBody};
+use crate::native::{LoopBody, NativeScan, NativeWhile, ScanShape, GraphBody};
 use crate::scalar::ScalarBody;
 use crate::schedule::{Build, Schedule};
-use quabla_backend::Result;
+use quabla_backend::{Precision, Result};
 use quabla_ir::{DType, Graph, NodeId, Plan, Region, RegionKind, TensorType};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -265,16 +265,16 @@ struct Body {
     take: Vec<bool>,
     scalar: Option<ScalarBody>,
     /// For a body without a scalar form (when machine code is on): its plan graph, from which
-    /// the small form of `native.rs` is built when a loop's code is first needed.
-    small: Option<SmallSource>,
+    /// the graph form of `native` is built when a loop's code is first needed.
+    graph: Option<GraphSource>,
 }
 
-/// A body's plan graph and, once built, its small form (`None` inside when it has none).
+/// A body's plan graph and, once built, its translated form (`None` inside when it has none).
 #[derive(Clone, Debug)]
-struct SmallSource {
+struct GraphSource {
     graph: Graph,
     inputs: usize,
-    form: OnceLock<Option<SmallBody>>,
+    form: OnceLock<Option<GraphBody>>,
 }
 
 impl Body {
@@ -316,8 +316,8 @@ impl Body {
         } else {
             ScalarBody::new(&schedule, &output_types)
         };
-        let small = match (build.native, &scalar) {
-            (true, None) => Some(SmallSource {
+        let graph_form = match (build.native && build.precision == Precision::Reference, &scalar) {
+            (true, None) => Some(GraphSource {
                 graph: plan.graph().clone(),
                 inputs: graph.inputs().count(),
                 form: OnceLock::new(),
@@ -328,25 +328,25 @@ impl Body {
             schedule,
             take,
             scalar,
-            small,
+            graph: graph_form,
         })
     }
 
     /// Whether machine code may be made from the body (it is then built on first use).
     fn may_translate(&self) -> bool {
-        self.scalar.is_some() || self.small.is_some()
+        self.scalar.is_some() || self.graph.is_some()
     }
 
-    /// The form of the body the machine code of a loop is made from, if any (the small form
+    /// The form of the body the machine code of a loop is made from, if any (the graph form
     /// is built here, on first use).
     fn translatable(&self) -> Option<LoopBody<'_>> {
-        match (&self.scalar, &self.small) {
+        match (&self.scalar, &self.graph) {
             (Some(scalar), _) => Some(LoopBody::Scalar(scalar)),
             (None, Some(source)) => source
                 .form
-                .get_or_init(|| SmallBody::new(&source.graph, source.inputs))
+                .get_or_init(|| GraphBody::new(&source.graph, source.inputs))
                 .as_ref()
-                .map(LoopBody::Small),
+                .map(LoopBody::Graph),
             (None, None) => None,
         }
     }
