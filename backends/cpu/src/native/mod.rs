@@ -364,25 +364,35 @@ pub(crate) struct NativePlan {
 /// `(input pointers, output pointers, scratch memory) -> 0, or FAILED`.
 type PlanFn = unsafe extern "C" fn(*const *const u8, *const *mut u8, *mut f64) -> u64;
 
-/// The most element operations (the elements of every node, added up) of a plan compiled
-/// whole: every element is a machine instruction or more, and Cranelift's time grows with
-/// them, so a long scalar plan stays in the interpreter rather than make one call pay tens
-/// of milliseconds of code generation.
+/// The most element operations of values held in registers (the elements of every such node,
+/// added up) of a plan compiled whole: every element is a machine instruction or more, and
+/// Cranelift's time grows with them, so a long scalar plan stays in the interpreter rather
+/// than make one call pay tens of milliseconds of code generation.
 pub(crate) const PLAN_ELEMENTS: usize = 4096;
 
+/// The most element operations of values held in memory in a plan compiled whole: past it the
+/// interpreter's fused kernels (vector lanes, both cores) outweigh the dispatch the machine
+/// code saves (`docs/performance.md`).
+pub(crate) const PLAN_MEMORY_ELEMENTS: usize = 16384;
+
 impl NativePlan {
-    /// Whether `graph` can be compiled whole: its small form, or `None`. A plan that calls a
-    /// control-flow region is not: its loops keep their own code, which runs in chunks with
-    /// the run's cancellation checked between them, where one call of a whole plan could run
-    /// nested loops of thousands of trips each without a check.
+    /// Whether `graph` can be compiled whole: its translated form, or `None`. A plan that
+    /// calls a control-flow region is not: its loops keep their own code, which runs in
+    /// chunks with the run's cancellation checked between them, where one call of a whole
+    /// plan could run nested loops of thousands of trips each without a check.
     pub(crate) fn small_form(graph: &Graph) -> Option<GraphBody> {
-        let mut work = 0usize;
+        let (mut in_registers, mut in_memory) = (0usize, 0usize);
         for node in graph.nodes() {
             if matches!(node.op, Op::Region(_)) {
                 return None;
             }
-            work += node.ty.shape.size();
-            if work > PLAN_ELEMENTS {
+            let size = node.ty.shape.size();
+            if size <= REGISTER_ELEMENTS {
+                in_registers += size;
+            } else {
+                in_memory += size;
+            }
+            if in_registers > PLAN_ELEMENTS || in_memory > PLAN_MEMORY_ELEMENTS {
                 return None;
             }
         }
