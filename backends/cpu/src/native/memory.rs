@@ -12,7 +12,8 @@
 //! module only emits code; which nodes it translates is decided with the body
 //! ([`super::GraphBody`]).
 
-use super::symbols::{MATMUL, MAXIMUM, MINIMUM};
+use super::symbols::{unary_code, MATMUL, MAXIMUM, MINIMUM, UNARY_LANES};
+use crate::kernels::lanes;
 use super::{element_sources, reduced_groups, Emitter, EwOp};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Value};
@@ -244,6 +245,28 @@ impl Emitter<'_, '_> {
         out: &TensorType,
     ) -> Option<Val> {
         let n = out.shape.size();
+        // A function with vector lanes runs the interpreter's own slice kernel.
+        if let (EwOp::Unary(u), [x], [shape]) = (ew, operands, shapes) {
+            let round_f32 = match out.dtype {
+                DType::F64 => Some(0),
+                DType::F32 => Some(1),
+                _ => None,
+            };
+            if let (true, true, Some(round_f32), Some(code)) = (
+                lanes::has_lanes(u),
+                *shape == &out.shape,
+                round_f32,
+                unary_code(u),
+            ) {
+                let x = self.in_memory(x)?;
+                let result = self.scratch_array(n)?;
+                let code = self.b.ins().iconst(types::I32, i64::from(code));
+                let count = self.b.ins().iconst(types::I64, i64::try_from(n).ok()?);
+                let round = self.b.ins().iconst(types::I32, round_f32);
+                self.call_void(UNARY_LANES, &[code, x.at, result.at, count, round])?;
+                return Some(Val::Mem(result));
+            }
+        }
         let mut sources: Vec<(Option<Mem>, Read, Option<Value>)> = Vec::new();
         for (&v, &shape) in operands.iter().zip(shapes).take(3) {
             if v.len() == 1 {

@@ -396,7 +396,7 @@ impl NativePlan {
                 return None;
             }
         }
-        GraphBody::new(graph, graph.inputs().count())
+        GraphBody::new(graph, graph.inputs().count()).ok()
     }
 
     /// The native form of the plan whose graph has the small form `small`, or `None` when a
@@ -505,7 +505,16 @@ pub(crate) struct GraphBody {
     graph: Graph,
     /// The translated form of each region the graph calls, by the region's address.
     nested: HashMap<usize, Arc<Nested>>,
+    /// The elements of the values held in memory that the code makes a pass over.
+    memory_elements: usize,
 }
+
+/// The element operations in memory that cost the machine code as much as one step costs
+/// the interpreter, measured with the loop-state sweep of `cargo xtask bench --scaling`
+/// (`docs/performance.md`): an interpreted step costs about 150 ns over its kernel's work,
+/// and the machine code's pass over an element in memory about 0.65 ns more than the fused
+/// kernel's.
+const STEP_ELEMENTS: usize = 230;
 
 /// The most trips of a loop nested in a loop body: the code of a body runs between two
 /// cancellation checks, so a nested loop must end soon.
@@ -549,16 +558,16 @@ enum Nested {
 impl Nested {
     /// The translated form of `region`, when its bodies translate and its loops have a bound of
     /// at most [`NESTED_TRIPS`] trips.
-    fn new(region: &Region, depth: usize) -> Option<Nested> {
+    fn new(region: &Region, depth: usize) -> Result<Nested, String> {
         if depth > NESTED_DEPTH {
-            return None;
+            return Err(format!("regions nested more than {NESTED_DEPTH} deep"));
         }
 
         let small = |graph: &Graph| {
             let plan = Plan::compile(graph);
             GraphBody::at_depth(plan.graph(), graph.inputs().count(), depth)
         };
-        Some(match region.kind() {
+        Ok(match region.kind() {
             RegionKind::Cond {
                 then_branch,
                 else_branch,
@@ -595,23 +604,45 @@ impl Nested {
                 n_carry: *n_carry,
                 max_trips: *max_trips,
             },
-            _ => return None,
+            RegionKind::While {
+                max_trips: None, ..
+            } => return Err("a nested while loop without a bound".into()),
+            _ => return Err(format!("a nested loop of more than {NESTED_TRIPS} trips")),
         })
     }
 }
 
 impl GraphBody {
-    /// The translated form of a body graph with `inputs` inputs, when it has one.
-    pub(crate) fn new(graph: &Graph, inputs: usize) -> Option<GraphBody> {
+    /// The translated form of a body graph with `inputs` inputs, or why it has none.
+    pub(crate) fn new(graph: &Graph, inputs: usize) -> Result<GraphBody, String> {
         GraphBody::at_depth(graph, inputs, 0)
     }
 
+    /// Whether the machine code pays off against an interpreter that runs the body in
+    /// `steps` steps: it saves every step's dispatch and loses, per element of a value held
+    /// in memory, to the interpreter's fused kernels (vector lanes, both cores); `Err` says
+    /// why the interpreter is chosen.
+    pub(crate) fn pays_off(&self, steps: usize) -> Result<(), String> {
+        if self.memory_elements <= steps.saturating_mul(STEP_ELEMENTS) {
+            Ok(())
+        } else {
+            Err(format!(
+                "its kernels are faster on {} elements per iteration in {steps} steps",
+                self.memory_elements
+            ))
+        }
+    }
+
     /// [`GraphBody::new`] for a body nested in `depth` regions of the function being built.
-    fn at_depth(graph: &Graph, inputs: usize, depth: usize) -> Option<GraphBody> {
-        if graph.inputs().count() != inputs || quabla_ir::eval::has_integers(graph) {
-            return None;
+    fn at_depth(graph: &Graph, inputs: usize, depth: usize) -> Result<GraphBody, String> {
+        if graph.inputs().count() != inputs {
+            return Err("a body whose inputs do not match".into());
+        }
+        if quabla_ir::eval::has_integers(graph) {
+            return Err("integer values".into());
         }
         let mut nested = HashMap::new();
+        let mut memory_elements = 0usize;
         for node in graph.nodes() {
             let size = node.ty.shape.size();
             if let Op::Region(call) = &node.op {
@@ -620,7 +651,7 @@ impl GraphBody {
                     slot.insert(Arc::new(Nested::new(&call.region, depth + 1)?));
                 }
                 if size > NATIVE_ELEMENTS {
-                    return None;
+                    return Err(format!("a value of more than {NATIVE_ELEMENTS} elements"));
                 }
                 continue;
             }
@@ -647,13 +678,25 @@ impl GraphBody {
                 }
                 op => EwOp::from_op(op).is_some(),
             };
-            if !translated || size > NATIVE_ELEMENTS {
-                return None;
+            if !translated {
+                return Err(format!("`{}`, which machine code does not cover", node.op.name()));
+            }
+            if size > NATIVE_ELEMENTS {
+                return Err(format!("a value of more than {NATIVE_ELEMENTS} elements"));
+            }
+            // Inputs, constants and reshapes of arrays in memory cost no pass over elements.
+            let pass = !matches!(
+                node.op,
+                Op::Input { .. } | Op::Constant { .. } | Op::Reshape { .. }
+            );
+            if pass && size > REGISTER_ELEMENTS {
+                memory_elements += size;
             }
         }
-        Some(GraphBody {
+        Ok(GraphBody {
             graph: graph.clone(),
             nested,
+            memory_elements,
         })
     }
 }
@@ -1819,6 +1862,23 @@ impl Emitter<'_, '_> {
 
     /// Calls the symbol `name`, which returns a `ret`.
     fn call_returning(&mut self, name: &'static str, args: &[Value], ret: Type) -> Option<Value> {
+        let call = self.call_inst(name, args, Some(ret))?;
+        self.b.inst_results(call).first().copied()
+    }
+
+    /// Calls the symbol `name`, which returns nothing.
+    fn call_void(&mut self, name: &'static str, args: &[Value]) -> Option<()> {
+        self.call_inst(name, args, None).map(|_| ())
+    }
+
+    /// The call instruction of the symbol `name`, declared on first use with the types of
+    /// `args` and the return type `ret`.
+    fn call_inst(
+        &mut self,
+        name: &'static str,
+        args: &[Value],
+        ret: Option<Type>,
+    ) -> Option<cranelift_codegen::ir::Inst> {
         let callee = match self.imports.get(name) {
             Some(&f) => f,
             None => {
@@ -1827,7 +1887,7 @@ impl Emitter<'_, '_> {
                     sig.params
                         .push(AbiParam::new(self.b.func.dfg.value_type(a)));
                 }
-                sig.returns.push(AbiParam::new(ret));
+                sig.returns.extend(ret.map(AbiParam::new));
                 let id = self
                     .module
                     .declare_function(name, Linkage::Import, &sig)
@@ -1837,8 +1897,7 @@ impl Emitter<'_, '_> {
                 f
             }
         };
-        let call = self.b.ins().call(callee, args);
-        self.b.inst_results(call).first().copied()
+        Some(self.b.ins().call(callee, args))
     }
 }
 

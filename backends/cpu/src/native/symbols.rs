@@ -6,6 +6,7 @@
 
 use quabla_ir::eval::{binary_f64, maximum_ieee, minimum_ieee, powi_f64, unary_f64};
 use crate::buffer::{Pool, View, ViewMut};
+use crate::kernels::lanes;
 use crate::kernels::matmul::{matmul, Product};
 use quabla_ir::{BinaryOp, UnaryOp};
 
@@ -98,6 +99,38 @@ extern "C" fn matmul_shim(a: *const f64, b: *const f64, c: *mut f64, shapes: *co
     }
 }
 
+pub(super) const UNARY_LANES: &str = "quabla_unary_lanes";
+
+/// The code of `op` for [`UNARY_LANES`]: its position in `UnaryOp::ALL`.
+pub(super) fn unary_code(op: UnaryOp) -> Option<u32> {
+    UnaryOp::ALL
+        .iter()
+        .position(|&u| u == op)
+        .and_then(|k| u32::try_from(k).ok())
+}
+
+/// A unary op with vector lanes (`kernels::lanes`) over the `n` float64 elements of `x` into
+/// `out`, as the interpreter's fused programs run it (the results rounded to float32 when
+/// `round_f32`): the bits of the scalar routine, several elements per instruction.
+extern "C" fn unary_lanes_shim(code: u32, x: *const f64, out: *mut f64, n: u64, round_f32: u32) {
+    let Some(&op) = UnaryOp::ALL.get(code as usize) else {
+        return;
+    };
+    // SAFETY: the generated code passes arrays of `n` elements; `x` and `out` are distinct
+    // arrays (the result is a fresh scratch array).
+    let (x, out) = unsafe {
+        (
+            std::slice::from_raw_parts(x, n as usize),
+            std::slice::from_raw_parts_mut(out, n as usize),
+        )
+    };
+    // The lanes neither allocate nor panic on any argument; a panic would still not unwind
+    // through the generated code.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        lanes::unary(op, x, out, round_f32 != 0);
+    }));
+}
+
 pub(super) const MAXIMUM: &str = "quabla_maximum";
 pub(super) const MINIMUM: &str = "quabla_minimum";
 
@@ -187,6 +220,7 @@ pub(super) static SYMBOLS: std::sync::LazyLock<Symbols> = std::sync::LazyLock::n
     all.push((POWI, powi_shim as *const u8));
     all.push((SOLVE, solve_shim as *const u8));
     all.push((MATMUL, matmul_shim as *const u8));
+    all.push((UNARY_LANES, unary_lanes_shim as *const u8));
     all.push(("quabla_pow", pow_shim as *const u8));
     all.push(("quabla_atan2", atan2_shim as *const u8));
     all.push(("quabla_fmod", fmod_shim as *const u8));

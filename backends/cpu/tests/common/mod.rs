@@ -231,11 +231,12 @@ pub fn every_op() -> Vec<(String, Apply)> {
     ops
 }
 
-/// `g` compiled unoptimized, with machine code for small loops and plans on or off
-/// (`CpuOptions::native_loops`).
+/// `g` compiled unoptimized, with machine code for loops and plans on (wherever it exists,
+/// unweighed: `CpuOptions::native_always`) or off (`CpuOptions::native_loops`).
 pub fn compile(g: &Graph, native_loops: bool) -> CpuExecutable {
     let options = CpuOptions {
         native_loops,
+        native_always: native_loops,
         ..CpuOptions::default()
     };
     CpuBackend::with_options(options)
