@@ -68,8 +68,8 @@ mod region;
 mod scalar;
 mod schedule;
 
-pub use schedule::ScheduleStats;
 pub use native::NATIVE_ELEMENTS;
+pub use schedule::ScheduleStats;
 
 use buffer::Storage;
 use exec::{Frame, Mode, Workspace};

@@ -40,7 +40,7 @@
 use crate::buffer::{Buffer, Storage, View, ViewMut};
 use crate::exec::{out_of_memory, Frame, Mode, Workspace};
 use crate::kernels::internal;
-use crate::native::{LoopBody, NativeScan, NativeWhile, ScanShape, GraphBody};
+use crate::native::{GraphBody, LoopBody, NativeScan, NativeWhile, ScanShape};
 use crate::scalar::ScalarBody;
 use crate::schedule::{Build, Schedule};
 use quabla_backend::{Precision, Result};
@@ -332,7 +332,10 @@ impl Body {
         } else {
             ScalarBody::new(&schedule, &output_types)
         };
-        let graph_form = match (build.native && build.precision == Precision::Reference, &scalar) {
+        let graph_form = match (
+            build.native && build.precision == Precision::Reference,
+            &scalar,
+        ) {
             (true, None) => Some(GraphSource {
                 graph: plan.graph().clone(),
                 inputs: graph.inputs().count(),
@@ -359,11 +362,7 @@ impl Body {
     fn translatable(&self) -> Option<LoopBody<'_>> {
         match (&self.scalar, &self.graph) {
             (Some(scalar), _) => Some(LoopBody::Scalar(scalar)),
-            (None, Some(source)) => source
-                .form()
-                .as_ref()
-                .ok()
-                .map(LoopBody::Graph),
+            (None, Some(source)) => source.form().as_ref().ok().map(LoopBody::Graph),
             (None, None) => None,
         }
     }

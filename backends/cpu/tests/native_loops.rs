@@ -271,7 +271,10 @@ fn scans_over_slices_with_stacked_outputs_agree_both_ways_and_with_a_host_loop()
 fn loops_over_large_vectors_run_native_code_up_to_the_limit_and_the_report_says_so() {
     for (n, how) in [
         (100, "native code"),
-        (quabla_cpu::NATIVE_ELEMENTS + 1, "interpreted, swapping form"),
+        (
+            quabla_cpu::NATIVE_ELEMENTS + 1,
+            "interpreted, swapping form",
+        ),
     ] {
         let v = TensorType::new(DType::F64, Shape::new(vec![n]).unwrap());
         let body = graph(&[scalar_type(DType::F64), v.clone()], |b, p| {

@@ -115,7 +115,9 @@ fn layout_ops_over_large_values_give_the_same_bits() {
             let s = b.slice(m, vec![2, 0], vec![7, 10]).unwrap();
             let c = b.concat(&[m, m1], 0).unwrap();
             let r = b.reshape_to(m, Shape::new(vec![1, 120]).unwrap()).unwrap();
-            let r = b.broadcast_to(r, Shape::new(vec![3, 120]).unwrap()).unwrap();
+            let r = b
+                .broadcast_to(r, Shape::new(vec![3, 120]).unwrap())
+                .unwrap();
             let gathered = b.gather(m, &[11, 0, 5, 5], 0).unwrap();
             let flat = b.reshape_to(t, Shape::new(vec![10, 12]).unwrap()).unwrap();
             let row = b.slice(m, vec![3, 1], vec![1, 9]).unwrap();
@@ -220,10 +222,14 @@ fn matmuls_in_loops_give_the_kernel_bits() {
         let small = b.scalar(1e-3, dt, false);
         let back = b.binary(BinaryOp::Mul, back, small).unwrap();
         let a1 = b.binary(BinaryOp::Add, a, back).unwrap();
-        let wb = b.broadcast_to(w, Shape::new(vec![2, 20, 30]).unwrap()).unwrap();
+        let wb = b
+            .broadcast_to(w, Shape::new(vec![2, 20, 30]).unwrap())
+            .unwrap();
         let bc = b.matmul(batch, wb).unwrap();
         let bs = b.sum(bc, Some(&[2]), false).unwrap();
-        let bs = b.reshape_to(bs, Shape::new(vec![2, 8, 1]).unwrap()).unwrap();
+        let bs = b
+            .reshape_to(bs, Shape::new(vec![2, 8, 1]).unwrap())
+            .unwrap();
         let bs = b.binary(BinaryOp::Mul, bs, small).unwrap();
         let batch1 = b.binary(BinaryOp::Add, batch, bs).unwrap();
         let tt = b.transpose(tall, None).unwrap();
@@ -261,7 +267,13 @@ fn solves_of_large_right_hand_sides_give_the_kernel_bits() {
         let a = tensor(
             dt,
             &[10, 10],
-            (0..100).map(|i| if i % 11 == 0 { 4.0 } else { ((i as f64) * 0.3).cos() * 0.5 }),
+            (0..100).map(|i| {
+                if i % 11 == 0 {
+                    4.0
+                } else {
+                    ((i as f64) * 0.3).cos() * 0.5
+                }
+            }),
         );
         let rhs = tensor(dt, &[10, 8], (0..80).map(|i| (i as f64 * 0.1).sin()));
         check_both_ways(&format!("solve {dt}"), &g, &[vec![a, rhs]]);
@@ -278,7 +290,9 @@ fn large_carries_that_swap_or_pass_through_give_the_same_bits() {
         let g = fori(5, &carries, |b, p| {
             let k = b.scalar(1.5, dt, false);
             let scaled = b.binary(BinaryOp::Mul, p[1], k).unwrap();
-            let square = b.reshape_to(p[2], Shape::new(vec![10, 10]).unwrap()).unwrap();
+            let square = b
+                .reshape_to(p[2], Shape::new(vec![10, 10]).unwrap())
+                .unwrap();
             // (p, q, r, s) -> (q, 1.5 p, r, reshape(q))
             vec![p[2], scaled, p[3], square]
         });
@@ -391,7 +405,9 @@ fn regions_nested_with_large_values_give_the_same_bits() {
                 .unwrap()[0];
             let small = b.scalar(1e-2, dt, false);
             let chosen = b.binary(BinaryOp::Mul, chosen, small).unwrap();
-            let first = b.broadcast_to(scanned[0], Shape::new(vec![3, 100]).unwrap()).unwrap();
+            let first = b
+                .broadcast_to(scanned[0], Shape::new(vec![3, 100]).unwrap())
+                .unwrap();
             let first = b.binary(BinaryOp::Mul, first, small).unwrap();
             let out = b.binary(BinaryOp::Add, chosen, first).unwrap();
             vec![out]
@@ -412,7 +428,12 @@ fn regions_nested_with_large_values_give_the_same_bits() {
 fn scans_over_large_slices_of_every_dtype_give_the_same_bits() {
     let (f32v, boolv) = (ty(DType::F32, &[100]), ty(DType::Bool, &[100]));
     let body = graph(
-        &[ty(DType::F64, &[]), ty(DType::F64, &[100]), f32v.clone(), boolv.clone()],
+        &[
+            ty(DType::F64, &[]),
+            ty(DType::F64, &[100]),
+            f32v.clone(),
+            boolv.clone(),
+        ],
         |b, p| {
             let wide = b.astype(p[2], DType::F64).unwrap();
             let zero = b.scalar(0.0, DType::F64, false);
@@ -442,8 +463,16 @@ fn scans_over_large_slices_of_every_dtype_give_the_same_bits() {
     let g = calling(&region);
     let inputs = vec![
         tensor(DType::F64, &[100], (0..100).map(|i| -(i as f64) * 0.1)),
-        tensor(DType::F32, &[5, 100], (0..500).map(|i| (i as f64 * 0.7).sin() + 0.1)),
-        tensor(DType::Bool, &[5, 100], (0..500).map(|i| (i % 3 != 0) as u8 as f64)),
+        tensor(
+            DType::F32,
+            &[5, 100],
+            (0..500).map(|i| (i as f64 * 0.7).sin() + 0.1),
+        ),
+        tensor(
+            DType::Bool,
+            &[5, 100],
+            (0..500).map(|i| (i % 3 != 0) as u8 as f64),
+        ),
     ];
     check_both_ways("scan over f32 and bool slices", &g, &[inputs]);
 }

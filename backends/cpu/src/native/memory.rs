@@ -13,8 +13,8 @@
 //! ([`super::GraphBody`]).
 
 use super::symbols::{unary_code, MATMUL, MAXIMUM, MINIMUM, UNARY_LANES};
-use crate::kernels::lanes;
 use super::{element_sources, reduced_groups, Emitter, EwOp};
+use crate::kernels::lanes;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Value};
 use quabla_ir::eval::{broadcast_values, HostValue, SUM_BLOCK, SUM_LANES};
@@ -80,6 +80,29 @@ impl Val {
     }
 }
 
+/// An elementwise result in memory not computed yet: the expression of its element `i`, made
+/// of loads of arrays in memory, values known before the loop and elementwise ops (each
+/// rounded to its node's dtype). A chain of such nodes is computed in one loop, the way the
+/// interpreter fuses it, with the same operations per element.
+#[derive(Clone, Debug)]
+pub(super) struct Fused {
+    n: usize,
+    expr: Expr,
+}
+
+#[derive(Clone, Debug)]
+enum Expr {
+    /// Element `i` of the array, or element `table[i]`.
+    Load(Value, Option<Value>),
+    /// A value known before the loop (a one-element operand).
+    Only(Value),
+    Op {
+        ew: EwOp,
+        dtype: DType,
+        args: Vec<Expr>,
+    },
+}
+
 /// How an elementwise node reads an operand at output element `i`.
 enum Read {
     /// Element `i` (same shape as the output).
@@ -104,7 +127,10 @@ impl Emitter<'_, '_> {
         if self.scratch_len > MAX_SCRATCH {
             return None;
         }
-        let at = self.b.ins().iadd_imm_s(base, i64::try_from(first * 8).ok()?);
+        let at = self
+            .b
+            .ins()
+            .iadd_imm_s(base, i64::try_from(first * 8).ok()?);
         Some(Mem {
             at,
             len,
@@ -124,9 +150,7 @@ impl Emitter<'_, '_> {
     pub(super) fn load_indexed(&mut self, at: Value, index: Value) -> Value {
         let bytes = self.b.ins().ishl_imm_u(index, 3);
         let address = self.b.ins().iadd(at, bytes);
-        self.b
-            .ins()
-            .load(types::F64, Self::flags_mem(), address, 0)
+        self.b.ins().load(types::F64, Self::flags_mem(), address, 0)
     }
 
     /// Stores `v` at `at + 8 * index`.
@@ -140,10 +164,7 @@ impl Emitter<'_, '_> {
     fn table_entry(&mut self, table: Value, index: Value) -> Value {
         let bytes = self.b.ins().ishl_imm_u(index, 2);
         let address = self.b.ins().iadd(table, bytes);
-        let entry = self
-            .b
-            .ins()
-            .load(types::I32, Self::flags_mem(), address, 0);
+        let entry = self.b.ins().load(types::I32, Self::flags_mem(), address, 0);
         self.b.ins().uextend(types::I64, entry)
     }
 
@@ -372,11 +393,9 @@ impl Emitter<'_, '_> {
             let count = dst.len();
             // A run of consecutive positions on both sides (a slice of rows, one part of a
             // concatenation) is a plain copy.
-            let offset_run = dst
-                .iter()
-                .zip(&src)
-                .all(|(&d, &s)| i64::from(d) - i64::from(s) == i64::from(dst[0]) - i64::from(src[0]))
-                && dst.windows(2).all(|w| w[1] == w[0] + 1)
+            let offset_run = dst.iter().zip(&src).all(|(&d, &s)| {
+                i64::from(d) - i64::from(s) == i64::from(dst[0]) - i64::from(src[0])
+            }) && dst.windows(2).all(|w| w[1] == w[0] + 1)
                 && src.windows(2).all(|w| w[1] == w[0] + 1);
             if offset_run {
                 let (d0, s0) = (i64::from(dst[0]), i64::from(src[0]));
@@ -632,7 +651,12 @@ impl Emitter<'_, '_> {
 
     /// Element `index` of an array of `dtype` at `at`, widened to float64 as
     /// `View::get_f64` reads it.
-    pub(super) fn load_converted(&mut self, at: Value, index: Value, dtype: DType) -> Option<Value> {
+    pub(super) fn load_converted(
+        &mut self,
+        at: Value,
+        index: Value,
+        dtype: DType,
+    ) -> Option<Value> {
         let flags = Self::flags_mem();
         let address = |e: &mut Self, size: i64| {
             let bytes = e.b.ins().imul_imm_s(index, size);
@@ -696,5 +720,109 @@ impl Emitter<'_, '_> {
             len,
             home: Home::Given,
         }))
+    }
+
+    /// Whether `node` is an elementwise node whose result is held in memory and computed in a
+    /// loop of its own or fused into its consumer's (a function with vector lanes runs the
+    /// interpreter's slice kernel instead).
+    pub(super) fn fusable(&self, graph: &quabla_ir::Graph, node: &quabla_ir::Node) -> bool {
+        let Some(ew) = EwOp::from_op(&node.op) else {
+            return false;
+        };
+        let lanes = matches!(ew, EwOp::Unary(u) if lanes::has_lanes(u))
+            && matches!(node.ty.dtype, DType::F32 | DType::F64)
+            && node
+                .operands
+                .first()
+                .is_some_and(|&o| graph.node(o).ty.shape == node.ty.shape);
+        node.ty.shape.size() > REGISTER_ELEMENTS && !lanes && node.operands.len() <= 3
+    }
+
+    /// The expression of the elementwise `node` over its operands: pending ones (removed from
+    /// `pending`) are inlined, the others read from memory or known before the loop.
+    pub(super) fn fuse(
+        &mut self,
+        graph: &quabla_ir::Graph,
+        node: &quabla_ir::Node,
+        values: &[Val],
+        pending: &mut std::collections::HashMap<usize, Fused>,
+    ) -> Option<Fused> {
+        let ew = EwOp::from_op(&node.op)?;
+        let out = &node.ty;
+        let n = out.shape.size();
+        let mut args = Vec::with_capacity(node.operands.len());
+        for &o in &node.operands {
+            if let Some(inner) = pending.remove(&o.index()) {
+                args.push(inner.expr);
+                continue;
+            }
+            let v = values.get(o.index())?;
+            let shape = &graph.node(o).ty.shape;
+            if v.len() == 1 {
+                args.push(Expr::Only(self.element_at(v, 0)?));
+                continue;
+            }
+            let m = self.in_memory(v)?;
+            let table = if shape == &out.shape {
+                None
+            } else {
+                let numbers = HostData::F64((0..shape.size()).map(|i| i as f64).collect());
+                let positions = broadcast_values(
+                    HostValue {
+                        data: &numbers,
+                        shape,
+                    },
+                    &out.shape,
+                );
+                let entries = positions
+                    .into_iter()
+                    .map(|p| u32::try_from(p as usize).ok())
+                    .collect::<Option<Vec<u32>>>()?;
+                if entries.len() != n {
+                    return None;
+                }
+                Some(self.table(entries))
+            };
+            args.push(Expr::Load(m.at, table));
+        }
+        Some(Fused {
+            n,
+            expr: Expr::Op {
+                ew,
+                dtype: out.dtype,
+                args,
+            },
+        })
+    }
+
+    /// Computes a pending result into a fresh array, one loop over its elements.
+    pub(super) fn materialize(&mut self, fused: &Fused) -> Option<Val> {
+        let result = self.scratch_array(fused.n)?;
+        self.for_each(fused.n, |e, i| {
+            let v = e.expression(&fused.expr, i)?;
+            e.store_indexed(v, result.at, i);
+            Some(())
+        })?;
+        Some(Val::Mem(result))
+    }
+
+    /// Element `i` of `expr`.
+    fn expression(&mut self, expr: &Expr, i: Value) -> Option<Value> {
+        Some(match expr {
+            Expr::Load(at, None) => self.load_indexed(*at, i),
+            Expr::Load(at, Some(table)) => {
+                let j = self.table_entry(*table, i);
+                self.load_indexed(*at, j)
+            }
+            Expr::Only(v) => *v,
+            Expr::Op { ew, dtype, args } => {
+                let mut operands = [None; 3];
+                for (k, a) in args.iter().enumerate().take(3) {
+                    operands[k] = Some(self.expression(a, i)?);
+                }
+                let v = self.op(*ew, operands)?;
+                self.round(*dtype, v)
+            }
+        })
     }
 }

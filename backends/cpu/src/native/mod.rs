@@ -34,8 +34,6 @@ mod memory;
 mod symbols;
 
 use crate::buffer::{View, ViewMut};
-use memory::{Home, Mem, Tables, Val, REGISTER_ELEMENTS};
-use symbols::{binary_symbol, unary_symbol, MAXIMUM, MINIMUM, POWI, SOLVE, SYMBOLS};
 use crate::kernels::elementwise::{EwOp, Instr, Program, Src};
 use crate::scalar::ScalarBody;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
@@ -48,6 +46,7 @@ use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, Linkage, Module, ModuleReloc};
+use memory::{Fused, Home, Mem, Tables, Val, REGISTER_ELEMENTS};
 use quabla_ir::eval::{
     broadcast_values, evaluate, kept_positions, HostValue, SUM_BLOCK, SUM_LANES,
 };
@@ -59,6 +58,7 @@ use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, OnceLock};
+use symbols::{binary_symbol, unary_symbol, MAXIMUM, MINIMUM, POWI, SOLVE, SYMBOLS};
 
 /// A scan in machine code: its carries in registers, slice `k` of each scanned operand read
 /// and slice `k` of each stacked output written in place at iteration `k`.
@@ -477,7 +477,11 @@ impl NativePlan {
         let mut scratch = self.code.scratch_memory()?;
         let status = unsafe {
             let f: PlanFn = std::mem::transmute(self.code.entry);
-            f(inputs_at.as_ptr(), outputs_at.as_ptr(), scratch.as_mut_ptr())
+            f(
+                inputs_at.as_ptr(),
+                outputs_at.as_ptr(),
+                scratch.as_mut_ptr(),
+            )
         };
         (status != FAILED).then(|| outputs.into_vec())
     }
@@ -679,7 +683,10 @@ impl GraphBody {
                 op => EwOp::from_op(op).is_some(),
             };
             if !translated {
-                return Err(format!("`{}`, which machine code does not cover", node.op.name()));
+                return Err(format!(
+                    "`{}`, which machine code does not cover",
+                    node.op.name()
+                ));
             }
             if size > NATIVE_ELEMENTS {
                 return Err(format!("a value of more than {NATIVE_ELEMENTS} elements"));
@@ -1218,7 +1225,39 @@ impl Emitter<'_, '_> {
         // The outputs of each region call, by region and operands (its sibling nodes share
         // one run).
         let mut calls: HashMap<(usize, Vec<usize>), Vec<Val>> = HashMap::new();
+        // Uses of each node by other nodes and the outputs: an elementwise result in memory
+        // used once by an elementwise node of its shape is computed inside that node's loop
+        // (`Fused`), never stored.
+        let mut uses = vec![0usize; graph.len()];
         for node in graph.nodes() {
+            for o in &node.operands {
+                uses[o.index()] += 1;
+            }
+        }
+        for o in graph.outputs() {
+            uses[o.index()] += 2;
+        }
+        let mut pending: HashMap<usize, Fused> = HashMap::new();
+        for (index, node) in graph.nodes().iter().enumerate() {
+            let fusing = self.fusable(graph, node);
+            for (k, o) in node.operands.iter().enumerate() {
+                let same_shape = graph.node(*o).ty.shape == node.ty.shape;
+                if pending.contains_key(&o.index()) && !(fusing && same_shape && k < 3) {
+                    let fused = pending.remove(&o.index())?;
+                    *values.get_mut(o.index())? = self.materialize(&fused)?;
+                }
+            }
+            if fusing {
+                let fused = self.fuse(graph, node, &values, &mut pending)?;
+                if uses[index] == 1 {
+                    pending.insert(index, fused);
+                    values.push(Val::Regs(Vec::new()));
+                } else {
+                    let value = self.materialize(&fused)?;
+                    values.push(value);
+                }
+                continue;
+            }
             if let Op::Region(call) = &node.op {
                 let key = (
                     Arc::as_ptr(&call.region) as usize,
@@ -1353,9 +1392,7 @@ impl Emitter<'_, '_> {
                         }
                         Val::Regs(result)
                     }
-                    None if in_memory => {
-                        self.layout_in_memory(op, &operands, &shapes, out)?
-                    }
+                    None if in_memory => self.layout_in_memory(op, &operands, &shapes, out)?,
                     None => {
                         let sources = element_sources(op, &shapes, &out.shape)?;
                         let mut result = Vec::with_capacity(n);
@@ -1922,4 +1959,3 @@ fn solve_geometry(graph: &Graph, node: &quabla_ir::Node) -> Option<(usize, usize
     }
     Some((a[..ra - 2].iter().product(), a[ra - 1], b[rb - 1]))
 }
-

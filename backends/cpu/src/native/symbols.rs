@@ -4,10 +4,10 @@
 //! Nothing unwinds out of a shim: those that run kernels catch panics and return a failure
 //! status, which sends the generated code to its failure exit.
 
-use quabla_ir::eval::{binary_f64, maximum_ieee, minimum_ieee, powi_f64, unary_f64};
 use crate::buffer::{Pool, View, ViewMut};
 use crate::kernels::lanes;
 use crate::kernels::matmul::{matmul, Product};
+use quabla_ir::eval::{binary_f64, maximum_ieee, minimum_ieee, powi_f64, unary_f64};
 use quabla_ir::{BinaryOp, UnaryOp};
 
 pub(super) const POWI: &str = "quabla_powi";
