@@ -363,8 +363,9 @@ impl CpuExecutable {
 
     /// Generates the plan's native code now instead of at its run after the thousandth (for
     /// a plan known to be hot, and for tests that compare it with the interpreter). `false`
-    /// when the plan has no native form: a value with more than 64 elements, more than 4096
-    /// element operations in all, a control-flow region (its loops have code of their own), an
+    /// when the plan has no native form: more than 4096 element operations on values held in
+    /// registers or 16384 on values held in memory, a control-flow region (its loops have
+    /// code of their own), an
     /// op the code generator does not translate, a host Cranelift does not support, or the
     /// native form turned off (`CpuOptions::native_loops`, `Precision::Float32`, the
     /// non-finite check).

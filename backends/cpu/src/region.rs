@@ -14,9 +14,10 @@
 //! its own, or a region nested in the body, allocates as it would in a plan). Four forms, the
 //! first that applies:
 //!
-//! - **Machine code** (`native.rs`; loops whose values all have at most 64 elements): compiled
-//!   at the loop's first run, with the carries as float64 arrays in and out; a kernel failing
-//!   inside it sends the loop back to the forms below.
+//! - **Machine code** (`native`; loops whose values all have at most `NATIVE_ELEMENTS`
+//!   elements, where the cost model says it beats the interpreter): compiled at the loop's
+//!   first run, with the carries as float64 arrays in and out; a kernel failing inside it
+//!   sends the loop back to the forms below.
 //! - **Scalar** (bodies whose every value has one element, see `scalar.rs`): the loop runs on
 //!   an array of float64 values and copies each carry as one number.
 //! - **Swapping** (bodies whose step-written values total at most [`REUSE_BYTES`] and whose

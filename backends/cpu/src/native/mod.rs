@@ -1,22 +1,28 @@
-//! Machine code for loops and plans over small values. A `fori_loop`/`scan` or a `while_loop`
-//! whose bodies have a scalar form (`scalar.rs`) or whose values all have at most
-//! [`SMALL_ELEMENTS`] elements ([`GraphBody`]) is compiled with Cranelift into one native
-//! function that runs a chunk of iterations with its carries in machine registers, reading
-//! scanned slices and writing stacked slices in place: no value array, no per-op dispatch, no
-//! per-iteration call. A whole plan whose values are all that small ([`NativePlan`]: a scalar
-//! model's loss and gradient, say) becomes one function from its inputs to its outputs, which
-//! the executable switches to once the plan is hot (`lib.rs`, `NATIVE_AFTER_RUNS`).
+//! Machine code for loops and plans. A `fori_loop`/`scan` or a `while_loop` whose bodies
+//! have a scalar form (`scalar.rs`) or translate node by node ([`GraphBody`]: values of at
+//! most [`NATIVE_ELEMENTS`] elements) is compiled with Cranelift into one native function that
+//! runs a chunk of iterations: small values (at most 64 elements) in machine registers, larger
+//! ones as float64 arrays in the run's scratch memory with loops over their elements
+//! (`memory.rs`), scanned slices read and stacked slices written in place: no value array, no
+//! per-op dispatch, no per-iteration call. Whether a body's code beats the interpreter is
+//! weighed when it is first needed ([`GraphBody::pays_off`], a cost model measured with the
+//! loop-state sweep); the report says why a loop stays interpreted. A whole plan over small
+//! and medium values ([`NativePlan`]: a model's loss and gradient, a Newton step's algebra)
+//! becomes one function from its inputs to its outputs, which the executable switches to once
+//! the plan is hot (`lib.rs`, `NATIVE_AFTER_RUNS`). The functions the code calls by symbol are
+//! in `symbols.rs`.
 //!
 //! The code computes exactly what the interpreter computes: the same IEEE operations on
 //! float64 values in the same order (Cranelift neither contracts a multiply and an add into
 //! one rounding nor reassociates float arithmetic), float32 nodes rounded after every
 //! operation, every stored value rounded to its dtype, sums in the blocked order, and every
-//! function that is not one IEEE operation (`tanh`, `pow`, `powi`, `maximum`, the LU `solve`)
+//! function that is not one IEEE operation (`tanh`, `pow`, `powi`, `maximum`, the LU `solve`, `matmul`)
 //! called by symbol: the function the interpreter calls for that op. A scalar body is
 //! translated from its fused programs; a small body from its plan graph, node by node as
 //! `quabla_ir::eval::evaluate` defines each node, with the regions nested in it (`cond`,
-//! bounded loops) as branches and inner loops. `tests/native_loops.rs` runs every elementwise
-//! op, layout op, reduction and nesting both ways and compares bits.
+//! bounded loops) as branches and inner loops. `tests/native_loops.rs` (register form) and
+//! `tests/native_memory.rs` (memory form) run every elementwise op, layout op, reduction,
+//! product and nesting both ways and compare bits.
 //!
 //! Values are float64 in the generated code, so graphs with an integer value (or an integer
 //! function on bools) are not translated (`quabla_ir::eval::has_integers`): their loops and
