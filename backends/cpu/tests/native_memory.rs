@@ -366,7 +366,7 @@ fn regions_nested_with_large_values_give_the_same_bits() {
         );
         // cond(sum > 0, 2 v, v - 1)
         let branch = |double: bool| {
-            graph(&[v.clone()], |b, p| {
+            graph(std::slice::from_ref(&v), |b, p| {
                 let out = if double {
                     let two = b.scalar(2.0, dt, false);
                     b.binary(BinaryOp::Mul, p[0], two).unwrap()
@@ -388,7 +388,7 @@ fn regions_nested_with_large_values_give_the_same_bits() {
             )
             .unwrap(),
         );
-        let g = fori(3, &[v.clone()], |b, p| {
+        let g = fori(3, std::slice::from_ref(&v), |b, p| {
             let zero = b.scalar(0.0, dt, false);
             let w = b
                 .push_region_calls(inner_while.clone(), 0..2, &[zero, p[1]])
