@@ -14,13 +14,17 @@
 //!   `fori_loop` whose body is a chain of `n` nodes on an 8-element carry;
 //! - `first_call_nested`: the same for `n` `fori_loop`s nested in one another (one trip each,
 //!   a two-node body innermost);
-//! - `loop_state_{fori,scan}_{elementwise,matmul}`: 100 iterations of a jitted `fori_loop` and
-//!   of a `scan_over` whose carry has `n` = 8, 16, ..., 4096 elements (float64, held as
-//!   `[n / 8, 8]`), with an elementwise body `c * 0.999 + sin(c) * 1e-3` or a body with a
-//!   product by a fixed 8 x 8 matrix `w`, `c * 0.999 + sin(c @ w) * 1e-3`. Both bodies do work
-//!   proportional to `n`, so the step time should grow smoothly with the carry; a jump marks a
-//!   change of how the loop runs. The scan also reads one scalar of `xs` per step (added times
-//!   1e-3) and stacks its new carry as the per-step output, as a trajectory is kept.
+//! - `loop_state_{fori,scan}_{elementwise,arithmetic,matmul}`: 100 iterations of a jitted
+//!   `fori_loop` and of a `scan_over` whose carry has `n` elements (float64, held as
+//!   `[n / 8, 8]`), `n` from 8 to 4096 in half octaves ([`LOOP_STATE_SIZES`]), with an
+//!   elementwise body `c * 0.999 + sin(c) * 1e-3` (whose cost is mostly the `sin`), one of
+//!   cheap arithmetic only, `c * 0.999 + c * c * 1e-3` (where the cost of running each node
+//!   shows), or a body with a product by a fixed 8 x 8 matrix `w`,
+//!   `c * 0.999 + sin(c @ w) * 1e-3`. Every body does work proportional to `n`, and adjacent
+//!   sizes differ by at most 1.5x (2x from 8 to 16), so while a loop runs the same way its time
+//!   grows by at most that from one size to the next; more marks a change of how it runs. The
+//!   scan also reads one scalar of `xs` per step (added times 1e-3) and stacks its new carry as
+//!   the per-step output, as a trajectory is kept.
 //!
 //! `-- --only <substring>[,<substring>...]` measures only the families whose name contains one
 //! of the substrings.
@@ -194,11 +198,15 @@ fn measure(only: &Only) -> qb::Result<()> {
 
 /// The trip count of the loop-state sweep.
 const LOOP_STATE_TRIPS: usize = 100;
+/// Its carry sizes: `8 * round(2^(k / 2))`, every power of two from 8 to 4096 and the half
+/// octaves between them (the JAX script lists the same).
+const LOOP_STATE_SIZES: [usize; 18] = [
+    8, 16, 24, 32, 48, 64, 88, 128, 184, 256, 360, 512, 728, 1024, 1448, 2048, 2896, 4096,
+];
 
 /// The loop-state sweep (see the module docs): for each body, a `fori_loop` and a `scan_over`
 /// over carries of 8 to 4096 elements.
 fn loop_state(only: &Only) -> qb::Result<()> {
-    let sizes: [usize; 10] = std::array::from_fn(|k| 8 << k);
     let w = Tensor::from_vec(
         [8, 8],
         (0..64).map(|k| (k as f64 * 0.37).sin() * 0.3).collect(),
@@ -207,14 +215,20 @@ fn loop_state(only: &Only) -> qb::Result<()> {
     type Body = fn(&Tensor, &Tensor) -> qb::Result<Tensor>;
     let elementwise: Body = |c, _| (c * 0.999)? + c.sin()?.mul(1e-3)?;
     let with_matmul: Body = |c, w| (c * 0.999)? + c.matmul(w)?.sin()?.mul(1e-3)?;
-    for (name, body) in [("elementwise", elementwise), ("matmul", with_matmul)] {
+    let arithmetic: Body = |c, _| (c * 0.999)? + (c * c)?.mul(1e-3)?;
+    let bodies = [
+        ("elementwise", elementwise),
+        ("arithmetic", arithmetic),
+        ("matmul", with_matmul),
+    ];
+    for (name, body) in bodies {
         let fori_family = format!("loop_state_fori_{name}");
         let scan_family = format!("loop_state_scan_{name}");
-        for n in sizes {
+        for n in LOOP_STATE_SIZES {
             let c = qb::linspace(0.1, 0.8, n)?.reshape([(n / 8) as isize, 8])?;
             let inner = (20_000 / n).max(2);
             // A function per size, as each family of this example does: one jit keeps at
-            // most 8 traces, and there are 10 sizes.
+            // most 8 traces, and there are 18 sizes.
             if only.wants(&fori_family) {
                 let fori = qb::jit(move |(c, w): (Tensor, Tensor)| {
                     qb::fori_loop(0, LOOP_STATE_TRIPS, |_, c, o| body(&c, &o[0]), &c)
@@ -329,6 +343,9 @@ mod plot {
                 chart.draw_series(LineSeries::new(series.clone(), color.stroke_width(2)))?;
                 chart.draw_series(series.map(|p| Circle::new(p, 4, color.filled())))?;
             }
+            // A size's label is skipped when it would overlap the previous one (the dense
+            // sizes of the loop-state sweep).
+            let mut last_right = i32::MIN;
             for &(x, _, _) in &logs {
                 let (px, py) = chart.backend_coord(&(x, y_lo));
                 let label = format!("1e{}", x.round() as i64);
@@ -337,14 +354,13 @@ mod plot {
                 } else {
                     format!("{}", 10f64.powf(x).round())
                 };
+                let left = px - text_width(&label, scale) / 2;
+                if left < last_right + 8 {
+                    continue;
+                }
+                last_right = left + text_width(&label, scale);
                 // Chart coordinates are the picture's, so ticks are drawn on the root area.
-                pixel_text(
-                    &root,
-                    &label,
-                    (px - text_width(&label, scale) / 2, py + 10),
-                    scale,
-                    BLACK,
-                )?;
+                pixel_text(&root, &label, (left, py + 10), scale, BLACK)?;
             }
             for e in y_lo as i64..=y_hi as i64 {
                 let (px, py) = chart.backend_coord(&(x_lo - 0.1, e as f64));

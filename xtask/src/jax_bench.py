@@ -541,27 +541,32 @@ def scaling():
     loop_state(report)
 
 
-LOOP_STATE_SIZES = tuple(8 << k for k in range(10))  # 8, 16, ..., 4096
+# 8 * round(2 ** (k / 2)): the powers of two from 8 to 4096 and the half octaves between them.
+LOOP_STATE_SIZES = (8, 16, 24, 32, 48, 64, 88, 128, 184, 256, 360, 512, 728, 1024, 1448, 2048, 2896, 4096)
 LOOP_STATE_TRIPS = 100
 
 
 def loop_state(report):
     """The loop-state sweep, the twin of `loop_state` in our scaling_workloads example: 100
-    iterations of a `fori_loop` and of a `scan` over a carry of n elements, with an
-    elementwise body `c * 0.999 + sin(c) * 1e-3` and with a body that multiplies the carry,
-    held as `[n / 8, 8]`, by a fixed 8 x 8 matrix `w`: `c * 0.999 + sin(c @ w) * 1e-3`. The
-    scan also reads one scalar of `xs` per step (added times 1e-3) and stacks the new carry
-    as its output."""
+    iterations of a `fori_loop` and of a `scan` over a carry of n elements (LOOP_STATE_SIZES),
+    held as `[n / 8, 8]`, with an elementwise body `c * 0.999 + sin(c) * 1e-3`, one of cheap
+    arithmetic `c * 0.999 + c * c * 1e-3`, and one that multiplies the carry by a fixed 8 x 8
+    matrix `w`: `c * 0.999 + sin(c @ w) * 1e-3`. The scan also reads one scalar of `xs` per
+    step (added times 1e-3) and stacks the new carry as its output."""
     w = jnp.asarray(np.sin(np.arange(64, dtype=np.float64) * 0.37).reshape(8, 8) * 0.3)
     xs = jnp.linspace(0.0, 1.0, LOOP_STATE_TRIPS)
 
     def elementwise(c, w):
         return c * 0.999 + jnp.sin(c) * 1e-3
 
+    def arithmetic(c, w):
+        return c * 0.999 + (c * c) * 1e-3
+
     def with_matmul(c, w):
         return c * 0.999 + jnp.sin(c @ w) * 1e-3
 
-    for body_name, body in (("elementwise", elementwise), ("matmul", with_matmul)):
+    for body_name, body in (("elementwise", elementwise), ("arithmetic", arithmetic),
+                            ("matmul", with_matmul)):
         fori_family = f"loop_state_fori_{body_name}"
         scan_family = f"loop_state_scan_{body_name}"
 

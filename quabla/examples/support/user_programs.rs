@@ -252,6 +252,8 @@ pub fn classifier_batches(count: usize, batch: usize) -> qb::Result<Vec<(Tensor,
 }
 
 /// The mean softmax cross-entropy of the relu network's logits at the integer labels.
+// `&Vec`: a `Trainer` of `Vec<Tensor>` parameters calls its loss with `&Vec<Tensor>`.
+#[allow(clippy::ptr_arg)]
 pub fn classifier_loss(params: &Vec<Tensor>, (x, labels): &(Tensor, Tensor)) -> qb::Result<Tensor> {
     let mut h = x.clone();
     for (k, layer) in params.chunks(2).enumerate() {
