@@ -27,7 +27,7 @@ pub(super) enum Section {
 pub(super) struct LoopBody {
     nb: GraphBuilder,
     /// The parameters, in order: what a twin builder replays.
-    inputs: Vec<(String, TensorType, NodeId)>,
+    inputs: Vec<NodeId>,
     operands: Vec<NodeId>,
     /// Parameters per section.
     counts: [usize; 3],
@@ -38,8 +38,8 @@ impl LoopBody {
     /// A `scan` body, whose first parameter is the iteration index `name` (no operand).
     pub(super) fn scan(name: &str, ty: TensorType) -> (LoopBody, NodeId) {
         let mut body = LoopBody::new();
-        let i = body.nb.input(name, ty.clone());
-        body.inputs.push((name.to_string(), ty, i));
+        let i = body.nb.input(name, ty);
+        body.inputs.push(i);
         (body, i)
     }
 
@@ -66,9 +66,8 @@ impl LoopBody {
         self.section = section;
         self.counts[section as usize] += 1;
         self.operands.push(operand);
-        let name = name.into();
-        let id = self.nb.input(name.clone(), ty.clone());
-        self.inputs.push((name, ty, id));
+        let id = self.nb.input(name, ty);
+        self.inputs.push(id);
         id
     }
 
@@ -192,9 +191,12 @@ impl LoopBody {
         let ids = self
             .inputs
             .iter()
-            .map(|(name, ty, id)| {
+            .map(|&id| {
+                let Op::Input { name, ty } = &self.nb.node(id).op else {
+                    unreachable!("parameters are inputs")
+                };
                 let twin = nb.input(name.clone(), ty.clone());
-                debug_assert_eq!(twin, *id, "a body's parameters come first");
+                debug_assert_eq!(twin, id, "a body's parameters come first");
                 twin
             })
             .collect();
