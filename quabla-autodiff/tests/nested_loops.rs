@@ -7,8 +7,8 @@
 use quabla_autodiff::{jvp_graph, vjp_graph, vjp_graph_with, LoopTape, Seed, VjpOptions};
 use quabla_ir::interp::run_graph;
 use quabla_ir::{
-    BinaryOp, DType, Graph, GraphBuilder, HostData, NodeId, Op, Region, RegionForm, RegionKind,
-    ScanBody, Shape, TensorType, UnaryOp,
+    BinaryOp, DType, Graph, GraphBuilder, HostData, Op, Region, RegionForm, RegionKind, ScanBody,
+    Shape, TensorType, UnaryOp,
 };
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -19,37 +19,7 @@ fn scalar() -> TensorType {
 
 /// `sin(x) * 0.75` inside `depth` one-trip `fori_loop`s nested in one another.
 fn nest(depth: usize) -> Graph {
-    let body_of = |inner: &dyn Fn(&mut GraphBuilder, NodeId) -> NodeId| {
-        let mut b = GraphBuilder::new();
-        let _i = b.input("i", scalar());
-        let x = b.input("x", scalar());
-        let y = inner(&mut b, x);
-        b.finish(vec![y]).unwrap()
-    };
-    let mut body = body_of(&|b, x| {
-        let s = b.unary(UnaryOp::Sin, x).unwrap();
-        let k = b.scalar(0.75, DType::F64, false);
-        b.binary(BinaryOp::Mul, s, k).unwrap()
-    });
-    let mut region = None;
-    for _ in 0..depth {
-        let scan = ScanBody {
-            length: 1,
-            start: 0,
-            reverse: false,
-            n_carry: 1,
-            n_const: 0,
-            n_xs: 0,
-            body: Arc::new(body),
-        };
-        let r = Arc::new(Region::new(RegionKind::Scan(scan), RegionForm::Fori, 0).unwrap());
-        body = body_of(&|b, x| b.push_region_calls(r.clone(), 0..1, &[x]).unwrap()[0]);
-        region = Some(r);
-    }
-    let mut b = GraphBuilder::new();
-    let x = b.input("x", scalar());
-    let y = b.push_region_calls(region.unwrap(), 0..1, &[x]).unwrap()[0];
-    b.finish(vec![y]).unwrap()
+    nest_of_lengths(&vec![1; depth])
 }
 
 /// The nodes of `g` and of every region body it reaches, each region counted once.
