@@ -91,7 +91,7 @@ CASES = [
     ("TY float()", lambda: float(X), TypeError, "only single-element tensors can be converted"),
     ("TY int()", lambda: int(X), TypeError, "only single-element tensors can be converted"),
     ("TY hash", lambda: hash(X), TypeError, "^unhashable type: 'Tensor'$"),
-    ("TY carry", lambda: qb.fori_loop(0, 1, lambda i, c: c, (X, X)), TypeError, "carry must be one array"),
+    ("TY carry", lambda: qb.fori_loop(0, 1, lambda i, c: c, (X, X > 0.0)), TypeError, "carry arrays must be floating or integer, got bool"),
     ("TY args", lambda: qb.linalg.cg(lambda v, a: a @ v, X, args=M), TypeError, "args must be a tuple"),
     ("DT1", lambda: X + X.astype(qb.float32), ValueError, "^tensor add operands have mismatched dtypes|^tensor \\+ operands"),
     ("DT2", lambda: qb.sin(qb.array([True])), ValueError, "is not defined for bool tensors"),
