@@ -92,7 +92,7 @@ fn draws() -> Vec<(&'static str, Draw)> {
         ("he_normal", |k| random::he_normal(k, [4, 3]).eval()),
         ("randint", |k| random::randint(k, [8], -5, 7).eval()),
         ("randint int32 full range", |k| {
-            random::randint(k, [8], i32::MIN.into(), i64::from(i32::MAX) + 1)
+            random::randint(k, [8], i64::from(i32::MIN), i64::from(i32::MAX) + 1)
                 .dtype(qb::I32)
                 .eval()
         }),
