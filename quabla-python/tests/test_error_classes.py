@@ -69,8 +69,6 @@ CASES = [
     ("TR5", use_leaked, qb.TracerError, "was used after its trace ended"),
     ("TR6 seed", lambda: qb.jit(lambda s: qb.random.key(s))(qb.array(1.0)), qb.TracerError,
      "a Key is a host value; use key tensors"),
-    ("TR6 p", lambda: qb.jit(lambda p: qb.random.bernoulli(qb.random.key(0), p, (2,)))(qb.array(0.5)),
-     qb.TracerError, "^p is a tracer: sampler parameters of quabla.random must be numbers"),
     ("TY1", lambda: qb.array("abc"), TypeError, "^cannot convert str to a quabla Tensor; accepted inputs are"),
     ("TY2", lambda: qb.asarray(np.ones(2, dtype=np.float16)), TypeError, "float16 is not supported"),
     ("TY3", lambda: qb.jit(lambda v: v + np.ones(2))(X), TypeError, "NumPy arrays are not captured automatically"),

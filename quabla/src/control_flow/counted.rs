@@ -94,16 +94,9 @@ impl Counted<'_> {
     ) -> Result<(C, Vec<Tensor>, TreeDef)> {
         let float = carry.float_dtype();
         let mut state: C = carry.rebuild(leaves)?;
-        let mut steps: Vec<Vec<Tensor>> = quabla_ir::alloc::try_vec_with_capacity(self.length)
-            .map_err(|e| {
-                Error::out_of_memory(
-                    e.bytes,
-                    format!(
-                        "the per-step outputs of a {} of length {}",
-                        self.primitive, self.length
-                    ),
-                )
-            })?;
+        // The per-step outputs, reserved once the first step shows there are some (a
+        // `fori_loop` has none, and may run far more steps than memory holds outputs).
+        let mut steps: Vec<Vec<Tensor>> = Vec::new();
         let mut y_def: Option<TreeDef> = None;
         for n in 0..self.length {
             // An eager loop is the facade's own: it watches the cancellation flags once per
@@ -127,25 +120,43 @@ impl Counted<'_> {
             match &y_def {
                 Some(first) => {
                     let same = *first == def
-                        && steps[0]
-                            .iter()
-                            .zip(&ys)
-                            .all(|(a, b)| a.shape() == b.shape() && a.dtype() == b.dtype());
+                        && steps.first().is_none_or(|s0| {
+                            s0.iter()
+                                .zip(&ys)
+                                .all(|(a, b)| a.shape() == b.shape() && a.dtype() == b.dtype())
+                        });
                     if !same {
                         return Err(Error::shape(
                             self.primitive,
                             format!(
                                 "{}: per-step outputs must keep one structure, shape and dtype, got {} then {}",
                                 self.primitive,
-                                describe_step(first, &steps[0]),
+                                describe_step(first, steps.first().map_or(&[], |s| s)),
                                 describe_step(&def, &ys)
                             ),
                         ));
                     }
                 }
-                None => y_def = Some(def),
+                None => {
+                    if def.num_leaves() > 0 {
+                        steps = quabla_ir::alloc::try_vec_with_capacity(self.length).map_err(
+                            |e| {
+                                Error::out_of_memory(
+                                    e.bytes,
+                                    format!(
+                                        "the per-step outputs of a {} of length {}",
+                                        self.primitive, self.length
+                                    ),
+                                )
+                            },
+                        )?;
+                    }
+                    y_def = Some(def);
+                }
             }
-            steps.push(ys);
+            if !ys.is_empty() {
+                steps.push(ys);
+            }
         }
         if self.reverse {
             steps.reverse();
