@@ -1487,12 +1487,19 @@ mod tests {
         let rows = amendment_rows(&file, &sections).unwrap();
         assert_eq!(rows.len(), 1);
         assert_eq!(
-            (rows[0].section, rows[0].place.as_str(), rows[0].python.as_str()),
+            (
+                rows[0].section,
+                rows[0].place.as_str(),
+                rows[0].python.as_str()
+            ),
             (13, "13 amended", "`leaves(tree)`")
         );
         std::fs::write(&file, "## 21. Errors\n\n| `a` | `qb::a` | A. | P1 |\n").unwrap();
         let err = amendment_rows(&file, &sections).unwrap_err();
-        assert!(err.contains("section 21 is not a section of api.md"), "{err}");
+        assert!(
+            err.contains("section 21 is not a section of api.md"),
+            "{err}"
+        );
         assert!(amendment_rows(&dir.join("absent.md"), &sections)
             .unwrap()
             .is_empty());

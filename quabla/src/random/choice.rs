@@ -263,6 +263,6 @@ impl Choice {
                 )));
             }
         }
-        Ok(p.stop_gradient()?)
+        p.stop_gradient()
     }
 }
