@@ -10,7 +10,7 @@
 use super::{block_length, call, input_types, params, plain, rebind, slice_params, zeros};
 use crate::vjp::Seed;
 use quabla_ir::{
-    Graph, GraphBuilder, IrError, NodeId, Region, RegionForm, RegionKind, Result, ScanBody, Shape,
+    Graph, GraphBuilder, NodeId, Region, RegionForm, RegionKind, Result, ScanBody, Shape,
     TensorType,
 };
 use std::cell::OnceCell;
@@ -28,6 +28,9 @@ pub(super) struct ScanVjp<'a> {
     /// built it too would differentiate a loop nested `d` deep `2^d` times.
     body_vjp: Rc<OnceCell<Graph>>,
     types: Vec<TensorType>,
+    /// The carries that have cotangents: the floating ones (an integer carry, a key or a
+    /// counter, is recomputed with the others but carries no derivative).
+    act_c: Vec<bool>,
     act_p: Vec<bool>,
     act_x: Vec<bool>,
     /// The ys that receive a cotangent.
@@ -51,12 +54,7 @@ impl<'a> ScanVjp<'a> {
         let (n, np, nx) = (s.n_carry, s.n_const, s.n_xs);
         let ny = s.n_ys();
         let types = input_types(&s.body);
-        if types[1..1 + n].iter().any(|t| !t.dtype.is_float()) {
-            return Err(IrError::Unsupported {
-                op: form.primitive().into(),
-                message: format!("reverse mode through {} needs float carries", form.name()),
-            });
-        }
+        let act_c: Vec<bool> = types[1..1 + n].iter().map(|t| t.dtype.is_float()).collect();
         let act_p: Vec<bool> = (0..np)
             .map(|k| wrt[n + k] && types[1 + n + k].dtype.is_float())
             .collect();
@@ -76,6 +74,7 @@ impl<'a> ScanVjp<'a> {
             level,
             body_vjp: Rc::new(OnceCell::new()),
             types,
+            act_c,
             act_p,
             act_x,
             carries: x[..n].to_vec(),
@@ -94,6 +93,11 @@ impl<'a> ScanVjp<'a> {
         self.s.n_carry
     }
 
+    /// How many carries have cotangents.
+    fn n_g(&self) -> usize {
+        self.act_c.iter().filter(|a| **a).count()
+    }
+
     /// The body's VJP (see the field), built on first use.
     fn body_vjp(&self) -> Result<&Graph> {
         if let Some(g) = self.body_vjp.get() {
@@ -101,10 +105,14 @@ impl<'a> ScanVjp<'a> {
         }
         let (n, ny) = (self.n(), self.s.n_ys());
         let mut flags = vec![false];
-        flags.extend(std::iter::repeat_n(true, n));
+        flags.extend(&self.act_c);
         flags.extend(&self.act_p);
         flags.extend(&self.act_x);
-        let mut seeds = vec![Seed::Input; n];
+        let mut seeds: Vec<Seed> = self
+            .act_c
+            .iter()
+            .map(|&a| if a { Seed::Input } else { Seed::None })
+            .collect();
         seeds.extend((0..ny).map(|y| {
             if self.seeded.contains(&y) {
                 Seed::Input
@@ -119,7 +127,7 @@ impl<'a> ScanVjp<'a> {
             .collect();
         let bind: Vec<usize> = (0..inputs.len()).collect();
         let active = |a: &[bool]| a.iter().filter(|a| **a).count();
-        let n_out = n + active(&self.act_p) + active(&self.act_x);
+        let n_out = active(&self.act_c) + active(&self.act_p) + active(&self.act_x);
         let select: Vec<usize> = (n + ny..n + ny + n_out).collect();
         let g = rebind(&v, &inputs, &bind, &select)?;
         Ok(self.body_vjp.get_or_init(|| g))
@@ -131,6 +139,16 @@ impl<'a> ScanVjp<'a> {
 
     fn carry_types(&self) -> Vec<TensorType> {
         self.types[1..1 + self.n()].to_vec()
+    }
+
+    /// The types of the carries that have cotangents.
+    fn cotangent_types(&self) -> Vec<TensorType> {
+        self.carry_types()
+            .into_iter()
+            .zip(&self.act_c)
+            .filter(|(_, a)| **a)
+            .map(|(t, _)| t)
+            .collect()
     }
 
     fn const_types(&self) -> Vec<TensorType> {
@@ -256,10 +274,10 @@ impl<'a> ScanVjp<'a> {
         xs: &[NodeId],
         gys: &[NodeId],
     ) -> Result<(Vec<NodeId>, Vec<NodeId>, Vec<NodeId>)> {
-        let n = self.n();
+        let ng = self.n_g();
         let mut nb = GraphBuilder::new();
         let i = nb.input("i", self.index_ty());
-        let gi = params(&mut nb, "cotangent/carry", self.carry_types());
+        let gi = params(&mut nb, "cotangent/carry", self.cotangent_types());
         let acc_in = params(&mut nb, "cotangent/operand", self.act_p_types());
         let p = params(&mut nb, "operand", self.const_types());
         let base_in = base.map(|_| nb.input("base", self.index_ty()));
@@ -275,11 +293,11 @@ impl<'a> ScanVjp<'a> {
         args.extend(&gy);
         let outs = nb.inline_graph(self.body_vjp()?, &args)?;
         let n_acc = acc_in.len();
-        let mut results: Vec<NodeId> = outs[..n].to_vec();
+        let mut results: Vec<NodeId> = outs[..ng].to_vec();
         for (k, a) in acc_in.iter().enumerate() {
-            results.push(nb.add(*a, outs[n + k])?);
+            results.push(nb.add(*a, outs[ng + k])?);
         }
-        results.extend(&outs[n + n_acc..]);
+        results.extend(&outs[ng + n_acc..]);
         let body = nb.finish(results)?;
         let mut ops = g.to_vec();
         ops.extend(acc);
@@ -292,16 +310,16 @@ impl<'a> ScanVjp<'a> {
             length: len,
             start: if base.is_some() { 0 } else { start },
             reverse,
-            n_carry: n + n_acc,
+            n_carry: ng + n_acc,
             n_const: self.consts.len() + usize::from(base.is_some()),
             n_xs: tape.len() + xs.len() + gys.len(),
             body: Arc::new(quabla_ir::passes::dce(&body)),
         };
         let outs = self.region(b, scan, &ops)?;
         Ok((
-            outs[..n].to_vec(),
-            outs[n..n + n_acc].to_vec(),
-            outs[n + n_acc..].to_vec(),
+            outs[..ng].to_vec(),
+            outs[ng..ng + n_acc].to_vec(),
+            outs[ng + n_acc..].to_vec(),
         ))
     }
 
@@ -411,10 +429,10 @@ impl<'a> ScanVjp<'a> {
         x_blocks: &[NodeId],
         gy_blocks: &[NodeId],
     ) -> Result<(Vec<NodeId>, Vec<NodeId>, Vec<NodeId>)> {
-        let n = self.n();
+        let ng = self.n_g();
         let mut nb = GraphBuilder::new();
         let bi = nb.input("block", self.index_ty());
-        let gi = params(&mut nb, "cotangent/carry", self.carry_types());
+        let gi = params(&mut nb, "cotangent/carry", self.cotangent_types());
         let acc_in = params(&mut nb, "cotangent/operand", self.act_p_types());
         let p = params(&mut nb, "operand", self.const_types());
         let ck = slice_params(&mut nb, b, "checkpoint", checkpoints)?;
@@ -463,16 +481,16 @@ impl<'a> ScanVjp<'a> {
             length: nblocks,
             start: 0,
             reverse: !self.s.reverse,
-            n_carry: n + n_acc,
+            n_carry: ng + n_acc,
             n_const: self.consts.len(),
             n_xs: checkpoints.len() + x_blocks.len() + gy_blocks.len(),
             body: Arc::new(quabla_ir::passes::dce(&body)),
         };
         let outs = self.region(b, scan, &ops)?;
         Ok((
-            outs[..n].to_vec(),
-            outs[n..n + n_acc].to_vec(),
-            outs[n + n_acc..].to_vec(),
+            outs[..ng].to_vec(),
+            outs[ng..ng + n_acc].to_vec(),
+            outs[ng + n_acc..].to_vec(),
         ))
     }
 
@@ -496,6 +514,7 @@ impl<'a> ScanVjp<'a> {
             level: self.level,
             body_vjp: Rc::clone(&self.body_vjp),
             types: self.types.clone(),
+            act_c: self.act_c.clone(),
             act_p: self.act_p.clone(),
             act_x: self.act_x.clone(),
             seeded: self.seeded.clone(),
@@ -598,6 +617,9 @@ impl<'a> ScanVjp<'a> {
         let gy_tail = Self::window(b, &self.gys, split, tail, None)?;
         let mut g: Vec<NodeId> = Vec::new();
         for (k, c) in self.g_final.iter().enumerate() {
+            if !self.act_c[k] {
+                continue;
+            }
             g.push(match c {
                 Some(c) => *c,
                 None => zeros(b, &self.carry_types()[k])?,
@@ -663,7 +685,12 @@ impl<'a> ScanVjp<'a> {
             });
         }
         let (n, np, nx) = (self.s.n_carry, self.s.n_const, self.s.n_xs);
-        let mut result: Vec<Option<NodeId>> = g.into_iter().map(Some).collect();
+        let mut g_iter = g.into_iter();
+        let mut result: Vec<Option<NodeId>> = self
+            .act_c
+            .iter()
+            .map(|&a| if a { g_iter.next() } else { None })
+            .collect();
         let mut acc_iter = acc.into_iter();
         for k in 0..np {
             result.push(if self.act_p[k] { acc_iter.next() } else { None });

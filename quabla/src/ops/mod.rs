@@ -57,6 +57,7 @@ pub mod composite;
 pub mod effects;
 pub mod elementwise;
 pub mod index;
+pub mod at;
 pub mod indexed;
 pub mod layout;
 pub mod normalize;
