@@ -260,20 +260,18 @@ fn fori_loop<'py>(
             .map_err(|_| value_error("fori_loop: upper - lower does not fit a loop count"))?;
         (0, trips, lower)
     };
-    let run_body = |i: qb::LoopIndex,
-                    c: Vec<qb::Tensor>,
-                    o: &[qb::Tensor]|
-     -> qb::Result<Vec<qb::Tensor>> {
-        Python::attach(|py| {
-            let head = vec![
-                shifted_index(py, &i, shift).map_err(to_qb)?,
-                carry.to_py(py, c).map_err(to_qb)?,
-            ];
-            let args = tensors_tuple(py, head, o).map_err(to_qb)?;
-            let out = body.bind(py).call1(args).map_err(to_qb)?;
-            carry.from_py(&out)
-        })
-    };
+    let run_body =
+        |i: qb::LoopIndex, c: Vec<qb::Tensor>, o: &[qb::Tensor]| -> qb::Result<Vec<qb::Tensor>> {
+            Python::attach(|py| {
+                let head = vec![
+                    shifted_index(py, &i, shift).map_err(to_qb)?,
+                    carry.to_py(py, c).map_err(to_qb)?,
+                ];
+                let args = tensors_tuple(py, head, o).map_err(to_qb)?;
+                let out = body.bind(py).call1(args).map_err(to_qb)?;
+                carry.from_py(&out)
+            })
+        };
     let out = run_holding_gil(py, || {
         qb::fori_loop(start, end, run_body, &leaves)
             .operands(&ops)
@@ -305,9 +303,9 @@ fn step_result(
     carry: &LoopCarry,
     out: &Bound<'_, PyAny>,
 ) -> qb::Result<(Vec<qb::Tensor>, Vec<qb::Tensor>, crate::tree::PyTreeDef)> {
-    let pair: (Bound<'_, PyAny>, Bound<'_, PyAny>) = out
-        .extract()
-        .map_err(|_| crate::errors::user_type_error("the scan function must return a pair (carry, y)"))?;
+    let pair: (Bound<'_, PyAny>, Bound<'_, PyAny>) = out.extract().map_err(|_| {
+        crate::errors::user_type_error("the scan function must return a pair (carry, y)")
+    })?;
     let c = carry.from_py(&pair.0)?;
     let (leaves, def) = crate::tree::flatten(&pair.1).map_err(to_qb)?;
     let ys = leaves
@@ -499,15 +497,16 @@ fn while_loop<'py>(
         .unwrap_or_default();
     let test = |c: &Vec<qb::Tensor>, o: &[qb::Tensor]| -> qb::Result<qb::Tensor> {
         Python::attach(|py| {
-            let args =
-                tensors_tuple(py, vec![carry.to_py(py, c.clone()).map_err(to_qb)?], o).map_err(to_qb)?;
+            let args = tensors_tuple(py, vec![carry.to_py(py, c.clone()).map_err(to_qb)?], o)
+                .map_err(to_qb)?;
             let out = cf.bind(py).call1(args).map_err(to_qb)?;
             tensor_result(&out, "cond_fun")
         })
     };
     let body = |c: Vec<qb::Tensor>, o: &[qb::Tensor]| -> qb::Result<Vec<qb::Tensor>> {
         Python::attach(|py| {
-            let args = tensors_tuple(py, vec![carry.to_py(py, c).map_err(to_qb)?], o).map_err(to_qb)?;
+            let args =
+                tensors_tuple(py, vec![carry.to_py(py, c).map_err(to_qb)?], o).map_err(to_qb)?;
             let out = bf.bind(py).call1(args).map_err(to_qb)?;
             carry.from_py(&out)
         })

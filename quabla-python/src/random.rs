@@ -176,14 +176,19 @@ fn randint<'py>(
     // the shape.
     let bound = |v: &Bound<'py, PyAny>, name: &str| -> PyResult<qb::random::IntParam> {
         if v.is_instance_of::<pyo3::types::PyBool>() {
-            return Err(type_error(format!("randint {name} must be an int, got bool")));
+            return Err(type_error(format!(
+                "randint {name} must be an int, got bool"
+            )));
         }
         if v.is_instance_of::<PyInt>() {
-            return v.extract::<i64>().map(qb::random::IntParam::from).map_err(|_| {
-                pyo3::exceptions::PyValueError::new_err(format!(
-                    "randint {name} must fit in int64, got {v}"
-                ))
-            });
+            return v
+                .extract::<i64>()
+                .map(qb::random::IntParam::from)
+                .map_err(|_| {
+                    pyo3::exceptions::PyValueError::new_err(format!(
+                        "randint {name} must fit in int64, got {v}"
+                    ))
+                });
         }
         if v.is_instance_of::<PyFloat>() {
             return Err(type_error(format!(
@@ -223,9 +228,7 @@ fn population(obj: &Bound<'_, PyAny>, function: &str) -> PyResult<qb::random::Po
     }
     if obj.is_instance_of::<PyInt>() {
         let n: usize = obj.extract().map_err(|_| {
-            pyo3::exceptions::PyValueError::new_err(format!(
-                "{function} needs n >= 1, got {obj}"
-            ))
+            pyo3::exceptions::PyValueError::new_err(format!("{function} needs n >= 1, got {obj}"))
         })?;
         return Ok(qb::random::Population::Range(n));
     }

@@ -14,7 +14,11 @@ fn f64s(t: &Tensor) -> Vec<f64> {
 
 fn bits(t: &Tensor) -> Vec<u64> {
     if t.dtype().is_integer() {
-        t.to_vec::<i64>().unwrap().iter().map(|&v| v as u64).collect()
+        t.to_vec::<i64>()
+            .unwrap()
+            .iter()
+            .map(|&v| v as u64)
+            .collect()
     } else if t.dtype() == qb::BOOL {
         t.to_vec_bool().unwrap().iter().map(|&v| v as u64).collect()
     } else {
@@ -54,7 +58,11 @@ fn take_fills_out_of_range_indices_by_default() -> qb::Result<()> {
                 Some(p) => x.index(qb::s![p])?,
                 None => fill.clone(),
             };
-            same(&got.index(qb::s![k])?, &want, &format!("{dtype:?} index {i}"));
+            same(
+                &got.index(qb::s![k])?,
+                &want,
+                &format!("{dtype:?} index {i}"),
+            );
         }
         // A given fill value, cast to the dtype; clip and wrap.
         let with = qb::take_with(&x, &idx, None, TakeMode::Fill(Some(qb::array(7i64)?)))?;
@@ -67,8 +75,16 @@ fn take_fills_out_of_range_indices_by_default() -> qb::Result<()> {
                 None => qb::array(7i64)?.astype(dtype)?,
             };
             same(&with.index(qb::s![k])?, &want_with, "fill_value");
-            same(&clip.index(qb::s![k])?, &x.index(qb::s![w.clamp(0, 4) as usize])?, "clip");
-            same(&wrap.index(qb::s![k])?, &x.index(qb::s![i.rem_euclid(5) as usize])?, "wrap");
+            same(
+                &clip.index(qb::s![k])?,
+                &x.index(qb::s![w.clamp(0, 4) as usize])?,
+                "clip",
+            );
+            same(
+                &wrap.index(qb::s![k])?,
+                &x.index(qb::s![i.rem_euclid(5) as usize])?,
+                "wrap",
+            );
         }
     }
     // Along an axis of a matrix: whole slices are filled.
@@ -77,7 +93,11 @@ fn take_fills_out_of_range_indices_by_default() -> qb::Result<()> {
     assert_eq!(cols.shape(), &[2, 2, 2]);
     let got = f64s(&cols);
     let want = [3.0, f64::NAN, 1.0, f64::NAN, 6.0, f64::NAN, 4.0, f64::NAN];
-    assert_eq!(bits(&qb::array(got.clone())?), bits(&qb::array(want)?), "{got:?}");
+    assert_eq!(
+        bits(&qb::array(got.clone())?),
+        bits(&qb::array(want)?),
+        "{got:?}"
+    );
     // take_along_axis: the same modes.
     let per_row = qb::array([[0i64, 3], [-1, -4]])?;
     let along = qb::take_along_axis(&m, &per_row, 1)?;
@@ -87,8 +107,7 @@ fn take_fills_out_of_range_indices_by_default() -> qb::Result<()> {
     assert_eq!(f64s(&clipped), [1.0, 3.0, 6.0, 4.0]);
     let wrapped = qb::take_along_axis_with(&m, &per_row, 1, TakeMode::Wrap)?;
     assert_eq!(f64s(&wrapped), [1.0, 1.0, 6.0, 6.0]);
-    let filled =
-        qb::take_along_axis_with(&m, &per_row, 1, TakeMode::Fill(Some(qb::array(-1.0)?)))?;
+    let filled = qb::take_along_axis_with(&m, &per_row, 1, TakeMode::Fill(Some(qb::array(-1.0)?)))?;
     assert_eq!(f64s(&filled), [1.0, -1.0, 6.0, -1.0]);
     assert!(qb::take_with(&m, &idx, None, TakeMode::Fill(Some(qb::zeros([2])?))).is_err());
     Ok(())
@@ -101,10 +120,9 @@ fn take_modes_are_traced_batched_and_differentiable() -> qb::Result<()> {
     for mode in [TakeMode::fill(), TakeMode::Clip, TakeMode::Wrap] {
         let m2 = mode.clone();
         let eager = qb::take_with(&x, &idx, None, mode.clone())?;
-        let jitted: Tensor = qb::jit(move |(x, i): (Tensor, Tensor)| {
-            qb::take_with(&x, &i, None, m2.clone())
-        })
-        .call(&(x.clone(), idx.clone()))?;
+        let jitted: Tensor =
+            qb::jit(move |(x, i): (Tensor, Tensor)| qb::take_with(&x, &i, None, m2.clone()))
+                .call(&(x.clone(), idx.clone()))?;
         same(&jitted, &eager, &format!("{mode:?}"));
         // Per example indices.
         let rows = qb::array([[0i64, 9], [-1, 2]])?;
@@ -185,7 +203,10 @@ fn subtract_divide_power_and_apply_combine_every_update() -> qb::Result<()> {
     let sub = x.at(ix![&i]).subtract(&v)?;
     assert_eq!(f64s(&sub), updated(&xv, &iv, &vv, |a, b| a - b));
     let div = x.at(ix![&i]).divide(&v)?;
-    assert!(close(&f64s(&div), &updated(&xv, &iv, &vv, |a, b| a / b)), "{div:?}");
+    assert!(
+        close(&f64s(&div), &updated(&xv, &iv, &vv, |a, b| a / b)),
+        "{div:?}"
+    );
     let pw = qb::array([1.5, 2.0, 0.5, 3.0, 0.75])?
         .at(ix![&i])
         .power(&v)?;
@@ -201,10 +222,7 @@ fn subtract_divide_power_and_apply_combine_every_update() -> qb::Result<()> {
     assert_eq!(bits(&neg), bits(&qb::array([-1.0, 2.0, -0.0])?));
     // apply: once per occurrence (a repeated position twice).
     let applied = x.at(ix![&i]).apply(|s| s.mul(2.0)?.add(1.0))?;
-    assert_eq!(
-        f64s(&applied),
-        updated(&xv, &iv, &vv, |a, _| 2.0 * a + 1.0)
-    );
+    assert_eq!(f64s(&applied), updated(&xv, &iv, &vv, |a, _| 2.0 * a + 1.0));
     // Static indices, a slice, integers and bools.
     let ints = qb::array([5i64, 7, 9])?;
     assert_eq!(
@@ -213,12 +231,17 @@ fn subtract_divide_power_and_apply_combine_every_update() -> qb::Result<()> {
     );
     assert_eq!(ints.at(ix![2]).power(2i64)?.to_vec::<i64>()?, [5, 7, 81]);
     assert_eq!(
-        ints.at(ix![&qb::array([0i64, 0])?]).apply(|s| s.mul(3i64))?.to_vec::<i64>()?,
+        ints.at(ix![&qb::array([0i64, 0])?])
+            .apply(|s| s.mul(3i64))?
+            .to_vec::<i64>()?,
         [45, 7, 9]
     );
     let flags = qb::array([true, false, true])?;
     assert_eq!(
-        flags.at(ix![1..]).apply(|s| s.logical_not())?.to_vec_bool()?,
+        flags
+            .at(ix![1..])
+            .apply(|s| s.logical_not())?
+            .to_vec_bool()?,
         [true, true, false]
     );
     assert!(matches!(
@@ -246,16 +269,14 @@ fn updates_are_traced_batched_and_differentiable() -> qb::Result<()> {
     for (name, update) in updates {
         let eager = update(&x, &i, &v)?;
         // Traced indices (apply runs its layers in a while_loop then), traced values.
-        let jitted: Tensor =
-            qb::jit(move |(x, i, v): (Tensor, Tensor, Tensor)| update(&x, &i, &v))
-                .call(&(x.clone(), i.clone(), v.clone()))?;
+        let jitted: Tensor = qb::jit(move |(x, i, v): (Tensor, Tensor, Tensor)| update(&x, &i, &v))
+            .call(&(x.clone(), i.clone(), v.clone()))?;
         same(&jitted, &eager, name);
         // Per example indices under vmap.
         let rows = qb::array([[0i64, 0, 2], [4, -1, 3]])?;
         let vals = qb::array([2.0, 0.5, -1.0])?;
         let (xb, vb) = (x.clone(), vals.clone());
-        let batched: Tensor =
-            qb::vmap(move |i: Tensor| update(&xb, &i, &vb)).call(&rows)?;
+        let batched: Tensor = qb::vmap(move |i: Tensor| update(&xb, &i, &vb)).call(&rows)?;
         for e in 0..2 {
             let one = update(&x, &rows.index(qb::s![e])?, &vals)?;
             same(&batched.index(qb::s![e])?, &one, &format!("vmap {name}"));
@@ -277,7 +298,9 @@ fn updates_are_traced_batched_and_differentiable() -> qb::Result<()> {
     // apply with repeated traced indices, differentiated through its while_loop: f applied
     // twice at a repeated position, so d/dx = f'(f(x)) f'(x) there.
     let g: Tensor = qb::grad(|x: Tensor| {
-        x.at(ix![&qb::array([1i64, 1, 2])?]).apply(|s| s.sin())?.sum()
+        x.at(ix![&qb::array([1i64, 1, 2])?])
+            .apply(|s| s.sin())?
+            .sum()
     })
     .call(&qb::array([0.3, 0.7, -0.4])?)?;
     let traced: Tensor = qb::jit(|(x, i): (Tensor, Tensor)| {

@@ -65,11 +65,7 @@ fn a_key_tensor_is_carried_next_to_float_state() -> qb::Result<()> {
     let x0 = [0.5, -1.0, 2.0];
     let scale = 0.3;
     let (want_key, want_x) = walk_reference(k, &x0, scale, 4);
-    let init = (
-        random::key_data(&k),
-        qb::array(x0)?,
-        qb::array(0i64)?,
-    );
+    let init = (random::key_data(&k), qb::array(x0)?, qb::array(0i64)?);
     let by_fori = |init: &(Tensor, Tensor, Tensor), s: &Tensor| {
         qb::fori_loop(0, 4, |_, c, ops: &[Tensor]| walk_step(c, &ops[0]), init)
             .operands(&[s])
@@ -216,8 +212,13 @@ fn int_and_float_leaves_keep_their_dtypes_in_every_order() -> qb::Result<()> {
     };
     let x = qb::F32.array([0.25, -0.5])?;
     let a = qb::F32.array(1.5)?;
-    let out = qb::fori_loop(2, 7, body, &init(&x)?).operands(&[&a]).eval()?;
-    assert_eq!((out["n"].dtype(), out["n"].to_vec::<i32>()?), (qb::I32, vec![5]));
+    let out = qb::fori_loop(2, 7, body, &init(&x)?)
+        .operands(&[&a])
+        .eval()?;
+    assert_eq!(
+        (out["n"].dtype(), out["n"].to_vec::<i32>()?),
+        (qb::I32, vec![5])
+    );
     assert_eq!(out["acc"].item_i64()?, 2 + 3 + 4 + 5 + 6);
     let mut want = x.to_vec::<f32>()?;
     for _ in 0..5 {
@@ -261,7 +262,10 @@ fn the_carry_contract_names_the_fix() -> qb::Result<()> {
     // A bool leaf, and a host Key.
     let flags = x.greater(1.0)?;
     let m = message(qb::fori_loop(0, 2, |_, c, _| Ok(c), &(x.clone(), flags)).eval());
-    assert!(m.contains("carry arrays must be floating or integer, got bool"), "{m}");
+    assert!(
+        m.contains("carry arrays must be floating or integer, got bool"),
+        "{m}"
+    );
     let keyed = qb::fori_loop(0, 1, |_, c, _| Ok(c), &(x.clone(), random::key(0))).eval();
     let m = match keyed {
         Err(Error::Type { message }) => message,
@@ -279,7 +283,10 @@ fn the_carry_contract_names_the_fix() -> qb::Result<()> {
         )
         .eval(),
     );
-    assert_eq!(m, "fori_loop: body changed the carry from int64[] to int32[]");
+    assert_eq!(
+        m,
+        "fori_loop: body changed the carry from int64[] to int32[]"
+    );
     let r: qb::Result<Vec<Tensor>> = qb::fori_loop(
         0,
         2,
@@ -315,7 +322,11 @@ fn the_carry_contract_names_the_fix() -> qb::Result<()> {
 /// The body of the index tests: reads `xs` at `i` and at `i + 1` (integer arithmetic on the
 /// index), updates a one-hot record with `at`, slices with `dynamic_slice` and scales by the
 /// index (a weak integer meeting float32 stays float32).
-fn index_body(i: LoopIndex, (acc, seen): (Tensor, Tensor), ops: &[Tensor]) -> qb::Result<(Tensor, Tensor)> {
+fn index_body(
+    i: LoopIndex,
+    (acc, seen): (Tensor, Tensor),
+    ops: &[Tensor],
+) -> qb::Result<(Tensor, Tensor)> {
     let xs = &ops[0];
     let here = xs.index_with(qb::ix![&*i])?;
     let next = xs.index_with(qb::ix![&(&*i + 1i64)?])?;
@@ -348,10 +359,9 @@ fn the_loop_index_is_an_integer_that_indexes_directly() -> qb::Result<()> {
     assert_eq!(seen.to_vec::<f32>()?, [0.0, 1.0, 1.0, 1.0, 0.0, 0.0]);
     // Jitted and unrolled: the same bits.
     for unroll in [false, true] {
-        let jitted: (Tensor, Tensor) = qb::jit(move |(init, xs): ((Tensor, Tensor), Tensor)| {
-            run(&init, &xs, unroll)
-        })
-        .call(&(init.clone(), xs.clone()))?;
+        let jitted: (Tensor, Tensor) =
+            qb::jit(move |(init, xs): ((Tensor, Tensor), Tensor)| run(&init, &xs, unroll))
+                .call(&(init.clone(), xs.clone()))?;
         same(&jitted.0, &acc, "acc");
         same(&jitted.1, &seen, "seen");
     }
@@ -359,7 +369,10 @@ fn the_loop_index_is_an_integer_that_indexes_directly() -> qb::Result<()> {
     let kinds = |c: Tensor, i: LoopIndex, _: &[Tensor]| {
         let t = i.tensor();
         let f = i.as_float()?;
-        assert_eq!((t.dtype(), t.is_weak(), f.dtype()), (qb::I64, true, qb::F32));
+        assert_eq!(
+            (t.dtype(), t.is_weak(), f.dtype()),
+            (qb::I64, true, qb::F32)
+        );
         Ok((c, qb::array(0.0)?))
     };
     qb::scan(kinds, &qb::F32.array(0.0)?, 2).eval::<Tensor>()?;

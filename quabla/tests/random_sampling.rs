@@ -7,17 +7,12 @@
 use quabla as qb;
 use quabla::prelude::*;
 use quabla::random::{self, Key};
-use quabla_random::testing::TestRng;
 use quabla::{Error, Tensor};
+use quabla_random::testing::TestRng;
 
 fn bits(t: &Tensor) -> Vec<u64> {
     match t.dtype() {
-        qb::BOOL => t
-            .to_vec_bool()
-            .unwrap()
-            .iter()
-            .map(|&b| b as u64)
-            .collect(),
+        qb::BOOL => t.to_vec_bool().unwrap().iter().map(|&b| b as u64).collect(),
         d if d.is_integer() => t
             .to_vec::<i64>()
             .unwrap()
@@ -80,21 +75,40 @@ fn uniform_with_tensor_bounds_is_the_host_formula_per_element() -> qb::Result<()
     for dtype in [qb::F64, qb::F32] {
         let pairs: Vec<(f64, f64)> = bound_pairs()
             .into_iter()
-            .filter(|&(lo, hi)| random::uniform(&k, [1]).dtype(dtype).minval(lo).maxval(hi).eval().is_ok())
+            .filter(|&(lo, hi)| {
+                random::uniform(&k, [1])
+                    .dtype(dtype)
+                    .minval(lo)
+                    .maxval(hi)
+                    .eval()
+                    .is_ok()
+            })
             .collect();
         let n = pairs.len();
         let lo = qb::array(pairs.iter().map(|p| p.0).collect::<Vec<_>>())?;
         let hi = qb::array(pairs.iter().map(|p| p.1).collect::<Vec<_>>())?;
-        let got = random::uniform(&k, [n]).dtype(dtype).minval(&lo).maxval(&hi).eval()?;
+        let got = random::uniform(&k, [n])
+            .dtype(dtype)
+            .minval(&lo)
+            .maxval(&hi)
+            .eval()?;
         // Element e is element e of the host sampler with the numbers (lo_e, hi_e).
         for (e, &(l, h)) in pairs.iter().enumerate() {
-            let host = random::uniform(&k, [n]).dtype(dtype).minval(l).maxval(h).eval()?;
+            let host = random::uniform(&k, [n])
+                .dtype(dtype)
+                .minval(l)
+                .maxval(h)
+                .eval()?;
             let (g, w) = (got.index(qb::s![e])?, host.index(qb::s![e])?);
             same(&g, &w, &format!("{dtype:?} [{l:e}, {h:e})"));
         }
         // Traced bounds under jit, and a key tensor: the same bits.
         let jitted: Tensor = qb::jit(move |(key, lo, hi): (Tensor, Tensor, Tensor)| {
-            random::uniform(&key, [n]).dtype(dtype).minval(&lo).maxval(&hi).eval()
+            random::uniform(&key, [n])
+                .dtype(dtype)
+                .minval(&lo)
+                .maxval(&hi)
+                .eval()
         })
         .call(&(random::key_data(&k), lo.clone(), hi.clone()))?;
         same(&jitted, &got, "jitted");
@@ -107,17 +121,27 @@ fn parameters_broadcast_to_the_shape_and_batch_under_vmap() -> qb::Result<()> {
     let k = random::key(9);
     // minval per column, maxval a number; p per row.
     let lo = qb::array([0.0, 10.0, -5.0])?;
-    let u = random::uniform(&k, [2, 3]).minval(&lo).maxval(20.0).eval()?;
+    let u = random::uniform(&k, [2, 3])
+        .minval(&lo)
+        .maxval(20.0)
+        .eval()?;
     for r in 0..2 {
         for c in 0..3 {
             let host = random::uniform(&k, [2, 3])
                 .minval([0.0, 10.0, -5.0][c])
                 .maxval(20.0)
                 .eval()?;
-            same(&u.index(qb::s![r, c])?, &host.index(qb::s![r, c])?, "broadcast");
+            same(
+                &u.index(qb::s![r, c])?,
+                &host.index(qb::s![r, c])?,
+                "broadcast",
+            );
         }
     }
-    let err = random::uniform(&k, [2, 3]).minval(&qb::zeros([4])?).eval().unwrap_err();
+    let err = random::uniform(&k, [2, 3])
+        .minval(&qb::zeros([4])?)
+        .eval()
+        .unwrap_err();
     assert!(
         matches!(&err, Error::Shape { message, .. } if message.contains("does not broadcast to the sample shape [2, 3]")),
         "{err:?}"
@@ -125,7 +149,10 @@ fn parameters_broadcast_to_the_shape_and_batch_under_vmap() -> qb::Result<()> {
     // bernoulli: the shape defaults to p's.
     let p = qb::array([[0.0], [1.0]])?;
     let b = random::bernoulli(&k).p(&p).eval()?;
-    assert_eq!((b.shape(), b.to_vec_bool()?), (&[2usize, 1][..], vec![false, true]));
+    assert_eq!(
+        (b.shape(), b.to_vec_bool()?),
+        (&[2usize, 1][..], vec![false, true])
+    );
     let b = random::bernoulli(&k).p(&p).shape([2, 4]).eval()?;
     assert_eq!(b.to_vec_bool()?, [vec![false; 4], vec![true; 4]].concat());
     // vmap over the bounds: each example draws with its own, from the same key.
@@ -143,9 +170,13 @@ fn parameters_broadcast_to_the_shape_and_batch_under_vmap() -> qb::Result<()> {
     // And per example keys with per example probabilities.
     let keys = random::keys_data(&[random::key(1), random::key(2)])?;
     let ps = qb::array([0.25, 0.75])?;
-    let draws: Tensor = qb::vmap(|(k, p): (Tensor, Tensor)| random::bernoulli(&k).p(&p).shape([5]).eval())
-        .call(&(keys, ps))?;
-    for (e, (key, p)) in [(random::key(1), 0.25), (random::key(2), 0.75)].into_iter().enumerate() {
+    let draws: Tensor =
+        qb::vmap(|(k, p): (Tensor, Tensor)| random::bernoulli(&k).p(&p).shape([5]).eval())
+            .call(&(keys, ps))?;
+    for (e, (key, p)) in [(random::key(1), 0.25), (random::key(2), 0.75)]
+        .into_iter()
+        .enumerate()
+    {
         same(
             &draws.index(qb::s![e])?,
             &random::bernoulli(&key).p(p).shape([5]).eval()?,
@@ -160,15 +191,24 @@ fn concrete_bounds_are_checked_and_traced_ones_mark_their_elements() -> qb::Resu
     let k = random::key(0);
     let bad = qb::array([0.0, 2.0])?;
     let hi = qb::array([1.0, 1.0])?;
-    let err = random::uniform(&k, [2]).minval(&bad).maxval(&hi).eval().unwrap_err();
+    let err = random::uniform(&k, [2])
+        .minval(&bad)
+        .maxval(&hi)
+        .eval()
+        .unwrap_err();
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err:?}");
-    let err = random::bernoulli(&k).p(&qb::array([0.5, 1.5])?).eval().unwrap_err();
+    let err = random::bernoulli(&k)
+        .p(&qb::array([0.5, 1.5])?)
+        .eval()
+        .unwrap_err();
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err:?}");
     let err = random::randint(&k, [2], &qb::array([0i64, 5])?, &qb::array([3i64, 5])?)
         .eval()
         .unwrap_err();
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err:?}");
-    let err = random::randint(&k, [2], &qb::array([0.0, 1.0])?, 4).eval().unwrap_err();
+    let err = random::randint(&k, [2], &qb::array([0.0, 1.0])?, 4)
+        .eval()
+        .unwrap_err();
     assert!(
         matches!(&err, Error::Type { message } if message.contains("astype(int64)")),
         "{err:?}"
@@ -211,12 +251,18 @@ fn randint_with_tensor_bounds_is_the_host_formula_per_element() -> qb::Result<()
     same(&jitted, &got, "jitted randint");
     // int32 bounds per column, as int32 samples.
     let lo32 = qb::I32.array([-3, 0])?;
-    let r = random::randint(&k, [3, 2], &lo32, 5).dtype(qb::I32).eval()?;
+    let r = random::randint(&k, [3, 2], &lo32, 5)
+        .dtype(qb::I32)
+        .eval()?;
     assert_eq!(r.dtype(), qb::I32);
     for (c, l) in [-3i64, 0].into_iter().enumerate() {
         let host = random::randint(&k, [3, 2], l, 5).dtype(qb::I32).eval()?;
         for row in 0..3 {
-            same(&r.index(qb::s![row, c])?, &host.index(qb::s![row, c])?, "int32");
+            same(
+                &r.index(qb::s![row, c])?,
+                &host.index(qb::s![row, c])?,
+                "int32",
+            );
         }
     }
     Ok(())
@@ -229,9 +275,15 @@ fn uniform_differentiates_with_respect_to_its_bounds() -> qb::Result<()> {
     let k = random::key(4);
     let (lo, hi) = (qb::array([-1.0, 0.5, 2.0])?, qb::array([1.0, 3.0, 2.5])?);
     let draw = move |(lo, hi): (Tensor, Tensor)| {
-        random::uniform(&k, [4, 3]).minval(&lo).maxval(&hi).eval()?.sum()
+        random::uniform(&k, [4, 3])
+            .minval(&lo)
+            .maxval(&hi)
+            .eval()?
+            .sum()
     };
-    let (glo, ghi): (Tensor, Tensor) = qb::grad(draw).argnums(&[0, 1]).call(&(lo.clone(), hi.clone()))?;
+    let (glo, ghi): (Tensor, Tensor) = qb::grad(draw)
+        .argnums(&[0, 1])
+        .call(&(lo.clone(), hi.clone()))?;
     let x = random::uniform(&k, [4, 3]).minval(&lo).maxval(&hi).eval()?;
     let u = x.sub(&lo)?.div(&hi.sub(&lo)?)?;
     let want_hi = u.sum_axes([0])?.to_vec::<f64>()?;
@@ -239,7 +291,11 @@ fn uniform_differentiates_with_respect_to_its_bounds() -> qb::Result<()> {
         assert!((g - w).abs() < 1e-12, "d/dhi[{c}]: {g} vs {w}");
     }
     for (c, (g, w)) in glo.to_vec::<f64>()?.iter().zip(&want_hi).enumerate() {
-        assert!((g - (4.0 - w)).abs() < 1e-12, "d/dlo[{c}]: {g} vs {}", 4.0 - w);
+        assert!(
+            (g - (4.0 - w)).abs() < 1e-12,
+            "d/dlo[{c}]: {g} vs {}",
+            4.0 - w
+        );
     }
     Ok(())
 }
@@ -299,8 +355,14 @@ fn choice_has_its_distribution_with_and_without_replacement() -> qb::Result<()> 
     let counts = counts_of(&firsts, 5);
     assert_eq!(counts[2], 0.0);
     let e: Vec<f64> = p.iter().map(|w| w * 4000.0).collect();
-    let chi = chi_square(&[counts[0], counts[1], counts[3], counts[4]], &[e[0], e[1], e[3], e[4]]);
-    assert!(chi < 16.27, "first draw without replacement: {chi} {counts:?}");
+    let chi = chi_square(
+        &[counts[0], counts[1], counts[3], counts[4]],
+        &[e[0], e[1], e[3], e[4]],
+    );
+    assert!(
+        chi < 16.27,
+        "first draw without replacement: {chi} {counts:?}"
+    );
     for k in many.iter().take(50) {
         for weights in [None, Some([0.1, 0.4, 0.0, 0.2, 0.3])] {
             let mut c = random::choice(k, 5).shape([2, 2]).replace(false);
@@ -314,7 +376,10 @@ fn choice_has_its_distribution_with_and_without_replacement() -> qb::Result<()> 
         }
     }
     // Without replacement and weights: every index drawn once.
-    let all = random::choice(&keys[3], 6).shape([6]).replace(false).eval()?;
+    let all = random::choice(&keys[3], 6)
+        .shape([6])
+        .replace(false)
+        .eval()?;
     let mut v = all.to_vec::<i64>()?;
     v.sort();
     assert_eq!(v, (0..6).collect::<Vec<i64>>());
@@ -329,9 +394,15 @@ fn choice_and_permutation_of_arrays_are_jitted_batched_and_differentiable() -> q
     type Draw = fn(random::KeyArg, &Tensor, &Tensor) -> qb::Result<Tensor>;
     let draws: [(&str, Draw); 6] = [
         ("choice n", |k, _, _| random::choice(k, 4).shape([3]).eval()),
-        ("choice a", |k, a, _| random::choice(k, a).shape([2, 3]).eval()),
-        ("choice a axis 1", |k, a, _| random::choice(k, a).shape([3]).axis(1).eval()),
-        ("choice a p", |k, a, p| random::choice(k, a).shape([5]).p(p).eval()),
+        ("choice a", |k, a, _| {
+            random::choice(k, a).shape([2, 3]).eval()
+        }),
+        ("choice a axis 1", |k, a, _| {
+            random::choice(k, a).shape([3]).axis(1).eval()
+        }),
+        ("choice a p", |k, a, p| {
+            random::choice(k, a).shape([5]).p(p).eval()
+        }),
         ("choice a p no replace", |k, a, p| {
             random::choice(k, a).shape([3]).p(p).replace(false).eval()
         }),
@@ -342,10 +413,9 @@ fn choice_and_permutation_of_arrays_are_jitted_batched_and_differentiable() -> q
         let by_tensor = draw((&random::key_data(&k)).into(), &a, &p)?;
         same(&by_tensor, &host, name);
         // Jitted with the key, the array and p traced.
-        let jitted: Tensor = qb::jit(move |(key, a, p): (Tensor, Tensor, Tensor)| {
-            draw((&key).into(), &a, &p)
-        })
-        .call(&(random::key_data(&k), a.clone(), p.clone()))?;
+        let jitted: Tensor =
+            qb::jit(move |(key, a, p): (Tensor, Tensor, Tensor)| draw((&key).into(), &a, &p))
+                .call(&(random::key_data(&k), a.clone(), p.clone()))?;
         same(&jitted, &host, name);
         // Per example keys under vmap.
         let keys = [random::key(1), random::key(2), random::key(3)];
@@ -363,8 +433,8 @@ fn choice_and_permutation_of_arrays_are_jitted_batched_and_differentiable() -> q
             .astype(qb::F64)?
             .reshape(host.shape().iter().map(|&d| d as isize).collect::<Vec<_>>())?;
         let (w2, p2) = (w.clone(), p.clone());
-        let g: Tensor = qb::grad(move |a: Tensor| draw((&k).into(), &a, &p2)?.mul(&w2)?.sum())
-            .call(&a)?;
+        let g: Tensor =
+            qb::grad(move |a: Tensor| draw((&k).into(), &a, &p2)?.mul(&w2)?.sum()).call(&a)?;
         // Reference: perturb each element of `a` by 1 (the samples are linear in a).
         let base = draw((&k).into(), &a, &p)?.mul(&w)?.sum()?.item()?;
         let av = a.to_vec::<f64>()?;
@@ -397,8 +467,7 @@ fn choice_refuses_what_it_cannot_draw() -> qb::Result<()> {
         .contains("cannot take 4 distinct elements from a population of 3"));
     assert!(msg(random::choice(&k, 3).p(&qb::array([0.5, 0.5])?).eval())
         .contains("p must have shape [3]"));
-    assert!(msg(random::choice(&k, 2).p(&qb::array([-0.5, 1.5])?).eval())
-        .contains("non-negative"));
+    assert!(msg(random::choice(&k, 2).p(&qb::array([-0.5, 1.5])?).eval()).contains("non-negative"));
     assert!(msg(random::choice(&k, 0).eval()).contains("population is empty"));
     assert!(msg(random::choice(&k, &qb::zeros([2, 3])?).axis(2).eval()).contains("axis 2"));
     assert!(msg(random::permutation(&k, &qb::array(1.0)?)).contains("rank >= 1"));

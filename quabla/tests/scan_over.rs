@@ -160,7 +160,8 @@ fn scan_over_refuses_bad_xs_with_the_fix() -> qb::Result<()> {
         .eval::<Tensor>()
         .unwrap_err();
     assert!(matches!(e, qb::Error::Type { .. }), "{e}");
-    let (count, _) = qb::scan_over(id, &qb::array(1i64)?, &ragged[..1].to_vec()).eval::<Tensor>()?;
+    let (count, _) =
+        qb::scan_over(id, &qb::array(1i64)?, &ragged[..1].to_vec()).eval::<Tensor>()?;
     assert_eq!(count.item_i64()?, 1);
     Ok(())
 }

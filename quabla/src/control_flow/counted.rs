@@ -102,11 +102,7 @@ impl Counted<'_> {
             // An eager loop is the facade's own: it watches the cancellation flags once per
             // iteration, as executors do between plan nodes.
             quabla_backend::cancel::check()?;
-            let k = if self.reverse {
-                self.length - 1 - n
-            } else {
-                n
-            };
+            let k = if self.reverse { self.length - 1 - n } else { n };
             let index = LoopIndex::eager(self.start + k, float);
             let x_leaves = self
                 .xs
@@ -139,8 +135,8 @@ impl Counted<'_> {
                 }
                 None => {
                     if def.num_leaves() > 0 {
-                        steps = quabla_ir::alloc::try_vec_with_capacity(self.length).map_err(
-                            |e| {
+                        steps =
+                            quabla_ir::alloc::try_vec_with_capacity(self.length).map_err(|e| {
                                 Error::out_of_memory(
                                     e.bytes,
                                     format!(
@@ -148,8 +144,7 @@ impl Counted<'_> {
                                         self.primitive, self.length
                                     ),
                                 )
-                            },
-                        )?;
+                            })?;
                     }
                     y_def = Some(def);
                 }
@@ -397,7 +392,10 @@ impl<C: Tree, F> Scan<C, F> {
             xs: &[],
         };
         let (carry, ys, y_def) = counted.run(&init, &step)?;
-        Ok((carry, y_def.unflatten(ys.into_iter().map(Leaf::Tensor).collect())?))
+        Ok((
+            carry,
+            y_def.unflatten(ys.into_iter().map(Leaf::Tensor).collect())?,
+        ))
     }
 }
 
@@ -541,6 +539,9 @@ impl<C: Tree, X: Tree, F> ScanOver<C, X, F> {
             xs: &xs,
         };
         let (carry, ys, y_def) = counted.run(&init, &step)?;
-        Ok((carry, y_def.unflatten(ys.into_iter().map(Leaf::Tensor).collect())?))
+        Ok((
+            carry,
+            y_def.unflatten(ys.into_iter().map(Leaf::Tensor).collect())?,
+        ))
     }
 }

@@ -176,7 +176,6 @@ impl At {
     }
 }
 
-
 impl At {
     fn need_float(&self, op: &str) -> Result<()> {
         if self.x.dtype().is_float() {
@@ -205,7 +204,12 @@ impl At {
     fn selected(&self) -> Result<Tensor> {
         let positions = update_positions(self.x.shape(), &self.items)?;
         let none = crate::zeros_like(&self.x)?.astype(DType::Bool)?;
-        scatter_positions(&none, &positions, crate::array(true)?.into(), ScatterMode::Set)
+        scatter_positions(
+            &none,
+            &positions,
+            crate::array(true)?.into(),
+            ScatterMode::Set,
+        )
     }
 }
 

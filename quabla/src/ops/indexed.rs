@@ -490,7 +490,10 @@ fn fill_value(fill: &Option<Tensor>, dtype: DType) -> Result<Tensor> {
     match fill {
         Some(v) if v.ndim() != 0 => Err(Error::shape(
             "take",
-            format!("take: fill_value must be a scalar, got an array of shape {:?}", v.shape()),
+            format!(
+                "take: fill_value must be a scalar, got an array of shape {:?}",
+                v.shape()
+            ),
         )),
         Some(v) => v.astype(dtype),
         None => match dtype {

@@ -51,13 +51,13 @@ macro_rules! tensor_methods {
 
 pub(crate) use tensor_methods;
 
+pub mod at;
 pub mod calculus;
 pub mod compare;
 pub mod composite;
 pub mod effects;
 pub mod elementwise;
 pub mod index;
-pub mod at;
 pub mod indexed;
 pub mod layout;
 pub mod normalize;

@@ -28,9 +28,7 @@ use crate::dispatch::{apply, apply_many};
 use crate::error::Result;
 use crate::operand::Operand;
 use crate::tensor::Tensor;
-use quabla_ir::{
-    BinaryOp, Comparison, DType, GraphBuilder, HostData, IrError, NodeId, Shape,
-};
+use quabla_ir::{BinaryOp, Comparison, DType, GraphBuilder, HostData, IrError, NodeId, Shape};
 
 type Built = quabla_ir::Result<NodeId>;
 

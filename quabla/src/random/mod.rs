@@ -258,7 +258,9 @@ impl Param {
         };
         if t.dtype() == DType::Bool {
             return Err(Error::Type {
-                message: format!("{sampler}: {name} must be a number or a numeric array, got a bool array"),
+                message: format!(
+                    "{sampler}: {name} must be a number or a numeric array, got a bool array"
+                ),
             });
         }
         broadcast_param(sampler, name, &t.astype(DType::F64)?, shape)

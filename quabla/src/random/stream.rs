@@ -195,7 +195,11 @@ fn next_down_f32(r: &Tensor) -> Result<Tensor> {
     let normal = wide.sub(&mul(&magnitude, NEXT_DOWN_F32)?)?;
     let tiny = add(&wide, -f64::from(f32::from_bits(1)))?;
     let out = where_(less(&magnitude, TINY_F32)?, tiny, normal)?;
-    let out = where_(crate::ops::compare::equal(&wide, f64::INFINITY)?, f64::from(f32::MAX), out)?;
+    let out = where_(
+        crate::ops::compare::equal(&wide, f64::INFINITY)?,
+        f64::from(f32::MAX),
+        out,
+    )?;
     out.astype(DType::F32)
 }
 
@@ -271,11 +275,7 @@ pub(crate) fn randint_between(
     hi: &Tensor,
 ) -> Result<Tensor> {
     let w = words(key, shape, |e| e)?;
-    let span = where_(
-        crate::ops::compare::less_equal(hi, lo)?,
-        1i64,
-        hi.sub(lo)?,
-    )?;
+    let span = where_(crate::ops::compare::less_equal(hi, lo)?, 1i64, hi.sub(lo)?)?;
     let span_low = bitwise_and(&span, LOW32)?;
     let span_high = right_shift_logical(&span, 32)?;
     let high = mul_high_parts(&w, span_low, span_high)?;
@@ -329,7 +329,11 @@ fn mul_high(w: &Tensor, span: u64) -> Result<Tensor> {
 /// The high word of the 128-bit product of each word with the 64-bit span given by its low and
 /// high 32-bit halves, from the products of 32-bit halves (each fits in 64 bits, and no
 /// partial sum carries out).
-fn mul_high_parts<S: Into<Operand> + Clone>(w: &Tensor, span_low: S, span_high: S) -> Result<Tensor> {
+fn mul_high_parts<S: Into<Operand> + Clone>(
+    w: &Tensor,
+    span_low: S,
+    span_high: S,
+) -> Result<Tensor> {
     let w_low = bitwise_and(w, LOW32)?;
     let w_high = right_shift_logical(w, 32)?;
     let t = mul(&w_low, span_low.clone())?;
@@ -500,14 +504,32 @@ mod tests {
     /// range's ends, powers of two and their neighbours of both signs, the float32 range, and
     /// a spread of ordinary values.
     fn awkward() -> Vec<f64> {
-        let mut v = vec![0.0, -0.0, f64::MAX, -f64::MAX, f64::MIN_POSITIVE, 5e-324, 1e-323];
-        for e in [-1074, -1073, -1050, -1023, -1022, -1021, -1020, -1001, -1000, -999, -149,
-            -148, -127, -126, -125, -124, -1, 0, 1, 52, 53, 127, 128, 1000, 1023]
-        {
+        let mut v = vec![
+            0.0,
+            -0.0,
+            f64::MAX,
+            -f64::MAX,
+            f64::MIN_POSITIVE,
+            5e-324,
+            1e-323,
+        ];
+        for e in [
+            -1074, -1073, -1050, -1023, -1022, -1021, -1020, -1001, -1000, -999, -149, -148, -127,
+            -126, -125, -124, -1, 0, 1, 52, 53, 127, 128, 1000, 1023,
+        ] {
             let x = 2f64.powi(e);
             v.extend([x, x.next_up(), x.next_down(), 1.5 * x, 1.75 * x]);
         }
-        v.extend([0.1, 1.0 / 3.0, 123.456, 1e-300, 1e300, f64::from(f32::MAX), 3.4e38, 3.5e38]);
+        v.extend([
+            0.1,
+            1.0 / 3.0,
+            123.456,
+            1e-300,
+            1e300,
+            f64::from(f32::MAX),
+            3.4e38,
+            3.5e38,
+        ]);
         let mut rng = quabla_random::testing::TestRng::new(11);
         v.extend((0..200).map(|_| rng.value()));
         let negated: Vec<f64> = v.iter().map(|x| -x).collect();
@@ -528,7 +550,11 @@ mod tests {
         let below = f32_below(&t).unwrap().to_vec::<f32>().unwrap();
         let at_least = f32_at_least(&t).unwrap().to_vec::<f32>().unwrap();
         for (k, &x) in xs.iter().enumerate() {
-            assert_eq!(down[k].to_bits(), x.next_down().to_bits(), "next_down({x:e})");
+            assert_eq!(
+                down[k].to_bits(),
+                x.next_down().to_bits(),
+                "next_down({x:e})"
+            );
             let r = x as f32;
             let want_below = if f64::from(r) >= x { r.next_down() } else { r };
             let want_at_least = if f64::from(r) < x { r.next_up() } else { r };
