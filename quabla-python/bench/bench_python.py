@@ -4,6 +4,7 @@ peer rows under the same names)."""
 
 import math
 import statistics
+import sys
 import time
 
 import quabla as qb
@@ -69,11 +70,16 @@ def pinn_adam_2000():
     return statistics.median(runs)
 
 
-def main():
+def main(only):
     for name, fn in (("py_jit_call_tiny", jit_call_tiny), ("py_chain_f32_1e6", chain_f32_1e6),
                      ("py_pinn_adam_2000", pinn_adam_2000)):
-        print(f"workload={name} seconds={fn():.9g}", flush=True)
+        if not only or any(part in name for part in only):
+            print(f"workload={name} seconds={fn():.9g}", flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    # `--only a,b`: only the rows whose name contains one of the substrings.
+    args = sys.argv[1:]
+    if args and (args[0] != "--only" or len(args) != 2):
+        sys.exit("usage: bench_python.py [--only SUBSTRING[,SUBSTRING...]]")
+    main([part for part in args[1].split(",") if part] if args else [])

@@ -13,7 +13,21 @@
 //! - `first_call_loop`: trace, differentiate, compile and run a fresh `grad` of a 10-trip
 //!   `fori_loop` whose body is a chain of `n` nodes on an 8-element carry;
 //! - `first_call_nested`: the same for `n` `fori_loop`s nested in one another (one trip each,
-//!   a two-node body innermost).
+//!   a two-node body innermost);
+//! - `loop_state_{fori,scan}_{elementwise,arithmetic,matmul}`: 100 iterations of a jitted
+//!   `fori_loop` and of a `scan_over` whose carry has `n` elements (float64, held as
+//!   `[n / 8, 8]`), `n` from 8 to 4096 in half octaves ([`LOOP_STATE_SIZES`]), with an
+//!   elementwise body `c * 0.999 + sin(c) * 1e-3` (whose cost is mostly the `sin`), one of
+//!   cheap arithmetic only, `c * 0.999 + c * c * 1e-3` (where the cost of running each node
+//!   shows), or a body with a product by a fixed 8 x 8 matrix `w`,
+//!   `c * 0.999 + sin(c @ w) * 1e-3`. Every body does work proportional to `n`, and adjacent
+//!   sizes differ by at most 1.5x (2x from 8 to 16), so while a loop runs the same way its time
+//!   grows by at most that from one size to the next; more marks a change of how it runs. The
+//!   scan also reads one scalar of `xs` per step (added times 1e-3) and stacks its new carry as
+//!   the per-step output, as a trajectory is kept.
+//!
+//! `-- --only <substring>[,<substring>...]` measures only the families whose name contains one
+//! of the substrings.
 //!
 //! `cargo run --release --example scaling_workloads -- --plot <tsv> <png>` draws the table
 //! xtask wrote (`family`, `n`, ours, JAX per line) as log-log curves, one panel per family.
@@ -28,13 +42,46 @@ mod pixel_text;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if let [flag, tsv, png] = args.as_slice() {
-        if flag == "--plot" {
-            return plot::draw(std::path::Path::new(tsv), std::path::Path::new(png));
+    match args.as_slice() {
+        [flag, tsv, png] if flag == "--plot" => {
+            plot::draw(std::path::Path::new(tsv), std::path::Path::new(png))
+        }
+        [] => Ok(measure(&Only(Vec::new()))?),
+        [flag, list] if flag == "--only" => {
+            let parts: Vec<String> = list
+                .split(',')
+                .filter(|p| !p.is_empty())
+                .map(str::to_owned)
+                .collect();
+            if parts.is_empty() {
+                return Err("`--only` needs a substring of a family name".into());
+            }
+            Ok(measure(&Only(parts))?)
+        }
+        _ => Err(format!(
+            "unknown arguments {args:?}; usage: scaling_workloads [--only <substring>[,...]] or scaling_workloads --plot <tsv> <png>"
+        )
+        .into()),
+    }
+}
+
+/// The families to measure: all, or those whose name contains one of the substrings.
+struct Only(Vec<String>);
+
+impl Only {
+    /// Whether the family runs.
+    fn wants(&self, family: &str) -> bool {
+        self.0.is_empty() || self.0.iter().any(|f| family.contains(f.as_str()))
+    }
+
+    /// `sizes` when the family runs, none otherwise.
+    fn sizes<const N: usize>(&self, family: &str, sizes: [usize; N]) -> Vec<usize> {
+        if self.wants(family) {
+            sizes.to_vec()
+        } else {
+            Vec::new()
         }
     }
-    measure()?;
-    Ok(())
 }
 
 /// Median seconds of one call of `f`, each timing averaging `inner` calls (so that a point
@@ -61,16 +108,19 @@ fn report(family: &str, n: usize, seconds: f64) {
     println!("scaling={family} n={n} seconds={seconds:e}");
 }
 
-fn measure() -> qb::Result<()> {
+fn measure(only: &Only) -> qb::Result<()> {
     let chain = qb::jit(|x: Tensor| x.sin().powi(2).add(x.cos()));
-    for n in [1_000usize, 10_000, 100_000, 1_000_000, 10_000_000] {
+    for n in only.sizes(
+        "elementwise",
+        [1_000, 10_000, 100_000, 1_000_000, 10_000_000],
+    ) {
         let x = qb::F32.linspace(-3.0, 3.0, n)?;
         let t = median_seconds(7, (1_000_000 / n).max(1), || chain.call(&x))?;
         report("elementwise", n, t);
     }
 
     let matmul = qb::jit(|(a, b): (Tensor, Tensor)| a.matmul(&b));
-    for n in [32usize, 64, 128, 256, 512, 1024] {
+    for n in only.sizes("matmul", [32, 64, 128, 256, 512, 1024]) {
         let a = qb::linspace(-1.0, 1.0, n * n)?.reshape([n as isize, n as isize])?;
         let args = (a.clone(), a.t()?.sin()?);
         let inner = (1 << 27) / (n * n * n) + 1;
@@ -80,7 +130,7 @@ fn measure() -> qb::Result<()> {
 
     // Each call builds a new function, so each one traces and compiles afresh.
     let x = qb::ones([64])?;
-    for n in [100usize, 1_000, 10_000] {
+    for n in only.sizes("first_call", [100, 1_000, 10_000]) {
         let t = median_seconds(3, 1, || {
             let f = qb::jit(move |x: Tensor| {
                 let mut x = x;
@@ -102,7 +152,7 @@ fn measure() -> qb::Result<()> {
         .call::<Tensor>(&(w, xs))
     });
     let w = qb::linspace(-1.0, 1.0, 64)?;
-    for n in [1usize, 16, 256, 4_096] {
+    for n in only.sizes("vmap_grad", [1, 16, 256, 4_096]) {
         let args = (w.clone(), qb::linspace(-2.0, 2.0, n)?);
         let t = median_seconds(7, (20_000 / n).max(1), || per_example.call(&args))?;
         report("vmap_grad", n, t);
@@ -111,7 +161,7 @@ fn measure() -> qb::Result<()> {
     // The gradient of a loop compiles its body several times over (forward, recomputation,
     // reverse), so the cost of a large body or a deep nest shows here first.
     let x = qb::linspace(0.1, 0.8, 8)?;
-    for n in [250usize, 1_000, 2_000, 4_000, 10_000] {
+    for n in only.sizes("first_call_loop", [250, 1_000, 2_000, 4_000, 10_000]) {
         let t = median_seconds(3, 1, || {
             let body = move |_: qb::LoopIndex, c: Tensor, _: &[Tensor]| {
                 let mut c = c;
@@ -126,7 +176,7 @@ fn measure() -> qb::Result<()> {
         })?;
         report("first_call_loop", n, t);
     }
-    for n in [1usize, 2, 5, 10, 20, 50] {
+    for n in only.sizes("first_call_nested", [1, 2, 5, 10, 20, 50]) {
         let t = median_seconds(3, 1, || {
             let loss = move |x: Tensor| nested_loops(x, n)?.sum();
             let f = qb::jit(move |x: Tensor| qb::grad(loss).call::<Tensor, Tensor>(&x));
@@ -135,13 +185,78 @@ fn measure() -> qb::Result<()> {
         report("first_call_nested", n, t);
     }
 
-    for n in [100usize, 1_000, 10_000, 100_000, 1_000_000] {
+    for n in only.sizes("fori", [100, 1_000, 10_000, 100_000, 1_000_000]) {
         let fori = qb::jit(move |c: Tensor| {
             qb::fori_loop(0, n, |_, c, _| (&c * 0.999999).add(1e-6), &c).eval()
         });
         let c = qb::array(1.0)?;
         let t = median_seconds(5, (100_000 / n).max(1), || fori.call(&c))?;
         report("fori", n, t);
+    }
+    loop_state(only)
+}
+
+/// The trip count of the loop-state sweep.
+const LOOP_STATE_TRIPS: usize = 100;
+/// Its carry sizes: `8 * round(2^(k / 2))`, every power of two from 8 to 4096 and the half
+/// octaves between them (the JAX script lists the same).
+const LOOP_STATE_SIZES: [usize; 18] = [
+    8, 16, 24, 32, 48, 64, 88, 128, 184, 256, 360, 512, 728, 1024, 1448, 2048, 2896, 4096,
+];
+
+/// The loop-state sweep (see the module docs): for each body, a `fori_loop` and a `scan_over`
+/// over carries of 8 to 4096 elements.
+fn loop_state(only: &Only) -> qb::Result<()> {
+    let w = Tensor::from_vec(
+        [8, 8],
+        (0..64).map(|k| (k as f64 * 0.37).sin() * 0.3).collect(),
+    )?;
+    let xs = qb::linspace(0.0, 1.0, LOOP_STATE_TRIPS)?;
+    type Body = fn(&Tensor, &Tensor) -> qb::Result<Tensor>;
+    let elementwise: Body = |c, _| (c * 0.999)? + c.sin()?.mul(1e-3)?;
+    let with_matmul: Body = |c, w| (c * 0.999)? + c.matmul(w)?.sin()?.mul(1e-3)?;
+    let arithmetic: Body = |c, _| (c * 0.999)? + (c * c)?.mul(1e-3)?;
+    let bodies = [
+        ("elementwise", elementwise),
+        ("arithmetic", arithmetic),
+        ("matmul", with_matmul),
+    ];
+    for (name, body) in bodies {
+        let fori_family = format!("loop_state_fori_{name}");
+        let scan_family = format!("loop_state_scan_{name}");
+        for n in LOOP_STATE_SIZES {
+            let c = qb::linspace(0.1, 0.8, n)?.reshape([(n / 8) as isize, 8])?;
+            let inner = (20_000 / n).max(2);
+            // A function per size, as each family of this example does: one jit keeps at
+            // most 8 traces, and there are 18 sizes.
+            if only.wants(&fori_family) {
+                let fori = qb::jit(move |(c, w): (Tensor, Tensor)| {
+                    qb::fori_loop(0, LOOP_STATE_TRIPS, |_, c, o| body(&c, &o[0]), &c)
+                        .operands(&[w])
+                        .eval()
+                });
+                let args = (c.clone(), w.clone());
+                report(
+                    &fori_family,
+                    n,
+                    median_seconds(7, inner, || fori.call(&args))?,
+                );
+            }
+            if only.wants(&scan_family) {
+                let scan = qb::jit(move |(c, w, xs): (Tensor, Tensor, Tensor)| {
+                    let step =
+                        |c: Tensor, x: Tensor, o: &[Tensor]| -> qb::Result<(Tensor, Tensor)> {
+                            let c = (body(&c, &o[0])? + x.mul(1e-3)?)?;
+                            Ok((c.clone(), c))
+                        };
+                    qb::scan_over(step, &c, &xs).operands(&[w]).eval::<Tensor>()
+                });
+                // The final carry and the trajectory, both kept, as JAX's twin returns them.
+                let args = (c.clone(), w.clone(), xs.clone());
+                let t = median_seconds(7, inner, || Ok(scan.call(&args)?.1))?;
+                report(&scan_family, n, t);
+            }
+        }
     }
     Ok(())
 }
@@ -189,9 +304,11 @@ mod plot {
         if let Some(dir) = png.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let root = BitMapBackend::new(png, (1500, 1350)).into_drawing_area();
+        // Three panels a row, one per family and one for the legend.
+        let rows = (table.len() + 1).div_ceil(3).max(1);
+        let root = BitMapBackend::new(png, (1500, 450 * rows as u32)).into_drawing_area();
         root.fill(&WHITE)?;
-        let panels = root.split_evenly((3, 3));
+        let panels = root.split_evenly((rows, 3));
         let scale = 2;
         for ((family, points), area) in table.iter().zip(panels.iter()) {
             let logs: Vec<(f64, f64, f64)> = points
@@ -226,6 +343,9 @@ mod plot {
                 chart.draw_series(LineSeries::new(series.clone(), color.stroke_width(2)))?;
                 chart.draw_series(series.map(|p| Circle::new(p, 4, color.filled())))?;
             }
+            // A size's label is skipped when it would overlap the previous one (the dense
+            // sizes of the loop-state sweep).
+            let mut last_right = i32::MIN;
             for &(x, _, _) in &logs {
                 let (px, py) = chart.backend_coord(&(x, y_lo));
                 let label = format!("1e{}", x.round() as i64);
@@ -234,14 +354,13 @@ mod plot {
                 } else {
                     format!("{}", 10f64.powf(x).round())
                 };
+                let left = px - text_width(&label, scale) / 2;
+                if left < last_right + 8 {
+                    continue;
+                }
+                last_right = left + text_width(&label, scale);
                 // Chart coordinates are the picture's, so ticks are drawn on the root area.
-                pixel_text(
-                    &root,
-                    &label,
-                    (px - text_width(&label, scale) / 2, py + 10),
-                    scale,
-                    BLACK,
-                )?;
+                pixel_text(&root, &label, (left, py + 10), scale, BLACK)?;
             }
             for e in y_lo as i64..=y_hi as i64 {
                 let (px, py) = chart.backend_coord(&(x_lo - 0.1, e as f64));

@@ -13,6 +13,16 @@
 //! alternating, and reports each workload's median over the rounds: on a
 //! shared machine whose speed drifts over minutes, alternating rounds expose
 //! both sides to the same drift, which keeps the ratios meaningful.
+//!
+//! `--only <substring>[,<substring>...]` runs only the rows whose name contains one of the
+//! substrings, on every side (the Python package's rows, whose release install is the slow
+//! part, are skipped when none of [`PYTHON_ROWS`] is selected); with `--scaling` it selects
+//! scaling families instead.
+//!
+//! Rows that print a `check=<row> tol=<t> <key>=<value>...` line (ours) are compared with the
+//! JAX script's line of the same row: every key both print must agree to a relative `t`, or
+//! the command fails after printing the table, so a benchmark that computes the wrong thing
+//! does not go unnoticed.
 
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
@@ -22,7 +32,12 @@ use std::process::{Command, Stdio};
 use crate::{cargo, display_command, succeeds_quietly, workspace_root, Result};
 
 /// The JAX side of the comparison, written to `target/` at run time.
-pub(crate) const JAX_BENCH_SCRIPT: &str = include_str!("jax_bench.py");
+const JAX_BENCH_SCRIPT: &str = include_str!("jax_bench.py");
+/// Its twins of the programs written as users write them, written beside it.
+const JAX_USER_PROGRAMS: &str = include_str!("jax_user_programs.py");
+
+/// The rows of `quabla-python/bench/bench_python.py` (a test checks the list against it).
+const PYTHON_ROWS: [&str; 3] = ["py_jit_call_tiny", "py_chain_f32_1e6", "py_pinn_adam_2000"];
 
 /// Options of `cargo xtask bench`.
 #[derive(Debug, Default, PartialEq)]
@@ -35,11 +50,27 @@ struct Options {
     json: Option<PathBuf>,
     /// Rounds of both sides; `None` for the default.
     rounds: Option<usize>,
+    /// `--only`: the substrings of the rows (or scaling families) to run; empty for all.
+    only: Vec<String>,
 }
 
 impl Options {
     fn rounds(&self) -> usize {
         self.rounds.unwrap_or(if self.vs_jax { 3 } else { 1 })
+    }
+
+    /// Whether `--only` selects the row `name`.
+    fn wants(&self, name: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|part| name.contains(part.as_str()))
+    }
+
+    /// `--only <list>` for the scripts and examples, or nothing.
+    fn only_args(&self) -> Vec<String> {
+        if self.only.is_empty() {
+            Vec::new()
+        } else {
+            vec!["--only".to_owned(), self.only.join(",")]
+        }
     }
 }
 
@@ -65,16 +96,21 @@ impl Row {
 pub(crate) fn run(args: &[String]) -> Result<()> {
     let options = parse_args(args)?;
     if options.distributed {
-        if options.vs_jax || options.scaling || options.json.is_some() || options.rounds.is_some() {
+        if options.vs_jax
+            || options.scaling
+            || options.json.is_some()
+            || options.rounds.is_some()
+            || !options.only.is_empty()
+        {
             return Err("`--distributed` runs alone".into());
         }
         return crate::mpi::bench();
     }
     if options.scaling {
         if options.vs_jax || options.json.is_some() || options.rounds.is_some() {
-            return Err("`--scaling` runs alone: it always times both sides once".into());
+            return Err("`--scaling` takes only `--only`: it always times both sides once".into());
         }
-        return crate::scaling::run();
+        return crate::scaling::run(&options.only);
     }
 
     // Prepare the JAX environment first, so that a broken Python set-up
@@ -85,8 +121,10 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         None
     };
 
+    let python_rows = PYTHON_ROWS.iter().any(|name| options.wants(name));
     let mut ours_rounds = Vec::new();
     let mut jax_rounds = Vec::new();
+    let (mut ours_checks, mut jax_checks) = (Vec::new(), Vec::new());
     let rounds = options.rounds();
     for round in 1..=rounds {
         if rounds > 1 {
@@ -100,30 +138,42 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
             "--example",
             "bench_workloads",
         ]);
-        let ours = parse_timings(&run_tee(&mut ours_command)?)?;
-        if ours.is_empty() {
-            return Err(format!(
-                "`{}` printed no `workload=<name> seconds=<s>` lines",
-                display_command(&ours_command)
-            ));
+        if !options.only.is_empty() {
+            ours_command.arg("--").args(options.only_args());
         }
-        let mut ours = ours;
+        let output = run_tee(&mut ours_command)?;
+        let mut ours = parse_timings(&output)?;
+        ours_checks = parse_checks(&output)?;
         // The same workloads timed from Python through the package (a release install into
         // target/py-venv).
-        let mut py_command = crate::python::bench_command()?;
-        ours.extend(parse_timings(&run_tee(&mut py_command)?)?);
+        if python_rows {
+            let mut py_command = crate::python::bench_command()?;
+            py_command.args(options.only_args());
+            ours.extend(parse_timings(&run_tee(&mut py_command)?)?);
+        }
+        if ours.is_empty() {
+            return Err(format!(
+                "`{}` printed no `workload=<name> seconds=<s>` lines{}",
+                display_command(&ours_command),
+                if options.only.is_empty() {
+                    ""
+                } else {
+                    ": does `--only` name a row?"
+                }
+            ));
+        }
         ours_rounds.push(ours);
 
         if let Some(python) = &python {
-            let script = target_dir().join("jax_bench.py");
-            std::fs::write(&script, JAX_BENCH_SCRIPT)
-                .map_err(|e| format!("could not write {}: {e}", script.display()))?;
             let mut command = Command::new(python);
             command
-                .arg(&script)
+                .arg(write_jax_scripts()?)
+                .args(options.only_args())
                 .env("JAX_PLATFORMS", "cpu")
                 .current_dir(workspace_root());
-            jax_rounds.push(parse_timings(&run_tee(&mut command)?)?);
+            let output = run_tee(&mut command)?;
+            jax_rounds.push(parse_timings(&output)?);
+            jax_checks = parse_checks(&output)?;
         }
     }
     let ours = median_over_rounds(&ours_rounds);
@@ -132,6 +182,14 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     let rows = join(&ours, jax.as_deref().unwrap_or(&[]));
     println!();
     print!("{}", table(&rows, options.vs_jax));
+
+    let compared = compare_checks(&ours_checks, &jax_checks);
+    if !compared.is_empty() {
+        println!("\nChecks (what each row computed, ours against JAX's):");
+        for line in &compared {
+            println!("{line}");
+        }
+    }
 
     if let Some(path) = &options.json {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -142,7 +200,29 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
             .map_err(|e| format!("could not write {}: {e}", path.display()))?;
         println!("xtask: wrote {}", path.display());
     }
+    let disagree = compared.iter().filter(|l| l.ends_with("MISMATCH")).count();
+    if disagree > 0 {
+        return Err(format!(
+            "{disagree} row(s) computed something other than their JAX twin (MISMATCH above)"
+        ));
+    }
     Ok(())
+}
+
+/// Writes the JAX scripts under `target/`; returns the path of the one to run.
+pub(crate) fn write_jax_scripts() -> Result<PathBuf> {
+    let dir = target_dir();
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| format!("could not create {}: {e}", dir.display()))?;
+    for (name, text) in [
+        ("jax_bench.py", JAX_BENCH_SCRIPT),
+        ("jax_user_programs.py", JAX_USER_PROGRAMS),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, text)
+            .map_err(|e| format!("could not write {}: {e}", path.display()))?;
+    }
+    Ok(dir.join("jax_bench.py"))
 }
 
 fn parse_args(args: &[String]) -> Result<Options> {
@@ -165,9 +245,19 @@ fn parse_args(args: &[String]) -> Result<Options> {
                     .ok_or("`--json` needs a file name: `--json FILE`")?;
                 options.json = Some(PathBuf::from(file));
             }
+            "--only" => {
+                let list = args
+                    .next()
+                    .ok_or("`--only` needs a substring of a row name: `--only ode_fit`")?;
+                options.only.extend(parse_only(list)?);
+            }
             other => {
                 if let Some(n) = other.strip_prefix("--rounds=") {
                     options.rounds = Some(parse_rounds(n)?);
+                    continue;
+                }
+                if let Some(list) = other.strip_prefix("--only=") {
+                    options.only.extend(parse_only(list)?);
                     continue;
                 }
                 match other.strip_prefix("--json=") {
@@ -175,8 +265,10 @@ fn parse_args(args: &[String]) -> Result<Options> {
                     _ => {
                         return Err(format!(
                             "unknown option `{other}` for `cargo xtask bench`; \
-                             usage: cargo xtask bench [--vs-jax] [--rounds N] [--json FILE], \
-                             cargo xtask bench --scaling or cargo xtask bench --distributed"
+                             usage: cargo xtask bench [--vs-jax] [--rounds N] [--json FILE] \
+                             [--only SUBSTRING[,SUBSTRING...]], \
+                             cargo xtask bench --scaling [--only SUBSTRING[,SUBSTRING...]] \
+                             or cargo xtask bench --distributed"
                         ))
                     }
                 }
@@ -184,6 +276,21 @@ fn parse_args(args: &[String]) -> Result<Options> {
         }
     }
     Ok(options)
+}
+
+/// The comma-separated substrings of `--only`, at least one.
+fn parse_only(list: &str) -> Result<Vec<String>> {
+    let parts: Vec<String> = list
+        .split(',')
+        .filter(|p| !p.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if parts.is_empty() {
+        return Err(format!(
+            "`--only` takes substrings of row names separated by commas, got `{list}`"
+        ));
+    }
+    Ok(parts)
 }
 
 /// A round count of at least 1.
@@ -337,6 +444,105 @@ fn parse_timings(output: &str) -> Result<Vec<(String, f64)>> {
         }
     }
     Ok(timings)
+}
+
+/// What a row computed: the keys and values of a `check=<row> [tol=<t>] <key>=<value>...`
+/// line.
+#[derive(Debug, PartialEq)]
+struct Check {
+    workload: String,
+    /// The relative difference allowed (ours prints it; the JAX lines have none).
+    tol: Option<f64>,
+    values: Vec<(String, f64)>,
+}
+
+/// The `check=` lines of an output, the last one of each row kept.
+fn parse_checks(output: &str) -> Result<Vec<Check>> {
+    let mut checks: Vec<Check> = Vec::new();
+    for line in output.lines().map(str::trim) {
+        let Some(rest) = line.strip_prefix("check=") else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let workload = fields.next().unwrap_or_default().to_owned();
+        let mut check = Check {
+            workload,
+            tol: None,
+            values: Vec::new(),
+        };
+        for field in fields {
+            let parsed = field
+                .split_once('=')
+                .and_then(|(key, value)| Some((key, value.parse::<f64>().ok()?)));
+            match parsed {
+                Some(("tol", t)) => check.tol = Some(t),
+                Some((key, value)) => check.values.push((key.to_owned(), value)),
+                None => return Err(format!("malformed check line `{line}`")),
+            }
+        }
+        if check.workload.is_empty() || check.values.is_empty() {
+            return Err(format!("malformed check line `{line}`"));
+        }
+        checks.retain(|c| c.workload != check.workload);
+        checks.push(check);
+    }
+    Ok(checks)
+}
+
+/// One line per row that both sides checked: the key with the largest relative difference
+/// `|a - b| / max(|a|, |b|)`, and `ok` or `MISMATCH` against ours' tolerance (default 1e-9).
+/// Keys only one side printed are a mismatch too.
+fn compare_checks(ours: &[Check], jax: &[Check]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for check in ours {
+        let Some(twin) = jax.iter().find(|c| c.workload == check.workload) else {
+            continue;
+        };
+        let tol = check.tol.unwrap_or(1e-9);
+        let mut keys: Vec<&str> = check.values.iter().map(|(k, _)| k.as_str()).collect();
+        for (key, _) in &twin.values {
+            if !keys.contains(&key.as_str()) {
+                keys.push(key);
+            }
+        }
+        let lookup = |c: &Check, key: &str| c.values.iter().find(|(k, _)| k == key).map(|p| p.1);
+        let mut worst: Option<(f64, &str, f64, f64)> = None;
+        let mut missing = Vec::new();
+        for key in keys {
+            match (lookup(check, key), lookup(twin, key)) {
+                (Some(a), Some(b)) => {
+                    let scale = a.abs().max(b.abs());
+                    let rel = if a == b {
+                        0.0
+                    } else if scale > 0.0 {
+                        (a - b).abs() / scale
+                    } else {
+                        f64::INFINITY
+                    };
+                    let rel = if rel.is_nan() { f64::INFINITY } else { rel };
+                    if worst.is_none_or(|w| rel > w.0) {
+                        worst = Some((rel, key, a, b));
+                    }
+                }
+                _ => missing.push(key),
+            }
+        }
+        let verdict = |ok: bool| if ok { "ok" } else { "MISMATCH" };
+        let line = match worst {
+            Some((rel, key, a, b)) if missing.is_empty() => format!(
+                "  {}: largest difference at {key}: ours {a:e}, jax {b:e}, relative {rel:.1e} (tol {tol:e}) {}",
+                check.workload,
+                verdict(rel <= tol)
+            ),
+            _ => format!(
+                "  {}: keys printed by one side only: {} MISMATCH",
+                check.workload,
+                missing.join(", ")
+            ),
+        };
+        lines.push(line);
+    }
+    lines
 }
 
 /// Joins the two sets of timings by name: our workloads in our order, then
@@ -498,8 +704,19 @@ mod tests {
                 distributed: false,
                 json: Some(PathBuf::from("target/bench.json")),
                 rounds: None,
+                only: Vec::new(),
             }
         );
+        let only = parse_args(&strings(&["--only", "ode_fit,newton", "--only=gp_"])).unwrap();
+        assert_eq!(only.only, ["ode_fit", "newton", "gp_"]);
+        assert!(only.wants("ode_fit_lv_obs40") && only.wants("newton_cg_logreg_d200"));
+        assert!(only.wants("gp_mll_grad_n200") && !only.wants("matmul_f64_512"));
+        assert_eq!(only.only_args(), ["--only", "ode_fit,newton,gp_"]);
+        assert!(parse_args(&[]).unwrap().wants("anything"));
+        assert!(parse_args(&[]).unwrap().only_args().is_empty());
+        assert!(parse_args(&strings(&["--only"])).is_err());
+        assert!(parse_args(&strings(&["--only", ","])).is_err());
+        assert!(parse_args(&strings(&["--only="])).is_err());
         assert!(parse_args(&strings(&["--scaling"])).unwrap().scaling);
         assert!(
             parse_args(&strings(&["--distributed"]))
@@ -521,6 +738,60 @@ mod tests {
         assert!(parse_args(&strings(&["--rounds"])).is_err());
         assert!(parse_args(&strings(&["--json="])).is_err());
         assert!(parse_args(&strings(&["--fast"])).is_err());
+    }
+
+    #[test]
+    fn python_rows_are_those_of_the_python_bench() {
+        let script = include_str!("../../quabla-python/bench/bench_python.py");
+        let printed = script.matches("(\"py_").count();
+        assert_eq!(printed, PYTHON_ROWS.len(), "{script}");
+        for name in PYTHON_ROWS {
+            assert!(script.contains(&format!("(\"{name}\"")), "{name}");
+        }
+    }
+
+    #[test]
+    fn compares_checks() {
+        let ours = parse_checks(
+            "noise\n\
+             check=a tol=1e-6 value=1.0 grad0=2.0 grad1=-3.0\n\
+             check=b value=5.0\n\
+             check=c tol=1e-3 w_sum=0\n\
+             check=d value=1\n\
+             check=e value=1.0 extra=2\n",
+        )
+        .unwrap();
+        assert_eq!(ours.len(), 5);
+        assert_eq!(ours[0].tol, Some(1e-6));
+        assert_eq!(ours[0].values[2], ("grad1".to_owned(), -3.0));
+        let jax = parse_checks(
+            "check=a value=1.0000001 grad0=2.0 grad1=-3.0\n\
+             check=b value=5.1\n\
+             check=c w_sum=0.0\n\
+             check=e value=1.0\n",
+        )
+        .unwrap();
+        let lines = compare_checks(&ours, &jax);
+        assert_eq!(lines.len(), 4, "{lines:?}");
+        assert!(lines[0].contains("a: largest difference at value") && lines[0].ends_with(" ok"));
+        assert!(
+            lines[1].contains("b:") && lines[1].ends_with("MISMATCH"),
+            "{}",
+            lines[1]
+        );
+        assert!(
+            lines[2].contains("relative 0.0e0") && lines[2].ends_with(" ok"),
+            "{}",
+            lines[2]
+        );
+        assert!(lines[3].contains("extra") && lines[3].ends_with("MISMATCH"));
+        // The last line of a row wins; a line without values or with a bad number is an error.
+        let twice = parse_checks("check=a x=1\ncheck=a x=2\n").unwrap();
+        assert_eq!(twice[0].values, [("x".to_owned(), 2.0)]);
+        assert!(parse_checks("check=a\n").is_err());
+        assert!(parse_checks("check=a x=fast\n").is_err());
+        let nan = parse_checks("check=a x=NaN\n").unwrap();
+        assert!(compare_checks(&nan, &nan)[0].ends_with("MISMATCH"));
     }
 
     #[test]

@@ -7,7 +7,13 @@ compile and warm up, then timed over several runs (each waiting on
 
     workload=<name> seconds=<median seconds>
 
-Usage: python jax_bench.py [REPEATS]
+Rows of programs written as users write them come from `jax_user_programs.py`, which xtask
+writes beside this script.
+
+Usage: python jax_bench.py [--only SUBSTRING[,SUBSTRING...]] [REPEATS]
+       python jax_bench.py --scaling [--only SUBSTRING[,SUBSTRING...]]
+
+`--only` keeps the rows (the scaling families) whose name contains one of the substrings.
 """
 
 import os
@@ -97,57 +103,71 @@ def first_call_seconds(repeats):
 
 
 def median_seconds(fn, args, repeats):
-    fn(*args).block_until_ready()  # compile and warm up
+    jax.block_until_ready(fn(*args))  # compile and warm up
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        fn(*args).block_until_ready()
+        jax.block_until_ready(fn(*args))
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
-def main():
-    repeats = int(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_REPEATS
+ONLY = []
+
+
+def wants(name):
+    """Whether the row (or scaling family) `name` runs under `--only`."""
+    return not ONLY or any(part in name for part in ONLY)
+
+
+def row(names, seconds):
+    """Prints `workload=` lines for the wanted names of `names` (one name, or a row and its
+    Python-package twin that share one JAX time), timing with `seconds()` only if one is."""
+    names = (names,) if isinstance(names, str) else names
+    wanted = [name for name in names if wants(name)]
+    if wanted:
+        value = seconds()
+        for name in wanted:
+            print(f"workload={name} seconds={value:.9g}", flush=True)
+
+
+def tiny_call_seconds(fn, repeats):
+    x8 = jnp.ones((8,), dtype=jnp.float32)
+    batch, calls = many_calls(fn, (x8,))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        batch()
+        times.append((time.perf_counter() - start) / calls)
+    return statistics.median(times)
+
+
+def main(repeats):
     print(f"# jax {jax.__version__} on {jax.devices()[0].platform}", file=sys.stderr)
     for name, fn, args in workloads():
-        seconds = median_seconds(fn, args, repeats)
-        print(f"workload={name} seconds={seconds:.9g}", flush=True)
-        if name == "chain_f32_1e6":
-            print(f"workload=py_chain_f32_1e6 seconds={seconds:.9g}", flush=True)
+        # The peer of the same chain evaluated from Python through the quabla package.
+        names = (name, "py_chain_f32_1e6") if name == "chain_f32_1e6" else name
+        row(names, lambda: median_seconds(fn, args, repeats))
 
-    tiny = jax.jit(lambda x: x * 2 + 1)
-    x8 = jnp.ones((8,), dtype=jnp.float32)
-    batch, calls = many_calls(tiny, (x8,))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        batch()
-        times.append((time.perf_counter() - start) / calls)
-    print(f"workload=jit_call_tiny seconds={statistics.median(times):.9g}", flush=True)
-    # The peer of the same call made from Python through the quabla package.
-    print(f"workload=py_jit_call_tiny seconds={statistics.median(times):.9g}", flush=True)
+    # The second name is the peer of the same call made from Python through the quabla package.
+    row(("jit_call_tiny", "py_jit_call_tiny"),
+        lambda: tiny_call_seconds(jax.jit(lambda x: x * 2 + 1), repeats))
     # Our `grad` caches its compiled plan like `jit`, so the peer is jit(grad(f)).
-    tiny_grad = jax.jit(jax.grad(lambda x: jnp.sum(x * x)))
-    batch, calls = many_calls(tiny_grad, (x8,))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        batch()
-        times.append((time.perf_counter() - start) / calls)
-    print(f"workload=grad_call_tiny seconds={statistics.median(times):.9g}", flush=True)
-    print(f"workload=first_call_200_nodes seconds={first_call_seconds(5):.9g}", flush=True)
-    print(f"workload=first_call_mlp_value_and_grad seconds={first_call_mlp(3):.9g}", flush=True)
-    print(f"workload=mlp_value_and_grad_1024x64 seconds={mlp_step_seconds(repeats):.9g}",
-          flush=True)
+    row("grad_call_tiny",
+        lambda: tiny_call_seconds(jax.jit(jax.grad(lambda x: jnp.sum(x * x))), repeats))
+    row("first_call_200_nodes", lambda: first_call_seconds(5))
+    row("first_call_mlp_value_and_grad", lambda: first_call_mlp(3))
+    row("mlp_value_and_grad_1024x64", lambda: mlp_step_seconds(repeats))
+    row("trainer_step_mlp", lambda: trainer_step_seconds(5))
     # The peer of our float32 step at precision("float32"): JAX's float32 is native.
-    print(f"workload=trainer_step_mlp seconds={trainer_step_seconds(5):.9g}", flush=True)
-    seconds = mlp_step_seconds(repeats, jnp.float32)
-    print(f"workload=mlp_value_and_grad_1024x64_f32_precision_f32 seconds={seconds:.9g}",
-          flush=True)
+    row("mlp_value_and_grad_1024x64_f32_precision_f32",
+        lambda: mlp_step_seconds(repeats, jnp.float32))
     ode_workloads(repeats)
     linalg_workloads(repeats)
     optim_workloads()
+    import jax_user_programs
 
+    jax_user_programs.run(wants, repeats, median_seconds)
 
 
 def linalg_workloads(repeats):
@@ -176,7 +196,7 @@ def linalg_workloads(repeats):
          jax.jit(jax.grad(lambda m: jnp.linalg.slogdet(m)[1])), (a,)),
     )
     for name, fn, args in rows:
-        print(f"workload={name} seconds={median_seconds(fn, args, repeats):.9g}", flush=True)
+        row(name, lambda: median_seconds(fn, args, repeats))
 
 def lotka_volterra(t, y, th):
     x, z = y[0], y[1]
@@ -210,17 +230,17 @@ def ode_workloads(repeats):
             y0=y0, args=th,
             stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-9))
 
-    solve = jax.jit(lambda th: lv_solve(th).ys)
-    print(f"workload=ode_dopri5_lotka_volterra seconds={median_seconds(solve, (theta,), repeats):.9g}",
-          flush=True)
-    stats = jax.jit(lambda th: lv_solve(th).stats)(theta)
-    print(f"note: diffrax Dopri5 on ode_dopri5_lotka_volterra takes "
-          f"{int(stats['num_accepted_steps'])} accepted and {int(stats['num_rejected_steps'])} "
-          f"rejected steps", flush=True)
+    if wants("ode_dopri5_lotka_volterra"):
+        solve = jax.jit(lambda th: lv_solve(th).ys)
+        print(f"workload=ode_dopri5_lotka_volterra "
+              f"seconds={median_seconds(solve, (theta,), repeats):.9g}", flush=True)
+        stats = jax.jit(lambda th: lv_solve(th).stats)(theta)
+        print(f"note: diffrax Dopri5 on ode_dopri5_lotka_volterra takes "
+              f"{int(stats['num_accepted_steps'])} accepted and "
+              f"{int(stats['num_rejected_steps'])} rejected steps", flush=True)
 
     grad = jax.jit(jax.grad(lambda th: jnp.sum(lv_solve(th).ys[-1] ** 2)))
-    print(f"workload=ode_dopri5_lotka_volterra_grad seconds={median_seconds(grad, (theta,), repeats):.9g}",
-          flush=True)
+    row("ode_dopri5_lotka_volterra_grad", lambda: median_seconds(grad, (theta,), repeats))
 
     r0 = jnp.asarray([1.0, 0.0, 0.0])
 
@@ -229,13 +249,14 @@ def ode_workloads(repeats):
             diffrax.ODETerm(robertson), diffrax.Kvaerno3(), t0=0.0, t1=40.0, dt0=None, y0=y0,
             stepsize_controller=diffrax.PIDController(rtol=1e-4, atol=1e-8))
 
-    stiff = jax.jit(lambda y0: robertson_solve(y0).ys)
-    print(f"workload=ode_rosenbrock23_robertson seconds={median_seconds(stiff, (r0,), repeats):.9g}",
-          flush=True)
-    stats = jax.jit(lambda y0: robertson_solve(y0).stats)(r0)
-    print(f"note: ode_rosenbrock23_robertson runs diffrax Kvaerno3 on the JAX side: "
-          f"{int(stats['num_accepted_steps'])} accepted and {int(stats['num_rejected_steps'])} "
-          f"rejected steps", flush=True)
+    if wants("ode_rosenbrock23_robertson"):
+        stiff = jax.jit(lambda y0: robertson_solve(y0).ys)
+        print(f"workload=ode_rosenbrock23_robertson "
+              f"seconds={median_seconds(stiff, (r0,), repeats):.9g}", flush=True)
+        stats = jax.jit(lambda y0: robertson_solve(y0).stats)(r0)
+        print(f"note: ode_rosenbrock23_robertson runs diffrax Kvaerno3 on the JAX side: "
+              f"{int(stats['num_accepted_steps'])} accepted and "
+              f"{int(stats['num_rejected_steps'])} rejected steps", flush=True)
 
 
 def mlp_params(width, scale):
@@ -382,27 +403,33 @@ def optim_workloads():
     def lr(step):
         return 1e-2 * 0.5 ** (step / 1000)
 
-    first = []
-    for _ in range(5):
-        start = time.perf_counter()
-        step = make_pinn_step()  # a new function object: traced and compiled afresh
-        out = step(params, zeros, zeros, 1.0, lr(0), xi, xb)
-        jax.block_until_ready(out)
-        first.append(time.perf_counter() - start)
-    print(f"workload=pinn_first_call seconds={statistics.median(first):.9g}", flush=True)
+    def first_call():
+        first = []
+        for _ in range(5):
+            start = time.perf_counter()
+            step = make_pinn_step()  # a new function object: traced and compiled afresh
+            out = step(params, zeros, zeros, 1.0, lr(0), xi, xb)
+            jax.block_until_ready(out)
+            first.append(time.perf_counter() - start)
+        return statistics.median(first)
 
-    step = make_pinn_step()
-    jax.block_until_ready(step(params, zeros, zeros, 1.0, lr(0), xi, xb))
-    runs = []
-    for _ in range(3):
-        p, m, v = params, zeros, zeros
-        start = time.perf_counter()
-        for i in range(2000):
-            p, m, v, value = step(p, m, v, float(i + 1), lr(i), xi, xb)
-        jax.block_until_ready(p)
-        runs.append(time.perf_counter() - start)
-    print(f"workload=pinn_adam_2000 seconds={statistics.median(runs):.9g}", flush=True)
-    print(f"workload=py_pinn_adam_2000 seconds={statistics.median(runs):.9g}", flush=True)
+    row("pinn_first_call", first_call)
+
+    def two_thousand_steps():
+        step = make_pinn_step()
+        jax.block_until_ready(step(params, zeros, zeros, 1.0, lr(0), xi, xb))
+        runs = []
+        for _ in range(3):
+            p, m, v = params, zeros, zeros
+            start = time.perf_counter()
+            for i in range(2000):
+                p, m, v, value = step(p, m, v, float(i + 1), lr(i), xi, xb)
+            jax.block_until_ready(p)
+            runs.append(time.perf_counter() - start)
+        return statistics.median(runs)
+
+    # The second name is the peer of the same steps taken from Python through the package.
+    row(("pinn_adam_2000", "py_pinn_adam_2000"), two_thousand_steps)
 
     from jax.scipy.optimize import minimize
 
@@ -411,8 +438,7 @@ def optim_workloads():
 
     solve = jax.jit(lambda z0: minimize(rosen, z0, method="BFGS").x)
     z0 = jnp.array([-1.2, 1.0])
-    print(f"workload=lbfgs_rosenbrock seconds={median_seconds(solve, (z0,), DEFAULT_REPEATS):.9g}",
-          flush=True)
+    row("lbfgs_rosenbrock", lambda: median_seconds(solve, (z0,), DEFAULT_REPEATS))
 
 
 def scaling_seconds(fn, args, runs, inner):
@@ -428,6 +454,11 @@ def scaling_seconds(fn, args, runs, inner):
     return statistics.median(times)
 
 
+def sizes(family, values):
+    """The sizes of a scaling family, none when `--only` leaves it out."""
+    return values if wants(family) else ()
+
+
 def scaling():
     """The families of `cargo xtask bench --scaling`, the same sizes and functions as our
     `scaling_workloads` example: `scaling=<family> n=<size> seconds=<s>` lines."""
@@ -436,18 +467,18 @@ def scaling():
         print(f"scaling={family} n={n} seconds={seconds:.9g}", flush=True)
 
     chain_fn = jax.jit(chain)
-    for n in (1_000, 10_000, 100_000, 1_000_000, 10_000_000):
+    for n in sizes("elementwise", (1_000, 10_000, 100_000, 1_000_000, 10_000_000)):
         x = jnp.linspace(-3.0, 3.0, n, dtype=jnp.float32)
         report("elementwise", n, scaling_seconds(chain_fn, (x,), 7, max(1, 1_000_000 // n)))
 
     matmul = jax.jit(jnp.matmul)
-    for n in (32, 64, 128, 256, 512, 1024):
+    for n in sizes("matmul", (32, 64, 128, 256, 512, 1024)):
         a = jnp.linspace(-1.0, 1.0, n * n).reshape(n, n)
         args = (a, jnp.sin(a.T))
         report("matmul", n, scaling_seconds(matmul, args, 7, (1 << 27) // (n * n * n) + 1))
 
     x = jnp.ones((64,), dtype=jnp.float64)
-    for n in (100, 1_000, 10_000):
+    for n in sizes("first_call", (100, 1_000, 10_000)):
         times = []
         for r in range(3):
             def f(x, r=r):
@@ -465,12 +496,12 @@ def scaling():
 
     per_example = jax.jit(jax.vmap(jax.grad(loss), in_axes=(None, 0)))
     w = jnp.linspace(-1.0, 1.0, 64)
-    for n in (1, 16, 256, 4_096):
+    for n in sizes("vmap_grad", (1, 16, 256, 4_096)):
         xs = jnp.linspace(-2.0, 2.0, n)
         report("vmap_grad", n, scaling_seconds(per_example, (w, xs), 7, max(1, 20_000 // n)))
 
     x = jnp.linspace(0.1, 0.8, 8, dtype=jnp.float64)
-    for n in (250, 1_000, 2_000, 4_000, 10_000):
+    for n in sizes("first_call_loop", (250, 1_000, 2_000, 4_000, 10_000)):
         times = []
         for r in range(3):
             def body(i, c, r=r):
@@ -491,7 +522,7 @@ def scaling():
             return jnp.sin(x) * (1.0001 + r * 1e-9)
         return jax.lax.fori_loop(0, 1, lambda i, c: nested(c, depth - 1, r), x)
 
-    for n in (1, 2, 5, 10, 20, 50):
+    for n in sizes("first_call_nested", (1, 2, 5, 10, 20, 50)):
         times = []
         for r in range(3):
             def loss(x, r=r):
@@ -502,14 +533,85 @@ def scaling():
             times.append(time.perf_counter() - start)
         report("first_call_nested", n, statistics.median(times))
 
-    for n in (100, 1_000, 10_000, 100_000, 1_000_000):
+    for n in sizes("fori", (100, 1_000, 10_000, 100_000, 1_000_000)):
         fori = jax.jit(lambda c, n=n: jax.lax.fori_loop(0, n, lambda i, c: c * 0.999999 + 1e-6, c))
         c = jnp.asarray(1.0, dtype=jnp.float64)
         report("fori", n, scaling_seconds(fori, (c,), 5, max(1, 100_000 // n)))
 
+    loop_state(report)
+
+
+# 8 * round(2 ** (k / 2)): the powers of two from 8 to 4096 and the half octaves between them.
+LOOP_STATE_SIZES = (8, 16, 24, 32, 48, 64, 88, 128, 184, 256, 360, 512, 728, 1024, 1448, 2048, 2896, 4096)
+LOOP_STATE_TRIPS = 100
+
+
+def loop_state(report):
+    """The loop-state sweep, the twin of `loop_state` in our scaling_workloads example: 100
+    iterations of a `fori_loop` and of a `scan` over a carry of n elements (LOOP_STATE_SIZES),
+    held as `[n / 8, 8]`, with an elementwise body `c * 0.999 + sin(c) * 1e-3`, one of cheap
+    arithmetic `c * 0.999 + c * c * 1e-3`, and one that multiplies the carry by a fixed 8 x 8
+    matrix `w`: `c * 0.999 + sin(c @ w) * 1e-3`. The scan also reads one scalar of `xs` per
+    step (added times 1e-3) and stacks the new carry as its output."""
+    w = jnp.asarray(np.sin(np.arange(64, dtype=np.float64) * 0.37).reshape(8, 8) * 0.3)
+    xs = jnp.linspace(0.0, 1.0, LOOP_STATE_TRIPS)
+
+    def elementwise(c, w):
+        return c * 0.999 + jnp.sin(c) * 1e-3
+
+    def arithmetic(c, w):
+        return c * 0.999 + (c * c) * 1e-3
+
+    def with_matmul(c, w):
+        return c * 0.999 + jnp.sin(c @ w) * 1e-3
+
+    for body_name, body in (("elementwise", elementwise), ("arithmetic", arithmetic),
+                            ("matmul", with_matmul)):
+        fori_family = f"loop_state_fori_{body_name}"
+        scan_family = f"loop_state_scan_{body_name}"
+
+        def fori(c, w, body=body):
+            return jax.lax.fori_loop(0, LOOP_STATE_TRIPS, lambda i, c: body(c, w), c)
+
+        def scan(c, w, xs, body=body):
+            def step(c, x):
+                c = body(c, w) + x * 1e-3
+                return c, c
+
+            return jax.lax.scan(step, c, xs)
+
+        fori, scan = jax.jit(fori), jax.jit(scan)
+        for n in LOOP_STATE_SIZES:
+            c = jnp.linspace(0.1, 0.8, n).reshape(n // 8, 8)
+            inner = max(2, 20_000 // n)
+            if wants(fori_family):
+                report(fori_family, n, scaling_seconds(fori, (c, w), 7, inner))
+            if wants(scan_family):
+                report(scan_family, n, scaling_seconds(scan, (c, w, xs), 7, inner))
+
+
+def parse_args(argv):
+    """`(scaling, repeats)` from the command line; fills `ONLY` from `--only`."""
+    scaling_mode = False
+    repeats = DEFAULT_REPEATS
+    args = iter(argv)
+    for arg in args:
+        if arg == "--scaling":
+            scaling_mode = True
+        elif arg == "--only" or arg.startswith("--only="):
+            value = arg[len("--only="):] if arg.startswith("--only=") else next(args, "")
+            parts = [part for part in value.split(",") if part]
+            if not parts:
+                sys.exit("jax_bench.py: `--only` needs a substring of a row name")
+            ONLY.extend(parts)
+        else:
+            repeats = int(arg)
+    return scaling_mode, repeats
+
 
 if __name__ == "__main__":
-    if "--scaling" in sys.argv[1:]:
+    scaling_mode, repeats = parse_args(sys.argv[1:])
+    if scaling_mode:
         scaling()
     else:
-        main()
+        main(repeats)

@@ -55,21 +55,31 @@ Commands:
                            and of the folders of QUABLA_PLUGIN_PATH, and print the test x
                            backend matrix (pass / FAIL / unsupported / partial k/n /
                            skipped, with reasons); fails on any failure.
-  bench [--vs-jax] [--json FILE]
+  bench [--vs-jax] [--rounds N] [--json FILE] [--only SUBSTRING[,SUBSTRING...]]
                            Run the benchmark workloads
                            (`cargo run --release -p quabla --example bench_workloads`).
                            --vs-jax     also time the same workloads in JAX on the CPU
                                         (uses a virtualenv in target/jax-venv, created
-                                        and populated on first use) and print the ratio
+                                        and populated on first use) and print the ratio;
+                                        rows that print a `check=` line must compute
+                                        what their JAX twin computes, or the run fails
+                           --rounds N   alternate both sides N times (default 1, 3 with
+                                        --vs-jax) and report each row's median
                            --json FILE  write the results as a JSON array to FILE
+                           --only LIST  run only the rows whose name contains one of
+                                        the comma-separated substrings
   bench --distributed      Build the distributed_bench example with MPI and run it under
                            mpirun -np 1, 2 and 4: all-reduce of 1e3..1e7 float64 against
                            MPI_Allreduce, and a data-parallel MLP step with its
                            communication share (needs MPI and libclang)
-  bench --scaling          Time each workload family over a range of sizes, ours
+  bench --scaling [--only SUBSTRING[,SUBSTRING...]]
+                           Time each workload family over a range of sizes, ours
                            (`cargo run --release -p quabla --example scaling_workloads`)
-                           and JAX's, print one table per family, write them into
-                           docs/performance.md, and draw target/scaling.png (log-log)
+                           and JAX's, print one table per family (the loop-state sweep
+                           with each size's ratio to the previous one, jumps over 1.5x
+                           marked), write them into docs/performance.md, and draw
+                           target/scaling.png (log-log); with --only, only the families
+                           whose name contains a substring, and docs/ is left alone
   coverage-ops             For each function of the spec's array sections (api.md
                            sections 3-9), print `<name> value=<yes|no> grad=<yes|no|n/a>
                            vmap=<yes|no>`: whether it is implemented and called by a

@@ -175,6 +175,7 @@ pub fn reference_backend() -> CpuBackend {
         fuse_elementwise: false,
         threads: 1,
         native_loops: false,
+        native_always: false,
     })
 }
 

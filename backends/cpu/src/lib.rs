@@ -68,6 +68,7 @@ mod region;
 mod scalar;
 mod schedule;
 
+pub use native::NATIVE_ELEMENTS;
 pub use schedule::ScheduleStats;
 
 use buffer::Storage;
@@ -95,13 +96,17 @@ pub struct CpuOptions {
     /// Threads a large kernel may use (default: the available parallelism). Values do not
     /// depend on it.
     pub threads: usize,
-    /// Compile loops over small values (a `fori_loop`, `scan` or `while_loop` whose values all
-    /// have at most 64 elements, with the regions nested in it) to machine code with Cranelift
-    /// at their first run, and a whole plan without control flow whose values are all that
-    /// small once it has run a thousand times in the interpreter (on by default). Turning it
-    /// off runs them in the interpreter; values are identical either way.
-    /// [`CpuExecutable::report`] says what runs native code.
+    /// Compile loops (a `fori_loop`, `scan` or `while_loop` whose values all have at most
+    /// [`NATIVE_ELEMENTS`] elements, with the regions nested in it) to machine code with
+    /// Cranelift at their first run, and a whole plan without control flow over small and
+    /// medium values once it has run a thousand times in the interpreter (on by default),
+    /// where a cost model says the machine code is faster. Turning it off runs them in the
+    /// interpreter; values are identical either way. [`CpuExecutable::report`] says what runs
+    /// native code, and why not where it does not.
     pub native_loops: bool,
+    /// Take machine code for every loop that has it, without weighing it against the
+    /// interpreter (off by default): for tests and measurements of the machine code itself.
+    pub native_always: bool,
 }
 
 impl Default for CpuOptions {
@@ -110,6 +115,7 @@ impl Default for CpuOptions {
             fuse_elementwise: true,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             native_loops: true,
+            native_always: false,
         }
     }
 }
@@ -147,6 +153,7 @@ impl CpuBackend {
                 precision,
                 check_nans: false,
                 native: self.options.native_loops,
+                native_always: self.options.native_always,
             },
         )
     }
@@ -168,6 +175,7 @@ impl CpuBackend {
                 precision,
                 check_nans: true,
                 native: false,
+                native_always: false,
             },
         )
     }
@@ -284,7 +292,7 @@ const NATIVE_AFTER_RUNS: usize = 1000;
 /// at compile time, and its code, generated at the run after [`NATIVE_AFTER_RUNS`] runs.
 #[derive(Debug)]
 struct NativeTier {
-    small: native::SmallBody,
+    small: native::GraphBody,
     runs: AtomicUsize,
     /// `Some(None)` when code generation met something it does not translate: the plan then
     /// stays in the interpreter.
@@ -355,8 +363,9 @@ impl CpuExecutable {
 
     /// Generates the plan's native code now instead of at its run after the thousandth (for
     /// a plan known to be hot, and for tests that compare it with the interpreter). `false`
-    /// when the plan has no native form: a value with more than 64 elements, more than 4096
-    /// element operations in all, a control-flow region (its loops have code of their own), an
+    /// when the plan has no native form: more than 4096 element operations on values held in
+    /// registers or 16384 on values held in memory, a control-flow region (its loops have
+    /// code of their own), an
     /// op the code generator does not translate, a host Cranelift does not support, or the
     /// native form turned off (`CpuOptions::native_loops`, `Precision::Float32`, the
     /// non-finite check).

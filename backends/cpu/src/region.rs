@@ -14,9 +14,10 @@
 //! its own, or a region nested in the body, allocates as it would in a plan). Four forms, the
 //! first that applies:
 //!
-//! - **Machine code** (`native.rs`; loops whose values all have at most 64 elements): compiled
-//!   at the loop's first run, with the carries as float64 arrays in and out; a kernel failing
-//!   inside it sends the loop back to the forms below.
+//! - **Machine code** (`native`; loops whose values all have at most `NATIVE_ELEMENTS`
+//!   elements, where the cost model says it beats the interpreter): compiled at the loop's
+//!   first run, with the carries as float64 arrays in and out; a kernel failing inside it
+//!   sends the loop back to the forms below.
 //! - **Scalar** (bodies whose every value has one element, see `scalar.rs`): the loop runs on
 //!   an array of float64 values and copies each carry as one number.
 //! - **Swapping** (bodies whose step-written values total at most [`REUSE_BYTES`] and whose
@@ -40,10 +41,10 @@
 use crate::buffer::{Buffer, Storage, View, ViewMut};
 use crate::exec::{out_of_memory, Frame, Mode, Workspace};
 use crate::kernels::internal;
-use crate::native::{LoopBody, NativeScan, NativeWhile, ScanShape, SmallBody};
+use crate::native::{GraphBody, LoopBody, NativeScan, NativeWhile, ScanShape};
 use crate::scalar::ScalarBody;
 use crate::schedule::{Build, Schedule};
-use quabla_backend::Result;
+use quabla_backend::{Precision, Result};
 use quabla_ir::{DType, Graph, NodeId, Plan, Region, RegionKind, TensorType};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -265,16 +266,32 @@ struct Body {
     take: Vec<bool>,
     scalar: Option<ScalarBody>,
     /// For a body without a scalar form (when machine code is on): its plan graph, from which
-    /// the small form of `native.rs` is built when a loop's code is first needed.
-    small: Option<SmallSource>,
+    /// the graph form of `native` is built when a loop's code is first needed.
+    graph: Option<GraphSource>,
 }
 
-/// A body's plan graph and, once built, its small form (`None` inside when it has none).
+impl GraphSource {
+    /// The translated form, built on first use, or why there is none.
+    fn form(&self) -> &std::result::Result<GraphBody, String> {
+        self.form.get_or_init(|| {
+            let body = GraphBody::new(&self.graph, self.inputs)?;
+            if let Some(steps) = self.steps {
+                body.pays_off(steps)?;
+            }
+            Ok(body)
+        })
+    }
+}
+
+/// A body's plan graph and, once built, its translated form (`None` inside when it has none).
 #[derive(Clone, Debug)]
-struct SmallSource {
+struct GraphSource {
     graph: Graph,
     inputs: usize,
-    form: OnceLock<Option<SmallBody>>,
+    /// The interpreter's steps for one run of the body (what the machine code is weighed
+    /// against, `GraphBody::pays_off`); `None` to take the machine code unweighed.
+    steps: Option<usize>,
+    form: OnceLock<std::result::Result<GraphBody, String>>,
 }
 
 impl Body {
@@ -316,10 +333,14 @@ impl Body {
         } else {
             ScalarBody::new(&schedule, &output_types)
         };
-        let small = match (build.native, &scalar) {
-            (true, None) => Some(SmallSource {
+        let graph_form = match (
+            build.native && build.precision == Precision::Reference,
+            &scalar,
+        ) {
+            (true, None) => Some(GraphSource {
                 graph: plan.graph().clone(),
                 inputs: graph.inputs().count(),
+                steps: (!build.native_always).then_some(schedule.steps.len()),
                 form: OnceLock::new(),
             }),
             _ => None,
@@ -328,26 +349,31 @@ impl Body {
             schedule,
             take,
             scalar,
-            small,
+            graph: graph_form,
         })
     }
 
     /// Whether machine code may be made from the body (it is then built on first use).
     fn may_translate(&self) -> bool {
-        self.scalar.is_some() || self.small.is_some()
+        self.scalar.is_some() || self.graph.is_some()
     }
 
-    /// The form of the body the machine code of a loop is made from, if any (the small form
+    /// The form of the body the machine code of a loop is made from, if any (the graph form
     /// is built here, on first use).
     fn translatable(&self) -> Option<LoopBody<'_>> {
-        match (&self.scalar, &self.small) {
+        match (&self.scalar, &self.graph) {
             (Some(scalar), _) => Some(LoopBody::Scalar(scalar)),
-            (None, Some(source)) => source
-                .form
-                .get_or_init(|| SmallBody::new(&source.graph, source.inputs))
-                .as_ref()
-                .map(LoopBody::Small),
+            (None, Some(source)) => source.form().as_ref().ok().map(LoopBody::Graph),
             (None, None) => None,
+        }
+    }
+
+    /// Why the loop's machine code was not made from this body, when the body was weighed
+    /// for it (for the report).
+    fn why_interpreted(&self) -> Option<&str> {
+        match (&self.scalar, &self.graph) {
+            (None, Some(source)) => source.form().as_ref().err().map(String::as_str),
+            _ => None,
         }
     }
 
@@ -394,6 +420,15 @@ impl Body {
         } else {
             Mode::Body
         }
+    }
+}
+
+/// An interpreted form for the report, with the first reason a body gave for not running
+/// machine code: `interpreted, swapping form (integer values)`.
+fn interpreted<'a>(form: &str, reasons: impl IntoIterator<Item = Option<&'a str>>) -> String {
+    match reasons.into_iter().flatten().next() {
+        Some(why) => format!("{form} ({why})"),
+        None => form.to_string(),
     }
 }
 
@@ -444,9 +479,12 @@ impl RegionStep {
             Exec::Scan(scan) => {
                 let native = !inside_native && scan.native().is_some();
                 let how = match (inside_native, native) {
-                    (true, _) => inside,
-                    (false, true) => "native code",
-                    (false, false) => scan.body.form(scan.swaps.is_some()),
+                    (true, _) => inside.to_string(),
+                    (false, true) => "native code".to_string(),
+                    (false, false) => interpreted(
+                        scan.body.form(scan.swaps.is_some()),
+                        [scan.body.why_interpreted()],
+                    ),
                 };
                 let _ = writeln!(
                     out,
@@ -464,9 +502,12 @@ impl RegionStep {
             } => {
                 let native = !inside_native && native_while(native, cond, body).is_some();
                 let how = match (inside_native, native) {
-                    (true, _) => inside,
-                    (false, true) => "native code",
-                    (false, false) => body.form(swaps.is_some()),
+                    (true, _) => inside.to_string(),
+                    (false, true) => "native code".to_string(),
+                    (false, false) => interpreted(
+                        body.form(swaps.is_some()),
+                        [cond.why_interpreted(), body.why_interpreted()],
+                    ),
                 };
                 let _ = writeln!(out, "{pad}{}: {how}", self.form);
                 (vec![cond, body], native)

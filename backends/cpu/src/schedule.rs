@@ -90,8 +90,10 @@ pub(crate) struct Build {
     /// The non-finite check (`jit(f).check_nans(true)`): no fusion and no scalar loop forms,
     /// so that every node is a step, and each step checks what it wrote ([`NanCheck`]).
     pub check_nans: bool,
-    /// Loops and plans over small values in machine code (`CpuOptions::native_loops`).
+    /// Loops and plans in machine code (`CpuOptions::native_loops`).
     pub native: bool,
+    /// Machine code wherever it exists, unweighed (`CpuOptions::native_always`).
+    pub native_always: bool,
 }
 
 /// What the non-finite check of a step knows of the node it computes, to stop the run at the

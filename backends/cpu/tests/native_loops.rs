@@ -8,7 +8,7 @@ mod common;
 
 use common::graph;
 
-use common::{assert_bitwise, compile, every_op, special_values, Rng};
+use common::{assert_bitwise, calling, check_both_ways, compile, every_op, special_values, Rng};
 use quabla_backend::{Executable, HostTensor};
 use quabla_ir::{
     BinaryOp, Comparison, DType, Graph, GraphBuilder, HostData, NodeId, Region, RegionForm,
@@ -22,51 +22,6 @@ fn scalar_type(dt: DType) -> TensorType {
 
 fn scalar(dt: DType, v: f64) -> HostTensor {
     HostTensor::new(Shape::scalar(), HostData::from_f64(dt, [v]))
-}
-
-/// A graph calling `region` on its inputs and returning every output.
-fn calling(region: &Arc<Region>) -> Graph {
-    graph(region.operand_types(), |b, p| {
-        let n = region.output_types().len();
-        b.push_region_calls(region.clone(), 0..n, p).unwrap()
-    })
-}
-
-/// Compiles `g` both ways, checks that the report names native code only for the native
-/// build, and checks equal bits on every input set.
-fn check_both_ways(context: &str, g: &Graph, input_sets: &[Vec<HostTensor>]) {
-    let native = compile(g, true);
-    let interpreted = compile(g, false);
-    // A loop's own line, not the line of a small plan compiled whole.
-    let loop_native = |report: &str| {
-        report
-            .lines()
-            .any(|l| l.contains("native code") && !l.contains("whole plan"))
-    };
-    assert!(
-        loop_native(&native.report()),
-        "{context}: not compiled to native code:\n{}",
-        native.report()
-    );
-    assert!(
-        !interpreted.report().contains("native code"),
-        "{context}: native code although turned off:\n{}",
-        interpreted.report()
-    );
-    for inputs in input_sets {
-        let (got, want) = (
-            native.run(inputs).unwrap(),
-            interpreted.run(inputs).unwrap(),
-        );
-        let shown: Vec<f64> = inputs.iter().map(|t| t.data.get_f64(0)).collect();
-        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert_bitwise(
-                &format!("{context} on {shown:?}, output {k}"),
-                &g.data,
-                &w.data,
-            );
-        }
-    }
 }
 
 /// A `fori_loop` of three iterations over carries `(x, y, out)`: `x` and `y` pass through and
@@ -309,39 +264,48 @@ fn scans_over_slices_with_stacked_outputs_agree_both_ways_and_with_a_host_loop()
     }
 }
 
-/// Loops over values of more elements than the machine code takes stay interpreted, and the
-/// report says which form runs them.
+/// A loop over a vector of 100 elements (too many for registers) runs machine code; one over
+/// a vector past `NATIVE_ELEMENTS` stays interpreted; the report says which, and both give
+/// the host loop's values.
 #[test]
-fn loops_over_large_vectors_stay_interpreted_and_the_report_says_so() {
-    let v = TensorType::new(DType::F64, Shape::new(vec![100]).unwrap());
-    let body = graph(&[scalar_type(DType::F64), v.clone()], |b, p| {
-        let two = b.scalar(2.0, DType::F64, false);
-        vec![b.binary(BinaryOp::Mul, p[1], two).unwrap()]
-    });
-    let scan = ScanBody {
-        length: 4,
-        start: 0,
-        reverse: false,
-        n_carry: 1,
-        n_const: 0,
-        n_xs: 0,
-        body: Arc::new(body),
-    };
-    let region = Arc::new(Region::new(RegionKind::Scan(scan), RegionForm::Fori, 0).unwrap());
-    let exe = compile(&calling(&region), true);
-    let report = exe.report();
-    assert!(
-        report.contains("fori (4 iterations): interpreted, swapping form"),
-        "{report}"
-    );
-    let values: Vec<f64> = (0..100).map(|i| i as f64 - 50.0).collect();
-    let x = HostTensor::new(
-        Shape::new(vec![100]).unwrap(),
-        HostData::F64(values.clone().into()),
-    );
-    let out = exe.run(&[x]).unwrap();
-    let want: Vec<f64> = values.iter().map(|v| v * 16.0).collect();
-    assert_eq!(out[0].data, HostData::F64(want.into()));
+fn loops_over_large_vectors_run_native_code_up_to_the_limit_and_the_report_says_so() {
+    for (n, how) in [
+        (100, "native code"),
+        (
+            quabla_cpu::NATIVE_ELEMENTS + 1,
+            "interpreted, swapping form",
+        ),
+    ] {
+        let v = TensorType::new(DType::F64, Shape::new(vec![n]).unwrap());
+        let body = graph(&[scalar_type(DType::F64), v.clone()], |b, p| {
+            let two = b.scalar(2.0, DType::F64, false);
+            vec![b.binary(BinaryOp::Mul, p[1], two).unwrap()]
+        });
+        let scan = ScanBody {
+            length: 4,
+            start: 0,
+            reverse: false,
+            n_carry: 1,
+            n_const: 0,
+            n_xs: 0,
+            body: Arc::new(body),
+        };
+        let region = Arc::new(Region::new(RegionKind::Scan(scan), RegionForm::Fori, 0).unwrap());
+        let exe = compile(&calling(&region), true);
+        let report = exe.report();
+        assert!(
+            report.contains(&format!("fori (4 iterations): {how}")),
+            "{n}: {report}"
+        );
+        let values: Vec<f64> = (0..n).map(|i| i as f64 - 50.0).collect();
+        let x = HostTensor::new(
+            Shape::new(vec![n]).unwrap(),
+            HostData::F64(values.clone().into()),
+        );
+        let out = exe.run(&[x]).unwrap();
+        let want: Vec<f64> = values.iter().map(|v| v * 16.0).collect();
+        assert_eq!(out[0].data, HostData::F64(want.into()));
+    }
 }
 
 /// A while loop over small vectors and matrices, an explicit integrator of a 2-state system

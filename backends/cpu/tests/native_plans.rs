@@ -234,8 +234,8 @@ fn a_plan_gets_native_code_after_a_thousand_interpreted_runs() {
 
 #[test]
 fn large_plans_and_plans_interpreted_by_choice_have_no_native_form() {
-    // 65 elements: one too many for a machine value per element.
-    let wide = graph(&[ty(DType::F64, &[65])], |b, p| {
+    // More elements in memory than the dispatch the machine code saves is worth.
+    let wide = graph(&[ty(DType::F64, &[1 << 15])], |b, p| {
         vec![b.unary(UnaryOp::Exp, p[0]).unwrap()]
     });
     // Small values, but more element operations than code generation is worth.

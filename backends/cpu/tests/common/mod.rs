@@ -3,13 +3,14 @@
 
 #![allow(dead_code)]
 
-use quabla_backend::{Backend, HostTensor};
+use quabla_backend::{Backend, Executable, HostTensor};
 use quabla_cpu::{CpuBackend, CpuExecutable, CpuOptions};
 
 use quabla_ir::{
-    BinaryOp, Comparison, DType, Graph, GraphBuilder, HostData, NodeId, Plan, Shape, TensorType,
-    UnaryOp,
+    BinaryOp, Comparison, DType, Graph, GraphBuilder, HostData, NodeId, Plan, Region, Shape,
+    TensorType, UnaryOp,
 };
+use std::sync::Arc;
 
 /// The project's deterministic test generator.
 pub use quabla_random::testing::TestRng as Rng;
@@ -230,14 +231,60 @@ pub fn every_op() -> Vec<(String, Apply)> {
     ops
 }
 
-/// `g` compiled unoptimized, with machine code for small loops and plans on or off
-/// (`CpuOptions::native_loops`).
+/// `g` compiled unoptimized, with machine code for loops and plans on (wherever it exists,
+/// unweighed: `CpuOptions::native_always`) or off (`CpuOptions::native_loops`).
 pub fn compile(g: &Graph, native_loops: bool) -> CpuExecutable {
     let options = CpuOptions {
         native_loops,
+        native_always: native_loops,
         ..CpuOptions::default()
     };
     CpuBackend::with_options(options)
         .compile_plan(&Plan::from_graph_unoptimized(g.clone()))
         .unwrap()
+}
+
+/// A graph calling `region` on its inputs and returning every output.
+pub fn calling(region: &Arc<Region>) -> Graph {
+    graph(region.operand_types(), |b, p| {
+        let n = region.output_types().len();
+        b.push_region_calls(region.clone(), 0..n, p).unwrap()
+    })
+}
+
+/// Compiles `g` both ways, checks that the report names native code only for the native
+/// build, and checks equal bits on every input set.
+pub fn check_both_ways(context: &str, g: &Graph, input_sets: &[Vec<HostTensor>]) {
+    let native = compile(g, true);
+    let interpreted = compile(g, false);
+    // A loop's own line, not the line of a small plan compiled whole.
+    let loop_native = |report: &str| {
+        report
+            .lines()
+            .any(|l| l.contains("native code") && !l.contains("whole plan"))
+    };
+    assert!(
+        loop_native(&native.report()),
+        "{context}: not compiled to native code:\n{}",
+        native.report()
+    );
+    assert!(
+        !interpreted.report().contains("native code"),
+        "{context}: native code although turned off:\n{}",
+        interpreted.report()
+    );
+    for inputs in input_sets {
+        let (got, want) = (
+            native.run(inputs).unwrap(),
+            interpreted.run(inputs).unwrap(),
+        );
+        let shown: Vec<f64> = inputs.iter().map(|t| t.data.get_f64(0)).collect();
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_bitwise(
+                &format!("{context} on {shown:?}, output {k}"),
+                &g.data,
+                &w.data,
+            );
+        }
+    }
 }

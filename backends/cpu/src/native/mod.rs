@@ -1,22 +1,28 @@
-//! Machine code for loops and plans over small values. A `fori_loop`/`scan` or a `while_loop`
-//! whose bodies have a scalar form (`scalar.rs`) or whose values all have at most
-//! [`SMALL_ELEMENTS`] elements ([`SmallBody`]) is compiled with Cranelift into one native
-//! function that runs a chunk of iterations with its carries in machine registers, reading
-//! scanned slices and writing stacked slices in place: no value array, no per-op dispatch, no
-//! per-iteration call. A whole plan whose values are all that small ([`NativePlan`]: a scalar
-//! model's loss and gradient, say) becomes one function from its inputs to its outputs, which
-//! the executable switches to once the plan is hot (`lib.rs`, `NATIVE_AFTER_RUNS`).
+//! Machine code for loops and plans. A `fori_loop`/`scan` or a `while_loop` whose bodies
+//! have a scalar form (`scalar.rs`) or translate node by node ([`GraphBody`]: values of at
+//! most [`NATIVE_ELEMENTS`] elements) is compiled with Cranelift into one native function that
+//! runs a chunk of iterations: small values (at most 64 elements) in machine registers, larger
+//! ones as float64 arrays in the run's scratch memory with loops over their elements
+//! (`memory.rs`), scanned slices read and stacked slices written in place: no value array, no
+//! per-op dispatch, no per-iteration call. Whether a body's code beats the interpreter is
+//! weighed when it is first needed ([`GraphBody::pays_off`], a cost model measured with the
+//! loop-state sweep); the report says why a loop stays interpreted. A whole plan over small
+//! and medium values ([`NativePlan`]: a model's loss and gradient, a Newton step's algebra)
+//! becomes one function from its inputs to its outputs, which the executable switches to once
+//! the plan is hot (`lib.rs`, `NATIVE_AFTER_RUNS`). The functions the code calls by symbol are
+//! in `symbols.rs`.
 //!
 //! The code computes exactly what the interpreter computes: the same IEEE operations on
 //! float64 values in the same order (Cranelift neither contracts a multiply and an add into
 //! one rounding nor reassociates float arithmetic), float32 nodes rounded after every
 //! operation, every stored value rounded to its dtype, sums in the blocked order, and every
-//! function that is not one IEEE operation (`tanh`, `pow`, `powi`, `maximum`, the LU `solve`)
+//! function that is not one IEEE operation (`tanh`, `pow`, `powi`, `maximum`, the LU `solve`, `matmul`)
 //! called by symbol: the function the interpreter calls for that op. A scalar body is
 //! translated from its fused programs; a small body from its plan graph, node by node as
 //! `quabla_ir::eval::evaluate` defines each node, with the regions nested in it (`cond`,
-//! bounded loops) as branches and inner loops. `tests/native_loops.rs` runs every elementwise
-//! op, layout op, reduction and nesting both ways and compares bits.
+//! bounded loops) as branches and inner loops. `tests/native_loops.rs` (register form) and
+//! `tests/native_memory.rs` (memory form) run every elementwise op, layout op, reduction,
+//! product and nesting both ways and compare bits.
 //!
 //! Values are float64 in the generated code, so graphs with an integer value (or an integer
 //! function on bools) are not translated (`quabla_ir::eval::has_integers`): their loops and
@@ -29,6 +35,9 @@
 //! interpreter, which raises the kernel's error. Cancellation stays with the caller, which runs
 //! the code in chunks of iterations and checks its flags between them; loops nested in a body
 //! are bounded ([`NESTED_TRIPS`]) so that a chunk ends soon.
+
+mod memory;
+mod symbols;
 
 use crate::buffer::{View, ViewMut};
 use crate::kernels::elementwise::{EwOp, Instr, Program, Src};
@@ -43,9 +52,9 @@ use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, Linkage, Module, ModuleReloc};
+use memory::{Fused, Home, Mem, Tables, Val, REGISTER_ELEMENTS};
 use quabla_ir::eval::{
-    binary_f64, broadcast_values, evaluate, kept_positions, maximum_ieee, minimum_ieee, powi_f64,
-    unary_f64, HostValue, SUM_BLOCK, SUM_LANES,
+    broadcast_values, evaluate, kept_positions, HostValue, SUM_BLOCK, SUM_LANES,
 };
 use quabla_ir::{
     BinaryOp, Comparison, DType, Graph, HostData, Op, Plan, Reducer, Region, RegionKind, Shape,
@@ -55,6 +64,7 @@ use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, OnceLock};
+use symbols::{binary_symbol, unary_symbol, MAXIMUM, MINIMUM, POWI, SOLVE, SYMBOLS};
 
 /// A scan in machine code: its carries in registers, slice `k` of each scanned operand read
 /// and slice `k` of each stacked output written in place at iteration `k`.
@@ -71,8 +81,18 @@ pub(crate) struct NativeScan {
 /// `(carries, loop constants, first position, position step, iterations, index of position 0,
 /// scanned operands, stacked outputs)`: iteration `i` is at position `k = first + i * step`
 /// of the scanned operands and stacked outputs, and its index value is `k + index of 0`.
-type ScanFn =
-    unsafe extern "C" fn(*mut f64, *const f64, i64, i64, u64, i64, *const u8, *mut u8) -> u64;
+/// `scratch` is the run's scratch memory (`Code::scratch` float64 elements).
+type ScanFn = unsafe extern "C" fn(
+    *mut f64,
+    *const f64,
+    i64,
+    i64,
+    u64,
+    i64,
+    *const u8,
+    *mut u8,
+    *mut f64,
+) -> u64;
 
 /// What a loop's code returns when a kernel it calls failed (a singular `solve`): the caller
 /// reruns the loop in the interpreter, which raises the kernel's error as it always does.
@@ -95,44 +115,43 @@ impl NativeScan {
     /// outputs: the carries, then what the stacked outputs take) is `body`, or `None` when the
     /// body has something this module does not translate.
     pub(crate) fn compile(body: LoopBody<'_>, scan: &ScanShape) -> Option<NativeScan> {
-        let code = Code::build(&[types::I64; 8], Some(types::I64), |e, params| {
+        let code = Code::build(&[types::I64; 9], Some(types::I64), |e, params| {
             let (carries_at, consts_at) = (params[0], params[1]);
             let (first, step, count, index0) = (params[2], params[3], params[4], params[5]);
             let (xs_at, ys_at) = (params[6], params[7]);
-            let constants = e.load_flat(consts_at, &scan.consts);
+            let constants = e.given_flat(consts_at, &scan.consts);
             let xs: Vec<Value> = (0..scan.xs.len())
                 .map(|x| e.load_pointer(xs_at, x))
                 .collect();
             let ys: Vec<Value> = (0..scan.ys.len())
                 .map(|y| e.load_pointer(ys_at, y))
                 .collect();
-            let vars = e.carry_variables(carries_at, &scan.carries);
+            let carries = e.carries(carries_at, &scan.carries);
             let (trip, header, exit) = e.counted_loop(count);
             let i = e.b.use_var(trip);
             let offset = e.b.ins().imul(i, step);
             let k = e.b.ins().iadd(first, offset);
             let index = e.b.ins().iadd(k, index0);
             let index = e.b.ins().fcvt_from_sint(types::F64, index);
-            let mut inputs = vec![vec![e.round(scan.index, index)]];
-            inputs.extend(e.use_carries(&vars));
+            let mut inputs = vec![Val::Regs(vec![e.round(scan.index, index)])];
+            inputs.extend(e.use_carries(&carries));
             inputs.extend(constants.iter().cloned());
             for (&base, &(dtype, len)) in xs.iter().zip(&scan.xs) {
-                inputs.push(e.load_slice(base, k, dtype, len));
+                inputs.push(e.given_slice(base, k, dtype, len)?);
             }
             let outs = e.loop_body(body, &inputs)?;
             for (&base, &(output, dtype, len)) in ys.iter().zip(&scan.ys) {
-                let values = outs.get(output)?;
-                if values.len() != len {
+                let value = outs.get(output)?;
+                if value.len() != len {
                     return None;
                 }
-                e.store_slice(base, k, dtype, values);
+                e.put_slice(base, k, dtype, value)?;
             }
-            e.set_carries(&vars, &outs)?;
+            e.set_carries(&carries, &outs)?;
             e.next_trip(trip, header);
 
             e.b.switch_to_block(exit);
-            let all: Vec<Variable> = vars.iter().flatten().copied().collect();
-            e.store_carries(carries_at, &all);
+            e.store_carries(carries_at, &carries);
             let ok = e.b.ins().iconst(types::I64, 0);
             e.b.ins().return_(&[ok]);
             Some(())
@@ -190,6 +209,9 @@ impl NativeScan {
         // and reads or writes slice `k` of each array of `xs` and `ys` (with the dtypes and
         // slice lengths it was compiled for) for the positions `k` of this call only: every
         // length and dtype is checked above. It calls only the pure functions of `SYMBOLS`.
+        let Some(mut scratch) = self.code.scratch_memory() else {
+            return false;
+        };
         let status = unsafe {
             let f: ScanFn = std::mem::transmute(self.code.entry);
             f(
@@ -201,6 +223,7 @@ impl NativeScan {
                 index0 as i64,
                 xs_at.as_ptr().cast(),
                 ys_at.as_mut_ptr().cast(),
+                scratch.as_mut_ptr(),
             )
         };
         status != FAILED
@@ -216,8 +239,8 @@ pub(crate) struct NativeWhile {
     const_elements: usize,
 }
 
-/// `(carries, loop constants, most body runs) -> 2 * body runs + stopped`.
-type WhileFn = unsafe extern "C" fn(*mut f64, *const f64, u64) -> u64;
+/// `(carries, loop constants, most body runs, scratch memory) -> 2 * body runs + stopped`.
+type WhileFn = unsafe extern "C" fn(*mut f64, *const f64, u64, *mut f64) -> u64;
 
 /// How a chunk of a native while loop ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -233,7 +256,7 @@ pub(crate) struct WhileChunk {
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum LoopBody<'a> {
     Scalar(&'a ScalarBody),
-    Small(&'a SmallBody),
+    Graph(&'a GraphBody),
 }
 
 impl NativeWhile {
@@ -247,12 +270,12 @@ impl NativeWhile {
         consts: &[usize],
     ) -> Option<NativeWhile> {
         let code = Code::build(
-            &[types::I64, types::I64, types::I64],
+            &[types::I64, types::I64, types::I64, types::I64],
             Some(types::I64),
             |e, params| {
                 let (carries_at, consts_at, count) = (params[0], params[1], params[2]);
-                let constants = e.load_flat(consts_at, consts);
-                let vars = e.carry_variables(carries_at, carries);
+                let constants = e.given_flat(consts_at, consts);
+                let vars = e.carries(carries_at, carries);
                 let inputs = |e: &mut Emitter<'_, '_>| {
                     let mut inputs = e.use_carries(&vars);
                     inputs.extend(constants.iter().cloned());
@@ -262,7 +285,8 @@ impl NativeWhile {
                 let (runs, header, full) = e.counted_loop(count);
                 let (run, stop) = (e.b.create_block(), e.b.create_block());
                 let given = inputs(e);
-                let p = *e.loop_body(cond, &given)?.first()?.first()?;
+                let predicate = e.loop_body(cond, &given)?;
+                let p = e.element_at(predicate.first()?, 0)?;
                 let zero = e.b.ins().f64const(0.0);
                 // The interpreter stops on a predicate equal to 0.0.
                 let holds = e.b.ins().fcmp(FloatCC::NotEqual, p, zero);
@@ -277,10 +301,9 @@ impl NativeWhile {
                 e.set_carries(&vars, &outs)?;
                 e.next_trip(runs, header);
 
-                let all: Vec<Variable> = vars.iter().flatten().copied().collect();
                 for (block, stopped) in [(full, 0), (stop, 1)] {
                     e.b.switch_to_block(block);
-                    e.store_carries(carries_at, &all);
+                    e.store_carries(carries_at, &vars);
                     let r = e.b.use_var(runs);
                     let twice = e.b.ins().ishl_imm_u(r, 1);
                     let code = e.b.ins().iadd_imm_s(twice, stopped);
@@ -313,9 +336,15 @@ impl NativeWhile {
         // SAFETY: the entry was compiled with `WhileFn`'s signature; it reads and writes the
         // `carry_elements` values of `carries` and reads the `const_elements` values of
         // `consts`, both checked above, and calls only the pure functions of `SYMBOLS`.
+        let mut scratch = self.code.scratch_memory()?;
         let code = unsafe {
             let f: WhileFn = std::mem::transmute(self.code.entry);
-            f(carries.as_mut_ptr(), consts.as_ptr(), most as u64)
+            f(
+                carries.as_mut_ptr(),
+                consts.as_ptr(),
+                most as u64,
+                scratch.as_mut_ptr(),
+            )
         };
         if code == FAILED {
             return None;
@@ -328,7 +357,7 @@ impl NativeWhile {
 }
 
 /// A whole plan in machine code: a plan without control flow whose values are all small (a
-/// [`SmallBody`]: a scalar model, the loss and gradient of a few parameters) runs as one
+/// [`GraphBody`]: a scalar model, the loss and gradient of a few parameters) runs as one
 /// native function from its inputs to its outputs, with no steps, slots or buffers in between.
 #[derive(Clone, Debug)]
 pub(crate) struct NativePlan {
@@ -338,37 +367,47 @@ pub(crate) struct NativePlan {
     outputs: Vec<(DType, usize)>,
 }
 
-/// `(input pointers, output pointers) -> 0, or FAILED`.
-type PlanFn = unsafe extern "C" fn(*const *const u8, *const *mut u8) -> u64;
+/// `(input pointers, output pointers, scratch memory) -> 0, or FAILED`.
+type PlanFn = unsafe extern "C" fn(*const *const u8, *const *mut u8, *mut f64) -> u64;
 
-/// The most element operations (the elements of every node, added up) of a plan compiled
-/// whole: every element is a machine instruction or more, and Cranelift's time grows with
-/// them, so a long scalar plan stays in the interpreter rather than make one call pay tens
-/// of milliseconds of code generation.
+/// The most element operations of values held in registers (the elements of every such node,
+/// added up) of a plan compiled whole: every element is a machine instruction or more, and
+/// Cranelift's time grows with them, so a long scalar plan stays in the interpreter rather
+/// than make one call pay tens of milliseconds of code generation.
 pub(crate) const PLAN_ELEMENTS: usize = 4096;
 
+/// The most element operations of values held in memory in a plan compiled whole: past it the
+/// interpreter's fused kernels (vector lanes, both cores) outweigh the dispatch the machine
+/// code saves (`docs/performance.md`).
+pub(crate) const PLAN_MEMORY_ELEMENTS: usize = 16384;
+
 impl NativePlan {
-    /// Whether `graph` can be compiled whole: its small form, or `None`. A plan that calls a
-    /// control-flow region is not: its loops keep their own code, which runs in chunks with
-    /// the run's cancellation checked between them, where one call of a whole plan could run
-    /// nested loops of thousands of trips each without a check.
-    pub(crate) fn small_form(graph: &Graph) -> Option<SmallBody> {
-        let mut work = 0usize;
+    /// Whether `graph` can be compiled whole: its translated form, or `None`. A plan that
+    /// calls a control-flow region is not: its loops keep their own code, which runs in
+    /// chunks with the run's cancellation checked between them, where one call of a whole
+    /// plan could run nested loops of thousands of trips each without a check.
+    pub(crate) fn small_form(graph: &Graph) -> Option<GraphBody> {
+        let (mut in_registers, mut in_memory) = (0usize, 0usize);
         for node in graph.nodes() {
             if matches!(node.op, Op::Region(_)) {
                 return None;
             }
-            work += node.ty.shape.size();
-            if work > PLAN_ELEMENTS {
+            let size = node.ty.shape.size();
+            if size <= REGISTER_ELEMENTS {
+                in_registers += size;
+            } else {
+                in_memory += size;
+            }
+            if in_registers > PLAN_ELEMENTS || in_memory > PLAN_MEMORY_ELEMENTS {
                 return None;
             }
         }
-        SmallBody::new(graph, graph.inputs().count())
+        GraphBody::new(graph, graph.inputs().count()).ok()
     }
 
     /// The native form of the plan whose graph has the small form `small`, or `None` when a
     /// node cannot be translated after all.
-    pub(crate) fn compile(small: &SmallBody) -> Option<NativePlan> {
+    pub(crate) fn compile(small: &GraphBody) -> Option<NativePlan> {
         let graph = &small.graph;
         let inputs: Vec<(DType, usize)> = graph
             .inputs()
@@ -382,27 +421,24 @@ impl NativePlan {
                 (ty.dtype, ty.shape.size())
             })
             .collect();
-        let code = Code::build(&[types::I64, types::I64], Some(types::I64), |e, params| {
+        let code = Code::build(&[types::I64; 3], Some(types::I64), |e, params| {
             let (inputs_at, outputs_at) = (params[0], params[1]);
             let zero = e.b.ins().iconst(types::I64, 0);
-            let given: Vec<Vec<Value>> = inputs
-                .iter()
-                .enumerate()
-                .map(|(x, &(dtype, len))| {
-                    let base = e.load_pointer(inputs_at, x);
-                    e.load_slice(base, zero, dtype, len)
-                })
-                .collect();
-            let outs = e.small(small, &given)?;
+            let mut given: Vec<Val> = Vec::with_capacity(inputs.len());
+            for (x, &(dtype, len)) in inputs.iter().enumerate() {
+                let base = e.load_pointer(inputs_at, x);
+                given.push(e.given_slice(base, zero, dtype, len)?);
+            }
+            let outs = e.graph_body(small, &given)?;
             if outs.len() != outputs.len() {
                 return None;
             }
-            for (y, (values, &(dtype, len))) in outs.iter().zip(&outputs).enumerate() {
-                if values.len() != len {
+            for (y, (value, &(dtype, len))) in outs.iter().zip(&outputs).enumerate() {
+                if value.len() != len {
                     return None;
                 }
                 let base = e.load_pointer(outputs_at, y);
-                e.store_slice(base, zero, dtype, values);
+                e.put_slice(base, zero, dtype, value)?;
             }
             let ok = e.b.ins().iconst(types::I64, 0);
             e.b.ins().return_(&[ok]);
@@ -444,34 +480,55 @@ impl NativePlan {
         // each input and writes those of each output with the dtypes and lengths it was
         // compiled for (the inputs' checked above, the outputs' allocated above, each held
         // only here), and calls only the pure functions of `SYMBOLS`.
+        let mut scratch = self.code.scratch_memory()?;
         let status = unsafe {
             let f: PlanFn = std::mem::transmute(self.code.entry);
-            f(inputs_at.as_ptr(), outputs_at.as_ptr())
+            f(
+                inputs_at.as_ptr(),
+                outputs_at.as_ptr(),
+                scratch.as_mut_ptr(),
+            )
         };
         (status != FAILED).then(|| outputs.into_vec())
     }
 }
 
-/// The most elements a value of a [`SmallBody`] may have: every element is a machine value,
-/// so larger bodies are better served by the interpreter's kernels.
-const SMALL_ELEMENTS: usize = 64;
+/// The most elements of a value of a [`GraphBody`]: the code makes one pass over a value's
+/// elements per node, one element at a time, where the interpreter's kernels run fused groups
+/// of nodes in vector lanes on both cores; past this size they are faster
+/// (`docs/performance.md`, the loop-state sweep).
+pub const NATIVE_ELEMENTS: usize = 1 << 16;
 
-/// A loop body over small tensors (the state of a small ODE, say): its plan graph, in which
-/// every value has at most [`SMALL_ELEMENTS`] elements and every op is one this module
-/// translates element by element (elementwise arithmetic with broadcasting, reductions,
-/// reshapes, broadcasts, transposes, slices, concatenations, gathers). Each node computes
-/// exactly what `quabla_ir::eval::evaluate` computes for it: the float64 op per element,
-/// rounded to the node's dtype, sums in the blocked order of numerics.md §1.5; the element
-/// moves of the layout ops are taken from `evaluate` itself, run on element numbers.
-/// Control-flow regions inside such a body are translated too, a `cond` as a branch and
-/// loops bounded by at most [`NESTED_TRIPS`] trips as loops (their stacked outputs and scanned
-/// operands in stack memory).
+/// A body translated from its plan graph, node by node: every value has at most
+/// [`NATIVE_ELEMENTS`] elements and every op is one this module translates (elementwise
+/// arithmetic with broadcasting, reductions, reshapes, broadcasts, transposes, slices,
+/// concatenations, gathers, float64 `matmul`, `solve`). Each node computes exactly what
+/// `quabla_ir::eval::evaluate` computes for it: the float64 op per element, rounded to the
+/// node's dtype, sums in the blocked order of numerics.md §1.5; the element moves of the
+/// layout ops are taken from `evaluate` itself, run on element numbers; `matmul` and `solve`
+/// call the CPU kernels' functions. Values of at most [`REGISTER_ELEMENTS`] elements are
+/// machine values, larger ones arrays in memory (`memory.rs`). Control-flow regions inside
+/// such a body are translated too, a `cond` as a branch and loops bounded by at most
+/// [`NESTED_TRIPS`] trips as loops, when their carries and results fit in registers.
 #[derive(Clone, Debug)]
-pub(crate) struct SmallBody {
+pub(crate) struct GraphBody {
     graph: Graph,
     /// The translated form of each region the graph calls, by the region's address.
     nested: HashMap<usize, Arc<Nested>>,
+    /// The elements of the values held in memory that the code makes a pass over.
+    memory_elements: usize,
 }
+
+/// The element operations in memory that cost the machine code as much as one step costs
+/// the interpreter, measured with the loop-state sweep of `cargo xtask bench --scaling`
+/// (`docs/performance.md`): an interpreted step costs about 150 ns over its kernel's work,
+/// and the machine code's pass over an element in memory about 0.65 ns more than the fused
+/// kernel's.
+const STEP_ELEMENTS: usize = 230;
+
+/// The multiply-adds of a `matmul` that weigh as one element pass in [`STEP_ELEMENTS`]'s
+/// balance.
+const MATMUL_WEIGHT: usize = 8;
 
 /// The most trips of a loop nested in a loop body: the code of a body runs between two
 /// cancellation checks, so a nested loop must end soon.
@@ -484,17 +541,17 @@ const NESTED_TRIPS: usize = 4096;
 /// its inner loops get their own when they run.
 const NESTED_DEPTH: usize = 8;
 
-/// A region inside a small body, with its bodies in small form.
+/// A region inside a graph body, with its bodies translated.
 #[derive(Debug)]
 enum Nested {
     Cond {
-        then_branch: SmallBody,
-        else_branch: SmallBody,
+        then_branch: GraphBody,
+        else_branch: GraphBody,
         /// Elements of each output.
         outputs: Vec<usize>,
     },
     Scan {
-        body: SmallBody,
+        body: GraphBody,
         length: usize,
         start: usize,
         reverse: bool,
@@ -505,25 +562,42 @@ enum Nested {
         ys: Vec<usize>,
     },
     While {
-        cond: SmallBody,
-        body: SmallBody,
+        cond: GraphBody,
+        body: GraphBody,
         n_carry: usize,
         max_trips: usize,
     },
 }
 
 impl Nested {
-    /// The translated form of `region`, when its bodies have small forms and its loops a bound
-    /// of at most [`NESTED_TRIPS`] trips.
-    fn new(region: &Region, depth: usize) -> Option<Nested> {
-        if depth > NESTED_DEPTH {
-            return None;
+    /// The elements in memory its bodies make passes over in one run (a scan's once per trip;
+    /// a while loop's trips are not known before it runs, and count once).
+    fn memory_elements(&self) -> usize {
+        match self {
+            Nested::Cond {
+                then_branch,
+                else_branch,
+                ..
+            } => then_branch.memory_elements.max(else_branch.memory_elements),
+            Nested::Scan { body, length, .. } => body.memory_elements.saturating_mul(*length),
+            Nested::While { cond, body, .. } => {
+                cond.memory_elements.saturating_add(body.memory_elements)
+            }
         }
+    }
+
+    /// The translated form of `region`, when its bodies translate and its loops have a bound of
+    /// at most [`NESTED_TRIPS`] trips.
+    fn new(region: &Region, depth: usize) -> Result<Nested, String> {
+        if depth > NESTED_DEPTH {
+            return Err(format!("regions nested more than {NESTED_DEPTH} deep"));
+        }
+
         let small = |graph: &Graph| {
             let plan = Plan::compile(graph);
-            SmallBody::at_depth(plan.graph(), graph.inputs().count(), depth)
+            GraphBody::at_depth(plan.graph(), graph.inputs().count(), depth)
         };
-        Some(match region.kind() {
+        Ok(match region.kind() {
             RegionKind::Cond {
                 then_branch,
                 else_branch,
@@ -560,32 +634,58 @@ impl Nested {
                 n_carry: *n_carry,
                 max_trips: *max_trips,
             },
-            _ => return None,
+            RegionKind::While {
+                max_trips: None, ..
+            } => return Err("a nested while loop without a bound".into()),
+            _ => return Err(format!("a nested loop of more than {NESTED_TRIPS} trips")),
         })
     }
 }
 
-impl SmallBody {
-    /// The small form of a body graph with `inputs` inputs, when it has one.
-    pub(crate) fn new(graph: &Graph, inputs: usize) -> Option<SmallBody> {
-        SmallBody::at_depth(graph, inputs, 0)
+impl GraphBody {
+    /// The translated form of a body graph with `inputs` inputs, or why it has none.
+    pub(crate) fn new(graph: &Graph, inputs: usize) -> Result<GraphBody, String> {
+        GraphBody::at_depth(graph, inputs, 0)
     }
 
-    /// [`SmallBody::new`] for a body nested in `depth` regions of the function being built.
-    fn at_depth(graph: &Graph, inputs: usize, depth: usize) -> Option<SmallBody> {
-        if graph.inputs().count() != inputs || quabla_ir::eval::has_integers(graph) {
-            return None;
+    /// Whether the machine code pays off against an interpreter that runs the body in
+    /// `steps` steps: it saves every step's dispatch and loses, per element of a value held
+    /// in memory, to the interpreter's fused kernels (vector lanes, both cores); `Err` says
+    /// why the interpreter is chosen.
+    pub(crate) fn pays_off(&self, steps: usize) -> Result<(), String> {
+        if self.memory_elements <= steps.saturating_mul(STEP_ELEMENTS) {
+            Ok(())
+        } else {
+            Err(format!(
+                "its kernels are faster on {} elements per iteration in {steps} steps",
+                self.memory_elements
+            ))
+        }
+    }
+
+    /// [`GraphBody::new`] for a body nested in `depth` regions of the function being built.
+    fn at_depth(graph: &Graph, inputs: usize, depth: usize) -> Result<GraphBody, String> {
+        if graph.inputs().count() != inputs {
+            return Err("a body whose inputs do not match".into());
+        }
+        if quabla_ir::eval::has_integers(graph) {
+            return Err("integer values".into());
         }
         let mut nested = HashMap::new();
+        let mut memory_elements = 0usize;
         for node in graph.nodes() {
             let size = node.ty.shape.size();
             if let Op::Region(call) = &node.op {
                 let key = Arc::as_ptr(&call.region) as usize;
                 if let std::collections::hash_map::Entry::Vacant(slot) = nested.entry(key) {
-                    slot.insert(Arc::new(Nested::new(&call.region, depth + 1)?));
+                    let region = Nested::new(&call.region, depth + 1)?;
+                    // A nested region's work counts once per call (its sibling output nodes
+                    // share one run), a scan's once per trip.
+                    memory_elements = memory_elements.saturating_add(region.memory_elements());
+                    slot.insert(Arc::new(region));
                 }
-                if size > SMALL_ELEMENTS {
-                    return None;
+                if size > NATIVE_ELEMENTS {
+                    return Err(format!("a value of more than {NATIVE_ELEMENTS} elements"));
                 }
                 continue;
             }
@@ -601,15 +701,46 @@ impl SmallBody {
                 | Op::Gather { .. }
                 | Op::Reduce { .. } => true,
                 Op::Solve { .. } => solve_geometry(graph, node).is_some(),
+                // The kernel's float64 product; a float32 one may run in float32 lanes
+                // (numerics.md §1.5, `precision="float32"`), which this code does not model.
+                Op::Matmul => {
+                    node.ty.dtype == DType::F64
+                        && node.operands.iter().all(|&o| {
+                            let t = &graph.node(o).ty;
+                            t.dtype == DType::F64 && t.shape.rank() >= 2
+                        })
+                }
                 op => EwOp::from_op(op).is_some(),
             };
-            if !translated || size > SMALL_ELEMENTS {
-                return None;
+            if !translated {
+                return Err(format!(
+                    "`{}`, which machine code does not cover",
+                    node.op.name()
+                ));
+            }
+            if size > NATIVE_ELEMENTS {
+                return Err(format!("a value of more than {NATIVE_ELEMENTS} elements"));
+            }
+            // Inputs, constants and reshapes of arrays in memory cost no pass over elements.
+            let pass = !matches!(
+                node.op,
+                Op::Input { .. } | Op::Constant { .. } | Op::Reshape { .. }
+            );
+            if pass && size > REGISTER_ELEMENTS {
+                memory_elements += size;
+            }
+            // A product runs on one core here, where the interpreter splits a large one over
+            // both: its multiply-adds weigh against the machine code.
+            if let (Op::Matmul, Some(&a)) = (&node.op, node.operands.first()) {
+                let k = graph.node(a).ty.shape.dims().last().copied().unwrap_or(1);
+                memory_elements =
+                    memory_elements.saturating_add(size.saturating_mul(k) / MATMUL_WEIGHT);
             }
         }
-        Some(SmallBody {
+        Ok(GraphBody {
             graph: graph.clone(),
             nested,
+            memory_elements,
         })
     }
 }
@@ -668,6 +799,10 @@ fn reduced_groups(shape: &Shape, axes: &[usize], out_size: usize) -> Option<Vec<
 struct Code {
     module: Option<JITModule>,
     entry: *const u8,
+    /// The float64 elements of scratch memory a run needs (its values held in memory).
+    scratch: usize,
+    /// The tables of element positions and shapes the code reads.
+    _tables: Tables,
 }
 
 // SAFETY: the module is written once, while it is built, and only executed afterwards; the
@@ -732,8 +867,15 @@ fn isa(single_pass: bool) -> Option<OwnedTargetIsa> {
 }
 
 impl Code {
-    /// Builds one function taking `params` and returning `ret`, whose body `emit` writes
-    /// (returning `None` when it meets something it cannot translate).
+    /// Fresh scratch memory for one run (no allocation for code that needs none); `None` when
+    /// the allocation is refused, which leaves the run to the interpreter.
+    fn scratch_memory(&self) -> Option<Vec<f64>> {
+        quabla_ir::alloc::try_zeroed_vec(self.scratch).ok()
+    }
+
+    /// Builds one function taking `params` (the last is the address of the run's scratch
+    /// memory) and returning `ret`, whose body `emit` writes (returning `None` when it meets
+    /// something it cannot translate).
     fn build(
         params: &[Type],
         ret: Option<Type>,
@@ -756,9 +898,11 @@ impl Code {
         }))
         .ok()?;
         match built {
-            Some(entry) => Some(Code {
+            Some((entry, scratch, tables)) => Some(Code {
                 module: Some(module),
                 entry,
+                scratch,
+                _tables: tables,
             }),
             None => {
                 // SAFETY: nothing points into the module's memory.
@@ -773,9 +917,10 @@ impl Code {
         params: &[Type],
         ret: Option<Type>,
         emit: impl FnOnce(&mut Emitter<'_, '_>, &[Value]) -> Option<()>,
-    ) -> Option<*const u8> {
+    ) -> Option<(*const u8, usize, Tables)> {
         let mut ctx = module.make_context();
         let mut fctx = FunctionBuilderContext::new();
+        let (scratch, tables): (usize, Tables);
         ctx.func.signature.params = params.iter().map(|&t| AbiParam::new(t)).collect();
         ctx.func.signature.returns = ret.into_iter().map(AbiParam::new).collect();
         let id = module
@@ -792,8 +937,13 @@ impl Code {
                 module: &mut *module,
                 imports: HashMap::new(),
                 failed: None,
+                scratch: args.last().copied(),
+                scratch_len: 0,
+                tables: Tables::default(),
+                carry_ids: 0,
             };
             emit(&mut e, &args)?;
+            (scratch, tables) = (e.scratch_len, std::mem::take(&mut e.tables));
             if let Some(block) = e.failed {
                 e.b.switch_to_block(block);
                 let failed = e.b.ins().iconst(types::I64, FAILED as i64);
@@ -802,12 +952,6 @@ impl Code {
             e.b.seal_all_blocks();
             let config = e.module.target_config();
             e.b.finalize(config);
-        }
-        let __n = ctx.func.dfg.num_insts();
-        let __b = ctx.func.dfg.num_blocks();
-        let __t = std::time::Instant::now();
-        if std::env::var("QB_CL").is_ok() {
-            eprintln!("cl insts={} blocks={} emit+compile starts", __n, __b);
         }
         if ctx.func.dfg.num_insts() <= BACKTRACKING_INSTRUCTIONS {
             module.define_function(id, &mut ctx).ok()?;
@@ -831,13 +975,19 @@ impl Code {
                 .define_function_bytes(id, u64::from(alignment), code.code_buffer(), &relocs)
                 .ok()?;
         }
-        if std::env::var("QB_CL").is_ok() {
-            eprintln!("   compile s={:.4}", __t.elapsed().as_secs_f64());
-        }
         module.clear_context(&mut ctx);
         module.finalize_definitions().ok()?;
-        Some(module.get_finalized_function(id))
+        Some((module.get_finalized_function(id), scratch, tables))
     }
+}
+
+/// Where a loop keeps a carry from one iteration to the next.
+#[derive(Clone, Debug)]
+enum Carry {
+    /// One variable per element.
+    Vars(Vec<Variable>),
+    /// An array in memory (a carry too large for registers), written at the iteration's end.
+    Stored(Mem),
 }
 
 /// Writes the instructions of one function.
@@ -848,6 +998,14 @@ struct Emitter<'m, 'f> {
     imports: HashMap<&'static str, FuncRef>,
     /// The block that returns [`FAILED`], made on first use.
     failed: Option<cranelift_codegen::ir::Block>,
+    /// The address of the run's scratch memory (the function's last parameter).
+    scratch: Option<Value>,
+    /// The float64 elements of scratch memory handed out so far.
+    scratch_len: usize,
+    /// The tables the code reads, kept alive with it.
+    tables: Tables,
+    /// The last identity given to a carry's storage ([`Home::Carry`]).
+    carry_ids: usize,
 }
 
 impl Emitter<'_, '_> {
@@ -929,86 +1087,214 @@ impl Emitter<'_, '_> {
         }
     }
 
-    /// One variable per element of each carry (of `lens` elements, stored one after the other
-    /// in the float64 array at `at`), holding its value.
-    fn carry_variables(&mut self, at: Value, lens: &[usize]) -> Vec<Vec<Variable>> {
-        let values = self.load_flat(at, lens);
-        self.variables(&values)
-    }
-
-    /// The current values of the carries' variables.
-    fn use_carries(&mut self, vars: &[Vec<Variable>]) -> Vec<Vec<Value>> {
-        vars.iter()
-            .map(|c| c.iter().map(|&v| self.b.use_var(v)).collect())
+    /// Where a loop keeps each carry (of `lens` elements, stored one after the other in the
+    /// float64 array at `at`): one variable per element holding its value, or, for a carry too
+    /// large for registers, its storage in that array.
+    fn carries(&mut self, at: Value, lens: &[usize]) -> Vec<Carry> {
+        let mut first = 0;
+        lens.iter()
+            .map(|&len| {
+                let carry = if len <= REGISTER_ELEMENTS {
+                    let values: Vec<Value> = (first..first + len)
+                        .map(|i| self.b.ins().load(types::F64, Self::flags(), at, offset(i)))
+                        .collect();
+                    self.variables(&[values]).remove(0)
+                } else {
+                    let start = self.b.ins().iadd_imm_s(at, (first * 8) as i64);
+                    Carry::Stored(self.carry_storage(Mem {
+                        at: start,
+                        len,
+                        home: Home::Given,
+                    }))
+                };
+                first += len;
+                carry
+            })
             .collect()
     }
 
-    /// Sets the carries' variables to the first outputs of a body run (`None` when an output
-    /// does not have its carry's length).
-    fn set_carries(&mut self, vars: &[Vec<Variable>], outs: &[Vec<Value>]) -> Option<()> {
-        for (c, v) in vars.iter().zip(outs) {
-            if c.len() != v.len() {
-                return None;
-            }
-            for (&var, &value) in c.iter().zip(v) {
-                self.b.def_var(var, value);
+    /// The current values of the carries.
+    fn use_carries(&mut self, carries: &[Carry]) -> Vec<Val> {
+        carries
+            .iter()
+            .map(|c| match c {
+                Carry::Vars(vars) => Val::Regs(vars.iter().map(|&v| self.b.use_var(v)).collect()),
+                Carry::Stored(m) => Val::Mem(*m),
+            })
+            .collect()
+    }
+
+    /// Sets the carries to the first outputs of a body run (`None` when an output does not
+    /// have its carry's length). Every output is read before any carry is written: an output
+    /// may be another carry's storage (carries that swap places).
+    fn set_carries(&mut self, carries: &[Carry], outs: &[Val]) -> Option<()> {
+        let mut ready: Vec<Val> = Vec::with_capacity(carries.len());
+        for (c, v) in carries.iter().zip(outs) {
+            ready.push(match (c, v) {
+                (Carry::Vars(vars), v) => {
+                    if vars.len() != v.len() {
+                        return None;
+                    }
+                    Val::Regs(self.registers(v)?)
+                }
+                (Carry::Stored(own), Val::Mem(m))
+                    if matches!(m.home, Home::Carry(_)) && m.home != own.home =>
+                {
+                    let copy = self.scratch_array(m.len)?;
+                    self.copy(*m, copy)?;
+                    Val::Mem(copy)
+                }
+                (Carry::Stored(_), v) => v.clone(),
+            });
+        }
+        for (c, v) in carries.iter().zip(&ready) {
+            match (c, v) {
+                (Carry::Vars(vars), Val::Regs(values)) => {
+                    for (&var, &value) in vars.iter().zip(values) {
+                        self.b.def_var(var, value);
+                    }
+                }
+                (Carry::Stored(m), Val::Mem(from)) if from.at == m.at => {}
+                (Carry::Stored(m), v) => self.write(v, *m)?,
+                (Carry::Vars(_), Val::Mem(_)) => return None,
             }
         }
         Some(())
     }
 
     /// The elements of values of `lens` elements stored one after the other in the float64
-    /// array at `at`.
-    fn load_flat(&mut self, at: Value, lens: &[usize]) -> Vec<Vec<Value>> {
+    /// array at `at`, which the caller gave and the code only reads: machine values for small
+    /// values, the array itself for large ones.
+    fn given_flat(&mut self, at: Value, lens: &[usize]) -> Vec<Val> {
         let mut first = 0;
         lens.iter()
             .map(|&len| {
-                let values = (first..first + len)
-                    .map(|j| self.b.ins().load(types::F64, Self::flags(), at, offset(j)))
-                    .collect();
+                let value = if len <= REGISTER_ELEMENTS {
+                    Val::Regs(
+                        (first..first + len)
+                            .map(|j| self.b.ins().load(types::F64, Self::flags(), at, offset(j)))
+                            .collect(),
+                    )
+                } else {
+                    Val::Mem(Mem {
+                        at: self.b.ins().iadd_imm_s(at, (first * 8) as i64),
+                        len,
+                        home: Home::Given,
+                    })
+                };
                 first += len;
-                values
+                value
             })
             .collect()
     }
 
-    /// One run of a loop body on `inputs` (the elements of each input): the elements of each
-    /// output.
-    fn loop_body(&mut self, body: LoopBody<'_>, inputs: &[Vec<Value>]) -> Option<Vec<Vec<Value>>> {
-        match body {
-            LoopBody::Scalar(body) => {
-                // An input of several elements is one the scalar form does not read.
-                let inputs: Vec<Option<Value>> = inputs
-                    .iter()
-                    .map(|v| {
-                        if v.len() == 1 {
-                            v.first().copied()
-                        } else {
-                            None
-                        }
-                    })
-                    .collect();
-                Some(
-                    self.body(body, &inputs)?
-                        .into_iter()
-                        .map(|v| vec![v])
-                        .collect(),
-                )
+    /// Slice `k` of `len` elements of an array of `dtype` the caller gave: machine values when
+    /// small, else the slice itself (float64) or a float64 copy of it in scratch memory.
+    fn given_slice(&mut self, base: Value, k: Value, dtype: DType, len: usize) -> Option<Val> {
+        if len <= REGISTER_ELEMENTS {
+            return Some(Val::Regs(self.load_slice(base, k, dtype, len)));
+        }
+        let first = self.element(base, k, dtype, len, 0);
+        if dtype == DType::F64 {
+            return Some(Val::Mem(Mem {
+                at: first,
+                len,
+                home: Home::Given,
+            }));
+        }
+        let copy = self.scratch_array(len)?;
+        self.for_each(len, |e, i| {
+            let v = e.load_converted(first, i, dtype)?;
+            e.store_indexed(v, copy.at, i);
+            Some(())
+        })?;
+        Some(Val::Mem(copy))
+    }
+
+    /// Stores `value` as slice `k` of an array of `dtype`, as `ViewMut::store_f64` stores.
+    fn put_slice(&mut self, base: Value, k: Value, dtype: DType, value: &Val) -> Option<()> {
+        match value {
+            Val::Regs(values) => {
+                self.store_slice(base, k, dtype, values);
+                Some(())
             }
-            LoopBody::Small(body) => self.small(body, inputs),
+            Val::Mem(m) => {
+                let first = self.element(base, k, dtype, m.len, 0);
+                let from = m.at;
+                self.for_each(m.len, |e, i| {
+                    let v = e.load_indexed(from, i);
+                    e.store_converted(v, first, i, dtype)
+                })
+            }
         }
     }
 
-    /// One run of a small body: each node as `quabla_ir::eval::evaluate` computes it, element
-    /// by element.
-    fn small(&mut self, body: &SmallBody, inputs: &[Vec<Value>]) -> Option<Vec<Vec<Value>>> {
+    /// One run of a loop body on `inputs`: its outputs.
+    fn loop_body(&mut self, body: LoopBody<'_>, inputs: &[Val]) -> Option<Vec<Val>> {
+        match body {
+            LoopBody::Scalar(body) => {
+                // An input of several elements is one the scalar form does not read.
+                let mut scalars: Vec<Option<Value>> = Vec::with_capacity(inputs.len());
+                for v in inputs {
+                    scalars.push(if v.len() == 1 {
+                        Some(self.element_at(v, 0)?)
+                    } else {
+                        None
+                    });
+                }
+                Some(
+                    self.body(body, &scalars)?
+                        .into_iter()
+                        .map(|v| Val::Regs(vec![v]))
+                        .collect(),
+                )
+            }
+            LoopBody::Graph(body) => self.graph_body(body, inputs),
+        }
+    }
+
+    /// One run of a graph body: each node as `quabla_ir::eval::evaluate` computes it, element
+    /// by element (a loop over the elements of a value held in memory).
+    fn graph_body(&mut self, body: &GraphBody, inputs: &[Val]) -> Option<Vec<Val>> {
         let graph = &body.graph;
-        let mut values: Vec<Vec<Value>> = Vec::with_capacity(graph.len());
+        let mut values: Vec<Val> = Vec::with_capacity(graph.len());
         let mut next_input = 0;
         // The outputs of each region call, by region and operands (its sibling nodes share
         // one run).
-        let mut calls: HashMap<(usize, Vec<usize>), Vec<Vec<Value>>> = HashMap::new();
+        let mut calls: HashMap<(usize, Vec<usize>), Vec<Val>> = HashMap::new();
+        // Uses of each node by other nodes and the outputs: an elementwise result in memory
+        // used once by an elementwise node of its shape is computed inside that node's loop
+        // (`Fused`), never stored.
+        let mut uses = vec![0usize; graph.len()];
         for node in graph.nodes() {
+            for o in &node.operands {
+                uses[o.index()] += 1;
+            }
+        }
+        for o in graph.outputs() {
+            uses[o.index()] += 2;
+        }
+        let mut pending: HashMap<usize, Fused> = HashMap::new();
+        for (index, node) in graph.nodes().iter().enumerate() {
+            let fusing = self.fusable(graph, node);
+            for (k, o) in node.operands.iter().enumerate() {
+                let same_shape = graph.node(*o).ty.shape == node.ty.shape;
+                if pending.contains_key(&o.index()) && !(fusing && same_shape && k < 3) {
+                    let fused = pending.remove(&o.index())?;
+                    *values.get_mut(o.index())? = self.materialize(&fused)?;
+                }
+            }
+            if fusing {
+                let fused = self.fuse(graph, node, &values, &mut pending)?;
+                if uses[index] == 1 {
+                    pending.insert(index, fused);
+                    values.push(Val::Regs(Vec::new()));
+                } else {
+                    let value = self.materialize(&fused)?;
+                    values.push(value);
+                }
+                continue;
+            }
             if let Op::Region(call) = &node.op {
                 let key = (
                     Arc::as_ptr(&call.region) as usize,
@@ -1016,7 +1302,7 @@ impl Emitter<'_, '_> {
                 );
                 if !calls.contains_key(&key) {
                     let nested = body.nested.get(&key.0)?.clone();
-                    let operands: Vec<Vec<Value>> = key
+                    let operands: Vec<Val> = key
                         .1
                         .iter()
                         .map(|&o| values.get(o).cloned())
@@ -1038,9 +1324,14 @@ impl Emitter<'_, '_> {
                 .iter()
                 .map(|o| &graph.node(*o).ty.shape)
                 .collect();
-            let operand =
-                |k: usize| -> Option<&Vec<Value>> { values.get(node.operands.get(k)?.index()) };
-            let result: Vec<Value> = match &node.op {
+            let operands: Vec<&Val> = node
+                .operands
+                .iter()
+                .map(|o| values.get(o.index()))
+                .collect::<Option<_>>()?;
+            let in_memory =
+                n > REGISTER_ELEMENTS || operands.iter().any(|v| matches!(v, Val::Mem(_)));
+            let result: Val = match &node.op {
                 Op::Input { .. } => {
                     let given = inputs.get(next_input)?.clone();
                     next_input += 1;
@@ -1050,18 +1341,39 @@ impl Emitter<'_, '_> {
                     if data.len() != n {
                         return None;
                     }
-                    (0..n)
-                        .map(|i| self.b.ins().f64const(data.get_f64(i)))
-                        .collect()
+                    if n <= REGISTER_ELEMENTS {
+                        Val::Regs(
+                            (0..n)
+                                .map(|i| self.b.ins().f64const(data.get_f64(i)))
+                                .collect(),
+                        )
+                    } else {
+                        let values: Vec<f64> = (0..n).map(|i| data.get_f64(i)).collect();
+                        self.constant_array(values)?
+                    }
                 }
                 Op::Solve { transpose_a } => {
-                    let (batch, n, k) = solve_geometry(graph, node)?;
-                    let (a, b) = (operand(0)?.clone(), operand(1)?.clone());
-                    let x = self.solve(&a, &b, (batch, n, k), *transpose_a)?;
-                    x.into_iter().map(|v| self.round(out.dtype, v)).collect()
+                    let geometry = solve_geometry(graph, node)?;
+                    let (a, b) = (operands.first()?, operands.get(1)?);
+                    self.solve(a, b, geometry, *transpose_a, out.dtype)?
+                }
+                Op::Matmul => {
+                    let dims = |k: usize| shapes.get(k).map(|s| s.dims());
+                    let product = self.matmul(
+                        (operands.first()?, operands.get(1)?),
+                        (dims(0)?, dims(1)?),
+                        out.shape.dims(),
+                    )?;
+                    self.held(product)?
+                }
+                Op::Reduce { kind, axes } if in_memory => {
+                    let x = operands.first()?;
+                    let reduced =
+                        self.reduce_in_memory(kind.reducer(), x, (shapes.first()?, axes), out)?;
+                    self.held(reduced)?
                 }
                 Op::Reduce { kind, axes } => {
-                    let x = operand(0)?.clone();
+                    let x = self.registers(operands.first()?)?;
                     let groups = reduced_groups(shapes.first()?, axes, n)?;
                     let mut result = Vec::with_capacity(n);
                     for group in groups {
@@ -1081,9 +1393,12 @@ impl Emitter<'_, '_> {
                         };
                         result.push(self.round(out.dtype, v));
                     }
-                    result
+                    Val::Regs(result)
                 }
                 op => match EwOp::from_op(op) {
+                    Some(ew) if n > REGISTER_ELEMENTS => {
+                        self.elementwise_in_memory(ew, &operands, &shapes, out)?
+                    }
                     Some(ew) => {
                         // Each operand's element that each result element reads.
                         let reads: Vec<Vec<usize>> = shapes
@@ -1107,23 +1422,24 @@ impl Emitter<'_, '_> {
                         for i in 0..n {
                             let mut args = [None; 3];
                             for (k, read) in reads.iter().enumerate().take(3) {
-                                args[k] = Some(*operand(k)?.get(*read.get(i)?)?);
+                                args[k] = Some(self.element_at(operands.get(k)?, *read.get(i)?)?);
                             }
                             let v = self.op(ew, args)?;
                             result.push(self.round(out.dtype, v));
                         }
-                        result
+                        Val::Regs(result)
                     }
+                    None if in_memory => self.layout_in_memory(op, &operands, &shapes, out)?,
                     None => {
                         let sources = element_sources(op, &shapes, &out.shape)?;
                         let mut result = Vec::with_capacity(n);
                         for source in sources {
                             result.push(match source {
-                                Some((k, i)) => *operand(k)?.get(i)?,
+                                Some((k, i)) => self.element_at(operands.get(k)?, i)?,
                                 None => self.b.ins().f64const(0.0),
                             });
                         }
-                        result
+                        Val::Regs(result)
                     }
                 },
             };
@@ -1139,20 +1455,26 @@ impl Emitter<'_, '_> {
             .collect()
     }
 
-    /// One run of a region nested in a small body on `operands` (the elements of each): the
-    /// elements of each output, as the CPU's region steps compute them.
-    fn nested(&mut self, nested: &Nested, operands: &[Vec<Value>]) -> Option<Vec<Vec<Value>>> {
+    /// One run of a region nested in a graph body on `operands`: its outputs, as the CPU's
+    /// region steps compute them. Carries are machine values ([`Nested::new`]); a scan's
+    /// scanned operands and stacked outputs are arrays in memory.
+    fn nested(&mut self, nested: &Nested, operands: &[Val]) -> Option<Vec<Val>> {
         match nested {
             Nested::Cond {
                 then_branch,
                 else_branch,
                 outputs,
             } => {
-                let pred = *operands.first()?.first()?;
-                let vars: Vec<Vec<Variable>> = outputs
-                    .iter()
-                    .map(|&n| (0..n).map(|_| self.b.declare_var(types::F64)).collect())
-                    .collect();
+                let pred = self.element_at(operands.first()?, 0)?;
+                let mut vars: Vec<Carry> = Vec::with_capacity(outputs.len());
+                for &n in outputs {
+                    vars.push(if n <= REGISTER_ELEMENTS {
+                        Carry::Vars((0..n).map(|_| self.b.declare_var(types::F64)).collect())
+                    } else {
+                        let m = self.scratch_array(n)?;
+                        Carry::Stored(self.carry_storage(m))
+                    });
+                }
                 let (then_block, else_block, merge) = (
                     self.b.create_block(),
                     self.b.create_block(),
@@ -1163,7 +1485,7 @@ impl Emitter<'_, '_> {
                 self.b.ins().brif(holds, then_block, &[], else_block, &[]);
                 for (block, branch) in [(then_block, then_branch), (else_block, else_branch)] {
                     self.b.switch_to_block(block);
-                    let outs = self.small(branch, &operands[1..])?;
+                    let outs = self.graph_body(branch, &operands[1..])?;
                     if outs.len() != vars.len() {
                         return None;
                     }
@@ -1184,23 +1506,18 @@ impl Emitter<'_, '_> {
                 ys,
             } => {
                 let (nc, nk) = (*n_carry, *n_const);
-                let vars = self.variables(&operands[..nc]);
-                // Scanned operands and stacked outputs live in stack memory, indexed by the
+                let vars = self.loop_carries(operands.get(..nc)?)?;
+                // Scanned operands and stacked outputs are arrays in memory, indexed by the
                 // iteration.
-                let xs: Vec<(Value, usize)> = operands[nc + nk..]
-                    .iter()
-                    .map(|x| {
-                        let base = self.stack_array(x.len());
-                        for (j, &v) in x.iter().enumerate() {
-                            self.b.ins().store(Self::flags(), v, base, offset(j));
-                        }
-                        (base, x.len() / (*length).max(1))
-                    })
-                    .collect();
-                let stacked: Vec<(Value, usize)> = ys
-                    .iter()
-                    .map(|&len| (self.stack_array(len * length), len))
-                    .collect();
+                let mut xs: Vec<(Value, usize)> = Vec::new();
+                for x in operands.get(nc + nk..)? {
+                    let m = self.in_memory(x)?;
+                    xs.push((m.at, m.len / (*length).max(1)));
+                }
+                let mut stacked: Vec<(Mem, usize)> = Vec::new();
+                for &len in ys {
+                    stacked.push((self.scratch_array(len * length)?, len));
+                }
                 let bound = self.b.ins().iconst(types::I64, *length as i64);
                 let (trip, header, exit) = self.counted_loop(bound);
                 let i = self.b.use_var(trip);
@@ -1212,31 +1529,26 @@ impl Emitter<'_, '_> {
                 };
                 let at = self.b.ins().iadd_imm_s(k, *start as i64);
                 let at = self.b.ins().fcvt_from_sint(types::F64, at);
-                let mut inputs = vec![vec![self.round(*index, at)]];
+                let mut inputs = vec![Val::Regs(vec![self.round(*index, at)])];
                 inputs.extend(self.use_carries(&vars));
-                inputs.extend(operands[nc..nc + nk].iter().cloned());
+                inputs.extend(operands.get(nc..nc + nk)?.iter().cloned());
                 for &(base, len) in &xs {
-                    inputs.push(self.load_slice(base, k, DType::F64, len));
+                    inputs.push(self.given_slice(base, k, DType::F64, len)?);
                 }
-                let outs = self.small(body, &inputs)?;
-                for (&(base, len), out) in stacked.iter().zip(outs.get(nc..)?) {
+                let outs = self.graph_body(body, &inputs)?;
+                for (&(m, len), out) in stacked.iter().zip(outs.get(nc..)?) {
                     if out.len() != len {
                         return None;
                     }
-                    self.store_slice(base, k, DType::F64, out);
+                    self.put_slice(m.at, k, DType::F64, out)?;
                 }
                 self.set_carries(&vars, &outs)?;
                 self.next_trip(trip, header);
 
                 self.b.switch_to_block(exit);
                 let mut results = self.use_carries(&vars);
-                for &(base, len) in &stacked {
-                    let flags = Self::flags();
-                    results.push(
-                        (0..len * length)
-                            .map(|j| self.b.ins().load(types::F64, flags, base, offset(j)))
-                            .collect(),
-                    );
+                for &(m, _) in &stacked {
+                    results.push(self.held(Val::Mem(m))?);
                 }
                 Some(results)
             }
@@ -1246,15 +1558,16 @@ impl Emitter<'_, '_> {
                 n_carry,
                 max_trips,
             } => {
-                let vars = self.variables(&operands[..*n_carry]);
-                let consts = &operands[*n_carry..];
+                let vars = self.loop_carries(operands.get(..*n_carry)?)?;
+                let consts = operands.get(*n_carry..)?;
                 // As the interpreter: stop at the bound before testing the predicate.
                 let bound = self.b.ins().iconst(types::I64, *max_trips as i64);
                 let (trips, header, exit) = self.counted_loop(bound);
                 let run = self.b.create_block();
                 let mut inputs = self.use_carries(&vars);
                 inputs.extend(consts.iter().cloned());
-                let p = *self.small(cond, &inputs)?.first()?.first()?;
+                let predicate = self.graph_body(cond, &inputs)?;
+                let p = self.element_at(predicate.first()?, 0)?;
                 let zero = self.b.ins().f64const(0.0);
                 let holds = self.b.ins().fcmp(FloatCC::NotEqual, p, zero);
                 self.b.ins().brif(holds, run, &[], exit, &[]);
@@ -1262,7 +1575,7 @@ impl Emitter<'_, '_> {
                 self.b.switch_to_block(run);
                 let mut inputs = self.use_carries(&vars);
                 inputs.extend(consts.iter().cloned());
-                let outs = self.small(body, &inputs)?;
+                let outs = self.graph_body(body, &inputs)?;
                 self.set_carries(&vars, &outs)?;
                 self.next_trip(trips, header);
 
@@ -1272,58 +1585,97 @@ impl Emitter<'_, '_> {
         }
     }
 
-    /// `solve` of `batch` systems `a x = b` (`aᵀ x = b` when `transpose`) of `n` unknowns and
-    /// `k` right-hand sides by the CPU kernel's own function (through [`SOLVE`]), on copies
-    /// in stack memory; a singular matrix leaves the loop through the failure exit.
+    /// `solve` of the systems `a x = b` (`aᵀ x = b` when `transpose`) of the given geometry
+    /// (batch, unknowns, right-hand sides) by the CPU kernel's own function (through
+    /// [`SOLVE`]), on arrays in memory, rounded to `dtype`; a singular matrix leaves the code
+    /// through the failure exit.
     fn solve(
         &mut self,
-        a: &[Value],
-        b: &[Value],
+        a: &Val,
+        b: &Val,
         (batch, n, k): (usize, usize, usize),
         transpose: bool,
-    ) -> Option<Vec<Value>> {
+        dtype: DType,
+    ) -> Option<Val> {
         if a.len() != batch * n * n || b.len() != batch * n * k {
             return None;
         }
-        let (a_at, b_at, x_at) = (
-            self.stack_array(a.len()),
-            self.stack_array(b.len()),
-            self.stack_array(b.len()),
-        );
-        for (at, values) in [(a_at, a), (b_at, b)] {
-            for (j, &v) in values.iter().enumerate() {
-                self.b.ins().store(Self::flags(), v, at, offset(j));
-            }
-        }
-        let mut args = vec![a_at, b_at, x_at];
+        let (a, b) = (self.in_memory(a)?, self.in_memory(b)?);
+        let x = self.scratch_array(b.len)?;
+        let mut args = vec![a.at, b.at, x.at];
         for v in [batch, n, k, transpose as usize] {
             args.push(self.b.ins().iconst(types::I64, v as i64));
         }
         let status = self.call_returning(SOLVE, &args, types::I32)?;
+        self.exit_on_failure(status);
+        if dtype != DType::F64 {
+            let from = x.at;
+            self.for_each(x.len, |e, i| {
+                let v = e.load_indexed(from, i);
+                let v = e.round(dtype, v);
+                e.store_indexed(v, from, i);
+                Some(())
+            })?;
+        }
+        self.held(Val::Mem(x))
+    }
+
+    /// Leaves the code through the failure exit when `status` is not zero.
+    fn exit_on_failure(&mut self, status: Value) {
         let next = self.b.create_block();
         let failed = *self.failed.get_or_insert_with(|| self.b.create_block());
         self.b.ins().brif(status, failed, &[], next, &[]);
         self.b.switch_to_block(next);
-        let flags = Self::flags();
-        Some(
-            (0..b.len())
-                .map(|j| self.b.ins().load(types::F64, flags, x_at, offset(j)))
-                .collect(),
-        )
+    }
+
+    /// A value made in memory, as machine values when it is small enough.
+    fn held(&mut self, v: Val) -> Option<Val> {
+        match &v {
+            Val::Mem(m) if m.len <= REGISTER_ELEMENTS => Some(Val::Regs(self.registers(&v)?)),
+            _ => Some(v),
+        }
+    }
+
+    /// The carries of a loop nested in a body, holding `initial`: variables for small values,
+    /// arrays in scratch memory for large ones.
+    fn loop_carries(&mut self, initial: &[Val]) -> Option<Vec<Carry>> {
+        let mut carries = Vec::with_capacity(initial.len());
+        for v in initial {
+            carries.push(if v.len() <= REGISTER_ELEMENTS {
+                let values = self.registers(v)?;
+                self.variables(&[values]).remove(0)
+            } else {
+                let m = self.scratch_array(v.len())?;
+                self.write(v, m)?;
+                Carry::Stored(self.carry_storage(m))
+            });
+        }
+        Some(carries)
+    }
+
+    /// `m` as the storage of a carry, with an identity of its own.
+    fn carry_storage(&mut self, m: Mem) -> Mem {
+        self.carry_ids += 1;
+        Mem {
+            home: Home::Carry(self.carry_ids),
+            ..m
+        }
     }
 
     /// One variable per element of each of `values`, holding it.
-    fn variables(&mut self, values: &[Vec<Value>]) -> Vec<Vec<Variable>> {
+    fn variables(&mut self, values: &[Vec<Value>]) -> Vec<Carry> {
         values
             .iter()
             .map(|c| {
-                c.iter()
-                    .map(|&v| {
-                        let var = self.b.declare_var(types::F64);
-                        self.b.def_var(var, v);
-                        var
-                    })
-                    .collect()
+                Carry::Vars(
+                    c.iter()
+                        .map(|&v| {
+                            let var = self.b.declare_var(types::F64);
+                            self.b.def_var(var, v);
+                            var
+                        })
+                        .collect(),
+                )
             })
             .collect()
     }
@@ -1396,10 +1748,21 @@ impl Emitter<'_, '_> {
         Some(acc)
     }
 
-    fn store_carries(&mut self, at: Value, carries: &[Variable]) {
-        for (j, &c) in carries.iter().enumerate() {
-            let v = self.b.use_var(c);
-            self.b.ins().store(Self::flags(), v, at, offset(j));
+    /// Stores the carries kept in variables into their places in the float64 array at `at`
+    /// (the others are there already).
+    fn store_carries(&mut self, at: Value, carries: &[Carry]) {
+        let mut first = 0;
+        for c in carries {
+            match c {
+                Carry::Vars(vars) => {
+                    for (j, &var) in vars.iter().enumerate() {
+                        let v = self.b.use_var(var);
+                        self.b.ins().store(Self::flags(), v, at, offset(first + j));
+                    }
+                    first += vars.len();
+                }
+                Carry::Stored(m) => first += m.len,
+            }
         }
     }
 
@@ -1573,6 +1936,23 @@ impl Emitter<'_, '_> {
 
     /// Calls the symbol `name`, which returns a `ret`.
     fn call_returning(&mut self, name: &'static str, args: &[Value], ret: Type) -> Option<Value> {
+        let call = self.call_inst(name, args, Some(ret))?;
+        self.b.inst_results(call).first().copied()
+    }
+
+    /// Calls the symbol `name`, which returns nothing.
+    fn call_void(&mut self, name: &'static str, args: &[Value]) -> Option<()> {
+        self.call_inst(name, args, None).map(|_| ())
+    }
+
+    /// The call instruction of the symbol `name`, declared on first use with the types of
+    /// `args` and the return type `ret`.
+    fn call_inst(
+        &mut self,
+        name: &'static str,
+        args: &[Value],
+        ret: Option<Type>,
+    ) -> Option<cranelift_codegen::ir::Inst> {
         let callee = match self.imports.get(name) {
             Some(&f) => f,
             None => {
@@ -1581,7 +1961,7 @@ impl Emitter<'_, '_> {
                     sig.params
                         .push(AbiParam::new(self.b.func.dfg.value_type(a)));
                 }
-                sig.returns.push(AbiParam::new(ret));
+                sig.returns.extend(ret.map(AbiParam::new));
                 let id = self
                     .module
                     .declare_function(name, Linkage::Import, &sig)
@@ -1591,8 +1971,7 @@ impl Emitter<'_, '_> {
                 f
             }
         };
-        let call = self.b.ins().call(callee, args);
-        self.b.inst_results(call).first().copied()
+        Some(self.b.ins().call(callee, args))
     }
 }
 
@@ -1600,9 +1979,6 @@ impl Emitter<'_, '_> {
 fn offset(j: usize) -> i32 {
     i32::try_from(j * 8).unwrap_or(i32::MAX)
 }
-
-const POWI: &str = "quabla_powi";
-const SOLVE: &str = "quabla_solve";
 
 /// The batch, unknowns and right-hand sides of a `solve` node whose matrix is `[..., n, n]` and
 /// right-hand side `[..., n, k]` with the same batch extents (what the code generator takes).
@@ -1620,132 +1996,3 @@ fn solve_geometry(graph: &Graph, node: &quabla_ir::Node) -> Option<(usize, usize
     }
     Some((a[..ra - 2].iter().product(), a[ra - 1], b[rb - 1]))
 }
-
-/// `solve` as the CPU kernel computes it (`quabla_linalg`'s LU factors of `a`, then their
-/// solve), on float64 arrays: `a` of `batch × n × n`, `b` and `x` of `batch × n × k`. Returns 0,
-/// or 1 when a matrix is singular (or anything else went wrong: nothing unwinds out of here).
-extern "C" fn solve_shim(
-    a: *const f64,
-    b: *const f64,
-    x: *mut f64,
-    batch: u64,
-    n: u64,
-    k: u64,
-    transpose: u64,
-) -> u32 {
-    let solved = std::panic::catch_unwind(|| {
-        let (batch, n, k) = (batch as usize, n as usize, k as usize);
-        // SAFETY: the generated code passes stack arrays of exactly these lengths.
-        let (a, b, x) = unsafe {
-            (
-                std::slice::from_raw_parts(a, batch * n * n),
-                std::slice::from_raw_parts(b, batch * n * k),
-                std::slice::from_raw_parts_mut(x, batch * n * k),
-            )
-        };
-        let solution = quabla_linalg::lu_factor(a, batch, n)
-            .and_then(|lu| lu.solve(b, k, transpose != 0))
-            .ok()?;
-        crate::kernels::matmul::clear_upper_vector_state();
-        (solution.len() == x.len()).then(|| x.copy_from_slice(&solution))
-    });
-    match solved {
-        Ok(Some(())) => 0,
-        _ => 1,
-    }
-}
-const MAXIMUM: &str = "quabla_maximum";
-const MINIMUM: &str = "quabla_minimum";
-
-extern "C" fn maximum_shim(a: f64, b: f64) -> f64 {
-    maximum_ieee(a, b)
-}
-
-extern "C" fn minimum_shim(a: f64, b: f64) -> f64 {
-    minimum_ieee(a, b)
-}
-
-extern "C" fn powi_shim(x: f64, n: i32) -> f64 {
-    powi_f64(x, n)
-}
-
-/// The symbol of a binary op that is not one IEEE operation.
-fn binary_symbol(op: BinaryOp) -> Option<&'static str> {
-    Some(match op {
-        BinaryOp::Pow => "quabla_pow",
-        BinaryOp::Atan2 => "quabla_atan2",
-        BinaryOp::Fmod => "quabla_fmod",
-        _ => return None,
-    })
-}
-
-macro_rules! binary_shim {
-    ($name:ident, $op:ident) => {
-        extern "C" fn $name(x: f64, y: f64) -> f64 {
-            binary_f64(BinaryOp::$op, x, y)
-        }
-    };
-}
-binary_shim!(pow_shim, Pow);
-binary_shim!(atan2_shim, Atan2);
-binary_shim!(fmod_shim, Fmod);
-
-/// For every unary op: its symbol, and a C-ABI function evaluating it with
-/// `quabla_ir::eval::unary_f64` (the match is exhaustive, so a new op must be added here).
-macro_rules! unary_shims {
-    ($($op:ident => $symbol:literal),* $(,)?) => {
-        fn unary_symbol(op: UnaryOp) -> &'static str {
-            match op {
-                $(UnaryOp::$op => $symbol,)*
-            }
-        }
-
-        fn unary_symbols() -> Vec<(&'static str, *const u8)> {
-            vec![$(($symbol, {
-                extern "C" fn shim(x: f64) -> f64 {
-                    unary_f64(UnaryOp::$op, x)
-                }
-                shim as *const u8
-            }),)*]
-        }
-    };
-}
-
-unary_shims! {
-    Neg => "quabla_neg", Tanh => "quabla_tanh", Exp => "quabla_exp", Log => "quabla_log",
-    Log1p => "quabla_log1p", Expm1 => "quabla_expm1", Sqrt => "quabla_sqrt",
-    Sin => "quabla_sin", Cos => "quabla_cos", Erf => "quabla_erf", Erfc => "quabla_erfc",
-    Tan => "quabla_tan", Arcsin => "quabla_arcsin", Arccos => "quabla_arccos",
-    Arctan => "quabla_arctan", Sinh => "quabla_sinh", Cosh => "quabla_cosh",
-    Arcsinh => "quabla_arcsinh", Arccosh => "quabla_arccosh", Arctanh => "quabla_arctanh",
-    Log2 => "quabla_log2", Log10 => "quabla_log10", Cbrt => "quabla_cbrt",
-    Floor => "quabla_floor", Ceil => "quabla_ceil", Round => "quabla_round",
-    BitNot => "quabla_bitwise_not",
-}
-
-/// Every symbol the generated code may call, with its address.
-struct Symbols(Vec<(&'static str, *const u8)>);
-
-// SAFETY: the addresses are of functions, which are immutable and callable from any thread.
-unsafe impl Send for Symbols {}
-// SAFETY: see `Send`.
-unsafe impl Sync for Symbols {}
-
-impl std::ops::Deref for Symbols {
-    type Target = [(&'static str, *const u8)];
-    fn deref(&self) -> &Self::Target {
-        &self.0
-    }
-}
-
-static SYMBOLS: std::sync::LazyLock<Symbols> = std::sync::LazyLock::new(|| {
-    let mut all = unary_symbols();
-    all.push((POWI, powi_shim as *const u8));
-    all.push((SOLVE, solve_shim as *const u8));
-    all.push(("quabla_pow", pow_shim as *const u8));
-    all.push(("quabla_atan2", atan2_shim as *const u8));
-    all.push(("quabla_fmod", fmod_shim as *const u8));
-    all.push((MAXIMUM, maximum_shim as *const u8));
-    all.push((MINIMUM, minimum_shim as *const u8));
-    Symbols(all)
-});
