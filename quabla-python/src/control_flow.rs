@@ -1,7 +1,12 @@
 //! `cond`, `fori_loop`, `scan` and `while_loop` (api.md §11) with Python bodies. The facade
 //! runs them as loops eagerly and records one region per call under a transform; the bodies
 //! are called back with `Tensor`s (tracers inside a region) and the loop index as a Python
-//! `int` whenever it is static.
+//! `int` whenever it is static (a weak int64 tracer otherwise, which behaves as the int).
+//!
+//! A loop carry is one array or, as in JAX, a pytree (tuple, list, dict, registered class)
+//! of floating or integer arrays; a `Key` leaf travels as its key tensor. The facade's loops
+//! take the leaves as a `Vec<Tensor>` and [`LoopCarry`] rebuilds the Python structure around
+//! them for each call of the body.
 
 use crate::convert::{to_tensor, type_name};
 use crate::errors::{to_qb, type_error, value_error, OrRaise};
@@ -11,29 +16,16 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use quabla as qb;
 
-/// A carry, branch result or per-step output as one tensor (transforms.md §10: one floating
-/// array, no pytrees). A tuple, a dict or a list holding arrays is a pytree, which would
-/// otherwise be stacked into one array silently: it is refused with the packing advice.
-fn carry_tensor(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<qb::Tensor> {
-    if let Ok(t) = obj.cast::<PyTensor>() {
-        return Ok(t.get().t.clone());
-    }
-    if is_pytree(obj)? {
-        return Err(pytree_refused(obj, what));
-    }
-    to_tensor(obj)
-}
-
 fn pytree_refused(obj: &Bound<'_, PyAny>, what: &str) -> PyErr {
     type_error(format!(
-        "{what} must be one array, got {}; regions take no pytree carries: pack several values \
-         with quabla.concat (or quabla.stack) and slice them apart in the body",
+        "{what} must be one array, got {}; return a pytree from a loop body or a scan step \
+         instead, or pack several values with quabla.concat (or quabla.stack)",
         type_name(obj)
     ))
 }
 
-/// Whether `obj` is a container of arrays rather than an array literal: any tuple or dict, or
-/// a list with an array inside.
+/// Whether `obj` is a container of arrays rather than an array literal: any tuple or dict, a
+/// list with an array, a `Key` or a container inside, or a registered pytree class.
 fn is_pytree(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
     if obj.is_instance_of::<PyTuple>() || obj.is_instance_of::<PyDict>() {
         return Ok(true);
@@ -41,12 +33,98 @@ fn is_pytree(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
     if obj.is_instance_of::<PyList>() {
         for item in obj.try_iter()? {
             let item = item?;
-            if item.cast::<PyTensor>().is_ok() || is_pytree(&item)? {
+            if item.cast::<PyTensor>().is_ok()
+                || item.cast::<crate::random::PyKey>().is_ok()
+                || is_pytree(&item)?
+            {
                 return Ok(true);
             }
         }
+        return Ok(false);
     }
-    Ok(false)
+    if obj.cast::<PyTensor>().is_ok() || obj.is_none() {
+        return Ok(false);
+    }
+    // A registered class (a dataclass, a namedtuple of arrays was a tuple above).
+    Ok(crate::tree::flatten(obj)
+        .map(|(_, def)| def.def != qb::tree::TreeDef::Leaf)
+        .unwrap_or(false))
+}
+
+/// A loop carry: one array, or the structure of a pytree whose leaves the facade carries.
+struct LoopCarry {
+    /// `None` for one array.
+    def: Option<crate::tree::PyTreeDef>,
+    what: &'static str,
+}
+
+impl LoopCarry {
+    /// The carry of `init` and its leaves as tensors.
+    fn of(init: &Bound<'_, PyAny>, what: &'static str) -> PyResult<(LoopCarry, Vec<qb::Tensor>)> {
+        if let Ok(t) = init.cast::<PyTensor>() {
+            return Ok((LoopCarry { def: None, what }, vec![t.get().t.clone()]));
+        }
+        if !is_pytree(init)? {
+            return Ok((LoopCarry { def: None, what }, vec![to_tensor(init)?]));
+        }
+        let (leaves, def) = crate::tree::flatten(init)?;
+        let tensors = leaves
+            .iter()
+            .map(|leaf| carry_leaf(&leaf))
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok((
+            LoopCarry {
+                def: Some(def),
+                what,
+            },
+            tensors,
+        ))
+    }
+
+    /// The carry as the body sees it: the array, or the pytree rebuilt around the leaves.
+    fn to_py<'py>(&self, py: Python<'py>, leaves: Vec<qb::Tensor>) -> PyResult<Bound<'py, PyAny>> {
+        let mut wrapped = leaves
+            .into_iter()
+            .map(|t| wrap(py, t))
+            .collect::<PyResult<Vec<_>>>()?;
+        match &self.def {
+            None => Ok(wrapped.remove(0)),
+            Some(def) => crate::tree::unflatten(py, def, PyList::new(py, wrapped)?.as_any()),
+        }
+    }
+
+    /// The leaves of the carry a body returned; a different structure is SH13.
+    fn leaves_of(&self, out: &Bound<'_, PyAny>) -> qb::Result<Vec<qb::Tensor>> {
+        let Some(def) = &self.def else {
+            return Ok(vec![tensor_result(out, self.what)?]);
+        };
+        let (leaves, got) = crate::tree::flatten(out).map_err(to_qb)?;
+        if got != *def {
+            return Err(qb::Error::Shape {
+                op: "loop".into(),
+                message: format!(
+                    "{}: the body changed the carry's structure from {} to {}",
+                    self.what, def.def, got.def
+                ),
+            });
+        }
+        leaves
+            .iter()
+            .map(|leaf| carry_leaf(&leaf).map_err(to_qb))
+            .collect()
+    }
+}
+
+/// One leaf of a pytree carry as a tensor: an array, a `Key` (its key tensor) or an array
+/// literal (a number).
+fn carry_leaf(leaf: &Bound<'_, PyAny>) -> PyResult<qb::Tensor> {
+    if let Ok(t) = leaf.cast::<PyTensor>() {
+        return Ok(t.get().t.clone());
+    }
+    if let Ok(k) = leaf.cast::<crate::random::PyKey>() {
+        return Ok(qb::random::key_data(&k.get().key));
+    }
+    to_tensor(leaf)
 }
 
 /// A body's result as one tensor.
@@ -160,11 +238,14 @@ fn fori_loop<'py>(
     };
     let (lower, upper) = (bound(lower, "lower")?, bound(upper, "upper")?);
     let body = callable_arg(body, "body")?;
-    let init_obj = init;
-    let init = carry_tensor(init, "the fori_loop carry")?;
-    if upper <= lower && init_obj.cast::<PyTensor>().is_ok() {
-        // No iteration: the carry is `init` itself, the same object (api.md §11).
-        return Ok(init_obj.clone());
+    let (carry, leaves) = LoopCarry::of(init, "the fori_loop carry")?;
+    if upper <= lower {
+        // No iteration: the carry is `init` itself, the same object (api.md §11), once the
+        // carry contract holds.
+        run_holding_gil(py, || {
+            qb::fori_loop(0, 0, |_, c: Vec<qb::Tensor>, _| Ok(c), &leaves).eval()
+        })?;
+        return Ok(init.clone());
     }
     let ops = operands
         .map(operand_tensors)
@@ -179,27 +260,29 @@ fn fori_loop<'py>(
             .map_err(|_| value_error("fori_loop: upper - lower does not fit a loop count"))?;
         (0, trips, lower)
     };
-    let run_body = |i: qb::LoopIndex, c: qb::Tensor, o: &[qb::Tensor]| -> qb::Result<qb::Tensor> {
-        Python::attach(|py| {
-            let head = vec![
-                shifted_index(py, &i, shift).map_err(to_qb)?,
-                wrap(py, c).map_err(to_qb)?,
-            ];
-            let args = tensors_tuple(py, head, o).map_err(to_qb)?;
-            let out = body.bind(py).call1(args).map_err(to_qb)?;
-            tensor_result(&out, "the fori_loop carry")
-        })
-    };
+    let run_body =
+        |i: qb::LoopIndex, c: Vec<qb::Tensor>, o: &[qb::Tensor]| -> qb::Result<Vec<qb::Tensor>> {
+            Python::attach(|py| {
+                let head = vec![
+                    shifted_index(py, &i, shift).map_err(to_qb)?,
+                    carry.to_py(py, c).map_err(to_qb)?,
+                ];
+                let args = tensors_tuple(py, head, o).map_err(to_qb)?;
+                let out = body.bind(py).call1(args).map_err(to_qb)?;
+                carry.leaves_of(&out)
+            })
+        };
     let out = run_holding_gil(py, || {
-        qb::fori_loop(start, end, run_body, &init)
+        qb::fori_loop(start, end, run_body, &leaves)
             .operands(&ops)
             .unroll(unroll)
             .eval()
     })?;
-    wrap(py, out)
+    carry.to_py(py, out)
 }
 
-/// The loop index as the body sees it, `shift` added (a Python int when static).
+/// The loop index as the body sees it, `shift` added (a Python int when static, a weak int64
+/// tracer otherwise).
 fn shifted_index<'py>(
     py: Python<'py>,
     i: &qb::LoopIndex,
@@ -210,7 +293,43 @@ fn shifted_index<'py>(
     }
     match i.static_value() {
         Some(v) => Ok((v as i64 + shift).into_pyobject(py)?.into_any()),
-        None => wrap(py, i.tensor().add(shift as f64).or_raise()?),
+        None => wrap(py, i.tensor().add(shift).or_raise()?),
+    }
+}
+
+/// A scan step's result `(carry, y)` as the carry's leaves and the leaves of `y` (a pytree
+/// of arrays, or one array) with its structure.
+fn step_result(
+    carry: &LoopCarry,
+    out: &Bound<'_, PyAny>,
+) -> qb::Result<(Vec<qb::Tensor>, Vec<qb::Tensor>, crate::tree::PyTreeDef)> {
+    let pair: (Bound<'_, PyAny>, Bound<'_, PyAny>) = out.extract().map_err(|_| {
+        crate::errors::user_type_error("the scan function must return a pair (carry, y)")
+    })?;
+    let c = carry.leaves_of(&pair.0)?;
+    let (leaves, def) = crate::tree::flatten(&pair.1).map_err(to_qb)?;
+    let ys = leaves
+        .iter()
+        .map(|y| tensor_result(&y, "the scan per-step output y"))
+        .collect::<qb::Result<Vec<_>>>()?;
+    Ok((c, ys, def))
+}
+
+/// The `y` structure a scan's steps share (TY when a step changes it).
+fn same_structure(
+    seen: &std::cell::RefCell<Option<crate::tree::PyTreeDef>>,
+    def: crate::tree::PyTreeDef,
+) -> qb::Result<()> {
+    let mut seen = seen.borrow_mut();
+    match &*seen {
+        Some(first) if *first != def => Err(to_qb(type_error(
+            "scan: the per-step output y must keep one pytree structure",
+        ))),
+        Some(_) => Ok(()),
+        None => {
+            *seen = Some(def);
+            Ok(())
+        }
     }
 }
 
@@ -226,38 +345,41 @@ fn scan<'py>(
     unroll: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let f = callable_arg(f, "f")?;
-    let init = carry_tensor(init, "the scan carry")?;
+    let (carry, leaves) = LoopCarry::of(init, "the scan carry")?;
     let ops = operands
         .map(operand_tensors)
         .transpose()?
         .unwrap_or_default();
-    let step = |c: qb::Tensor,
+    let y_def = std::cell::RefCell::new(None);
+    let step = |c: Vec<qb::Tensor>,
                 i: qb::LoopIndex,
                 o: &[qb::Tensor]|
-     -> qb::Result<(qb::Tensor, qb::Tensor)> {
+     -> qb::Result<(Vec<qb::Tensor>, Vec<qb::Tensor>)> {
         Python::attach(|py| {
             let head = vec![
-                wrap(py, c).map_err(to_qb)?,
+                carry.to_py(py, c).map_err(to_qb)?,
                 index_object(py, &i).map_err(to_qb)?,
             ];
             let args = tensors_tuple(py, head, o).map_err(to_qb)?;
             let out = f.bind(py).call1(args).map_err(to_qb)?;
-            let pair: (Bound<'_, PyAny>, Bound<'_, PyAny>) = out.extract().map_err(|_| {
-                crate::errors::user_type_error("the scan function must return a pair (carry, y)")
-            })?;
-            Ok((
-                tensor_result(&pair.0, "the scan carry")?,
-                tensor_result(&pair.1, "the scan per-step output y")?,
-            ))
+            let (c, ys, def) = step_result(&carry, &out)?;
+            same_structure(&y_def, def)?;
+            Ok((c, ys))
         })
     };
-    let (carry, ys) = run_holding_gil(py, || {
-        qb::scan(step, &init, length)
+    let (out, ys) = run_holding_gil(py, || {
+        qb::scan(step, &leaves, length)
             .operands(&ops)
             .unroll(unroll)
-            .eval()
+            .eval::<Vec<qb::Tensor>>()
     })?;
-    Ok(PyTuple::new(py, [wrap(py, carry)?, wrap(py, ys)?])?.into_any())
+    let ys = ys
+        .into_iter()
+        .map(|t| wrap(py, t))
+        .collect::<PyResult<Vec<_>>>()?;
+    let y_def = y_def.into_inner().expect("length >= 1");
+    let ys = crate::tree::unflatten(py, &y_def, PyList::new(py, ys)?.as_any())?;
+    Ok(PyTuple::new(py, [carry.to_py(py, out)?, ys])?.into_any())
 }
 
 /// `switch(index, branches, *operands)`: `branches[index](*operands)` with the index clamped
@@ -290,7 +412,7 @@ fn switch<'py>(
 /// `_scan_over(step, init, xs, *, operands=(), reverse=False, unroll=False)`: the native half
 /// of `scan(f, init, xs)`. `xs` is the list of leaves of the user's pytree; `step(carry,
 /// x_leaves, *operands)` returns `(carry, y_leaves)` (the Python half flattens and rebuilds
-/// the trees).
+/// the trees of `xs` and `y`; the carry's pytree is rebuilt here).
 #[pyfunction]
 #[pyo3(signature = (step, init, xs, *, operands=None, reverse=false, unroll=false))]
 fn _scan_over<'py>(
@@ -303,16 +425,16 @@ fn _scan_over<'py>(
     unroll: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let step = callable_arg(step, "f")?;
-    let init = carry_tensor(init, "the scan carry")?;
+    let (carry, leaves) = LoopCarry::of(init, "the scan carry")?;
     let xs = operand_tensors(xs)?;
     let ops = operands
         .map(operand_tensors)
         .transpose()?
         .unwrap_or_default();
-    let body = |c: qb::Tensor,
+    let body = |c: Vec<qb::Tensor>,
                 x: Vec<qb::Tensor>,
                 o: &[qb::Tensor]|
-     -> qb::Result<(qb::Tensor, Vec<qb::Tensor>)> {
+     -> qb::Result<(Vec<qb::Tensor>, Vec<qb::Tensor>)> {
         Python::attach(|py| {
             let x_leaves = x
                 .into_iter()
@@ -320,7 +442,7 @@ fn _scan_over<'py>(
                 .collect::<PyResult<Vec<_>>>()
                 .map_err(to_qb)?;
             let head = vec![
-                wrap(py, c).map_err(to_qb)?,
+                carry.to_py(py, c).map_err(to_qb)?,
                 PyList::new(py, x_leaves).map_err(to_qb)?.into_any(),
             ];
             let args = tensors_tuple(py, head, o).map_err(to_qb)?;
@@ -337,11 +459,11 @@ fn _scan_over<'py>(
                     tensor_result(&y, "the scan per-step output y")
                 })
                 .collect::<qb::Result<Vec<_>>>()?;
-            Ok((tensor_result(&pair.0, "the scan carry")?, ys))
+            Ok((carry.leaves_of(&pair.0)?, ys))
         })
     };
-    let (carry, ys) = run_holding_gil(py, || {
-        qb::scan_over(body, &init, &xs)
+    let (out, ys) = run_holding_gil(py, || {
+        qb::scan_over(body, &leaves, &xs)
             .operands(&ops)
             .reverse(reverse)
             .unroll(unroll)
@@ -351,7 +473,7 @@ fn _scan_over<'py>(
         .into_iter()
         .map(|t| wrap(py, t))
         .collect::<PyResult<Vec<_>>>()?;
-    Ok(PyTuple::new(py, [wrap(py, carry)?, PyList::new(py, ys)?.into_any()])?.into_any())
+    Ok(PyTuple::new(py, [carry.to_py(py, out)?, PyList::new(py, ys)?.into_any()])?.into_any())
 }
 
 /// `while_loop(cond_fun, body_fun, init, *, operands=(), max_trips=None)`; `max_trips` bounds
@@ -368,31 +490,33 @@ fn while_loop<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let cf = callable_arg(cond_fun, "cond_fun")?;
     let bf = callable_arg(body_fun, "body_fun")?;
-    let init = carry_tensor(init, "the while_loop carry")?;
+    let (carry, leaves) = LoopCarry::of(init, "the while_loop carry")?;
     let ops = operands
         .map(operand_tensors)
         .transpose()?
         .unwrap_or_default();
-    let test = |c: &qb::Tensor, o: &[qb::Tensor]| -> qb::Result<qb::Tensor> {
+    let test = |c: &Vec<qb::Tensor>, o: &[qb::Tensor]| -> qb::Result<qb::Tensor> {
         Python::attach(|py| {
-            let args =
-                tensors_tuple(py, vec![wrap(py, c.clone()).map_err(to_qb)?], o).map_err(to_qb)?;
+            let args = tensors_tuple(py, vec![carry.to_py(py, c.clone()).map_err(to_qb)?], o)
+                .map_err(to_qb)?;
             let out = cf.bind(py).call1(args).map_err(to_qb)?;
             tensor_result(&out, "cond_fun")
         })
     };
-    let body = |c: qb::Tensor, o: &[qb::Tensor]| -> qb::Result<qb::Tensor> {
+    let body = |c: Vec<qb::Tensor>, o: &[qb::Tensor]| -> qb::Result<Vec<qb::Tensor>> {
         Python::attach(|py| {
-            let args = tensors_tuple(py, vec![wrap(py, c).map_err(to_qb)?], o).map_err(to_qb)?;
+            let args =
+                tensors_tuple(py, vec![carry.to_py(py, c).map_err(to_qb)?], o).map_err(to_qb)?;
             let out = bf.bind(py).call1(args).map_err(to_qb)?;
-            tensor_result(&out, "the while_loop carry")
+            carry.leaves_of(&out)
         })
     };
-    let mut looped = qb::while_loop(test, body, &init).operands(&ops);
+    let mut looped = qb::while_loop(test, body, &leaves).operands(&ops);
     if let Some(n) = max_trips {
         looped = looped.max_trips(n);
     }
-    wrap(py, run_holding_gil(py, || looped.eval())?)
+    let out = run_holding_gil(py, || looped.eval())?;
+    carry.to_py(py, out)
 }
 
 /// Registers the control-flow functions on `m`.

@@ -113,6 +113,59 @@ impl IndexUpdateRef {
         ret(py, self.at.mul(operand(values)?))
     }
 
+    /// `values` subtracted at the selection; repeated indices accumulate.
+    fn subtract<'py>(
+        &self,
+        py: Python<'py>,
+        values: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        ret(py, self.at.subtract(operand(values)?))
+    }
+
+    /// The selection divided by `values` (by each of them at a repeated index).
+    fn divide<'py>(
+        &self,
+        py: Python<'py>,
+        values: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        ret(py, self.at.divide(operand(values)?))
+    }
+
+    /// The selection raised to `values` (to each of them at a repeated index).
+    fn power<'py>(
+        &self,
+        py: Python<'py>,
+        values: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        ret(py, self.at.power(operand(values)?))
+    }
+
+    /// `ufunc` applied to the selection, once per occurrence of an index (NumPy's
+    /// `ufunc.at`): it receives the rank-1 array of selected values and returns their new
+    /// values.
+    fn apply<'py>(
+        &self,
+        py: Python<'py>,
+        ufunc: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        if !ufunc.is_callable() {
+            return Err(type_error(format!(
+                "at[].apply takes a function, got {}",
+                type_name(ufunc)
+            )));
+        }
+        let f = ufunc.clone().unbind();
+        let call = |v: &qb::Tensor| -> qb::Result<qb::Tensor> {
+            Python::attach(|py| {
+                let arg = crate::tensor::wrap(py, v.clone()).map_err(crate::errors::to_qb)?;
+                let out = f.bind(py).call1((arg,)).map_err(crate::errors::to_qb)?;
+                to_tensor(&out).map_err(crate::errors::to_qb)
+            })
+        };
+        let out = crate::interrupt::run_holding_gil(py, || self.at.apply(call))?;
+        crate::tensor::wrap(py, out)
+    }
+
     /// The elementwise minimum of the selection and `values`.
     fn min<'py>(&self, py: Python<'py>, values: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         ret(py, self.at.min(operand(values)?))
@@ -202,31 +255,68 @@ fn sizes(obj: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
         .collect()
 }
 
-/// `qb.take(a, indices, axis=None)`: out-of-range indices clamp.
+/// JAX's `mode` and `fill_value` of `take` and `take_along_axis`: `None` or `"fill"` (the
+/// default), `"clip"`, `"wrap"`.
+fn take_mode(
+    mode: Option<&Bound<'_, PyAny>>,
+    fill_value: Option<&Bound<'_, PyAny>>,
+) -> PyResult<qb::TakeMode> {
+    let name = match mode.filter(|m| !m.is_none()) {
+        None => "fill".to_string(),
+        Some(m) => m.extract::<String>().map_err(|_| {
+            type_error(format!(
+                "mode must be \"fill\", \"clip\" or \"wrap\", got {}",
+                type_name(m)
+            ))
+        })?,
+    };
+    let fill = fill_value
+        .filter(|v| !v.is_none())
+        .map(to_tensor)
+        .transpose()?;
+    match name.as_str() {
+        "fill" => Ok(qb::TakeMode::Fill(fill)),
+        "clip" => Ok(qb::TakeMode::Clip),
+        "wrap" => Ok(qb::TakeMode::Wrap),
+        other => Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "mode must be \"fill\", \"clip\" or \"wrap\", got \"{other}\""
+        ))),
+    }
+}
+
+/// `qb.take(a, indices, axis=None, mode=None, fill_value=None)`: JAX's modes, `"fill"` by
+/// default (NaN, the integer minimum or True where an index is out of range).
 #[pyfunction]
-#[pyo3(signature = (a, indices, axis=None))]
+#[pyo3(signature = (a, indices, axis=None, mode=None, fill_value=None))]
 fn take<'py>(
     py: Python<'py>,
     a: &Bound<'py, PyAny>,
     indices: &Bound<'py, PyAny>,
     axis: Option<&Bound<'py, PyAny>>,
+    mode: Option<&Bound<'py, PyAny>>,
+    fill_value: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let x = to_tensor(a)?;
     let idx = to_tensor(indices)?;
-    ret(py, qb::take(&x, &idx, opt_axis(axis)?))
+    let mode = take_mode(mode, fill_value)?;
+    ret(py, qb::take_with(&x, &idx, opt_axis(axis)?, mode))
 }
 
-/// `qb.take_along_axis(arr, indices, axis)`.
+/// `qb.take_along_axis(arr, indices, axis, mode=None, fill_value=None)`.
 #[pyfunction]
+#[pyo3(signature = (arr, indices, axis, mode=None, fill_value=None))]
 fn take_along_axis<'py>(
     py: Python<'py>,
     arr: &Bound<'py, PyAny>,
     indices: &Bound<'py, PyAny>,
     axis: isize,
+    mode: Option<&Bound<'py, PyAny>>,
+    fill_value: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let x = to_tensor(arr)?;
     let idx = to_tensor(indices)?;
-    ret(py, qb::take_along_axis(&x, &idx, axis))
+    let mode = take_mode(mode, fill_value)?;
+    ret(py, qb::take_along_axis_with(&x, &idx, axis, mode))
 }
 
 /// `qb.dynamic_slice(operand, start_indices, slice_sizes)` (JAX's `lax.dynamic_slice`).

@@ -65,7 +65,8 @@ fn key_arg(obj: &Bound<'_, PyAny>) -> PyResult<qb::random::KeyArg> {
     )))
 }
 
-/// A bound (`minval`, `maxval`, `p`): a number or a concrete rank-0 array.
+/// A parameter (`minval`, `maxval`, `p`): a number, or an array (traced or not) that
+/// broadcasts to the sample's shape.
 fn param(obj: &Bound<'_, PyAny>) -> PyResult<qb::random::Param> {
     if obj.is_instance_of::<PyFloat>() || obj.is_instance_of::<PyInt>() {
         return Ok(qb::random::Param::from(obj.extract::<f64>()?));
@@ -171,19 +172,30 @@ fn randint<'py>(
     maxval: &Bound<'py, PyAny>,
     dtype: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    // Static Python ints (a bool is refused as a likely mistake).
-    let bound = |v: &Bound<'py, PyAny>, name: &str| -> PyResult<i64> {
-        if !v.is_instance_of::<PyInt>() || v.is_instance_of::<pyo3::types::PyBool>() {
+    // Python ints (a bool is refused as a likely mistake), or integer arrays that broadcast to
+    // the shape.
+    let bound = |v: &Bound<'py, PyAny>, name: &str| -> PyResult<qb::random::IntParam> {
+        if v.is_instance_of::<pyo3::types::PyBool>() {
             return Err(type_error(format!(
-                "randint {name} must be an int, got {}",
-                type_name(v)
+                "randint {name} must be an int, got bool"
             )));
         }
-        v.extract::<i64>().map_err(|_| {
-            pyo3::exceptions::PyValueError::new_err(format!(
-                "randint {name} must fit in int64, got {v}"
-            ))
-        })
+        if v.is_instance_of::<PyInt>() {
+            return v
+                .extract::<i64>()
+                .map(qb::random::IntParam::from)
+                .map_err(|_| {
+                    pyo3::exceptions::PyValueError::new_err(format!(
+                        "randint {name} must fit in int64, got {v}"
+                    ))
+                });
+        }
+        if v.is_instance_of::<PyFloat>() {
+            return Err(type_error(format!(
+                "randint {name} must be an int or an integer array, got float"
+            )));
+        }
+        Ok(qb::random::IntParam::from(to_tensor(v)?))
     };
     let (lo, hi) = (bound(minval, "minval")?, bound(maxval, "maxval")?);
     let call = qb::random::randint(key_arg(key)?, shape_arg(shape)?, lo, hi)
@@ -207,24 +219,66 @@ fn truncated_normal<'py>(
     ret(py, call.eval())
 }
 
-/// `permutation(key, n)`: a random order of `range(n)` (int64). An array argument is refused
-/// with the spelling that permutes it.
+/// A population of `permutation` and `choice`: an int `n` (`range(n)`) or an array.
+fn population(obj: &Bound<'_, PyAny>, function: &str) -> PyResult<qb::random::Population> {
+    if obj.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(type_error(format!(
+            "{function} takes an int or an array, got bool"
+        )));
+    }
+    if obj.is_instance_of::<PyInt>() {
+        let n: usize = obj.extract().map_err(|_| {
+            pyo3::exceptions::PyValueError::new_err(format!("{function} needs n >= 1, got {obj}"))
+        })?;
+        return Ok(qb::random::Population::Range(n));
+    }
+    Ok(qb::random::Population::Array(to_tensor(obj)?))
+}
+
+/// `permutation(key, x, axis=0)`: a random order of `range(x)` for an int (int64), or `x`
+/// permuted along `axis`.
 #[pyfunction]
+#[pyo3(signature = (key, x, axis=0))]
 fn permutation<'py>(
     py: Python<'py>,
     key: &Bound<'py, PyAny>,
-    n: &Bound<'py, PyAny>,
+    x: &Bound<'py, PyAny>,
+    axis: isize,
 ) -> PyResult<Bound<'py, PyAny>> {
-    if !n.is_instance_of::<PyInt>() || n.is_instance_of::<pyo3::types::PyBool>() {
-        return Err(type_error(format!(
-            "permutation takes the number of elements as an int, got {}; permute an array x with x[quabla.random.permutation(key, x.shape[0])]",
-            type_name(n)
-        )));
+    let key = key_arg(key)?;
+    match population(x, "permutation")? {
+        qb::random::Population::Array(t) if axis != 0 => {
+            // Permute along `axis` by moving it first and back.
+            let moved = t.moveaxis([axis], [0]).or_raise()?;
+            let out = qb::random::permutation(key, &moved).and_then(|p| p.moveaxis([0], [axis]));
+            ret(py, out)
+        }
+        pop => ret(py, qb::random::permutation(key, pop)),
     }
-    let n: usize = n.extract().map_err(|_| {
-        pyo3::exceptions::PyValueError::new_err(format!("permutation needs n >= 1, got {n}"))
-    })?;
-    ret(py, qb::random::permutation(key_arg(key)?, n))
+}
+
+/// `choice(key, a, shape=(), replace=True, p=None, axis=0)`.
+#[pyfunction]
+#[pyo3(signature = (key, a, shape=None, replace=true, p=None, axis=0))]
+fn choice<'py>(
+    py: Python<'py>,
+    key: &Bound<'py, PyAny>,
+    a: &Bound<'py, PyAny>,
+    shape: Option<&Bound<'py, PyAny>>,
+    replace: bool,
+    p: Option<&Bound<'py, PyAny>>,
+    axis: isize,
+) -> PyResult<Bound<'py, PyAny>> {
+    let mut call = qb::random::choice(key_arg(key)?, population(a, "choice")?)
+        .replace(replace)
+        .axis(axis);
+    if let Some(s) = shape {
+        call = call.shape(shape_arg(s)?);
+    }
+    if let Some(p) = p.filter(|p| !p.is_none()) {
+        call = call.p(&to_tensor(p)?);
+    }
+    ret(py, call.eval())
 }
 
 #[pyfunction]
@@ -335,6 +389,7 @@ pub fn add_to(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(categorical, m)?,
         wrap_pyfunction!(truncated_normal, m)?,
         wrap_pyfunction!(permutation, m)?,
+        wrap_pyfunction!(choice, m)?,
     ] {
         m.add_function(f)?;
     }

@@ -1,6 +1,6 @@
-"""Control-flow regions as a port writes them (api.md §11, transforms.md §10): the carry is one
-array, so a tuple, list or dict of arrays is refused with the packing advice instead of being
-stacked into one array; eager `cond` calls each branch function once; `fori_loop` bounds and
+"""Control-flow regions as a port writes them (api.md §11, transforms.md §10 as amended in
+docs/loops.md): a loop carry is one array or, as in JAX, a pytree of arrays (a list of numbers
+stays an array literal); eager `cond` calls each branch function once; `fori_loop` bounds and
 the empty loop."""
 
 import numpy as np
@@ -23,29 +23,38 @@ def runners(carry_fn, y_fn=lambda c: c):
         "fori_loop": lambda init: qb.fori_loop(0, 2, lambda i, c: carry_fn(c), init),
         "scan": lambda init: qb.scan(lambda c, i: (carry_fn(c), y_fn(c)), init, length=2),
         "while_loop": lambda init: qb.while_loop(
-            lambda c: qb.sum(c) < 10.0, lambda c: carry_fn(c), init, max_trips=5
+            lambda c: qb.sum(qb.tree.leaves(c)[0]) < 10.0, lambda c: carry_fn(c), init, max_trips=5
         ),
     }
 
 
 @pytest.mark.parametrize("staged", [False, True])
-def test_pytree_carries_are_refused_with_the_packing_advice(staged):
+def test_pytree_carries_work_as_in_jax(staged):
     def run(f, *args):
         return qb.jit(f)(*args) if staged else f(*args)
 
+    double = lambda c: qb.tree.map(lambda v: v * 2.0, c)
     for name, init in PYTREES.items():
-        for primitive, loop in runners(lambda c: c * 2.0).items():
-            with pytest.raises(TypeError, match=f"{primitive} carry must be one array, got {type(init).__name__}; .*quabla.concat"):
-                if staged:
-                    qb.jit(lambda v, loop=loop, init=init: loop(init) if False else loop(qb.tree.map(lambda _: v, init)))(X)
-                else:
-                    loop(init)
-    # A body returning a pytree carry, and a scan returning a pytree y.
+        for primitive, loop in runners(double).items():
+            out = run(lambda v, loop=loop, init=init: loop(qb.tree.map(lambda _: v, init)), X)
+            if primitive == "scan":
+                out = out[0]
+            # The structure comes back; every leaf doubled twice (the while loop stops when
+            # the first leaf sums to 10 or more: [4, 8] after two trips).
+            assert qb.tree.structure(out) == qb.tree.structure(init), (name, primitive)
+            for leaf in qb.tree.leaves(out):
+                assert leaf.tolist() == [4.0, 8.0], (name, primitive)
+    # A scan's y may be a pytree too.
+    carry, ys = run(lambda v: qb.scan(lambda c, i: (c + 1.0, {"y": c, "i": i}), v, length=2), X)
+    assert ys["y"].tolist() == [[1.0, 2.0], [2.0, 3.0]]
+    assert ys["i"].tolist() == [0, 1]
+    # A body returning another structure than its carry: SH13 (ValueError), or the packing
+    # advice for a one-array carry.
     for primitive, loop in runners(lambda c: (c, c)).items():
         with pytest.raises(TypeError, match=f"{primitive} carry must be one array, got tuple"):
             run(lambda v, loop=loop: loop(v), X)
-    with pytest.raises(TypeError, match="scan per-step output y must be one array, got dict"):
-        run(lambda v: qb.scan(lambda c, i: (c, {"y": c}), v, length=2), X)
+    with pytest.raises(ValueError, match="changed the carry's structure from"):
+        run(lambda v: qb.fori_loop(0, 2, lambda i, c: (c[0],), (v, v)), X)
     with pytest.raises(TypeError, match="cond branch result must be one array, got tuple"):
         run(lambda v: qb.cond(True, lambda u: (u, u), lambda u: (u, u), v), X)
     # Array literals are still arrays: a list of numbers, a nested list, a Python number.

@@ -108,16 +108,18 @@ fn index_arrays_follow_numpy_placement_and_clamp() -> qb::Result<()> {
 
 #[test]
 fn take_and_take_along_axis() -> qb::Result<()> {
+    // The clip mode (the fill mode, the default, is in indexing_modes.rs).
+    let clip = qb::TakeMode::Clip;
     let x = ramp(&[3, 4]);
     let xv = f64s(&x);
     let idx = qb::array([3i64, -1, 9, 0])?;
-    let flat = qb::take(&x, &idx, None)?;
+    let flat = qb::take_with(&x, &idx, None, clip.clone())?;
     let want: Vec<f64> = [3i64, -1, 9, 0]
         .iter()
         .map(|&i| xv[read_at(i, 12)])
         .collect();
     assert_eq!(f64s(&flat), want);
-    let cols = x.take(&idx, Some(-1))?;
+    let cols = qb::take_with(&x, &idx, Some(-1), clip.clone())?;
     assert_eq!(cols.shape(), [3, 4]);
     let mut want = Vec::new();
     for r in 0..3 {
@@ -128,7 +130,7 @@ fn take_and_take_along_axis() -> qb::Result<()> {
     assert_eq!(f64s(&cols), want);
     // take_along_axis along 1 with per-row indices, and along 0 with a broadcast row.
     let per_row = qb::array([[1i64, 0], [3, 3], [-1, 2]])?;
-    let y = qb::take_along_axis(&x, &per_row, 1)?;
+    let y = qb::take_along_axis_with(&x, &per_row, 1, clip.clone())?;
     let want: Vec<f64> = [[1i64, 0], [3, 3], [-1, 2]]
         .iter()
         .enumerate()
@@ -137,7 +139,7 @@ fn take_and_take_along_axis() -> qb::Result<()> {
         .collect();
     assert_eq!(f64s(&y), want);
     let row = qb::array([[2i64, 0, 5, -3]])?;
-    let y = qb::take_along_axis(&x, &row, 0)?;
+    let y = qb::take_along_axis_with(&x, &row, 0, clip)?;
     assert_eq!(y.shape(), [1, 4]);
     let want: Vec<f64> = [2i64, 0, 5, -3]
         .iter()

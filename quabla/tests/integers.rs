@@ -102,6 +102,42 @@ fn arithmetic_matches_rust_integer_arithmetic() -> qb::Result<()> {
         a.iter().map(|&x| x >> 1).collect::<Vec<_>>()
     );
     assert_eq!(i64s(&(&ta << 70)?), vec![0; 8]);
+    // The named functions are the operators.
+    let pairs: [(&str, Vec<i64>, Vec<i64>); 6] = [
+        (
+            "and",
+            i64s(&qb::bitwise_and(&ta, &tc)?),
+            a.iter().zip(&c).map(|(&x, &y)| x & y).collect(),
+        ),
+        (
+            "or",
+            i64s(&qb::bitwise_or(&ta, &tc)?),
+            a.iter().zip(&c).map(|(&x, &y)| x | y).collect(),
+        ),
+        (
+            "xor",
+            i64s(&qb::bitwise_xor(&ta, &tc)?),
+            a.iter().zip(&c).map(|(&x, &y)| x ^ y).collect(),
+        ),
+        (
+            "not",
+            i64s(&qb::bitwise_not(&ta)?),
+            a.iter().map(|&x| !x).collect(),
+        ),
+        (
+            "left_shift",
+            i64s(&qb::left_shift(&ta, 3)?),
+            a.iter().map(|&x| x.wrapping_shl(3)).collect(),
+        ),
+        (
+            "right_shift",
+            i64s(&qb::right_shift(&ta, 2)?),
+            a.iter().map(|&x| x >> 2).collect(),
+        ),
+    ];
+    for (name, got, want) in pairs {
+        assert_eq!(got, want, "{name}");
+    }
     // abs wraps at the minimum; sign and maximum stay integer.
     let m = qb::array([i32::MIN, -3, 0, 4])?;
     assert_eq!(qb::abs(&m)?.to_vec::<i32>()?, [i32::MIN, 3, 0, 4]);

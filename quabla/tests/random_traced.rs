@@ -92,7 +92,7 @@ fn draws() -> Vec<(&'static str, Draw)> {
         ("he_normal", |k| random::he_normal(k, [4, 3]).eval()),
         ("randint", |k| random::randint(k, [8], -5, 7).eval()),
         ("randint int32 full range", |k| {
-            random::randint(k, [8], i32::MIN.into(), i64::from(i32::MAX) + 1)
+            random::randint(k, [8], i64::from(i32::MIN), i64::from(i32::MAX) + 1)
                 .dtype(qb::I32)
                 .eval()
         }),
@@ -256,12 +256,22 @@ fn fori_loop_folds_in_the_loop_index() -> qb::Result<()> {
     same(&run(&key)?, &want);
     let jitted = qb::jit(move |key: Tensor| run(&key));
     same(&jitted.call(&key)?, &want);
-    // A key is not a loop carry (loops carry one float array); the loop above takes it as
-    // an operand and folds the index in.
-    let err = qb::fori_loop(0, 3, |_, k, _| random::split(&k, 2)?.index(qb::s![0]), &key)
+    // The index is an integer: it folds in without a cast, and gives the same keys.
+    let direct = |key: &Tensor| {
+        qb::fori_loop(
+            0,
+            5,
+            |i: qb::LoopIndex, acc: Tensor, ops: &[Tensor]| {
+                let step_key = random::fold_in(&ops[0], &*i)?;
+                qb::add(&acc, random::uniform(&step_key, [3]).eval()?)
+            },
+            &qb::zeros([3])?,
+        )
+        .operands(std::slice::from_ref(key))
         .eval()
-        .unwrap_err();
-    assert!(matches!(err, qb::Error::Type { .. }), "{err:?}");
+    };
+    same(&direct(&key)?, &want);
+    same(&qb::jit(move |key: Tensor| direct(&key)).call(&key)?, &want);
     Ok(())
 }
 

@@ -155,10 +155,14 @@ fn scan_over_refuses_bad_xs_with_the_fix() -> qb::Result<()> {
         .eval::<Tensor>()
         .unwrap_err();
     assert!(e.to_string().contains("leading axis"), "{e}");
-    let e = qb::scan_over(id, &qb::array(1i64)?, &ragged[..1].to_vec())
+    // A bool carry (an integer one is fine, docs/loops.md).
+    let e = qb::scan_over(id, &qb::array(true)?, &ragged[..1].to_vec())
         .eval::<Tensor>()
         .unwrap_err();
     assert!(matches!(e, qb::Error::Type { .. }), "{e}");
+    let (count, _) =
+        qb::scan_over(id, &qb::array(1i64)?, &ragged[..1].to_vec()).eval::<Tensor>()?;
+    assert_eq!(count.item_i64()?, 1);
     Ok(())
 }
 

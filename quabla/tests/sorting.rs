@@ -411,3 +411,50 @@ fn derivatives_permute_the_tangent() -> qb::Result<()> {
     assert_eq!(h.to_vec::<f64>()?, [1.0, 1.0, 1.0]);
     Ok(())
 }
+
+#[test]
+fn sort_is_argsort_then_a_gather() -> qb::Result<()> {
+    // The values are the input's own elements moved, bit for bit: NaN payloads and the signs
+    // of zeros survive (a gather moves bits, it computes nothing).
+    let payload = f64::from_bits(0x7FF8_0000_0000_0123);
+    let vals = [1.5, payload, -0.0, 0.0, -2.0, -0.0, f64::NEG_INFINITY];
+    let x = qb::array(vals)?;
+    for descending in [false, true] {
+        let perm = qb::argsort(&x).descending(descending).eval()?;
+        let gathered = qb::take_along_axis(&x, &perm, 0)?;
+        let sorted = qb::sort(&x).descending(descending).eval()?;
+        assert_eq!(
+            bits(&sorted.to_vec::<f64>()?),
+            bits(&gathered.to_vec::<f64>()?)
+        );
+        let want: Vec<f64> = ref_argsort(&vals, descending)
+            .iter()
+            .map(|&i| vals[i as usize])
+            .collect();
+        assert_eq!(bits(&sorted.to_vec::<f64>()?), bits(&want));
+    }
+    // The traced form is one scatter (the inverse of the ranks) and one gather; its reverse
+    // derivative scatters the cotangent back.
+    let text = qb::jit(|x: Tensor| qb::sort(&x).eval())
+        .lower(&x)?
+        .as_text();
+    assert!(text.contains("index_gather"), "{text}");
+    let grad_text = qb::jit(|x: Tensor| -> qb::Result<Tensor> {
+        qb::grad(|x: Tensor| qb::sort(&x).eval()?.mul(&qb::arange(7)?)?.sum()).call(&x)
+    })
+    .lower(&x)?
+    .as_text();
+    assert!(grad_text.contains("index_scatter"), "{grad_text}");
+    let g: Tensor = qb::grad(|x: Tensor| qb::sort(&x).eval()?.mul(&qb::arange(4)?)?.sum())
+        .call(&qb::array([3.0, 1.0, 2.0, 0.5])?)?;
+    // Element i lands at the rank of x_i: its gradient is that rank.
+    assert_eq!(g.to_vec::<f64>()?, [3.0, 1.0, 2.0, 0.0]);
+    // A long axis sorts in one graph (the ranks are the quadratic part).
+    let n = 1500;
+    let long: Vec<f64> = (0..n).map(|k| ((k * 7919) % 1013) as f64).collect();
+    let s = qb::jit(|x: Tensor| qb::sort(&x).eval()).call(&qb::array(long.clone())?)?;
+    let mut want = long;
+    want.sort_by(|a, b| total(*a, *b));
+    assert_eq!(s.to_vec::<f64>()?, want);
+    Ok(())
+}

@@ -53,6 +53,12 @@
 //! the CPU) are `missing (distributed)` / `missing (device)` when not defined: they need
 //! CUDA or MLX devices. Any other undefined row is `missing (not defined)`.
 //!
+//! **Amendments.** The names added after the spec (integer dtypes, indexing by tensors,
+//! integer functions, random samplers, `scan` over `xs`, ...) are rows of the project's
+//! `docs/api-amendments.md`, in the spec's table form under the spec's section headings.
+//! They are read after the spec's rows, counted in their sections and classified by the same
+//! rules; their lines say `amended` after the place (`§14 amended choice  implemented=yes`).
+//!
 //! The spec is read as by `cargo xtask coverage-ops`. The report prints one line per row,
 //! then one summary line per section and a total; it exits successfully whatever they say.
 
@@ -121,11 +127,12 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         ));
     }
     let spec_file = spec_file()?;
-    let (sections, rows) = parse_spec(&read(&spec_file)?);
+    let (sections, mut rows) = parse_spec(&read(&spec_file)?);
     if rows.is_empty() {
         return Err(format!("no table rows found in {}", spec_file.display()));
     }
     let root = workspace_root();
+    rows.extend(amendment_rows(&root.join(AMENDMENTS), &sections)?);
     let code = Code::load(&root)?;
     let tests = corpus(&root, &code.main)?;
     let python = PythonPackage::load(&root.join("quabla-python"))?;
@@ -158,6 +165,33 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         total.missing - total.device - total.distributed
     );
     Ok(())
+}
+
+/// The rows of API added after the spec, relative to the workspace root.
+const AMENDMENTS: &str = "docs/api-amendments.md";
+
+/// The rows of the amendments file (none without the file), each placed in its section of the
+/// spec and marked `amended`; a section the spec does not have is an error (the rows would not
+/// be counted anywhere).
+fn amendment_rows(file: &Path, sections: &[Section]) -> Result<Vec<SpecRow>> {
+    if !file.is_file() {
+        return Ok(Vec::new());
+    }
+    let (amended, mut rows) = parse_spec(&read(file)?);
+    if let Some(unknown) = amended
+        .iter()
+        .find(|a| !sections.iter().any(|s| s.number == a.number))
+    {
+        return Err(format!(
+            "{}: section {} is not a section of api.md",
+            file.display(),
+            unknown.number
+        ));
+    }
+    for row in &mut rows {
+        row.place = format!("{} amended", row.place);
+    }
+    Ok(rows)
 }
 
 /// A numbered section of api.md.
@@ -1437,6 +1471,39 @@ mod tests {
             split_cells("| a | b \\| c |"),
             ["a", "b | c"].map(|c| format!(" {c} "))
         );
+    }
+
+    #[test]
+    fn amendment_rows_join_the_sections_of_the_spec() {
+        let (sections, _) = parse_spec(SPEC);
+        let dir = std::env::temp_dir().join(format!("coverage-api-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("api-amendments.md");
+        std::fs::write(
+            &file,
+            "# API amendments\n\n## 13. Pytrees (`qb.tree`)\n\n| Python | Rust (suggested) | Contract | Tier |\n| --- | --- | --- | --- |\n| `leaves(tree)` | `qb::tree::leaves(&tree)` | The leaves. | P1 |\n",
+        )
+        .unwrap();
+        let rows = amendment_rows(&file, &sections).unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(
+            (
+                rows[0].section,
+                rows[0].place.as_str(),
+                rows[0].python.as_str()
+            ),
+            (13, "13 amended", "`leaves(tree)`")
+        );
+        std::fs::write(&file, "## 21. Errors\n\n| `a` | `qb::a` | A. | P1 |\n").unwrap();
+        let err = amendment_rows(&file, &sections).unwrap_err();
+        assert!(
+            err.contains("section 21 is not a section of api.md"),
+            "{err}"
+        );
+        assert!(amendment_rows(&dir.join("absent.md"), &sections)
+            .unwrap()
+            .is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

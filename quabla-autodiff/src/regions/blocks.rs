@@ -199,10 +199,10 @@ impl<'v, 'a> Blocks<'v, 'a> {
         gy_blocks: &[NodeId],
     ) -> Result<(Vec<NodeId>, Vec<NodeId>, Vec<NodeId>)> {
         let v = self.vjp;
-        let n = v.n();
+        let ng = v.n_g();
         let n_acc = acc.len();
         let (mut body, bi) = LoopBody::scan("block", v.index_ty());
-        let gi = body.params(Section::Carry, "cotangent/carry", v.carry_types(), g);
+        let gi = body.params(Section::Carry, "cotangent/carry", v.cotangent_types(), g);
         let acc_in = body.params(Section::Carry, "cotangent/operand", v.act_p_types(), acc);
         let p = body.params(Section::Const, "operand", v.const_types(), &v.consts);
         let ck = body.sliced(b, "checkpoint", checkpoints)?;
@@ -242,9 +242,9 @@ impl<'v, 'a> Blocks<'v, 'a> {
             body.finish(results)?.dce().scan(self.nblocks, 0, !reverse),
         )?;
         Ok((
-            outs[..n].to_vec(),
-            outs[n..n + n_acc].to_vec(),
-            outs[n + n_acc..].to_vec(),
+            outs[..ng].to_vec(),
+            outs[ng..ng + n_acc].to_vec(),
+            outs[ng + n_acc..].to_vec(),
         ))
     }
 
@@ -304,6 +304,9 @@ impl<'v, 'a> Blocks<'v, 'a> {
         let (gy_blocks, gy_tail) = self.split_xs(b, &v.gys)?;
         let mut g: Vec<NodeId> = Vec::new();
         for (k, c) in v.g_final.iter().enumerate() {
+            if !v.act_c[k] {
+                continue;
+            }
             g.push(match c {
                 Some(c) => *c,
                 None => zeros(b, &v.carry_types()[k])?,
@@ -341,7 +344,12 @@ impl<'v, 'a> Blocks<'v, 'a> {
         // Reassemble the x cotangents in index order, as the forward pass does the ys.
         let ct_x = self.join(b, &ct_blocks, &ct_tail)?;
         let (n, np, nx) = (v.s.n_carry, v.s.n_const, v.s.n_xs);
-        let mut result: Vec<Option<NodeId>> = g.into_iter().map(Some).collect();
+        let mut g_iter = g.into_iter();
+        let mut result: Vec<Option<NodeId>> = v
+            .act_c
+            .iter()
+            .map(|&a| if a { g_iter.next() } else { None })
+            .collect();
         let mut acc_iter = acc.into_iter();
         for k in 0..np {
             result.push(if v.act_p[k] { acc_iter.next() } else { None });

@@ -16,8 +16,7 @@ use super::forms::{call, call_shared, jvp_form, level_up};
 use super::memo::shared_jvp;
 use crate::sweep::{Forward, Reverse, Seed};
 use quabla_ir::{
-    Graph, GraphBuilder, IrError, NodeId, Region, RegionForm, RegionKind, Result, ScanBody,
-    TensorType,
+    Graph, GraphBuilder, NodeId, Region, RegionForm, RegionKind, Result, ScanBody, TensorType,
 };
 use std::cell::OnceCell;
 use std::rc::Rc;
@@ -148,6 +147,9 @@ pub(super) struct ScanVjp<'a> {
     /// built it too would differentiate a loop nested `d` deep `2^d` times.
     body_vjp: Rc<OnceCell<Graph>>,
     types: Vec<TensorType>,
+    /// The carries that have cotangents: the floating ones (an integer carry, a key or a
+    /// counter, is recomputed with the others but carries no derivative).
+    pub(super) act_c: Vec<bool>,
     pub(super) act_p: Vec<bool>,
     pub(super) act_x: Vec<bool>,
     /// The ys that receive a cotangent.
@@ -176,12 +178,7 @@ impl<'a> ScanVjp<'a> {
         let (n, np, nx) = (s.n_carry, s.n_const, s.n_xs);
         let ny = s.n_ys();
         let types = input_types(&s.body);
-        if types[1..1 + n].iter().any(|t| !t.dtype.is_float()) {
-            return Err(IrError::Unsupported {
-                op: form.primitive().into(),
-                message: format!("reverse mode through {} needs float carries", form.name()),
-            });
-        }
+        let act_c: Vec<bool> = types[1..1 + n].iter().map(|t| t.dtype.is_float()).collect();
         let act_p: Vec<bool> = (0..np)
             .map(|k| wrt[n + k] && types[1 + n + k].dtype.is_float())
             .collect();
@@ -202,6 +199,7 @@ impl<'a> ScanVjp<'a> {
             rev,
             body_vjp: Rc::new(OnceCell::new()),
             types,
+            act_c,
             act_p,
             act_x,
             carries: x[..n].to_vec(),
@@ -220,6 +218,11 @@ impl<'a> ScanVjp<'a> {
         self.s.n_carry
     }
 
+    /// How many carries have cotangents.
+    pub(super) fn n_g(&self) -> usize {
+        self.act_c.iter().filter(|a| **a).count()
+    }
+
     /// The body's VJP (see the field), built on first use.
     fn body_vjp(&self) -> Result<&Graph> {
         if let Some(g) = self.body_vjp.get() {
@@ -227,10 +230,14 @@ impl<'a> ScanVjp<'a> {
         }
         let (n, ny) = (self.n(), self.s.n_ys());
         let mut flags = vec![false];
-        flags.extend(std::iter::repeat_n(true, n));
+        flags.extend(&self.act_c);
         flags.extend(&self.act_p);
         flags.extend(&self.act_x);
-        let mut seeds = vec![Seed::Input; n];
+        let mut seeds: Vec<Seed> = self
+            .act_c
+            .iter()
+            .map(|&a| if a { Seed::Input } else { Seed::None })
+            .collect();
         seeds.extend((0..ny).map(|y| {
             if self.seeded.contains(&y) {
                 Seed::Input
@@ -240,7 +247,7 @@ impl<'a> ScanVjp<'a> {
         }));
         let v = self.rev.vjp(&self.s.body, &flags, &seeds)?;
         let active = |a: &[bool]| a.iter().filter(|a| **a).count();
-        let n_out = n + active(&self.act_p) + active(&self.act_x);
+        let n_out = active(&self.act_c) + active(&self.act_p) + active(&self.act_x);
         let g = keep_outputs(&v, n + ny..n + ny + n_out)?;
         Ok(self.body_vjp.get_or_init(|| g))
     }
@@ -251,6 +258,16 @@ impl<'a> ScanVjp<'a> {
 
     pub(super) fn carry_types(&self) -> Vec<TensorType> {
         self.types[1..1 + self.n()].to_vec()
+    }
+
+    /// The types of the carries that have cotangents.
+    pub(super) fn cotangent_types(&self) -> Vec<TensorType> {
+        self.carry_types()
+            .into_iter()
+            .zip(&self.act_c)
+            .filter(|(_, a)| **a)
+            .map(|(t, _)| t)
+            .collect()
     }
 
     pub(super) fn const_types(&self) -> Vec<TensorType> {
@@ -374,9 +391,9 @@ impl<'a> ScanVjp<'a> {
         xs: &[NodeId],
         gys: &[NodeId],
     ) -> Result<(Vec<NodeId>, Vec<NodeId>, Vec<NodeId>)> {
-        let n = self.n();
+        let ng = self.n_g();
         let (mut body, i) = LoopBody::scan("i", self.index_ty());
-        let gi = body.params(Section::Carry, "cotangent/carry", self.carry_types(), g);
+        let gi = body.params(Section::Carry, "cotangent/carry", self.cotangent_types(), g);
         let acc_in = body.params(Section::Carry, "cotangent/operand", self.act_p_types(), acc);
         let p = body.params(Section::Const, "operand", self.const_types(), &self.consts);
         let base_in = base.map(|base| body.param(Section::Const, "base", self.index_ty(), base));
@@ -390,17 +407,17 @@ impl<'a> ScanVjp<'a> {
         args.extend(&gy);
         let outs = nb.inline_graph(body_vjp, &args)?;
         let n_acc = acc_in.len();
-        let mut results: Vec<NodeId> = outs[..n].to_vec();
+        let mut results: Vec<NodeId> = outs[..ng].to_vec();
         for (k, a) in acc_in.iter().enumerate() {
-            results.push(nb.add(*a, outs[n + k])?);
+            results.push(nb.add(*a, outs[ng + k])?);
         }
-        results.extend(&outs[n + n_acc..]);
+        results.extend(&outs[ng + n_acc..]);
         let start = if base.is_some() { 0 } else { start };
         let outs = self.call(b, body.finish(results)?.dce().scan(len, start, reverse))?;
         Ok((
-            outs[..n].to_vec(),
-            outs[n..n + n_acc].to_vec(),
-            outs[n + n_acc..].to_vec(),
+            outs[..ng].to_vec(),
+            outs[ng..ng + n_acc].to_vec(),
+            outs[ng + n_acc..].to_vec(),
         ))
     }
 
@@ -414,6 +431,7 @@ impl<'a> ScanVjp<'a> {
             rev: self.rev,
             body_vjp: Rc::clone(&self.body_vjp),
             types: self.types.clone(),
+            act_c: self.act_c.clone(),
             act_p: self.act_p.clone(),
             act_x: self.act_x.clone(),
             seeded: self.seeded.clone(),

@@ -53,8 +53,8 @@ def scan(f, init, xs=None, length=None, *, operands=None, reverse=False, unroll=
     of ``xs``, for each ``k`` (from the last with ``reverse=True``); returns the final carry and
     the pytree of ``y``s stacked on a new leading axis. Without ``xs``, the indexed form
     (api.md §11): ``(carry, y) = f(carry, i, *operands)`` for ``i`` in ``range(length)``.
-    The carry is one floating array; traced values the step reads enter through
-    ``operands``."""
+    The carry is one array or a pytree of floating or integer arrays (a random key next to
+    float state); traced values the step reads enter through ``operands``."""
     if xs is None:
         if length is None:
             raise TypeError("scan needs xs, or length= for the indexed form f(carry, i)")

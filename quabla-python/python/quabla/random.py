@@ -8,6 +8,7 @@ from ._quabla import _random as _native
 Key = _native.Key
 bernoulli = _native.bernoulli
 categorical = _native.categorical
+choice = _native.choice
 fold_in = _native.fold_in
 glorot_normal = _native.glorot_normal
 glorot_uniform = _native.glorot_uniform
@@ -26,6 +27,7 @@ __all__ = [
     "Key",
     "bernoulli",
     "categorical",
+    "choice",
     "fold_in",
     "glorot_normal",
     "glorot_uniform",

@@ -82,7 +82,8 @@ pub(super) fn solve(
     // Loop operands: t0, dt, then the user's args.
     let mut ops = vec![p.t0.clone(), dt.clone()];
     ops.extend(p.args.iter().cloned());
-    let time = |i: &Tensor, ops: &[Tensor]| &ops[0] + i * &ops[1];
+    // The index as a float of the state's dtype: the step's times stay float arithmetic.
+    let time = |i: &LoopIndex, ops: &[Tensor]| &ops[0] + i.as_float()? * &ops[1];
 
     let out = if save {
         let (_, ys) = crate::scan(
@@ -169,17 +170,18 @@ fn saveat_solve(
             let rows = c
                 .index(crate::s![2 * n..])?
                 .reshape([m as isize, n as isize])?;
-            let t = (&ops[0] + i.tensor() * dt)?;
+            let i = i.as_float()?;
+            let t = (&ops[0] + &i * dt)?;
             let y_new = advance(p, method, &y, &t, dt, &fy, args)?;
-            let t_new = (&ops[0] + (i.tensor() + 1.0) * dt)?;
+            let t_new = (&ops[0] + (&i + 1.0) * dt)?;
             let f_new = p.rhs.eval(&y_new, &t_new, args)?;
             // The last step ends at t1 itself (t0 + steps * dt may round elsewhere), so that a
             // save time at t1 reads the final state exactly.
-            let last = i.tensor().equal((steps - 1) as f64)?;
+            let last = i.equal((steps - 1) as f64)?;
             let length = select(&last, (t1 - &t)?, dt)?;
             let length = select(&length.equal(0.0)?, 1.0, length)?;
             let theta = ((ts - &t) / length)?.reshape([m as isize, 1])?;
-            let here = step_of.equal(i.tensor())?.reshape([m as isize, 1])?;
+            let here = step_of.equal(&i)?.reshape([m as isize, 1])?;
             let values = hermite(&theta, &y, &fy, &y_new, &f_new, dt)?;
             let rows = select(&here, values, rows)?.reshape([(m * n) as isize])?;
             crate::concat(&[y_new, f_new, rows], 0)

@@ -1,7 +1,7 @@
 //! Indexing by tensors, traced or not (api.md §23 as amended): NumPy advanced indexing
 //! ([`Tensor::index_with`], Python `x[idx]`), [`take`], [`take_along_axis`],
-//! [`dynamic_slice`], [`dynamic_update_slice`] and the functional updates of
-//! [`Tensor::at`] (`set`, `add`, `mul`, `min`, `max`, `get`).
+//! [`dynamic_slice`], [`dynamic_update_slice`], and the positions behind the functional
+//! updates of [`Tensor::at`] (`ops/at.rs`).
 //!
 //! Everything lowers to the two indexed IR ops, `index_gather` and `index_scatter`, plus integer
 //! arithmetic on the indices. Index conventions (JAX's, documented in docs/indexing.md):
@@ -18,6 +18,7 @@
 //!
 //! This module builds graphs through `dispatch::apply` only; it owns no state.
 
+pub use super::at::At;
 use super::index::IndexItem;
 use crate::dispatch::apply;
 use crate::error::{Error, Result, TracerErrorKind};
@@ -96,7 +97,7 @@ impl<T: Into<IndexItem>> IntoIndex for T {
 
 /// What happens to an index outside its axis after the negative wrap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum OutOfRange {
+pub(super) enum OutOfRange {
     /// Reads the nearest end.
     Clamp,
     /// Marks the position invalid (the selection reads 0 there; see [`update_positions`]).
@@ -383,7 +384,7 @@ fn advanced(
 }
 
 /// Applies an index with tensors (masks expanded) to `x`.
-fn index_by(x: &Tensor, items: &[IndexEntry], mode: OutOfRange) -> Result<Tensor> {
+pub(super) fn index_by(x: &Tensor, items: &[IndexEntry], mode: OutOfRange) -> Result<Tensor> {
     let items = expand_masks(items)?;
     let split = split(x.shape(), &items)?;
     let y = x.index(&split.basic)?;
@@ -398,7 +399,7 @@ fn index_by(x: &Tensor, items: &[IndexEntry], mode: OutOfRange) -> Result<Tensor
 
 /// The flat positions (in `0..x.size`) an index selects in a tensor of `shape`, `-1` where an
 /// index is out of range (updates there are dropped).
-fn update_positions(shape: &[usize], items: &[IndexEntry]) -> Result<Tensor> {
+pub(super) fn update_positions(shape: &[usize], items: &[IndexEntry]) -> Result<Tensor> {
     let size: usize = shape.iter().product();
     let dims: Vec<isize> = shape.iter().map(|&d| d as isize).collect();
     // Numbered from 1, so that a dropped position (which reads 0) becomes -1.
@@ -411,7 +412,7 @@ fn update_positions(shape: &[usize], items: &[IndexEntry]) -> Result<Tensor> {
 }
 
 /// Combines `values` into `x` at flat `positions` (`-1`: dropped) by `mode`.
-fn scatter_positions(
+pub(super) fn scatter_positions(
     x: &Tensor,
     positions: &Tensor,
     values: Operand,
@@ -440,63 +441,6 @@ fn scatter_positions(
     })
 }
 
-/// The functional update API of [`Tensor::at`]: `x.at(ix![&i]).set(v)` returns a copy of `x`
-/// with the selected elements replaced; `x` itself never changes.
-#[derive(Clone, Debug)]
-pub struct At {
-    x: Tensor,
-    items: Vec<IndexEntry>,
-}
-
-impl At {
-    fn update(&self, values: Operand, mode: ScatterMode) -> Result<Tensor> {
-        if mode != ScatterMode::Set && self.x.dtype() == DType::Bool {
-            return Err(Error::BoolOperand {
-                op: format!("at[].{}", mode.name()),
-            });
-        }
-        let positions = update_positions(self.x.shape(), &self.items)?;
-        scatter_positions(&self.x, &positions, values, mode)
-    }
-
-    /// The selected elements replaced by `values` (broadcast to the selection); of repeated
-    /// positions the last one wins.
-    #[track_caller]
-    pub fn set(&self, values: impl Into<Operand>) -> Result<Tensor> {
-        self.update(values.into(), ScatterMode::Set)
-    }
-
-    /// `values` added at the selection; repeated positions accumulate in order.
-    #[track_caller]
-    pub fn add(&self, values: impl Into<Operand>) -> Result<Tensor> {
-        self.update(values.into(), ScatterMode::Add)
-    }
-
-    /// The selection multiplied by `values` (its derivative assumes unique positions).
-    #[track_caller]
-    pub fn mul(&self, values: impl Into<Operand>) -> Result<Tensor> {
-        self.update(values.into(), ScatterMode::Mul)
-    }
-
-    /// The elementwise minimum of the selection and `values`.
-    #[track_caller]
-    pub fn min(&self, values: impl Into<Operand>) -> Result<Tensor> {
-        self.update(values.into(), ScatterMode::Min)
-    }
-
-    /// The elementwise maximum of the selection and `values`.
-    #[track_caller]
-    pub fn max(&self, values: impl Into<Operand>) -> Result<Tensor> {
-        self.update(values.into(), ScatterMode::Max)
-    }
-
-    /// The selection itself, as `x.index_with(...)` (out-of-range reads clamp).
-    #[track_caller]
-    pub fn get(&self) -> Result<Tensor> {
-        index_by(&self.x, &self.items, OutOfRange::Clamp)
-    }
-}
-
 impl Tensor {
     /// NumPy indexing with index arrays (traced integer tensors included): `x.index_with(
     /// qb::ix![&i, ..])`. Integer arrays broadcast together; negative indices count from the end
@@ -508,10 +452,7 @@ impl Tensor {
 
     /// The functional update view: `x.at(qb::ix![&i]).add(1.0)`.
     pub fn at(&self, items: impl AsRef<[IndexEntry]>) -> At {
-        At {
-            x: self.clone(),
-            items: items.as_ref().to_vec(),
-        }
+        At::new(self, items.as_ref())
     }
 
     /// [`take`] as a method.
@@ -521,30 +462,160 @@ impl Tensor {
     }
 }
 
+/// How [`take_with`] and [`take_along_axis_with`] treat an index outside the axis (after a
+/// negative index counts from the end once).
+#[derive(Clone, Debug, Default)]
+pub enum TakeMode {
+    /// JAX's default: the result there is the fill value, or, without one, NaN for floats,
+    /// the minimum for signed integers and `true` for bools. The fill value is a rank-0
+    /// tensor cast to `x`'s dtype (and differentiable: it receives the cotangent of the
+    /// positions it fills).
+    Fill(Option<Tensor>),
+    /// The nearest end of the axis (the rule of `index_with`).
+    #[default]
+    Clip,
+    /// The index modulo the axis extent.
+    Wrap,
+}
+
+impl TakeMode {
+    /// [`TakeMode::Fill`] without a fill value: JAX's default mode.
+    pub fn fill() -> TakeMode {
+        TakeMode::Fill(None)
+    }
+}
+
+/// The fill value of `mode` for a result of `dtype`: the given one cast to it, or the default.
+fn fill_value(fill: &Option<Tensor>, dtype: DType) -> Result<Tensor> {
+    match fill {
+        Some(v) if v.ndim() != 0 => Err(Error::shape(
+            "take",
+            format!(
+                "take: fill_value must be a scalar, got an array of shape {:?}",
+                v.shape()
+            ),
+        )),
+        Some(v) => v.astype(dtype),
+        None => match dtype {
+            DType::F32 | DType::F64 => crate::array(f64::NAN)?.astype(dtype),
+            DType::I32 => crate::array(i32::MIN),
+            DType::I64 => crate::array(i64::MIN),
+            DType::Bool => crate::array(true),
+        },
+    }
+}
+
+/// The indices counted from the end once when negative, and whether each is inside the axis
+/// of `n` elements then; with the invalid ones replaced by 0 (so that they read in range).
+fn fill_positions(indices: &Tensor, n: usize) -> Result<(Tensor, Tensor)> {
+    let i = indices.astype(DType::I64)?;
+    let wrapped = crate::where_(&i.less(0i64)?, (&i + n as i64)?, &i)?;
+    let valid = wrapped
+        .greater_equal(0i64)?
+        .logical_and(wrapped.less(n as i64)?)?;
+    let safe = crate::where_(&valid, &wrapped, 0i64)?;
+    Ok((safe, valid))
+}
+
+fn check_take_indices(op: &str, indices: &Tensor) -> Result<()> {
+    if !indices.dtype().is_integer() {
+        return Err(Error::Type {
+            message: format!(
+                "{op} needs integer indices, got {}; convert with astype(int64){}",
+                indices.dtype().name(),
+                if indices.dtype() == DType::Bool {
+                    " or index with the boolean mask"
+                } else {
+                    ""
+                }
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// `take(x, indices, axis)`: the entries at `indices` along `axis` (the flattened `x` for
-/// `None`); the result replaces that axis with the shape of `indices`. Indices clamp (JAX's
-/// `mode="clip"`).
+/// `None`); the result replaces that axis with the shape of `indices`. An index outside the
+/// axis (after a negative one counts from the end once) gives NaN, the integer minimum or
+/// `true` (JAX's default `mode="fill"`); [`take_with`] chooses the mode.
 #[track_caller]
 pub fn take(x: &Tensor, indices: &Tensor, axis: Option<isize>) -> Result<Tensor> {
+    take_with(x, indices, axis, TakeMode::fill())
+}
+
+/// [`take`] with the treatment of out-of-range indices chosen by `mode`.
+#[track_caller]
+pub fn take_with(
+    x: &Tensor,
+    indices: &Tensor,
+    axis: Option<isize>,
+    mode: TakeMode,
+) -> Result<Tensor> {
     let (x, axis) = match axis {
         None => (x.reshape([-1])?, 0),
         Some(a) => (x.clone(), normalize_axis(a, x.ndim())?),
     };
-    if indices.dtype() == DType::Bool {
-        return Err(Error::Type {
-            message: "take needs integer indices, got bool; use index_with for a boolean mask"
-                .into(),
-        });
+    check_take_indices("take", indices)?;
+    let n = x.shape()[axis];
+    let gather = |indices: &Tensor| {
+        let mut items: Vec<IndexEntry> = vec![IndexEntry::Basic(FULL); axis];
+        items.push(IndexEntry::Array(indices.clone()));
+        index_by(&x, &items, OutOfRange::Clamp)
+    };
+    match mode {
+        TakeMode::Clip => gather(indices),
+        TakeMode::Wrap => gather(&crate::remainder(indices, n as i64)?),
+        TakeMode::Fill(fill) => {
+            let (safe, valid) = fill_positions(indices, n)?;
+            let picked = gather(&safe)?;
+            // The mask of the index shape, placed where `take` put the index axes.
+            let mut dims: Vec<isize> = vec![1; axis];
+            dims.extend(indices.shape().iter().map(|&d| d as isize));
+            dims.extend(std::iter::repeat_n(1, x.ndim() - axis - 1));
+            let valid = valid.reshape(&dims)?;
+            crate::where_(&valid, &picked, fill_value(&fill, x.dtype())?)
+        }
     }
-    let mut items: Vec<IndexEntry> = vec![IndexEntry::Basic(FULL); axis];
-    items.push(IndexEntry::Array(indices.clone()));
-    index_by(&x, &items, OutOfRange::Clamp)
 }
 
 /// `take_along_axis(x, indices, axis)`: `out[..., j, ...] = x[..., indices[..., j, ...], ...]`
-/// along `axis`; `indices` has the rank of `x` and the other axes broadcast. Indices clamp.
+/// along `axis`; `indices` has the rank of `x` and the other axes broadcast. An index outside
+/// the axis gives the fill value of [`take`] (JAX's default); [`take_along_axis_with`]
+/// chooses the mode.
 #[track_caller]
 pub fn take_along_axis(x: &Tensor, indices: &Tensor, axis: isize) -> Result<Tensor> {
+    take_along_axis_with(x, indices, axis, TakeMode::fill())
+}
+
+/// [`take_along_axis`] with the treatment of out-of-range indices chosen by `mode`.
+#[track_caller]
+pub fn take_along_axis_with(
+    x: &Tensor,
+    indices: &Tensor,
+    axis: isize,
+    mode: TakeMode,
+) -> Result<Tensor> {
+    if indices.ndim() == x.ndim() && indices.dtype().is_integer() {
+        let a = normalize_axis(axis, x.ndim())?;
+        let n = x.shape()[a];
+        match mode {
+            TakeMode::Clip => {}
+            TakeMode::Wrap => {
+                let wrapped = crate::remainder(indices, n as i64)?;
+                return gather_along_axis(x, &wrapped, axis);
+            }
+            TakeMode::Fill(fill) => {
+                let (safe, valid) = fill_positions(indices, n)?;
+                let picked = gather_along_axis(x, &safe, axis)?;
+                return crate::where_(&valid, &picked, fill_value(&fill, x.dtype())?);
+            }
+        }
+    }
+    gather_along_axis(x, indices, axis)
+}
+
+/// The gather of [`take_along_axis`], with indices that clamp.
+fn gather_along_axis(x: &Tensor, indices: &Tensor, axis: isize) -> Result<Tensor> {
     let rank = x.ndim();
     if indices.ndim() != rank {
         return Err(Error::shape(

@@ -51,6 +51,7 @@ macro_rules! tensor_methods {
 
 pub(crate) use tensor_methods;
 
+pub mod at;
 pub mod calculus;
 pub mod compare;
 pub mod composite;

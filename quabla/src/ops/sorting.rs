@@ -1,16 +1,17 @@
 //! Order and counting functions with integer results (numerics.md §12): `argmax`, `argmin`,
 //! `sort`, `argsort`, `top_k`, `searchsorted`, `one_hot` and `bincount`.
 //!
-//! Every function here is a composite of comparisons, `where` and sums, so it runs eagerly,
-//! under `jit` with the same bits, batches under `vmap` and differentiates through the
-//! ordinary rules; no backend needs a sorting kernel. `sort` and `top_k` select each output
-//! element with a one-hot mask of the permutation and a sum, which is exact (one term is
-//! selected, the rest are zeros) and makes their derivative the permutation of the incoming
-//! tangent, to every order. The price is work and memory quadratic in the length of the sorted
-//! axis (`n x n` comparisons per slice; `top_k` with a small `k` makes `k` passes instead),
-//! which suits the axes of a few thousand elements these functions see in models (logits,
-//! rankings, small batches); a longer axis should be sorted eagerly outside the
-//! differentiated function. Positions, ranks and counts are float64 (exact for any axis
+//! Every function here is a composite of comparisons, `where`, sums and the indexed ops
+//! (`index_gather`, `index_scatter`), so it runs eagerly, under `jit` with the same bits,
+//! batches under `vmap` and differentiates through the ordinary rules; no backend needs a
+//! sorting kernel. The stable rank of each element is counted from an `n x n` comparison per
+//! slice; `argsort` is the inverse of the ranks (one scatter), and `sort` and `top_k` gather
+//! their values at those positions, so their derivative is gather's (the tangent permuted the
+//! same way, the cotangent scattered back), to every order. The price is work and memory
+//! quadratic in the length of the sorted axis (`top_k` with a small `k` makes `k` passes of
+//! `n` comparisons instead), which suits the axes of a few thousand elements these functions
+//! see in models (logits, rankings, small batches); a longer axis should be sorted eagerly
+//! outside the differentiated function. Ranks and counts are float64 (exact for any axis
 //! length), converted to int64 at the end, so that the quadratic work runs in the fused float
 //! kernels rather than one integer node at a time.
 //!
@@ -27,9 +28,7 @@ use crate::dispatch::{apply, apply_many};
 use crate::error::Result;
 use crate::operand::Operand;
 use crate::tensor::Tensor;
-use quabla_ir::{
-    BinaryOp, Comparison, DType, GraphBuilder, HostData, IrError, NodeId, Shape, UnaryOp,
-};
+use quabla_ir::{BinaryOp, Comparison, DType, GraphBuilder, HostData, IrError, NodeId, Shape};
 
 type Built = quabla_ir::Result<NodeId>;
 
@@ -162,55 +161,45 @@ fn stable_ranks(b: &mut GraphBuilder, key: NodeId, descending: bool) -> Built {
     count(b, precedes, -1)
 }
 
-/// `[.., r, i]`: whether element `i` of the last axis has rank `r`, for `r < k`.
-fn rank_mask(b: &mut GraphBuilder, ranks: NodeId, k: usize) -> Built {
-    let r = position(b, k, 1)?;
-    let ranks = expand(b, ranks, -2)?;
-    b.compare(Comparison::Equal, ranks, r)
-}
-
-/// The elements of the last axis of `x` in the order the mask gives, `[.., k]`: the sum of
-/// `where(mask, x, 0)` over the last axis (one term is selected). A selected `-0.0` would come
-/// out of the sum as `+0.0`, so it is negated back through `-(0 - s)`, which keeps the
-/// derivative of the selected element.
-fn select_by_mask(b: &mut GraphBuilder, x: NodeId, mask: NodeId) -> Built {
-    select_in_order(b, x, mask, true)
-}
-
 /// The int64 positions along the last axis (`n` of them, rows shaped like `like`) in the order
-/// the mask gives.
+/// the mask gives (`[.., r, i]`: element `i` has rank `r`): the sum of the positions the mask
+/// selects (one term per row).
 fn positions_by_mask(b: &mut GraphBuilder, n: usize, like: NodeId, mask: NodeId) -> Built {
     let positions = position(b, n, 0)?;
     let rows = b.broadcast_to(positions, b.ty(like).shape.clone())?;
-    let picked = select_in_order(b, rows, mask, false)?;
-    b.astype(picked, DType::I64)
-}
-
-/// [`select_by_mask`], with the sign of a selected zero kept when `signed_zeros`.
-fn select_in_order(b: &mut GraphBuilder, x: NodeId, mask: NodeId, signed_zeros: bool) -> Built {
-    let dtype = b.ty(x).dtype;
-    let row = expand(b, x, -2)?;
-    let zero = b.scalar(0.0, dtype, false);
+    let row = expand(b, rows, -2)?;
+    let zero = b.scalar(0.0, DType::F64, false);
     let picked = b.select(mask, row, zero)?;
     let summed = b.sum(picked, Some(&[-1]), false)?;
-    if !dtype.is_float() || !signed_zeros {
-        return Ok(summed);
-    }
-    // Which selected elements are -0.0: zero, with a negative reciprocal (the reciprocal is
-    // taken of the zeros only, so no other infinity or NaN is made).
-    let is_zero = b.compare(Comparison::Equal, row, zero)?;
-    let one = b.scalar(1.0, dtype, false);
-    let zeros_only = b.select(is_zero, row, one)?;
-    let inverse = b.div(one, zeros_only)?;
-    let negative = b.compare(Comparison::Less, inverse, zero)?;
-    let neg_zero = build_and(b, is_zero, negative)?;
-    let picked_neg_zero = build_and(b, neg_zero, mask)?;
-    let any = count(b, picked_neg_zero, -1)?;
-    let none = b.weak_scalar(0.0);
-    let has = b.compare(Comparison::Greater, any, none)?;
-    let from_zero = b.sub(zero, summed)?;
-    let negated = b.unary(UnaryOp::Neg, from_zero)?;
-    b.select(has, negated, summed)
+    b.astype(summed, DType::I64)
+}
+
+/// The stable sorting permutation of the last axis from the float64 `ranks` of its elements:
+/// `perm[.., r] = i` where element `i` has rank `r`, one scatter (the ranks are a permutation
+/// of `0..n`, so every position is written once).
+fn inverse_ranks(b: &mut GraphBuilder, ranks: NodeId) -> Built {
+    let shape = b.ty(ranks).shape.clone();
+    let rank = shape.rank();
+    let n = *shape.dims().last().expect("rank >= 1");
+    let at = b.astype(ranks, DType::I64)?;
+    let positions = iota(b, n, 0)?;
+    let positions = b.broadcast_to(positions, shape.clone())?;
+    let zero = b.scalar(0.0, DType::I64, false);
+    let base = b.broadcast_to(zero, shape)?;
+    b.index_scatter(
+        base,
+        at,
+        positions,
+        (rank - 1, rank - 1),
+        quabla_ir::ScatterMode::Set,
+    )
+}
+
+/// The elements of the last axis of `x` at the int64 `positions` (`[.., k]`, in range) of the
+/// same leading shape: a gather, so the derivative is the tangent gathered the same way.
+fn gather_last(b: &mut GraphBuilder, x: NodeId, positions: NodeId) -> Built {
+    let last = b.ty(x).shape.rank() - 1;
+    b.index_gather(x, positions, last, last)
 }
 
 /// Refuses a rank-0 operand of an axis function.
@@ -398,17 +387,13 @@ impl Sort {
         apply(vec![x], |b, x| {
             let (x, axis) = along(b, x[0], axis, op)?;
             let (moved, back) = axis_last(b, x, axis)?;
-            let n = *b.ty(moved).shape.dims().last().expect("rank >= 1");
             let k = key(b, moved)?;
             let ranks = stable_ranks(b, k, descending)?;
-            let mask = rank_mask(b, ranks, n)?;
+            let perm = inverse_ranks(b, ranks)?;
             let out = if indices {
-                positions_by_mask(b, n, moved, mask)?
-            } else if b.ty(moved).dtype == DType::Bool {
-                let sorted = select_by_mask(b, k, mask)?;
-                b.astype(sorted, DType::Bool)?
+                perm
             } else {
-                select_by_mask(b, moved, mask)?
+                gather_last(b, moved, perm)?
             };
             axis_back(b, out, &back)
         })
@@ -431,19 +416,18 @@ pub fn top_k(x: impl Into<Operand>, k: usize) -> Result<(Tensor, Tensor)> {
             });
         }
         let kx = key(b, x[0])?;
-        let mask = if k <= SELECTED_TOP_K {
-            top_by_selection(b, kx, k)?
+        let indices = if k <= SELECTED_TOP_K {
+            let mask = top_by_selection(b, kx, k)?;
+            positions_by_mask(b, n, x[0], mask)?
         } else {
             let ranks = stable_ranks(b, kx, true)?;
-            rank_mask(b, ranks, k)?
+            let perm = inverse_ranks(b, ranks)?;
+            let shape = b.ty(perm).shape.dims().to_vec();
+            let mut sizes = shape.clone();
+            *sizes.last_mut().expect("rank >= 1") = k;
+            b.slice(perm, vec![0; shape.len()], sizes)?
         };
-        let indices = positions_by_mask(b, n, x[0], mask)?;
-        let values = if b.ty(x[0]).dtype == DType::Bool {
-            let top = select_by_mask(b, kx, mask)?;
-            b.astype(top, DType::Bool)?
-        } else {
-            select_by_mask(b, x[0], mask)?
-        };
+        let values = gather_last(b, x[0], indices)?;
         Ok(vec![values, indices])
     })?;
     let indices = out.pop().expect("two outputs");

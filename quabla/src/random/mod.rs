@@ -13,8 +13,11 @@
 //!   arguments of `jit`, carries of loops and batched under `vmap`. The samples are the host
 //!   generator's bits, eagerly, jitted and batched alike.
 //!
-//! Sampler parameters (`minval`, `maxval`, `p`) stay numbers or concrete scalars: a traced one
-//! is TR6.
+//! Sampler parameters (`minval`, `maxval`, `p`) are numbers or tensors (traced or not) that
+//! broadcast to the sample's shape, as in JAX: element `e` draws with the parameters at `e`, by
+//! the formula a number gives (`stream.rs`), so a parameter's form never changes the bits.
+//! Concrete parameters are checked like numbers; traced ones cannot be, and an element with
+//! invalid ones is NaN (`uniform`) or its `minval` (`randint`, JAX's convention).
 //!
 //! ```
 //! use quabla as qb;
@@ -29,9 +32,11 @@
 //! # Ok::<(), qb::Error>(())
 //! ```
 
+mod choice;
 mod stream;
 
-use crate::error::TracerErrorKind;
+pub use choice::{choice, permutation, Choice, Population};
+
 use crate::{DType, Error, Result, Tensor};
 use quabla_ir::{HostData, Shape};
 use quabla_random::{Samples, UniformBounds};
@@ -205,9 +210,8 @@ pub fn fold_in<K: FoldIn<D>, D>(key: K, data: D) -> K::Output {
     key.fold_in(data)
 }
 
-/// A scalar parameter of a sampler (`minval`, `maxval`, `p`): a number, or a concrete rank-0
-/// tensor (a tracer is TR6: parameters are validated and folded into the samples' formula
-/// before any trace runs; only keys may be traced).
+/// A parameter of a sampler (`minval`, `maxval`, `p`): a number, or a tensor (traced or not)
+/// that broadcasts to the sample's shape.
 #[derive(Clone, Debug)]
 pub enum Param {
     Value(f64),
@@ -233,23 +237,63 @@ impl From<&Tensor> for Param {
 }
 
 impl Param {
-    /// The number, for the parameter called `name`.
-    fn resolve(&self, name: &str) -> Result<f64> {
+    /// The number of a number or a concrete rank-0 tensor (the form the samplers have always
+    /// taken), or `None` for a tensor that must be sampled with elementwise parameters.
+    fn number(&self) -> Result<Option<f64>> {
         match self {
-            Param::Value(v) => Ok(*v),
-            Param::Tensor(t) if t.is_traced() => Err(Error::Tracer {
-                kind: TracerErrorKind::RandomTraced,
-                message: format!(
-                    "{name} is a tracer: sampler parameters of quabla.random must be numbers or concrete scalars (only keys may be traced); make it a static argument, or transform standard samples instead"
-                ),
-            }),
-            Param::Tensor(t) if t.ndim() != 0 => Err(Error::shape(
-                "random",
-                format!("{name} must be a scalar, got an array of shape {:?}", t.shape()),
-            )),
-            Param::Tensor(t) => t.item(),
+            Param::Value(v) => Ok(Some(*v)),
+            Param::Tensor(t) if !t.is_traced() && t.ndim() == 0 && t.dtype() != DType::Bool => {
+                Ok(Some(t.item()?))
+            }
+            Param::Tensor(_) => Ok(None),
         }
     }
+
+    /// The parameter as a float64 tensor broadcast to `shape` (SH for a shape that does not
+    /// broadcast to it, TY for a bool tensor).
+    fn float_tensor(&self, sampler: &str, name: &str, shape: &[usize]) -> Result<Tensor> {
+        let t = match self {
+            Param::Value(v) => crate::array(*v)?,
+            Param::Tensor(t) => t.clone(),
+        };
+        if t.dtype() == DType::Bool {
+            return Err(Error::Type {
+                message: format!(
+                    "{sampler}: {name} must be a number or a numeric array, got a bool array"
+                ),
+            });
+        }
+        broadcast_param(sampler, name, &t.astype(DType::F64)?, shape)
+    }
+}
+
+/// `t` broadcast to the sample shape `shape`: JAX's rule that parameters broadcast to the
+/// shape (never the other way).
+fn broadcast_param(sampler: &str, name: &str, t: &Tensor, shape: &[usize]) -> Result<Tensor> {
+    let (from, to) = (Shape::new(t.shape().to_vec())?, Shape::new(shape.to_vec())?);
+    if !quabla_ir::broadcasts_to(&from, &to) {
+        return Err(Error::shape(
+            "random",
+            format!(
+                "{sampler}: {name} of shape {:?} does not broadcast to the sample shape {shape:?}",
+                t.shape()
+            ),
+        ));
+    }
+    t.broadcast_to(shape)
+}
+
+/// The elements of concrete parameters (`None` when any is traced): the values the host
+/// checks see.
+fn concrete_values(params: &[&Tensor]) -> Result<Option<Vec<Vec<f64>>>> {
+    if params.iter().any(|t| t.is_traced()) {
+        return Ok(None);
+    }
+    params
+        .iter()
+        .map(|t| t.astype(DType::F64)?.to_vec::<f64>())
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
 }
 
 /// The tensor of drawn samples.
@@ -299,10 +343,9 @@ impl Uniform {
         self
     }
     pub fn eval(self) -> Result<Tensor> {
-        let (lo, hi) = (
-            self.minval.resolve("minval")?,
-            self.maxval.resolve("maxval")?,
-        );
+        let (Some(lo), Some(hi)) = (self.minval.number()?, self.maxval.number()?) else {
+            return self.eval_elementwise();
+        };
         match &self.key {
             KeyArg::Host(k) => {
                 let samples = quabla_random::uniform(k, &self.shape, self.dtype, lo, hi)?;
@@ -318,21 +361,40 @@ impl Uniform {
     }
 }
 
+impl Uniform {
+    /// The samples with bounds that vary per element (or are traced): the host formula per
+    /// element, after the host checks on concrete bounds.
+    fn eval_elementwise(&self) -> Result<Tensor> {
+        let key = self.key.tensor("uniform")?;
+        quabla_random::check_float_dtype(self.dtype)?;
+        quabla_random::sample_count(&self.shape, self.dtype)?;
+        let lo = self.minval.float_tensor("uniform", "minval", &self.shape)?;
+        let hi = self.maxval.float_tensor("uniform", "maxval", &self.shape)?;
+        if let Some(values) = concrete_values(&[&lo, &hi])? {
+            for (&l, &h) in values[0].iter().zip(&values[1]) {
+                UniformBounds::checked(self.dtype, l, h)?;
+            }
+        }
+        stream::uniform_between(&key, &self.shape, self.dtype, &lo, &hi)
+    }
+}
+
 /// Boolean samples, true with probability `p` (default 0.5, shape `()`): [`bernoulli`].
 #[derive(Clone, Debug)]
 #[must_use = "a sampler draws nothing until eval()"]
 pub struct Bernoulli {
     key: KeyArg,
-    shape: Vec<usize>,
+    shape: Option<Vec<usize>>,
     p: Param,
 }
 
-/// Bool samples, each true with probability `p`; options `.p()` (in `[0, 1]`, AR11) and
-/// `.shape()` (default a scalar).
+/// Bool samples, each true with probability `p`; options `.p()` (in `[0, 1]`, AR11; a number or
+/// a tensor that broadcasts to the shape) and `.shape()` (default `p`'s shape: a scalar for a
+/// number).
 pub fn bernoulli(key: impl Into<KeyArg>) -> Bernoulli {
     Bernoulli {
         key: key.into(),
-        shape: Vec::new(),
+        shape: None,
         p: Param::Value(0.5),
     }
 }
@@ -343,23 +405,45 @@ impl Bernoulli {
         self
     }
     pub fn shape(mut self, shape: impl AsRef<[usize]>) -> Self {
-        self.shape = shape.as_ref().to_vec();
+        self.shape = Some(shape.as_ref().to_vec());
         self
     }
     pub fn eval(self) -> Result<Tensor> {
-        let p = self.p.resolve("p")?;
+        let Some(p) = self.p.number()? else {
+            return self.eval_elementwise();
+        };
+        let shape = self.shape.clone().unwrap_or_default();
         match &self.key {
             KeyArg::Host(k) => {
-                let samples = quabla_random::bernoulli(k, p, &self.shape)?;
-                tensor(&self.shape, samples)
+                let samples = quabla_random::bernoulli(k, p, &shape)?;
+                tensor(&shape, samples)
             }
             KeyArg::Tensor(_) => {
                 let key = self.key.tensor("bernoulli")?;
                 quabla_random::check_probability(p)?;
-                quabla_random::sample_count(&self.shape, DType::Bool)?;
-                stream::bernoulli(&key, p, &self.shape)
+                quabla_random::sample_count(&shape, DType::Bool)?;
+                stream::bernoulli(&key, p, &shape)
             }
         }
+    }
+
+    /// The samples with a probability per element (or traced): `u_e < p_e`, after the host
+    /// check on concrete probabilities.
+    fn eval_elementwise(&self) -> Result<Tensor> {
+        let key = self.key.tensor("bernoulli")?;
+        let shape = match (&self.shape, &self.p) {
+            (Some(s), _) => s.clone(),
+            (None, Param::Tensor(t)) => t.shape().to_vec(),
+            (None, Param::Value(_)) => Vec::new(),
+        };
+        quabla_random::sample_count(&shape, DType::Bool)?;
+        let p = self.p.float_tensor("bernoulli", "p", &shape)?;
+        if let Some(values) = concrete_values(&[&p])? {
+            for &v in &values[0] {
+                quabla_random::check_probability(v)?;
+            }
+        }
+        stream::bernoulli_between(&key, &shape, &p)
     }
 }
 
@@ -472,24 +556,83 @@ pub struct RandInt {
     key: KeyArg,
     shape: Vec<usize>,
     dtype: DType,
-    minval: i64,
-    maxval: i64,
+    minval: IntParam,
+    maxval: IntParam,
+}
+
+/// A bound of [`randint`]: an `i64`, or an integer tensor (traced or not) that broadcasts to
+/// the sample's shape.
+#[derive(Clone, Debug)]
+pub enum IntParam {
+    Value(i64),
+    Tensor(Tensor),
+}
+
+impl From<i64> for IntParam {
+    fn from(v: i64) -> IntParam {
+        IntParam::Value(v)
+    }
+}
+
+impl From<Tensor> for IntParam {
+    fn from(t: Tensor) -> IntParam {
+        IntParam::Tensor(t)
+    }
+}
+
+impl From<&Tensor> for IntParam {
+    fn from(t: &Tensor) -> IntParam {
+        IntParam::Tensor(t.clone())
+    }
+}
+
+impl IntParam {
+    /// The value of an `i64` or a concrete rank-0 integer tensor; `None` for a tensor that
+    /// must be sampled with elementwise bounds.
+    fn number(&self) -> Result<Option<i64>> {
+        match self {
+            IntParam::Value(v) => Ok(Some(*v)),
+            IntParam::Tensor(t) if !t.is_traced() && t.ndim() == 0 && t.dtype().is_integer() => {
+                Ok(Some(t.item_i64()?))
+            }
+            IntParam::Tensor(_) => Ok(None),
+        }
+    }
+
+    /// The bound as an int64 tensor broadcast to `shape` (TY for a non-integer tensor).
+    fn int_tensor(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
+        let t = match self {
+            IntParam::Value(v) => crate::array(*v)?,
+            IntParam::Tensor(t) => t.clone(),
+        };
+        if !t.dtype().is_integer() {
+            return Err(Error::Type {
+                message: format!(
+                    "randint: {name} must be an integer or an integer array, got a {} array; convert it with astype(int64)",
+                    t.dtype().name()
+                ),
+            });
+        }
+        broadcast_param("randint", name, &t.astype(DType::I64)?, shape)
+    }
 }
 
 /// Integer samples of `shape` on `[minval, maxval)`, each value equally likely to within
-/// `(maxval - minval) / 2^64`; option `.dtype()` (int64 or int32).
+/// `(maxval - minval) / 2^64`; option `.dtype()` (int64 or int32). The bounds are `i64`s or
+/// integer tensors that broadcast to `shape` (traced ones too: an element whose bounds are
+/// empty is its `minval`, and int32 bounds are clamped into the int32 range, as in JAX).
 pub fn randint(
     key: impl Into<KeyArg>,
     shape: impl AsRef<[usize]>,
-    minval: i64,
-    maxval: i64,
+    minval: impl Into<IntParam>,
+    maxval: impl Into<IntParam>,
 ) -> RandInt {
     RandInt {
         key: key.into(),
         shape: shape.as_ref().to_vec(),
         dtype: DType::I64,
-        minval,
-        maxval,
+        minval: minval.into(),
+        maxval: maxval.into(),
     }
 }
 
@@ -501,18 +644,43 @@ impl RandInt {
     }
     pub fn eval(self) -> Result<Tensor> {
         let (s, d) = (self.shape.as_slice(), self.dtype);
+        let (Some(minval), Some(maxval)) = (self.minval.number()?, self.maxval.number()?) else {
+            return self.eval_elementwise();
+        };
         match &self.key {
             KeyArg::Host(k) => {
-                let samples = quabla_random::randint(k, s, d, self.minval, self.maxval)?;
+                let samples = quabla_random::randint(k, s, d, minval, maxval)?;
                 tensor(s, samples)
             }
             KeyArg::Tensor(_) => {
                 let key = self.key.tensor("randint")?;
-                let span = quabla_random::randint_span(d, self.minval, self.maxval)?;
+                let span = quabla_random::randint_span(d, minval, maxval)?;
                 quabla_random::sample_count(s, d)?;
-                stream::randint(&key, s, d, self.minval, span)
+                stream::randint(&key, s, d, minval, span)
             }
         }
+    }
+
+    /// The samples with bounds per element (or traced), after the host checks on concrete
+    /// bounds.
+    fn eval_elementwise(&self) -> Result<Tensor> {
+        let (s, d) = (self.shape.as_slice(), self.dtype);
+        let key = self.key.tensor("randint")?;
+        // The dtype check first, as the host sampler does.
+        quabla_random::randint_span(d, 0, 1)?;
+        quabla_random::sample_count(s, d)?;
+        let mut lo = self.minval.int_tensor("minval", s)?;
+        let mut hi = self.maxval.int_tensor("maxval", s)?;
+        if let (false, false) = (lo.is_traced(), hi.is_traced()) {
+            for (&l, &h) in lo.to_vec::<i64>()?.iter().zip(&hi.to_vec::<i64>()?) {
+                quabla_random::randint_span(d, l, h)?;
+            }
+        } else if d == DType::I32 {
+            let (min, max) = (i64::from(i32::MIN), i64::from(i32::MAX));
+            lo = lo.clip(min, max)?;
+            hi = hi.clip(min, max + 1)?;
+        }
+        stream::randint_between(&key, s, d, &lo, &hi)
     }
 }
 
@@ -576,35 +744,6 @@ impl Categorical {
         crate::ops::sorting::argmax(crate::add(logits, noise)?)
             .axis(axis)
             .eval()
-    }
-}
-
-/// A random permutation of `0..n` (int64 `[n]`): the stable argsort of the key's words
-/// `0..n` read as int64 (docs/random-and-io.md). A host key sorts on the host
-/// (`O(n log n)`); a key tensor records `argsort`, whose cost is quadratic in `n` (see
-/// `qb::argsort`), which suits the permutations of a few thousand elements a traced function
-/// draws. Permute an array by indexing it with the result.
-pub fn permutation(key: impl Into<KeyArg>, n: usize) -> Result<Tensor> {
-    quabla_random::sample_count(&[n], DType::I64)?;
-    match key.into() {
-        KeyArg::Host(k) => {
-            let mut order: Vec<(i64, i64)> = Vec::new();
-            order
-                .try_reserve_exact(n)
-                .map_err(|_| Error::out_of_memory(n as u128 * 16, "a random permutation"))?;
-            order.extend(
-                (0..n as u64).map(|e| (quabla_random::word(k.value(), e) as i64, e as i64)),
-            );
-            // Distinct positions make the order total: this is the stable argsort.
-            order.sort_unstable();
-            let indices: Vec<i64> = order.into_iter().map(|(_, e)| e).collect();
-            Ok(Tensor::from_parts(
-                Shape::new(vec![n])?,
-                HostData::I64(indices.into()),
-                false,
-            ))
-        }
-        arg @ KeyArg::Tensor(_) => stream::permutation(&arg.tensor("permutation")?, n),
     }
 }
 

@@ -18,6 +18,7 @@
 //! in `random/mod.rs` check dtypes, bounds and shapes with `quabla-random`'s own checks first.
 
 use crate::error::{Error, Result};
+use crate::operand::Operand;
 use crate::ops::compare::{greater_equal, less, where_};
 use crate::ops::elementwise::{
     add, bitwise_and, bitwise_xor, cos, log, mul, right_shift_logical, sin, sqrt,
@@ -150,6 +151,142 @@ pub(crate) fn uniform(key: &Tensor, shape: &[usize], bounds: &UniformBounds) -> 
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Bounds given as tensors
+//
+// The formulas of `uniform`, `randint` and `bernoulli` with bounds that vary per element (or are
+// traced): the same IEEE operations as the host formulas, element by element, so a tensor bound
+// gives the bits a number does. The neighbours of a float (`next_down`, the float32 values
+// around a float64) are computed with arithmetic whose result rounds to the neighbour: the IR
+// has no bit casts.
+
+/// 2^-53 (1 + 2^-10): `x - |x| c` lies strictly between half an ulp and one and a half ulps
+/// below a normal `x` of magnitude at least 2^-1000, so it rounds to the next float below.
+const NEXT_DOWN_F64: f64 = (1.0 + 1.0 / 1024.0) / 9_007_199_254_740_992.0;
+/// The same for float32 values, evaluated in float64 and rounded to float32.
+const NEXT_DOWN_F32: f64 = (1.0 + 1.0 / 1024.0) / 16_777_216.0;
+/// Below 2^-1021 every float64 is a multiple of 2^-1074 and so are its neighbours.
+const TINY_F64: f64 = f64::from_bits(2 << 52); // 2^-1021
+/// Between 2^-1021 and 2^-1000 the product `|x| c` would be subnormal: scale by 2^100 first.
+const SMALL_F64: f64 = f64::from_bits(23 << 52); // 2^-1000
+/// Below 2^-125 every float32 is a multiple of 2^-149 and so are its neighbours.
+const TINY_F32: f64 = f64::from_bits(898 << 52); // 2^-125
+
+/// The largest float64 below each element of the finite float64 `x` (`f64::next_down`).
+pub(crate) fn next_down_f64(x: &Tensor) -> Result<Tensor> {
+    let magnitude = x.abs()?;
+    let down = |v: &Tensor| -> Result<Tensor> {
+        let step = mul(v.abs()?, NEXT_DOWN_F64)?;
+        v.sub(&step)
+    };
+    let normal = down(x)?;
+    let scale = 2f64.powi(100);
+    let small = mul(down(&mul(x, scale)?)?, 1.0 / scale)?;
+    let tiny = add(x, -f64::from_bits(1))?;
+    let out = where_(less(&magnitude, SMALL_F64)?, small, normal)?;
+    where_(less(&magnitude, TINY_F64)?, tiny, out)
+}
+
+/// The largest float32 below each element of the float32 `r` (`f32::next_down`; the largest
+/// float32 below `+inf` is `f32::MAX`), as float32.
+fn next_down_f32(r: &Tensor) -> Result<Tensor> {
+    let wide = r.astype(DType::F64)?;
+    let magnitude = wide.abs()?;
+    let normal = wide.sub(&mul(&magnitude, NEXT_DOWN_F32)?)?;
+    let tiny = add(&wide, -f64::from(f32::from_bits(1)))?;
+    let out = where_(less(&magnitude, TINY_F32)?, tiny, normal)?;
+    let out = where_(
+        crate::ops::compare::equal(&wide, f64::INFINITY)?,
+        f64::from(f32::MAX),
+        out,
+    )?;
+    out.astype(DType::F32)
+}
+
+/// The largest float32 strictly below each element of the float64 `x` (`-inf` when there is
+/// none), as float32.
+pub(crate) fn f32_below(x: &Tensor) -> Result<Tensor> {
+    let r = x.astype(DType::F32)?;
+    let at_or_above = greater_equal(r.astype(DType::F64)?, x)?;
+    where_(at_or_above, next_down_f32(&r)?, &r)
+}
+
+/// The smallest float32 at least each element of the float64 `x` (`+inf` when there is none),
+/// as float32.
+pub(crate) fn f32_at_least(x: &Tensor) -> Result<Tensor> {
+    let r = x.astype(DType::F32)?;
+    let below = less(r.astype(DType::F64)?, x)?;
+    let up = next_down_f32(&r.neg()?)?.neg()?;
+    where_(below, up, &r)
+}
+
+/// `uniform` with float64 bounds `lo`, `hi` of the sample's shape: element `e` is the host
+/// formula with the bounds `(lo_e, hi_e)` (numerics.md §9.3 and its overflow form). An element
+/// whose bounds are not finite with `lo < hi` (or, for float32, hold no float32 value) is NaN:
+/// traced bounds cannot be checked before the samples exist.
+pub(crate) fn uniform_between(
+    key: &Tensor,
+    shape: &[usize],
+    dtype: DType,
+    lo: &Tensor,
+    hi: &Tensor,
+) -> Result<Tensor> {
+    let u = unit(&words(key, shape, |e| e)?)?;
+    let span = hi.sub(lo)?;
+    let overflows = span.isfinite()?.logical_not()?;
+    let half = mul(hi, 0.5)?.sub(&mul(lo, 0.5)?)?;
+    let h = where_(&overflows, &half, &span)?;
+    let hu = mul(&h, &u)?;
+    let plain = add(lo, &hu)?;
+    let value = where_(&overflows, add(&plain, &hu)?, &plain)?;
+    let mut valid = lo
+        .isfinite()?
+        .logical_and(hi.isfinite()?)?
+        .logical_and(less(lo, hi)?)?;
+    let out = match dtype {
+        DType::F32 => {
+            let (below_max, at_least_min) = (f32_below(hi)?, f32_at_least(lo)?);
+            valid = valid.logical_and(crate::ops::compare::less_equal(
+                at_least_min.astype(DType::F64)?,
+                below_max.astype(DType::F64)?,
+            )?)?;
+            let v32 = value.astype(DType::F32)?;
+            let wide = v32.astype(DType::F64)?;
+            let low = where_(less(&wide, lo)?, at_least_min, &v32)?;
+            where_(greater_equal(&wide, hi)?, below_max, low)?
+        }
+        _ => {
+            let low = where_(less(&value, lo)?, lo, &value)?;
+            where_(greater_equal(&value, hi)?, next_down_f64(hi)?, low)?
+        }
+    };
+    where_(valid, out, f64::NAN)
+}
+
+/// `randint` with int64 bounds `lo`, `hi` of the sample's shape: element `e` is
+/// `lo_e + mul_high(word(k, e), hi_e - lo_e)` (the span as an unsigned 64-bit word), as for
+/// constant bounds. An element with `hi_e <= lo_e` is `lo_e` (JAX's convention: traced bounds
+/// cannot be checked).
+pub(crate) fn randint_between(
+    key: &Tensor,
+    shape: &[usize],
+    dtype: DType,
+    lo: &Tensor,
+    hi: &Tensor,
+) -> Result<Tensor> {
+    let w = words(key, shape, |e| e)?;
+    let span = where_(crate::ops::compare::less_equal(hi, lo)?, 1i64, hi.sub(lo)?)?;
+    let span_low = bitwise_and(&span, LOW32)?;
+    let span_high = right_shift_logical(&span, 32)?;
+    let high = mul_high_parts(&w, span_low, span_high)?;
+    add(high, lo)?.astype(dtype)
+}
+
+/// `bernoulli` with a float64 probability `p` of the sample's shape: `u_e < p_e`.
+pub(crate) fn bernoulli_between(key: &Tensor, shape: &[usize], p: &Tensor) -> Result<Tensor> {
+    less(unit(&words(key, shape, |e| e)?)?, p)
+}
+
 /// A float32 scalar constant (exact, and never promoting the other operand of `where`).
 fn f32_scalar(value: f32) -> Tensor {
     Tensor::from_parts(Shape::scalar(), HostData::F32(vec![value].into()), false)
@@ -183,15 +320,25 @@ pub(crate) fn normal(key: &Tensor, shape: &[usize], dtype: DType, scale: f64) ->
     z.astype(dtype)
 }
 
-/// The high word of the 128-bit product of each word with the constant `span`, from the
-/// products of 32-bit halves (each fits in 64 bits, and no partial sum carries out).
+/// The high word of the 128-bit product of each word with the constant `span`.
 fn mul_high(w: &Tensor, span: u64) -> Result<Tensor> {
     let (span_low, span_high) = ((span & 0xFFFF_FFFF) as i64, (span >> 32) as i64);
+    mul_high_parts(w, span_low, span_high)
+}
+
+/// The high word of the 128-bit product of each word with the 64-bit span given by its low and
+/// high 32-bit halves, from the products of 32-bit halves (each fits in 64 bits, and no
+/// partial sum carries out).
+fn mul_high_parts<S: Into<Operand> + Clone>(
+    w: &Tensor,
+    span_low: S,
+    span_high: S,
+) -> Result<Tensor> {
     let w_low = bitwise_and(w, LOW32)?;
     let w_high = right_shift_logical(w, 32)?;
-    let t = mul(&w_low, span_low)?;
+    let t = mul(&w_low, span_low.clone())?;
     let u = add(mul(&w_high, span_low)?, right_shift_logical(&t, 32)?)?;
-    let v = add(mul(&w_low, span_high)?, bitwise_and(&u, LOW32)?)?;
+    let v = add(mul(&w_low, span_high.clone())?, bitwise_and(&u, LOW32)?)?;
     add(
         add(mul(&w_high, span_high)?, right_shift_logical(&u, 32)?)?,
         right_shift_logical(&v, 32)?,
@@ -347,4 +494,76 @@ pub(crate) struct TruncatedPlan {
     pub flip: bool,
     pub cdf_lo: f64,
     pub cdf_span: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Values around every boundary of the neighbour formulas: zeros, subnormals, the normal
+    /// range's ends, powers of two and their neighbours of both signs, the float32 range, and
+    /// a spread of ordinary values.
+    fn awkward() -> Vec<f64> {
+        let mut v = vec![
+            0.0,
+            -0.0,
+            f64::MAX,
+            -f64::MAX,
+            f64::MIN_POSITIVE,
+            5e-324,
+            1e-323,
+        ];
+        for e in [
+            -1074, -1073, -1050, -1023, -1022, -1021, -1020, -1001, -1000, -999, -149, -148, -127,
+            -126, -125, -124, -1, 0, 1, 52, 53, 127, 128, 1000, 1023,
+        ] {
+            let x = 2f64.powi(e);
+            v.extend([x, x.next_up(), x.next_down(), 1.5 * x, 1.75 * x]);
+        }
+        v.extend([
+            0.1,
+            1.0 / 3.0,
+            123.456,
+            1e-300,
+            1e300,
+            f64::from(f32::MAX),
+            3.4e38,
+            3.5e38,
+        ]);
+        let mut rng = quabla_random::testing::TestRng::new(11);
+        v.extend((0..200).map(|_| rng.value()));
+        let negated: Vec<f64> = v.iter().map(|x| -x).collect();
+        v.extend(negated);
+        v.retain(|x| x.is_finite());
+        v
+    }
+
+    #[test]
+    fn neighbours_are_the_standard_librarys() {
+        let xs = awkward();
+        let t = Tensor::from_parts(
+            Shape::new(vec![xs.len()]).unwrap(),
+            HostData::F64(xs.clone().into()),
+            false,
+        );
+        let down = next_down_f64(&t).unwrap().to_vec::<f64>().unwrap();
+        let below = f32_below(&t).unwrap().to_vec::<f32>().unwrap();
+        let at_least = f32_at_least(&t).unwrap().to_vec::<f32>().unwrap();
+        for (k, &x) in xs.iter().enumerate() {
+            assert_eq!(
+                down[k].to_bits(),
+                x.next_down().to_bits(),
+                "next_down({x:e})"
+            );
+            let r = x as f32;
+            let want_below = if f64::from(r) >= x { r.next_down() } else { r };
+            let want_at_least = if f64::from(r) < x { r.next_up() } else { r };
+            assert_eq!(below[k].to_bits(), want_below.to_bits(), "f32_below({x:e})");
+            assert_eq!(
+                at_least[k].to_bits(),
+                want_at_least.to_bits(),
+                "f32_at_least({x:e})"
+            );
+        }
+    }
 }

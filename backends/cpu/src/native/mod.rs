@@ -526,6 +526,10 @@ pub(crate) struct GraphBody {
 /// kernel's.
 const STEP_ELEMENTS: usize = 230;
 
+/// The multiply-adds of a `matmul` that weigh as one element pass in [`STEP_ELEMENTS`]'s
+/// balance.
+const MATMUL_WEIGHT: usize = 8;
+
 /// The most trips of a loop nested in a loop body: the code of a body runs between two
 /// cancellation checks, so a nested loop must end soon.
 const NESTED_TRIPS: usize = 4096;
@@ -566,6 +570,22 @@ enum Nested {
 }
 
 impl Nested {
+    /// The elements in memory its bodies make passes over in one run (a scan's once per trip;
+    /// a while loop's trips are not known before it runs, and count once).
+    fn memory_elements(&self) -> usize {
+        match self {
+            Nested::Cond {
+                then_branch,
+                else_branch,
+                ..
+            } => then_branch.memory_elements.max(else_branch.memory_elements),
+            Nested::Scan { body, length, .. } => body.memory_elements.saturating_mul(*length),
+            Nested::While { cond, body, .. } => {
+                cond.memory_elements.saturating_add(body.memory_elements)
+            }
+        }
+    }
+
     /// The translated form of `region`, when its bodies translate and its loops have a bound of
     /// at most [`NESTED_TRIPS`] trips.
     fn new(region: &Region, depth: usize) -> Result<Nested, String> {
@@ -658,7 +678,11 @@ impl GraphBody {
             if let Op::Region(call) = &node.op {
                 let key = Arc::as_ptr(&call.region) as usize;
                 if let std::collections::hash_map::Entry::Vacant(slot) = nested.entry(key) {
-                    slot.insert(Arc::new(Nested::new(&call.region, depth + 1)?));
+                    let region = Nested::new(&call.region, depth + 1)?;
+                    // A nested region's work counts once per call (its sibling output nodes
+                    // share one run), a scan's once per trip.
+                    memory_elements = memory_elements.saturating_add(region.memory_elements());
+                    slot.insert(Arc::new(region));
                 }
                 if size > NATIVE_ELEMENTS {
                     return Err(format!("a value of more than {NATIVE_ELEMENTS} elements"));
@@ -704,6 +728,13 @@ impl GraphBody {
             );
             if pass && size > REGISTER_ELEMENTS {
                 memory_elements += size;
+            }
+            // A product runs on one core here, where the interpreter splits a large one over
+            // both: its multiply-adds weigh against the machine code.
+            if let (Op::Matmul, Some(&a)) = (&node.op, node.operands.first()) {
+                let k = graph.node(a).ty.shape.dims().last().copied().unwrap_or(1);
+                memory_elements =
+                    memory_elements.saturating_add(size.saturating_mul(k) / MATMUL_WEIGHT);
             }
         }
         Ok(GraphBody {
