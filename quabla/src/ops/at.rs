@@ -279,10 +279,3 @@ fn apply_traced(
     .eval()?;
     Ok(out)
 }
-
-impl Tensor {
-    /// The functional update view: `x.at(qb::ix![&i]).add(1.0)`.
-    pub fn at(&self, items: impl AsRef<[IndexEntry]>) -> At {
-        At::new(self, items.as_ref())
-    }
-}
