@@ -68,6 +68,7 @@ pub use linalg::{cholesky, newton, solve};
 pub use operand::Operand;
 // Each module of the array library is exported whole: a function is named once, where it is
 // defined (see `ops`).
+pub use ops::at::At;
 pub use ops::calculus::*;
 pub use ops::compare::*;
 pub use ops::composite::*;

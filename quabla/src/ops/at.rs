@@ -20,14 +20,17 @@ pub struct At {
     items: Vec<IndexEntry>,
 }
 
-impl At {
-    pub(super) fn new(x: &Tensor, items: &[IndexEntry]) -> At {
+impl Tensor {
+    /// The functional update view: `x.at(qb::ix![&i]).add(1.0)`.
+    pub fn at(&self, items: impl AsRef<[IndexEntry]>) -> At {
         At {
-            x: x.clone(),
-            items: items.to_vec(),
+            x: self.clone(),
+            items: items.as_ref().to_vec(),
         }
     }
+}
 
+impl At {
     fn update(&self, values: Operand, mode: ScatterMode) -> Result<Tensor> {
         if mode != ScatterMode::Set && self.x.dtype() == DType::Bool {
             return Err(Error::BoolOperand {

@@ -18,7 +18,6 @@
 //!
 //! This module builds graphs through `dispatch::apply` only; it owns no state.
 
-pub use super::at::At;
 use super::index::IndexItem;
 use crate::dispatch::apply;
 use crate::error::{Error, Result, TracerErrorKind};
@@ -448,11 +447,6 @@ impl Tensor {
     #[track_caller]
     pub fn index_with(&self, items: impl AsRef<[IndexEntry]>) -> Result<Tensor> {
         index_by(self, items.as_ref(), OutOfRange::Clamp)
-    }
-
-    /// The functional update view: `x.at(qb::ix![&i]).add(1.0)`.
-    pub fn at(&self, items: impl AsRef<[IndexEntry]>) -> At {
-        At::new(self, items.as_ref())
     }
 
     /// [`take`] as a method.
