@@ -21,13 +21,13 @@ unsafe impl Send for Code {}
 unsafe impl Sync for Code {}
 
 impl fmt::Debug for Code {
-    pub(super) fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Code({:p})", self.entry)
     }
 }
 
 impl Drop for Code {
-    pub(super) fn drop(&mut self) {
+    fn drop(&mut self) {
         if let Some(module) = self.module.take() {
             // SAFETY: `entry`, the only pointer into the module's memory, dies with `self`.
             unsafe { module.free_memory() };
