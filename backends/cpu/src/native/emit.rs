@@ -417,8 +417,9 @@ impl Emitter<'_, '_> {
                     Val::Regs(result)
                 }
                 op => match EwOp::from_op(op) {
-                    Some(ew) if n > REGISTER_ELEMENTS => {
-                        self.elementwise_in_memory(ew, &operands, &shapes, out)?
+                    // The others in memory are fused ([`Emitter::fuse`]).
+                    Some(EwOp::Unary(u)) if n > REGISTER_ELEMENTS => {
+                        self.unary_lanes_in_memory(u, operands.first()?, out)?
                     }
                     Some(ew) => {
                         // Each operand's element that each result element reads.

@@ -18,7 +18,7 @@ use crate::kernels::lanes;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Value};
 use quabla_ir::eval::{broadcast_values, HostValue, SUM_BLOCK, SUM_LANES};
-use quabla_ir::{DType, HostData, Op, Reducer, Shape, TensorType};
+use quabla_ir::{DType, HostData, Op, Reducer, Shape, TensorType, UnaryOp};
 
 /// The tables a function's code reads, kept alive as long as the code: element positions and
 /// shapes (`u32`), and constant arrays (float64).
@@ -101,16 +101,6 @@ enum Expr {
         dtype: DType,
         args: Vec<Expr>,
     },
-}
-
-/// How an elementwise node reads an operand at output element `i`.
-enum Read {
-    /// Element `i` (same shape as the output).
-    Same,
-    /// Its only element.
-    Only,
-    /// Element `table[i]`.
-    Table(Value),
 }
 
 impl Emitter<'_, '_> {
@@ -256,87 +246,50 @@ impl Emitter<'_, '_> {
         }
     }
 
-    /// An elementwise node whose result (of type `out`) has more than [`REGISTER_ELEMENTS`]
-    /// elements: one loop computing each element as the register form does.
-    pub(super) fn elementwise_in_memory(
+    /// A unary function with vector lanes over an operand in memory of the result's shape (the
+    /// elementwise nodes [`Emitter::fusable`] leaves out): the interpreter's own slice kernel,
+    /// called once for the whole array.
+    pub(super) fn unary_lanes_in_memory(
         &mut self,
-        ew: EwOp,
-        operands: &[&Val],
-        shapes: &[&Shape],
+        u: UnaryOp,
+        x: &Val,
         out: &TensorType,
     ) -> Option<Val> {
+        let round_f32 = match out.dtype {
+            DType::F64 => 0,
+            DType::F32 => 1,
+            _ => return None,
+        };
+        if !lanes::has_lanes(u) || x.len() != out.shape.size() {
+            return None;
+        }
+        let code = unary_code(u)?;
         let n = out.shape.size();
-        // A function with vector lanes runs the interpreter's own slice kernel.
-        if let (EwOp::Unary(u), [x], [shape]) = (ew, operands, shapes) {
-            let round_f32 = match out.dtype {
-                DType::F64 => Some(0),
-                DType::F32 => Some(1),
-                _ => None,
-            };
-            if let (true, true, Some(round_f32), Some(code)) = (
-                lanes::has_lanes(u),
-                *shape == &out.shape,
-                round_f32,
-                unary_code(u),
-            ) {
-                let x = self.in_memory(x)?;
-                let result = self.scratch_array(n)?;
-                let code = self.b.ins().iconst(types::I32, i64::from(code));
-                let count = self.b.ins().iconst(types::I64, i64::try_from(n).ok()?);
-                let round = self.b.ins().iconst(types::I32, round_f32);
-                self.call_void(UNARY_LANES, &[code, x.at, result.at, count, round])?;
-                return Some(Val::Mem(result));
-            }
-        }
-        let mut sources: Vec<(Option<Mem>, Read, Option<Value>)> = Vec::new();
-        for (&v, &shape) in operands.iter().zip(shapes).take(3) {
-            if v.len() == 1 {
-                let only = self.element_at(v, 0)?;
-                sources.push((None, Read::Only, Some(only)));
-                continue;
-            }
-            let m = self.in_memory(v)?;
-            let read = if shape == &out.shape {
-                Read::Same
-            } else {
-                let numbers = HostData::F64((0..shape.size()).map(|i| i as f64).collect());
-                let positions = broadcast_values(
-                    HostValue {
-                        data: &numbers,
-                        shape,
-                    },
-                    &out.shape,
-                );
-                let entries = positions
-                    .into_iter()
-                    .map(|p| u32::try_from(p as usize).ok())
-                    .collect::<Option<Vec<u32>>>()?;
-                if entries.len() != n {
-                    return None;
-                }
-                Read::Table(self.table(entries))
-            };
-            sources.push((Some(m), read, None));
-        }
+        let x = self.in_memory(x)?;
         let result = self.scratch_array(n)?;
-        self.for_each(n, |e, i| {
-            let mut args = [None; 3];
-            for (k, (m, read, only)) in sources.iter().enumerate() {
-                args[k] = Some(match read {
-                    Read::Only => (*only)?,
-                    Read::Same => e.load_indexed(m.as_ref()?.at, i),
-                    Read::Table(table) => {
-                        let j = e.table_entry(*table, i);
-                        e.load_indexed(m.as_ref()?.at, j)
-                    }
-                });
-            }
-            let v = e.op(ew, args)?;
-            let v = e.round(out.dtype, v);
-            e.store_indexed(v, result.at, i);
-            Some(())
-        })?;
+        let code = self.b.ins().iconst(types::I32, i64::from(code));
+        let count = self.b.ins().iconst(types::I64, i64::try_from(n).ok()?);
+        let round = self.b.ins().iconst(types::I32, round_f32);
+        self.call_void(UNARY_LANES, &[code, x.at, result.at, count, round])?;
         Some(Val::Mem(result))
+    }
+
+    /// The table of the element of an operand of `shape` that each element of a result of
+    /// shape `out` reads (broadcasting), kept with the code.
+    fn broadcast_table(&mut self, shape: &Shape, out: &Shape) -> Option<Value> {
+        let numbers = HostData::F64((0..shape.size()).map(|i| i as f64).collect());
+        let positions = broadcast_values(
+            HostValue {
+                data: &numbers,
+                shape,
+            },
+            out,
+        );
+        let entries = positions
+            .into_iter()
+            .map(|p| u32::try_from(p as usize).ok())
+            .collect::<Option<Vec<u32>>>()?;
+        (entries.len() == out.size()).then(|| self.table(entries))
     }
 
     /// A layout op (reshape, broadcast, transpose, concatenation, slices, gathers) whose
@@ -766,22 +719,7 @@ impl Emitter<'_, '_> {
             let table = if shape == &out.shape {
                 None
             } else {
-                let numbers = HostData::F64((0..shape.size()).map(|i| i as f64).collect());
-                let positions = broadcast_values(
-                    HostValue {
-                        data: &numbers,
-                        shape,
-                    },
-                    &out.shape,
-                );
-                let entries = positions
-                    .into_iter()
-                    .map(|p| u32::try_from(p as usize).ok())
-                    .collect::<Option<Vec<u32>>>()?;
-                if entries.len() != n {
-                    return None;
-                }
-                Some(self.table(entries))
+                Some(self.broadcast_table(shape, &out.shape)?)
             };
             args.push(Expr::Load(m.at, table));
         }
