@@ -41,7 +41,8 @@ pub fn devices() -> Vec<DeviceInfo> {
 
 /// The backend for a device string accepted by `jit(f).device(..)` (`"cpu"`, `"cuda"`,
 /// `"cuda:N"`, `"mlx"`): the first available backend of that name, linked ones before
-/// plugins. Errors:
+/// plugins; for `"<name>:N"` with N ≥ 1, that backend's device N (opened once, named
+/// `"<name>:N"`, so buffers of one device are refused by another). Errors:
 ///
 /// - UN1 (`Error::Unsupported`, `op` `"target"`) when no backend of that name is linked in or
 ///   loadable, or none can run here (with the reasons);
@@ -53,18 +54,20 @@ pub(crate) fn backend_for(device: &str) -> Result<Arc<dyn Backend>> {
         Some((t, n)) => (t, n.parse::<usize>().ok()),
         None => (device, None),
     };
-    match Registry::global().backend(target) {
+    let registry = Registry::global();
+    match registry.backend(target) {
         Ok(backend) => {
-            if let Some(n) = ordinal {
-                let count = backend.capabilities().device_count;
-                if n >= count {
-                    return Err(Error::invalid(format!(
-                        "device {device:?} does not exist: the {target} backend has {count} \
-                         device(s)"
-                    )));
-                }
+            let Some(n) = ordinal else {
+                return Ok(backend);
+            };
+            let count = backend.capabilities().device_count;
+            if n >= count {
+                return Err(Error::invalid(format!(
+                    "device {device:?} does not exist: the {target} backend has {count} \
+                     device(s)"
+                )));
             }
-            Ok(backend)
+            Ok(registry.device(&backend, n)?)
         }
         Err(ResolveError::Unavailable { reason, .. }) => match reason.library {
             Some(library) => Err(Error::Unsupported {

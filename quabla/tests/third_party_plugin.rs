@@ -174,3 +174,66 @@ fn donation_crosses_the_plugin_boundary() -> qb::Result<()> {
     assert_eq!(x.to_vec::<f64>()?, expected);
     Ok(())
 }
+
+#[test]
+fn a_plugins_second_device_is_its_own_target_with_its_own_memory() -> qb::Result<()> {
+    toy_loaded()?;
+    let f = |x: Tensor| x.sin().mul(&x);
+    let x = qb::array([0.5, -1.0, 2.0])?;
+    let on_cpu = qb::jit(f).call(&x)?.to_vec::<f64>()?;
+
+    // `toy:0` is `toy`; `toy:1` is another device, whose copies are counted apart.
+    let first_before = qb::transfers("toy")?;
+    let second_before = qb::transfers("toy:1")?;
+    assert_eq!(
+        qb::jit(f).device("toy:1").call(&x)?.to_vec::<f64>()?,
+        on_cpu
+    );
+    let second_after = qb::transfers("toy:1")?;
+    assert_eq!(second_after.uploads, second_before.uploads + 1);
+    assert_eq!(second_after.downloads, second_before.downloads + 1);
+    assert_eq!(qb::transfers("toy")?, first_before);
+    assert_eq!(
+        qb::jit(f).device("toy:0").call(&x)?.to_vec::<f64>()?,
+        on_cpu
+    );
+    assert_eq!(qb::transfers("toy:1")?, second_after);
+    assert!(qb::transfers("toy")?.uploads > first_before.uploads);
+
+    // A Trainer on the second device keeps its state there and matches the CPU.
+    let data = (qb::array([0.5, -1.0, 2.0])?, qb::array([1.0, -2.0, 4.5])?);
+    let build = |device: &str| {
+        qb::optim::Trainer::new(
+            squared_error,
+            qb::array([0.1, 0.2, 0.3])?,
+            qb::optim::Sgd::new(0.01),
+            data.clone(),
+        )
+        .device(device)
+        .build()
+    };
+    let (mut second, mut cpu) = (build("toy:1")?, build("cpu")?);
+    let resident = qb::transfers("toy:1")?;
+    for _ in 0..20 {
+        second.step()?;
+        cpu.step()?;
+    }
+    let moved = qb::transfers("toy:1")?;
+    assert_eq!(
+        (moved.uploads, moved.downloads),
+        (resident.uploads, resident.downloads)
+    );
+    let (a, b) = (
+        second.params()?.to_vec::<f64>()?,
+        cpu.params()?.to_vec::<f64>()?,
+    );
+    for (a, b) in a.iter().zip(&b) {
+        assert!((a - b).abs() <= 1e-12 * b.abs().max(1.0), "{a} vs {b}");
+    }
+
+    // The toy host has two devices.
+    let err = qb::jit(f).device("toy:2").call(&x).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err:?}");
+    assert!(err.to_string().contains("has 2 device(s)"), "{err}");
+    Ok(())
+}

@@ -103,7 +103,8 @@
 //! `backends/example-plugin` a complete small plugin.
 
 use crate::{
-    Backend, BackendError, Bound, Capabilities, Executable, HostTensor, Memory, Unavailable,
+    Backend, BackendError, Bound, Capabilities, Executable, HostTensor, Memory, Precision,
+    Unavailable,
 };
 use abi_stable::library::RootModule;
 use abi_stable::prefix_type::PrefixTypeTrait;
@@ -132,7 +133,9 @@ pub use abi_stable;
 /// flags ([`AbiCancel`]); 3, backend-owned buffers: [`BackendObject::allocate`], inputs of
 /// [`ExecutableObject::run`] that the host donates ([`AbiInput`]), and
 /// [`PluginError::InvalidBuffer`]; 4, the integer dtypes: [`AbiDType::I32`] and
-/// [`AbiDType::I64`], [`AbiData::I32`] and [`AbiData::I64`] (plans in wire version 5).
+/// [`AbiDType::I64`], [`AbiData::I32`] and [`AbiData::I64`] (plans in wire version 5); 4,
+/// extended compatibly: [`BackendObject::compile_with`] ([`AbiPrecision`]) and
+/// [`BackendObject::open_device`] appended with defaults.
 pub const INTERFACE_VERSION: u32 = 4;
 
 /// [`INTERFACE_VERSION`] as the `abi_stable` version string of the root module (its major
@@ -435,6 +438,36 @@ impl From<AbiCapabilities> for Capabilities {
     }
 }
 
+/// How a plan's float32 work may be computed ([`crate::Precision`]), as it crosses the
+/// boundary.
+#[repr(u8)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AbiPrecision {
+    Reference = 0,
+    Float32 = 1,
+    Float64 = 2,
+}
+
+impl From<Precision> for AbiPrecision {
+    fn from(p: Precision) -> AbiPrecision {
+        match p {
+            Precision::Reference => AbiPrecision::Reference,
+            Precision::Float32 => AbiPrecision::Float32,
+            Precision::Float64 => AbiPrecision::Float64,
+        }
+    }
+}
+
+impl From<AbiPrecision> for Precision {
+    fn from(p: AbiPrecision) -> Precision {
+        match p {
+            AbiPrecision::Reference => Precision::Reference,
+            AbiPrecision::Float32 => Precision::Float32,
+            AbiPrecision::Float64 => Precision::Float64,
+        }
+    }
+}
+
 /// The host's cancellation flags for one run (see [`crate::cancel`]): its process-wide
 /// interrupt flag, which lives as long as the host, and the flag of the token current on the
 /// thread that runs the plan, if any. The plugin reads them during the run and may clear the
@@ -498,6 +531,28 @@ pub enum PluginError {
     InvalidBuffer { message: RString },
 }
 
+/// The refusal of `precision="float64"` by a plugin without float64 execution, from the
+/// default of [`BackendObject::compile_with`] (the device is filled in by the host).
+fn float64_refused() -> PluginError {
+    PluginError::Unsupported {
+        op: "precision=\"float64\"".into(),
+        device: RString::new(),
+        reason: "this backend computes in float32 and has no float64 mode; leave precision \
+                 unset to run in float32, or run on a backend with float64 (device=\"cpu\")"
+            .into(),
+    }
+}
+
+/// The refusal of a device ordinal by a plugin of one device, from the default of
+/// [`BackendObject::open_device`].
+fn ordinal_refused(ordinal: u64) -> PluginError {
+    PluginError::Unsupported {
+        op: "device ordinal".into(),
+        device: RString::new(),
+        reason: format!("the plugin drives one device; device {ordinal} does not exist").into(),
+    }
+}
+
 impl PluginError {
     /// The plugin-side form of a backend error.
     pub fn from_backend(e: &BackendError) -> PluginError {
@@ -557,9 +612,19 @@ impl PluginError {
                 got: got.into(),
             },
             PluginError::Singular { op } => BackendError::Singular { op: op.into() },
-            PluginError::Unsupported { op, device, reason } => BackendError::Unsupported {
+            // The defaults of the appended methods cannot know the plugin's name: an empty
+            // device is the one the host knows the plugin by.
+            PluginError::Unsupported {
+                op,
+                device: named,
+                reason,
+            } => BackendError::Unsupported {
                 op: op.into(),
-                device: device.into(),
+                device: if named.is_empty() {
+                    device.into()
+                } else {
+                    named.into()
+                },
                 reason: reason.into(),
             },
             PluginError::Device { device, message } => BackendError::Device {
@@ -627,8 +692,8 @@ mod objects {
     #![allow(non_local_definitions)]
 
     use super::{
-        AbiCancel, AbiCapabilities, AbiHostTensor, AbiInput, AbiTensorType, BufferBox,
-        ExecutableBox, PluginError,
+        AbiCancel, AbiCapabilities, AbiHostTensor, AbiInput, AbiPrecision, AbiTensorType,
+        BackendBox, BufferBox, ExecutableBox, PluginError,
     };
     use abi_stable::sabi_trait;
     use abi_stable::std_types::{RResult, RSlice, RVec};
@@ -649,6 +714,32 @@ mod objects {
         /// ([`PluginError::OutOfMemory`] when the memory cannot be had).
         #[sabi(last_prefix_field)]
         fn allocate(&self, ty: &AbiTensorType) -> RResult<BufferBox, PluginError>;
+
+        /// Compiles a plan at a precision ([`crate::Backend::compile_with`]). Appended after
+        /// the prefix: a plugin built before it has none, and the default compiles the plan
+        /// as [`BackendObject::compile`] does, refusing `Float64` on a backend without float64
+        /// execution (the rule of [`crate::Backend::compile_with`]'s default).
+        fn compile_with(
+            &self,
+            plan: RSlice<'_, u8>,
+            precision: AbiPrecision,
+        ) -> RResult<ExecutableBox, PluginError> {
+            if precision == AbiPrecision::Float64 {
+                match self.capabilities() {
+                    RResult::ROk(c) if c.float64 => {}
+                    RResult::ROk(_) => return RResult::RErr(crate::abi::float64_refused()),
+                    RResult::RErr(e) => return RResult::RErr(e),
+                }
+            }
+            self.compile(plan)
+        }
+
+        /// The backend of device `ordinal` of this kind ([`crate::Backend::open_device`]).
+        /// Appended after the prefix; the default, and a plugin built before it, drives one
+        /// device and refuses every ordinal.
+        fn open_device(&self, ordinal: u64) -> RResult<BackendBox, PluginError> {
+            RResult::RErr(crate::abi::ordinal_refused(ordinal))
+        }
     }
 
     /// A compiled plan.
@@ -777,11 +868,7 @@ where
             ))));
         }
     }
-    let adapter = HostBackend {
-        name: backend.name().to_string(),
-        backend: NoUnwindDrop::new(Arc::new(backend)),
-    };
-    Ok(BackendBox::from_value(adapter, TD_Opaque))
+    Ok(HostBackend::boxed(Arc::new(backend)))
 }
 
 /// Holds a value whose destructor must not unwind into an `extern "C"` shim: a panic while
@@ -816,17 +903,25 @@ impl<T> Drop for NoUnwindDrop<T> {
 }
 
 /// A plain backend seen through the ABI; its buffers hold the backend's own [`Memory`].
-struct HostBackend<B> {
+struct HostBackend {
     name: String,
-    backend: NoUnwindDrop<Arc<B>>,
+    backend: NoUnwindDrop<Arc<dyn Backend>>,
 }
 
-impl<B: Backend + 'static> BackendObject for HostBackend<B> {
-    fn capabilities(&self) -> RResult<AbiCapabilities, PluginError> {
-        guard(|| Ok(AbiCapabilities::from(&self.backend.capabilities())))
+impl HostBackend {
+    fn boxed(backend: Arc<dyn Backend>) -> BackendBox {
+        let adapter = HostBackend {
+            name: backend.name().to_string(),
+            backend: NoUnwindDrop::new(backend),
+        };
+        BackendBox::from_value(adapter, TD_Opaque)
     }
 
-    fn compile(&self, plan: RSlice<'_, u8>) -> RResult<ExecutableBox, PluginError> {
+    fn compile_at(
+        &self,
+        plan: RSlice<'_, u8>,
+        precision: Precision,
+    ) -> RResult<ExecutableBox, PluginError> {
         guard(|| {
             let plan = quabla_ir::wire::decode_plan(plan.as_slice()).map_err(|e| {
                 PluginError::InvalidPlan {
@@ -835,7 +930,7 @@ impl<B: Backend + 'static> BackendObject for HostBackend<B> {
             })?;
             let exe = self
                 .backend
-                .compile(&plan)
+                .compile_with(&plan, precision)
                 .map_err(|e| PluginError::from_backend(&e))?;
             let outputs = plan
                 .output_types()
@@ -849,10 +944,20 @@ impl<B: Backend + 'static> BackendObject for HostBackend<B> {
                 name: self.name.clone(),
                 exe: NoUnwindDrop::new(exe),
                 outputs,
-                backend: NoUnwindDrop::new(Arc::clone(&*self.backend) as Arc<dyn DownloadMemory>),
+                backend: NoUnwindDrop::new(Arc::clone(&*self.backend)),
             };
             Ok(ExecutableBox::from_value(adapter, TD_Opaque))
         })
+    }
+}
+
+impl BackendObject for HostBackend {
+    fn capabilities(&self) -> RResult<AbiCapabilities, PluginError> {
+        guard(|| Ok(AbiCapabilities::from(&self.backend.capabilities())))
+    }
+
+    fn compile(&self, plan: RSlice<'_, u8>) -> RResult<ExecutableBox, PluginError> {
+        self.compile_at(plan, Precision::Reference)
     }
 
     fn upload(&self, tensor: &AbiHostTensor) -> RResult<BufferBox, PluginError> {
@@ -865,7 +970,7 @@ impl<B: Backend + 'static> BackendObject for HostBackend<B> {
             Ok(HostBuffer::boxed(
                 tensor.tensor_type(),
                 memory,
-                Arc::clone(&*self.backend) as Arc<dyn DownloadMemory>,
+                Arc::clone(&*self.backend),
             ))
         })
     }
@@ -883,8 +988,27 @@ impl<B: Backend + 'static> BackendObject for HostBackend<B> {
             Ok(HostBuffer::boxed(
                 ty.clone(),
                 memory,
-                Arc::clone(&*self.backend) as Arc<dyn DownloadMemory>,
+                Arc::clone(&*self.backend),
             ))
+        })
+    }
+
+    fn compile_with(
+        &self,
+        plan: RSlice<'_, u8>,
+        precision: AbiPrecision,
+    ) -> RResult<ExecutableBox, PluginError> {
+        self.compile_at(plan, precision.into())
+    }
+
+    fn open_device(&self, ordinal: u64) -> RResult<BackendBox, PluginError> {
+        guard(|| {
+            let ordinal = usize::try_from(ordinal).map_err(|_| ordinal_refused(ordinal))?;
+            let backend = self
+                .backend
+                .open_device(ordinal)
+                .map_err(|e| PluginError::from_backend(&e))?;
+            Ok(HostBackend::boxed(backend))
         })
     }
 }
@@ -895,7 +1019,7 @@ struct HostExecutable {
     /// The type of each plan output (what the output buffers report).
     outputs: Vec<AbiTensorType>,
     /// The backend, which reads the output buffers back.
-    backend: NoUnwindDrop<Arc<dyn DownloadMemory>>,
+    backend: NoUnwindDrop<Arc<dyn Backend>>,
 }
 
 impl ExecutableObject for HostExecutable {
@@ -976,27 +1100,16 @@ impl ExecutableObject for HostExecutable {
     }
 }
 
-/// What a buffer of the adapter needs of its backend: reading its memory back.
-trait DownloadMemory: Send + Sync {
-    fn download_memory(&self, memory: &Memory) -> crate::Result<HostTensor>;
-}
-
-impl<B: Backend> DownloadMemory for B {
-    fn download_memory(&self, memory: &Memory) -> crate::Result<HostTensor> {
-        self.download(memory)
-    }
-}
-
 /// A buffer of the adapter: the backend's memory for one tensor, until a donation takes it.
 /// Its parts are dropped under `catch_unwind` (a device's free may panic).
 struct HostBuffer {
     ty: AbiTensorType,
     memory: NoUnwindDrop<std::sync::Mutex<Option<Memory>>>,
-    backend: NoUnwindDrop<Arc<dyn DownloadMemory>>,
+    backend: NoUnwindDrop<Arc<dyn Backend>>,
 }
 
 impl HostBuffer {
-    fn boxed(ty: AbiTensorType, memory: Memory, backend: Arc<dyn DownloadMemory>) -> BufferBox {
+    fn boxed(ty: AbiTensorType, memory: Memory, backend: Arc<dyn Backend>) -> BufferBox {
         BufferBox::from_value(
             HostBuffer {
                 ty,
@@ -1040,7 +1153,7 @@ impl BufferObject for HostBuffer {
                 })?;
             let host = self
                 .backend
-                .download_memory(&memory)
+                .download(&memory)
                 .map_err(|e| PluginError::from_backend(&e))?;
             AbiHostTensor::try_from_host(&host)
         })

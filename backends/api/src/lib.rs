@@ -65,7 +65,8 @@ use thiserror::Error;
 pub struct Capabilities {
     /// Executes float64 nodes in float64 (the CPU does; devices may not).
     pub float64: bool,
-    /// Number of devices of this kind (1 for the CPU).
+    /// Number of devices of this kind (1 for the CPU); ordinals `1..device_count` are opened
+    /// with [`Backend::open_device`].
     pub device_count: usize,
 }
 
@@ -216,19 +217,33 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// [`Precision::Float32`] and changes nothing. It refuses [`Precision::Float64`] on a
     /// backend without float64 execution (UN2, op `precision="float64"`) rather than run the
     /// plan in float32 unasked: such a backend must implement this method to honour it (the
-    /// linked CUDA backend does; the plugin ABI does not carry the precision).
+    /// CUDA backend does, linked or as a plugin: the plugin ABI carries the precision).
     fn compile_with(&self, plan: &Plan, precision: Precision) -> Result<Arc<dyn Executable>> {
         if precision == Precision::Float64 && !self.capabilities().float64 {
             return Err(BackendError::Unsupported {
                 op: "precision=\"float64\"".into(),
                 device: self.name().into(),
-                reason: "this backend computes in float32 and has no float64 mode here (a \
-                         plugin receives no precision); link the backend into the program, or \
-                         leave precision unset to run in float32"
+                reason: "this backend computes in float32 and has no float64 mode; leave \
+                         precision unset to run in float32, or run on a backend with float64 \
+                         (device=\"cpu\")"
                     .into(),
             });
         }
         self.compile(plan)
+    }
+
+    /// The backend of device `ordinal` of this kind (`jit(f).device("cuda:1")`), for
+    /// `1 <= ordinal < capabilities().device_count`: device 0 is this backend itself, and the
+    /// registry opens each other ordinal once and keeps it ([`registry::Registry::device`]).
+    /// The backend returned answers [`Backend::name`] with `"<name>:<ordinal>"`, so that
+    /// [`Buffer`]s of one device are refused by another. The default, for a backend of one
+    /// device, refuses every ordinal (UN2, op `device ordinal`).
+    fn open_device(&self, ordinal: usize) -> Result<Arc<dyn Backend>> {
+        Err(BackendError::Unsupported {
+            op: "device ordinal".into(),
+            device: format!("{}:{ordinal}", self.name()),
+            reason: format!("the {} backend drives one device", self.name()),
+        })
     }
 
     /// Compiles a plan whose runs stop with [`BackendError::NonFinite`] at the first node that

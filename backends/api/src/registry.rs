@@ -48,7 +48,7 @@ use crate::abi::{
 use crate::library_file::{check_library_file, FileProblem};
 use crate::{
     check_inputs, Backend, BackendError, Bound, Capabilities, Executable, HostTensor, Memory,
-    Result, RunFailure, TransferCounter, Transfers, Unavailable,
+    Precision, Result, RunFailure, TransferCounter, Transfers, Unavailable,
 };
 use abi_stable::library::{lib_header_from_path, LibraryError};
 use abi_stable::std_types::{RResult, RSlice};
@@ -558,6 +558,13 @@ impl PluginBackend {
 
     /// Compiles a plan into the plugin's executable type.
     pub fn compile_plan(&self, plan: &Plan) -> Result<PluginExecutable> {
+        self.compile_plan_with(plan, Precision::Reference)
+    }
+
+    /// Compiles a plan at a precision into the plugin's executable type (a plugin built
+    /// before the ABI carried the precision compiles it as [`PluginBackend::compile_plan`]
+    /// does and refuses `Float64` without float64 execution).
+    pub fn compile_plan_with(&self, plan: &Plan, precision: Precision) -> Result<PluginExecutable> {
         let bytes = quabla_ir::wire::encode_plan(plan).map_err(|e| BackendError::Device {
             device: self.inner.name.clone(),
             message: format!("the plan cannot be sent to the plugin: {e}"),
@@ -565,7 +572,7 @@ impl PluginBackend {
         let exe = self
             .inner
             .backend
-            .compile(RSlice::from_slice(&bytes))
+            .compile_with(RSlice::from_slice(&bytes), precision.into())
             .into_result()
             .map_err(|e| e.into_backend(&self.inner.name))?;
         Ok(PluginExecutable {
@@ -622,6 +629,36 @@ impl Backend for PluginBackend {
 
     fn compile(&self, plan: &Plan) -> Result<Arc<dyn Executable>> {
         Ok(Arc::new(self.compile_plan(plan)?))
+    }
+
+    fn compile_with(&self, plan: &Plan, precision: Precision) -> Result<Arc<dyn Executable>> {
+        Ok(Arc::new(self.compile_plan_with(plan, precision)?))
+    }
+
+    /// The plugin's backend of device `ordinal`, named `"<name>:<ordinal>"`, with transfers
+    /// counted apart.
+    fn open_device(&self, ordinal: usize) -> Result<Arc<dyn Backend>> {
+        let name = format!("{}:{ordinal}", self.inner.name);
+        let backend = self
+            .inner
+            .backend
+            .open_device(ordinal as u64)
+            .into_result()
+            .map_err(|e| e.into_backend(&name))?;
+        let capabilities = backend
+            .capabilities()
+            .into_result()
+            .map_err(|e| e.into_backend(&name))?
+            .into();
+        Ok(Arc::new(PluginBackend {
+            inner: Arc::new(PluginInner {
+                name,
+                path: self.inner.path,
+                capabilities,
+                backend,
+                transfers: TransferCounter::default(),
+            }),
+        }))
     }
 
     fn upload(&self, tensor: &HostTensor) -> Result<Memory> {
@@ -1008,6 +1045,9 @@ fn describe_failures(failures: &[String]) -> String {
     }
 }
 
+/// A device of a backend kind: the address of the kind's first backend, and the ordinal.
+type DeviceKey = (usize, usize);
+
 /// The backends of a process: linked ones and loaded plugins. Plugins can be added while it
 /// is in use ([`Registry::load_plugin`]); every other method reads a consistent snapshot.
 #[derive(Debug)]
@@ -1018,6 +1058,9 @@ pub struct Registry {
     /// one file load it once (the entries lock is held only to read or publish entries, never
     /// while plugin code runs).
     loading: Mutex<()>,
+    /// The backends of devices other than a kind's first ([`Registry::device`]), by the
+    /// address of the first device's backend and the ordinal: each is opened once.
+    devices: Mutex<Vec<(DeviceKey, Arc<dyn Backend>)>>,
 }
 
 impl Clone for Registry {
@@ -1027,6 +1070,12 @@ impl Clone for Registry {
             search: self.search.clone(),
             entries: RwLock::new(self.entries()),
             loading: Mutex::new(()),
+            devices: Mutex::new(
+                self.devices
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone(),
+            ),
         }
     }
 }
@@ -1072,6 +1121,7 @@ impl Registry {
             search: search.clone(),
             entries: RwLock::new(entries),
             loading: Mutex::new(()),
+            devices: Mutex::new(Vec::new()),
         }
     }
 
@@ -1258,6 +1308,52 @@ impl Registry {
                 })
                 .collect(),
         })
+    }
+}
+
+impl Registry {
+    /// The backend of device `ordinal` of `first`'s kind, where `first` is a backend this
+    /// registry resolved ([`Registry::backend`]): `first` itself for ordinal 0, otherwise the
+    /// backend [`Backend::open_device`] returns, opened once and kept (so every
+    /// `jit(f).device("cuda:1")` shares one device, its memory and its transfer counts).
+    /// Errors: `Unsupported` (op `device ordinal`) for an ordinal past
+    /// `capabilities().device_count`, without asking the backend, and whatever opening the
+    /// device returns.
+    pub fn device(&self, first: &Arc<dyn Backend>, ordinal: usize) -> Result<Arc<dyn Backend>> {
+        if ordinal == 0 {
+            return Ok(first.clone());
+        }
+        let count = first.capabilities().device_count;
+        if ordinal >= count {
+            return Err(BackendError::Unsupported {
+                op: "device ordinal".into(),
+                device: format!("{}:{ordinal}", first.name()),
+                reason: format!(
+                    "the {} backend has {count} device(s), numbered from 0",
+                    first.name()
+                ),
+            });
+        }
+        let key = (Arc::as_ptr(first) as *const () as usize, ordinal);
+        // Held while the device opens, so that two threads asking for it open it once.
+        let mut opened = self.devices.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, backend)) = opened.iter().find(|(k, _)| *k == key) {
+            return Ok(backend.clone());
+        }
+        let backend = match catch_unwind(AssertUnwindSafe(|| first.open_device(ordinal))) {
+            Ok(result) => result?,
+            Err(payload) => {
+                return Err(BackendError::Device {
+                    device: format!("{}:{ordinal}", first.name()),
+                    message: format!(
+                        "opening the device panicked: {}",
+                        crate::abi::panic_message(payload.as_ref())
+                    ),
+                })
+            }
+        };
+        opened.push((key, backend.clone()));
+        Ok(backend)
     }
 }
 

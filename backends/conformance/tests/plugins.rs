@@ -338,3 +338,121 @@ fn linked_device_backends_report_why_they_are_unavailable() {
         assert!(mlx.to_string().contains("MLX runs only on macOS"), "{mlx}");
     }
 }
+
+/// `x @ y` of float32 `[1, k] @ [k, 1]` and `sum(x)`: the nodes whose float32 work
+/// `Precision::Float32` changes (float32 accumulation) on the CPU.
+fn float32_contractions(k: usize) -> (Plan, Vec<HostTensor>) {
+    let mut b = GraphBuilder::new();
+    let ty = |dims: Vec<usize>| TensorType::new(DType::F32, quabla_ir::Shape::new(dims).unwrap());
+    let x = b.input("x", ty(vec![1, k]));
+    let y = b.input("y", ty(vec![k, 1]));
+    let m = b.push(quabla_ir::Op::Matmul, &[x, y]).unwrap();
+    let s = b
+        .push(
+            quabla_ir::Op::Reduce {
+                kind: quabla_ir::ReduceKind::Sum,
+                axes: vec![0, 1],
+            },
+            &[x],
+        )
+        .unwrap();
+    let plan = Plan::compile(&b.finish(vec![m, s]).unwrap());
+    let xs: Vec<f64> = (0..k)
+        .map(|i| 1.0 + (i as f64 * 0.37).sin() * 1e-3)
+        .collect();
+    let ys: Vec<f64> = (0..k)
+        .map(|i| 0.5 + (i as f64 * 0.11).cos() * 1e-2)
+        .collect();
+    let inputs = vec![
+        tensor(DType::F32, &[1, k], &xs),
+        tensor(DType::F32, &[k, 1], &ys),
+    ];
+    (plan, inputs)
+}
+
+#[test]
+fn the_precision_crosses_the_plugin_boundary() {
+    use quabla_backend::Precision;
+    let plugin = Plugin::load(&built().cpu_plugin()).unwrap().open().unwrap();
+    let linked = quabla_cpu::CpuBackend::default();
+    let (plan, inputs) = float32_contractions(4096);
+    let run = |backend: &dyn Backend, precision| {
+        backend
+            .compile_with(&plan, precision)
+            .unwrap()
+            .run(&inputs)
+            .unwrap()
+    };
+    // The two precisions give different bits here, so the plugin's agreement with each is a
+    // test that it received the precision asked for.
+    assert_ne!(
+        run(&linked, Precision::Reference),
+        run(&linked, Precision::Float32)
+    );
+    for precision in [Precision::Reference, Precision::Float32, Precision::Float64] {
+        assert_eq!(
+            run(&plugin, precision),
+            run(&linked, precision),
+            "{precision:?}"
+        );
+    }
+}
+
+#[test]
+fn a_plugins_other_devices_are_opened_through_the_interface_and_keep_their_memory() {
+    let registry = Registry::discover(&PluginSearch::none());
+    registry.load_plugin(built().toy_plugin()).unwrap();
+    let first = registry.backend("toy").unwrap();
+    assert_eq!(first.capabilities().device_count, 2);
+    assert!(std::sync::Arc::ptr_eq(
+        &registry.device(&first, 0).unwrap(),
+        &first
+    ));
+    let second = registry.device(&first, 1).unwrap();
+    assert_eq!(second.name(), "toy:1");
+    // Opened once: every request for it is the same backend.
+    assert!(std::sync::Arc::ptr_eq(
+        &registry.device(&first, 1).unwrap(),
+        &second
+    ));
+
+    let on_first = first.compile(&exp_plan("x")).unwrap().run(&[x3()]).unwrap();
+    let exe = second.compile(&exp_plan("x")).unwrap();
+    assert_eq!(exe.run(&[x3()]).unwrap(), on_first);
+    assert_eq!(second.transfers().uploads, 1);
+
+    // Memory of one device is refused by the other, and given back with the failure.
+    let elsewhere = first.upload(&x3()).unwrap();
+    let failure = exe
+        .run_resident(vec![Bound {
+            memory: elsewhere,
+            donated: true,
+        }])
+        .unwrap_err();
+    assert!(
+        matches!(&failure.error, BackendError::InvalidBuffer { message }
+            if message.contains("toy:1 was given memory of another backend")),
+        "{:?}",
+        failure.error
+    );
+    assert_eq!(first.download(&failure.inputs[0].memory).unwrap(), x3());
+    assert!(second.download(&failure.inputs[0].memory).is_err());
+
+    // Past the devices, and on a plugin of one device (the CPU), ordinals are refused.
+    for (backend, ordinal) in [(&first, 2), (&first, 9)] {
+        match registry.device(backend, ordinal) {
+            Err(BackendError::Unsupported { op, device, .. }) => {
+                assert_eq!(op, "device ordinal");
+                assert_eq!(device, format!("toy:{ordinal}"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let cpu = Plugin::load(&built().cpu_plugin()).unwrap().open().unwrap();
+    match cpu.open_device(1) {
+        Err(BackendError::Unsupported { op, device, .. }) => {
+            assert_eq!((op.as_str(), device.as_str()), ("device ordinal", "cpu:1"))
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -47,9 +47,13 @@ quabla_backend::register_backend!("cuda", || Ok(Arc::new(CudaBackend::open()?)))
 /// The backend name, `jit(f).device("cuda")`.
 pub const NAME: &str = "cuda";
 
-/// The CUDA backend of one host: its first device (`cuda:0`), and how many there are.
+/// The CUDA backend of one device of the host (`cuda:0` is the backend registered as `cuda`;
+/// [`Backend::open_device`] opens the others), and how many devices there are.
 #[derive(Debug)]
 pub struct CudaBackend {
+    /// `"cuda"` for device 0, `"cuda:N"` for the others (buffers of one device are refused
+    /// by another because their backend names differ).
+    name: String,
     device: Arc<runtime::Device>,
     device_count: usize,
 }
@@ -62,6 +66,7 @@ impl CudaBackend {
             let device_count = probe()?;
             let device = runtime::Device::open(0)?;
             Ok(CudaBackend {
+                name: NAME.to_string(),
                 device,
                 device_count,
             })
@@ -79,8 +84,7 @@ impl CudaBackend {
         &self.device
     }
 
-    /// How many devices the driver lists (the backend drives the first; see
-    /// `Backend::capabilities`).
+    /// How many devices the driver lists.
     pub fn driver_device_count(&self) -> usize {
         self.device_count
     }
@@ -158,21 +162,32 @@ fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T, BackendError>) -> Result
 
 impl Backend for CudaBackend {
     fn name(&self) -> &str {
-        NAME
+        &self.name
     }
 
     /// `float64: false`: float64 plans run in float32 unless compiled at
-    /// `Precision::Float64` (numerics.md §1.6).
-    ///
-    /// `device_count: 1`, whatever the driver lists ([`CudaBackend::driver_device_count`]):
-    /// the backend interface does not pass a `cuda:N` ordinal to the backend, so every plan
-    /// runs on `cuda:0`, and claiming more devices would let `cuda:1` run silently on
-    /// `cuda:0`. With one device the facade refuses `cuda:N` for N ≥ 1 instead.
+    /// `Precision::Float64` (numerics.md §1.6). `device_count`: the devices the driver lists.
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             float64: false,
-            device_count: 1,
+            device_count: self.device_count,
         }
+    }
+
+    /// Device `ordinal`: its own context, stream, library handles and memory.
+    fn open_device(&self, ordinal: usize) -> quabla_backend::Result<Arc<dyn Backend>> {
+        let name = format!("{NAME}:{ordinal}");
+        guarded("opening a device", || {
+            let device = runtime::Device::open(ordinal).map_err(|u| BackendError::Device {
+                device: name.clone(),
+                message: u.to_string(),
+            })?;
+            Ok(Arc::new(CudaBackend {
+                name: name.clone(),
+                device,
+                device_count: self.device_count,
+            }) as Arc<dyn Backend>)
+        })
     }
 
     fn compile(&self, plan: &Plan) -> quabla_backend::Result<Arc<dyn Executable>> {
@@ -282,7 +297,10 @@ mod tests {
     fn opening_reports_devices_or_why_not_without_panicking() {
         match CudaBackend::open() {
             Ok(backend) => {
-                assert_eq!(backend.capabilities().device_count, 1);
+                assert_eq!(
+                    backend.capabilities().device_count,
+                    backend.driver_device_count()
+                );
                 assert!(backend.driver_device_count() >= 1);
                 assert_eq!(backend.name(), "cuda");
             }

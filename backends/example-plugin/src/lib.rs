@@ -36,12 +36,28 @@ pub const NAME: &str = "toy";
 /// How much memory the toy device has: allocations past it are `OutOfMemory`, as on a GPU.
 pub const CAPACITY_BYTES: usize = 1 << 30;
 
-/// The toy backend: its memory accounting and transfer counts; everything else is decided per
-/// plan in `compile`.
-#[derive(Debug, Default)]
+/// How many toy devices the host has: `toy` (device 0, what the plugin opens) and `toy:1`, so
+/// that the plugin shows how a backend of several devices answers `Backend::open_device`.
+pub const DEVICES: usize = 2;
+
+/// The toy backend of one toy device: its name (`toy`, `toy:1`), its memory accounting and
+/// transfer counts; everything else is decided per plan in `compile`.
+#[derive(Debug)]
 pub struct ToyBackend {
+    name: String,
     memory: Arc<Accounting>,
     transfers: TransferCounter,
+}
+
+impl Default for ToyBackend {
+    /// Device 0.
+    fn default() -> ToyBackend {
+        ToyBackend {
+            name: NAME.to_string(),
+            memory: Arc::default(),
+            transfers: TransferCounter::default(),
+        }
+    }
 }
 
 /// The bytes of toy memory in use (8 per element, whatever the dtype).
@@ -127,23 +143,41 @@ impl ToyBackend {
         self.memory.in_use()
     }
 
+    /// `memory` as toy memory of this device (memory of the other toy device is refused as a
+    /// device would refuse another device's addresses).
     fn toy_memory<'m>(&self, memory: &'m Memory) -> Result<&'m ToyMemory> {
-        memory
-            .backend::<ToyMemory>()
-            .ok_or_else(|| quabla_backend::foreign_memory(NAME))
+        match memory.backend::<ToyMemory>() {
+            Some(m) if Arc::ptr_eq(&m.accounting, &self.memory) => Ok(m),
+            _ => Err(quabla_backend::foreign_memory(&self.name)),
+        }
     }
 }
 
 impl Backend for ToyBackend {
     fn name(&self) -> &str {
-        NAME
+        &self.name
     }
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             float64: true,
-            device_count: 1,
+            device_count: DEVICES,
         }
+    }
+
+    /// Toy device `ordinal`: memory and transfer counts of its own.
+    fn open_device(&self, ordinal: usize) -> Result<Arc<dyn Backend>> {
+        if ordinal == 0 || ordinal >= DEVICES {
+            return Err(BackendError::Unsupported {
+                op: "device ordinal".into(),
+                device: format!("{NAME}:{ordinal}"),
+                reason: format!("the toy devices are {NAME} and {NAME}:1"),
+            });
+        }
+        Ok(Arc::new(ToyBackend {
+            name: format!("{NAME}:{ordinal}"),
+            ..ToyBackend::default()
+        }))
     }
 
     fn compile(&self, plan: &Plan) -> Result<Arc<dyn Executable>> {
@@ -447,10 +481,10 @@ impl ToyExecutable {
         }
         let mut read = Vec::with_capacity(inputs.len());
         for (index, ((_, name, ty), bound)) in graph.inputs().zip(inputs).enumerate() {
-            let m = bound
-                .memory
-                .backend::<ToyMemory>()
-                .ok_or_else(|| quabla_backend::foreign_memory(NAME))?;
+            let m = match bound.memory.backend::<ToyMemory>() {
+                Some(m) if Arc::ptr_eq(&m.accounting, &self.memory) => m,
+                _ => return Err(quabla_backend::foreign_memory(NAME)),
+            };
             if m.dtype != ty.dtype || m.shape != ty.shape {
                 return Err(BackendError::InputMismatch {
                     index,

@@ -167,6 +167,9 @@ impl Loaded {
                 .memory
                 .backend::<CudaMemory>()
                 .ok_or_else(|| quabla_backend::foreign_memory(crate::NAME))?;
+            if !m.is_on(&self.device.inner) {
+                return Err(m.elsewhere(&self.device.inner));
+            }
             let decl = &self.program.buffers[buf];
             if m.elem() != decl.elem || m.shape().size() != decl.len {
                 return Err(BackendError::InputMismatch {

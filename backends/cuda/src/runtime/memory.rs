@@ -129,6 +129,23 @@ impl CudaMemory {
         self.buffer.ptr
     }
 
+    /// Whether the tensor lives on `device` (memory of another device of the host is refused
+    /// rather than read through an address that means nothing there).
+    pub(crate) fn is_on(&self, device: &Arc<DeviceInner>) -> bool {
+        Arc::ptr_eq(&self.buffer.device, device)
+    }
+
+    /// The error for a tensor of another device given to `device`.
+    pub(crate) fn elsewhere(&self, device: &DeviceInner) -> BackendError {
+        BackendError::InvalidBuffer {
+            message: format!(
+                "a buffer on cuda:{} was given to cuda:{}; buffers do not move between devices \
+                 (download it and upload it to cuda:{})",
+                self.buffer.device.ordinal, device.ordinal, device.ordinal
+            ),
+        }
+    }
+
     /// The allocation, given up (for reuse by a later run).
     pub(super) fn into_buffer(self) -> DeviceBuffer {
         self.buffer

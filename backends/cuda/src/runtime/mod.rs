@@ -254,6 +254,9 @@ impl Device {
 
     /// Downloads a tensor (one counted download).
     pub fn download(&self, memory: &CudaMemory) -> Result<HostTensor, BackendError> {
+        if !memory.is_on(&self.inner) {
+            return Err(memory.elsewhere(&self.inner));
+        }
         self.bind()?;
         let n = memory.shape.size();
         let data = match memory.dtype {
