@@ -9,6 +9,8 @@
 //!   of a jitted function against its later calls;
 //! - the cost of one `while_loop` trip driven by the host (one predicate readback each),
 //!   against a loop fused into one kernel;
+//! - a trip of a scan whose body (a GEMM and a kernel) is replayed as a CUDA graph, against
+//!   the same trips launched call by call;
 //! - a `Trainer` step of the PINN (acceptance §13) in float32, against the machine's JAX on the
 //!   GPU (`jax_pinn.py`, matmul precision "highest"); target ≤ 1.0×.
 //!
@@ -394,6 +396,93 @@ fn while_trips(backend: &CudaBackend, o: &Options) -> Result<Row, String> {
     })
 }
 
+/// A recurrent scan, `h = tanh(h @ W + x_t)` over `trips` rows of `xs` (`[1, 256]` carry,
+/// `[256, 256]` weights): a body of a GEMM and a fused kernel, replayed as a graph.
+fn rnn_scan_plan(trips: usize) -> Result<Plan, String> {
+    let e = |e: quabla_ir::IrError| e.to_string();
+    let n = 256;
+    let row = TensorType::new(DType::F32, shape(&[1, n]));
+    let mut bb = GraphBuilder::new();
+    let _index = bb.input("i", TensorType::new(DType::F32, shape(&[])));
+    let h = bb.input("h", row.clone());
+    let w = bb.input("w", TensorType::new(DType::F32, shape(&[n, n])));
+    let x = bb.input("x", row.clone());
+    let hw = bb.matmul(h, w).map_err(e)?;
+    let pre = bb.add(hw, x).map_err(e)?;
+    let next = bb.unary(UnaryOp::Tanh, pre).map_err(e)?;
+    let body = Arc::new(bb.finish(vec![next]).map_err(e)?);
+    let region = Arc::new(
+        Region::new(
+            RegionKind::Scan(quabla_ir::ScanBody {
+                length: trips,
+                start: 0,
+                reverse: false,
+                n_carry: 1,
+                n_const: 1,
+                n_xs: 1,
+                body,
+            }),
+            RegionForm::Scan,
+            0,
+        )
+        .map_err(e)?,
+    );
+    let mut g = GraphBuilder::new();
+    let h0 = g.input("h0", row);
+    let w = g.input("w", TensorType::new(DType::F32, shape(&[n, n])));
+    let xs = g.input("xs", TensorType::new(DType::F32, shape(&[trips, 1, n])));
+    let out = g.push_region_calls(region, [0], &[h0, w, xs]).map_err(e)?;
+    Ok(Plan::compile(&g.finish(out).map_err(e)?))
+}
+
+/// A trip of a scan whose body is a GEMM and a kernel, replayed as a recorded graph, against
+/// the same trips launched one call at a time.
+fn scan_replay(backend: &CudaBackend, o: &Options) -> Result<Row, String> {
+    let device = backend.device();
+    let trips = if o.quick { 100 } else { 1000 };
+    let plan = rnn_scan_plan(trips)?;
+    let program = lower(&plan, Precision::Reference).map_err(err)?;
+    if !program.report().contains("replayed as a CUDA graph") {
+        return Err("the scan's body is not replayed as a graph".into());
+    }
+    let exe = backend.compile(&plan).map_err(err)?;
+    let upload = |dims: &[usize], seed: u64| {
+        let n: usize = dims.iter().product();
+        let scale = if seed == 2 { 1.0 / 16.0 } else { 1.0 };
+        backend
+            .upload(&HostTensor::new(
+                shape(dims),
+                HostData::from_f64(DType::F32, values(n, seed).map(|v| v * scale)),
+            ))
+            .map_err(err)
+    };
+    let inputs = [
+        upload(&[1, 256], 1)?,
+        upload(&[256, 256], 2)?,
+        upload(&[trips, 1, 256], 3)?,
+    ];
+    let mut per_trip = Vec::new();
+    for graphs in [true, false] {
+        device.set_graphs(graphs);
+        let t = time(device, 3, || run(&exe, &inputs));
+        device.set_graphs(true);
+        per_trip.push(t? / trips as f64);
+    }
+    Ok(Row {
+        name: format!(
+            "`scan` trip of `tanh(h @ W + x)`, [1, 256] @ [256, 256] float32 ({trips} trips), \
+             replayed as a CUDA graph"
+        ),
+        result: format!("{:.2} µs per trip", per_trip[0] * 1e6),
+        baseline: format!(
+            "launched call by call (QUABLA_CUDA_GRAPHS=0): {:.2} µs per trip",
+            per_trip[1] * 1e6
+        ),
+        ratio: Some(per_trip[1] / per_trip[0]),
+        target: None,
+    })
+}
+
 /// Runs every benchmark and returns the report's section.
 pub fn run_all(backend: &Arc<CudaBackend>, o: &Options) -> String {
     let mut rows: Vec<Row> = Vec::new();
@@ -415,6 +504,11 @@ pub fn run_all(backend: &Arc<CudaBackend>, o: &Options) -> String {
     note(
         "while_loop",
         while_trips(backend, o).map(|r| vec![r]),
+        &mut rows,
+    );
+    note(
+        "scan replay",
+        scan_replay(backend, o).map(|r| vec![r]),
         &mut rows,
     );
     note(
@@ -466,5 +560,25 @@ impl PinnResult {
             ratio,
             target: ratio.map(|r| ("≤ 1.0".into(), r <= 1.0)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The benchmarks' plans lower here in the forms their rows name (nothing else of them
+    /// runs without a GPU).
+    #[test]
+    fn the_loop_plans_lower_in_the_forms_their_rows_name() {
+        let scan = lower(&rnn_scan_plan(16).unwrap(), Precision::Reference).unwrap();
+        assert!(scan
+            .report()
+            .contains("1 loops whose body is replayed as a CUDA graph"));
+        assert!(scan.report().contains("cuBLAS GEMM"));
+        let fused = lower(&while_plan(true, 10).unwrap(), Precision::Reference).unwrap();
+        assert!(fused.report().contains("fused into one kernel"));
+        let driven = lower(&while_plan(false, 10).unwrap(), Precision::Reference).unwrap();
+        assert!(!driven.report().contains("fused into one kernel"));
     }
 }

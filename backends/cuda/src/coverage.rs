@@ -67,6 +67,8 @@ fn how(program: &Program) -> String {
     let mut parts = Vec::new();
     if any(&|s| matches!(s, Step::Region(r) if matches!(r.exec, RegionExec::Fused(_)))) {
         parts.push("one fused loop kernel");
+    } else if any(&|s| matches!(s, Step::Region(r) if r.replays_body())) {
+        parts.push("host-driven region replayed as a CUDA graph");
     } else if any(&|s| matches!(s, Step::Region(_))) {
         parts.push("host-driven region");
     }

@@ -320,6 +320,42 @@ pub struct Block {
     pub temps: Vec<BufId>,
 }
 
+/// The fewest trips of a loop whose body is replayed as a CUDA graph: two trips run as
+/// launches (the first binds the body's buffers; the carries then alternate between two
+/// allocations), the next two are recorded, one graph per alternation, and replayed from then
+/// on. Recording and instantiating a graph costs about as much as launching its kernels a few
+/// times, so shorter loops keep their launches.
+pub const GRAPH_MIN_TRIPS: usize = 8;
+
+impl Block {
+    /// Whether the block can be recorded once and replayed as a CUDA graph: its steps are
+    /// kernel launches, cuBLAS calls and releases only. A readback (a nested region's
+    /// predicate, a print, a singular-matrix check) or a cuSOLVER call, whose status the host
+    /// reads, keeps the block's launches.
+    pub fn replayable(&self) -> bool {
+        self.steps.iter().all(|s| {
+            matches!(
+                s,
+                Step::Launch(_) | Step::Gemm(_) | Step::Trsm(_) | Step::Release(_)
+            )
+        })
+    }
+}
+
+impl RegionStep {
+    /// Whether the loop's body is replayed as a CUDA graph (a `Scan` of at least
+    /// [`GRAPH_MIN_TRIPS`] trips or any `While`, with a [`Block::replayable`] body).
+    pub fn replays_body(&self) -> bool {
+        match &self.exec {
+            RegionExec::Scan { length, body, .. } => {
+                *length >= GRAPH_MIN_TRIPS && body.replayable()
+            }
+            RegionExec::While { body, .. } => body.replayable(),
+            RegionExec::Cond { .. } | RegionExec::Fused(_) => false,
+        }
+    }
+}
+
 /// How a region runs.
 #[derive(Clone, Debug, PartialEq)]
 pub enum RegionExec {
@@ -468,6 +504,10 @@ impl Program {
             (
                 "regions driven by the host",
                 count(&|s| matches!(s, Step::Region(r) if !matches!(r.exec, RegionExec::Fused(_)))),
+            ),
+            (
+                "loops whose body is replayed as a CUDA graph",
+                count(&|s| matches!(s, Step::Region(r) if r.replays_body())),
             ),
             (
                 "loops fused into one kernel",

@@ -398,3 +398,138 @@ fn a_float32_value_in_a_float64_program_is_refused_naming_float32() {
     assert!(lower(&plan, Precision::Float64).is_err());
     assert!(lower(&plan, Precision::Reference).is_ok());
 }
+
+/// Loops whose bodies are not elementwise and run enough trips to be replayed as recorded
+/// graphs: a scan (forward and reverse) with a matmul, a reduction, a const, two scanned
+/// inputs and two stacked outputs (one of them a carry's old value), and a while loop over a
+/// matmul with a counter.
+fn replayed_loops(d: DType, length: usize) -> Vec<(String, Plan)> {
+    let (scalar, row, w) = (ty(d, &[]), ty(d, &[1, 3]), ty(d, &[3, 3]));
+    let mut out = Vec::new();
+    for reverse in [false, true] {
+        let scan_body = body(
+            &[
+                scalar.clone(),
+                row.clone(),
+                scalar.clone(),
+                w.clone(),
+                row.clone(),
+                scalar.clone(),
+            ],
+            |b, v| {
+                // h' = tanh(h @ W + x) * 0.9 + i * 0.01; s' = s + sum(h') * xs2
+                let hw = b.matmul(v[1], v[3]).unwrap();
+                let pre = b.add(hw, v[4]).unwrap();
+                let t = b.unary(UnaryOp::Tanh, pre).unwrap();
+                let decay = b.scalar(0.9, d, false);
+                let hd = b.mul(t, decay).unwrap();
+                let step = b.scalar(0.01, d, false);
+                let di = b.mul(v[0], step).unwrap();
+                let h = b.add(hd, di).unwrap();
+                let total = b.sum(h, None, false).unwrap();
+                let weighted = b.mul(total, v[5]).unwrap();
+                let s = b.add(v[2], weighted).unwrap();
+                vec![h, s, v[1], weighted]
+            },
+        );
+        out.push((
+            format!("replayed scan, reverse {reverse}"),
+            region_plan(
+                RegionKind::Scan(ScanBody {
+                    length,
+                    start: 1,
+                    reverse,
+                    n_carry: 2,
+                    n_const: 1,
+                    n_xs: 2,
+                    body: scan_body,
+                }),
+                RegionForm::Scan,
+                false,
+            ),
+        ));
+    }
+    let types = [row.clone(), scalar.clone(), w.clone(), scalar.clone()];
+    let cond = body(&types, |b, v| {
+        vec![b.compare(Comparison::Less, v[1], v[3]).unwrap()]
+    });
+    let step = body(&types, |b, v| {
+        let hw = b.matmul(v[0], v[2]).unwrap();
+        let h = b.unary(UnaryOp::Tanh, hw).unwrap();
+        let one = b.scalar(1.0, d, false);
+        vec![h, b.add(v[1], one).unwrap()]
+    });
+    out.push((
+        "replayed while".into(),
+        region_plan(
+            RegionKind::While {
+                n_carry: 2,
+                cond,
+                body: step,
+                max_trips: None,
+            },
+            RegionForm::While,
+            false,
+        ),
+    ));
+    out
+}
+
+#[test]
+fn loop_bodies_replayed_as_recorded_graphs_agree_with_the_cpu() {
+    let length = 13;
+    let mut cases = Vec::new();
+    for (d, precision) in [
+        (DType::F32, Precision::Reference),
+        (DType::F64, Precision::Float64),
+    ] {
+        for (i, (label, plan)) in replayed_loops(d, length).into_iter().enumerate() {
+            let mut inputs = inputs_for(&plan, 31 + i as u64);
+            if label.contains("while") {
+                // From 0 to `length` in steps of one.
+                inputs[1] = tensor(d, &[], &[0.0]);
+                inputs[3] = tensor(d, &[], &[length as f64]);
+            }
+            let program = lower(&plan, precision).unwrap();
+            let region = program
+                .all_steps()
+                .into_iter()
+                .find_map(|s| match s {
+                    quabla_cuda::program::Step::Region(r) => Some(r.clone()),
+                    _ => None,
+                })
+                .expect("a region");
+            assert!(region.replays_body(), "{label}: {:?}", region.exec);
+            cases.push((
+                format!("{label} {}", d.name()),
+                plan,
+                precision,
+                inputs,
+                program,
+            ));
+        }
+    }
+    let kernels = HostKernels::compile(cases.iter().flat_map(|c| &c.4.kernels));
+    let reference = reference_backend();
+    for (label, plan, precision, inputs, program) in &cases {
+        let expected = reference.compile(plan).and_then(|e| e.run(inputs)).unwrap();
+        let (got, (recorded, replays)) =
+            host::run_counting_graphs(&kernels, program, inputs).unwrap();
+        // Two trips as launches, two recorded (and run by replaying them), the rest replayed.
+        assert_eq!((recorded, replays), (2, length - 2), "{label}");
+        let agreement = Agreement::Tolerance {
+            float64: *precision == Precision::Float64,
+        };
+        compare_outputs(&expected, &got, agreement).unwrap_or_else(|e| panic!("{label}: {e}"));
+    }
+    // Too short a scan keeps its launches.
+    let (label, plan) = replayed_loops(DType::F64, 5).remove(0);
+    let program = lower(&plan, Precision::Float64).unwrap();
+    assert!(
+        !program
+            .all_steps()
+            .iter()
+            .any(|s| matches!(s, quabla_cuda::program::Step::Region(r) if r.replays_body())),
+        "{label}"
+    );
+}

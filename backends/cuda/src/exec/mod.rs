@@ -50,6 +50,25 @@ pub trait Machine {
 
     /// Copies `bytes` from `src` to `dst`.
     fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<(), BackendError>;
+
+    /// Launches, cuBLAS calls and copies recorded once and replayed as one submission (a CUDA
+    /// graph on the device).
+    type Graph;
+
+    /// Whether this machine records loop bodies to replay them (see [`regions`]); when not,
+    /// every trip runs as launches.
+    fn records(&self) -> bool;
+
+    /// Starts recording: until [`Machine::end_capture`], launches, cuBLAS calls and copies are
+    /// recorded and not run; an allocation or a readback is an error.
+    fn begin_capture(&self) -> Result<(), BackendError>;
+
+    /// Ends the recording begun by [`Machine::begin_capture`] (also after a recorded call
+    /// failed, so that the machine stops recording) and makes it replayable.
+    fn end_capture(&self) -> Result<Self::Graph, BackendError>;
+
+    /// Runs the recorded work again, with the addresses and arguments it was recorded with.
+    fn replay(&self, graph: &Self::Graph) -> Result<(), BackendError>;
 }
 
 /// What a buffer is bound to during a run.
@@ -84,6 +103,10 @@ pub(crate) struct Run<'a, M: Machine> {
     watch: cancel::Watch,
     /// Region nesting: 0 at the plan's top level.
     depth: usize,
+    /// Inside a loop whose body is replayed as a graph, a body's `Release` steps are held
+    /// until the loop ends, so that every trip finds the body's buffers where the recording
+    /// saw them.
+    hold_releases: usize,
     is_output: Vec<bool>,
 }
 
@@ -118,6 +141,7 @@ pub fn execute<M: Machine>(
         deferred: Vec::new(),
         watch: cancel::watch(),
         depth: 0,
+        hold_releases: 0,
         is_output,
     };
     run.bind
@@ -251,7 +275,9 @@ impl<'a, M: Machine> Run<'a, M> {
                 }
             }
             Step::Release(b) => {
-                self.bind[*b] = Binding::None;
+                if self.hold_releases == 0 {
+                    self.bind[*b] = Binding::None;
+                }
                 Ok(())
             }
         }

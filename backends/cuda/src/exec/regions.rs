@@ -1,11 +1,39 @@
 //! Running control-flow regions on the device, as the lowering describes them
 //! ([`crate::program::RegionExec`]): one predicate readback per `cond` and per `while_loop`
-//! trip, bodies replayed step by step, carries swapped between two allocations rather than
-//! copied, loop slices read as views. The host checks for cancellation once per trip.
+//! trip, carries swapped between two allocations rather than copied, loop slices read as
+//! views. The host checks for cancellation once per trip.
+//!
+//! A loop body runs step by step, or, when the region replays it
+//! ([`RegionStep::replays_body`]), as a recorded graph: the first two trips run as launches
+//! with the body's releases held, which binds every buffer the body writes; the carries then
+//! alternate between two allocations, so the third and fourth trips are recorded, one graph
+//! per alternation, and every later trip replays the graph of its parity. What changes from
+//! trip to trip stays outside the graphs: the loop index is filled by its own launch, the
+//! slices of scanned operands are copied into fixed buffers before the replay, and the slices
+//! of stacked outputs are copied out after it. A recording that fails (a machine that cannot
+//! record a call) leaves that loop to its launches; nothing recorded has run, so the trip is
+//! run again as launches.
 
 use super::{internal, Binding, Machine, Run};
 use crate::program::{Block, BufId, RegionExec, RegionStep};
 use quabla_backend::BackendError;
+
+/// The graphs of one loop whose body is replayed (see the module docs).
+struct Replay<G> {
+    /// The graph of even trips and of odd trips, once recorded.
+    by_parity: [Option<G>; 2],
+    /// A recording failed: the rest of the loop runs as launches.
+    failed: bool,
+}
+
+impl<G> Replay<G> {
+    fn new() -> Replay<G> {
+        Replay {
+            by_parity: [None, None],
+            failed: false,
+        }
+    }
+}
 
 impl<M: Machine> Run<'_, M> {
     pub(super) fn region(&mut self, r: &RegionStep) -> Result<(), BackendError> {
@@ -41,6 +69,16 @@ impl<M: Machine> Run<'_, M> {
                 let mut carries = self.init_carries(r, body, 1, *n_carry, carry_init)?;
                 let index = body.inputs[0];
                 self.ensure(index)?;
+                let mut replay = (r.replays_body() && self.machine.records()).then(Replay::new);
+                // A replayed body reads each scanned slice from a fixed buffer.
+                let mut staged = Vec::new();
+                if replay.is_some() {
+                    for (x, &slice) in x_slices.iter().enumerate() {
+                        let operand = r.operands[n_carry + n_const + x];
+                        let bytes = slice * self.program.buffers[operand].elem.size();
+                        staged.push(self.machine.alloc(bytes, "a loop slice")?);
+                    }
+                }
                 for k in 0..*length {
                     self.watch.check()?;
                     let pos = if *reverse { length - 1 - k } else { k };
@@ -57,10 +95,15 @@ impl<M: Machine> Run<'_, M> {
                     for (x, &slice) in x_slices.iter().enumerate() {
                         let operand = r.operands[n_carry + n_const + x];
                         let elem = self.program.buffers[operand].elem.size();
-                        let p = self.ptr(operand)? + (pos * slice * elem) as u64;
+                        let mut p = self.ptr(operand)? + (pos * slice * elem) as u64;
+                        if let Some(buffer) = staged.get(x) {
+                            let fixed = self.machine.address(buffer);
+                            self.machine.copy(fixed, p, slice * elem)?;
+                            p = fixed;
+                        }
                         self.bind[body.inputs[1 + n_carry + n_const + x]] = Binding::View(p);
                     }
-                    self.steps(&body.steps)?;
+                    self.body_trip(body, k, &mut replay)?;
                     for (y, (&kernel, &slice)) in y_copy.iter().zip(y_slices).enumerate() {
                         let src = self.ptr(body.outputs[n_carry + y])?;
                         let dst = self.ensure(r.outputs[n_carry + y])?;
@@ -74,6 +117,7 @@ impl<M: Machine> Run<'_, M> {
                 }
                 self.finish_carries(r, carries);
                 self.end_block(body);
+                drop(staged);
                 Ok(())
             }
             RegionExec::While {
@@ -84,6 +128,7 @@ impl<M: Machine> Run<'_, M> {
                 body,
             } => {
                 let mut carries = self.init_carries(r, body, 0, *n_carry, carry_init)?;
+                let mut replay = (r.replays_body() && self.machine.records()).then(Replay::new);
                 let mut trips = 0usize;
                 loop {
                     if max_trips.is_some_and(|m| trips >= m) {
@@ -103,7 +148,7 @@ impl<M: Machine> Run<'_, M> {
                     if self.read_values(cond.outputs[0], 1)?[0] == 0.0 {
                         break;
                     }
-                    self.steps(&body.steps)?;
+                    self.body_trip(body, trips, &mut replay)?;
                     self.swap_carries(body, &mut carries)?;
                     trips += 1;
                 }
@@ -111,6 +156,53 @@ impl<M: Machine> Run<'_, M> {
                 self.end_block(cond);
                 self.end_block(body);
                 Ok(())
+            }
+        }
+    }
+
+    /// Runs trip `trip` of a loop body: as launches, or from the graph of the trip's parity
+    /// when the body is replayed (see the module docs).
+    fn body_trip(
+        &mut self,
+        body: &Block,
+        trip: usize,
+        replay: &mut Option<Replay<M::Graph>>,
+    ) -> Result<(), BackendError> {
+        let Some(replay) = replay else {
+            return self.steps(&body.steps);
+        };
+        self.hold_releases += 1;
+        let ran = self.replayed_trip(body, trip, replay);
+        self.hold_releases -= 1;
+        ran
+    }
+
+    fn replayed_trip(
+        &mut self,
+        body: &Block,
+        trip: usize,
+        replay: &mut Replay<M::Graph>,
+    ) -> Result<(), BackendError> {
+        if trip < 2 || replay.failed {
+            return self.steps(&body.steps);
+        }
+        let parity = trip % 2;
+        if let Some(graph) = &replay.by_parity[parity] {
+            return self.machine.replay(graph);
+        }
+        self.machine.begin_capture()?;
+        let recorded = self.steps(&body.steps);
+        let ended = self.machine.end_capture();
+        match (recorded, ended) {
+            (Ok(()), Ok(graph)) => {
+                self.machine.replay(&graph)?;
+                replay.by_parity[parity] = Some(graph);
+                Ok(())
+            }
+            // Nothing recorded has run: this trip and the rest run as launches.
+            _ => {
+                replay.failed = true;
+                self.steps(&body.steps)
             }
         }
     }

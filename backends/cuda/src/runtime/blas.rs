@@ -15,6 +15,8 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub struct Blas {
     handle: sys::cublasHandle_t,
+    /// The device's stream, which the handle is bound to between calls.
+    stream: cudarc::driver::sys::CUstream,
 }
 
 // SAFETY: the handle is used only under the device's mutex, from any thread, with the
@@ -25,7 +27,10 @@ impl Blas {
     pub(super) fn new(device: &Arc<DeviceInner>) -> Result<Blas, String> {
         let handle =
             cudarc::cublas::result::create_handle().map_err(|e| format!("cublasCreate: {e:?}"))?;
-        let blas = Blas { handle };
+        let blas = Blas {
+            handle,
+            stream: device.stream.cu_stream(),
+        };
         // SAFETY: a live handle and the device's live stream.
         unsafe {
             cudarc::cublas::result::set_stream(handle, device.stream.cu_stream() as _)
@@ -35,6 +40,35 @@ impl Blas {
                 .map_err(|e| format!("cublasSetMathMode: {e:?}"))?;
         }
         Ok(blas)
+    }
+
+    /// Runs `f` with the handle's calls queued on `stream`, then sets the handle back to the
+    /// device's stream (a loop body is recorded on a stream of its own).
+    ///
+    /// # Safety
+    ///
+    /// `stream` is a live stream of the handle's context.
+    pub unsafe fn on_stream<T>(
+        &self,
+        stream: cudarc::driver::sys::CUstream,
+        f: impl FnOnce(&Blas) -> Result<T, BackendError>,
+    ) -> Result<T, BackendError> {
+        if stream == self.stream {
+            return f(self);
+        }
+        let set = |s: cudarc::driver::sys::CUstream| {
+            // SAFETY: the caller's contract; the handle is live.
+            unsafe { cudarc::cublas::result::set_stream(self.handle, s as _) }.map_err(|e| {
+                BackendError::Device {
+                    device: crate::NAME.into(),
+                    message: format!("cublasSetStream: {e:?}"),
+                }
+            })
+        };
+        set(stream)?;
+        let result = f(self);
+        set(self.stream)?;
+        result
     }
 
     /// `C = op(A) op(B)` for every matrix of the batch.

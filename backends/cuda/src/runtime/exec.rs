@@ -12,8 +12,11 @@
 use super::{driver_error, CudaMemory, Device, DeviceBuffer};
 use crate::exec::{self, Machine, OutputValue};
 use crate::program::{BufId, Gemm, Program, Role, SolverCall, Trsm};
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaGraph, CudaStream};
 use quabla_backend::{BackendError, Bound, Memory};
 use quabla_ir::{DType, Shape};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use std::fmt;
@@ -138,7 +141,11 @@ impl Loaded {
             .map(|(&id, buffer)| (id, buffer.ptr()))
             .collect();
         let mut pooled = |bytes: usize| self.take_pooled(bytes);
-        let values = exec::execute(self, &self.program, &addresses, &constants, &mut pooled)?;
+        let machine = DeviceRun {
+            loaded: self,
+            recording: RefCell::new(None),
+        };
+        let values = exec::execute(&machine, &self.program, &addresses, &constants, &mut pooled)?;
         let mut out: Vec<Memory> = Vec::with_capacity(values.len());
         for (value, o) in values.into_iter().zip(&self.program.outputs) {
             let memory = match value {
@@ -225,12 +232,41 @@ fn internal(message: &str) -> BackendError {
     }
 }
 
-/// The device as the executor's machine, with this program's kernels.
-impl Machine for Loaded {
+/// One run of a loaded program: the device as the executor's machine, with the program's
+/// kernels.
+struct DeviceRun<'a> {
+    loaded: &'a Loaded,
+    /// While a loop body is recorded: the stream it is recorded on, a stream of its own, so
+    /// that work other threads queue on the device's stream meanwhile is never recorded. The
+    /// graph is replayed on the device's stream, in order with everything else.
+    recording: RefCell<Option<Arc<CudaStream>>>,
+}
+
+impl DeviceRun<'_> {
+    /// The stream this run's work goes to now.
+    fn stream(&self) -> cudarc::driver::sys::CUstream {
+        match &*self.recording.borrow() {
+            Some(stream) => stream.cu_stream(),
+            None => self.loaded.device.inner.stream.cu_stream(),
+        }
+    }
+
+    /// Refuses what cannot be recorded (an allocation, a readback) while recording.
+    fn not_recording(&self, what: &str) -> Result<(), BackendError> {
+        if self.recording.borrow().is_some() {
+            return Err(internal(&format!("{what} while a loop body is recorded")));
+        }
+        Ok(())
+    }
+}
+
+impl Machine for DeviceRun<'_> {
     type Buffer = DeviceBuffer;
+    type Graph = CudaGraph;
 
     fn alloc(&self, bytes: usize, what: &str) -> Result<DeviceBuffer, BackendError> {
-        self.device.alloc(bytes, what)
+        self.not_recording("an allocation")?;
+        self.loaded.device.alloc(bytes, what)
     }
 
     fn address(&self, buffer: &DeviceBuffer) -> u64 {
@@ -251,7 +287,7 @@ impl Machine for Loaded {
             .iter_mut()
             .map(|v| v as *mut u64 as *mut c_void)
             .collect();
-        let f = self.module.functions[kernel];
+        let f = self.loaded.module.functions[kernel];
         // SAFETY: `f` is a kernel of the loaded module whose parameters are `long long n`
         // then 8-byte addresses and integers, as `values` holds; every address is a live
         // allocation of the lowering's size, ordered on the device's stream.
@@ -261,28 +297,39 @@ impl Machine for Loaded {
                 (grid as u32, 1, 1),
                 (block as u32, 1, 1),
                 0,
-                self.device.inner.stream.cu_stream(),
+                self.stream(),
                 &mut params,
             )
         }
         .map_err(|e| {
             driver_error(
-                &format!("launching {}", self.program.kernels[kernel].name),
+                &format!("launching {}", self.loaded.program.kernels[kernel].name),
                 e,
             )
         })
     }
 
     fn gemm(&self, g: &Gemm, a: u64, b: u64, c: u64) -> Result<(), BackendError> {
-        let blas = self.device.blas.lock().unwrap_or_else(|e| e.into_inner());
-        // SAFETY: the executor binds every buffer to an allocation of the lowering's size.
-        unsafe { blas.gemm(g, a, b, c) }
+        let blas = self
+            .loaded
+            .device
+            .blas
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the executor binds every buffer to an allocation of the lowering's size;
+        // the stream is the device's or this run's recording stream, both live.
+        unsafe { blas.on_stream(self.stream(), |blas| blas.gemm(g, a, b, c)) }
     }
 
     fn trsm(&self, t: &Trsm, a: u64, b: u64) -> Result<(), BackendError> {
-        let blas = self.device.blas.lock().unwrap_or_else(|e| e.into_inner());
+        let blas = self
+            .loaded
+            .device
+            .blas
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         // SAFETY: as above.
-        unsafe { blas.trsm(t, a, b) }
+        unsafe { blas.on_stream(self.stream(), |blas| blas.trsm(t, a, b)) }
     }
 
     fn solver(
@@ -290,27 +337,72 @@ impl Machine for Loaded {
         call: &SolverCall,
         address: &dyn Fn(BufId) -> u64,
     ) -> Result<(), BackendError> {
-        let solver = self.device.solver.lock().unwrap_or_else(|e| e.into_inner());
+        // Bodies with cuSOLVER calls are never recorded (`Block::replayable`).
+        self.not_recording("a cuSOLVER call")?;
+        let solver = self
+            .loaded
+            .device
+            .solver
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         // SAFETY: as above.
-        unsafe { solver.run(&self.device, call, address) }
+        unsafe { solver.run(&self.loaded.device, call, address) }
     }
 
     fn read(&self, address: u64, bytes: usize) -> Result<Vec<u8>, BackendError> {
-        let out = self.device.read_values::<u8>(address, bytes)?;
-        self.device.count_readback(bytes);
+        self.not_recording("a readback")?;
+        let out = self.loaded.device.read_values::<u8>(address, bytes)?;
+        self.loaded.device.count_readback(bytes);
         Ok(out)
     }
 
     fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<(), BackendError> {
         // SAFETY: both addresses hold `bytes` bytes; stream-ordered.
+        unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, self.stream()) }
+            .map_err(|e| driver_error("copying on the device", e))
+    }
+
+    fn records(&self) -> bool {
+        self.loaded.device.graphs()
+    }
+
+    fn begin_capture(&self) -> Result<(), BackendError> {
+        let device = &self.loaded.device.inner;
+        let stream = device
+            .context
+            .new_stream()
+            .map_err(|e| driver_error("making a stream to record a loop body on", e))?;
+        stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(|e| driver_error("recording a loop body", e))?;
+        *self.recording.borrow_mut() = Some(stream);
+        Ok(())
+    }
+
+    fn end_capture(&self) -> Result<CudaGraph, BackendError> {
+        let stream = self
+            .recording
+            .borrow_mut()
+            .take()
+            .ok_or_else(|| internal("a recording ended that never began"))?;
+        match stream.end_capture(CUgraphInstantiate_flags(0)) {
+            Ok(Some(graph)) => Ok(graph),
+            Ok(None) => Err(internal("a loop body recorded nothing")),
+            Err(e) => Err(driver_error("recording a loop body", e)),
+        }
+    }
+
+    fn replay(&self, graph: &CudaGraph) -> Result<(), BackendError> {
+        // On the device's stream (not the recording stream `CudaGraph::launch` would use), in
+        // order with the launches before and after it.
+        // SAFETY: the graph is instantiated and alive; every address it holds is a buffer the
+        // executor keeps bound for the whole loop.
         unsafe {
-            cudarc::driver::result::memcpy_dtod_async(
-                dst,
-                src,
-                bytes,
-                self.device.inner.stream.cu_stream(),
+            cudarc::driver::result::graph::launch(
+                graph.cu_graph_exec(),
+                self.loaded.device.inner.stream.cu_stream(),
             )
         }
-        .map_err(|e| driver_error("copying on the device", e))
+        .map_err(|e| driver_error("replaying a loop body", e))
     }
 }

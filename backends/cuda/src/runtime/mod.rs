@@ -63,6 +63,8 @@ pub struct Device {
     pub(crate) solver: Mutex<solver::Solver>,
     transfers: TransferCounter,
     cache: KernelCache,
+    /// Whether loop bodies are replayed as CUDA graphs (`QUABLA_CUDA_GRAPHS=0` turns it off).
+    graphs: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for Device {
@@ -124,7 +126,22 @@ impl Device {
             solver: Mutex::new(solver),
             transfers: TransferCounter::default(),
             cache: KernelCache::from_env(),
+            graphs: std::sync::atomic::AtomicBool::new(
+                std::env::var_os("QUABLA_CUDA_GRAPHS").is_none_or(|v| v != "0"),
+            ),
         }))
+    }
+
+    /// Whether loop bodies are replayed as recorded CUDA graphs (on unless the environment
+    /// variable `QUABLA_CUDA_GRAPHS` is `0`); off, every trip launches its kernels.
+    pub fn graphs(&self) -> bool {
+        self.graphs.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Turns graph replay of loop bodies on or off for later runs (the benchmarks compare
+    /// both).
+    pub fn set_graphs(&self, on: bool) {
+        self.graphs.store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The device's name (`NVIDIA H100 80GB HBM3`).

@@ -19,7 +19,7 @@ use quabla_cuda::program::{
     storage_of, ConstData, Elem, Gemm, Kernel, Program, Role, Solver, SolverCall, Trsm,
 };
 use quabla_ir::{DType, HostData, Shape};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
@@ -130,6 +130,21 @@ pub struct HostMachine<'k> {
     program: &'k Program,
     /// Counts solver calls, to vary the arbitrary signs.
     calls: Cell<u64>,
+    /// The calls recorded since `begin_capture`, while recording. As on a device, a recorded
+    /// call does not run, and an allocation or a readback while recording is an error.
+    recording: RefCell<Option<Vec<Recorded>>>,
+    /// Recordings made, and replays run.
+    recordings: Cell<usize>,
+    replays: Cell<usize>,
+}
+
+/// A call recorded for replay, with the arguments it was made with.
+#[derive(Clone)]
+pub enum Recorded {
+    Launch(usize, u64, Vec<u64>),
+    Gemm(Gemm, u64, u64, u64),
+    Trsm(Trsm, u64, u64),
+    Copy(u64, u64, usize),
 }
 
 /// The element at `i` of `elem` values at `address`, as float64.
@@ -201,7 +216,36 @@ impl<'k> HostMachine<'k> {
             kernels,
             program,
             calls: Cell::new(0),
+            recording: RefCell::new(None),
+            recordings: Cell::new(0),
+            replays: Cell::new(0),
         }
+    }
+
+    /// How many loop bodies were recorded, and how many replays ran.
+    pub fn graphs(&self) -> (usize, usize) {
+        (self.recordings.get(), self.replays.get())
+    }
+
+    /// Records `call` instead of running it, when recording.
+    fn recorded(&self, call: impl FnOnce() -> Recorded) -> bool {
+        match self.recording.borrow_mut().as_mut() {
+            Some(calls) => {
+                calls.push(call());
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn refused_while_recording(&self, what: &str) -> Result<(), BackendError> {
+        if self.recording.borrow().is_some() {
+            return Err(BackendError::Device {
+                device: "cuda".into(),
+                message: format!("{what} while a loop body is recorded"),
+            });
+        }
+        Ok(())
     }
 
     /// A deterministic arbitrary sign for vector `j` of the current call.
@@ -217,8 +261,10 @@ impl<'k> HostMachine<'k> {
 
 impl Machine for HostMachine<'_> {
     type Buffer = HostBuffer;
+    type Graph = Vec<Recorded>;
 
     fn alloc(&self, bytes: usize, _what: &str) -> Result<HostBuffer, BackendError> {
+        self.refused_while_recording("an allocation")?;
         Ok(HostBuffer::new(bytes))
     }
 
@@ -226,7 +272,45 @@ impl Machine for HostMachine<'_> {
         buffer.address()
     }
 
+    fn records(&self) -> bool {
+        true
+    }
+
+    fn begin_capture(&self) -> Result<(), BackendError> {
+        self.refused_while_recording("a recording")?;
+        *self.recording.borrow_mut() = Some(Vec::new());
+        Ok(())
+    }
+
+    fn end_capture(&self) -> Result<Vec<Recorded>, BackendError> {
+        self.recordings.set(self.recordings.get() + 1);
+        self.recording
+            .borrow_mut()
+            .take()
+            .ok_or_else(|| BackendError::Device {
+                device: "cuda".into(),
+                message: "a recording ended that never began".into(),
+            })
+    }
+
+    fn replay(&self, graph: &Vec<Recorded>) -> Result<(), BackendError> {
+        self.refused_while_recording("a replay")?;
+        self.replays.set(self.replays.get() + 1);
+        for call in graph {
+            match call {
+                Recorded::Launch(kernel, items, args) => self.launch(*kernel, *items, args)?,
+                Recorded::Gemm(g, a, b, c) => self.gemm(g, *a, *b, *c)?,
+                Recorded::Trsm(t, a, b) => self.trsm(t, *a, *b)?,
+                Recorded::Copy(dst, src, bytes) => self.copy(*dst, *src, *bytes)?,
+            }
+        }
+        Ok(())
+    }
+
     fn launch(&self, kernel: usize, items: u64, args: &[u64]) -> Result<(), BackendError> {
+        if self.recorded(|| Recorded::Launch(kernel, items, args.to_vec())) {
+            return Ok(());
+        }
         let name = &self.program.kernels[kernel].name;
         let thunk = self.kernels.thunks[name];
         let args: Vec<i64> = args.iter().map(|&a| a as i64).collect();
@@ -236,6 +320,9 @@ impl Machine for HostMachine<'_> {
     }
 
     fn gemm(&self, g: &Gemm, a: u64, b: u64, c: u64) -> Result<(), BackendError> {
+        if self.recorded(|| Recorded::Gemm(g.clone(), a, b, c)) {
+            return Ok(());
+        }
         for k in 0..g.batch {
             let am = Mat {
                 address: a,
@@ -279,6 +366,9 @@ impl Machine for HostMachine<'_> {
     }
 
     fn trsm(&self, t: &Trsm, a: u64, b: u64) -> Result<(), BackendError> {
+        if self.recorded(|| Recorded::Trsm(t.clone(), a, b)) {
+            return Ok(());
+        }
         let order = if t.left { t.m } else { t.n };
         for k in 0..t.batch {
             let am = Mat {
@@ -343,6 +433,7 @@ impl Machine for HostMachine<'_> {
         call: &SolverCall,
         address: &dyn Fn(usize) -> u64,
     ) -> Result<(), BackendError> {
+        self.refused_while_recording("a cuSOLVER call")?;
         let e = call.elem;
         for k in 0..call.batch {
             self.calls.set(self.calls.get() + 1);
@@ -680,11 +771,15 @@ impl Machine for HostMachine<'_> {
     }
 
     fn read(&self, address: u64, bytes: usize) -> Result<Vec<u8>, BackendError> {
+        self.refused_while_recording("a readback")?;
         // SAFETY: the executor reads within a buffer it bound.
         Ok(unsafe { std::slice::from_raw_parts(address as *const u8, bytes) }.to_vec())
     }
 
     fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<(), BackendError> {
+        if self.recorded(|| Recorded::Copy(dst, src, bytes)) {
+            return Ok(());
+        }
         // SAFETY: both are buffers of at least `bytes` bytes, distinct allocations.
         unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, bytes) };
         Ok(())
@@ -745,6 +840,15 @@ pub fn run(
     program: &Program,
     inputs: &[HostTensor],
 ) -> Result<Vec<HostTensor>, BackendError> {
+    run_counting_graphs(kernels, program, inputs).map(|(out, _)| out)
+}
+
+/// [`run`], also saying how many loop bodies were recorded and how many replays ran.
+pub fn run_counting_graphs(
+    kernels: &HostKernels,
+    program: &Program,
+    inputs: &[HostTensor],
+) -> Result<(Vec<HostTensor>, (usize, usize)), BackendError> {
     let machine = HostMachine::new(kernels, program);
     let input_buffers: Vec<HostBuffer> = inputs.iter().map(upload).collect();
     let addresses: Vec<u64> = input_buffers.iter().map(HostBuffer::address).collect();
@@ -779,7 +883,7 @@ pub fn run(
         };
         out.push(HostTensor::new(o.shape.clone(), data));
     }
-    Ok(out)
+    Ok((out, machine.graphs()))
 }
 
 /// A tensor held in the host model's device memory, as `runtime::CudaMemory` holds one.
