@@ -3,8 +3,8 @@
 //!
 //! This crate owns three things:
 //!
-//! - the **cases** ([`CASES`], in `cases.rs`): one per op family, and one per transform as
-//!   transforms land, each a few frozen plans with deterministic inputs; and the **buffer
+//! - the **cases** ([`CASES`], in `cases.rs`, the integer and indexed ones in `integers.rs`):
+//!   one per op family, and one per transform as transforms land, each a few frozen plans with deterministic inputs; and the **buffer
 //!   cases** ([`BUFFER_CASES`], in `buffers.rs`): the backend's own memory (round trips,
 //!   `allocate` and `OutOfMemory`, runs on resident buffers, donation, freed buffers, failed
 //!   runs, transfer counts);
@@ -28,6 +28,7 @@
 
 mod buffers;
 mod cases;
+mod integers;
 pub mod plugins;
 
 pub use buffers::{buffer_case, run_buffer_case, BufferCase, BUFFER_CASES};
@@ -591,7 +592,12 @@ macro_rules! conformance_tests {
             fused_chain,
             large_reduction,
             non_finite_constants,
-            outputs_and_passthrough;
+            outputs_and_passthrough,
+            integer_arithmetic,
+            integer_casts,
+            integer_reductions,
+            integer_layout,
+            indexed;
             buffer_round_trip,
             buffer_allocate,
             buffer_resident_run,

@@ -124,9 +124,14 @@ QB_INLINE @T@ qb_f2i_@S@(double v) {
 pub fn prelude() -> String {
     let mut out = String::from(FLOAT_PRELUDE);
     for elem in [Elem::I32, Elem::I64] {
-        let (unsigned, bits, limit) = match elem {
-            Elem::I32 => ("unsigned int", "32", "2147483648.0"),
-            _ => ("unsigned long long", "64", "9223372036854775808.0"),
+        let (unsigned, bits, limit, min) = match elem {
+            Elem::I32 => ("unsigned int", "32", "2147483648.0", i32::MIN.into()),
+            _ => (
+                "unsigned long long",
+                "64",
+                "9223372036854775808.0",
+                i64::MIN,
+            ),
         };
         out.push_str(
             &INT_PRELUDE
@@ -135,7 +140,7 @@ pub fn prelude() -> String {
                 .replace("@S@", elem.tag())
                 .replace("@B@", bits)
                 .replace("@LIM@", limit)
-                .replace("@MIN@", &int_literal(i64::MIN, elem)),
+                .replace("@MIN@", &int_literal(min, elem)),
         );
     }
     out
