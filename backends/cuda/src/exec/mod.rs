@@ -411,5 +411,6 @@ mod tests {
         assert_eq!(decode(&1.5f64.to_le_bytes(), Elem::F64), [1.5]);
         assert_eq!(decode(&(-2.0f32).to_le_bytes(), Elem::F32), [-2.0]);
         assert_eq!(decode(&7i32.to_le_bytes(), Elem::I32), [7.0]);
+        assert_eq!(decode(&(-9i64).to_le_bytes(), Elem::I64), [-9.0]);
     }
 }
