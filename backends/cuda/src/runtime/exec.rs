@@ -130,6 +130,27 @@ impl Loaded {
         )
     }
 
+    /// Runs a program of one input and one computed output on the bytes of `input` (the
+    /// collectives' fold, `crate::collective`), returning the output's allocation.
+    pub(crate) fn run_on_buffer(&self, input: &DeviceBuffer) -> Result<DeviceBuffer, BackendError> {
+        self.device.bind()?;
+        let machine = DeviceRun {
+            loaded: self,
+            recording: RefCell::new(None),
+        };
+        let values = exec::execute(
+            &machine,
+            &self.program,
+            &[input.ptr()],
+            &HashMap::new(),
+            &mut |_| None,
+        )?;
+        match values.into_iter().next() {
+            Some(OutputValue::Owned(buffer)) => Ok(buffer),
+            _ => Err(internal("a fold program's output is not a new buffer")),
+        }
+    }
+
     /// Runs the program on `inputs` (device memory of this backend, in plan input order); the
     /// outputs stay on the device. The inputs are only read.
     pub fn run(&self, inputs: &[Bound]) -> Result<Vec<Memory>, BackendError> {
