@@ -413,6 +413,9 @@ impl Machine for DeviceRun<'_> {
         }
     }
 
+    // A graph dropped while its last replay is still queued is freed by the driver when that
+    // replay completes (`cuGraphExecDestroy`), so the executor drops finished loops' graphs
+    // without waiting for the device.
     fn replay(&self, graph: &CudaGraph) -> Result<(), BackendError> {
         // On the device's stream (not the recording stream `CudaGraph::launch` would use), in
         // order with the launches before and after it.
