@@ -9,6 +9,15 @@
 # /usr/local/cuda, the loader's path); QUABLA_PYTHON names the Python with JAX (python3).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
+# NCCL, for the data-parallel checks: the nvidia-nccl wheel of the Python with JAX, when no
+# folder is named already.
+if [ -z "${QUABLA_CUDA_LIB_PATH:-}" ]; then
+  nccl=$("${QUABLA_PYTHON:-python3}" -c 'import os, nvidia.nccl as m; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null || true)
+  if [ -n "$nccl" ] && [ -d "$nccl" ]; then
+    QUABLA_CUDA_LIB_PATH=$nccl
+    export QUABLA_CUDA_LIB_PATH
+  fi
+fi
 status=0
 "$here/quabla-cuda-check" --report "$here/report.md" --jax-script "$here/jax_pinn.py" "$@" || status=$?
 echo "report: $here/report.md (exit status $status)"

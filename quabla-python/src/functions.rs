@@ -81,7 +81,60 @@ unary_family!(
     ravel,
     tril,
     triu,
+    bitwise_not,
 );
+
+/// The Python function of each native unary op of the IR. The match is exhaustive, so a new
+/// `UnaryOp` does not compile until it is named here, and naming it takes its function in
+/// `unary_family!` above (`unary::<name>` must exist).
+const fn native_unary_function(op: quabla_ir::UnaryOp) -> Option<&'static str> {
+    use quabla_ir::UnaryOp as U;
+    macro_rules! named {
+        ($f:ident) => {{
+            let _ = unary::$f;
+            Some(stringify!($f))
+        }};
+    }
+    match op {
+        U::Tanh => named!(tanh),
+        U::Exp => named!(exp),
+        U::Log => named!(log),
+        U::Log1p => named!(log1p),
+        U::Expm1 => named!(expm1),
+        U::Sqrt => named!(sqrt),
+        U::Sin => named!(sin),
+        U::Cos => named!(cos),
+        U::Erf => named!(erf),
+        U::Erfc => named!(erfc),
+        U::Tan => named!(tan),
+        U::Arcsin => named!(arcsin),
+        U::Arccos => named!(arccos),
+        U::Arctan => named!(arctan),
+        U::Sinh => named!(sinh),
+        U::Cosh => named!(cosh),
+        U::Arcsinh => named!(arcsinh),
+        U::Arccosh => named!(arccosh),
+        U::Arctanh => named!(arctanh),
+        U::Log2 => named!(log2),
+        U::Log10 => named!(log10),
+        U::Cbrt => named!(cbrt),
+        U::Floor => named!(floor),
+        U::Ceil => named!(ceil),
+        U::Round => named!(round),
+        U::BitNot => named!(bitwise_not),
+        // The `-` operator (`Tensor.__neg__`).
+        U::Neg => None,
+    }
+}
+
+// Evaluated at compile time for every op, so the table above is checked in every build.
+const _: () = {
+    let mut i = 0;
+    while i < quabla_ir::UnaryOp::ALL.len() {
+        let _ = native_unary_function(quabla_ir::UnaryOp::ALL[i]);
+        i += 1;
+    }
+};
 
 /// Binary functions `f(a, b)` with the method twin `a.f(b)`.
 macro_rules! binary_family {
@@ -119,6 +172,8 @@ binary_family!(
     "less_equal" => less_equal, "equal" => equal, "not_equal" => not_equal,
     "logical_and" => logical_and, "logical_or" => logical_or, "matmul" => matmul, "dot" => dot,
     "outer" => outer, "kron" => kron, "polyval" => polyval,
+    "bitwise_and" => bitwise_and, "bitwise_or" => bitwise_or, "bitwise_xor" => bitwise_xor,
+    "left_shift" => left_shift, "right_shift" => right_shift, "floor_divide" => floor_divide,
 );
 
 /// Reductions `f(x, axis=None, keepdims=False)` with the method twin.

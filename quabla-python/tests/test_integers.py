@@ -82,6 +82,14 @@ def test_operators_match_numpy(dtype):
         nonzero = b != 0
         checks["//"] = (np.where(nonzero, a // np.where(nonzero, b, 1), 0), qa // qbb)
         checks["%"] = (np.where(nonzero, a % np.where(nonzero, b, 1), 0), qa % qbb)
+        # The module functions of NumPy's names, for code ported from jax.numpy.
+        checks["bitwise_and"] = (np.bitwise_and(a, b), qb.bitwise_and(qa, qbb))
+        checks["bitwise_or"] = (np.bitwise_or(a, b), qb.bitwise_or(qa, qbb))
+        checks["bitwise_xor"] = (np.bitwise_xor(a, b), qb.bitwise_xor(qa, qbb))
+        checks["bitwise_not"] = (np.bitwise_not(a), qb.bitwise_not(qa))
+        checks["left_shift"] = (np.left_shift(a, 3), qb.left_shift(qa, 3))
+        checks["right_shift"] = (np.right_shift(a, 1), qb.right_shift(qa, 1))
+        checks["floor_divide"] = (checks["//"][0], qb.floor_divide(qa, qbb))
     for name, (want, got) in checks.items():
         assert got.dtype == (qb.int32 if dtype == np.int32 else qb.int64), name
         assert np.asarray(got).tolist() == np.asarray(want).tolist(), name

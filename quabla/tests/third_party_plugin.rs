@@ -182,7 +182,8 @@ fn a_plugins_second_device_is_its_own_target_with_its_own_memory() -> qb::Result
     let x = qb::array([0.5, -1.0, 2.0])?;
     let on_cpu = qb::jit(f).call(&x)?.to_vec::<f64>()?;
 
-    // `toy:0` is `toy`; `toy:1` is another device, whose copies are counted apart.
+    // `toy:0` is `toy`; `toy:1` is another device, whose copies are counted apart: a run on
+    // `toy:1` moves its input and output there, and a run on `toy:0` moves nothing there.
     let first_before = qb::transfers("toy")?;
     let second_before = qb::transfers("toy:1")?;
     assert_eq!(
@@ -192,7 +193,7 @@ fn a_plugins_second_device_is_its_own_target_with_its_own_memory() -> qb::Result
     let second_after = qb::transfers("toy:1")?;
     assert_eq!(second_after.uploads, second_before.uploads + 1);
     assert_eq!(second_after.downloads, second_before.downloads + 1);
-    assert_eq!(qb::transfers("toy")?, first_before);
+    // (Other tests of this binary use `toy` meanwhile: only `toy:1` is this test's alone.)
     assert_eq!(
         qb::jit(f).device("toy:0").call(&x)?.to_vec::<f64>()?,
         on_cpu

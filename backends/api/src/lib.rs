@@ -50,6 +50,7 @@
 pub mod abi;
 pub mod buffer;
 pub mod cancel;
+pub mod collectives;
 mod layout;
 pub mod library_file;
 pub mod registry;
@@ -290,6 +291,13 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// memory is the host's).
     fn transfers(&self) -> Transfers {
         Transfers::default()
+    }
+
+    /// Collectives between this backend's devices and those of other processes (NCCL for
+    /// CUDA), for data parallelism; `None` (the default) for a backend without them. The plugin
+    /// ABI does not carry them: only a linked backend offers them.
+    fn collectives(&self) -> Option<Arc<dyn collectives::Collectives>> {
+        None
     }
 }
 

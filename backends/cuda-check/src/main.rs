@@ -8,13 +8,17 @@
 //! - the conformance matrix against the CPU reference (`quabla-conformance`): the `cuda`
 //!   column at the default precision (float32 tolerances) and `cuda-float64` at
 //!   `precision="float64"` (float64 plans within `1e-12` relative), per op family;
+//! - data parallelism with NCCL ([`data_parallel`]): `value_and_grad(..).devices(..)` on
+//!   `cuda:0` alone and on every GPU, against the CPU;
 //! - the benchmarks of `docs/cuda.md`, each as a ratio against its baseline measured in the
 //!   same run ([`bench`]), and the NVRTC compile and module load time per plan.
 //!
-//! Exit status: 0 when the matrix has no failure, 1 when it has, 2 when CUDA is unavailable
+//! Exit status: 0 when the matrix and the data-parallel checks have no failure, 1 when they
+//! have, 2 when CUDA is unavailable
 //! (the report then says why) or the arguments are wrong.
 
 mod bench;
+mod data_parallel;
 mod pinn;
 
 use quabla_backend::{Backend, BackendError, Capabilities, Executable, Precision};
@@ -209,13 +213,17 @@ fn main() -> ExitCode {
     );
     println!("{matrix}");
     finish(&options, &report);
+    let (section, parallel_failures) = data_parallel::run(backend.driver_device_count());
+    println!("{section}");
+    report.push_str(&section);
+    finish(&options, &report);
 
     if options.bench {
         let results = bench::run_all(&backend, &options);
         report.push_str(&results);
         finish(&options, &report);
     }
-    if failures == 0 {
+    if failures == 0 && parallel_failures == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

@@ -18,13 +18,15 @@
 //! - [`coverage`]: the op × dtype table of what is lowered, checked against a file;
 //! - [`nvrtc`] and [`cache`]: compiling the source for the device's architecture, cached on
 //!   disk;
-//! - [`runtime`]: device memory, transfers, the executor of programs, cuBLAS and cuSOLVER.
+//! - [`runtime`]: device memory, transfers, the executor of programs, cuBLAS and cuSOLVER;
+//! - [`collective`]: NCCL collectives on device memory (data parallelism).
 //!
 //! `docs/cuda.md` is the user's guide (installation, how libraries are found, what is lowered
 //! how, precision).
 
 pub mod cache;
 pub mod codegen;
+pub mod collective;
 pub mod coverage;
 pub mod discovery;
 pub mod exec;
@@ -234,6 +236,13 @@ impl Backend for CudaBackend {
 
     fn transfers(&self) -> Transfers {
         self.device.transfers()
+    }
+
+    /// NCCL on this backend's device.
+    fn collectives(&self) -> Option<Arc<dyn quabla_backend::collectives::Collectives>> {
+        Some(Arc::new(collective::NcclCollectives::new(
+            self.device.clone(),
+        )))
     }
 }
 

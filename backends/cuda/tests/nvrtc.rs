@@ -26,7 +26,7 @@ fn nvrtc_or_skip(test: &str) -> Option<Nvrtc> {
     }
 }
 
-/// The distinct kernels of every conformance and coverage plan.
+/// The distinct kernels of every conformance and coverage plan, and of the collectives.
 fn all_kernels() -> Vec<Kernel> {
     let mut kernels: Vec<Kernel> = Vec::new();
     let mut seen = std::collections::HashSet::new();
@@ -48,6 +48,14 @@ fn all_kernels() -> Vec<Kernel> {
             add(&program.kernels);
         } else {
             eprintln!("coverage plan {label} is refused (see coverage.md)");
+        }
+    }
+    // The rank-order folds of the NCCL all-reduce.
+    use quabla_cuda::collective::{fold_program, Fold};
+    use quabla_cuda::program::Elem;
+    for elem in [Elem::F32, Elem::F64] {
+        for fold in [Fold::Sum, Fold::Mean, Fold::Max, Fold::Min] {
+            add(&fold_program(elem, fold, 2, 8).kernels);
         }
     }
     kernels

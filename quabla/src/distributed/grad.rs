@@ -65,6 +65,9 @@ pub struct ValueAndGrad<F, A> {
     devices: Option<Vec<String>>,
     has_aux: bool,
     group: Option<Group>,
+    /// The NCCL groups of the local CUDA devices, made on the first call over a process group
+    /// and kept (communicators are created once per callable).
+    device_groups: std::sync::Mutex<Option<(Group, Vec<Group>)>>,
 }
 
 impl<F, A> fmt::Debug for ValueAndGrad<F, A> {
@@ -90,6 +93,7 @@ pub fn value_and_grad<A: Tree, F>(f: F) -> ValueAndGrad<F, A> {
         devices: None,
         has_aux: false,
         group: None,
+        device_groups: std::sync::Mutex::new(None),
     }
 }
 
@@ -128,9 +132,11 @@ impl<A: Tree, F> ValueAndGrad<F, A> {
         self
     }
 
-    /// The devices of this process that share its shard. Only `"cpu"` is available: CUDA
-    /// devices need the CUDA backend and the NCCL transport, and a call naming one fails with
-    /// what is missing first (UN1 for the backend, UN5 for `libnccl`; docs/distributed.md).
+    /// The devices of this process that share its shard: `"cpu"` (the default), or CUDA
+    /// devices (`&["cuda:0", "cuda:1"]`), each computing its part of the shard, with the
+    /// gradients reduced over NCCL (the `cuda` feature; docs/distributed.md). A call naming a
+    /// device that cannot run fails with what is missing first (UN1 for the backend, UN5 for
+    /// `libnccl`).
     pub fn devices(mut self, devices: &[&str]) -> Self {
         self.devices = Some(devices.iter().map(|d| d.to_string()).collect());
         self
@@ -182,18 +188,163 @@ impl<A: Tree, F> ValueAndGrad<F, A> {
             if d == "cpu" {
                 continue;
             }
-            let known = d == "cuda"
-                || d == "mlx"
-                || d.strip_prefix("cuda:")
-                    .is_some_and(|n| n.parse::<usize>().is_ok());
+            let (target, ordinal) = match d.split_once(':') {
+                Some((t, n)) => (t, Some(n)),
+                None => (d.as_str(), None),
+            };
+            let known = (target == "cuda" || crate::devices::is_registered(target))
+                && ordinal.is_none_or(|n| n.parse::<usize>().is_ok())
+                || d == "mlx";
             if !known {
                 return Err(Error::invalid(format!(
                     "invalid device {d:?}; expected \"cpu\", \"cuda\", \"cuda:N\" or \"mlx\""
                 )));
             }
-            return Err(device_unavailable(d));
+            if d == "mlx" {
+                return Err(device_unavailable(d));
+            }
+            // CUDA (or a backend of several devices) with collectives between its devices.
+            super::device_transport::collectives_of(d)?;
+        }
+        let devices = self.devices.iter().flatten();
+        if devices.clone().any(|d| d == "cpu") && devices.clone().any(|d| d != "cpu") {
+            return Err(misuse(
+                "devices mixes the CPU and other devices; name CUDA devices only, or none",
+            ));
         }
         Ok(())
+    }
+
+    /// The devices named by `devices` when they are not the CPU (CUDA devices), if any.
+    fn device_list(&self) -> Option<&[String]> {
+        self.devices
+            .as_deref()
+            .filter(|d| d.iter().any(|d| d != "cpu"))
+    }
+
+    /// The NCCL groups of `devices` over `process`, made on the first call and kept.
+    fn device_groups(&self, process: &Group, devices: &[String]) -> Result<Vec<Group>> {
+        let mut kept = self.device_groups.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((over, groups)) = &*kept {
+            if Group::same(over, process) {
+                return Ok(groups.clone());
+            }
+        }
+        let groups = super::device_transport::local_device_groups(process, devices)?;
+        *kept = Some((process.clone(), groups.clone()));
+        Ok(groups)
+    }
+
+    /// The data-parallel value and gradients over this process's CUDA devices: device `k`
+    /// differentiates on its part of the process's shard (rank `rank * G + k` of
+    /// `size * G`), one device after the other, and the results are reduced over NCCL on one
+    /// thread per device (every rank of the communicator must take part at once).
+    fn call_on_devices<R: Tree, G: Tree>(
+        &self,
+        process: &Group,
+        devices: &[String],
+        args: &impl Tree,
+    ) -> Result<G>
+    where
+        F: Fn(A) -> Result<R>,
+    {
+        self.validate()?;
+        let groups = self.device_groups(process, devices)?;
+        let (leaves, def) = crate::tree::flatten(args);
+        if leaves
+            .iter()
+            .any(|l| l.as_tensor().is_some_and(Tensor::is_traced))
+        {
+            return Err(misuse("cannot be called inside another transform"));
+        }
+        def.check()?;
+        let signature: Vec<String> = leaves.iter().map(leaf_text).collect();
+        let mut parts = Vec::with_capacity(groups.len());
+        for (group, device) in groups.iter().zip(devices) {
+            let local = shard_args(
+                "distributed.value_and_grad",
+                leaves.clone(),
+                &def,
+                &self.shard_argnums,
+                group,
+            )
+            .and_then(|leaves| {
+                let flat = Flat {
+                    leaves,
+                    def: def.clone(),
+                };
+                self.inner.call_on::<R, FlatTree>(&flat, device)
+            });
+            let mut description = self.describe(&signature);
+            let out = match local {
+                Ok(out) => {
+                    description.push_str(&format!(
+                        " giving [{}]",
+                        out.leaves
+                            .iter()
+                            .map(leaf_text)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ));
+                    Ok(out)
+                }
+                Err(e) => Err(e),
+            };
+            parts.push((description, out));
+        }
+        let out_def = parts
+            .iter()
+            .find_map(|(_, out)| out.as_ref().ok().map(|o| o.def.clone()))
+            .unwrap_or(TreeDef::None);
+        let op = self.reduction.op();
+        let reduced: Vec<Result<Vec<Leaf>>> = std::thread::scope(|s| {
+            let handles: Vec<_> = groups
+                .iter()
+                .zip(parts)
+                .map(|(group, (description, out))| {
+                    s.spawn(move || {
+                        reduce_leaves(
+                            group,
+                            "value_and_grad",
+                            &description,
+                            out.map(|o| o.leaves),
+                            op,
+                        )
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(Error::Internal {
+                            message: "a device's reduction thread panicked".into(),
+                        })
+                    })
+                })
+                .collect()
+        });
+        // Every device's reduction gives the same bits; the first is returned.
+        let first = reduced.into_iter().next().unwrap_or_else(|| {
+            Err(Error::Internal {
+                message: "no device to reduce on".into(),
+            })
+        })?;
+        out_def.unflatten(first)
+    }
+
+    /// The start of the text every rank compares before a reduction.
+    fn describe(&self, signature: &[String]) -> String {
+        format!(
+            "distributed.value_and_grad({}) on [{}], reduction {}",
+            self.argnums
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            signature.join(", "),
+            self.reduction.name()
+        )
     }
 
     /// The data-parallel value and gradients: `(value, grads)` as [`crate::value_and_grad`]
@@ -206,19 +357,13 @@ impl<A: Tree, F> ValueAndGrad<F, A> {
             Some(g) => g.clone(),
             None => super::current()?,
         };
+        if let Some(devices) = self.device_list() {
+            return self.call_on_devices::<R, G>(&group, devices, args);
+        }
         let (leaves, def) = crate::tree::flatten(args);
         let signature: Vec<String> = leaves.iter().map(leaf_text).collect();
         let local = self.local(&group, leaves, &def);
-        let mut description = format!(
-            "distributed.value_and_grad({}) on [{}], reduction {}",
-            self.argnums
-                .iter()
-                .map(usize::to_string)
-                .collect::<Vec<_>>()
-                .join(", "),
-            signature.join(", "),
-            self.reduction.name()
-        );
+        let mut description = self.describe(&signature);
         let (out_leaves, out_def) = match local {
             Ok(out) => {
                 description.push_str(&format!(
@@ -513,34 +658,18 @@ impl Tree for FlatTree {
     }
 }
 
-/// Why `value_and_grad(..).devices([device])` cannot run on `device` (`cuda`, `cuda:N`, `mlx`),
-/// the first missing piece first: the backend (UN1, or UN5 for its libraries), for CUDA then
-/// NCCL (UN5 naming `libnccl`), and with both present the NCCL transport itself, which is not
-/// built yet.
+/// Why `value_and_grad(..).devices(["mlx"])` cannot run: the backend's own error (UN1, UN5), or
+/// that data parallelism over MLX devices is not supported.
 fn device_unavailable(device: &str) -> Error {
     if let Err(e) = crate::devices::backend_for(device) {
         return e;
     }
-    if device == "mlx" {
-        return Error::Unsupported {
-            op: "distributed".into(),
-            device: Some(device.to_string()),
-            message: format!(
-                "distributed.value_and_grad on {device}: data parallelism over mlx devices is \
-                 not supported; use devices=None on CPUs"
-            ),
-        };
-    }
-    match super::nccl_library(device) {
-        Err(e) => e,
-        Ok(nccl) => Error::Unsupported {
-            op: "nccl".into(),
-            device: Some(device.to_string()),
-            message: format!(
-                "distributed.value_and_grad on {device}: the CUDA backend and {nccl} are present, \
-                 but data parallelism over CUDA devices (the NCCL transport) is not built yet; \
-                 use devices=None on CPUs"
-            ),
-        },
+    Error::Unsupported {
+        op: "distributed".into(),
+        device: Some(device.to_string()),
+        message: format!(
+            "distributed.value_and_grad on {device}: data parallelism over mlx devices is not \
+             supported; use devices=None on CPUs"
+        ),
     }
 }

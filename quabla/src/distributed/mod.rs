@@ -24,13 +24,14 @@
 //! (threads of one process, for tests), `mpi.rs` (MPI, behind the `mpi` cargo feature),
 //! `launcher.rs` (reading the launcher's environment), `grad.rs` (data-parallel
 //! `value_and_grad`), `checkpoint.rs` (`save`/`load`), `bootstrap.rs` (sharing a device
-//! transport's unique id), `nccl.rs` (finding NCCL for the device transport, which is not
-//! built yet: docs/distributed.md). This module must not import the optimizers (the trainer imports
-//! it).
+//! transport's unique id), `nccl.rs` (finding NCCL), `device_transport.rs` (the transport over a
+//! backend's collectives between devices: NCCL on CUDA). This module must not import the optimizers (the
+//! trainer imports it).
 
 mod bootstrap;
 mod checkpoint;
 mod communicator;
+mod device_transport;
 mod grad;
 mod group;
 mod launcher;
@@ -43,6 +44,7 @@ pub use bootstrap::{share_unique_id, share_unique_id_through_file};
 pub(crate) use checkpoint::tree_digest;
 pub use checkpoint::{load, save};
 pub use communicator::{Communicator, Deadline, Fault, ReduceOp};
+pub use device_transport::device_group;
 pub(crate) use grad::{reduce_leaves, shard_args, Flat};
 pub use grad::{value_and_grad, Reduction, ValueAndGrad};
 pub use group::{with_group, Group, Options, DEFAULT_HEARTBEAT_TIMEOUT, DEFAULT_TIMEOUT};

@@ -26,6 +26,19 @@ macro_rules! native_unary {
                 apply(vec![x.into()], |b, x| b.unary(UnaryOp::$op, x[0]))
             }
         )*
+
+        /// The function of each native unary op. The match is exhaustive, so a new
+        /// [`UnaryOp`] does not compile until it has a row in the table below (or joins the
+        /// two spelled otherwise: `neg` is the `-` operator and `Tensor::neg`, `bitwise_not`
+        /// the integer function `bitwise_not` below).
+        // Compiled in every build (that is the check); called by the tests.
+        #[cfg_attr(not(test), allow(dead_code))]
+        pub(crate) fn native_unary_function(op: UnaryOp) -> Option<fn(Operand) -> Result<Tensor>> {
+            match op {
+                $(UnaryOp::$op => Some(|x| $name(x)),)*
+                UnaryOp::Neg | UnaryOp::BitNot => None,
+            }
+        }
     };
 }
 
@@ -422,4 +435,34 @@ super::tensor_methods! {
 #[track_caller]
 pub fn powi(x: impl Into<Operand>, exponent: i32) -> Result<Tensor> {
     apply(vec![x.into()], |b, x| b.powi(x[0], exponent))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each row of the native unary table calls its own op: the facade function of every
+    /// native unary op agrees with the IR's evaluation of that op on float64 values.
+    #[test]
+    fn every_native_unary_function_computes_its_op() {
+        let xs = [-0.75, -0.3, 0.0, 0.2, 0.6, 1.5, 3.0];
+        for op in UnaryOp::ALL {
+            let Some(f) = native_unary_function(op) else {
+                assert!(matches!(op, UnaryOp::Neg | UnaryOp::BitNot), "{op:?}");
+                continue;
+            };
+            let got = f(crate::array(xs).unwrap().into())
+                .unwrap()
+                .to_vec::<f64>()
+                .unwrap();
+            for (x, g) in xs.iter().zip(got) {
+                let want = quabla_ir::eval::unary_f64(op, *x);
+                assert!(
+                    g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+                    "{}({x}) = {g}, expected {want}",
+                    op.name()
+                );
+            }
+        }
+    }
 }

@@ -128,6 +128,30 @@ impl<A: Tree, F> Grad<F, A> {
         staging::execute(&call, args, |prepared| self.stage::<R>(prepared))
     }
 
+    /// [`Grad::call`] compiled for and run on `device` (`"cuda:1"`) instead of the CPU: the
+    /// data-parallel `value_and_grad` runs each local device's shard this way. The trace cache
+    /// is shared; the device is part of each entry's signature.
+    pub(crate) fn call_on<R: Tree, G: Tree>(&self, args: &impl Tree, device: &str) -> Result<G>
+    where
+        F: Fn(A) -> Result<R>,
+    {
+        let s = &self.shell;
+        s.config.validate()?;
+        self.selection.validate()?;
+        let target = crate::staging::Target {
+            device: std::sync::Arc::from(device),
+            ..s.target.clone()
+        };
+        let call = Call {
+            cache: &s.cache,
+            owner: s.owner(&[]),
+            wrt: Wrt::Args(&self.selection.argnums),
+            target: &target,
+            extra: None,
+        };
+        staging::execute(&call, args, |prepared| self.stage::<R>(prepared))
+    }
+
     /// Traces the function and builds its VJP graph: outputs the traced outputs (the value,
     /// then the aux leaves), then the gradients of the differentiated inputs.
     fn stage<R: Tree>(&self, prepared: &Prepared) -> Result<TracedFunction>

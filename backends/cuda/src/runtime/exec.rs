@@ -131,6 +131,27 @@ impl Loaded {
         )
     }
 
+    /// Runs a program of one input and one computed output on the bytes of `input` (the
+    /// collectives' fold, `crate::collective`), returning the output's allocation.
+    pub(crate) fn run_on_buffer(&self, input: &DeviceBuffer) -> Result<DeviceBuffer, BackendError> {
+        self.device.bind()?;
+        let machine = DeviceRun {
+            loaded: self,
+            recording: RefCell::new(None),
+        };
+        let values = exec::execute(
+            &machine,
+            &self.program,
+            &[input.ptr()],
+            &HashMap::new(),
+            &mut |_| None,
+        )?;
+        match values.into_iter().next() {
+            Some(OutputValue::Owned(buffer)) => Ok(buffer),
+            _ => Err(internal("a fold program's output is not a new buffer")),
+        }
+    }
+
     /// Runs the program on `inputs` (device memory of this backend, in plan input order); the
     /// outputs stay on the device. The inputs are only read.
     pub fn run(&self, inputs: &[Bound]) -> Result<Vec<Memory>, BackendError> {
@@ -393,6 +414,9 @@ impl Machine for DeviceRun<'_> {
         }
     }
 
+    // A graph dropped while its last replay is still queued is freed by the driver when that
+    // replay completes (`cuGraphExecDestroy`), so the executor drops finished loops' graphs
+    // without waiting for the device.
     fn replay(&self, graph: &CudaGraph) -> Result<(), BackendError> {
         // On the device's stream (not the recording stream `CudaGraph::launch` would use), in
         // order with the launches before and after it.

@@ -194,8 +194,48 @@ impl Device {
             .map_err(|e| driver_error("waiting for the device", e))
     }
 
-    pub(crate) fn alloc(&self, bytes: usize, what: &str) -> Result<DeviceBuffer, BackendError> {
+    /// Allocates `bytes` on the device's stream (`OutOfMemory` naming `what` when refused).
+    pub fn alloc(&self, bytes: usize, what: &str) -> Result<DeviceBuffer, BackendError> {
         DeviceBuffer::alloc(&self.inner, bytes, what)
+    }
+
+    /// The device's stream, for libraries that queue work on it (NCCL).
+    pub(crate) fn stream_handle(&self) -> cudarc::driver::sys::CUstream {
+        self.inner.stream.cu_stream()
+    }
+
+    /// Whether everything queued on the stream has finished, without waiting.
+    pub(crate) fn stream_done(&self) -> Result<bool, BackendError> {
+        // SAFETY: the stream is live.
+        let status = unsafe { cudarc::driver::sys::cuStreamQuery(self.inner.stream.cu_stream()) };
+        match status {
+            cudarc::driver::sys::CUresult::CUDA_SUCCESS => Ok(true),
+            cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            other => Err(driver_error(
+                "waiting for the device",
+                cudarc::driver::DriverError(other),
+            )),
+        }
+    }
+
+    /// Copies host bytes into a new buffer (waits for the copy).
+    pub fn upload_bytes(&self, bytes: &[u8], what: &str) -> Result<DeviceBuffer, BackendError> {
+        self.bind()?;
+        let buffer = self.upload_values(bytes, what)?;
+        self.transfers.upload(bytes.len());
+        Ok(buffer)
+    }
+
+    /// Reads the first `len` bytes of `buffer` back (waits for the stream first).
+    pub fn download_bytes(
+        &self,
+        buffer: &DeviceBuffer,
+        len: usize,
+    ) -> Result<Vec<u8>, BackendError> {
+        self.bind()?;
+        let out = self.read_values::<u8>(buffer.ptr(), len.min(buffer.bytes()))?;
+        self.transfers.download(out.len());
+        Ok(out)
     }
 
     /// Copies `values` into a new buffer (stream-ordered; waits for the copy, so the host
