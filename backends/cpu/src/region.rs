@@ -39,13 +39,15 @@
 //! machine cannot hold fails at once with `OutOfMemory` instead of after running.
 
 use crate::buffer::{Buffer, Storage, View, ViewMut};
-use crate::exec::{out_of_memory, Frame, Mode, Workspace};
+use crate::exec::{Frame, Mode};
 use crate::kernels::internal;
 use crate::native::{GraphBody, LoopBody, NativeScan, NativeWhile, OwnCode, ScanShape};
 use crate::scalar::ScalarBody;
-use crate::schedule::{Build, Schedule};
+use crate::schedule::{Build, RegionCall, RegionSlots, Schedule};
+use crate::workspace::{out_of_memory, Workspace};
 use quabla_backend::{Precision, Result};
 use quabla_ir::{DType, Graph, NodeId, Plan, Region, RegionKind, TensorType};
+use std::any::Any;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -77,7 +79,7 @@ thread_local! {
 /// of each checkpointed block, the body's VJP): compiled per call, a loop nested `d` deep was
 /// compiled `O(d)` times over, and the plan's compile grew as `d²`. Addresses identify regions
 /// only while the plan's graph holds them, which it does for the whole compile; the outermost
-/// [`Schedule::build`] opens the scope and its guard closes it.
+/// [`compile_schedule`] opens the scope and its guard closes it.
 pub(crate) struct CompileScope {
     owner: bool,
 }
@@ -125,6 +127,26 @@ impl Drop for CompileScope {
     }
 }
 
+/// The schedule of a plan or region body `graph`, its region calls compiled by this module
+/// (each region once per plan compile, [`CompileScope`]).
+pub(crate) fn compile_schedule(graph: &Graph, build: Build) -> Result<Schedule> {
+    let _scope = CompileScope::enter();
+    Schedule::build(graph, build, &compile_call)
+}
+
+/// What the scheduler decides for `graph` after the phase named `phase`, as text
+/// ([`crate::schedule::describe_phases`]), region calls compiled by this module.
+pub(crate) fn describe_schedule(graph: &Graph, build: Build, phase: &str) -> Result<String> {
+    let _scope = CompileScope::enter();
+    crate::schedule::describe_phases(graph, build, &compile_call, phase)
+}
+
+/// The [`crate::schedule::CompileRegion`] callback: a region call compiled as a [`RegionStep`].
+fn compile_call(region: &Region, slots: RegionSlots, build: Build) -> Result<Box<dyn RegionCall>> {
+    let step = RegionStep::compile(region, slots.args, slots.outs, build)?;
+    Ok(Box::new(step))
+}
+
 /// A region call of a schedule: the operand slots, the slot of each sibling node, and the
 /// compiled bodies.
 #[derive(Clone, Debug)]
@@ -141,6 +163,133 @@ pub(crate) struct RegionStep {
     /// Shared by every call of the same region with the same outputs used (see
     /// [`CompileScope`]).
     exec: Arc<Exec>,
+}
+
+impl RegionCall for RegionStep {
+    fn args(&self) -> &[usize] {
+        &self.args
+    }
+
+    fn outs(&self) -> &[(usize, usize)] {
+        &self.outs
+    }
+
+    /// The region's text name (`fori`, `scan_vjp`, `while`, ...).
+    fn form_name(&self) -> &'static str {
+        self.form
+    }
+
+    /// Appends how the region runs to `out` for `CpuExecutable::report`: one line at
+    /// indentation `depth`, then the regions nested in its bodies one level deeper.
+    fn describe(&self, depth: usize, out: &mut String, inside_native: bool) {
+        use std::fmt::Write;
+        let pad = "  ".repeat(depth);
+        // A loop inside machine code is part of the enclosing loop's code.
+        let inside = "in the enclosing loop's machine code";
+        let (bodies, native): (Vec<&Body>, bool) = match &*self.exec {
+            Exec::Cond {
+                then_branch,
+                else_branch,
+            } => {
+                let how = if inside_native {
+                    inside
+                } else {
+                    "the taken branch's steps"
+                };
+                let _ = writeln!(out, "{pad}{}: {how}", self.form);
+                (vec![then_branch, else_branch], false)
+            }
+            Exec::Scan(scan) => {
+                let native = !inside_native && scan.native().is_some();
+                let how = match (inside_native, native) {
+                    (true, _) => inside.to_string(),
+                    (false, true) => "native code".to_string(),
+                    (false, false) => interpreted(
+                        scan.body.form(scan.swaps.is_some()),
+                        [scan.body.why_interpreted(), scan.native.declined()],
+                    ),
+                };
+                let _ = writeln!(
+                    out,
+                    "{pad}{} ({} iterations): {how}",
+                    self.form, scan.length
+                );
+                (vec![&scan.body], native)
+            }
+            Exec::While {
+                cond,
+                body,
+                swaps,
+                native: code,
+                ..
+            } => {
+                let native = !inside_native && native_while(code, cond, body).is_some();
+                let how = match (inside_native, native) {
+                    (true, _) => inside.to_string(),
+                    (false, true) => "native code".to_string(),
+                    (false, false) => interpreted(
+                        body.form(swaps.is_some()),
+                        [
+                            cond.why_interpreted(),
+                            body.why_interpreted(),
+                            code.declined(),
+                        ],
+                    ),
+                };
+                let _ = writeln!(out, "{pad}{}: {how}", self.form);
+                (vec![cond, body], native)
+            }
+        };
+        for body in bodies {
+            body.schedule
+                .describe_regions(depth + 1, out, inside_native || native);
+        }
+    }
+
+    /// Runs the region once on the operand values and returns the value of every sibling (in
+    /// `outs` order). `shared[i]`: sibling `i` is a plan output, so a stacked output is
+    /// written straight into shared host data.
+    fn run(
+        &self,
+        operands: &[View<'_>],
+        shared: &[bool],
+        ws: &mut Workspace,
+        threads: usize,
+    ) -> Result<Vec<Storage<'static>>> {
+        if operands.len() != self.args.len() {
+            return Err(internal(format!("{} region: operands missing", self.form)));
+        }
+        match &*self.exec {
+            Exec::Cond {
+                then_branch,
+                else_branch,
+            } => self.run_cond(then_branch, else_branch, operands, ws, threads),
+            Exec::Scan(scan) => self.run_scan(scan, operands, shared, ws, threads),
+            Exec::While {
+                n_carry,
+                max_trips,
+                cond,
+                body,
+                swaps,
+                native,
+            } => self.run_while(
+                (*n_carry, *max_trips),
+                (cond, body, native_while(native, cond, body)),
+                swaps.as_deref(),
+                operands,
+                ws,
+                threads,
+            ),
+        }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn clone_box(&self) -> Box<dyn RegionCall> {
+        Box::new(self.clone())
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -342,7 +491,7 @@ impl Body {
                 .map_err(|e| internal(format!("a region body: {e}")))?;
             Plan::compile(&pruned)
         };
-        let schedule = Schedule::build(plan.graph(), build)?;
+        let schedule = compile_schedule(plan.graph(), build)?;
         let take = take_plan(&schedule, collected, rebound);
         let output_types: Vec<TensorType> = plan.output_types().into_iter().cloned().collect();
         // The scalar form runs no steps, so it has no non-finite check. It holds every value
@@ -483,78 +632,6 @@ fn take_plan(schedule: &Schedule, collected: usize, rebound: &[bool]) -> Vec<boo
 }
 
 impl RegionStep {
-    /// Appends how the region runs to `out` for `CpuExecutable::report`: one line at
-    /// indentation `depth`, then the regions nested in its bodies one level deeper.
-    pub(crate) fn describe(&self, depth: usize, out: &mut String, inside_native: bool) {
-        use std::fmt::Write;
-        let pad = "  ".repeat(depth);
-        // A loop inside machine code is part of the enclosing loop's code.
-        let inside = "in the enclosing loop's machine code";
-        let (bodies, native): (Vec<&Body>, bool) = match &*self.exec {
-            Exec::Cond {
-                then_branch,
-                else_branch,
-            } => {
-                let how = if inside_native {
-                    inside
-                } else {
-                    "the taken branch's steps"
-                };
-                let _ = writeln!(out, "{pad}{}: {how}", self.form);
-                (vec![then_branch, else_branch], false)
-            }
-            Exec::Scan(scan) => {
-                let native = !inside_native && scan.native().is_some();
-                let how = match (inside_native, native) {
-                    (true, _) => inside.to_string(),
-                    (false, true) => "native code".to_string(),
-                    (false, false) => interpreted(
-                        scan.body.form(scan.swaps.is_some()),
-                        [scan.body.why_interpreted(), scan.native.declined()],
-                    ),
-                };
-                let _ = writeln!(
-                    out,
-                    "{pad}{} ({} iterations): {how}",
-                    self.form, scan.length
-                );
-                (vec![&scan.body], native)
-            }
-            Exec::While {
-                cond,
-                body,
-                swaps,
-                native: code,
-                ..
-            } => {
-                let native = !inside_native && native_while(code, cond, body).is_some();
-                let how = match (inside_native, native) {
-                    (true, _) => inside.to_string(),
-                    (false, true) => "native code".to_string(),
-                    (false, false) => interpreted(
-                        body.form(swaps.is_some()),
-                        [
-                            cond.why_interpreted(),
-                            body.why_interpreted(),
-                            code.declined(),
-                        ],
-                    ),
-                };
-                let _ = writeln!(out, "{pad}{}: {how}", self.form);
-                (vec![cond, body], native)
-            }
-        };
-        for body in bodies {
-            body.schedule
-                .describe_regions(depth + 1, out, inside_native || native);
-        }
-    }
-
-    /// The region's text name (`fori`, `scan_vjp`, `while`, ...).
-    pub(crate) fn form_name(&self) -> &'static str {
-        self.form
-    }
-
     /// Compiles a region call whose sibling nodes are `outs` (region output, slot).
     pub(crate) fn compile(
         region: &Region,
@@ -714,43 +791,6 @@ impl RegionStep {
                 }
             }
         })
-    }
-
-    /// Runs the region once on the operand values and returns the value of every sibling (in
-    /// `outs` order). `shared[i]`: sibling `i` is a plan output, so a stacked output is
-    /// written straight into shared host data.
-    pub(crate) fn run(
-        &self,
-        operands: &[View<'_>],
-        shared: &[bool],
-        ws: &mut Workspace,
-        threads: usize,
-    ) -> Result<Vec<Storage<'static>>> {
-        if operands.len() != self.args.len() {
-            return Err(internal(format!("{} region: operands missing", self.form)));
-        }
-        match &*self.exec {
-            Exec::Cond {
-                then_branch,
-                else_branch,
-            } => self.run_cond(then_branch, else_branch, operands, ws, threads),
-            Exec::Scan(scan) => self.run_scan(scan, operands, shared, ws, threads),
-            Exec::While {
-                n_carry,
-                max_trips,
-                cond,
-                body,
-                swaps,
-                native,
-            } => self.run_while(
-                (*n_carry, *max_trips),
-                (cond, body, native_while(native, cond, body)),
-                swaps.as_deref(),
-                operands,
-                ws,
-                threads,
-            ),
-        }
     }
 
     fn run_cond(
