@@ -2,7 +2,7 @@
 //!
 //! A [`Frame`] holds the values of one schedule's slots while it runs. A plan's frame lives for
 //! one call; a region body's frame lives for one execution of its region and is rerun once per
-//! iteration, its inputs rebound in between (see `region.rs`). The [`Workspace`]
+//! iteration, its inputs rebound in between (see `region/`). The [`Workspace`]
 //! (`workspace.rs`) is what runs share: the buffer pool, the scratch of fused programs and the plan's slot table, whose
 //! constants stay bound from one run to the next. A step's own bookkeeping (operand views,
 //! output buffers, registers) needs no heap allocation once the workspace is warm.
@@ -19,7 +19,7 @@
 //! caller's inputs, the executable and the workspace stay usable). And before every step the
 //! run checks the cancellation flags it watches ([`Workspace::cancel`], taken once per run), so
 //! a cancelled run stops with `BackendError::Cancelled` at the next step; loops check once more
-//! per iteration (`region.rs`).
+//! per iteration (`region/`).
 
 use crate::buffer::{self, Buffer, Pool, Storage, View, ViewMut};
 use crate::kernels::elementwise::{Program, Scratch};

@@ -23,6 +23,7 @@ pub(super) fn interpreted(
 ) -> Interpreted {
     let mut cost = Interpreted::steps(schedule.steps.len());
     for step in &schedule.steps {
+        // Every region call of a schedule this runner compiled is one of its `RegionStep`s.
         let region = match &step.kind {
             StepKind::Region(call) => call.as_any().downcast_ref::<RegionStep>(),
             _ => None,

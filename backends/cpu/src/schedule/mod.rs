@@ -19,7 +19,7 @@
 //! 7. **Liveness** (`liveness.rs`): each written slot released after its last reader.
 //!
 //! The scheduler knows a region step only as a [`RegionCall`]: the region runner
-//! (`region.rs`) compiles region bodies and runs them, and is never imported here, so the
+//! (`region/`) compiles region bodies and runs them, and is never imported here, so the
 //! modules of the CPU crate import one another without a circle (schedule, then exec, then
 //! region).
 
