@@ -205,16 +205,7 @@ pub(crate) fn local_device_groups(over: &Group, devices: &[String]) -> Result<Ve
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(Error::Internal {
-                        message: "a thread joining a device communicator panicked".into(),
-                    })
-                })
-            })
-            .collect()
+        super::join_all(handles, "a thread joining a device communicator panicked")
     });
     joined
         .into_iter()

@@ -313,16 +313,7 @@ impl<A: Tree, F> ValueAndGrad<F, A> {
                     })
                 })
                 .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(Error::Internal {
-                            message: "a device's reduction thread panicked".into(),
-                        })
-                    })
-                })
-                .collect()
+            super::join_all(handles, "a device's reduction thread panicked")
         });
         // Every device's reduction gives the same bits; the first is returned.
         let first = reduced.into_iter().next().unwrap_or_else(|| {

@@ -214,15 +214,24 @@ pub fn run_local<T: Send>(
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(Error::Internal {
-                        message: "a rank's thread could not be joined".into(),
-                    })
+        join_all(handles, "a rank's thread could not be joined")
+    }))
+}
+
+/// The results of scoped threads, in order; a thread that panicked gives
+/// `Error::Internal` with `what` (the threads' own code catches the panics it can report).
+pub(crate) fn join_all<T>(
+    handles: Vec<std::thread::ScopedJoinHandle<'_, Result<T>>>,
+    what: &str,
+) -> Vec<Result<T>> {
+    handles
+        .into_iter()
+        .map(|h| {
+            h.join().unwrap_or_else(|_| {
+                Err(Error::Internal {
+                    message: what.to_string(),
                 })
             })
-            .collect()
-    }))
+        })
+        .collect()
 }
