@@ -16,8 +16,9 @@
 //!
 //! - **Machine code** (`native`; loops whose values all have at most `NATIVE_ELEMENTS`
 //!   elements, where the cost model says it beats the interpreter): compiled at the loop's
-//!   first run, with the carries as float64 arrays in and out; a kernel failing inside it
-//!   sends the loop back to the forms below.
+//!   first run, with the carries as arrays of 8-byte words in and out (float64 values, int64
+//!   bits for integers: `native::words`); a kernel failing inside it sends the loop back to
+//!   the forms below.
 //! - **Scalar** (bodies whose every value has one element, see `scalar.rs`): the loop runs on
 //!   an array of float64 values and copies each carry as one number.
 //! - **Swapping** (bodies whose step-written values total at most [`REUSE_BYTES`] and whose
@@ -41,7 +42,7 @@
 use crate::buffer::{Buffer, Storage, View, ViewMut};
 use crate::exec::{out_of_memory, Frame, Mode, Workspace};
 use crate::kernels::internal;
-use crate::native::{GraphBody, LoopBody, NativeScan, NativeWhile, ScanShape};
+use crate::native::{self, GraphBody, LoopBody, NativeScan, NativeWhile, ScanShape};
 use crate::scalar::ScalarBody;
 use crate::schedule::{Build, Schedule};
 use quabla_backend::{Precision, Result};
@@ -856,7 +857,7 @@ impl RegionStep {
         Ok(stacked)
     }
 
-    /// A scan in machine code: the carries' and constants' elements as float64 arrays, the
+    /// A scan in machine code: the carries' and constants' elements as arrays of words, the
     /// scanned operands read and the stacked outputs written in place, in chunks of at most
     /// `SCALAR_CHECK_EVERY` iterations with a cancellation check before each. `None` when a
     /// kernel the code calls failed: the caller reruns the loop in the interpreter, which
@@ -870,8 +871,8 @@ impl RegionStep {
         ws: &mut Workspace,
     ) -> Result<Option<Vec<Storage<'static>>>> {
         let (nc, nk) = (scan.n_carry, scan.n_const);
-        let mut carries = flat_f64(&operands[..nc]);
-        let consts = flat_f64(&operands[nc..nc + nk]);
+        let mut carries = native::words(&operands[..nc]);
+        let consts = native::words(&operands[nc..nc + nk]);
         let mut stacked = self.stacked_buffers(scan, shared, ws)?;
         let looped = (|| -> Result<bool> {
             let xs = &operands[nc + nk..];
@@ -1142,7 +1143,7 @@ impl RegionStep {
         self.collect(carries, &positions, ws)
     }
 
-    /// A while loop in machine code: the carries' and constants' elements as float64 arrays,
+    /// A while loop in machine code: the carries' and constants' elements as arrays of words,
     /// run in chunks of at most `SCALAR_CHECK_EVERY` trips (each one predicate check and body
     /// run) with a cancellation check before each chunk, as the scalar form checks. `None`
     /// when a kernel the code calls failed: the caller reruns the loop in the interpreter.
@@ -1153,8 +1154,8 @@ impl RegionStep {
         operands: &[View<'_>],
         ws: &mut Workspace,
     ) -> Result<Option<Vec<Storage<'static>>>> {
-        let mut carries = flat_f64(&operands[..n_carry]);
-        let consts = flat_f64(&operands[n_carry..]);
+        let mut carries = native::words(&operands[..n_carry]);
+        let consts = native::words(&operands[n_carry..]);
         let mut trips: usize = 0;
         while Some(trips) != max_trips {
             ws.cancel.check()?;
@@ -1388,16 +1389,8 @@ fn collect_carries<'a>(
     Ok(())
 }
 
-/// The elements of `views`, one after the other, as float64.
-fn flat_f64(views: &[View<'_>]) -> Vec<f64> {
-    views
-        .iter()
-        .flat_map(|v| (0..v.len()).map(|i| v.get_f64(i)))
-        .collect()
-}
-
 /// Values with the dtypes and lengths of `like` from their elements one after the other in
-/// `flat` (as [`flat_f64`] lays them out).
+/// `flat` (as [`native::words`] lays them out).
 fn unflatten(flat: &[f64], like: &[View<'_>], ws: &mut Workspace) -> Result<Vec<Storage<'static>>> {
     let mut values: Vec<Storage<'static>> = Vec::with_capacity(like.len());
     let mut at = 0;
@@ -1406,7 +1399,7 @@ fn unflatten(flat: &[f64], like: &[View<'_>], ws: &mut Workspace) -> Result<Vec<
         let elements = flat.get(at..at + len);
         let stored = match elements {
             Some(elements) => ws.pool.alloc(dtype, len).map(|mut b| {
-                b.view_mut().store_f64(0, elements);
+                native::store_words(&mut b.view_mut(), 0, elements);
                 Storage::Owned(b)
             }),
             None => {

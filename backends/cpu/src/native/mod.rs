@@ -39,6 +39,8 @@
 mod body;
 mod code;
 mod emit;
+mod indexed;
+mod integers;
 mod memory;
 mod ops;
 mod runners;
@@ -75,6 +77,8 @@ pub(crate) use body::GraphBody;
 pub use body::NATIVE_ELEMENTS;
 use body::{element_sources, reduced_groups, solve_geometry, Nested};
 use code::Code;
+use integers::int_cc;
+use ops::Elementwise;
 use runners::FAILED;
 pub(crate) use runners::{NativePlan, NativeScan, NativeWhile, ScanShape};
 
@@ -84,6 +88,23 @@ pub(crate) use runners::{NativePlan, NativeScan, NativeWhile, ScanShape};
 pub(crate) enum LoopBody<'a> {
     Scalar(&'a ScalarBody),
     Graph(&'a GraphBody),
+}
+
+impl LoopBody<'_> {
+    /// The machine type of each of the body's first `count` inputs, in order ([`word`]; a
+    /// scalar body holds floats only).
+    fn input_words(&self, count: usize) -> Vec<Type> {
+        match self {
+            LoopBody::Scalar(_) => vec![types::F64; count],
+            LoopBody::Graph(body) => body
+                .graph
+                .inputs()
+                .map(|(_, _, ty)| word(ty.dtype))
+                .chain(std::iter::repeat(types::F64))
+                .take(count)
+                .collect(),
+        }
+    }
 }
 
 /// Where a loop keeps a carry from one iteration to the next.
@@ -113,7 +134,60 @@ struct Emitter<'m, 'f> {
     carry_ids: usize,
 }
 
-/// The byte offset of element `j` of a float64 array.
+/// The byte offset of element `j` of an array of 8-byte words.
 fn offset(j: usize) -> i32 {
     i32::try_from(j * 8).unwrap_or(i32::MAX)
+}
+
+/// The machine type that holds a value of `dtype` in the code: an integer as an int64 (an
+/// int32 sign-extended), every other dtype as a float64 (a bool as 0.0 or 1.0). Arrays in
+/// memory hold these as 8-byte words.
+fn word(dtype: DType) -> Type {
+    if dtype.is_integer() {
+        types::I64
+    } else {
+        types::F64
+    }
+}
+
+/// The dtype whose arrays hold the code's words of type `ty` as they are.
+fn word_dtype(ty: Type) -> DType {
+    if ty == types::I64 {
+        DType::I64
+    } else {
+        DType::F64
+    }
+}
+
+/// The elements of `views` one after the other as the words the code's carries and loop
+/// constants are passed in: a float or a bool as its float64 value, an integer as the bits of
+/// its int64 value.
+pub(crate) fn words(views: &[View<'_>]) -> Vec<f64> {
+    views
+        .iter()
+        .flat_map(|v| {
+            (0..v.len()).map(move |i| match v {
+                View::I32(x) => f64::from_bits(i64::from(x[i]) as u64),
+                View::I64(x) => f64::from_bits(x[i] as u64),
+                _ => v.get_f64(i),
+            })
+        })
+        .collect()
+}
+
+/// Stores `words` (laid out as [`words`] lays them) into `out`, from its element `start`.
+pub(crate) fn store_words(out: &mut ViewMut<'_>, start: usize, words: &[f64]) {
+    match out {
+        ViewMut::I32(x) => {
+            for (d, w) in x[start..].iter_mut().zip(words) {
+                *d = w.to_bits() as i64 as i32;
+            }
+        }
+        ViewMut::I64(x) => {
+            for (d, w) in x[start..].iter_mut().zip(words) {
+                *d = w.to_bits() as i64;
+            }
+        }
+        _ => out.store_f64(start, words),
+    }
 }

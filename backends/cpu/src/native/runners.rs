@@ -54,25 +54,31 @@ impl NativeScan {
     /// outputs: the carries, then what the stacked outputs take) is `body`, or `None` when the
     /// body has something this module does not translate.
     pub(crate) fn compile(body: LoopBody<'_>, scan: &ScanShape) -> Option<NativeScan> {
+        let (nc, nk) = (scan.carries.len(), scan.consts.len());
+        let words = body.input_words(1 + nc + nk);
+        let typed = |lens: &[usize], tys: &[Type]| -> Vec<(Type, usize)> {
+            tys.iter().copied().zip(lens.iter().copied()).collect()
+        };
+        let carry_words = typed(&scan.carries, words.get(1..1 + nc)?);
+        let const_words = typed(&scan.consts, words.get(1 + nc..)?);
         let code = Code::build(&[types::I64; 9], Some(types::I64), |e, params| {
             let (carries_at, consts_at) = (params[0], params[1]);
             let (first, step, count, index0) = (params[2], params[3], params[4], params[5]);
             let (xs_at, ys_at) = (params[6], params[7]);
-            let constants = e.given_flat(consts_at, &scan.consts);
+            let constants = e.given_flat(consts_at, &const_words);
             let xs: Vec<Value> = (0..scan.xs.len())
                 .map(|x| e.load_pointer(xs_at, x))
                 .collect();
             let ys: Vec<Value> = (0..scan.ys.len())
                 .map(|y| e.load_pointer(ys_at, y))
                 .collect();
-            let carries = e.carries(carries_at, &scan.carries);
+            let carries = e.carries(carries_at, &carry_words);
             let (trip, header, exit) = e.counted_loop(count);
             let i = e.b.use_var(trip);
             let offset = e.b.ins().imul(i, step);
             let k = e.b.ins().iadd(first, offset);
             let index = e.b.ins().iadd(k, index0);
-            let index = e.b.ins().fcvt_from_sint(types::F64, index);
-            let mut inputs = vec![Val::Regs(vec![e.round(scan.index, index)])];
+            let mut inputs = vec![Val::Regs(vec![e.index_value(scan.index, index)])];
             inputs.extend(e.use_carries(&carries));
             inputs.extend(constants.iter().cloned());
             for (&base, &(dtype, len)) in xs.iter().zip(&scan.xs) {
@@ -105,7 +111,7 @@ impl NativeScan {
     }
 
     /// Runs `count` iterations at positions `first`, `first + step`, ... (index values those
-    /// plus `index0`) on the carries' elements (one after the other, as float64) in place,
+    /// plus `index0`) on the carries' elements (one after the other, as [`words`]) in place,
     /// with the loop constants' elements in `consts`, reading slice `k` of each scanned
     /// operand in `xs` and writing slice `k` of each stacked output in `ys`. Returns `false`
     /// when an array does not have the dtype or length the code needs (running nothing) or
@@ -200,13 +206,19 @@ impl NativeWhile {
         carries: &[usize],
         consts: &[usize],
     ) -> Option<NativeWhile> {
+        let words = body.input_words(carries.len() + consts.len());
+        let typed = |lens: &[usize], tys: &[Type]| -> Vec<(Type, usize)> {
+            tys.iter().copied().zip(lens.iter().copied()).collect()
+        };
+        let carry_words = typed(carries, words.get(..carries.len())?);
+        let const_words = typed(consts, words.get(carries.len()..)?);
         let code = Code::build(
             &[types::I64, types::I64, types::I64, types::I64],
             Some(types::I64),
             |e, params| {
                 let (carries_at, consts_at, count) = (params[0], params[1], params[2]);
-                let constants = e.given_flat(consts_at, consts);
-                let vars = e.carries(carries_at, carries);
+                let constants = e.given_flat(consts_at, &const_words);
+                let vars = e.carries(carries_at, &carry_words);
                 let inputs = |e: &mut Emitter<'_, '_>| {
                     let mut inputs = e.use_carries(&vars);
                     inputs.extend(constants.iter().cloned());
@@ -218,9 +230,8 @@ impl NativeWhile {
                 let given = inputs(e);
                 let predicate = e.loop_body(cond, &given)?;
                 let p = e.element_at(predicate.first()?, 0)?;
-                let zero = e.b.ins().f64const(0.0);
                 // The interpreter stops on a predicate equal to 0.0.
-                let holds = e.b.ins().fcmp(FloatCC::NotEqual, p, zero);
+                let holds = e.truth(p);
                 e.b.ins().brif(holds, run, &[], stop, &[]);
 
                 e.b.switch_to_block(run);
@@ -251,7 +262,7 @@ impl NativeWhile {
     }
 
     /// Runs predicate and body alternately, at most `most` bodies, on the carries' elements
-    /// (one after the other, as float64) in place, with the loop constants' elements in
+    /// (one after the other, as [`words`]) in place, with the loop constants' elements in
     /// `consts`; `None` when the arrays do not have the lengths the code was built for
     /// (running nothing) or when a kernel the code calls failed (the loop is then to be rerun
     /// in the interpreter).
