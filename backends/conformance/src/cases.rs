@@ -6,7 +6,7 @@
 //! reference is the harness's job (`crate::run_case`), so adding a case is adding one
 //! function and one line in [`CASES`].
 
-use crate::{Case, Program};
+use crate::{integers, Case, Program};
 use quabla_backend::HostTensor;
 use quabla_ir::{
     BinaryOp, Comparison, DType, GraphBuilder, HostData, IrError, LinalgKind, NodeId, Op, Plan,
@@ -42,6 +42,11 @@ pub const CASES: &[Case] = &[
     Case::new("large_reduction", large_reduction),
     Case::new("non_finite_constants", non_finite_constants),
     Case::new("outputs_and_passthrough", outputs_and_passthrough),
+    Case::new("integer_arithmetic", integers::integer_arithmetic),
+    Case::new("integer_casts", integers::integer_casts),
+    Case::new("integer_reductions", integers::integer_reductions),
+    Case::new("integer_layout", integers::integer_layout),
+    Case::new("indexed", integers::indexed),
 ];
 
 /// The project's deterministic test generator, so every run sees the same inputs.
@@ -95,7 +100,7 @@ fn finite(seed: u64, n: usize) -> Vec<f64> {
 
 /// One plan: inputs named `x0`, `x1`, ... of the tensors' types, and the outputs `body`
 /// returns.
-fn program(
+pub(crate) fn program(
     label: impl Into<String>,
     inputs: Vec<HostTensor>,
     body: impl FnOnce(&mut GraphBuilder, &[NodeId]) -> Result<Vec<NodeId>, IrError>,

@@ -3,8 +3,8 @@
 //!
 //! This crate owns three things:
 //!
-//! - the **cases** ([`CASES`], in `cases.rs`): one per op family, and one per transform as
-//!   transforms land, each a few frozen plans with deterministic inputs; and the **buffer
+//! - the **cases** ([`CASES`], in `cases.rs`, the integer and indexed ones in `integers.rs`):
+//!   one per op family, and one per transform as transforms land, each a few frozen plans with deterministic inputs; and the **buffer
 //!   cases** ([`BUFFER_CASES`], in `buffers.rs`): the backend's own memory (round trips,
 //!   `allocate` and `OutOfMemory`, runs on resident buffers, donation, freed buffers, failed
 //!   runs, transfer counts);
@@ -28,6 +28,7 @@
 
 mod buffers;
 mod cases;
+mod integers;
 pub mod plugins;
 
 pub use buffers::{buffer_case, run_buffer_case, BufferCase, BUFFER_CASES};
@@ -288,10 +289,11 @@ pub fn compare_outputs(
             ));
         }
         for j in 0..e.data.len() {
-            let (c, d) = (e.data.get_f64(j), g.data.get_f64(j));
             if !agrees(&e.data, &g.data, j, agreement) {
                 return Err(format!(
-                    "output {i} element {j}: got {d:e}, expected {c:e} ({agreement:?})"
+                    "output {i} element {j}: got {}, expected {} ({agreement:?})",
+                    element(&g.data, j),
+                    element(&e.data, j)
                 ));
             }
         }
@@ -299,9 +301,21 @@ pub fn compare_outputs(
     Ok(())
 }
 
+/// Element `j` for a message: integers exactly, floats in scientific notation.
+fn element(data: &HostData, j: usize) -> String {
+    if data.dtype().is_integer() {
+        data.get_i64(j).to_string()
+    } else {
+        format!("{:e}", data.get_f64(j))
+    }
+}
+
 fn agrees(e: &HostData, g: &HostData, j: usize, agreement: Agreement) -> bool {
     match (e, g) {
         (HostData::Bool(a), HostData::Bool(b)) => a[j] == b[j],
+        // Integers are exact on every backend (numerics.md §12).
+        (HostData::I32(a), HostData::I32(b)) => a[j] == b[j],
+        (HostData::I64(a), HostData::I64(b)) => a[j] == b[j],
         (HostData::F32(a), HostData::F32(b)) => {
             close(a[j] as f64, b[j] as f64, DType::F32, agreement, || {
                 a[j].to_bits() == b[j].to_bits()
@@ -578,7 +592,12 @@ macro_rules! conformance_tests {
             fused_chain,
             large_reduction,
             non_finite_constants,
-            outputs_and_passthrough;
+            outputs_and_passthrough,
+            integer_arithmetic,
+            integer_casts,
+            integer_reductions,
+            integer_layout,
+            indexed;
             buffer_round_trip,
             buffer_allocate,
             buffer_resident_run,
@@ -672,6 +691,24 @@ mod tests {
 
     const F32_TOL: Agreement = Agreement::Tolerance { float64: false };
     const F64_TOL: Agreement = Agreement::Tolerance { float64: true };
+
+    #[test]
+    fn integers_agree_only_when_equal_at_every_agreement() {
+        let shape = quabla_ir::Shape::new(vec![2]).unwrap();
+        let ints = |v: [i64; 2]| HostTensor::new(shape.clone(), HostData::I64(v.into()));
+        let (a, b) = (ints([i64::MAX, -1]), ints([i64::MAX - 1, -1]));
+        for agreement in [Agreement::BitIdentical, F32_TOL, F64_TOL] {
+            assert!(check(&a, &a, agreement).is_ok());
+            let why = check(&a, &b, agreement).unwrap_err();
+            assert!(
+                why.contains("got 9223372036854775806, expected 9223372036854775807"),
+                "{why}"
+            );
+        }
+        let i32s = HostTensor::new(shape.clone(), HostData::I32([7, -7].into()));
+        assert!(check(&i32s, &i32s, F32_TOL).is_ok());
+        assert!(check(&a, &i32s, F32_TOL).is_err());
+    }
 
     #[test]
     fn bit_identity_allows_only_nan_payload_differences() {

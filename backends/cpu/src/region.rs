@@ -42,7 +42,7 @@
 use crate::buffer::{Buffer, Storage, View, ViewMut};
 use crate::exec::{out_of_memory, Frame, Mode, Workspace};
 use crate::kernels::internal;
-use crate::native::{self, GraphBody, LoopBody, NativeScan, NativeWhile, ScanShape};
+use crate::native::{self, GraphBody, LoopBody, NativeScan, NativeWhile, OwnCode, ScanShape};
 use crate::scalar::ScalarBody;
 use crate::schedule::{Build, Schedule};
 use quabla_backend::{Precision, Result};
@@ -50,6 +50,8 @@ use quabla_ir::{DType, Graph, NodeId, Plan, Region, RegionKind, TensorType};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
+
+mod cost;
 
 /// The most bytes of step-written values a loop body may hold at once to run in the swapping
 /// form: beyond it the steps' own work dwarfs the per-iteration bookkeeping, and releasing dead
@@ -130,6 +132,9 @@ impl Drop for CompileScope {
 pub(crate) struct RegionStep {
     /// The region's text name, for messages.
     form: &'static str,
+    /// The region's address: its identity while the plan holds it, by which the translated
+    /// form of the enclosing body finds the region's own (`cost.rs`).
+    region: usize,
     /// Operand slots, in the region's operand order.
     pub args: Vec<usize>,
     /// For each sibling node: the region output it is and its slot.
@@ -190,8 +195,9 @@ struct Scan {
 struct LazyNative<S, T> {
     /// What the compile needs beyond the bodies; `None` when the loop stays interpreted.
     shape: Option<S>,
-    /// The code, once compiled (`None` inside when the compile declined).
-    code: OnceLock<Option<T>>,
+    /// The code, once compiled, or why the code generator declined (`None`: a body has no
+    /// translated form, and says why itself).
+    code: OnceLock<std::result::Result<T, Option<String>>>,
 }
 
 impl<S, T> Default for LazyNative<S, T> {
@@ -212,17 +218,26 @@ impl<S, T> LazyNative<S, T> {
     }
 
     /// The code, compiled by `compile` on first use.
-    fn get(&self, compile: impl FnOnce(&S) -> Option<T>) -> Option<&T> {
+    fn get(
+        &self,
+        compile: impl FnOnce(&S) -> std::result::Result<T, Option<String>>,
+    ) -> Option<&T> {
         let shape = self.shape.as_ref()?;
-        self.code.get_or_init(|| compile(shape)).as_ref()
+        self.code.get_or_init(|| compile(shape)).as_ref().ok()
+    }
+
+    /// Why the code generator declined the loop, once it was asked.
+    fn declined(&self) -> Option<&str> {
+        self.code.get()?.as_ref().err()?.as_deref()
     }
 }
 
 impl Scan {
     /// The scan's machine code, compiled on first use.
     fn native(&self) -> Option<&NativeScan> {
-        self.native
-            .get(|shape| NativeScan::compile(self.body.translatable()?, shape))
+        self.native.get(|shape| {
+            NativeScan::compile(self.body.translatable().ok_or(None)?, shape).map_err(Some)
+        })
     }
 }
 
@@ -233,7 +248,8 @@ fn native_while<'a>(
     body: &Body,
 ) -> Option<&'a NativeWhile> {
     native.get(|(carries, consts)| {
-        NativeWhile::compile(cond.translatable()?, body.translatable()?, carries, consts)
+        let (cond, body) = (cond.translatable(), body.translatable());
+        NativeWhile::compile(cond.ok_or(None)?, body.ok_or(None)?, carries, consts).map_err(Some)
     })
 }
 
@@ -272,12 +288,15 @@ struct Body {
 }
 
 impl GraphSource {
-    /// The translated form, built on first use, or why there is none.
-    fn form(&self) -> &std::result::Result<GraphBody, String> {
+    /// The translated form of the body whose schedule is `schedule`, built on first use, or
+    /// why there is none.
+    fn form(&self, schedule: &Schedule) -> &std::result::Result<GraphBody, String> {
         self.form.get_or_init(|| {
-            let body = GraphBody::new(&self.graph, self.inputs)?;
-            if let Some(steps) = self.steps {
-                body.pays_off(steps)?;
+            let mut body = GraphBody::new(&self.graph, self.inputs)?;
+            if self.weigh {
+                let mut own_code = OwnCode::new();
+                let interpreted = cost::interpreted(schedule, &body, &mut own_code);
+                body.weigh(interpreted, own_code)?;
             }
             Ok(body)
         })
@@ -289,9 +308,9 @@ impl GraphSource {
 struct GraphSource {
     graph: Graph,
     inputs: usize,
-    /// The interpreter's steps for one run of the body (what the machine code is weighed
-    /// against, `GraphBody::pays_off`); `None` to take the machine code unweighed.
-    steps: Option<usize>,
+    /// Whether the machine code is weighed against the interpreter (`GraphBody::pays_off`)
+    /// or taken unweighed.
+    weigh: bool,
     form: OnceLock<std::result::Result<GraphBody, String>>,
 }
 
@@ -341,7 +360,7 @@ impl Body {
             (true, None) => Some(GraphSource {
                 graph: plan.graph().clone(),
                 inputs: graph.inputs().count(),
-                steps: (!build.native_always).then_some(schedule.steps.len()),
+                weigh: !build.native_always,
                 form: OnceLock::new(),
             }),
             _ => None,
@@ -364,7 +383,11 @@ impl Body {
     fn translatable(&self) -> Option<LoopBody<'_>> {
         match (&self.scalar, &self.graph) {
             (Some(scalar), _) => Some(LoopBody::Scalar(scalar)),
-            (None, Some(source)) => source.form().as_ref().ok().map(LoopBody::Graph),
+            (None, Some(source)) => source
+                .form(&self.schedule)
+                .as_ref()
+                .ok()
+                .map(LoopBody::Graph),
             (None, None) => None,
         }
     }
@@ -373,7 +396,11 @@ impl Body {
     /// for it (for the report).
     fn why_interpreted(&self) -> Option<&str> {
         match (&self.scalar, &self.graph) {
-            (None, Some(source)) => source.form().as_ref().err().map(String::as_str),
+            (None, Some(source)) => source
+                .form(&self.schedule)
+                .as_ref()
+                .err()
+                .map(String::as_str),
             _ => None,
         }
     }
@@ -484,7 +511,7 @@ impl RegionStep {
                     (false, true) => "native code".to_string(),
                     (false, false) => interpreted(
                         scan.body.form(scan.swaps.is_some()),
-                        [scan.body.why_interpreted()],
+                        [scan.body.why_interpreted(), scan.native.declined()],
                     ),
                 };
                 let _ = writeln!(
@@ -498,16 +525,20 @@ impl RegionStep {
                 cond,
                 body,
                 swaps,
-                native,
+                native: code,
                 ..
             } => {
-                let native = !inside_native && native_while(native, cond, body).is_some();
+                let native = !inside_native && native_while(code, cond, body).is_some();
                 let how = match (inside_native, native) {
                     (true, _) => inside.to_string(),
                     (false, true) => "native code".to_string(),
                     (false, false) => interpreted(
                         body.form(swaps.is_some()),
-                        [cond.why_interpreted(), body.why_interpreted()],
+                        [
+                            cond.why_interpreted(),
+                            body.why_interpreted(),
+                            code.declined(),
+                        ],
                     ),
                 };
                 let _ = writeln!(out, "{pad}{}: {how}", self.form);
@@ -557,6 +588,7 @@ impl RegionStep {
         };
         Ok(RegionStep {
             form: region.form().name(),
+            region: std::ptr::from_ref(region) as usize,
             args,
             outs,
             exec,

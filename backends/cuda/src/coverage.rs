@@ -8,7 +8,8 @@ use crate::program::{Program, RegionExec, Step};
 use quabla_backend::{BackendError, Precision};
 use quabla_ir::{
     BinaryOp, Comparison, CustomCall, CustomRule, DType, Graph, GraphBuilder, HostData, LinalgKind,
-    NodeId, Op, Plan, Region, RegionForm, RegionKind, ScanBody, Shape, TensorType, UnaryOp,
+    NodeId, Op, Plan, Region, RegionForm, RegionKind, ScanBody, ScatterMode, Shape, TensorType,
+    UnaryOp,
 };
 use std::sync::Arc;
 
@@ -187,15 +188,30 @@ fn body(
     Some(Arc::new(b.finish(outs).ok()?))
 }
 
+/// The dtype of a counted loop's index parameter for carries of `d`: a float (integer loops
+/// cast it, as the facade's loop index does).
+fn index_dtype(d: DType) -> DType {
+    if d.is_float() {
+        d
+    } else {
+        DType::F64
+    }
+}
+
 fn scan(form: RegionForm, xs: bool, elementwise: bool) -> Build {
     Box::new(move |d| {
         region_graph(d, form, |d| {
-            let mut types = vec![ty(d, &[]), ty(d, &[3])];
+            let mut types = vec![ty(index_dtype(d), &[]), ty(d, &[3])];
             if xs {
                 types.push(ty(d, &[3]));
             }
             let body = body(&types, |b, v| {
-                let scaled = b.mul(v[1], v[0]).ok()?;
+                let index = if d.is_float() {
+                    v[0]
+                } else {
+                    b.astype(v[0], d).ok()?
+                };
+                let scaled = b.mul(v[1], index).ok()?;
                 let next = if elementwise {
                     b.add(scaled, v[1]).ok()?
                 } else {
@@ -252,12 +268,14 @@ fn cond() -> Build {
     Box::new(|d| {
         region_graph(d, RegionForm::Cond, |d| {
             let types = [ty(d, &[3])];
-            let then_branch = body(&types, |b, v| {
-                Some(vec![b.unary(UnaryOp::Sin, v[0]).ok()?])
-            })?;
-            let else_branch = body(&types, |b, v| {
-                Some(vec![b.unary(UnaryOp::Cos, v[0]).ok()?])
-            })?;
+            // Integers take the functions defined on them.
+            let (then_op, else_op) = if d.is_float() {
+                (UnaryOp::Sin, UnaryOp::Cos)
+            } else {
+                (UnaryOp::Neg, UnaryOp::BitNot)
+            };
+            let then_branch = body(&types, |b, v| Some(vec![b.unary(then_op, v[0]).ok()?]))?;
+            let else_branch = body(&types, |b, v| Some(vec![b.unary(else_op, v[0]).ok()?]))?;
             Some(RegionKind::Cond {
                 then_branch,
                 else_branch,
@@ -292,6 +310,31 @@ fn custom() -> Build {
     })
 }
 
+/// `index_gather` (`mode` `None`) or `index_scatter` in `mode` of data `[2, 4, 3]` along axis
+/// 1 with one batch axis, by indices `[2, 5]` of `idx` (updates `[2, 5, 3]`).
+fn indexed(mode: Option<ScatterMode>, idx: DType) -> Build {
+    Box::new(move |d| {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", ty(d, &[2, 4, 3]));
+        let i = b.input("i", ty(idx, &[2, 5]));
+        let y = match mode {
+            None => b.push(Op::IndexGather { axis: 1, batch: 1 }, &[x, i]),
+            Some(mode) => {
+                let u = b.input("u", ty(d, &[2, 5, 3]));
+                b.push(
+                    Op::IndexScatter {
+                        axis: 1,
+                        batch: 1,
+                        mode,
+                    },
+                    &[x, i, u],
+                )
+            }
+        };
+        b.finish(vec![y.ok()?]).ok()
+    })
+}
+
 /// Every row: the op's text name (with a note where a row shows one way of lowering it) and
 /// how to build its plan at a dtype.
 fn rows() -> Vec<(String, Build)> {
@@ -314,7 +357,7 @@ fn rows() -> Vec<(String, Build)> {
             b.finish(vec![c]).ok()
         }),
     ));
-    for to in [DType::F32, DType::F64, DType::Bool] {
+    for to in [DType::F32, DType::F64, DType::Bool, DType::I32, DType::I64] {
         rows.push((
             format!("cast to {}", to.ir_name()),
             push1(Op::Cast { to, weak: false }, &[3]),
@@ -455,6 +498,20 @@ fn rows() -> Vec<(String, Build)> {
             &[3, 5],
         ),
     ));
+    rows.push((
+        "index_gather (int64 indices)".into(),
+        indexed(None, DType::I64),
+    ));
+    rows.push((
+        "index_gather (int32 indices)".into(),
+        indexed(None, DType::I32),
+    ));
+    for mode in ScatterMode::ALL {
+        rows.push((
+            format!("index_scatter[{}]", mode.name()),
+            indexed(Some(mode), DType::I64),
+        ));
+    }
     rows.push(("matmul".into(), push2(Op::Matmul, &[2, 3, 4], &[4, 5])));
     rows.push((
         "solve".into(),

@@ -11,12 +11,16 @@
 //! Conventions every producer and consumer of a program relies on:
 //!
 //! - **One floating type per program** ([`Program::compute`]): float32 by default, float64 under
-//!   `precision="float64"` (numerics.md §1.6). Values computed inside the program are stored in
-//!   it; booleans are stored as 0/1 of a floating type.
+//!   `precision="float64"` (numerics.md §1.6). Floating and bool values computed inside the
+//!   program are stored in it; booleans are stored as 0/1 of a floating type.
+//! - **Integers are exact everywhere**: int32 values are `int` and int64 values `long long`, in
+//!   memory and in registers, whatever the program's floating type ([`value_elem`]); an
+//!   integer never passes through a floating type except where the plan converts it.
 //! - **Storage at the boundary** follows the dtype ([`storage_of`]): float32 and bool tensors are
-//!   stored as `float`, float64 tensors as `double`, whatever the program's type, so memory
-//!   handed out by one program can be read by any other and downloaded without knowing who made
-//!   it. Plan inputs arrive in that storage and plan outputs leave in it.
+//!   stored as `float`, float64 tensors as `double`, int32 as `int` and int64 as `long long`,
+//!   whatever the program's type, so memory handed out by one program can be read by any other
+//!   and downloaded without knowing who made it. Plan inputs arrive in that storage and plan
+//!   outputs leave in it.
 //! - **Buffers are written once per execution** (by the step that produces them) and read-only
 //!   afterwards; so a loop body's input may be a view of another buffer, and a buffer may be
 //!   shared by several values (a `reshape` is the same buffer).
@@ -34,8 +38,10 @@ use std::fmt;
 pub enum Elem {
     F32,
     F64,
-    /// Index tables and the pivots and status codes of cuSOLVER.
+    /// int32 values, index tables, and the pivots and status codes of cuSOLVER.
     I32,
+    /// int64 values and the tables of dynamic scatters.
+    I64,
 }
 
 impl Elem {
@@ -45,23 +51,30 @@ impl Elem {
             Elem::F32 => "float",
             Elem::F64 => "double",
             Elem::I32 => "int",
+            Elem::I64 => "long long",
         }
     }
 
-    /// A short tag for generated names (`f32`, `f64`, `i32`).
+    /// A short tag for generated names (`f32`, `f64`, `i32`, `i64`).
     pub fn tag(self) -> &'static str {
         match self {
             Elem::F32 => "f32",
             Elem::F64 => "f64",
             Elem::I32 => "i32",
+            Elem::I64 => "i64",
         }
     }
 
     pub fn size(self) -> usize {
         match self {
             Elem::F32 | Elem::I32 => 4,
-            Elem::F64 => 8,
+            Elem::F64 | Elem::I64 => 8,
         }
+    }
+
+    /// `int` or `long long`.
+    pub fn is_int(self) -> bool {
+        matches!(self, Elem::I32 | Elem::I64)
     }
 }
 
@@ -71,14 +84,24 @@ impl fmt::Display for Elem {
     }
 }
 
-/// How a tensor of `dtype` is stored in device memory (see the module docs).
+/// How a tensor of `dtype` is stored in device memory at a plan's boundary (see the module
+/// docs).
 pub fn storage_of(dtype: DType) -> Elem {
     match dtype {
         DType::F64 => Elem::F64,
         DType::F32 | DType::Bool => Elem::F32,
-        // Never stored: lowering refuses integer values (`lower::check_dtypes`) and `upload`
-        // refuses integer tensors.
-        DType::I32 | DType::I64 => Elem::F64,
+        DType::I32 => Elem::I32,
+        DType::I64 => Elem::I64,
+    }
+}
+
+/// How a value of `dtype` computed inside a program of floating type `compute` is stored: in
+/// `compute` for floats and bools, in its own integer type for integers (see the module docs).
+pub fn value_elem(dtype: DType, compute: Elem) -> Elem {
+    match dtype {
+        DType::F32 | DType::F64 | DType::Bool => compute,
+        DType::I32 => Elem::I32,
+        DType::I64 => Elem::I64,
     }
 }
 
@@ -105,6 +128,7 @@ pub enum ConstData {
     F32(Vec<f32>),
     F64(Vec<f64>),
     I32(Vec<i32>),
+    I64(Vec<i64>),
 }
 
 impl ConstData {
@@ -113,6 +137,7 @@ impl ConstData {
             ConstData::F32(v) => v.len(),
             ConstData::F64(v) => v.len(),
             ConstData::I32(v) => v.len(),
+            ConstData::I64(v) => v.len(),
         }
     }
 
@@ -125,6 +150,7 @@ impl ConstData {
             ConstData::F32(_) => Elem::F32,
             ConstData::F64(_) => Elem::F64,
             ConstData::I32(_) => Elem::I32,
+            ConstData::I64(_) => Elem::I64,
         }
     }
 }
@@ -144,7 +170,8 @@ pub enum Param {
     In(Elem),
     /// A buffer written by the kernel.
     Out(Elem),
-    /// A 64-bit integer (counts, offsets, and floating values passed as their bits).
+    /// A 64-bit integer (counts, offsets, integer values, and floating values passed as their
+    /// bits).
     Int,
 }
 

@@ -30,14 +30,94 @@ pub(crate) struct GraphBody {
     pub(super) nested: HashMap<usize, Arc<Nested>>,
     /// The elements of the values held in memory that the code makes a pass over.
     pub(super) memory_elements: usize,
+    /// The loops nested in the body that the interpreter would run as machine code of their
+    /// own, with their element passes, and the margin by which the body's code paid off
+    /// (both found when it is weighed, [`GraphBody::weigh`]; empty and 0 when it is not).
+    pub(super) own_code: OwnCode,
+    pub(super) margin: usize,
 }
+
+/// The loops nested in a body (at any depth, by address) that the interpreter would run as
+/// machine code of their own were the loops around them interpreted, each with the element
+/// passes in memory it makes in one run of the body (its trips and those of the scans around
+/// it counted). Inlined into the body's code, such a loop's trips run with the body's register
+/// allocator: past [`BACKTRACKING_INSTRUCTIONS`](super::code::BACKTRACKING_INSTRUCTIONS)
+/// instructions the single-pass one, whose element passes are dearer
+/// ([`SPILLED_PASSES`](super::code::SPILLED_PASSES)). `Code::build` weighs that, for the loops
+/// whose own code would stay under the limit, against the margin by which the body's code paid
+/// off, and leaves the body to the interpreter (and those loops to their own code) when it
+/// loses: the gradient of a Lotka–Volterra fit with 200 save times took 9.0 ms with its
+/// reverse pass as one function of 5,677 instructions, 7.0 ms with the inner loops as
+/// functions of their own.
+pub(crate) type OwnCode = HashMap<usize, usize>;
 
 /// The element operations in memory that cost the machine code as much as one step costs
 /// the interpreter, measured with the loop-state sweep of `cargo xtask bench --scaling`
 /// (`docs/performance.md`): an interpreted step costs about 150 ns over its kernel's work,
 /// and the machine code's pass over an element in memory about 0.65 ns more than the fused
-/// kernel's.
+/// kernel's. A step of a region nested in the body counts as much as a step of the body
+/// itself ([`Interpreted`]).
 pub(super) const STEP_ELEMENTS: usize = 230;
+
+/// What one run of a loop body costs the interpreter, against which its machine code is
+/// weighed ([`GraphBody::pays_off`]). A region nested in the body costs what the interpreter
+/// would spend on it: a `cond` the steps of its costlier branch; a loop its own machine code,
+/// where that pays off on its own (the enclosing body's code then does the same element
+/// passes, so they weigh on neither side), else its bodies' costs once per trip of a scan
+/// and once for a while loop, whose trips are not known before it runs (the count of
+/// [`Nested::memory_elements`], so both sides count the same work).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Interpreted {
+    /// The steps the interpreter dispatches: the body's own and those of the regions nested
+    /// in it that it interprets.
+    pub steps: usize,
+    /// The element passes in memory of the loops nested in the body that run as their own
+    /// machine code.
+    pub native_elements: usize,
+}
+
+impl Interpreted {
+    /// The cost of `steps` steps.
+    pub(crate) fn steps(steps: usize) -> Interpreted {
+        Interpreted {
+            steps,
+            native_elements: 0,
+        }
+    }
+
+    /// The cost in element passes in memory of the machine code (the unit of
+    /// [`GraphBody::pays_off`]).
+    fn elements(self) -> usize {
+        self.steps
+            .saturating_mul(STEP_ELEMENTS)
+            .saturating_add(self.native_elements)
+    }
+
+    /// Both costs, one after the other.
+    pub(crate) fn plus(self, other: Interpreted) -> Interpreted {
+        Interpreted {
+            steps: self.steps.saturating_add(other.steps),
+            native_elements: self.native_elements.saturating_add(other.native_elements),
+        }
+    }
+
+    /// The cost of `trips` runs.
+    pub(crate) fn times(self, trips: usize) -> Interpreted {
+        Interpreted {
+            steps: self.steps.saturating_mul(trips),
+            native_elements: self.native_elements.saturating_mul(trips),
+        }
+    }
+
+    /// The costlier of the two (a `cond`'s branches: either may run).
+    pub(crate) fn costlier(self, other: Interpreted) -> Interpreted {
+        if other.elements() > self.elements() {
+            other
+        } else {
+            self
+        }
+    }
+}
 
 /// The multiply-adds of a `matmul` that weigh as one element pass in [`STEP_ELEMENTS`]'s
 /// balance.
@@ -161,19 +241,83 @@ impl GraphBody {
         GraphBody::at_depth(graph, inputs, 0)
     }
 
-    /// Whether the machine code pays off against an interpreter that runs the body in
-    /// `steps` steps: it saves every step's dispatch and loses, per element of a value held
-    /// in memory, to the interpreter's fused kernels (vector lanes, both cores); `Err` says
-    /// why the interpreter is chosen.
-    pub(crate) fn pays_off(&self, steps: usize) -> Result<(), String> {
-        if self.memory_elements <= steps.saturating_mul(STEP_ELEMENTS) {
-            Ok(())
-        } else {
-            Err(format!(
-                "its kernels are faster on {} elements per iteration in {steps} steps",
-                self.memory_elements
-            ))
+    /// Whether the machine code pays off against an interpreter that runs the body at the
+    /// cost `interpreted`: it saves every step's dispatch, the steps of the regions nested in
+    /// the body included, and loses, per element of a value held in memory, to the
+    /// interpreter's fused kernels (vector lanes, both cores); `Err` says why the interpreter
+    /// is chosen.
+    pub(crate) fn pays_off(&self, interpreted: Interpreted) -> Result<(), String> {
+        if self.memory_elements <= interpreted.elements() {
+            return Ok(());
         }
+        let steps = interpreted.steps;
+        let mut why = format!(
+            "its kernels are faster on {} elements per iteration in {steps} steps",
+            self.memory_elements
+        );
+        if interpreted.native_elements > 0 {
+            why += &format!(
+                " and {} in the machine code of nested loops",
+                interpreted.native_elements
+            );
+        }
+        Err(why)
+    }
+
+    /// Weighs the body's machine code against an interpreter that runs the body at the cost
+    /// `interpreted` ([`GraphBody::pays_off`]), keeping the loops nested in it that the
+    /// interpreter would run as code of their own and the margin for `Code::build`.
+    pub(crate) fn weigh(
+        &mut self,
+        interpreted: Interpreted,
+        own_code: OwnCode,
+    ) -> Result<(), String> {
+        self.pays_off(interpreted)?;
+        self.own_code = own_code;
+        self.margin = interpreted.elements() - self.memory_elements;
+        Ok(())
+    }
+
+    /// What the interpreter spends on a loop whose bodies are `bodies`, each translated and
+    /// with what it costs interpreted, and whether it runs the loop as machine code of its
+    /// own: it does where the code pays off for every body, and then spends the code's
+    /// element passes, else the bodies' steps.
+    pub(crate) fn loop_cost(bodies: &[(&GraphBody, Interpreted)]) -> (Interpreted, bool) {
+        if bodies
+            .iter()
+            .all(|(body, cost)| body.pays_off(*cost).is_ok())
+        {
+            let native_elements = bodies.iter().fold(0usize, |sum, (body, _)| {
+                sum.saturating_add(body.memory_elements)
+            });
+            (
+                Interpreted {
+                    steps: 0,
+                    native_elements,
+                },
+                true,
+            )
+        } else {
+            let steps = bodies
+                .iter()
+                .fold(Interpreted::default(), |sum, (_, cost)| sum.plus(*cost));
+            (steps, false)
+        }
+    }
+
+    /// The translated bodies of the region nested in this body at address `region` (the
+    /// region's identity while the graph holds it): a `cond`'s then and else branches, a
+    /// scan's body, a while loop's predicate and body.
+    pub(crate) fn nested_bodies(&self, region: usize) -> Option<Vec<&GraphBody>> {
+        Some(match &**self.nested.get(&region)? {
+            Nested::Cond {
+                then_branch,
+                else_branch,
+                ..
+            } => vec![then_branch, else_branch],
+            Nested::Scan { body, .. } => vec![body],
+            Nested::While { cond, body, .. } => vec![cond, body],
+        })
     }
 
     /// [`GraphBody::new`] for a body nested in `depth` regions of the function being built.
@@ -257,6 +401,8 @@ impl GraphBody {
             graph: graph.clone(),
             nested,
             memory_elements,
+            own_code: OwnCode::new(),
+            margin: 0,
         })
     }
 }

@@ -40,9 +40,20 @@ impl Drop for Code {
 /// pass keeps its whole forward pass live: at 2,000 instructions it took 4 µs an instruction,
 /// at 22,000 24 µs (half a second for one function). Longer functions get the single-pass
 /// allocator, whose time stays about 1 µs an instruction at every size; its code spills more,
-/// which a body that long (its values spilled anyway) hardly notices. Registers change
-/// nothing in the arithmetic, so both give the same bits.
+/// which a body that long (its values spilled anyway) hardly notices, but the trips of a loop
+/// nested in it do ([`SPILLED_PASSES`]). Registers change nothing in the arithmetic, so both
+/// give the same bits.
 pub(super) const BACKTRACKING_INSTRUCTIONS: usize = 4096;
+
+/// The element passes in memory on which the single-pass allocator's code loses as much as
+/// one element operation of `STEP_ELEMENTS`'s balance (0.65 ns) to the backtracking
+/// allocator's: it keeps loop counters and addresses in memory. Measured with a `fori_loop`
+/// whose body is an elementwise chain and a sum over a vector (seven element passes a trip):
+/// 14.4 and 57.9 µs a trip at 4,096 and 16,384 elements with the backtracking allocator, 23.4
+/// and 91.6 µs with the single-pass one, 0.3 ns more a pass. A function that grows past
+/// [`BACKTRACKING_INSTRUCTIONS`] by holding loops that would run as shorter code of their own
+/// is weighed with it (`OwnCode`).
+pub(super) const SPILLED_PASSES: usize = 2;
 
 /// The host's instruction set, built once (`None` where Cranelift does not support it): with
 /// the backtracking register allocator, or with the single-pass one for long functions (see
@@ -84,15 +95,16 @@ impl Code {
 
     /// Builds one function taking `params` (the last is the address of the run's scratch
     /// memory) and returning `ret`, whose body `emit` writes (returning `None` when it meets
-    /// something it cannot translate).
+    /// something it cannot translate); `Err` says why there is no function.
     pub(super) fn build(
         params: &[Type],
         ret: Option<Type>,
         emit: impl FnOnce(&mut Emitter<'_, '_>, &[Value]) -> Option<()>,
-    ) -> Option<Code> {
-        let isa = isa(false)?;
+    ) -> Result<Code, String> {
+        let unsupported = || "Cranelift does not support this host".to_string();
+        let isa = isa(false).ok_or_else(unsupported)?;
         if isa.pointer_type() != types::I64 {
-            return None;
+            return Err(unsupported());
         }
         let mut builder = JITBuilder::with_isa(isa, default_libcall_names());
         for &(name, ptr) in SYMBOLS.iter() {
@@ -105,18 +117,18 @@ impl Code {
         let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             Code::define(&mut module, params, ret, emit)
         }))
-        .ok()?;
+        .map_err(|_| "the code generator failed".to_string())?;
         match built {
-            Some((entry, scratch, tables)) => Some(Code {
+            Ok((entry, scratch, tables)) => Ok(Code {
                 module: Some(module),
                 entry,
                 scratch,
                 _tables: tables,
             }),
-            None => {
+            Err(why) => {
                 // SAFETY: nothing points into the module's memory.
                 unsafe { module.free_memory() };
-                None
+                Err(why)
             }
         }
     }
@@ -126,7 +138,8 @@ impl Code {
         params: &[Type],
         ret: Option<Type>,
         emit: impl FnOnce(&mut Emitter<'_, '_>, &[Value]) -> Option<()>,
-    ) -> Option<(*const u8, usize, Tables)> {
+    ) -> Result<(*const u8, usize, Tables), String> {
+        let failed = || "the code generator failed".to_string();
         let mut ctx = module.make_context();
         let mut fctx = FunctionBuilderContext::new();
         let (scratch, tables): (usize, Tables);
@@ -134,7 +147,7 @@ impl Code {
         ctx.func.signature.returns = ret.into_iter().map(AbiParam::new).collect();
         let id = module
             .declare_function("loop", Linkage::Local, &ctx.func.signature)
-            .ok()?;
+            .map_err(|_| failed())?;
         {
             let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
             let entry = b.create_block();
@@ -150,8 +163,22 @@ impl Code {
                 scratch_len: 0,
                 tables: Tables::default(),
                 carry_ids: 0,
+                own_code: OwnCode::new(),
+                margin: 0,
+                short_own_code: 0,
             };
-            emit(&mut e, &args)?;
+            emit(&mut e, &args)
+                .ok_or_else(|| "the code generator does not cover one of its nodes".to_string())?;
+            // Past the backtracking allocator's length, the nested loops that would have code
+            // of their own under it may lose more than the function saves (`OwnCode`).
+            let length = e.b.func.dfg.num_insts();
+            if length > BACKTRACKING_INSTRUCTIONS && e.short_own_code / SPILLED_PASSES > e.margin {
+                return Err(format!(
+                    "its code of {length} instructions would slow the {} element passes of \
+                     nested loops that run as shorter code of their own",
+                    e.short_own_code
+                ));
+            }
             (scratch, tables) = (e.scratch_len, std::mem::take(&mut e.tables));
             if let Some(block) = e.failed {
                 e.b.switch_to_block(block);
@@ -163,17 +190,17 @@ impl Code {
             e.b.finalize(config);
         }
         if ctx.func.dfg.num_insts() <= BACKTRACKING_INSTRUCTIONS {
-            module.define_function(id, &mut ctx).ok()?;
+            module.define_function(id, &mut ctx).map_err(|_| failed())?;
         } else {
             // The module's own compile would use its (backtracking) instruction set: compile
             // with the single-pass one here and hand the module the bytes and relocations.
-            let fast = isa(true)?;
+            let fast = isa(true).ok_or_else(failed)?;
             let alignment = ctx
                 .compile(&*fast, &mut Default::default())
-                .ok()?
+                .map_err(|_| failed())?
                 .buffer
                 .alignment;
-            let code = ctx.compiled_code()?;
+            let code = ctx.compiled_code().ok_or_else(failed)?;
             let relocs: Vec<ModuleReloc> = code
                 .buffer
                 .relocs()
@@ -182,10 +209,10 @@ impl Code {
                 .collect();
             module
                 .define_function_bytes(id, u64::from(alignment), code.code_buffer(), &relocs)
-                .ok()?;
+                .map_err(|_| failed())?;
         }
         module.clear_context(&mut ctx);
-        module.finalize_definitions().ok()?;
-        Some((module.get_finalized_function(id), scratch, tables))
+        module.finalize_definitions().map_err(|_| failed())?;
+        Ok((module.get_finalized_function(id), scratch, tables))
     }
 }

@@ -2,6 +2,7 @@
 //! a graph body node by node (register form here, memory form in `memory.rs`), the regions
 //! nested in it, and `solve`.
 
+use super::code::BACKTRACKING_INSTRUCTIONS;
 use super::*;
 use quabla_ir::indexed::IndexLayout;
 
@@ -253,6 +254,18 @@ impl Emitter<'_, '_> {
         }
     }
 
+    /// Takes note of the loops nested in `body` that would run as code of their own, and of
+    /// the margin by which its code paid off ([`OwnCode`]).
+    pub(super) fn note_own_code(&mut self, body: LoopBody<'_>) {
+        if let LoopBody::Graph(body) = body {
+            for (&region, &passes) in &body.own_code {
+                let sum = self.own_code.entry(region).or_default();
+                *sum = sum.saturating_add(passes);
+            }
+            self.margin = self.margin.saturating_add(body.margin);
+        }
+    }
+
     /// One run of a loop body on `inputs`: its outputs.
     pub(super) fn loop_body(&mut self, body: LoopBody<'_>, inputs: &[Val]) -> Option<Vec<Val>> {
         match body {
@@ -331,7 +344,16 @@ impl Emitter<'_, '_> {
                         .iter()
                         .map(|&o| values.get(o).cloned())
                         .collect::<Option<_>>()?;
+                    let (before, counted) = (self.b.func.dfg.num_insts(), self.short_own_code);
                     let outs = self.nested(&nested, &operands)?;
+                    // A loop's own function is about as long as its code here; its passes
+                    // stand for those of the loops in it, and count once, however often it
+                    // is called.
+                    if self.b.func.dfg.num_insts() - before <= BACKTRACKING_INSTRUCTIONS {
+                        if let Some(passes) = self.own_code.remove(&key.0) {
+                            self.short_own_code = counted.saturating_add(passes);
+                        }
+                    }
                     calls.insert(key.clone(), outs);
                 }
                 let result = calls.get(&key)?.get(call.output)?.clone();

@@ -6,11 +6,14 @@
 //! (`memory.rs`), scanned slices read and stacked slices written in place: no value array, no
 //! per-op dispatch, no per-iteration call. Whether a body's code beats the interpreter is
 //! weighed when it is first needed ([`GraphBody::pays_off`], a cost model measured with the
-//! loop-state sweep); the report says why a loop stays interpreted. A whole plan over small
-//! and medium values ([`NativePlan`]: a model's loss and gradient, a Newton step's algebra)
-//! becomes one function from its inputs to its outputs, which the executable switches to once
-//! the plan is hot (`lib.rs`, `NATIVE_AFTER_RUNS`). The functions the code calls by symbol are
-//! in `symbols.rs`.
+//! loop-state sweep, against the interpreter's steps counted with those of the regions
+//! nested in the body, `region/cost.rs`), and once more when the code is built, if it grew
+//! too long for the backtracking register allocator around nested loops that would run as
+//! shorter code of their own ([`OwnCode`]); the report says why a loop stays interpreted.
+//! A whole plan over small and medium values ([`NativePlan`]: a model's loss and gradient, a
+//! Newton step's algebra) becomes one function from its inputs to its outputs, which the
+//! executable switches to once the plan is hot (`lib.rs`, `NATIVE_AFTER_RUNS`). The functions
+//! the code calls by symbol are in `symbols.rs`.
 //!
 //! The code computes exactly what the interpreter computes: the same IEEE operations on
 //! float64 values in the same order (Cranelift neither contracts a multiply and an add into
@@ -73,9 +76,9 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 use symbols::{binary_symbol, unary_symbol, MAXIMUM, MINIMUM, POWI, SOLVE, SYMBOLS};
 
-pub(crate) use body::GraphBody;
 pub use body::NATIVE_ELEMENTS;
 use body::{element_sources, reduced_groups, solve_geometry, Nested};
+pub(crate) use body::{GraphBody, Interpreted, OwnCode};
 use code::Code;
 use integers::int_cc;
 use ops::Elementwise;
@@ -132,6 +135,13 @@ struct Emitter<'m, 'f> {
     tables: Tables,
     /// The last identity given to a carry's storage ([`Home::Carry`]).
     carry_ids: usize,
+    /// The loops nested in the function's bodies that the interpreter would run as code of
+    /// their own ([`OwnCode`]), the margin by which the bodies' code paid off, and the element
+    /// passes of those of the loops whose own code would stay under
+    /// `BACKTRACKING_INSTRUCTIONS` (what `Code::build` weighs when the function does not).
+    own_code: OwnCode,
+    margin: usize,
+    short_own_code: usize,
 }
 
 /// The byte offset of element `j` of an array of 8-byte words.

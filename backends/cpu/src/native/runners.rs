@@ -51,17 +51,18 @@ pub(crate) struct ScanShape {
 
 impl NativeScan {
     /// The native form of a scan whose body (inputs: index, carries, constants, slices;
-    /// outputs: the carries, then what the stacked outputs take) is `body`, or `None` when the
-    /// body has something this module does not translate.
-    pub(crate) fn compile(body: LoopBody<'_>, scan: &ScanShape) -> Option<NativeScan> {
+    /// outputs: the carries, then what the stacked outputs take) is `body`, or why there is
+    /// none.
+    pub(crate) fn compile(body: LoopBody<'_>, scan: &ScanShape) -> Result<NativeScan, String> {
         let (nc, nk) = (scan.carries.len(), scan.consts.len());
         let words = body.input_words(1 + nc + nk);
         let typed = |lens: &[usize], tys: &[Type]| -> Vec<(Type, usize)> {
             tys.iter().copied().zip(lens.iter().copied()).collect()
         };
-        let carry_words = typed(&scan.carries, words.get(1..1 + nc)?);
-        let const_words = typed(&scan.consts, words.get(1 + nc..)?);
+        let carry_words = typed(&scan.carries, &words[1..1 + nc]);
+        let const_words = typed(&scan.consts, &words[1 + nc..]);
         let code = Code::build(&[types::I64; 9], Some(types::I64), |e, params| {
+            e.note_own_code(body);
             let (carries_at, consts_at) = (params[0], params[1]);
             let (first, step, count, index0) = (params[2], params[3], params[4], params[5]);
             let (xs_at, ys_at) = (params[6], params[7]);
@@ -101,7 +102,7 @@ impl NativeScan {
             e.b.ins().return_(&[ok]);
             Some(())
         })?;
-        Some(NativeScan {
+        Ok(NativeScan {
             code: Arc::new(code),
             carry_elements: scan.carries.iter().sum(),
             const_elements: scan.consts.iter().sum(),
@@ -199,23 +200,25 @@ pub(crate) struct WhileChunk {
 impl NativeWhile {
     /// The native form of a while loop with predicate `cond` and body `body`, both taking
     /// `(carries.., constants..)`, whose carries and constants have `carries` and `consts`
-    /// elements each.
+    /// elements each, or why there is none.
     pub(crate) fn compile(
         cond: LoopBody<'_>,
         body: LoopBody<'_>,
         carries: &[usize],
         consts: &[usize],
-    ) -> Option<NativeWhile> {
+    ) -> Result<NativeWhile, String> {
         let words = body.input_words(carries.len() + consts.len());
         let typed = |lens: &[usize], tys: &[Type]| -> Vec<(Type, usize)> {
             tys.iter().copied().zip(lens.iter().copied()).collect()
         };
-        let carry_words = typed(carries, words.get(..carries.len())?);
-        let const_words = typed(consts, words.get(carries.len()..)?);
+        let carry_words = typed(carries, &words[..carries.len()]);
+        let const_words = typed(consts, &words[carries.len()..]);
         let code = Code::build(
             &[types::I64, types::I64, types::I64, types::I64],
             Some(types::I64),
             |e, params| {
+                e.note_own_code(cond);
+                e.note_own_code(body);
                 let (carries_at, consts_at, count) = (params[0], params[1], params[2]);
                 let constants = e.given_flat(consts_at, &const_words);
                 let vars = e.carries(carries_at, &carry_words);
@@ -254,7 +257,7 @@ impl NativeWhile {
                 Some(())
             },
         )?;
-        Some(NativeWhile {
+        Ok(NativeWhile {
             code: Arc::new(code),
             carry_elements: carries.iter().sum(),
             const_elements: consts.iter().sum(),
@@ -385,7 +388,8 @@ impl NativePlan {
             let ok = e.b.ins().iconst(types::I64, 0);
             e.b.ins().return_(&[ok]);
             Some(())
-        })?;
+        })
+        .ok()?;
         Some(NativePlan {
             code: Arc::new(code),
             inputs,

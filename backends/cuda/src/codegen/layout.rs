@@ -1,11 +1,14 @@
 //! Layout kernels: one work item per output element, reading the element it copies from
 //! (`transpose`, materialized `broadcast`, `slice`, `pad_slice`, `concat`, `gather`), plus
-//! `scatter_add`, copies and fills. Values are copied exactly (a `-0.0` and NaN payloads
+//! `scatter_add`, copies and fills, and the indexed ops whose indices are a tensor
+//! (`index_gather`, `index_scatter`). Values are copied exactly (a `-0.0` and NaN payloads
 //! survive, numerics.md §1.2), converting between stored types where the operand's and the
-//! output's differ.
+//! output's differ; integers keep their own type (the lowering never asks to convert one to
+//! a float here).
 
 use super::{broadcast_index, convert, coord, kernel, literal, strides, weighted_index};
 use crate::program::{Elem, Kernel, Param};
+use quabla_ir::indexed::IndexLayout;
 
 /// `out = x` read through `index` (a C expression of the output position `i`); parameters:
 /// the operand, the output.
@@ -158,7 +161,8 @@ pub fn gather(dims: &[usize], axis: usize, out_dims: &[usize], x: Elem, out: Ele
 
 /// `scatter_add(base, updates)` along `axis`: each output element is its base value plus, in
 /// increasing update order, every update slice scattered onto it, accumulated in float64 and
-/// rounded once (the reference's order). The update positions onto each index of the axis
+/// rounded once (the reference's order), or wrapping in the integer type of an integer
+/// output. The update positions onto each index of the axis
 /// are a static table in compressed form: `offsets` (parameter 2, `dims[axis] + 1` entries)
 /// into `sources` (parameter 3). Parameters: base, updates, offsets, sources, output.
 pub fn scatter_add(
@@ -182,15 +186,23 @@ pub fn scatter_add(
     } else {
         others.join(" + ")
     };
+    let acc = super::reduce::accumulator(out);
+    let update = format!("p1[rest + (long long)p3[s] * {}LL]", ust[axis]);
+    let add = if acc.is_int() {
+        format!("acc = qb_add_{}(acc, {update});", acc.tag())
+    } else {
+        format!("acc += (double){update};")
+    };
     let body = format!(
         "    const long long i = qb_i;\n\
          \x20   const long long c = {c};\n\
          \x20   const long long rest = {rest};\n\
-         \x20   double acc = (double)p0[i];\n\
-         \x20   for (int s = p2[c]; s < p2[c + 1]; ++s) acc += (double)p1[rest + (long long)p3[s] * {}LL];\n\
+         \x20   {ty} acc = {};\n\
+         \x20   for (int s = p2[c]; s < p2[c + 1]; ++s) {add}\n\
          \x20   p4[i] = {};\n",
-        ust[axis],
-        convert("acc", Elem::F64, out)
+        convert("p0[i]", base, acc),
+        convert("acc", acc, out),
+        ty = acc.c_name(),
     );
     kernel(
         vec![
@@ -216,11 +228,154 @@ pub fn copy(src: Elem, dst: Elem) -> Kernel {
     gather_kernel("i", src, dst)
 }
 
-/// `dst[i] = v` for the float64 value whose bits are parameter 1, converted to `dst`.
+/// `dst[i] = v` for the integer value `v` of parameter 1 (wrapped to an `int` `dst`).
+pub fn fill_int(dst: Elem) -> Kernel {
+    let body = format!("    p0[qb_i] = {};\n", convert("p1", Elem::I64, dst));
+    kernel(vec![Param::Out(dst), Param::Int], &body)
+}
+
+/// `dst[i] = v` for the float64 value whose bits are parameter 1, converted to `dst` (a
+/// floating type).
 pub fn fill(dst: Elem) -> Kernel {
     let body = format!(
         "    p0[qb_i] = {};\n",
         convert("qb_f64((unsigned long long)p1)", Elem::F64, dst)
     );
     kernel(vec![Param::Out(dst), Param::Int], &body)
+}
+
+/// `index_gather(x, idx)` over the extents `l` (data `[B.., P.., n, Q..]` and indices
+/// `[B.., J..]`, each group flattened): one work item per element of the result
+/// `[B.., P.., J.., Q..]`,
+/// reading `x[b, p, idx[b, j], q]`, or zero where the index is outside `[0, n)` (the node's
+/// semantics: the facade clamps or wraps before it). Parameters: the data, the indices (`int`
+/// or `long long`), the result.
+pub fn index_gather(l: &IndexLayout, x: Elem, idx: Elem, out: Elem) -> Kernel {
+    let IndexLayout {
+        pre,
+        n,
+        picks,
+        inner,
+        ..
+    } = *l;
+    let body = format!(
+        "    const long long i = qb_i;\n\
+         \x20   const long long q = i % {inner}LL;\n\
+         \x20   const long long j = (i / {inner}LL) % {picks}LL;\n\
+         \x20   const long long p = (i / {run}LL) % {pre}LL;\n\
+         \x20   const long long b = i / {block}LL;\n\
+         \x20   const long long k = (long long)p1[b * {picks}LL + j];\n\
+         \x20   p2[i] = (k >= 0 && k < {n}LL) ? {} : {};\n",
+        convert(
+            &format!("p0[((b * {pre}LL + p) * {n}LL + k) * {inner}LL + q]"),
+            x,
+            out
+        ),
+        literal(0.0, out),
+        run = inner * picks,
+        block = inner * picks * pre,
+    );
+    kernel(vec![Param::In(x), Param::In(idx), Param::Out(out)], &body)
+}
+
+/// The first pass of `index_scatter`: for each batch row `b` (one work item each, `outer`
+/// items), the updates landing on each index of the axis, in increasing order, as a compressed
+/// table: `offsets[b * (n + 1) + k] .. offsets[b * (n + 1) + k + 1]` are the positions in
+/// `sources[b * picks ..]` of the picks `j` whose index is `k`; out-of-range indices are left
+/// out. A counting sort: count, prefix sums, place each pick at its index's cursor, then shift
+/// the cursors back into starts. Parameters: the indices, the offsets (`long long`, written),
+/// the sources (`long long`, written).
+pub fn index_scatter_table(l: &IndexLayout, idx: Elem) -> Kernel {
+    let IndexLayout { n, picks, .. } = *l;
+    let body = format!(
+        "    const long long b = qb_i;\n\
+         \x20   const {ix}* __restrict__ at = p0 + b * {picks}LL;\n\
+         \x20   long long* __restrict__ off = p1 + b * {row}LL;\n\
+         \x20   long long* __restrict__ src = p2 + b * {picks}LL;\n\
+         \x20   for (long long k = 0; k <= {n}LL; ++k) off[k] = 0;\n\
+         \x20   for (long long j = 0; j < {picks}LL; ++j) {{\n\
+         \x20     const long long k = (long long)at[j];\n\
+         \x20     if (k >= 0 && k < {n}LL) off[k + 1] += 1;\n\
+         \x20   }}\n\
+         \x20   for (long long k = 0; k < {n}LL; ++k) off[k + 1] += off[k];\n\
+         \x20   for (long long j = 0; j < {picks}LL; ++j) {{\n\
+         \x20     const long long k = (long long)at[j];\n\
+         \x20     if (k >= 0 && k < {n}LL) {{ src[off[k]] = j; off[k] += 1; }}\n\
+         \x20   }}\n\
+         \x20   for (long long k = {n}LL; k > 0; --k) off[k] = off[k - 1];\n\
+         \x20   off[0] = 0;\n",
+        ix = idx.c_name(),
+        row = n + 1,
+    );
+    kernel(
+        vec![Param::In(idx), Param::Out(Elem::I64), Param::Out(Elem::I64)],
+        &body,
+    )
+}
+
+/// The second pass of `index_scatter(base, idx, updates)` in `mode`: one work item per element
+/// of the result (the base's shape), which combines into its base value, in increasing order,
+/// every update landing on it (the table of [`index_scatter_table`]): in float64 rounded once
+/// for floats (`quabla_ir::indexed::combine_f64`), wrapping in the integer type for integers,
+/// the last update for `set`. Parameters: the base, the updates, the offsets, the sources, the
+/// result.
+pub fn index_scatter(
+    l: &IndexLayout,
+    mode: quabla_ir::ScatterMode,
+    base: Elem,
+    updates: Elem,
+    out: Elem,
+) -> Kernel {
+    use quabla_ir::ScatterMode;
+    let IndexLayout {
+        pre,
+        n,
+        picks,
+        inner,
+        ..
+    } = *l;
+    let acc = super::reduce::accumulator(out);
+    let u = convert(
+        &format!("p1[((b * {pre}LL + p) * {picks}LL + p3[b * {picks}LL + s]) * {inner}LL + q]"),
+        updates,
+        acc,
+    );
+    let step = match (mode, acc.is_int()) {
+        (ScatterMode::Set, _) => u,
+        (ScatterMode::Add, false) => format!("acc + {u}"),
+        (ScatterMode::Mul, false) => format!("acc * {u}"),
+        (ScatterMode::Min, false) => format!("qb_min(acc, {u})"),
+        (ScatterMode::Max, false) => format!("qb_max(acc, {u})"),
+        (ScatterMode::Add, true) => format!("qb_add_{}(acc, {u})", acc.tag()),
+        (ScatterMode::Mul, true) => format!("qb_mul_{}(acc, {u})", acc.tag()),
+        (ScatterMode::Min, true) => format!("qb_min_{}(acc, {u})", acc.tag()),
+        (ScatterMode::Max, true) => format!("qb_max_{}(acc, {u})", acc.tag()),
+    };
+    let body = format!(
+        "    const long long i = qb_i;\n\
+         \x20   const long long q = i % {inner}LL;\n\
+         \x20   const long long k = (i / {inner}LL) % {n}LL;\n\
+         \x20   const long long p = (i / {run}LL) % {pre}LL;\n\
+         \x20   const long long b = i / {block}LL;\n\
+         \x20   const long long* __restrict__ off = p2 + b * {row}LL + k;\n\
+         \x20   {ty} acc = {};\n\
+         \x20   for (long long s = off[0]; s < off[1]; ++s) acc = {step};\n\
+         \x20   p4[i] = {};\n",
+        convert("p0[i]", base, acc),
+        convert("acc", acc, out),
+        ty = acc.c_name(),
+        run = inner * n,
+        block = inner * n * pre,
+        row = n + 1,
+    );
+    kernel(
+        vec![
+            Param::In(base),
+            Param::In(updates),
+            Param::In(Elem::I64),
+            Param::In(Elem::I64),
+            Param::Out(out),
+        ],
+        &body,
+    )
 }

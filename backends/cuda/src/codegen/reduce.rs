@@ -23,8 +23,12 @@
 //! `max`/`min` are exact in any order (IEEE 754-2019 maximum/minimum in float64, converted
 //! once): per output, or per block of 1024 and then passes of a tree padded with `-inf`/`+inf`.
 //! `cumsum` walks each line sequentially in float64 from `-0.0` and rounds each output once.
+//!
+//! Integer reductions accumulate in the operand's own integer type (numerics.md §12: `sum`
+//! and `cumsum` wrap; `max`/`min` are exact), where the order changes nothing, so their split
+//! form takes one partial per block and the same passes of the tree over integers.
 
-use super::{coord, kernel, literal, strides};
+use super::{coord, int_literal, kernel, literal, strides};
 use crate::program::{Elem, Kernel, Param};
 use quabla_ir::Reducer;
 
@@ -92,30 +96,62 @@ impl Reduction {
     }
 }
 
-/// The identity a tree pads with, and the C of combining `a` and `b`.
-fn combine(reducer: Reducer, a: &str, b: &str) -> String {
-    match reducer {
-        Reducer::Sum | Reducer::Mean => format!("({a} + {b})"),
-        Reducer::Max => format!("qb_max({a}, {b})"),
-        Reducer::Min => format!("qb_min({a}, {b})"),
+/// The type a reduction of an operand stored as `x` accumulates in: float64 for floats, the
+/// integer type itself for integers.
+pub fn accumulator(x: Elem) -> Elem {
+    if x.is_int() {
+        x
+    } else {
+        Elem::F64
     }
 }
 
-fn identity(reducer: Reducer) -> String {
-    match reducer {
-        Reducer::Sum | Reducer::Mean => literal(0.0, Elem::F64),
-        Reducer::Max => literal(f64::NEG_INFINITY, Elem::F64),
-        Reducer::Min => literal(f64::INFINITY, Elem::F64),
+/// The C of combining `a` and `b` in accumulator type `acc`.
+fn combine(reducer: Reducer, acc: Elem, a: &str, b: &str) -> String {
+    let s = acc.tag();
+    match (reducer, acc.is_int()) {
+        (Reducer::Sum | Reducer::Mean, false) => format!("({a} + {b})"),
+        (Reducer::Max, false) => format!("qb_max({a}, {b})"),
+        (Reducer::Min, false) => format!("qb_min({a}, {b})"),
+        (Reducer::Sum | Reducer::Mean, true) => format!("qb_add_{s}({a}, {b})"),
+        (Reducer::Max, true) => format!("qb_max_{s}({a}, {b})"),
+        (Reducer::Min, true) => format!("qb_min_{s}({a}, {b})"),
     }
 }
 
-/// The final value written for an accumulated float64 `acc`: a mean divides by the count.
-fn finish(reducer: Reducer, acc: &str, count: usize, out: Elem) -> String {
+/// The identity a tree pads with, in accumulator type `acc`.
+fn identity(reducer: Reducer, acc: Elem) -> String {
+    match (reducer, acc.is_int()) {
+        (Reducer::Sum | Reducer::Mean, _) => literal(0.0, acc),
+        (Reducer::Max, false) => literal(f64::NEG_INFINITY, acc),
+        (Reducer::Min, false) => literal(f64::INFINITY, acc),
+        (Reducer::Max, true) => int_literal(
+            if acc == Elem::I32 {
+                i32::MIN.into()
+            } else {
+                i64::MIN
+            },
+            acc,
+        ),
+        (Reducer::Min, true) => int_literal(
+            if acc == Elem::I32 {
+                i32::MAX.into()
+            } else {
+                i64::MAX
+            },
+            acc,
+        ),
+    }
+}
+
+/// The final value written for an accumulated `acc` of type `acc_elem`: a mean divides by
+/// the count.
+fn finish(reducer: Reducer, acc: &str, acc_elem: Elem, count: usize, out: Elem) -> String {
     let v = match reducer {
         Reducer::Mean => format!("({acc} / {})", literal(count as f64, Elem::F64)),
         _ => acc.to_string(),
     };
-    super::convert(&v, Elem::F64, out)
+    super::convert(&v, acc_elem, out)
 }
 
 /// The sum of one block's eight accumulators `acc[0..8]`.
@@ -127,8 +163,17 @@ const COMBINE_LANES: &str =
 pub fn row_kernel(red: &Reduction, reducer: Reducer, x: Elem, out: Elem) -> Kernel {
     let count = red.count();
     let addr = red.address("o", "r");
+    let acc = accumulator(x);
     let mut body = String::from("    const long long o = qb_i;\n");
     match reducer {
+        _ if acc.is_int() => {
+            body.push_str(&format!(
+                "    {ty} total = {};\n    for (long long r = 0; r < {count}LL; ++r) total = {};\n",
+                identity(reducer, acc),
+                combine(reducer, acc, "total", &format!("p0[{addr}]")),
+                ty = acc.c_name(),
+            ));
+        }
         Reducer::Sum | Reducer::Mean => {
             body.push_str(&format!(
                 "    double stack[64];\n    int level[64];\n    int top = 0;\n\
@@ -149,35 +194,41 @@ pub fn row_kernel(red: &Reduction, reducer: Reducer, x: Elem, out: Elem) -> Kern
         Reducer::Max | Reducer::Min => {
             body.push_str(&format!(
                 "    double total = {};\n    for (long long r = 0; r < {count}LL; ++r) total = {};\n",
-                identity(reducer),
-                combine(reducer, "total", &format!("(double)p0[{addr}]"))
+                identity(reducer, acc),
+                combine(reducer, acc, "total", &format!("(double)p0[{addr}]"))
             ));
         }
     }
     body.push_str(&format!(
         "    p1[o] = {};\n",
-        finish(reducer, "total", count, out)
+        finish(reducer, "total", acc, count, out)
     ));
     kernel(vec![Param::In(x), Param::Out(out)], &body)
 }
 
-/// Partial values per output of the split form's first pass.
-pub fn partials(red: &Reduction, reducer: Reducer) -> usize {
+/// Partial values per output of the split form's first pass over an operand stored as `x`.
+pub fn partials(red: &Reduction, reducer: Reducer, x: Elem) -> usize {
     match reducer {
-        Reducer::Sum | Reducer::Mean => 8 * red.blocks(),
-        Reducer::Max | Reducer::Min => red.blocks(),
+        Reducer::Sum | Reducer::Mean if !x.is_int() => 8 * red.blocks(),
+        _ => red.blocks(),
     }
 }
 
-/// The split form's first pass: `outputs() * partials()` work items, writing float64
-/// partials (accumulators for sums, block extrema for max/min); parameters: the operand, the
-/// partials.
+/// The split form's first pass: `outputs() * partials()` work items, writing partials of the
+/// accumulator type (float64 accumulators for float sums, block sums for integer sums, block
+/// extrema for max/min); parameters: the operand, the partials.
 pub fn partial_kernel(red: &Reduction, reducer: Reducer, x: Elem) -> Kernel {
     let count = red.count();
-    let per = partials(red, reducer);
+    let per = partials(red, reducer, x);
     let addr = red.address("o", "r");
+    let acc = accumulator(x);
+    let load = if acc.is_int() {
+        format!("p0[{addr}]")
+    } else {
+        format!("(double)p0[{addr}]")
+    };
     let body = match reducer {
-        Reducer::Sum | Reducer::Mean => format!(
+        Reducer::Sum | Reducer::Mean if !acc.is_int() => format!(
             "    const long long o = qb_i / {per}LL;\n\
              \x20   const long long p = qb_i % {per}LL;\n\
              \x20   const long long b = p / 8LL;\n\
@@ -186,83 +237,86 @@ pub fn partial_kernel(red: &Reduction, reducer: Reducer, x: Elem) -> Kernel {
              \x20   for (long long r = b * {BLOCK}LL + (p % 8LL); r < end; r += 8LL) acc += (double)p0[{addr}];\n\
              \x20   p1[qb_i] = acc;\n"
         ),
-        Reducer::Max | Reducer::Min => format!(
+        _ => format!(
             "    const long long o = qb_i / {per}LL;\n\
              \x20   const long long b = qb_i % {per}LL;\n\
              \x20   const long long end = (b + 1) * {BLOCK}LL < {count}LL ? (b + 1) * {BLOCK}LL : {count}LL;\n\
-             \x20   double acc = {id};\n\
+             \x20   {ty} acc = {id};\n\
              \x20   for (long long r = b * {BLOCK}LL; r < end; ++r) acc = {step};\n\
              \x20   p1[qb_i] = acc;\n",
-            id = identity(reducer),
-            step = combine(reducer, "acc", &format!("(double)p0[{addr}]")),
+            ty = acc.c_name(),
+            id = identity(reducer, acc),
+            step = combine(reducer, acc, "acc", &load),
         ),
     };
-    kernel(vec![Param::In(x), Param::Out(Elem::F64)], &body)
+    kernel(vec![Param::In(x), Param::Out(acc)], &body)
 }
 
-/// The body of a tree pass over chunks of [`TREE_CHUNK`] float64 values: item `qb_i` is chunk
-/// `c` of output `o`, with `p2` values per output in `p0` and `p3` chunks per output.
-fn tree_body(reducer: Reducer) -> String {
+/// The body of a tree pass over chunks of [`TREE_CHUNK`] values of type `acc`: item `qb_i` is
+/// chunk `c` of output `o`, with `p2` values per output in `p0` and `p3` chunks per output.
+fn tree_body(reducer: Reducer, acc: Elem) -> String {
     let mut levels = String::new();
     let mut w = TREE_CHUNK / 2;
     while w >= 1 {
         levels.push_str(&format!(
             "    for (int t = 0; t < {w}; ++t) v[t] = {};\n",
-            combine(reducer, "v[2 * t]", "v[2 * t + 1]")
+            combine(reducer, acc, "v[2 * t]", "v[2 * t + 1]")
         ));
         w /= 2;
     }
     format!(
         "    const long long o = qb_i / p3;\n\
          \x20   const long long c = qb_i % p3;\n\
-         \x20   double v[{TREE_CHUNK}];\n\
+         \x20   {ty} v[{TREE_CHUNK}];\n\
          \x20   for (int t = 0; t < {TREE_CHUNK}; ++t) {{\n\
          \x20     const long long q = c * {TREE_CHUNK}LL + t;\n\
          \x20     v[t] = q < p2 ? p0[o * p2 + q] : {id};\n\
          \x20   }}\n{levels}",
-        id = identity(reducer)
+        ty = acc.c_name(),
+        id = identity(reducer, acc)
     )
 }
 
-/// A tree pass: parameters are the values (float64), the next values (float64), the values
-/// per output and the chunks per output; one work item per chunk.
-pub fn tree_kernel(reducer: Reducer) -> Kernel {
-    let body = format!("{}    p1[qb_i] = v[0];\n", tree_body(reducer));
+/// A tree pass: parameters are the values, the next values (both of accumulator type `acc`),
+/// the values per output and the chunks per output; one work item per chunk.
+pub fn tree_kernel(reducer: Reducer, acc: Elem) -> Kernel {
+    let body = format!("{}    p1[qb_i] = v[0];\n", tree_body(reducer, acc));
     kernel(
-        vec![
-            Param::In(Elem::F64),
-            Param::Out(Elem::F64),
-            Param::Int,
-            Param::Int,
-        ],
+        vec![Param::In(acc), Param::Out(acc), Param::Int, Param::Int],
         &body,
     )
 }
 
 /// The last tree pass (one chunk per output), writing the output: parameters as
 /// [`tree_kernel`]'s, with the output in place of the next values.
-pub fn tree_final_kernel(reducer: Reducer, count: usize, out: Elem) -> Kernel {
+pub fn tree_final_kernel(reducer: Reducer, acc: Elem, count: usize, out: Elem) -> Kernel {
     let body = format!(
         "{}    p1[qb_i] = {};\n",
-        tree_body(reducer),
-        finish(reducer, "v[0]", count, out)
+        tree_body(reducer, acc),
+        finish(reducer, "v[0]", acc, count, out)
     );
     kernel(
-        vec![
-            Param::In(Elem::F64),
-            Param::Out(out),
-            Param::Int,
-            Param::Int,
-        ],
+        vec![Param::In(acc), Param::Out(out), Param::Int, Param::Int],
         &body,
     )
 }
 
-/// `cumsum` along `axis`: one work item per line (`size / dims[axis]` items).
+/// `cumsum` along `axis`: one work item per line (`size / dims[axis]` items); integers wrap in
+/// their own type.
 pub fn cumsum_kernel(dims: &[usize], axis: usize, reverse: bool, x: Elem, out: Elem) -> Kernel {
     let extent = dims[axis];
     let stride: usize = dims[axis + 1..].iter().product();
-    let start = literal(quabla_ir::eval::SUM_START, Elem::F64);
+    let acc = accumulator(x);
+    let start = if acc.is_int() {
+        literal(0.0, acc)
+    } else {
+        literal(quabla_ir::eval::SUM_START, Elem::F64)
+    };
+    let add = if acc.is_int() {
+        format!("acc = qb_add_{}(acc, p0[at]);", acc.tag())
+    } else {
+        "acc += (double)p0[at];".to_string()
+    };
     let k = if reverse {
         format!("({} - j)", extent - 1)
     } else {
@@ -272,13 +326,14 @@ pub fn cumsum_kernel(dims: &[usize], axis: usize, reverse: bool, x: Elem, out: E
         "    const long long outer = qb_i / {stride}LL;\n\
          \x20   const long long inner = qb_i % {stride}LL;\n\
          \x20   const long long base = outer * {line}LL + inner;\n\
-         \x20   double acc = {start};\n\
+         \x20   {ty} acc = {start};\n\
          \x20   for (long long j = 0; j < {extent}LL; ++j) {{\n\
          \x20     const long long at = base + {k} * {stride}LL;\n\
-         \x20     acc += (double)p0[at];\n\
+         \x20     {add}\n\
          \x20     p1[at] = {};\n\
          \x20   }}\n",
-        super::convert("acc", Elem::F64, out),
+        super::convert("acc", acc, out),
+        ty = acc.c_name(),
         line = extent * stride,
     );
     kernel(vec![Param::In(x), Param::Out(out)], &body)
@@ -310,7 +365,8 @@ mod tests {
             axes: vec![0],
         };
         assert!(whole.splits());
-        assert_eq!(partials(&whole, Reducer::Sum), 8 * 293);
+        assert_eq!(partials(&whole, Reducer::Sum, Elem::F32), 8 * 293);
+        assert_eq!(partials(&whole, Reducer::Sum, Elem::I64), 293);
         let short = Reduction {
             dims: vec![3, 4, 5],
             axes: vec![1],

@@ -342,6 +342,11 @@ pub fn decode(bytes: &[u8], elem: Elem) -> Vec<f64> {
             .chunks_exact(4)
             .map(|c| f64::from(i32::from_le_bytes(c.try_into().expect("4 bytes"))))
             .collect(),
+        // Nearest for magnitudes past 2^53, as the CPU prints int64 values.
+        Elem::I64 => bytes
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")) as f64)
+            .collect(),
     }
 }
 
@@ -406,5 +411,6 @@ mod tests {
         assert_eq!(decode(&1.5f64.to_le_bytes(), Elem::F64), [1.5]);
         assert_eq!(decode(&(-2.0f32).to_le_bytes(), Elem::F32), [-2.0]);
         assert_eq!(decode(&7i32.to_le_bytes(), Elem::I32), [7.0]);
+        assert_eq!(decode(&(-9i64).to_le_bytes(), Elem::I64), [-9.0]);
     }
 }

@@ -173,6 +173,7 @@ impl Ctx<'_> {
             group_members.push(Member {
                 op,
                 operands: sources,
+                dtype: self.g.nodes()[m].ty.dtype,
             });
         }
         // The members read outside the group: by another node, or as a graph output.

@@ -7,7 +7,8 @@
 //! - `broadcast` is virtual for elementwise consumers (they read its operand with broadcast
 //!   indexing) and materialized by a kernel for others; `reshape` and `stop_gradient` share
 //!   their operand's buffer; size-1 constants are literals in the kernels that read them;
-//! - reductions, `cumsum` and the layout ops are kernels of their own ([`ops`]);
+//! - reductions, `cumsum`, the layout ops and the indexed ops (`index_gather`,
+//!   `index_scatter`, whose indices are a tensor) are kernels of their own ([`ops`]);
 //! - `matmul`, triangular solves and the decompositions are cuBLAS and cuSOLVER calls with the
 //!   kernels around them ([`linalg`]);
 //! - control-flow regions run their bodies' blocks under the host's control, or as one kernel
@@ -17,6 +18,8 @@
 //!
 //! The program's floating type is float32 unless the plan is compiled at
 //! `Precision::Float64`, which runs it in float64 and refuses float32 values (errors.md UN3).
+//! Integer values are exact at either precision: each is held in its own integer type
+//! ([`value_elem`]), and only a cast converts between integers and floats.
 //!
 //! This module owns the walk over a graph, the values of its nodes and the buffers they live
 //! in; it must not touch a device.
@@ -27,9 +30,10 @@ mod ops;
 mod regions;
 
 use crate::codegen;
+use crate::codegen::Scalar;
 use crate::program::{
-    storage_of, Arg, BufId, BufferDecl, ConstData, Elem, Kernel, Launch, Output, Program, Role,
-    Step,
+    storage_of, value_elem, Arg, BufId, BufferDecl, ConstData, Elem, Kernel, Launch, Output,
+    Program, Role, Step,
 };
 use quabla_backend::{BackendError, Precision};
 use quabla_ir::{DType, Graph, HostData, NodeId, Op, Plan};
@@ -59,7 +63,6 @@ pub fn compute_type(precision: Precision) -> Elem {
 
 /// Lowers `plan` at `precision` (see the module docs).
 pub fn lower(plan: &Plan, precision: Precision) -> Result<Program, BackendError> {
-    check_dtypes(plan.graph())?;
     let t = compute_type(precision);
     if t == Elem::F64 {
         check_float64_only(plan.graph())?;
@@ -103,46 +106,6 @@ pub fn lower(plan: &Plan, precision: Precision) -> Result<Program, BackendError>
         steps,
         outputs,
     })
-}
-
-/// Every value of the graph (and of its bodies) has a dtype the kernels handle: float32,
-/// float64, or bool stored as 0/1 of a floating type.
-///
-/// The match has no wildcard on purpose: a dtype added to the IR stops this crate compiling
-/// here, and the fix is either to lower it through every kernel generator (storage, literals,
-/// casts, reductions, the library calls) or to refuse it at this point with
-/// [`unsupported`] naming the op that makes the value — never to let it reach the kernels as
-/// if it were a float.
-fn check_dtypes(g: &Graph) -> Result<(), BackendError> {
-    for node in g.nodes() {
-        match node.ty.dtype {
-            DType::F32 | DType::F64 | DType::Bool => {}
-            DType::I32 | DType::I64 => return Err(integers_refused(&node.op)),
-        }
-        // Integer functions on bools (`~`, `&`, `//` of bool operands) use the integer
-        // semantics too.
-        let operands: Vec<&quabla_ir::TensorType> =
-            node.operands.iter().map(|&a| &g.node(a).ty).collect();
-        if quabla_ir::eval::is_integer_node(&node.op, &operands, &node.ty) {
-            return Err(integers_refused(&node.op));
-        }
-        if let Op::Region(call) = &node.op {
-            for (_, body) in call.region.bodies() {
-                check_dtypes(body)?;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// UN2 for an integer value or function: the kernels compute in floating types, where int64
-/// is not exact, so integer code runs on the CPU.
-fn integers_refused(op: &Op) -> BackendError {
-    unsupported(
-        op.name(),
-        "integer values and functions (int32, int64, bitwise, floor division) do not run on \
-         the CUDA backend yet; run this code on the CPU (device=\"cpu\")",
-    )
 }
 
 /// UN3: a float64 program may not hold a float32 value (in any body either).
@@ -214,7 +177,7 @@ pub(crate) enum Val {
     /// In a buffer.
     Buf(BufId),
     /// A size-1 constant, written into kernels as a literal.
-    Scalar(f64),
+    Scalar(Scalar),
     /// A broadcast not materialized: its operand's value, read with broadcast indexing.
     Bcast(NodeId),
     /// A member of an open fused group (see [`fusion`]).
@@ -278,6 +241,11 @@ impl<'b> Ctx<'b> {
         self.b.t
     }
 
+    /// How a value of node `id`'s dtype is stored inside the program ([`value_elem`]).
+    pub fn value_elem(&self, id: NodeId) -> Elem {
+        value_elem(self.g.node(id).ty.dtype, self.t())
+    }
+
     /// Binds the graph's inputs, in order, to `bufs`.
     pub fn bind_inputs(&mut self, bufs: &[BufId]) {
         let ids: Vec<NodeId> = self.g.inputs().map(|(id, _, _)| id).collect();
@@ -312,13 +280,26 @@ impl<'b> Ctx<'b> {
     }
 
     /// The stored type of node `id`'s own result when a step writes it: the dtype's storage
-    /// for a plan output, the program's type otherwise.
+    /// for a plan output, its [`value_elem`] otherwise.
     pub fn out_elem(&self, id: usize) -> Elem {
+        let dtype = self.g.nodes()[id].ty.dtype;
         if self.plan_level && self.is_output[id] {
-            storage_of(self.g.nodes()[id].ty.dtype)
+            storage_of(dtype)
         } else {
-            self.t()
+            value_elem(dtype, self.t())
         }
+    }
+
+    /// Appends a fill of a new temp of `elem` (`len` elements) with the scalar `v`.
+    fn filled(&mut self, v: Scalar, elem: Elem, len: usize) -> BufId {
+        let buf = self.temp(elem, len);
+        let (kernel, value) = match v {
+            Scalar::Float(x) => (codegen::layout::fill(elem), x.to_bits() as i64),
+            Scalar::I32(x) => (codegen::layout::fill_int(elem), i64::from(x)),
+            Scalar::I64(x) => (codegen::layout::fill_int(elem), x),
+        };
+        self.launch(kernel, len, vec![Arg::Buf(buf), Arg::Int(value)]);
+        buf
     }
 
     /// Node `id`'s value in a buffer: seals its fused group, materializes a broadcast or a
@@ -342,14 +323,8 @@ impl<'b> Ctx<'b> {
                 if let Some(&b) = self.materialized.get(&id.index()) {
                     return Ok(b);
                 }
-                let n = self.size(id);
-                let elem = self.t();
-                let buf = self.temp(elem, n);
-                self.launch(
-                    codegen::layout::fill(elem),
-                    n,
-                    vec![Arg::Buf(buf), Arg::Int(v.to_bits() as i64)],
-                );
+                let (n, elem) = (self.size(id), self.value_elem(id));
+                let buf = self.filled(v, elem, n);
                 self.materialized.insert(id.index(), buf);
                 Ok(buf)
             }
@@ -358,19 +333,13 @@ impl<'b> Ctx<'b> {
                     return Ok(b);
                 }
                 let to = self.dims(id);
+                let elem = self.value_elem(id);
                 let buf = if let Some(Val::Scalar(v)) = self.vals[of.index()].clone() {
-                    let elem = self.t();
-                    let buf = self.temp(elem, to.iter().product());
-                    self.launch(
-                        codegen::layout::fill(elem),
-                        to.iter().product(),
-                        vec![Arg::Buf(buf), Arg::Int(v.to_bits() as i64)],
-                    );
-                    buf
+                    self.filled(v, elem, to.iter().product())
                 } else {
                     let src = self.buf_of(of)?;
                     let from = self.dims(of);
-                    let (x, out) = (self.b.elem(src), self.t());
+                    let (x, out) = (self.b.elem(src), elem);
                     let buf = self.temp(out, to.iter().product());
                     self.launch(
                         codegen::layout::broadcast(&from, &to, x, out),
@@ -392,10 +361,18 @@ impl<'b> Ctx<'b> {
         self.convert(buf, elem)
     }
 
-    /// `buf` as `elem`: itself, or a converted copy (made once).
+    /// `buf` as `elem`: itself, or a converted copy (made once). Floating types convert to
+    /// each other; an integer buffer is only ever wanted in its own type (a conversion
+    /// between integers and floats is a `cast` node, with its own rules).
     pub fn convert(&mut self, buf: BufId, elem: Elem) -> Result<BufId, BackendError> {
         if self.b.elem(buf) == elem {
             return Ok(buf);
+        }
+        if self.b.elem(buf).is_int() || elem.is_int() {
+            return Err(internal(format!(
+                "a buffer of {} is wanted as {elem}",
+                self.b.elem(buf)
+            )));
         }
         if let Some(&c) = self.converted.get(&(buf, elem)) {
             return Ok(c);
@@ -469,6 +446,7 @@ impl<'b> Ctx<'b> {
             | Op::PadSlice { .. }
             | Op::Gather { .. }
             | Op::ScatterAdd { .. } => Val::Buf(self.layout_or_reduce(i)?),
+            Op::IndexGather { .. } | Op::IndexScatter { .. } => Val::Buf(self.indexed(i)?),
             Op::Matmul
             | Op::Solve { .. }
             | Op::Cholesky
@@ -497,19 +475,24 @@ impl<'b> Ctx<'b> {
     }
 
     /// A constant: a literal when it has one element, else a constant buffer in the program's
-    /// type.
+    /// type (integers in their own).
     fn constant(&mut self, data: &HostData) -> Val {
         if data.len() == 1 {
-            return Val::Scalar(data.get_f64(0));
+            return Val::Scalar(Scalar::of(data));
         }
-        let values = data.to_f64_vec();
-        let t = self.t();
-        let data = match t {
-            Elem::F64 => ConstData::F64(values),
-            _ => ConstData::F32(values.iter().map(|&v| v as f32).collect()),
+        let data = match data {
+            HostData::I32(v) => ConstData::I32(v.to_vec()),
+            HostData::I64(v) => ConstData::I64(v.to_vec()),
+            _ => {
+                let values = data.to_f64_vec();
+                match self.t() {
+                    Elem::F64 => ConstData::F64(values),
+                    _ => ConstData::F32(values.iter().map(|&v| v as f32).collect()),
+                }
+            }
         };
-        let len = data.len();
-        Val::Buf(self.b.buffer(t, len, Role::Constant(data)))
+        let (elem, len) = (data.elem(), data.len());
+        Val::Buf(self.b.buffer(elem, len, Role::Constant(data)))
     }
 
     /// An `int` constant buffer (index tables).
@@ -519,8 +502,8 @@ impl<'b> Ctx<'b> {
             .buffer(Elem::I32, len, Role::Constant(ConstData::I32(values)))
     }
 
-    /// The graph's outputs as buffers: stored by dtype for a plan, in the program's type for a
-    /// body (whose outputs the region executor moves and copies).
+    /// The graph's outputs as buffers: stored by dtype for a plan, as values of the program
+    /// ([`value_elem`]) for a body (whose outputs the region executor moves and copies).
     pub fn final_outputs(&mut self) -> Result<Vec<BufId>, BackendError> {
         let outputs: Vec<NodeId> = self.g.outputs().to_vec();
         let mut out = Vec::with_capacity(outputs.len());
@@ -528,7 +511,7 @@ impl<'b> Ctx<'b> {
             let elem = if self.plan_level {
                 storage_of(self.g.node(id).ty.dtype)
             } else {
-                self.t()
+                self.value_elem(id)
             };
             out.push(self.buf_as(id, elem)?);
         }

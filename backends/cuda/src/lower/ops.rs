@@ -1,10 +1,12 @@
-//! Reductions, `cumsum` and the layout ops: one kernel each (a reduction that splits its
-//! rows takes a pass per tree level group, see `codegen::reduce`).
+//! Reductions, `cumsum`, the layout ops and the indexed ops: one kernel each (a reduction that
+//! splits its rows takes a pass per tree level group, see `codegen::reduce`; an
+//! `index_scatter` takes a pass that tables its indices, see `codegen::layout`).
 
 use super::{internal, Ctx};
 use crate::codegen::{layout, reduce};
 use crate::program::{Arg, BufId, Elem};
 use quabla_backend::BackendError;
+use quabla_ir::indexed::IndexLayout;
 use quabla_ir::Op;
 
 impl Ctx<'_> {
@@ -130,8 +132,9 @@ impl Ctx<'_> {
             );
             return out;
         }
-        let mut per = reduce::partials(red, reducer);
-        let mut values = self.temp(Elem::F64, outputs * per);
+        let acc = reduce::accumulator(x_elem);
+        let mut per = reduce::partials(red, reducer, x_elem);
+        let mut values = self.temp(acc, outputs * per);
         self.launch(
             reduce::partial_kernel(red, reducer, x_elem),
             outputs * per,
@@ -139,9 +142,9 @@ impl Ctx<'_> {
         );
         while per > reduce::TREE_CHUNK {
             let next_per = per.div_ceil(reduce::TREE_CHUNK);
-            let next = self.temp(Elem::F64, outputs * next_per);
+            let next = self.temp(acc, outputs * next_per);
             self.launch(
-                reduce::tree_kernel(reducer),
+                reduce::tree_kernel(reducer, acc),
                 outputs * next_per,
                 vec![
                     Arg::Buf(values),
@@ -154,7 +157,7 @@ impl Ctx<'_> {
             per = next_per;
         }
         self.launch(
-            reduce::tree_final_kernel(reducer, red.count(), out_elem),
+            reduce::tree_final_kernel(reducer, acc, red.count(), out_elem),
             outputs,
             vec![
                 Arg::Buf(values),
@@ -164,6 +167,65 @@ impl Ctx<'_> {
             ],
         );
         out
+    }
+}
+
+impl Ctx<'_> {
+    /// Lowers `index_gather` or `index_scatter` node `i` (indices given as a tensor) and
+    /// returns its buffer. A scatter first tables, per batch row, which updates land on each
+    /// index (so every result element combines its own updates in order, with no atomics).
+    pub(super) fn indexed(&mut self, i: usize) -> Result<BufId, BackendError> {
+        let node = &self.g.nodes()[i];
+        let op = node.op.clone();
+        let operands = node.operands.clone();
+        let size = node.ty.shape.size();
+        let (axis, batch) = match &op {
+            Op::IndexGather { axis, batch } | Op::IndexScatter { axis, batch, .. } => {
+                (*axis, *batch)
+            }
+            other => return Err(internal(format!("{} is not an indexed op", other.name()))),
+        };
+        let l = IndexLayout::new(
+            &self.dims(operands[0]),
+            &self.dims(operands[1]),
+            axis,
+            batch,
+        );
+        let x = self.buf_of(operands[0])?;
+        let idx = self.buf_of(operands[1])?;
+        let (x_elem, idx_elem) = (self.b.elem(x), self.b.elem(idx));
+        let out_elem = self.out_elem(i);
+        if let Op::IndexScatter { mode, .. } = op {
+            let updates = self.buf_of(operands[2])?;
+            let offsets = self.temp(Elem::I64, l.outer * (l.n + 1));
+            let sources = self.temp(Elem::I64, l.outer * l.picks);
+            self.launch(
+                layout::index_scatter_table(&l, idx_elem),
+                l.outer,
+                vec![Arg::Buf(idx), Arg::Buf(offsets), Arg::Buf(sources)],
+            );
+            let out = self.temp(out_elem, size);
+            let u_elem = self.b.elem(updates);
+            self.launch(
+                layout::index_scatter(&l, mode, x_elem, u_elem, out_elem),
+                size,
+                vec![
+                    Arg::Buf(x),
+                    Arg::Buf(updates),
+                    Arg::Buf(offsets),
+                    Arg::Buf(sources),
+                    Arg::Buf(out),
+                ],
+            );
+            return Ok(out);
+        }
+        let out = self.temp(out_elem, size);
+        self.launch(
+            layout::index_gather(&l, x_elem, idx_elem, out_elem),
+            size,
+            vec![Arg::Buf(x), Arg::Buf(idx), Arg::Buf(out)],
+        );
+        Ok(out)
     }
 }
 

@@ -15,10 +15,12 @@
 
 use super::{internal, Ctx};
 use crate::codegen::elementwise::{External, Member, Source};
-use crate::codegen::{layout, loops};
-use crate::program::{Arg, Block, BufId, Elem, Launch, RegionExec, RegionStep, Role, Step};
+use crate::codegen::{layout, loops, Scalar};
+use crate::program::{
+    value_elem, Arg, Block, BufId, Elem, Launch, RegionExec, RegionStep, Role, Step,
+};
 use quabla_backend::BackendError;
-use quabla_ir::{Graph, NodeId, Op, RegionKind};
+use quabla_ir::{DType, Graph, NodeId, Op, RegionKind};
 use std::collections::HashMap;
 
 impl Ctx<'_> {
@@ -38,7 +40,7 @@ impl Ctx<'_> {
         let outputs: Vec<BufId> = region
             .output_types()
             .iter()
-            .map(|ty| self.temp(t, ty.shape.size()))
+            .map(|ty| self.temp(value_elem(ty.dtype, t), ty.shape.size()))
             .collect();
         let exec = match region.kind() {
             RegionKind::Cond {
@@ -72,8 +74,15 @@ impl Ctx<'_> {
                     .iter()
                     .map(|&b| self.b.buffers[b].len / s.length)
                     .collect();
-                let mut specs = vec![(t, 1)];
-                specs.extend(carries.iter().map(|&b| (t, self.b.buffers[b].len)));
+                let index = index_elem(s, t);
+                let carry_elems = input_elems(&s.body, 1, s.n_carry, t);
+                let mut specs = vec![(index, 1)];
+                specs.extend(
+                    carries
+                        .iter()
+                        .zip(&carry_elems)
+                        .map(|(&b, &e)| (e, self.b.buffers[b].len)),
+                );
                 specs.extend(consts.iter().map(|&b| self.spec(b)));
                 specs.extend(
                     xs.iter()
@@ -81,25 +90,22 @@ impl Ctx<'_> {
                         .map(|(&b, &len)| (self.b.elem(b), len)),
                 );
                 let body = self.block(&s.body, &specs, s.n_carry)?;
-                let carry_init = carries
-                    .iter()
-                    .map(|&b| {
-                        let from = self.b.elem(b);
-                        self.b.kernel(layout::copy(from, t))
-                    })
-                    .collect();
+                let carry_init = self.copies_into(carries, &carry_elems);
                 let y_slices: Vec<usize> = outputs[s.n_carry..]
                     .iter()
                     .map(|&b| self.b.buffers[b].len / s.length)
                     .collect();
                 let y_copy = body.outputs[s.n_carry..]
                     .iter()
-                    .map(|&b| {
-                        let from = self.b.elem(b);
-                        self.b.kernel(layout::copy_to_offset(from, t))
+                    .zip(&outputs[s.n_carry..])
+                    .map(|(&b, &y)| {
+                        let (from, to) = (self.b.elem(b), self.b.elem(y));
+                        self.b.kernel(layout::copy_to_offset(from, to))
                     })
                     .collect();
-                let index_fill = self.b.kernel(layout::fill(t));
+                // The index parameter is a float (the body casts it where it wants an
+                // integer), filled with its exact value: float64 when the index is float64.
+                let index_fill = self.b.kernel(layout::fill(index));
                 RegionExec::Scan {
                     length: s.length,
                     start: s.start,
@@ -133,20 +139,16 @@ impl Ctx<'_> {
                         siblings,
                     );
                 }
+                let carry_elems = input_elems(body, 0, *n_carry, t);
                 let mut specs: Vec<(Elem, usize)> = carries
                     .iter()
-                    .map(|&b| (t, self.b.buffers[b].len))
+                    .zip(&carry_elems)
+                    .map(|(&b, &e)| (e, self.b.buffers[b].len))
                     .collect();
                 specs.extend(consts.iter().map(|&b| self.spec(b)));
                 let cond_block = self.block(cond, &specs, 0)?;
                 let body_block = self.block(body, &specs, *n_carry)?;
-                let carry_init = carries
-                    .iter()
-                    .map(|&b| {
-                        let from = self.b.elem(b);
-                        self.b.kernel(layout::copy(from, t))
-                    })
-                    .collect();
+                let carry_init = self.copies_into(carries, &carry_elems);
                 RegionExec::While {
                     n_carry: *n_carry,
                     max_trips: *max_trips,
@@ -190,6 +192,17 @@ impl Ctx<'_> {
         (self.b.elem(buf), self.b.buffers[buf].len)
     }
 
+    /// The kernels that copy each operand of `from` into a carry of the matching `to` type.
+    fn copies_into(&mut self, from: &[BufId], to: &[Elem]) -> Vec<usize> {
+        from.iter()
+            .zip(to)
+            .map(|(&b, &e)| {
+                let from = self.b.elem(b);
+                self.b.kernel(layout::copy(from, e))
+            })
+            .collect()
+    }
+
     /// Lowers body `g` into a block whose inputs have `specs` (element type and length). Its
     /// first `owned` outputs are made distinct temps of the block (the region moves them).
     fn block(
@@ -205,15 +218,15 @@ impl Ctx<'_> {
         let mut ctx = Ctx::new(&mut *self.b, g, false);
         ctx.bind_inputs(&inputs);
         ctx.run()?;
+        // Outputs come as values of the program (`value_elem`), the type of the carries.
         let mut outputs = ctx.final_outputs()?;
         for j in 0..outputs.len().min(owned) {
             let buf = outputs[j];
             if !ctx.temps.contains(&buf) || outputs[..j].contains(&buf) {
                 let (elem, len) = (ctx.b.elem(buf), ctx.b.buffers[buf].len);
-                let t = ctx.t();
-                let copy = ctx.temp(t, len);
+                let copy = ctx.temp(elem, len);
                 ctx.launch(
-                    layout::copy(elem, t),
+                    layout::copy(elem, elem),
                     len,
                     vec![Arg::Buf(buf), Arg::Buf(copy)],
                 );
@@ -256,6 +269,7 @@ impl Ctx<'_> {
         };
         let t = self.t();
         let carry_elems: Vec<Elem> = carries.iter().map(|&b| self.b.elem(b)).collect();
+        let carry_types = input_elems(g, 1, s.n_carry, t);
         let const_ext: Vec<External> = consts
             .iter()
             .zip(const_dims)
@@ -264,13 +278,21 @@ impl Ctx<'_> {
                 dims: d.clone(),
             })
             .collect();
-        let out_elems = vec![t; s.n_carry];
+        let out_elems: Vec<Elem> = outputs[..s.n_carry]
+            .iter()
+            .map(|&b| self.b.elem(b))
+            .collect();
+        let trips = loops::Trips {
+            length: s.length,
+            start: s.start,
+            reverse: s.reverse,
+            index: index_elem(s, t),
+        };
         let kernel = loops::counted(
             &dims,
-            s.length,
-            s.start,
-            s.reverse,
+            trips,
             &carry_elems,
+            &carry_types,
             &const_ext,
             &out_elems,
             &body,
@@ -311,10 +333,15 @@ impl Ctx<'_> {
         };
         let t = self.t();
         let carry_elems: Vec<Elem> = carries.iter().map(|&b| self.b.elem(b)).collect();
+        let carry_types = input_elems(body, 0, carries.len(), t);
         let const_elems: Vec<Elem> = consts.iter().map(|&b| self.b.elem(b)).collect();
-        let out_elems = vec![t; carries.len()];
+        let out_elems: Vec<Elem> = outputs[..carries.len()]
+            .iter()
+            .map(|&b| self.b.elem(b))
+            .collect();
         let kernel = loops::scalar_while(
             &carry_elems,
+            &carry_types,
             &const_elems,
             &out_elems,
             &cond_body,
@@ -334,6 +361,25 @@ impl Ctx<'_> {
             args,
         }))
     }
+}
+
+/// How the index parameter of counted loop `s` is held: float64 when it is float64 (so every
+/// index is exact, also in a float32 program), else the program's type `t`.
+fn index_elem(s: &quabla_ir::ScanBody, t: Elem) -> Elem {
+    if s.index_dtype() == DType::F64 {
+        Elem::F64
+    } else {
+        t
+    }
+}
+
+/// How inputs `first..first + count` of body `g` are held as values of a program of type `t`.
+fn input_elems(g: &Graph, first: usize, count: usize, t: Elem) -> Vec<Elem> {
+    g.inputs()
+        .skip(first)
+        .take(count)
+        .map(|(_, _, ty)| value_elem(ty.dtype, t))
+        .collect()
 }
 
 /// Whether `from` broadcasts to `to` (trailing-axis rules).
@@ -360,7 +406,7 @@ pub fn elementwise_body(g: &Graph, dims: &[usize]) -> Option<loops::Body> {
                 input += 1;
                 Source::External(input - 1)
             }
-            Op::Constant { data, .. } if data.len() == 1 => Source::Literal(data.get_f64(0)),
+            Op::Constant { data, .. } if data.len() == 1 => Source::Literal(Scalar::of(data)),
             Op::Broadcast { .. } if broadcasts(node.ty.shape.dims(), dims) => {
                 source.get(&node.operands[0].index())?.clone()
             }
@@ -386,6 +432,7 @@ pub fn elementwise_body(g: &Graph, dims: &[usize]) -> Option<loops::Body> {
                 members.push(Member {
                     op: op.clone(),
                     operands,
+                    dtype: node.ty.dtype,
                 });
                 Source::Member(members.len() - 1)
             }

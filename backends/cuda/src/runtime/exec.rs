@@ -99,6 +99,7 @@ impl Loaded {
                     crate::program::ConstData::I32(v) => {
                         device.upload_values(v, "an index table")?
                     }
+                    crate::program::ConstData::I64(v) => device.upload_values(v, "a constant")?,
                 };
                 constants.insert(id, buffer);
             }

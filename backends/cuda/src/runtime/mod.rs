@@ -294,12 +294,8 @@ impl Device {
                 let f: Vec<f32> = v.iter().map(|&b| if b { 1.0 } else { 0.0 }).collect();
                 self.upload_values::<f32>(&f, &what)?
             }
-            HostData::I32(_) | HostData::I64(_) => {
-                return Err(crate::lower::unsupported(
-                    tensor.dtype().name(),
-                    "integer tensors do not live on the CUDA backend yet; keep them on the CPU",
-                ))
-            }
+            HostData::I32(v) => self.upload_values::<i32>(v, &what)?,
+            HostData::I64(v) => self.upload_values::<i64>(v, &what)?,
         };
         self.transfers.upload(tensor.shape.nbytes(tensor.dtype()));
         Ok(CudaMemory {
@@ -323,13 +319,8 @@ impl Device {
                 let f = self.read_values::<f32>(memory.ptr(), n)?;
                 HostData::Bool(f.iter().map(|&x| x != 0.0).collect())
             }
-            // `upload` refuses integer tensors and no program makes one.
-            DType::I32 | DType::I64 => {
-                return Err(crate::lower::unsupported(
-                    memory.dtype.name(),
-                    "integer tensors do not live on the CUDA backend yet",
-                ))
-            }
+            DType::I32 => HostData::I32(self.read_values::<i32>(memory.ptr(), n)?.into()),
+            DType::I64 => HostData::I64(self.read_values::<i64>(memory.ptr(), n)?.into()),
         };
         self.transfers.download(memory.shape.nbytes(memory.dtype));
         Ok(HostTensor::new(memory.shape.clone(), data))

@@ -159,6 +159,7 @@ unsafe fn load(address: u64, elem: Elem, i: usize) -> f64 {
             Elem::F64 => *(address as *const f64).add(i),
             Elem::F32 => f64::from(*(address as *const f32).add(i)),
             Elem::I32 => f64::from(*(address as *const i32).add(i)),
+            Elem::I64 => *(address as *const i64).add(i) as f64,
         }
     }
 }
@@ -175,8 +176,54 @@ unsafe fn store(address: u64, elem: Elem, i: usize, v: f64) {
             Elem::F64 => *(address as *mut f64).add(i) = v,
             Elem::F32 => *(address as *mut f32).add(i) = v as f32,
             Elem::I32 => *(address as *mut i32).add(i) = v as i32,
+            Elem::I64 => *(address as *mut i64).add(i) = v as i64,
         }
     }
+}
+
+/// Copies `values` into a new buffer as they are (integers keep every bit).
+fn raw<T: Copy>(values: &[T]) -> HostBuffer {
+    let bytes = std::mem::size_of_val(values);
+    let buffer = HostBuffer::new(bytes);
+    // SAFETY: the buffer holds `bytes` bytes; the two do not overlap.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            values.as_ptr() as *const u8,
+            buffer.address() as *mut u8,
+            bytes,
+        )
+    };
+    buffer
+}
+
+/// `n` values of `T` at `address`.
+///
+/// # Safety
+///
+/// `address` holds at least `n` values of `T`.
+unsafe fn read_raw<T: Copy>(address: u64, n: usize) -> Vec<T> {
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts(address as *const T, n).to_vec() }
+}
+
+/// A tensor of `dtype` and `shape` read from its device storage (`storage_of(dtype)`) at
+/// `address`, as `runtime::CudaBackend::download` reads one.
+fn download(address: u64, dtype: DType, shape: &Shape) -> HostTensor {
+    let n = shape.size();
+    // SAFETY (every arm): an output buffer holds the output's values, stored by its dtype.
+    let data = match dtype {
+        DType::F32 => HostData::F32(unsafe { read_raw::<f32>(address, n) }.into()),
+        DType::F64 => HostData::F64(unsafe { read_raw::<f64>(address, n) }.into()),
+        DType::I32 => HostData::I32(unsafe { read_raw::<i32>(address, n) }.into()),
+        DType::I64 => HostData::I64(unsafe { read_raw::<i64>(address, n) }.into()),
+        DType::Bool => HostData::Bool(
+            unsafe { read_raw::<f32>(address, n) }
+                .iter()
+                .map(|&v| v != 0.0)
+                .collect(),
+        ),
+    };
+    HostTensor::new(shape.clone(), data)
 }
 
 /// A column-major matrix view: element `(r, c)` at `base + r + c * ld`.
@@ -808,30 +855,27 @@ fn substitute(t: &[Vec<f64>], b: &[f64], lower: bool) -> Vec<f64> {
     y
 }
 
-/// Host memory holding a tensor as the device stores it.
+/// Host memory holding a tensor as the device stores it (`runtime::CudaBackend::upload`).
 fn upload(t: &HostTensor) -> HostBuffer {
-    let elem = storage_of(t.dtype());
-    let buffer = HostBuffer::new(t.shape.size() * elem.size());
-    for i in 0..t.shape.size() {
-        // SAFETY: the buffer holds `size` values of `elem`.
-        unsafe { store(buffer.address(), elem, i, t.data.get_f64(i)) };
+    match &t.data {
+        HostData::F32(v) => raw(v),
+        HostData::F64(v) => raw(v),
+        HostData::I32(v) => raw(v),
+        HostData::I64(v) => raw(v),
+        HostData::Bool(v) => raw(&v
+            .iter()
+            .map(|&b| f32::from(u8::from(b)))
+            .collect::<Vec<_>>()),
     }
-    buffer
 }
 
 fn constant(data: &ConstData) -> HostBuffer {
-    let elem = data.elem();
-    let buffer = HostBuffer::new(data.len() * elem.size());
-    for i in 0..data.len() {
-        let v = match data {
-            ConstData::F32(v) => f64::from(v[i]),
-            ConstData::F64(v) => v[i],
-            ConstData::I32(v) => f64::from(v[i]),
-        };
-        // SAFETY: as above.
-        unsafe { store(buffer.address(), elem, i, v) };
+    match data {
+        ConstData::F32(v) => raw(v),
+        ConstData::F64(v) => raw(v),
+        ConstData::I32(v) => raw(v),
+        ConstData::I64(v) => raw(v),
     }
-    buffer
 }
 
 /// Runs `program` on the host model and returns its outputs as host tensors.
@@ -872,16 +916,7 @@ pub fn run_counting_graphs(
                 continue;
             }
         };
-        let elem = storage_of(o.dtype);
-        // SAFETY: an output buffer holds the output's values, stored by its dtype.
-        let values: Vec<f64> = (0..o.shape.size())
-            .map(|i| unsafe { load(address, elem, i) })
-            .collect();
-        let data = match o.dtype {
-            DType::Bool => HostData::Bool(values.iter().map(|&v| v != 0.0).collect()),
-            d => HostData::from_f64(d, values),
-        };
-        out.push(HostTensor::new(o.shape.clone(), data));
+        out.push(download(address, o.dtype, &o.shape));
     }
     Ok((out, machine.graphs()))
 }
@@ -910,16 +945,7 @@ impl Resident {
 
     /// Reads it back.
     pub fn download(&self) -> HostTensor {
-        let elem = storage_of(self.dtype);
-        // SAFETY: the buffer holds the tensor's values, stored by its dtype.
-        let values: Vec<f64> = (0..self.shape.size())
-            .map(|i| unsafe { load(self.address(), elem, i) })
-            .collect();
-        let data = match self.dtype {
-            DType::Bool => HostData::Bool(values.iter().map(|&v| v != 0.0).collect()),
-            d => HostData::from_f64(d, values),
-        };
-        HostTensor::new(self.shape.clone(), data)
+        download(self.address(), self.dtype, &self.shape)
     }
 
     /// The size of its values in bytes (what the device allocates for it).

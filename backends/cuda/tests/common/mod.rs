@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod host;
+pub mod plans;
 
 use quabla_backend::{BackendError, Precision};
 use quabla_cuda::discovery::Search;
