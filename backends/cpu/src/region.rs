@@ -1423,7 +1423,7 @@ fn collect_carries<'a>(
 
 /// Values with the dtypes and lengths of `like` from their elements one after the other in
 /// `flat` (as [`native::words`] lays them out).
-fn unflatten(flat: &[f64], like: &[View<'_>], ws: &mut Workspace) -> Result<Vec<Storage<'static>>> {
+fn unflatten(flat: &[u64], like: &[View<'_>], ws: &mut Workspace) -> Result<Vec<Storage<'static>>> {
     let mut values: Vec<Storage<'static>> = Vec::with_capacity(like.len());
     let mut at = 0;
     for v in like {

@@ -585,8 +585,9 @@ fn integer_while_loops_agree_with_a_host_loop() {
     }
 }
 
-/// A scan over int32 scalars, int64 rows held in memory and bools, with int32, int64 and bool
-/// stacked outputs and an int64 loop constant, forward and reverse from an offset.
+/// A scan over int32 scalars, int64 and int32 rows (in registers, and in memory) and bools,
+/// with int32, int64 and bool stacked outputs and an int64 loop constant, forward and reverse
+/// from an offset.
 #[test]
 fn scans_over_integer_slices_with_stacked_integer_outputs() {
     for reverse in [false, true] {
@@ -599,10 +600,11 @@ fn scans_over_integer_slices_with_stacked_integer_outputs() {
                 ty(DType::I32, &[]),
                 ty(DType::I64, &[row]),
                 ty(DType::Bool, &[]),
+                ty(DType::I32, &[row]),
             ];
-            // (i, c, k, a, r, flag) -> (c', a * i, c' > k, where(flag, r, -r))
+            // (i, c, k, a, r, flag, q) -> (c', a * i, c' > k, where(flag, r, -r), q * a)
             let body = graph(&ins, |b, p| {
-                let (i, c, k, a, r, flag) = (p[0], p[1], p[2], p[3], p[4], p[5]);
+                let (i, c, k, a, r, flag, q) = (p[0], p[1], p[2], p[3], p[4], p[5], p[6]);
                 let ai = b.astype(i, DType::I32).unwrap();
                 let ai = b.binary(BinaryOp::Mul, a, ai).unwrap();
                 let kc = b.binary(BinaryOp::Mul, c, k).unwrap();
@@ -610,7 +612,8 @@ fn scans_over_integer_slices_with_stacked_integer_outputs() {
                 let above = b.compare(Comparison::Greater, c, k).unwrap();
                 let neg = b.unary(UnaryOp::Neg, r).unwrap();
                 let picked = b.select(flag, r, neg).unwrap();
-                vec![c, ai, above, picked]
+                let qa = b.binary(BinaryOp::Mul, q, a).unwrap();
+                vec![c, ai, above, picked, qa]
             });
             let scan = ScanBody {
                 length,
@@ -618,7 +621,7 @@ fn scans_over_integer_slices_with_stacked_integer_outputs() {
                 reverse,
                 n_carry: 1,
                 n_const: 1,
-                n_xs: 3,
+                n_xs: 4,
                 body: Arc::new(body),
             };
             let region =
@@ -635,6 +638,7 @@ fn scans_over_integer_slices_with_stacked_integer_outputs() {
                     Shape::new(vec![length]).unwrap(),
                     HostData::Bool((0..length).map(|k| k % 3 == 0).collect()),
                 ),
+                ints(DType::I32, &[length, row], &cycled(&e32, 2, length * row)),
             ];
             let context = format!("scan over integer slices of {row}, reverse {reverse}");
             check_both_ways(&context, &g, std::slice::from_ref(&inputs));

@@ -34,7 +34,7 @@ pub(super) struct Tables {
 /// than a loop over memory.
 pub(crate) const REGISTER_ELEMENTS: usize = 64;
 
-/// The most float64 elements of scratch memory one function may use (32 MiB): a body whose
+/// The most 8-byte words of scratch memory one function may use (32 MiB): a body whose
 /// large values add up to more runs in the interpreter, whose buffers are recycled.
 const MAX_SCRATCH: usize = 1 << 22;
 

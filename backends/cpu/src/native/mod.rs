@@ -129,7 +129,7 @@ struct Emitter<'m, 'f> {
     failed: Option<cranelift_codegen::ir::Block>,
     /// The address of the run's scratch memory (the function's last parameter).
     scratch: Option<Value>,
-    /// The float64 elements of scratch memory handed out so far.
+    /// The 8-byte words of scratch memory handed out so far.
     scratch_len: usize,
     /// The tables the code reads, kept alive with it.
     tables: Tables,
@@ -169,35 +169,39 @@ fn word_dtype(ty: Type) -> DType {
     }
 }
 
-/// The elements of `views` one after the other as the words the code's carries and loop
-/// constants are passed in: a float or a bool as its float64 value, an integer as the bits of
-/// its int64 value.
-pub(crate) fn words(views: &[View<'_>]) -> Vec<f64> {
+/// The elements of `views` one after the other as the 8-byte words the code's carries and loop
+/// constants are passed in: a float or a bool as the bits of its float64 value, an integer as
+/// those of its int64 value. Words, not floats, so that no integer passes through a float64.
+pub(crate) fn words(views: &[View<'_>]) -> Vec<u64> {
     views
         .iter()
         .flat_map(|v| {
             (0..v.len()).map(move |i| match v {
-                View::I32(x) => f64::from_bits(i64::from(x[i]) as u64),
-                View::I64(x) => f64::from_bits(x[i] as u64),
-                _ => v.get_f64(i),
+                View::I32(x) => i64::from(x[i]) as u64,
+                View::I64(x) => x[i] as u64,
+                _ => v.get_f64(i).to_bits(),
             })
         })
         .collect()
 }
 
-/// Stores `words` (laid out as [`words`] lays them) into `out`, from its element `start`.
-pub(crate) fn store_words(out: &mut ViewMut<'_>, start: usize, words: &[f64]) {
+/// Stores `words` (laid out as [`words`] lays them) into `out`, from its element `start`: an
+/// int32 wraps the int64 it is given, as the code keeps it sign-extended.
+pub(crate) fn store_words(out: &mut ViewMut<'_>, start: usize, words: &[u64]) {
     match out {
         ViewMut::I32(x) => {
-            for (d, w) in x[start..].iter_mut().zip(words) {
-                *d = w.to_bits() as i64 as i32;
+            for (d, &w) in x[start..].iter_mut().zip(words) {
+                *d = w as i64 as i32;
             }
         }
         ViewMut::I64(x) => {
-            for (d, w) in x[start..].iter_mut().zip(words) {
-                *d = w.to_bits() as i64;
+            for (d, &w) in x[start..].iter_mut().zip(words) {
+                *d = w as i64;
             }
         }
-        _ => out.store_f64(start, words),
+        _ => {
+            let floats: Vec<f64> = words.iter().map(|&w| f64::from_bits(w)).collect();
+            out.store_f64(start, &floats);
+        }
     }
 }

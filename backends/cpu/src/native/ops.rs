@@ -101,7 +101,7 @@ impl Emitter<'_, '_> {
         if let EwOp::Cast(to) = ew.op {
             return Some(self.round(to, a[0]?));
         }
-        if ew.integer() {
+        if ew.integer {
             if let EwOp::Compare(c) = ew.op {
                 let (x, y) = (self.int_of(a[0]?), self.int_of(a[1]?));
                 let holds = self.b.ins().icmp(int_cc(c), x, y);
@@ -143,7 +143,8 @@ impl Emitter<'_, '_> {
                     BinaryOp::Pow | BinaryOp::Atan2 | BinaryOp::Fmod => {
                         self.call(binary_symbol(op)?, &[x, y])?
                     }
-                    // Integer functions: graphs holding them are not translated.
+                    // Integer-only functions make integer nodes ([`Elementwise::of`]), which
+                    // `int_op` computes; none reaches here.
                     _ => return None,
                 }
             }
@@ -284,33 +285,40 @@ impl Emitter<'_, '_> {
 }
 
 /// An elementwise node as the code computes it: its op, the dtype of its first operand (the
-/// dtype an integer function wraps to, as `quabla_ir::eval::binary_int` takes it) and its
-/// result's dtype.
+/// dtype an integer function wraps to, as `quabla_ir::eval::binary_int` takes it), its
+/// result's dtype, and whether it computes in int64 ([`Elementwise::of`]).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Elementwise {
     pub op: EwOp,
     pub first: DType,
     pub out: DType,
+    integer: bool,
 }
 
 impl Elementwise {
-    /// The elementwise node `node` of `graph` (`None` for any other node).
+    /// The elementwise node `node` of `graph` (`None` for any other node). It computes in
+    /// int64 where `quabla_ir::eval::evaluate` does: `bitwise_not`, an integer-only function
+    /// (the bitwise ones on bools too), or an integer operand or result.
     pub(super) fn of(graph: &Graph, node: &quabla_ir::Node) -> Option<Elementwise> {
-        Some(Elementwise {
-            op: EwOp::from_op(&node.op)?,
-            first: graph.node(*node.operands.first()?).ty.dtype,
-            out: node.ty.dtype,
-        })
-    }
-
-    /// Whether `quabla_ir::eval::evaluate` computes the node in int64: an integer operand or
-    /// result, or an integer function (`bitwise_*` on bools). The operands of an elementwise
-    /// node other than the first have its dtype or the result's (a `where`'s branches).
-    fn integer(&self) -> bool {
-        match self.op {
+        let op = EwOp::from_op(&node.op)?;
+        let integer = match op {
+            // `HostData::cast` converts; it is not an integer function of its operand.
+            EwOp::Cast(_) => false,
             EwOp::Unary(UnaryOp::BitNot) => true,
             EwOp::Binary(b) if b.is_integer_only() => true,
-            _ => self.first.is_integer() || self.out.is_integer(),
-        }
+            _ => {
+                node.ty.dtype.is_integer()
+                    || node
+                        .operands
+                        .iter()
+                        .any(|&o| graph.node(o).ty.dtype.is_integer())
+            }
+        };
+        Some(Elementwise {
+            op,
+            first: graph.node(*node.operands.first()?).ty.dtype,
+            out: node.ty.dtype,
+            integer,
+        })
     }
 }

@@ -22,8 +22,8 @@ pub(crate) struct NativeScan {
 /// of the scanned operands and stacked outputs, and its index value is `k + index of 0`.
 /// `scratch` is the run's scratch memory (`Code::scratch` float64 elements).
 pub(super) type ScanFn = unsafe extern "C" fn(
-    *mut f64,
-    *const f64,
+    *mut u64,
+    *const u64,
     i64,
     i64,
     u64,
@@ -119,7 +119,7 @@ impl NativeScan {
     /// when a kernel the code calls failed (the loop is then to be rerun in the interpreter).
     pub(crate) fn run(
         &self,
-        (carries, consts): (&mut [f64], &[f64]),
+        (carries, consts): (&mut [u64], &[u64]),
         (first, step, count): (usize, isize, usize),
         index0: usize,
         xs: &[View<'_>],
@@ -186,7 +186,7 @@ pub(crate) struct NativeWhile {
 }
 
 /// `(carries, loop constants, most body runs, scratch memory) -> 2 * body runs + stopped`.
-pub(super) type WhileFn = unsafe extern "C" fn(*mut f64, *const f64, u64, *mut f64) -> u64;
+pub(super) type WhileFn = unsafe extern "C" fn(*mut u64, *const u64, u64, *mut f64) -> u64;
 
 /// How a chunk of a native while loop ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -271,8 +271,8 @@ impl NativeWhile {
     /// in the interpreter).
     pub(crate) fn run(
         &self,
-        carries: &mut [f64],
-        consts: &[f64],
+        carries: &mut [u64],
+        consts: &[u64],
         most: usize,
     ) -> Option<WhileChunk> {
         if carries.len() != self.carry_elements || consts.len() != self.const_elements {
@@ -350,9 +350,9 @@ impl NativePlan {
         GraphBody::new(graph, graph.inputs().count()).ok()
     }
 
-    /// The native form of the plan whose graph has the small form `small`, or `None` when a
-    /// node cannot be translated after all.
-    pub(crate) fn compile(small: &GraphBody) -> Option<NativePlan> {
+    /// The native form of the plan whose graph has the small form `small`, or why there is
+    /// none (a node the code generator declined after all).
+    pub(crate) fn compile(small: &GraphBody) -> Result<NativePlan, String> {
         let graph = &small.graph;
         let inputs: Vec<(DType, usize)> = graph
             .inputs()
@@ -388,9 +388,8 @@ impl NativePlan {
             let ok = e.b.ins().iconst(types::I64, 0);
             e.b.ins().return_(&[ok]);
             Some(())
-        })
-        .ok()?;
-        Some(NativePlan {
+        })?;
+        Ok(NativePlan {
             code: Arc::new(code),
             inputs,
             outputs,
