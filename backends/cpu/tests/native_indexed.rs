@@ -44,7 +44,7 @@ fn data(dt: DType, dims: &[usize], shift: usize) -> HostTensor {
             let edges = [min, -1, 3, max, 0, 7, -2, max - 1, min + 1, 2, -9, 1 << 20];
             HostData::from_i64(dt, cycled(&edges, shift, n))
         }
-        DType::Bool => HostData::Bool((0..n).map(|i| (i + shift) % 3 == 0).collect()),
+        DType::Bool => HostData::Bool((0..n).map(|i| (i + shift).is_multiple_of(3)).collect()),
         _ => {
             let mut rng = Rng::new(41);
             HostData::from_f64(dt, cycled(&special_values(&mut rng), shift, n))
@@ -224,26 +224,29 @@ fn rows_read_and_written_by_the_loop_index_give_the_interpreters_bits() {
         for (rows, cols) in [(6, 3), (50, 3), (20, 40)] {
             let x = ty(DType::F64, &[rows, cols]);
             let row = ty(DType::F64, &[cols]);
-            let body = graph(&[ty(DType::F64, &[]), row.clone(), x.clone(), x.clone()], |b, p| {
-                let (i, acc, out, x) = (p[0], p[1], p[2], p[3]);
-                let i = b.astype(i, index).unwrap();
-                let at = b.reshape_to(i, Shape::new(vec![1]).unwrap()).unwrap();
-                let picked = b.index_gather(x, at, 0, 0).unwrap();
-                let picked = b
-                    .reshape_to(picked, Shape::new(vec![cols]).unwrap())
-                    .unwrap();
-                let acc = b.binary(BinaryOp::Add, acc, picked).unwrap();
-                let two = b.scalar(2.0, DType::F64, false);
-                let twice = b.binary(BinaryOp::Mul, picked, two).unwrap();
-                let new = b.binary(BinaryOp::Add, twice, acc).unwrap();
-                let new = b
-                    .reshape_to(new, Shape::new(vec![1, cols]).unwrap())
-                    .unwrap();
-                let out = b
-                    .index_scatter(out, at, new, (0, 0), ScatterMode::Set)
-                    .unwrap();
-                vec![acc, out]
-            });
+            let body = graph(
+                &[ty(DType::F64, &[]), row.clone(), x.clone(), x.clone()],
+                |b, p| {
+                    let (i, acc, out, x) = (p[0], p[1], p[2], p[3]);
+                    let i = b.astype(i, index).unwrap();
+                    let at = b.reshape_to(i, Shape::new(vec![1]).unwrap()).unwrap();
+                    let picked = b.index_gather(x, at, 0, 0).unwrap();
+                    let picked = b
+                        .reshape_to(picked, Shape::new(vec![cols]).unwrap())
+                        .unwrap();
+                    let acc = b.binary(BinaryOp::Add, acc, picked).unwrap();
+                    let two = b.scalar(2.0, DType::F64, false);
+                    let twice = b.binary(BinaryOp::Mul, picked, two).unwrap();
+                    let new = b.binary(BinaryOp::Add, twice, acc).unwrap();
+                    let new = b
+                        .reshape_to(new, Shape::new(vec![1, cols]).unwrap())
+                        .unwrap();
+                    let out = b
+                        .index_scatter(out, at, new, (0, 0), ScatterMode::Set)
+                        .unwrap();
+                    vec![acc, out]
+                },
+            );
             let scan = ScanBody {
                 length: rows,
                 start: 0,

@@ -313,7 +313,13 @@ fn op_loop_and_plan(x: &TensorType, y: &TensorType, apply: &Apply) -> (Graph, Gr
 }
 
 /// Checks `apply` in a loop and as a whole plan, both ways, on each `(x, y)` input pair.
-fn check_op(context: &str, x: &TensorType, y: &TensorType, apply: &Apply, sets: &[[HostTensor; 2]]) {
+fn check_op(
+    context: &str,
+    x: &TensorType,
+    y: &TensorType,
+    apply: &Apply,
+    sets: &[[HostTensor; 2]],
+) {
     let (looped, plan, out) = op_loop_and_plan(x, y, apply);
     let loop_sets: Vec<Vec<HostTensor>> = sets
         .iter()
@@ -361,7 +367,12 @@ fn every_integer_function_in_memory_gives_the_interpreters_bits() {
 
             let one: Vec<[HostTensor; 2]> = e
                 .iter()
-                .map(|&y| [ints(dt, &[LARGE], &cycled(&e, 3, LARGE)), ints(dt, &[], &[y])])
+                .map(|&y| {
+                    [
+                        ints(dt, &[LARGE], &cycled(&e, 3, LARGE)),
+                        ints(dt, &[], &[y]),
+                    ]
+                })
                 .collect();
             let context = format!("{name} {dt} [{LARGE}] by one element");
             check_op(&context, &ty(dt, &[LARGE]), &ty(dt, &[]), &apply, &one);
@@ -448,7 +459,9 @@ fn integer_layout_ops_give_the_interpreters_bits() {
                 let sum = b.binary(BinaryOp::Add, t, c).unwrap();
                 let g = b.gather(sum, &[rows as isize - 1, 0, 1], 0).unwrap();
                 let g = b.sum(g, Some(&[0]), true).unwrap();
-                let g = b.broadcast_to(g, Shape::new(vec![rows, cols]).unwrap()).unwrap();
+                let g = b
+                    .broadcast_to(g, Shape::new(vec![rows, cols]).unwrap())
+                    .unwrap();
                 b.binary(BinaryOp::Mul, sum, g).unwrap()
             });
             let n = rows * cols;
@@ -461,7 +474,13 @@ fn integer_layout_ops_give_the_interpreters_bits() {
                 })
                 .collect();
             let context = format!("layout ops {dt} [{rows}, {cols}]");
-            check_op(&context, &ty(dt, &[cols, rows]), &ty(dt, &[rows, cols]), &layout, &sets);
+            check_op(
+                &context,
+                &ty(dt, &[cols, rows]),
+                &ty(dt, &[rows, cols]),
+                &layout,
+                &sets,
+            );
         }
     }
 }
@@ -473,9 +492,18 @@ fn integer_layout_ops_give_the_interpreters_bits() {
 fn integer_counts_of_the_loop_index_are_exact_in_machine_code() {
     for index in [DType::F32, DType::F64] {
         for (length, start, reverse) in [(1000, 0, false), (777, 5, true), (300, 2, false)] {
-            let carries = [ty(DType::I64, &[]), ty(DType::I32, &[]), ty(DType::F64, &[])];
+            let carries = [
+                ty(DType::I64, &[]),
+                ty(DType::I32, &[]),
+                ty(DType::F64, &[]),
+            ];
             let body = graph(
-                &[ty(index, &[]), carries[0].clone(), carries[1].clone(), carries[2].clone()],
+                &[
+                    ty(index, &[]),
+                    carries[0].clone(),
+                    carries[1].clone(),
+                    carries[2].clone(),
+                ],
                 |b, p| {
                     let (i, total, prod, x) = (p[0], p[1], p[2], p[3]);
                     let wide = b.astype(i, DType::I64).unwrap();
@@ -563,7 +591,9 @@ fn integer_while_loops_agree_with_a_host_loop() {
         let region = Arc::new(Region::new(kind, RegionForm::While, 0).unwrap());
         let g = calling(&region);
         for start in [1i64, 27, (1 << 53) + 1, 837_799, (1 << 40) + 1] {
-            let v: Vec<i64> = (0..LARGE as i64).map(|k| k.wrapping_mul(0x1E37_79B9_7F4A_7C15)).collect();
+            let v: Vec<i64> = (0..LARGE as i64)
+                .map(|k| k.wrapping_mul(0x1E37_79B9_7F4A_7C15))
+                .collect();
             let inputs = vec![
                 ints(DType::I64, &[], &[start]),
                 ints(DType::I32, &[], &[i64::from(i32::MAX) - 10]),
@@ -574,7 +604,11 @@ fn integer_while_loops_agree_with_a_host_loop() {
 
             let (mut n, mut steps, mut trips) = (start, i32::MAX - 10, 0);
             while Some(trips) != max_trips && n != 1 {
-                n = if n % 2 == 0 { n / 2 } else { n.wrapping_mul(3).wrapping_add(1) };
+                n = if n % 2 == 0 {
+                    n / 2
+                } else {
+                    n.wrapping_mul(3).wrapping_add(1)
+                };
                 steps = steps.wrapping_add(1);
                 trips += 1;
             }
@@ -647,7 +681,8 @@ fn scans_over_integer_slices_with_stacked_integer_outputs() {
 }
 
 /// Regions nested in an integer loop body: a `cond` choosing between integer results (small
-/// and large), and a `fori` whose index, converted to int64, steps an int64 carry.
+/// and large), and a reverse scan over int32 rows (small and large) whose index, converted
+/// to int64, steps an int64 carry, stacking int32 rows.
 #[test]
 fn regions_nested_in_integer_bodies_give_the_interpreters_bits() {
     for n in [6, 100] {
@@ -676,19 +711,27 @@ fn regions_nested_in_integer_bodies_give_the_interpreters_bits() {
             )
             .unwrap(),
         );
-        let inner_body = graph(&[ty(DType::F64, &[]), v.clone()], |b, p| {
-            let j = b.astype(p[0], DType::I64).unwrap();
-            vec![b.binary(BinaryOp::Sub, p[1], j).unwrap()]
-        });
-        let inner_fori = Arc::new(
+        // (j, c, row) -> (c - j + row, 3 * row): a scan over int32 rows stacking int32 rows.
+        let inner_body = graph(
+            &[ty(DType::F64, &[]), v.clone(), ty(DType::I32, &[n])],
+            |b, p| {
+                let j = b.astype(p[0], DType::I64).unwrap();
+                let c = b.binary(BinaryOp::Sub, p[1], j).unwrap();
+                let row = b.astype(p[2], DType::I64).unwrap();
+                let c = b.binary(BinaryOp::Add, c, row).unwrap();
+                let three = b.weak_int(3);
+                vec![c, b.binary(BinaryOp::Mul, p[2], three).unwrap()]
+            },
+        );
+        let inner_scan = Arc::new(
             Region::new(
                 RegionKind::Scan(ScanBody {
                     length: 5,
                     start: 1,
-                    reverse: false,
+                    reverse: true,
                     n_carry: 1,
                     n_const: 0,
-                    n_xs: 0,
+                    n_xs: 1,
                     body: Arc::new(inner_body),
                 }),
                 RegionForm::Scan,
@@ -705,10 +748,17 @@ fn regions_nested_in_integer_bodies_give_the_interpreters_bits() {
             let chosen = b
                 .push_region_calls(inner_cond.clone(), 0..2, &[even, x, i])
                 .unwrap()[0];
-            let stepped = b
-                .push_region_calls(inner_fori.clone(), 0..1, &[chosen])
-                .unwrap()[0];
-            vec![stepped]
+            let rows = b.astype(x, DType::I32).unwrap();
+            let rows = b.reshape_to(rows, Shape::new(vec![1, n]).unwrap()).unwrap();
+            let rows = b
+                .broadcast_to(rows, Shape::new(vec![5, n]).unwrap())
+                .unwrap();
+            let scanned = b
+                .push_region_calls(inner_scan.clone(), 0..2, &[chosen, rows])
+                .unwrap();
+            let stacked = b.astype(scanned[1], DType::I64).unwrap();
+            let total = b.sum(stacked, Some(&[0]), false).unwrap();
+            vec![b.binary(BinaryOp::BitXor, scanned[0], total).unwrap()]
         });
         let e = edges(DType::I64);
         let sets: Vec<Vec<HostTensor>> = (0..3)

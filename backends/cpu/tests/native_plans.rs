@@ -14,8 +14,8 @@ use common::{
 use quabla_backend::{BackendError, Executable, HostTensor, Precision};
 use quabla_cpu::CpuBackend;
 use quabla_ir::{
-    BinaryOp, Comparison, DType, HostData, Plan, Region, RegionForm, RegionKind, ScanBody,
-    Shape, TensorType, UnaryOp,
+    BinaryOp, Comparison, DType, HostData, Plan, Region, RegionForm, RegionKind, ScanBody, Shape,
+    TensorType, UnaryOp,
 };
 use std::sync::Arc;
 

@@ -96,7 +96,10 @@ impl Emitter<'_, '_> {
                         let bytes = self.b.ins().imul_imm_s(at, i64::try_from(inner * 8).ok()?);
                         let base = self.b.ins().iadd(x.at, bytes);
                         for t in 0..inner {
-                            let v = self.b.ins().load(ty, Self::flags(), base, offset(row * inner + t));
+                            let v =
+                                self.b
+                                    .ins()
+                                    .load(ty, Self::flags(), base, offset(row * inner + t));
                             let zero = self.zero(ty);
                             values.push(self.b.ins().select(inside, v, zero));
                         }

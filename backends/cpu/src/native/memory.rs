@@ -98,7 +98,10 @@ enum Expr {
     Load(Value, Type, Option<Value>),
     /// A value known before the loop (a one-element operand).
     Only(Value),
-    Op { ew: Elementwise, args: Vec<Expr> },
+    Op {
+        ew: Elementwise,
+        args: Vec<Expr>,
+    },
 }
 
 impl Emitter<'_, '_> {

@@ -2,7 +2,7 @@
 //! have a scalar form (`scalar.rs`) or translate node by node ([`GraphBody`]: values of at
 //! most [`NATIVE_ELEMENTS`] elements) is compiled with Cranelift into one native function that
 //! runs a chunk of iterations: small values (at most 64 elements) in machine registers, larger
-//! ones as float64 arrays in the run's scratch memory with loops over their elements
+//! ones as arrays of 8-byte words in the run's scratch memory with loops over their elements
 //! (`memory.rs`), scanned slices read and stacked slices written in place: no value array, no
 //! per-op dispatch, no per-iteration call. Whether a body's code beats the interpreter is
 //! weighed when it is first needed ([`GraphBody::pays_off`], a cost model measured with the
@@ -27,9 +27,16 @@
 //! `tests/native_memory.rs` (memory form) run every elementwise op, layout op, reduction,
 //! product and nesting both ways and compare bits.
 //!
-//! Values are float64 in the generated code, so graphs with an integer value (or an integer
-//! function on bools) are not translated (`quabla_ir::eval::has_integers`): their loops and
-//! plans run in the interpreter, with the integer semantics of `quabla_ir::eval`.
+//! Each value has one machine type ([`word`]): floats and bools are float64 machine values
+//! (a bool 0.0 or 1.0), integers int64 ones (an int32 sign-extended, wrapped back after every
+//! operation), so that an int64 beyond 2^53 stays exact. Integer nodes compute as
+//! `quabla_ir::eval` does (`integers.rs`: wrapping arithmetic, floor division and remainder
+//! with NumPy's signs, shifts, powers, comparisons, conversions both ways), and
+//! `index_gather`/`index_scatter` with traced indices run the element loops of
+//! `quabla_ir::indexed` (`indexed.rs`). Carries, loop constants and values in memory are
+//! 8-byte words of those types ([`words`]). `tests/native_integers.rs` and
+//! `tests/native_indexed.rs` run every integer function, conversion and indexed op both ways
+//! in both forms and compare bits.
 //!
 //! This module decides nothing about values and never fails a compile: a body it cannot
 //! translate, or a host Cranelift does not support, gets no native form and the interpreter

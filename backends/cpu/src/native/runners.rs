@@ -208,6 +208,10 @@ impl NativeWhile {
         consts: &[usize],
     ) -> Result<NativeWhile, String> {
         let words = body.input_words(carries.len() + consts.len());
+        // Both bodies read the same carries and constants, from the same words.
+        if cond.input_words(words.len()) != words {
+            return Err("a predicate and a body that hold the carries differently".into());
+        }
         let typed = |lens: &[usize], tys: &[Type]| -> Vec<(Type, usize)> {
             tys.iter().copied().zip(lens.iter().copied()).collect()
         };
