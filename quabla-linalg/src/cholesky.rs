@@ -33,11 +33,7 @@ pub fn cholesky(a: &[f64], batch: usize, n: usize) -> Result<Vec<f64>, LinalgErr
         }
         // Only the lower triangle is read, so only it decides the scale; `e` is even, so the
         // factor of `2^-e A` is `2^(-e/2) L`.
-        let lower: Vec<f64> = (0..n)
-            .flat_map(|i| (0..=i).map(move |j| (i, j)))
-            .map(|(i, j)| a[i * n + j])
-            .collect();
-        let e = scale::exponent(&lower, true);
+        let e = scale::exponent_of_parts((0..n).map(|i| &a[i * n..i * n + i + 1]), true);
         let a = scale::scaled(a, e);
         let mut l = Mat::from_fn(n, n, |i, j| if j <= i { a[i * n + j] } else { 0.0 });
         let req = llt::cholesky_in_place_scratch::<f64>(n, Par::Seq, Default::default());

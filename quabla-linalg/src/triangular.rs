@@ -42,15 +42,18 @@ pub fn triangular_solve(
         let b = matrix(b, index, b_len);
         // The triangle read decides the scale (never with a unit diagonal, which does not
         // scale): `(2^-e A) y = 2^-f b` gives `x = 2^(f-e) y`, `b` scaled on its own.
-        let read: Vec<f64> = (0..n)
-            .flat_map(|i| (0..n).map(move |j| (i, j)))
-            .filter(|&(i, j)| (i == j && !unit_diagonal) || (i != j && (i > j) == lower))
-            .map(|(i, j)| a[i * n + j])
-            .collect();
+        // Row `i` of the triangle read: columns `..=i` of a lower one, `i..` of an upper one.
+        let row = |i: usize| {
+            if lower {
+                &a[i * n..i * n + i + 1]
+            } else {
+                &a[i * n + i..(i + 1) * n]
+            }
+        };
         let e = if unit_diagonal {
             None
         } else {
-            scale::exponent(&read, false)
+            scale::exponent_of_parts((0..n).map(row), false)
         };
         let a = scale::scaled(a, e);
         let f = e.and_then(|_| scale::exponent(b, false));

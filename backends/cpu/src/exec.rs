@@ -2,8 +2,8 @@
 //!
 //! A [`Frame`] holds the values of one schedule's slots while it runs. A plan's frame lives for
 //! one call; a region body's frame lives for one execution of its region and is rerun once per
-//! iteration, its inputs rebound in between (see `region.rs`). The [`Workspace`] is what runs
-//! share: the buffer pool, the scratch of fused programs and the plan's slot table, whose
+//! iteration, its inputs rebound in between (see `region/`). The [`Workspace`]
+//! (`workspace.rs`) is what runs share: the buffer pool, the scratch of fused programs and the plan's slot table, whose
 //! constants stay bound from one run to the next. A step's own bookkeeping (operand views,
 //! output buffers, registers) needs no heap allocation once the workspace is warm.
 //!
@@ -19,40 +19,19 @@
 //! caller's inputs, the executable and the workspace stay usable). And before every step the
 //! run checks the cancellation flags it watches ([`Workspace::cancel`], taken once per run), so
 //! a cancelled run stops with `BackendError::Cancelled` at the next step; loops check once more
-//! per iteration (`region.rs`).
+//! per iteration (`region/`).
 
 use crate::buffer::{self, Buffer, Pool, Storage, View, ViewMut};
 use crate::kernels::elementwise::{Program, Scratch};
 use crate::kernels::linalg::Lu;
 use crate::kernels::{indexed, internal, layout, linalg, matmul, reduce};
 use crate::schedule::{NanCheck, NodeStep, Schedule, StepKind};
-use quabla_backend::cancel::Watch;
+use crate::workspace::{out_of_memory, Workspace};
 use quabla_backend::{BackendError, Result};
 use quabla_ir::alloc::AllocError;
 use quabla_ir::eval::{evaluate, HostValue};
 use quabla_ir::{DType, Op};
 use quabla_linalg::LuFactors;
-
-/// What every run of an executable shares, kept between runs.
-#[derive(Debug, Default)]
-pub(crate) struct Workspace {
-    pub pool: Pool,
-    /// Registers of fused programs run on the calling thread.
-    pub scratch: Scratch,
-    /// The output buffers of the fused step being run.
-    bufs: Vec<Buffer>,
-    /// The slot table of the plan's frame between runs, with only the constants bound (empty
-    /// before the first run): kept so that a run of a small plan allocates nothing but its
-    /// outputs and does not rebind its constants.
-    pub slots: Vec<Option<Storage<'static>>>,
-    /// The cancellation flags the current run watches (set when a run starts, reset when it
-    /// ends so that no token outlives its run).
-    pub cancel: Watch,
-    /// Seconds spent in each step of the plan's schedule, added up over the runs made while
-    /// it is `Some` ([`crate::CpuExecutable::profile`]); `None`, and never looked at beyond
-    /// one test per step, on every other run.
-    pub step_seconds: Option<Vec<f64>>,
-}
 
 /// Externals a fused step binds without allocating; more use a heap vector.
 const INLINE_EXTS: usize = 8;
@@ -238,14 +217,6 @@ impl<'s, 'a> Frame<'s, 'a> {
     }
 }
 
-/// The error for a buffer of `dtype` and shape `dims` that the allocator refused.
-pub(crate) fn out_of_memory(dtype: DType, dims: &[usize], e: AllocError) -> BackendError {
-    BackendError::out_of_memory(
-        e.bytes,
-        format!("a tensor of shape {dims:?} {}", dtype.name()),
-    )
-}
-
 /// The buffer a step writes for `slot`: fresh shared host data for a plan output, the slot's
 /// own previous buffer in [`Mode::Reuse`] when it fits, else one from the pool.
 fn alloc(
@@ -370,18 +341,18 @@ fn run_steps(
             StepKind::Region(region) => {
                 let results = {
                     let operands = region
-                        .args
+                        .args()
                         .iter()
                         .map(|&s| view(slots, s))
                         .collect::<Result<Vec<_>>>()?;
                     let shared: Vec<bool> = region
-                        .outs
+                        .outs()
                         .iter()
                         .map(|&(_, s)| mode == Mode::Plan && sched.output_slot[s])
                         .collect();
                     region.run(&operands, &shared, ws, threads)?
                 };
-                for (&(_, s), value) in region.outs.iter().zip(results) {
+                for (&(_, s), value) in region.outs().iter().zip(results) {
                     // In Mode::Reuse the slot still holds the previous run's value.
                     if let Some(old) = slots[s].replace(value) {
                         ws.pool.recycle(old);

@@ -67,12 +67,13 @@ mod native;
 mod region;
 mod scalar;
 mod schedule;
+mod workspace;
 
 pub use native::NATIVE_ELEMENTS;
 pub use schedule::ScheduleStats;
 
 use buffer::Storage;
-use exec::{Frame, Mode, Workspace};
+use exec::{Frame, Mode};
 use kernels::internal;
 use native::NativePlan;
 use quabla_backend::{
@@ -85,6 +86,7 @@ use smallvec::SmallVec;
 use std::borrow::Borrow;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
+use workspace::Workspace;
 
 /// Options of the CPU backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -158,6 +160,23 @@ impl CpuBackend {
         )
     }
 
+    /// What the scheduler decides for `plan` after the phase named `phase` (`dead_code`,
+    /// `fusion`, `aliases`, `factorizations`, `siblings`, `steps` or `liveness`, in that
+    /// order), one fact per line: the text the schedule's file tests
+    /// (`tests/schedule_files.rs`) compare. Region bodies are compiled as they would be for a
+    /// run. The text may change with the scheduler; it is not an interface to build on.
+    #[doc(hidden)]
+    pub fn describe_schedule(&self, plan: &Plan, phase: &str) -> Result<String> {
+        let build = Build {
+            fuse: self.options.fuse_elementwise,
+            precision: Precision::Reference,
+            check_nans: false,
+            native: self.options.native_loops,
+            native_always: self.options.native_always,
+        };
+        region::describe_schedule(plan.graph(), build, phase)
+    }
+
     /// [`CpuBackend::compile_plan_with`] with the non-finite check (what
     /// [`Backend::compile_checking_nans`] wraps): every node runs as its own step, and a run
     /// stops with [`quabla_backend::BackendError::NonFinite`] at the first node that produces
@@ -197,7 +216,7 @@ impl CpuBackend {
                 runs: AtomicUsize::new(0),
                 code: OnceLock::new(),
             });
-        let schedule = Schedule::build(plan.graph(), build)?;
+        let schedule = region::compile_schedule(plan.graph(), build)?;
         let inputs = plan
             .graph()
             .inputs()

@@ -476,11 +476,6 @@ pub struct Program {
 }
 
 impl Program {
-    /// The CUDA C source of every kernel: the prelude, then each kernel once.
-    pub fn source(&self) -> String {
-        crate::codegen::source_of(self.kernels.iter())
-    }
-
     /// Every step, regions' bodies included, depth first.
     pub fn all_steps(&self) -> Vec<&Step> {
         fn walk<'s>(steps: &'s [Step], out: &mut Vec<&'s Step>) {

@@ -23,7 +23,12 @@ pub(super) fn interpreted(
 ) -> Interpreted {
     let mut cost = Interpreted::steps(schedule.steps.len());
     for step in &schedule.steps {
-        if let StepKind::Region(region) = &step.kind {
+        // Every region call of a schedule this runner compiled is one of its `RegionStep`s.
+        let region = match &step.kind {
+            StepKind::Region(call) => call.as_any().downcast_ref::<RegionStep>(),
+            _ => None,
+        };
+        if let Some(region) = region {
             cost = cost.plus(region.interpreted(translated, own_code));
         }
     }

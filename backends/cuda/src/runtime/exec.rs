@@ -66,7 +66,7 @@ impl fmt::Debug for Loaded {
 
 impl Loaded {
     pub(super) fn new(device: Arc<Device>, program: Program) -> Result<Loaded, BackendError> {
-        let source = program.source();
+        let source = crate::codegen::source_of(&program.kernels);
         let target = device.target();
         let (image, compile_note) =
             device
@@ -132,7 +132,7 @@ impl Loaded {
     }
 
     /// Runs a program of one input and one computed output on the bytes of `input` (the
-    /// collectives' fold, `crate::collective`), returning the output's allocation.
+    /// collectives' fold, `collective.rs`), returning the output's allocation.
     pub(crate) fn run_on_buffer(&self, input: &DeviceBuffer) -> Result<DeviceBuffer, BackendError> {
         self.device.bind()?;
         let machine = DeviceRun {

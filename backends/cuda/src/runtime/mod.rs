@@ -445,7 +445,7 @@ impl Device {
         program: &crate::program::Program,
     ) -> Result<(f64, f64, usize), BackendError> {
         self.bind()?;
-        let source = program.source();
+        let source = crate::codegen::source_of(&program.kernels);
         let target = self.target();
         let started = std::time::Instant::now();
         let image = self
