@@ -313,16 +313,16 @@ const NATIVE_AFTER_RUNS: usize = 1000;
 struct NativeTier {
     small: native::GraphBody,
     runs: AtomicUsize,
-    /// `Some(None)` when code generation met something it does not translate: the plan then
-    /// stays in the interpreter.
-    code: OnceLock<Option<NativePlan>>,
+    /// `Some(Err(why))` when code generation met something it does not translate: the plan
+    /// then stays in the interpreter, and the report says why.
+    code: OnceLock<std::result::Result<NativePlan, String>>,
 }
 
 impl NativeTier {
     /// The plan's code once it is due (generating it on the call that makes it due).
     fn ready(&self) -> Option<&NativePlan> {
         if let Some(code) = self.code.get() {
-            return code.as_ref();
+            return code.as_ref().ok();
         }
         if self.runs.fetch_add(1, Ordering::Relaxed) < NATIVE_AFTER_RUNS {
             return None;
@@ -335,6 +335,7 @@ impl NativeTier {
         self.code
             .get_or_init(|| NativePlan::compile(&self.small))
             .as_ref()
+            .ok()
     }
 }
 
@@ -370,8 +371,8 @@ impl CpuExecutable {
         );
         if let Some(tier) = &self.native {
             let state = match tier.code.get() {
-                Some(Some(_)) => "native code".to_string(),
-                Some(None) => "interpreted (the code generator declined it)".to_string(),
+                Some(Ok(_)) => "native code".to_string(),
+                Some(Err(why)) => format!("interpreted ({why})"),
                 None => format!("native code from run {}", NATIVE_AFTER_RUNS + 1),
             };
             out.push_str(&format!("  whole plan: {state}\n"));

@@ -51,7 +51,12 @@ fn top_level_modules() -> BTreeMap<String, String> {
     let mut modules: BTreeMap<String, String> = BTreeMap::new();
     for file in files {
         let rel = file.strip_prefix(&src).unwrap();
-        let first = rel.components().next().unwrap().as_os_str().to_string_lossy();
+        let first = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy();
         let name = first.trim_end_matches(".rs").to_string();
         if name == "lib" {
             continue;

@@ -7,12 +7,15 @@
 
 mod common;
 
-use common::{assert_bitwise, compile, every_op, graph, special_values, Rng};
+use common::{
+    assert_bitwise, check_plan_both_ways as check_both_ways, compile, every_op, graph,
+    special_values, Rng,
+};
 use quabla_backend::{BackendError, Executable, HostTensor, Precision};
 use quabla_cpu::CpuBackend;
 use quabla_ir::{
-    BinaryOp, Comparison, DType, Graph, HostData, Plan, Region, RegionForm, RegionKind, ScanBody,
-    Shape, TensorType, UnaryOp,
+    BinaryOp, Comparison, DType, HostData, Plan, Region, RegionForm, RegionKind, ScanBody, Shape,
+    TensorType, UnaryOp,
 };
 use std::sync::Arc;
 
@@ -25,37 +28,6 @@ fn tensor(dt: DType, dims: &[usize], values: &[f64]) -> HostTensor {
         Shape::new(dims.to_vec()).unwrap(),
         HostData::from_f64(dt, values.iter().copied()),
     )
-}
-
-/// Compiles `g` to native code and for the interpreter, and checks equal bits on every input
-/// set.
-fn check_both_ways(context: &str, g: &Graph, input_sets: &[Vec<HostTensor>]) {
-    let native = compile(g, true);
-    assert!(
-        native.compile_native_now(),
-        "{context}: no native form:\n{}",
-        native.report()
-    );
-    assert!(
-        native.report().contains("whole plan: native code\n"),
-        "{context}:\n{}",
-        native.report()
-    );
-    let interpreted = compile(g, false);
-    assert!(!interpreted.report().contains("whole plan"));
-    for (set, inputs) in input_sets.iter().enumerate() {
-        let got = native.run(inputs).unwrap();
-        let want = interpreted.run(inputs).unwrap();
-        assert_eq!(got.len(), want.len());
-        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert_eq!(g.shape, w.shape, "{context}: shape of output {k}");
-            assert_bitwise(
-                &format!("{context}, input set {set}, output {k}"),
-                &g.data,
-                &w.data,
-            );
-        }
-    }
 }
 
 #[test]

@@ -13,9 +13,11 @@ pub const NATIVE_ELEMENTS: usize = 1 << 16;
 /// A body translated from its plan graph, node by node: every value has at most
 /// [`NATIVE_ELEMENTS`] elements and every op is one this module translates (elementwise
 /// arithmetic with broadcasting, reductions, reshapes, broadcasts, transposes, slices,
-/// concatenations, gathers, float64 `matmul`, `solve`). Each node computes exactly what
+/// concatenations, gathers, `index_gather` and `index_scatter` with traced indices, float64
+/// `matmul`, `solve`), on values of every dtype. Each node computes exactly what
 /// `quabla_ir::eval::evaluate` computes for it: the float64 op per element, rounded to the
-/// node's dtype, sums in the blocked order of numerics.md §1.5; the element moves of the
+/// node's dtype, sums in the blocked order of numerics.md §1.5, integer nodes in wrapping
+/// int64 arithmetic wrapped to their dtype (`integers.rs`); the element moves of the
 /// layout ops are taken from `evaluate` itself, run on element numbers; `matmul` and `solve`
 /// call the CPU kernels' functions. Values of at most [`REGISTER_ELEMENTS`] elements are
 /// machine values, larger ones arrays in memory (`memory.rs`). Control-flow regions inside
@@ -138,8 +140,8 @@ pub(super) enum Nested {
     Cond {
         then_branch: GraphBody,
         else_branch: GraphBody,
-        /// Elements of each output.
-        outputs: Vec<usize>,
+        /// Dtype and elements of each output.
+        outputs: Vec<(DType, usize)>,
     },
     Scan {
         body: GraphBody,
@@ -149,8 +151,8 @@ pub(super) enum Nested {
         n_carry: usize,
         n_const: usize,
         index: DType,
-        /// Elements of one slice of each stacked output.
-        ys: Vec<usize>,
+        /// Dtype and elements of one slice of each stacked output.
+        ys: Vec<(DType, usize)>,
     },
     While {
         cond: GraphBody,
@@ -198,7 +200,7 @@ impl Nested {
                 outputs: region
                     .output_types()
                     .iter()
-                    .map(|t| t.shape.size())
+                    .map(|t| (t.dtype, t.shape.size()))
                     .collect(),
             },
             RegionKind::Scan(s) if s.length <= NESTED_TRIPS => Nested::Scan {
@@ -211,7 +213,7 @@ impl Nested {
                 index: s.index_dtype(),
                 ys: region.output_types()[s.n_carry..]
                     .iter()
-                    .map(|t| t.shape.dims().iter().skip(1).product())
+                    .map(|t| (t.dtype, t.shape.dims().iter().skip(1).product()))
                     .collect(),
             },
             RegionKind::While {
@@ -327,9 +329,6 @@ impl GraphBody {
         if graph.inputs().count() != inputs {
             return Err("a body whose inputs do not match".into());
         }
-        if quabla_ir::eval::has_integers(graph) {
-            return Err("integer values".into());
-        }
         let mut nested = HashMap::new();
         let mut memory_elements = 0usize;
         for node in graph.nodes() {
@@ -358,6 +357,8 @@ impl GraphBody {
                 | Op::Slice { .. }
                 | Op::PadSlice { .. }
                 | Op::Gather { .. }
+                | Op::IndexGather { .. }
+                | Op::IndexScatter { .. }
                 | Op::Reduce { .. } => true,
                 Op::Solve { .. } => solve_geometry(graph, node).is_some(),
                 // The kernel's float64 product; a float32 one may run in float32 lanes

@@ -8,7 +8,7 @@ use super::*;
 pub(super) struct Code {
     pub(super) module: Option<JITModule>,
     pub(super) entry: *const u8,
-    /// The float64 elements of scratch memory a run needs (its values held in memory).
+    /// The 8-byte words of scratch memory a run needs (its values held in memory).
     pub(super) scratch: usize,
     /// The tables of element positions and shapes the code reads.
     pub(super) _tables: Tables,

@@ -4,6 +4,7 @@
 
 use super::code::BACKTRACKING_INSTRUCTIONS;
 use super::*;
+use quabla_ir::indexed::IndexLayout;
 
 impl Emitter<'_, '_> {
     pub(super) fn flags() -> MemFlagsData {
@@ -26,19 +27,18 @@ impl Emitter<'_, '_> {
         j: usize,
     ) -> Value {
         let size = match dtype {
-            DType::F64 => 8,
-            DType::F32 => 4,
+            DType::F64 | DType::I64 => 8,
+            DType::F32 | DType::I32 => 4,
             DType::Bool => 1,
-            // Never reached: graphs with integer values are not translated (module docs).
-            DType::I32 | DType::I64 => return self.b.ins().iconst(types::I64, 0),
         };
         let slice = self.b.ins().imul_imm_s(k, (size * len) as i64);
         let at = self.b.ins().iadd(base, slice);
         self.b.ins().iadd_imm_s(at, (size * j) as i64)
     }
 
-    /// Slice `k` of `len` elements of an array of `dtype`, widened to float64 as
-    /// `View::get_f64` reads it.
+    /// Slice `k` of `len` elements of an array of `dtype`, as the code holds them
+    /// ([`super::word`]): floats and bools widened to float64 as `View::get_f64` reads them,
+    /// integers as int64.
     pub(super) fn load_slice(
         &mut self,
         base: Value,
@@ -61,21 +61,15 @@ impl Emitter<'_, '_> {
                         let holds = self.b.ins().icmp_imm_u(IntCC::NotEqual, v, 0);
                         self.select_one_zero(holds)
                     }
-                    // Never reached: graphs with integer values are not translated.
-                    DType::I32 => {
-                        let v = self.b.ins().load(types::I32, flags, at, 0);
-                        self.b.ins().fcvt_from_sint(types::F64, v)
-                    }
-                    DType::I64 => {
-                        let v = self.b.ins().load(types::I64, flags, at, 0);
-                        self.b.ins().fcvt_from_sint(types::F64, v)
-                    }
+                    DType::I32 => self.b.ins().sload32(flags, at, 0),
+                    DType::I64 => self.b.ins().load(types::I64, flags, at, 0),
                 }
             })
             .collect()
     }
 
-    /// Stores `values` as slice `k` of an array of `dtype`, as `ViewMut::store_f64` stores.
+    /// Stores `values` (of `dtype`, as the code holds them) as slice `k` of an array of
+    /// `dtype`, as `ViewMut::store_f64` stores floats and an integer array holds integers.
     pub(super) fn store_slice(&mut self, base: Value, k: Value, dtype: DType, values: &[Value]) {
         for (j, &v) in values.iter().enumerate() {
             let at = self.element(base, k, dtype, values.len(), j);
@@ -89,24 +83,28 @@ impl Emitter<'_, '_> {
                     let none = self.b.ins().iconst(types::I8, 0);
                     self.b.ins().select(holds, one, none)
                 }
-                // Never reached: graphs with integer values are not translated.
-                DType::I32 => self.b.ins().fcvt_to_sint_sat(types::I32, v),
-                DType::I64 => self.b.ins().fcvt_to_sint_sat(types::I64, v),
+                DType::I64 => self.round(dtype, v),
+                DType::I32 => {
+                    let v = self.round(dtype, v);
+                    self.b.ins().istore32(Self::flags(), v, at, 0);
+                    continue;
+                }
             };
             self.b.ins().store(Self::flags(), stored, at, 0);
         }
     }
 
-    /// Where a loop keeps each carry (of `lens` elements, stored one after the other in the
-    /// float64 array at `at`): one variable per element holding its value, or, for a carry too
-    /// large for registers, its storage in that array.
-    pub(super) fn carries(&mut self, at: Value, lens: &[usize]) -> Vec<Carry> {
+    /// Where a loop keeps each carry (of the given word type and elements, stored one after the
+    /// other in the array of words at `at`): one variable per element holding its value, or,
+    /// for a carry too large for registers, its storage in that array.
+    pub(super) fn carries(&mut self, at: Value, carries: &[(Type, usize)]) -> Vec<Carry> {
         let mut first = 0;
-        lens.iter()
-            .map(|&len| {
+        carries
+            .iter()
+            .map(|&(ty, len)| {
                 let carry = if len <= REGISTER_ELEMENTS {
                     let values: Vec<Value> = (first..first + len)
-                        .map(|i| self.b.ins().load(types::F64, Self::flags(), at, offset(i)))
+                        .map(|i| self.b.ins().load(ty, Self::flags(), at, offset(i)))
                         .collect();
                     self.variables(&[values]).remove(0)
                 } else {
@@ -115,6 +113,7 @@ impl Emitter<'_, '_> {
                         at: start,
                         len,
                         home: Home::Given,
+                        ty,
                     }))
                 };
                 first += len;
@@ -150,7 +149,7 @@ impl Emitter<'_, '_> {
                 (Carry::Stored(own), Val::Mem(m))
                     if matches!(m.home, Home::Carry(_)) && m.home != own.home =>
                 {
-                    let copy = self.scratch_array(m.len)?;
+                    let copy = self.scratch_array(m.len, m.ty)?;
                     self.copy(*m, copy)?;
                     Val::Mem(copy)
                 }
@@ -172,17 +171,18 @@ impl Emitter<'_, '_> {
         Some(())
     }
 
-    /// The elements of values of `lens` elements stored one after the other in the float64
-    /// array at `at`, which the caller gave and the code only reads: machine values for small
-    /// values, the array itself for large ones.
-    pub(super) fn given_flat(&mut self, at: Value, lens: &[usize]) -> Vec<Val> {
+    /// The elements of values (of the given word type and elements) stored one after the other
+    /// in the array of words at `at`, which the caller gave and the code only reads: machine
+    /// values for small values, the array itself for large ones.
+    pub(super) fn given_flat(&mut self, at: Value, values: &[(Type, usize)]) -> Vec<Val> {
         let mut first = 0;
-        lens.iter()
-            .map(|&len| {
+        values
+            .iter()
+            .map(|&(ty, len)| {
                 let value = if len <= REGISTER_ELEMENTS {
                     Val::Regs(
                         (first..first + len)
-                            .map(|j| self.b.ins().load(types::F64, Self::flags(), at, offset(j)))
+                            .map(|j| self.b.ins().load(ty, Self::flags(), at, offset(j)))
                             .collect(),
                     )
                 } else {
@@ -190,6 +190,7 @@ impl Emitter<'_, '_> {
                         at: self.b.ins().iadd_imm_s(at, (first * 8) as i64),
                         len,
                         home: Home::Given,
+                        ty,
                     })
                 };
                 first += len;
@@ -199,7 +200,8 @@ impl Emitter<'_, '_> {
     }
 
     /// Slice `k` of `len` elements of an array of `dtype` the caller gave: machine values when
-    /// small, else the slice itself (float64) or a float64 copy of it in scratch memory.
+    /// small, else the slice itself (float64 and int64, whose elements are the code's words) or
+    /// a copy of it in words in scratch memory.
     pub(super) fn given_slice(
         &mut self,
         base: Value,
@@ -211,14 +213,15 @@ impl Emitter<'_, '_> {
             return Some(Val::Regs(self.load_slice(base, k, dtype, len)));
         }
         let first = self.element(base, k, dtype, len, 0);
-        if dtype == DType::F64 {
+        if matches!(dtype, DType::F64 | DType::I64) {
             return Some(Val::Mem(Mem {
                 at: first,
                 len,
                 home: Home::Given,
+                ty: word(dtype),
             }));
         }
-        let copy = self.scratch_array(len)?;
+        let copy = self.scratch_array(len, word(dtype))?;
         self.for_each(len, |e, i| {
             let v = e.load_converted(first, i, dtype)?;
             e.store_indexed(v, copy.at, i);
@@ -227,7 +230,7 @@ impl Emitter<'_, '_> {
         Some(Val::Mem(copy))
     }
 
-    /// Stores `value` as slice `k` of an array of `dtype`, as `ViewMut::store_f64` stores.
+    /// Stores `value` (of `dtype`) as slice `k` of an array of `dtype` ([`Emitter::store_slice`]).
     pub(super) fn put_slice(
         &mut self,
         base: Value,
@@ -242,9 +245,9 @@ impl Emitter<'_, '_> {
             }
             Val::Mem(m) => {
                 let first = self.element(base, k, dtype, m.len, 0);
-                let from = m.at;
+                let (from, ty) = (m.at, m.ty);
                 self.for_each(m.len, |e, i| {
-                    let v = e.load_indexed(from, i);
+                    let v = e.load_indexed(ty, from, i);
                     e.store_converted(v, first, i, dtype)
                 })
             }
@@ -384,16 +387,44 @@ impl Emitter<'_, '_> {
                     if data.len() != n {
                         return None;
                     }
+                    let integer = data.dtype().is_integer();
                     if n <= REGISTER_ELEMENTS {
                         Val::Regs(
                             (0..n)
-                                .map(|i| self.b.ins().f64const(data.get_f64(i)))
+                                .map(|i| match integer {
+                                    true => self.b.ins().iconst(types::I64, data.get_i64(i)),
+                                    false => self.b.ins().f64const(data.get_f64(i)),
+                                })
                                 .collect(),
                         )
                     } else {
-                        let values: Vec<f64> = (0..n).map(|i| data.get_f64(i)).collect();
-                        self.constant_array(values)?
+                        let words: Vec<u64> = (0..n)
+                            .map(|i| match integer {
+                                true => data.get_i64(i) as u64,
+                                false => data.get_f64(i).to_bits(),
+                            })
+                            .collect();
+                        self.constant_array(words, word(data.dtype()))?
                     }
+                }
+                Op::IndexGather { axis, batch } => {
+                    let layout = IndexLayout::new(
+                        shapes.first()?.dims(),
+                        shapes.get(1)?.dims(),
+                        *axis,
+                        *batch,
+                    );
+                    self.index_gather(layout, operands.first()?, operands.get(1)?, out)?
+                }
+                Op::IndexScatter { axis, batch, mode } => {
+                    let layout = IndexLayout::new(
+                        shapes.first()?.dims(),
+                        shapes.get(1)?.dims(),
+                        *axis,
+                        *batch,
+                    );
+                    let (x, idx, updates) = (operands.first()?, operands.get(1)?, operands.get(2)?);
+                    self.index_scatter(layout, *mode, (x, idx, updates), out)?
                 }
                 Op::Solve { transpose_a } => {
                     let geometry = solve_geometry(graph, node)?;
@@ -425,6 +456,14 @@ impl Emitter<'_, '_> {
                             .map(|&i| x.get(i).copied())
                             .collect::<Option<_>>()?;
                         let v = match kind.reducer() {
+                            reducer if out.dtype.is_integer() => {
+                                let start = Self::int_fold(reducer);
+                                let mut acc = self.b.ins().iconst(types::I64, start);
+                                for &v in &elements {
+                                    acc = self.int_fold_step(reducer, acc, v);
+                                }
+                                acc
+                            }
                             Reducer::Sum => self.blocked_sum(&elements)?,
                             Reducer::Mean => {
                                 let sum = self.blocked_sum(&elements)?;
@@ -443,7 +482,8 @@ impl Emitter<'_, '_> {
                     Some(EwOp::Unary(u)) if n > REGISTER_ELEMENTS => {
                         self.unary_lanes_in_memory(u, operands.first()?, out)?
                     }
-                    Some(ew) => {
+                    Some(_) => {
+                        let ew = Elementwise::of(graph, node)?;
                         // Each operand's element that each result element reads.
                         let reads: Vec<Vec<usize>> = shapes
                             .iter()
@@ -468,8 +508,7 @@ impl Emitter<'_, '_> {
                             for (k, read) in reads.iter().enumerate().take(3) {
                                 args[k] = Some(self.element_at(operands.get(k)?, *read.get(i)?)?);
                             }
-                            let v = self.op(ew, args)?;
-                            result.push(self.round(out.dtype, v));
+                            result.push(self.elementwise(ew, args)?);
                         }
                         Val::Regs(result)
                     }
@@ -480,7 +519,7 @@ impl Emitter<'_, '_> {
                         for source in sources {
                             result.push(match source {
                                 Some((k, i)) => self.element_at(operands.get(k)?, i)?,
-                                None => self.b.ins().f64const(0.0),
+                                None => self.zero(word(out.dtype)),
                             });
                         }
                         Val::Regs(result)
@@ -511,11 +550,12 @@ impl Emitter<'_, '_> {
             } => {
                 let pred = self.element_at(operands.first()?, 0)?;
                 let mut vars: Vec<Carry> = Vec::with_capacity(outputs.len());
-                for &n in outputs {
+                for &(dtype, n) in outputs {
+                    let ty = word(dtype);
                     vars.push(if n <= REGISTER_ELEMENTS {
-                        Carry::Vars((0..n).map(|_| self.b.declare_var(types::F64)).collect())
+                        Carry::Vars((0..n).map(|_| self.b.declare_var(ty)).collect())
                     } else {
-                        let m = self.scratch_array(n)?;
+                        let m = self.scratch_array(n, ty)?;
                         Carry::Stored(self.carry_storage(m))
                     });
                 }
@@ -524,8 +564,7 @@ impl Emitter<'_, '_> {
                     self.b.create_block(),
                     self.b.create_block(),
                 );
-                let zero = self.b.ins().f64const(0.0);
-                let holds = self.b.ins().fcmp(FloatCC::NotEqual, pred, zero);
+                let holds = self.truth(pred);
                 self.b.ins().brif(holds, then_block, &[], else_block, &[]);
                 for (block, branch) in [(then_block, then_branch), (else_block, else_branch)] {
                     self.b.switch_to_block(block);
@@ -553,14 +592,14 @@ impl Emitter<'_, '_> {
                 let vars = self.loop_carries(operands.get(..nc)?)?;
                 // Scanned operands and stacked outputs are arrays in memory, indexed by the
                 // iteration.
-                let mut xs: Vec<(Value, usize)> = Vec::new();
+                let mut xs: Vec<(Value, DType, usize)> = Vec::new();
                 for x in operands.get(nc + nk..)? {
                     let m = self.in_memory(x)?;
-                    xs.push((m.at, m.len / (*length).max(1)));
+                    xs.push((m.at, word_dtype(m.ty), m.len / (*length).max(1)));
                 }
                 let mut stacked: Vec<(Mem, usize)> = Vec::new();
-                for &len in ys {
-                    stacked.push((self.scratch_array(len * length)?, len));
+                for &(dtype, len) in ys {
+                    stacked.push((self.scratch_array(len * length, word(dtype))?, len));
                 }
                 let bound = self.b.ins().iconst(types::I64, *length as i64);
                 let (trip, header, exit) = self.counted_loop(bound);
@@ -572,19 +611,18 @@ impl Emitter<'_, '_> {
                     i
                 };
                 let at = self.b.ins().iadd_imm_s(k, *start as i64);
-                let at = self.b.ins().fcvt_from_sint(types::F64, at);
-                let mut inputs = vec![Val::Regs(vec![self.round(*index, at)])];
+                let mut inputs = vec![Val::Regs(vec![self.index_value(*index, at)])];
                 inputs.extend(self.use_carries(&vars));
                 inputs.extend(operands.get(nc..nc + nk)?.iter().cloned());
-                for &(base, len) in &xs {
-                    inputs.push(self.given_slice(base, k, DType::F64, len)?);
+                for &(base, dtype, len) in &xs {
+                    inputs.push(self.given_slice(base, k, dtype, len)?);
                 }
                 let outs = self.graph_body(body, &inputs)?;
                 for (&(m, len), out) in stacked.iter().zip(outs.get(nc..)?) {
                     if out.len() != len {
                         return None;
                     }
-                    self.put_slice(m.at, k, DType::F64, out)?;
+                    self.put_slice(m.at, k, word_dtype(m.ty), out)?;
                 }
                 self.set_carries(&vars, &outs)?;
                 self.next_trip(trip, header);
@@ -612,8 +650,7 @@ impl Emitter<'_, '_> {
                 inputs.extend(consts.iter().cloned());
                 let predicate = self.graph_body(cond, &inputs)?;
                 let p = self.element_at(predicate.first()?, 0)?;
-                let zero = self.b.ins().f64const(0.0);
-                let holds = self.b.ins().fcmp(FloatCC::NotEqual, p, zero);
+                let holds = self.truth(p);
                 self.b.ins().brif(holds, run, &[], exit, &[]);
 
                 self.b.switch_to_block(run);
@@ -645,7 +682,7 @@ impl Emitter<'_, '_> {
             return None;
         }
         let (a, b) = (self.in_memory(a)?, self.in_memory(b)?);
-        let x = self.scratch_array(b.len)?;
+        let x = self.scratch_array(b.len, types::F64)?;
         let mut args = vec![a.at, b.at, x.at];
         for v in [batch, n, k, transpose as usize] {
             args.push(self.b.ins().iconst(types::I64, v as i64));
@@ -655,7 +692,7 @@ impl Emitter<'_, '_> {
         if dtype != DType::F64 {
             let from = x.at;
             self.for_each(x.len, |e, i| {
-                let v = e.load_indexed(from, i);
+                let v = e.load_indexed(types::F64, from, i);
                 let v = e.round(dtype, v);
                 e.store_indexed(v, from, i);
                 Some(())
@@ -689,7 +726,8 @@ impl Emitter<'_, '_> {
                 let values = self.registers(v)?;
                 self.variables(&[values]).remove(0)
             } else {
-                let m = self.scratch_array(v.len())?;
+                let ty = self.in_memory(v)?.ty;
+                let m = self.scratch_array(v.len(), ty)?;
                 self.write(v, m)?;
                 Carry::Stored(self.carry_storage(m))
             });
@@ -714,7 +752,7 @@ impl Emitter<'_, '_> {
                 Carry::Vars(
                     c.iter()
                         .map(|&v| {
-                            let var = self.b.declare_var(types::F64);
+                            let var = self.b.declare_var(self.b.func.dfg.value_type(v));
                             self.b.def_var(var, v);
                             var
                         })
@@ -797,7 +835,7 @@ impl Emitter<'_, '_> {
         Some(acc)
     }
 
-    /// Stores the carries kept in variables into their places in the float64 array at `at`
+    /// Stores the carries kept in variables into their places in the array of words at `at`
     /// (the others are there already).
     pub(super) fn store_carries(&mut self, at: Value, carries: &[Carry]) {
         let mut first = 0;

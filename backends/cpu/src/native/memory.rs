@@ -1,6 +1,7 @@
 //! Values of a graph body too large for machine registers. A value of at most
 //! [`REGISTER_ELEMENTS`] elements is held as machine values, one per element (unrolled code);
-//! a larger one is a float64 array in memory — the run's scratch memory, the storage of a
+//! a larger one is an array of 8-byte words in memory (float64 values, or int64 ones for an
+//! integer dtype: [`super::word`]) — the run's scratch memory, the storage of a
 //! carry, or memory the caller gave (loop constants, scanned slices, plan inputs) — and the
 //! code loops over its elements: elementwise nodes as one loop applying the op per element,
 //! layout ops as copies through tables of element positions computed at compile time,
@@ -13,19 +14,19 @@
 //! ([`super::GraphBody`]).
 
 use super::symbols::{unary_code, MATMUL, MAXIMUM, MINIMUM, UNARY_LANES};
-use super::{element_sources, reduced_groups, Emitter, EwOp};
+use super::{element_sources, reduced_groups, Elementwise, Emitter, EwOp};
 use crate::kernels::lanes;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Value};
+use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Type, Value};
 use quabla_ir::eval::{broadcast_values, HostValue, SUM_BLOCK, SUM_LANES};
 use quabla_ir::{DType, HostData, Op, Reducer, Shape, TensorType, UnaryOp};
 
 /// The tables a function's code reads, kept alive as long as the code: element positions and
-/// shapes (`u32`), and constant arrays (float64).
+/// shapes (`u32`), and constant arrays (8-byte words: float64 or int64 bits).
 #[derive(Debug, Default)]
 pub(super) struct Tables {
     pub positions: Vec<Box<[u32]>>,
-    pub constants: Vec<Box<[f64]>>,
+    pub constants: Vec<Box<[u64]>>,
 }
 
 /// The most elements of a value held as machine values: every element is then an instruction
@@ -33,7 +34,7 @@ pub(super) struct Tables {
 /// than a loop over memory.
 pub(crate) const REGISTER_ELEMENTS: usize = 64;
 
-/// The most float64 elements of scratch memory one function may use (32 MiB): a body whose
+/// The most 8-byte words of scratch memory one function may use (32 MiB): a body whose
 /// large values add up to more runs in the interpreter, whose buffers are recycled.
 const MAX_SCRATCH: usize = 1 << 22;
 
@@ -46,17 +47,18 @@ const MAX_SUM_BLOCKS: usize = 256;
 pub(super) enum Val {
     /// Its elements as machine values.
     Regs(Vec<Value>),
-    /// A float64 array in memory.
+    /// An array in memory.
     Mem(Mem),
 }
 
-/// A float64 array in memory: the address of its first element, its length and whose memory
-/// it is.
+/// An array of 8-byte words in memory: the address of its first element, its length, whose
+/// memory it is, and the machine type of its elements (`F64`, or `I64` for an integer dtype).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Mem {
     pub at: Value,
     pub len: usize,
     pub home: Home,
+    pub ty: Type,
 }
 
 /// Whose memory an array is.
@@ -92,13 +94,12 @@ pub(super) struct Fused {
 
 #[derive(Clone, Debug)]
 enum Expr {
-    /// Element `i` of the array, or element `table[i]`.
-    Load(Value, Option<Value>),
+    /// Element `i` of the array of words of the type, or element `table[i]`.
+    Load(Value, Type, Option<Value>),
     /// A value known before the loop (a one-element operand).
     Only(Value),
     Op {
-        ew: EwOp,
-        dtype: DType,
+        ew: Elementwise,
         args: Vec<Expr>,
     },
 }
@@ -108,9 +109,9 @@ impl Emitter<'_, '_> {
         MemFlagsData::trusted()
     }
 
-    /// A fresh float64 array of `len` elements in the run's scratch memory (`None` in a
+    /// A fresh array of `len` words of type `ty` in the run's scratch memory (`None` in a
     /// function without scratch memory, or past [`MAX_SCRATCH`]).
-    pub(super) fn scratch_array(&mut self, len: usize) -> Option<Mem> {
+    pub(super) fn scratch_array(&mut self, len: usize, ty: Type) -> Option<Mem> {
         let base = self.scratch?;
         let first = self.scratch_len;
         self.scratch_len = first.checked_add(len.max(1))?;
@@ -125,6 +126,7 @@ impl Emitter<'_, '_> {
             at,
             len,
             home: Home::Scratch,
+            ty,
         })
     }
 
@@ -136,11 +138,11 @@ impl Emitter<'_, '_> {
         self.b.ins().iconst(types::I64, at)
     }
 
-    /// The float64 at `at + 8 * index`.
-    pub(super) fn load_indexed(&mut self, at: Value, index: Value) -> Value {
+    /// The word of type `ty` at `at + 8 * index`.
+    pub(super) fn load_indexed(&mut self, ty: Type, at: Value, index: Value) -> Value {
         let bytes = self.b.ins().ishl_imm_u(index, 3);
         let address = self.b.ins().iadd(at, bytes);
-        self.b.ins().load(types::F64, Self::flags_mem(), address, 0)
+        self.b.ins().load(ty, Self::flags_mem(), address, 0)
     }
 
     /// Stores `v` at `at + 8 * index`.
@@ -179,7 +181,7 @@ impl Emitter<'_, '_> {
         match v {
             Val::Regs(values) => values.get(i).copied(),
             Val::Mem(m) if i < m.len => Some(self.b.ins().load(
-                types::F64,
+                m.ty,
                 Self::flags_mem(),
                 m.at,
                 super::offset(i),
@@ -205,7 +207,10 @@ impl Emitter<'_, '_> {
         match v {
             Val::Mem(m) => Some(*m),
             Val::Regs(values) => {
-                let m = self.scratch_array(values.len())?;
+                let ty = values
+                    .first()
+                    .map_or(types::F64, |&x| self.b.func.dfg.value_type(x));
+                let m = self.scratch_array(values.len(), ty)?;
                 for (j, &x) in values.iter().enumerate() {
                     self.b
                         .ins()
@@ -222,7 +227,7 @@ impl Emitter<'_, '_> {
             return None;
         }
         self.for_each(from.len, |e, i| {
-            let v = e.load_indexed(from.at, i);
+            let v = e.load_indexed(from.ty, from.at, i);
             e.store_indexed(v, to.at, i);
             Some(())
         })
@@ -266,7 +271,7 @@ impl Emitter<'_, '_> {
         let code = unary_code(u)?;
         let n = out.shape.size();
         let x = self.in_memory(x)?;
-        let result = self.scratch_array(n)?;
+        let result = self.scratch_array(n, types::F64)?;
         let code = self.b.ins().iconst(types::I32, i64::from(code));
         let count = self.b.ins().iconst(types::I64, i64::try_from(n).ok()?);
         let round = self.b.ins().iconst(types::I32, round_f32);
@@ -314,17 +319,18 @@ impl Emitter<'_, '_> {
         if sources.len() != n {
             return None;
         }
+        let ty = super::word(out.dtype);
         if n <= REGISTER_ELEMENTS {
             let mut values = Vec::with_capacity(n);
             for source in sources {
                 values.push(match source {
                     Some((k, i)) => self.element_at(operands.get(k)?, i)?,
-                    None => self.b.ins().f64const(0.0),
+                    None => self.zero(ty),
                 });
             }
             return Some(Val::Regs(values));
         }
-        let result = self.scratch_array(n)?;
+        let result = self.scratch_array(n, ty)?;
         let mut zeros = Vec::new();
         let mut moves: Vec<(Vec<u32>, Vec<u32>)> = vec![(Vec::new(), Vec::new()); operands.len()];
         for (to, source) in sources.into_iter().enumerate() {
@@ -355,7 +361,7 @@ impl Emitter<'_, '_> {
                 let to = self.b.ins().iadd_imm_s(result.at, d0 * 8);
                 let at = self.b.ins().iadd_imm_s(from.at, s0 * 8);
                 self.for_each(count, |e, i| {
-                    let v = e.load_indexed(at, i);
+                    let v = e.load_indexed(ty, at, i);
                     e.store_indexed(v, to, i);
                     Some(())
                 })?;
@@ -364,7 +370,7 @@ impl Emitter<'_, '_> {
             let (dst, src) = (self.table(dst), self.table(src));
             self.for_each(count, |e, i| {
                 let (d, s) = (e.table_entry(dst, i), e.table_entry(src, i));
-                let v = e.load_indexed(from.at, s);
+                let v = e.load_indexed(ty, from.at, s);
                 e.store_indexed(v, result.at, d);
                 Some(())
             })?;
@@ -374,7 +380,7 @@ impl Emitter<'_, '_> {
             let dst = self.table(zeros);
             self.for_each(count, |e, i| {
                 let d = e.table_entry(dst, i);
-                let zero = e.b.ins().f64const(0.0);
+                let zero = e.zero(ty);
                 e.store_indexed(zero, result.at, d);
                 Some(())
             })?;
@@ -385,7 +391,8 @@ impl Emitter<'_, '_> {
     /// A reduction of an operand in memory: each group of reduced elements (all of the same
     /// length) summed in the blocked order of numerics.md §1.5 — blocks of [`SUM_BLOCK`], eight
     /// accumulators per block, the block sums combined by the pairwise tree — or folded with
-    /// `maximum`/`minimum` in order, then rounded to the result's dtype.
+    /// `maximum`/`minimum` in order, then rounded to the result's dtype; integers fold in
+    /// order with wrapping sums ([`Emitter::int_fold`]).
     pub(super) fn reduce_in_memory(
         &mut self,
         reducer: Reducer,
@@ -417,20 +424,36 @@ impl Emitter<'_, '_> {
                 .collect::<Option<Vec<u32>>>()?;
             Some(self.table(entries))
         };
+        let integer = out.dtype.is_integer();
         let blocks = m.div_ceil(SUM_BLOCK);
-        if blocks > MAX_SUM_BLOCKS {
+        if blocks > MAX_SUM_BLOCKS && !integer {
             return None;
         }
         let one_group = |e: &mut Self, g: Value| -> Option<Value> {
             let first = e.b.ins().imul_imm_s(g, i64::try_from(m).ok()?);
             let read = |e: &mut Self, position: Value| match table {
-                None => e.load_indexed(x.at, position),
+                None => e.load_indexed(x.ty, x.at, position),
                 Some(table) => {
                     let flat = e.table_entry(table, position);
-                    e.load_indexed(x.at, flat)
+                    e.load_indexed(x.ty, x.at, flat)
                 }
             };
             let v = match reducer {
+                _ if integer => {
+                    let start = Self::int_fold(reducer);
+                    let acc = e.b.declare_var(types::I64);
+                    let init = e.b.ins().iconst(types::I64, start);
+                    e.b.def_var(acc, init);
+                    e.for_each(m, |e, t| {
+                        let position = e.b.ins().iadd(first, t);
+                        let v = read(e, position);
+                        let current = e.b.use_var(acc);
+                        let next = e.int_fold_step(reducer, current, v);
+                        e.b.def_var(acc, next);
+                        Some(())
+                    })?;
+                    e.b.use_var(acc)
+                }
                 Reducer::Sum | Reducer::Mean => {
                     let sum = e.group_sum(first, m, &read)?;
                     if reducer == Reducer::Mean {
@@ -466,7 +489,7 @@ impl Emitter<'_, '_> {
             let zero = self.b.ins().iconst(types::I64, 0);
             return Some(Val::Regs(vec![one_group(self, zero)?]));
         }
-        let result = self.scratch_array(groups_count)?;
+        let result = self.scratch_array(groups_count, super::word(out.dtype))?;
         self.for_each(groups_count, |e, g| {
             let v = one_group(e, g)?;
             e.store_indexed(v, result.at, g);
@@ -588,7 +611,7 @@ impl Emitter<'_, '_> {
     ) -> Option<Val> {
         let (a, b) = (self.in_memory(a)?, self.in_memory(b)?);
         let n: usize = out_dims.iter().product();
-        let result = self.scratch_array(n)?;
+        let result = self.scratch_array(n, types::F64)?;
         let mut entries = Vec::new();
         for dims in [a_dims, b_dims, out_dims] {
             entries.push(u32::try_from(dims.len()).ok()?);
@@ -602,8 +625,8 @@ impl Emitter<'_, '_> {
         Some(Val::Mem(result))
     }
 
-    /// Element `index` of an array of `dtype` at `at`, widened to float64 as
-    /// `View::get_f64` reads it.
+    /// Element `index` of an array of `dtype` at `at` as the code holds it ([`super::word`]):
+    /// floats and bools widened to float64 as `View::get_f64` reads them, integers as int64.
     pub(super) fn load_converted(
         &mut self,
         at: Value,
@@ -616,7 +639,12 @@ impl Emitter<'_, '_> {
             e.b.ins().iadd(at, bytes)
         };
         Some(match dtype {
-            DType::F64 => self.load_indexed(at, index),
+            DType::F64 => self.load_indexed(types::F64, at, index),
+            DType::I64 => self.load_indexed(types::I64, at, index),
+            DType::I32 => {
+                let address = address(self, 4);
+                self.b.ins().sload32(flags, address, 0)
+            }
             DType::F32 => {
                 let address = address(self, 4);
                 let v = self.b.ins().load(types::F32, flags, address, 0);
@@ -628,13 +656,12 @@ impl Emitter<'_, '_> {
                 let holds = self.b.ins().icmp_imm_u(IntCC::NotEqual, v, 0);
                 self.select_one_zero(holds)
             }
-            // Graphs with integer values are not translated (module docs).
-            DType::I32 | DType::I64 => return None,
         })
     }
 
-    /// Stores the float64 `v` as element `index` of an array of `dtype` at `at`, as
-    /// `ViewMut::store_f64` stores it.
+    /// Stores `v` (a value of `dtype` as the code holds it) as element `index` of an array of
+    /// `dtype` at `at`, as `ViewMut::store_f64` stores a float and an integer array holds an
+    /// integer.
     pub(super) fn store_converted(
         &mut self,
         v: Value,
@@ -653,8 +680,14 @@ impl Emitter<'_, '_> {
                 let none = self.b.ins().iconst(types::I8, 0);
                 (self.b.ins().select(holds, one, none), 1)
             }
-            // Graphs with integer values are not translated (module docs).
-            DType::I32 | DType::I64 => return None,
+            DType::I64 => (self.round(dtype, v), 8),
+            DType::I32 => {
+                let v = self.round(dtype, v);
+                let bytes = self.b.ins().imul_imm_s(index, 4);
+                let address = self.b.ins().iadd(at, bytes);
+                self.b.ins().istore32(flags, v, address, 0);
+                return Some(());
+            }
         };
         let bytes = self.b.ins().imul_imm_s(index, size);
         let address = self.b.ins().iadd(at, bytes);
@@ -662,16 +695,18 @@ impl Emitter<'_, '_> {
         Some(())
     }
 
-    /// A constant array of more than [`REGISTER_ELEMENTS`] elements, kept with the code.
-    pub(super) fn constant_array(&mut self, values: Vec<f64>) -> Option<Val> {
-        let len = values.len();
-        let array = values.into_boxed_slice();
+    /// A constant array of more than [`REGISTER_ELEMENTS`] words of type `ty` (their bits),
+    /// kept with the code.
+    pub(super) fn constant_array(&mut self, words: Vec<u64>, ty: Type) -> Option<Val> {
+        let len = words.len();
+        let array = words.into_boxed_slice();
         let at = self.b.ins().iconst(types::I64, array.as_ptr() as i64);
         self.tables.constants.push(array);
         Some(Val::Mem(Mem {
             at,
             len,
             home: Home::Given,
+            ty,
         }))
     }
 
@@ -700,7 +735,7 @@ impl Emitter<'_, '_> {
         values: &[Val],
         pending: &mut std::collections::HashMap<usize, Fused>,
     ) -> Option<Fused> {
-        let ew = EwOp::from_op(&node.op)?;
+        let ew = Elementwise::of(graph, node)?;
         let out = &node.ty;
         let n = out.shape.size();
         let mut args = Vec::with_capacity(node.operands.len());
@@ -721,21 +756,20 @@ impl Emitter<'_, '_> {
             } else {
                 Some(self.broadcast_table(shape, &out.shape)?)
             };
-            args.push(Expr::Load(m.at, table));
+            args.push(Expr::Load(m.at, m.ty, table));
         }
         Some(Fused {
             n,
-            expr: Expr::Op {
-                ew,
-                dtype: out.dtype,
-                args,
-            },
+            expr: Expr::Op { ew, args },
         })
     }
 
     /// Computes a pending result into a fresh array, one loop over its elements.
     pub(super) fn materialize(&mut self, fused: &Fused) -> Option<Val> {
-        let result = self.scratch_array(fused.n)?;
+        let Expr::Op { ew, .. } = &fused.expr else {
+            return None;
+        };
+        let result = self.scratch_array(fused.n, super::word(ew.out))?;
         self.for_each(fused.n, |e, i| {
             let v = e.expression(&fused.expr, i)?;
             e.store_indexed(v, result.at, i);
@@ -747,19 +781,18 @@ impl Emitter<'_, '_> {
     /// Element `i` of `expr`.
     fn expression(&mut self, expr: &Expr, i: Value) -> Option<Value> {
         Some(match expr {
-            Expr::Load(at, None) => self.load_indexed(*at, i),
-            Expr::Load(at, Some(table)) => {
+            Expr::Load(at, ty, None) => self.load_indexed(*ty, *at, i),
+            Expr::Load(at, ty, Some(table)) => {
                 let j = self.table_entry(*table, i);
-                self.load_indexed(*at, j)
+                self.load_indexed(*ty, *at, j)
             }
             Expr::Only(v) => *v,
-            Expr::Op { ew, dtype, args } => {
+            Expr::Op { ew, args } => {
                 let mut operands = [None; 3];
                 for (k, a) in args.iter().enumerate().take(3) {
                     operands[k] = Some(self.expression(a, i)?);
                 }
-                let v = self.op(*ew, operands)?;
-                self.round(*dtype, v)
+                self.elementwise(*ew, operands)?
             }
         })
     }

@@ -2,7 +2,7 @@
 //! have a scalar form (`scalar.rs`) or translate node by node ([`GraphBody`]: values of at
 //! most [`NATIVE_ELEMENTS`] elements) is compiled with Cranelift into one native function that
 //! runs a chunk of iterations: small values (at most 64 elements) in machine registers, larger
-//! ones as float64 arrays in the run's scratch memory with loops over their elements
+//! ones as arrays of 8-byte words in the run's scratch memory with loops over their elements
 //! (`memory.rs`), scanned slices read and stacked slices written in place: no value array, no
 //! per-op dispatch, no per-iteration call. Whether a body's code beats the interpreter is
 //! weighed when it is first needed ([`GraphBody::pays_off`], a cost model measured with the
@@ -27,9 +27,16 @@
 //! `tests/native_memory.rs` (memory form) run every elementwise op, layout op, reduction,
 //! product and nesting both ways and compare bits.
 //!
-//! Values are float64 in the generated code, so graphs with an integer value (or an integer
-//! function on bools) are not translated (`quabla_ir::eval::has_integers`): their loops and
-//! plans run in the interpreter, with the integer semantics of `quabla_ir::eval`.
+//! Each value has one machine type ([`word`]): floats and bools are float64 machine values
+//! (a bool 0.0 or 1.0), integers int64 ones (an int32 sign-extended, wrapped back after every
+//! operation), so that an int64 beyond 2^53 stays exact. Integer nodes compute as
+//! `quabla_ir::eval` does (`integers.rs`: wrapping arithmetic, floor division and remainder
+//! with NumPy's signs, shifts, powers, comparisons, conversions both ways), and
+//! `index_gather`/`index_scatter` with traced indices run the element loops of
+//! `quabla_ir::indexed` (`indexed.rs`). Carries, loop constants and values in memory are
+//! 8-byte words of those types ([`words`]). `tests/native_integers.rs` and
+//! `tests/native_indexed.rs` run every integer function, conversion and indexed op both ways
+//! in both forms and compare bits.
 //!
 //! This module decides nothing about values and never fails a compile: a body it cannot
 //! translate, or a host Cranelift does not support, gets no native form and the interpreter
@@ -42,6 +49,8 @@
 mod body;
 mod code;
 mod emit;
+mod indexed;
+mod integers;
 mod memory;
 mod ops;
 mod runners;
@@ -78,6 +87,8 @@ pub use body::NATIVE_ELEMENTS;
 use body::{element_sources, reduced_groups, solve_geometry, Nested};
 pub(crate) use body::{GraphBody, Interpreted, OwnCode};
 use code::Code;
+use integers::int_cc;
+use ops::Elementwise;
 use runners::FAILED;
 pub(crate) use runners::{NativePlan, NativeScan, NativeWhile, ScanShape};
 
@@ -87,6 +98,23 @@ pub(crate) use runners::{NativePlan, NativeScan, NativeWhile, ScanShape};
 pub(crate) enum LoopBody<'a> {
     Scalar(&'a ScalarBody),
     Graph(&'a GraphBody),
+}
+
+impl LoopBody<'_> {
+    /// The machine type of each of the body's first `count` inputs, in order ([`word`]; a
+    /// scalar body holds floats only).
+    fn input_words(&self, count: usize) -> Vec<Type> {
+        match self {
+            LoopBody::Scalar(_) => vec![types::F64; count],
+            LoopBody::Graph(body) => body
+                .graph
+                .inputs()
+                .map(|(_, _, ty)| word(ty.dtype))
+                .chain(std::iter::repeat(types::F64))
+                .take(count)
+                .collect(),
+        }
+    }
 }
 
 /// Where a loop keeps a carry from one iteration to the next.
@@ -108,7 +136,7 @@ struct Emitter<'m, 'f> {
     failed: Option<cranelift_codegen::ir::Block>,
     /// The address of the run's scratch memory (the function's last parameter).
     scratch: Option<Value>,
-    /// The float64 elements of scratch memory handed out so far.
+    /// The 8-byte words of scratch memory handed out so far.
     scratch_len: usize,
     /// The tables the code reads, kept alive with it.
     tables: Tables,
@@ -123,7 +151,64 @@ struct Emitter<'m, 'f> {
     short_own_code: usize,
 }
 
-/// The byte offset of element `j` of a float64 array.
+/// The byte offset of element `j` of an array of 8-byte words.
 fn offset(j: usize) -> i32 {
     i32::try_from(j * 8).unwrap_or(i32::MAX)
+}
+
+/// The machine type that holds a value of `dtype` in the code: an integer as an int64 (an
+/// int32 sign-extended), every other dtype as a float64 (a bool as 0.0 or 1.0). Arrays in
+/// memory hold these as 8-byte words.
+fn word(dtype: DType) -> Type {
+    if dtype.is_integer() {
+        types::I64
+    } else {
+        types::F64
+    }
+}
+
+/// The dtype whose arrays hold the code's words of type `ty` as they are.
+fn word_dtype(ty: Type) -> DType {
+    if ty == types::I64 {
+        DType::I64
+    } else {
+        DType::F64
+    }
+}
+
+/// The elements of `views` one after the other as the 8-byte words the code's carries and loop
+/// constants are passed in: a float or a bool as the bits of its float64 value, an integer as
+/// those of its int64 value. Words, not floats, so that no integer passes through a float64.
+pub(crate) fn words(views: &[View<'_>]) -> Vec<u64> {
+    views
+        .iter()
+        .flat_map(|v| {
+            (0..v.len()).map(move |i| match v {
+                View::I32(x) => i64::from(x[i]) as u64,
+                View::I64(x) => x[i] as u64,
+                _ => v.get_f64(i).to_bits(),
+            })
+        })
+        .collect()
+}
+
+/// Stores `words` (laid out as [`words`] lays them) into `out`, from its element `start`: an
+/// int32 wraps the int64 it is given, as the code keeps it sign-extended.
+pub(crate) fn store_words(out: &mut ViewMut<'_>, start: usize, words: &[u64]) {
+    match out {
+        ViewMut::I32(x) => {
+            for (d, &w) in x[start..].iter_mut().zip(words) {
+                *d = w as i64 as i32;
+            }
+        }
+        ViewMut::I64(x) => {
+            for (d, &w) in x[start..].iter_mut().zip(words) {
+                *d = w as i64;
+            }
+        }
+        _ => {
+            let floats: Vec<f64> = words.iter().map(|&w| f64::from_bits(w)).collect();
+            out.store_f64(start, &floats);
+        }
+    }
 }

@@ -1,6 +1,6 @@
-//! The instructions of one element: the scalar form's fused programs, each elementwise op as
-//! `quabla_ir::eval` computes it, rounding to a dtype, and calls of the symbols of
-//! `symbols.rs`.
+//! The instructions of one element: the scalar form's fused programs, each elementwise op on
+//! floats as `quabla_ir::eval` computes it (integer nodes in `integers.rs`), conversion to a
+//! dtype, and calls of the symbols of `symbols.rs`.
 
 use super::*;
 
@@ -93,6 +93,31 @@ impl Emitter<'_, '_> {
         Some(())
     }
 
+    /// One element of the elementwise node `ew` from its operands' elements (as the code holds
+    /// them, [`super::word`]), as `quabla_ir::eval::evaluate` computes it: a cast converts as
+    /// `HostData::cast` does, an integer node computes in int64 ([`Emitter::int_op`]), any
+    /// other in float64, and the result is converted to the node's dtype.
+    pub(super) fn elementwise(&mut self, ew: Elementwise, a: [Option<Value>; 3]) -> Option<Value> {
+        if let EwOp::Cast(to) = ew.op {
+            return Some(self.round(to, a[0]?));
+        }
+        if ew.integer {
+            if let EwOp::Compare(c) = ew.op {
+                let (x, y) = (self.int_of(a[0]?), self.int_of(a[1]?));
+                let holds = self.b.ins().icmp(int_cc(c), x, y);
+                return Some(self.select_one_zero(holds));
+            }
+            let mut ints = [None; 3];
+            for (k, v) in a.iter().enumerate() {
+                ints[k] = v.map(|v| self.int_of(v));
+            }
+            let v = self.int_op(ew.op, ints, ew.first)?;
+            return Some(self.round(ew.out, v));
+        }
+        let v = self.op(ew.op, a)?;
+        Some(self.round(ew.out, v))
+    }
+
     /// One elementwise op on float64 operands, as `Program::run_one` computes it.
     pub(super) fn op(&mut self, op: EwOp, a: [Option<Value>; 3]) -> Option<Value> {
         let x = a[0]?;
@@ -118,7 +143,8 @@ impl Emitter<'_, '_> {
                     BinaryOp::Pow | BinaryOp::Atan2 | BinaryOp::Fmod => {
                         self.call(binary_symbol(op)?, &[x, y])?
                     }
-                    // Integer functions: graphs holding them are not translated.
+                    // Integer-only functions make integer nodes ([`Elementwise::of`]), which
+                    // `int_op` computes; none reaches here.
                     _ => return None,
                 }
             }
@@ -138,8 +164,7 @@ impl Emitter<'_, '_> {
             }
             EwOp::Where => {
                 let (t, f) = (a[1]?, a[2]?);
-                let zero = self.b.ins().f64const(0.0);
-                let holds = self.b.ins().fcmp(FloatCC::NotEqual, x, zero);
+                let holds = self.truth(x);
                 self.b.ins().select(holds, t, f)
             }
             EwOp::Cast(to) => self.round(to, x),
@@ -154,8 +179,14 @@ impl Emitter<'_, '_> {
         self.b.ins().select(holds, one, zero)
     }
 
-    /// `dtype.round(v)`: float32 through float32, bool as 0 or 1.
+    /// `v` (a float64, or an int64 for an integer) converted to `dtype` as the code holds it
+    /// ([`super::word`]), as `HostData::cast` converts: a float as `dtype.round(v)` does
+    /// (float32 through float32, bool as 0 or 1, an integer by [`Emitter::float_to_int`]), an
+    /// integer as `HostData::from_i64` does ([`Emitter::int_to`]).
     pub(super) fn round(&mut self, dtype: DType, v: Value) -> Value {
+        if self.b.func.dfg.value_type(v) == types::I64 {
+            return self.int_to(dtype, v);
+        }
         match dtype {
             DType::F64 => v,
             DType::F32 => {
@@ -167,8 +198,38 @@ impl Emitter<'_, '_> {
                 let holds = self.b.ins().fcmp(FloatCC::NotEqual, v, zero);
                 self.select_one_zero(holds)
             }
-            // Never reached: graphs with integer values are not translated (module docs).
-            DType::I32 | DType::I64 => v,
+            DType::I32 | DType::I64 => self.float_to_int(dtype, v),
+        }
+    }
+
+    /// Whether `v` (a float64 or an int64) is nonzero, as a condition: what a predicate, a
+    /// `where` or a `cond` tests (the interpreter reads a float64 `!= 0.0`, NaN true).
+    pub(super) fn truth(&mut self, v: Value) -> Value {
+        if self.b.func.dfg.value_type(v) == types::I64 {
+            self.b.ins().icmp_imm_s(IntCC::NotEqual, v, 0)
+        } else {
+            let zero = self.b.ins().f64const(0.0);
+            self.b.ins().fcmp(FloatCC::NotEqual, v, zero)
+        }
+    }
+
+    /// A zero of the machine type `ty`.
+    pub(super) fn zero(&mut self, ty: Type) -> Value {
+        if ty == types::I64 {
+            self.b.ins().iconst(types::I64, 0)
+        } else {
+            self.b.ins().f64const(0.0)
+        }
+    }
+
+    /// The index value of a loop at position `k` (an int64): `k` in the index's dtype, as the
+    /// interpreter binds it (`dtype.round(k as f64)`, exact for every loop length).
+    pub(super) fn index_value(&mut self, dtype: DType, k: Value) -> Value {
+        if dtype.is_integer() {
+            self.int_to(dtype, k)
+        } else {
+            let k = self.b.ins().fcvt_from_sint(types::F64, k);
+            self.round(dtype, k)
         }
     }
 
@@ -220,5 +281,44 @@ impl Emitter<'_, '_> {
             }
         };
         Some(self.b.ins().call(callee, args))
+    }
+}
+
+/// An elementwise node as the code computes it: its op, the dtype of its first operand (the
+/// dtype an integer function wraps to, as `quabla_ir::eval::binary_int` takes it), its
+/// result's dtype, and whether it computes in int64 ([`Elementwise::of`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Elementwise {
+    pub op: EwOp,
+    pub first: DType,
+    pub out: DType,
+    integer: bool,
+}
+
+impl Elementwise {
+    /// The elementwise node `node` of `graph` (`None` for any other node). It computes in
+    /// int64 where `quabla_ir::eval::evaluate` does: `bitwise_not`, an integer-only function
+    /// (the bitwise ones on bools too), or an integer operand or result.
+    pub(super) fn of(graph: &Graph, node: &quabla_ir::Node) -> Option<Elementwise> {
+        let op = EwOp::from_op(&node.op)?;
+        let integer = match op {
+            // `HostData::cast` converts; it is not an integer function of its operand.
+            EwOp::Cast(_) => false,
+            EwOp::Unary(UnaryOp::BitNot) => true,
+            EwOp::Binary(b) if b.is_integer_only() => true,
+            _ => {
+                node.ty.dtype.is_integer()
+                    || node
+                        .operands
+                        .iter()
+                        .any(|&o| graph.node(o).ty.dtype.is_integer())
+            }
+        };
+        Some(Elementwise {
+            op,
+            first: graph.node(*node.operands.first()?).ty.dtype,
+            out: node.ty.dtype,
+            integer,
+        })
     }
 }

@@ -22,8 +22,8 @@ pub(crate) struct NativeScan {
 /// of the scanned operands and stacked outputs, and its index value is `k + index of 0`.
 /// `scratch` is the run's scratch memory (`Code::scratch` float64 elements).
 pub(super) type ScanFn = unsafe extern "C" fn(
-    *mut f64,
-    *const f64,
+    *mut u64,
+    *const u64,
     i64,
     i64,
     u64,
@@ -54,26 +54,32 @@ impl NativeScan {
     /// outputs: the carries, then what the stacked outputs take) is `body`, or why there is
     /// none.
     pub(crate) fn compile(body: LoopBody<'_>, scan: &ScanShape) -> Result<NativeScan, String> {
+        let (nc, nk) = (scan.carries.len(), scan.consts.len());
+        let words = body.input_words(1 + nc + nk);
+        let typed = |lens: &[usize], tys: &[Type]| -> Vec<(Type, usize)> {
+            tys.iter().copied().zip(lens.iter().copied()).collect()
+        };
+        let carry_words = typed(&scan.carries, &words[1..1 + nc]);
+        let const_words = typed(&scan.consts, &words[1 + nc..]);
         let code = Code::build(&[types::I64; 9], Some(types::I64), |e, params| {
             e.note_own_code(body);
             let (carries_at, consts_at) = (params[0], params[1]);
             let (first, step, count, index0) = (params[2], params[3], params[4], params[5]);
             let (xs_at, ys_at) = (params[6], params[7]);
-            let constants = e.given_flat(consts_at, &scan.consts);
+            let constants = e.given_flat(consts_at, &const_words);
             let xs: Vec<Value> = (0..scan.xs.len())
                 .map(|x| e.load_pointer(xs_at, x))
                 .collect();
             let ys: Vec<Value> = (0..scan.ys.len())
                 .map(|y| e.load_pointer(ys_at, y))
                 .collect();
-            let carries = e.carries(carries_at, &scan.carries);
+            let carries = e.carries(carries_at, &carry_words);
             let (trip, header, exit) = e.counted_loop(count);
             let i = e.b.use_var(trip);
             let offset = e.b.ins().imul(i, step);
             let k = e.b.ins().iadd(first, offset);
             let index = e.b.ins().iadd(k, index0);
-            let index = e.b.ins().fcvt_from_sint(types::F64, index);
-            let mut inputs = vec![Val::Regs(vec![e.round(scan.index, index)])];
+            let mut inputs = vec![Val::Regs(vec![e.index_value(scan.index, index)])];
             inputs.extend(e.use_carries(&carries));
             inputs.extend(constants.iter().cloned());
             for (&base, &(dtype, len)) in xs.iter().zip(&scan.xs) {
@@ -106,14 +112,14 @@ impl NativeScan {
     }
 
     /// Runs `count` iterations at positions `first`, `first + step`, ... (index values those
-    /// plus `index0`) on the carries' elements (one after the other, as float64) in place,
+    /// plus `index0`) on the carries' elements (one after the other, as [`words`]) in place,
     /// with the loop constants' elements in `consts`, reading slice `k` of each scanned
     /// operand in `xs` and writing slice `k` of each stacked output in `ys`. Returns `false`
     /// when an array does not have the dtype or length the code needs (running nothing) or
     /// when a kernel the code calls failed (the loop is then to be rerun in the interpreter).
     pub(crate) fn run(
         &self,
-        (carries, consts): (&mut [f64], &[f64]),
+        (carries, consts): (&mut [u64], &[u64]),
         (first, step, count): (usize, isize, usize),
         index0: usize,
         xs: &[View<'_>],
@@ -180,7 +186,7 @@ pub(crate) struct NativeWhile {
 }
 
 /// `(carries, loop constants, most body runs, scratch memory) -> 2 * body runs + stopped`.
-pub(super) type WhileFn = unsafe extern "C" fn(*mut f64, *const f64, u64, *mut f64) -> u64;
+pub(super) type WhileFn = unsafe extern "C" fn(*mut u64, *const u64, u64, *mut f64) -> u64;
 
 /// How a chunk of a native while loop ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -201,6 +207,16 @@ impl NativeWhile {
         carries: &[usize],
         consts: &[usize],
     ) -> Result<NativeWhile, String> {
+        let words = body.input_words(carries.len() + consts.len());
+        // Both bodies read the same carries and constants, from the same words.
+        if cond.input_words(words.len()) != words {
+            return Err("a predicate and a body that hold the carries differently".into());
+        }
+        let typed = |lens: &[usize], tys: &[Type]| -> Vec<(Type, usize)> {
+            tys.iter().copied().zip(lens.iter().copied()).collect()
+        };
+        let carry_words = typed(carries, &words[..carries.len()]);
+        let const_words = typed(consts, &words[carries.len()..]);
         let code = Code::build(
             &[types::I64, types::I64, types::I64, types::I64],
             Some(types::I64),
@@ -208,8 +224,8 @@ impl NativeWhile {
                 e.note_own_code(cond);
                 e.note_own_code(body);
                 let (carries_at, consts_at, count) = (params[0], params[1], params[2]);
-                let constants = e.given_flat(consts_at, consts);
-                let vars = e.carries(carries_at, carries);
+                let constants = e.given_flat(consts_at, &const_words);
+                let vars = e.carries(carries_at, &carry_words);
                 let inputs = |e: &mut Emitter<'_, '_>| {
                     let mut inputs = e.use_carries(&vars);
                     inputs.extend(constants.iter().cloned());
@@ -221,9 +237,8 @@ impl NativeWhile {
                 let given = inputs(e);
                 let predicate = e.loop_body(cond, &given)?;
                 let p = e.element_at(predicate.first()?, 0)?;
-                let zero = e.b.ins().f64const(0.0);
                 // The interpreter stops on a predicate equal to 0.0.
-                let holds = e.b.ins().fcmp(FloatCC::NotEqual, p, zero);
+                let holds = e.truth(p);
                 e.b.ins().brif(holds, run, &[], stop, &[]);
 
                 e.b.switch_to_block(run);
@@ -254,14 +269,14 @@ impl NativeWhile {
     }
 
     /// Runs predicate and body alternately, at most `most` bodies, on the carries' elements
-    /// (one after the other, as float64) in place, with the loop constants' elements in
+    /// (one after the other, as [`words`]) in place, with the loop constants' elements in
     /// `consts`; `None` when the arrays do not have the lengths the code was built for
     /// (running nothing) or when a kernel the code calls failed (the loop is then to be rerun
     /// in the interpreter).
     pub(crate) fn run(
         &self,
-        carries: &mut [f64],
-        consts: &[f64],
+        carries: &mut [u64],
+        consts: &[u64],
         most: usize,
     ) -> Option<WhileChunk> {
         if carries.len() != self.carry_elements || consts.len() != self.const_elements {
@@ -339,9 +354,9 @@ impl NativePlan {
         GraphBody::new(graph, graph.inputs().count()).ok()
     }
 
-    /// The native form of the plan whose graph has the small form `small`, or `None` when a
-    /// node cannot be translated after all.
-    pub(crate) fn compile(small: &GraphBody) -> Option<NativePlan> {
+    /// The native form of the plan whose graph has the small form `small`, or why there is
+    /// none (a node the code generator declined after all).
+    pub(crate) fn compile(small: &GraphBody) -> Result<NativePlan, String> {
         let graph = &small.graph;
         let inputs: Vec<(DType, usize)> = graph
             .inputs()
@@ -377,9 +392,8 @@ impl NativePlan {
             let ok = e.b.ins().iconst(types::I64, 0);
             e.b.ins().return_(&[ok]);
             Some(())
-        })
-        .ok()?;
-        Some(NativePlan {
+        })?;
+        Ok(NativePlan {
             code: Arc::new(code),
             inputs,
             outputs,

@@ -1,13 +1,14 @@
 //! The functions the generated code calls by symbol: every op that is not one IEEE
-//! operation (`tanh`, `pow`, `powi`, `maximum`), the LU `solve` and the matrix product, each
-//! computing exactly what the interpreter computes for that op by calling the same function.
+//! operation (`tanh`, `pow`, `powi`, `maximum`, the integer `pow`), the LU `solve` and the
+//! matrix product, each computing exactly what the interpreter computes for that op by calling
+//! the same function.
 //! Nothing unwinds out of a shim: those that run kernels catch panics and return a failure
 //! status, which sends the generated code to its failure exit.
 
 use crate::buffer::{Pool, View, ViewMut};
 use crate::kernels::lanes;
 use crate::kernels::matmul::{matmul, Product};
-use quabla_ir::eval::{binary_f64, maximum_ieee, minimum_ieee, powi_f64, unary_f64};
+use quabla_ir::eval::{binary_f64, maximum_ieee, minimum_ieee, pow_int, powi_f64, unary_f64};
 use quabla_ir::{BinaryOp, UnaryOp};
 
 pub(super) const POWI: &str = "quabla_powi";
@@ -146,6 +147,13 @@ extern "C" fn powi_shim(x: f64, n: i32) -> f64 {
     powi_f64(x, n)
 }
 
+pub(super) const POW_INT: &str = "quabla_pow_int";
+
+/// `pow` of integers (wrapping square-and-multiply; a negative exponent gives 0).
+extern "C" fn pow_int_shim(x: i64, n: i64) -> i64 {
+    pow_int(x, n)
+}
+
 /// The symbol of a binary op that is not one IEEE operation.
 pub(super) fn binary_symbol(op: BinaryOp) -> Option<&'static str> {
     Some(match op {
@@ -218,6 +226,7 @@ impl std::ops::Deref for Symbols {
 pub(super) static SYMBOLS: std::sync::LazyLock<Symbols> = std::sync::LazyLock::new(|| {
     let mut all = unary_symbols();
     all.push((POWI, powi_shim as *const u8));
+    all.push((POW_INT, pow_int_shim as *const u8));
     all.push((SOLVE, solve_shim as *const u8));
     all.push((MATMUL, matmul_shim as *const u8));
     all.push((UNARY_LANES, unary_lanes_shim as *const u8));

@@ -75,7 +75,8 @@ impl Body {
         let take = take_plan(&schedule, collected, rebound);
         let output_types: Vec<TensorType> = plan.output_types().into_iter().cloned().collect();
         // The scalar form runs no steps, so it has no non-finite check. It holds every value
-        // as a float64, so a body with an integer value has none (int64 is not exact there).
+        // as a float64, so a body with an integer value has none (int64 is not exact there):
+        // its machine code is made from the graph form, which holds integers as int64.
         let scalar = if build.check_nans || quabla_ir::eval::has_integers(plan.graph()) {
             None
         } else {
@@ -180,7 +181,7 @@ impl Body {
 }
 
 /// An interpreted form for the report, with the first reason a body gave for not running
-/// machine code: `interpreted, swapping form (integer values)`.
+/// machine code: ``interpreted, swapping form (`cumsum`, which machine code does not cover)``.
 pub(super) fn interpreted<'a>(
     form: &str,
     reasons: impl IntoIterator<Item = Option<&'a str>>,

@@ -1,5 +1,6 @@
 //! Moving values in and out of a loop's frames: binding carries, collecting results and
-//! siblings, and the flat float64 form of the scalar and machine-code loops.
+//! siblings, and the flat forms of the scalar loops (float64 numbers) and the machine-code
+//! loops (8-byte words, `native::words`).
 
 use super::*;
 
@@ -96,18 +97,10 @@ pub(super) fn collect_carries<'a>(
     Ok(())
 }
 
-/// The elements of `views`, one after the other, as float64.
-pub(super) fn flat_f64(views: &[View<'_>]) -> Vec<f64> {
-    views
-        .iter()
-        .flat_map(|v| (0..v.len()).map(|i| v.get_f64(i)))
-        .collect()
-}
-
 /// Values with the dtypes and lengths of `like` from their elements one after the other in
-/// `flat` (as [`flat_f64`] lays them out).
+/// `flat` (as [`native::words`] lays them out).
 pub(super) fn unflatten(
-    flat: &[f64],
+    flat: &[u64],
     like: &[View<'_>],
     ws: &mut Workspace,
 ) -> Result<Vec<Storage<'static>>> {
@@ -118,7 +111,7 @@ pub(super) fn unflatten(
         let elements = flat.get(at..at + len);
         let stored = match elements {
             Some(elements) => ws.pool.alloc(dtype, len).map(|mut b| {
-                b.view_mut().store_f64(0, elements);
+                native::store_words(&mut b.view_mut(), 0, elements);
                 Storage::Owned(b)
             }),
             None => {

@@ -16,8 +16,9 @@
 //!
 //! - **Machine code** (`native`; loops whose values all have at most `NATIVE_ELEMENTS`
 //!   elements, where the cost model says it beats the interpreter): compiled at the loop's
-//!   first run, with the carries as float64 arrays in and out; a kernel failing inside it
-//!   sends the loop back to the forms below.
+//!   first run, with the carries as arrays of 8-byte words in and out (float64 values, int64
+//!   bits for integers: `native::words`); a kernel failing inside it sends the loop back to
+//!   the forms below.
 //! - **Scalar** (bodies whose every value has one element, see `scalar.rs`): the loop runs on
 //!   an array of float64 values and copies each carry as one number.
 //! - **Swapping** (bodies whose step-written values total at most [`REUSE_BYTES`] and whose
@@ -45,7 +46,7 @@
 use crate::buffer::{Buffer, Storage, View, ViewMut};
 use crate::exec::{Frame, Mode};
 use crate::kernels::internal;
-use crate::native::{GraphBody, LoopBody, NativeScan, NativeWhile, OwnCode, ScanShape};
+use crate::native::{self, GraphBody, LoopBody, NativeScan, NativeWhile, OwnCode, ScanShape};
 use crate::scalar::ScalarBody;
 use crate::schedule::{Build, RegionCall, RegionSlots, Schedule};
 use crate::workspace::{out_of_memory, Workspace};
@@ -65,9 +66,7 @@ mod scope;
 mod while_loop;
 
 use body::{interpreted, Body};
-use carries::{
-    bind_carries, collect_carries, first, flat_f64, missing_carry, scalar_storage, unflatten,
-};
+use carries::{bind_carries, collect_carries, first, missing_carry, scalar_storage, unflatten};
 use scope::CompileScope;
 
 /// The most bytes of step-written values a loop body may hold at once to run in the swapping

@@ -99,7 +99,7 @@ impl RegionStep {
         Ok(stacked)
     }
 
-    /// A scan in machine code: the carries' and constants' elements as float64 arrays, the
+    /// A scan in machine code: the carries' and constants' elements as arrays of words, the
     /// scanned operands read and the stacked outputs written in place, in chunks of at most
     /// `SCALAR_CHECK_EVERY` iterations with a cancellation check before each. `None` when a
     /// kernel the code calls failed: the caller reruns the loop in the interpreter, which
@@ -113,8 +113,8 @@ impl RegionStep {
         ws: &mut Workspace,
     ) -> Result<Option<Vec<Storage<'static>>>> {
         let (nc, nk) = (scan.n_carry, scan.n_const);
-        let mut carries = flat_f64(&operands[..nc]);
-        let consts = flat_f64(&operands[nc..nc + nk]);
+        let mut carries = native::words(&operands[..nc]);
+        let consts = native::words(&operands[nc..nc + nk]);
         let mut stacked = self.stacked_buffers(scan, shared, ws)?;
         let looped = (|| -> Result<bool> {
             let xs = &operands[nc + nk..];

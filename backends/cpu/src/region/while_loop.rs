@@ -53,7 +53,7 @@ impl RegionStep {
         self.collect(carries, &positions, ws)
     }
 
-    /// A while loop in machine code: the carries' and constants' elements as float64 arrays,
+    /// A while loop in machine code: the carries' and constants' elements as arrays of words,
     /// run in chunks of at most `SCALAR_CHECK_EVERY` trips (each one predicate check and body
     /// run) with a cancellation check before each chunk, as the scalar form checks. `None`
     /// when a kernel the code calls failed: the caller reruns the loop in the interpreter.
@@ -64,8 +64,8 @@ impl RegionStep {
         operands: &[View<'_>],
         ws: &mut Workspace,
     ) -> Result<Option<Vec<Storage<'static>>>> {
-        let mut carries = flat_f64(&operands[..n_carry]);
-        let consts = flat_f64(&operands[n_carry..]);
+        let mut carries = native::words(&operands[..n_carry]);
+        let consts = native::words(&operands[n_carry..]);
         let mut trips: usize = 0;
         while Some(trips) != max_trips {
             ws.cancel.check()?;

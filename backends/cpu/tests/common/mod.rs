@@ -288,3 +288,35 @@ pub fn check_both_ways(context: &str, g: &Graph, input_sets: &[Vec<HostTensor>])
         }
     }
 }
+
+/// Compiles `g` to native code as a whole plan and for the interpreter, checks that the
+/// report says the plan runs native code only for the native build, and checks equal bits on
+/// every input set.
+pub fn check_plan_both_ways(context: &str, g: &Graph, input_sets: &[Vec<HostTensor>]) {
+    let native = compile(g, true);
+    assert!(
+        native.compile_native_now(),
+        "{context}: no native form:\n{}",
+        native.report()
+    );
+    assert!(
+        native.report().contains("whole plan: native code\n"),
+        "{context}:\n{}",
+        native.report()
+    );
+    let interpreted = compile(g, false);
+    assert!(!interpreted.report().contains("whole plan"));
+    for (set, inputs) in input_sets.iter().enumerate() {
+        let got = native.run(inputs).unwrap();
+        let want = interpreted.run(inputs).unwrap();
+        assert_eq!(got.len(), want.len());
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.shape, w.shape, "{context}: shape of output {k}");
+            assert_bitwise(
+                &format!("{context}, input set {set}, output {k}"),
+                &g.data,
+                &w.data,
+            );
+        }
+    }
+}
