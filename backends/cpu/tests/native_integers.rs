@@ -10,7 +10,9 @@
 
 mod common;
 
-use common::{calling, check_both_ways, check_plan_both_ways, compile, graph, special_values, Rng};
+use common::{
+    calling, check_both_ways, check_plan_both_ways, compile, fori, graph, special_values, Rng,
+};
 use quabla_backend::{Executable, HostTensor};
 use quabla_ir::{
     BinaryOp, Comparison, DType, Graph, GraphBuilder, HostData, NodeId, Region, RegionForm,
@@ -274,29 +276,6 @@ fn out_type(x: &TensorType, y: &TensorType, apply: &Apply) -> TensorType {
     let (xi, yi) = (b.input("x", x.clone()), b.input("y", y.clone()));
     let out = apply(&mut b, xi, yi);
     b.ty(out).clone()
-}
-
-/// A `fori_loop` of `trips` iterations (its index a float64, as the IR has it) over the
-/// carries of `carries`, whose body `body` returns the new carries.
-fn fori(
-    trips: usize,
-    carries: &[TensorType],
-    body: impl FnOnce(&mut GraphBuilder, &[NodeId]) -> Vec<NodeId>,
-) -> Graph {
-    let mut inputs = vec![ty(DType::F64, &[])];
-    inputs.extend(carries.iter().cloned());
-    let body = graph(&inputs, body);
-    let scan = ScanBody {
-        length: trips,
-        start: 0,
-        reverse: false,
-        n_carry: carries.len(),
-        n_const: 0,
-        n_xs: 0,
-        body: Arc::new(body),
-    };
-    let region = Arc::new(Region::new(RegionKind::Scan(scan), RegionForm::Fori, 0).unwrap());
-    calling(&region)
 }
 
 /// A loop over carries `(x, y, out)` in which `x` and `y` pass through and `out` becomes

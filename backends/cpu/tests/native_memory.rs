@@ -8,11 +8,11 @@
 
 mod common;
 
-use common::{calling, check_both_ways, compile, every_op, graph, special_values, Rng};
+use common::{calling, check_both_ways, compile, every_op, fori, graph, special_values, Rng};
 use quabla_backend::{Executable, HostTensor};
 use quabla_ir::{
-    BinaryOp, Comparison, DType, Graph, GraphBuilder, HostData, NodeId, Region, RegionForm,
-    RegionKind, ScanBody, Shape, TensorType, UnaryOp,
+    BinaryOp, Comparison, DType, GraphBuilder, HostData, NodeId, Region, RegionForm, RegionKind,
+    ScanBody, Shape, TensorType, UnaryOp,
 };
 use std::sync::Arc;
 
@@ -32,29 +32,6 @@ fn tensor(dt: DType, dims: &[usize], values: impl IntoIterator<Item = f64>) -> H
 /// `values` repeated (or cut) to `n` elements, from position `from`.
 fn cycled(values: &[f64], from: usize, n: usize) -> Vec<f64> {
     (0..n).map(|i| values[(from + i) % values.len()]).collect()
-}
-
-/// A `fori_loop` of `trips` iterations whose body is `body` (inputs: the index, then the
-/// carries of `carries`; outputs: the carries).
-fn fori(
-    trips: usize,
-    carries: &[TensorType],
-    body: impl FnOnce(&mut GraphBuilder, &[NodeId]) -> Vec<NodeId>,
-) -> Graph {
-    let mut inputs = vec![ty(DType::F64, &[])];
-    inputs.extend(carries.iter().cloned());
-    let body = graph(&inputs, body);
-    let scan = ScanBody {
-        length: trips,
-        start: 0,
-        reverse: false,
-        n_carry: carries.len(),
-        n_const: 0,
-        n_xs: 0,
-        body: Arc::new(body),
-    };
-    let region = Arc::new(Region::new(RegionKind::Scan(scan), RegionForm::Fori, 0).unwrap());
-    calling(&region)
 }
 
 /// Every elementwise op on a `[4, 40]` operand and a second operand read as the same shape,

@@ -7,8 +7,8 @@ use quabla_backend::{Backend, Executable, HostTensor};
 use quabla_cpu::{CpuBackend, CpuExecutable, CpuOptions};
 
 use quabla_ir::{
-    BinaryOp, Comparison, DType, Graph, GraphBuilder, HostData, NodeId, Plan, Region, Shape,
-    TensorType, UnaryOp,
+    BinaryOp, Comparison, DType, Graph, GraphBuilder, HostData, NodeId, Plan, Region, RegionForm,
+    RegionKind, ScanBody, Shape, TensorType, UnaryOp,
 };
 use std::sync::Arc;
 
@@ -250,6 +250,29 @@ pub fn calling(region: &Arc<Region>) -> Graph {
         let n = region.output_types().len();
         b.push_region_calls(region.clone(), 0..n, p).unwrap()
     })
+}
+
+/// A graph of one `fori_loop` of `trips` iterations whose body is `body` (inputs: the index, a
+/// float64 as the IR has it, then the carries of `carries`; outputs: the new carries).
+pub fn fori(
+    trips: usize,
+    carries: &[TensorType],
+    body: impl FnOnce(&mut GraphBuilder, &[NodeId]) -> Vec<NodeId>,
+) -> Graph {
+    let mut inputs = vec![TensorType::new(DType::F64, shape(&[]))];
+    inputs.extend(carries.iter().cloned());
+    let body = graph(&inputs, body);
+    let scan = ScanBody {
+        length: trips,
+        start: 0,
+        reverse: false,
+        n_carry: carries.len(),
+        n_const: 0,
+        n_xs: 0,
+        body: Arc::new(body),
+    };
+    let region = Arc::new(Region::new(RegionKind::Scan(scan), RegionForm::Fori, 0).unwrap());
+    calling(&region)
 }
 
 /// Compiles `g` both ways, checks that the report names native code only for the native
