@@ -10,7 +10,7 @@ use faer::perm::PermRef;
 use faer::{Mat, MatMut, MatRef, Par};
 use std::sync::Mutex;
 
-use crate::batch::{all_finite, matrix, matrix_len, push_nan, to_mat, with_stack};
+use crate::batch::{matrix, matrix_len, push_nan, to_mat, with_stack};
 use crate::scale;
 use crate::LinalgError;
 
@@ -67,9 +67,8 @@ struct Lu {
 }
 
 impl Lu {
-    /// Factorizes a finite row-major `n x n` matrix.
-    fn new(a: &[f64], n: usize) -> Lu {
-        let scale = scale::exponent(a, false);
+    /// Factorizes a finite row-major `n x n` matrix as `2^-scale a` ([`crate::scale`]).
+    fn new(a: &[f64], n: usize, scale: Option<i32>) -> Lu {
         let mut packed = to_mat(&scale::scaled(a, scale), n, n);
         let mut forward = vec![0usize; n];
         let mut inverse = vec![0usize; n];
@@ -195,7 +194,9 @@ pub fn lu_factor(a: &[f64], batch: usize, n: usize) -> Result<LuFactors, LinalgE
     let mats = (0..batch)
         .map(|index| {
             let a = matrix(a, index, a_len);
-            all_finite(a).then(|| Lu::new(a, n))
+            // One pass over the matrix decides both whether it is finite and its scale.
+            scale::largest_magnitude(a)
+                .map(|largest| Lu::new(a, n, scale::exponent_for(largest, false)))
         })
         .collect();
     Ok(LuFactors { n, mats })

@@ -36,6 +36,12 @@ pub(crate) fn exponent_of_parts<'a>(
     for part in parts {
         largest = largest.max(largest_magnitude(part)?);
     }
+    exponent_for(largest, even)
+}
+
+/// [`exponent`] of a finite matrix whose largest magnitude is `largest`
+/// ([`largest_magnitude`]).
+pub(crate) fn exponent_for(largest: f64, even: bool) -> Option<i32> {
     if largest == 0.0 {
         return None;
     }
@@ -50,7 +56,7 @@ pub(crate) fn exponent_of_parts<'a>(
 /// factorization pays this pass, so it is written for the vector units: eight lanes of plain
 /// comparisons, which the compiler turns into vector instructions (`f64::max`'s NaN rule, and
 /// an early exit, would keep it scalar: a 256 x 256 Cholesky factor took half again as long).
-fn largest_magnitude(a: &[f64]) -> Option<f64> {
+pub(crate) fn largest_magnitude(a: &[f64]) -> Option<f64> {
     const LANES: usize = 8;
     let mut top = [0.0f64; LANES];
     // `|x| < inf` is false for infinities and NaN alike.
