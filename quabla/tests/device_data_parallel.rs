@@ -21,6 +21,9 @@ use std::time::{Duration, Instant};
 /// Compilations per simulated device, and communicators joined.
 static COMPILES: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
 static JOINS: AtomicUsize = AtomicUsize::new(0);
+/// Held by every test that joins communicators, so that one test's count of `JOINS` is not
+/// mixed with another's running at the same time.
+static JOINING: Mutex<()> = Mutex::new(());
 
 /// A device of the simulated backend: the CPU reference, named `simdev` or `simdev:1`.
 #[derive(Debug)]
@@ -304,16 +307,19 @@ fn devices_match_the_full_batch() -> qb::Result<()> {
 
 #[test]
 fn gradients_over_two_devices_equal_the_full_batch_and_reuse_their_communicators() {
+    let _alone = JOINING.lock().unwrap_or_else(|e| e.into_inner());
+    let joins_before = JOINS.load(Ordering::SeqCst);
     devices_match_the_full_batch().unwrap();
     // Both devices compiled (once per loss: the second call of each reuses its trace), and one
     // communicator per device per callable.
     assert!(COMPILES[0].load(Ordering::SeqCst) >= 2);
     assert!(COMPILES[1].load(Ordering::SeqCst) >= 2);
-    assert_eq!(JOINS.load(Ordering::SeqCst) % 2, 0);
+    assert_eq!((JOINS.load(Ordering::SeqCst) - joins_before) % 2, 0);
 }
 
 #[test]
 fn two_ranks_of_two_devices_each_equal_the_full_batch() {
+    let _alone = JOINING.lock().unwrap_or_else(|e| e.into_inner());
     let results =
         distributed::run_local(2, Options::default(), devices_match_the_full_batch).unwrap();
     for (rank, r) in results.into_iter().enumerate() {
@@ -323,6 +329,7 @@ fn two_ranks_of_two_devices_each_equal_the_full_batch() {
 
 #[test]
 fn misuse_of_devices_is_refused_with_what_to_change() {
+    let _alone = JOINING.lock().unwrap_or_else(|e| e.into_inner());
     let (w, batch) = problem(7).unwrap();
     let err = distributed::value_and_grad(mse)
         .shard_argnums(&[1])
