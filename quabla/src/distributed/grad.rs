@@ -278,14 +278,7 @@ impl<A: Tree, F> ValueAndGrad<F, A> {
             let mut description = self.describe(&signature);
             let out = match local {
                 Ok(out) => {
-                    description.push_str(&format!(
-                        " giving [{}]",
-                        out.leaves
-                            .iter()
-                            .map(leaf_text)
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ));
+                    push_outputs(&mut description, &out.leaves);
                     Ok(out)
                 }
                 Err(e) => Err(e),
@@ -357,14 +350,7 @@ impl<A: Tree, F> ValueAndGrad<F, A> {
         let mut description = self.describe(&signature);
         let (out_leaves, out_def) = match local {
             Ok(out) => {
-                description.push_str(&format!(
-                    " giving [{}]",
-                    out.leaves
-                        .iter()
-                        .map(leaf_text)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ));
+                push_outputs(&mut description, &out.leaves);
                 (Ok(out.leaves), out.def)
             }
             Err(e) => (Err(e), TreeDef::None),
@@ -663,4 +649,10 @@ fn device_unavailable(device: &str) -> Error {
              supported; use devices=None on CPUs"
         ),
     }
+}
+
+/// Appends what a call gave to its description: ` giving [float64[3], ...]`.
+fn push_outputs(description: &mut String, leaves: &[Leaf]) {
+    let texts: Vec<String> = leaves.iter().map(leaf_text).collect();
+    description.push_str(&format!(" giving [{}]", texts.join(", ")));
 }

@@ -58,6 +58,30 @@ impl Emitter<'_, '_> {
         Some(self.b.ins().iadd(scaled, b))
     }
 
+    /// At position `c` = (batch, leading position, pick) of the loops over a layout with
+    /// extents `(pre, n, picks, inner)` and indices at `idx_at`: whether the picked index is in
+    /// `[0, n)`, the first element of the indexed row (index 0 when outside) and the first
+    /// element of the picked row, as element numbers. A gather reads the first and writes the
+    /// second; a scatter the other way round.
+    fn picked_rows(
+        &mut self,
+        c: &[Value],
+        idx_at: Value,
+        (pre, n, picks, inner): (usize, usize, usize, usize),
+    ) -> Option<(Value, Value, Value)> {
+        let (b, p, j) = (c[0], c[1], c[2]);
+        let i = self.scaled_add(b, picks, j)?;
+        let i = self.load_indexed(types::I64, idx_at, i);
+        let (inside, at) = self.checked_index(i, n)?;
+        let row = self.scaled_add(b, pre, p)?;
+        let inner = i64::try_from(inner).ok()?;
+        let indexed = self.scaled_add(row, n, at)?;
+        let indexed = self.b.ins().imul_imm_s(indexed, inner);
+        let picked = self.scaled_add(row, picks, j)?;
+        let picked = self.b.ins().imul_imm_s(picked, inner);
+        Some((inside, indexed, picked))
+    }
+
     /// `index_gather` of `x` by `idx` with `layout`, a result of type `out`.
     pub(super) fn index_gather(
         &mut self,
@@ -111,15 +135,7 @@ impl Emitter<'_, '_> {
         let idx = self.in_memory(idx)?;
         let result = self.scratch_array(size, ty)?;
         self.nested_loops(&[outer, pre, picks], |e, c| {
-            let (b, p, j) = (c[0], c[1], c[2]);
-            let i = e.scaled_add(b, picks, j)?;
-            let i = e.load_indexed(types::I64, idx.at, i);
-            let (inside, at) = e.checked_index(i, n)?;
-            let row = e.scaled_add(b, pre, p)?;
-            let from = e.scaled_add(row, n, at)?;
-            let from = e.b.ins().imul_imm_s(from, i64::try_from(inner).ok()?);
-            let to = e.scaled_add(row, picks, j)?;
-            let to = e.b.ins().imul_imm_s(to, i64::try_from(inner).ok()?);
+            let (inside, from, to) = e.picked_rows(c, idx.at, (pre, n, picks, inner))?;
             e.for_each(inner, |e, t| {
                 let (from, to) = (e.b.ins().iadd(from, t), e.b.ins().iadd(to, t));
                 let v = e.load_indexed(ty, x.at, from);
@@ -185,15 +201,7 @@ impl Emitter<'_, '_> {
         } else {
             let (idx, updates) = (self.in_memory(idx)?, self.in_memory(updates)?);
             self.nested_loops(&[outer, pre, picks], |e, c| {
-                let (b, p, j) = (c[0], c[1], c[2]);
-                let i = e.scaled_add(b, picks, j)?;
-                let i = e.load_indexed(types::I64, idx.at, i);
-                let (inside, at) = e.checked_index(i, n)?;
-                let row = e.scaled_add(b, pre, p)?;
-                let to = e.scaled_add(row, n, at)?;
-                let to = e.b.ins().imul_imm_s(to, i64::try_from(inner).ok()?);
-                let from = e.scaled_add(row, picks, j)?;
-                let from = e.b.ins().imul_imm_s(from, i64::try_from(inner).ok()?);
+                let (inside, to, from) = e.picked_rows(c, idx.at, (pre, n, picks, inner))?;
                 e.for_each(inner, |e, t| {
                     let (from, to) = (e.b.ins().iadd(from, t), e.b.ins().iadd(to, t));
                     let old = e.load_indexed(ty, acc.at, to);

@@ -13,7 +13,7 @@ use quabla_ir::{Node, Op};
 pub(super) fn assign(draft: &mut Draft<'_>) {
     let nodes = draft.nodes();
     for i in draft.live().collect::<Vec<_>>() {
-        let read_by_some = draft.fuse && !draft.is_output[i] && !draft.consumers[i].is_empty();
+        let read_by_some = draft.fuse() && !draft.is_output[i] && !draft.consumers[i].is_empty();
         draft.virtual_broadcast[i] = read_by_some
             && matches!(nodes[i].op, Op::Broadcast { .. })
             && draft.consumers[i]

@@ -23,8 +23,6 @@ pub(super) struct Group {
 pub(super) struct Draft<'g> {
     pub graph: &'g Graph,
     pub build: Build,
-    /// Fusion and the storage aliases are on (`Build::fuse`, never under `Build::check_nans`).
-    pub fuse: bool,
     // Dead code.
     /// The node runs: it reaches an output or is an effect.
     pub needed: Vec<bool>,
@@ -65,7 +63,6 @@ impl<'g> Draft<'g> {
         Draft {
             graph,
             build,
-            fuse: build.fuse && !build.check_nans,
             needed: vec![false; n],
             is_output: vec![false; n],
             consumers: vec![Vec::new(); n],
@@ -83,6 +80,11 @@ impl<'g> Draft<'g> {
             siblings: vec![Vec::new(); n],
             steps: Vec::new(),
         }
+    }
+
+    /// Fusion and the storage aliases are on (`Build::fuse`, never under `Build::check_nans`).
+    pub fn fuse(&self) -> bool {
+        self.build.fuse && !self.build.check_nans
     }
 
     pub fn nodes(&self) -> &'g [Node] {

@@ -35,7 +35,7 @@ pub(super) fn group(draft: &mut Draft<'_>) {
         let node = &nodes[i];
         if draft.elementwise[i].is_some() {
             let (groups, group_of) = (&draft.groups, &draft.group_of);
-            let joined = if draft.fuse {
+            let joined = if draft.fuse() {
                 node.operands
                     .iter()
                     .filter_map(|o| group_of[o.index()])
