@@ -115,17 +115,7 @@ impl<A: Tree, F> Grad<F, A> {
     where
         F: Fn(A) -> Result<R>,
     {
-        let s = &self.shell;
-        s.config.validate()?;
-        self.selection.validate()?;
-        let call = Call {
-            cache: &s.cache,
-            owner: s.owner(&[]),
-            wrt: Wrt::Args(&self.selection.argnums),
-            target: &s.target,
-            extra: None,
-        };
-        staging::execute(&call, args, |prepared| self.stage::<R>(prepared))
+        self.call_for::<R, G>(args, &self.shell.target)
     }
 
     /// [`Grad::call`] compiled for and run on `device` (`"cuda:1"`) instead of the CPU: the
@@ -135,18 +125,30 @@ impl<A: Tree, F> Grad<F, A> {
     where
         F: Fn(A) -> Result<R>,
     {
+        let target = crate::staging::Target {
+            device: std::sync::Arc::from(device),
+            ..self.shell.target.clone()
+        };
+        self.call_for::<R, G>(args, &target)
+    }
+
+    /// The call compiled for `target`.
+    fn call_for<R: Tree, G: Tree>(
+        &self,
+        args: &impl Tree,
+        target: &crate::staging::Target,
+    ) -> Result<G>
+    where
+        F: Fn(A) -> Result<R>,
+    {
         let s = &self.shell;
         s.config.validate()?;
         self.selection.validate()?;
-        let target = crate::staging::Target {
-            device: std::sync::Arc::from(device),
-            ..s.target.clone()
-        };
         let call = Call {
             cache: &s.cache,
             owner: s.owner(&[]),
             wrt: Wrt::Args(&self.selection.argnums),
-            target: &target,
+            target,
             extra: None,
         };
         staging::execute(&call, args, |prepared| self.stage::<R>(prepared))
